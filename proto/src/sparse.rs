@@ -1,0 +1,412 @@
+//! Sparse lexicon vectors: float term weights, and their quantized integer impacts.
+//!
+//! A LexLIP encoder gives every word-piece of its vocabulary a weight `w = log(1 + max relu(logit))`
+//! (LexLIP eq. 3/6). Most weights are zero; the rest are kept as a [`SparseVector`]. For the index
+//! they are turned into integer *impacts* `floor(scale · w)` (LexLIP sec. 3.4, scale 100), a
+//! [`QuantizedVector`], and the relevance of a document to a query is the integer dot product of
+//! their impacts (LexLIP eq. 24).
+//!
+//! ```
+//! use lexlip_proto::SparseVector;
+//! let v = SparseVector::new([("dog", 1.234), ("grass", 0.5), ("the", 0.004)]).unwrap();
+//! let q = v.quantize(100.0);
+//! assert_eq!(q.get("dog"), Some(123));
+//! assert_eq!(q.get("the"), None); // floor(0.4) = 0: dropped
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The quantization scale LexLIP uses: `impact = floor(100 · w)`.
+pub const DEFAULT_SCALE: f32 = 100.0;
+
+/// The largest impact a quantized vector may hold.
+///
+/// LexLIP's weights stay below ~2.55, so with scale 100 its impacts lie in 1..=255. lexlip accepts
+/// any impact in 1..=65535 (so a larger scale or a model with larger weights still works), clamps
+/// larger *quantized floats* to this value, and rejects larger *integer impacts* given as input.
+pub const MAX_IMPACT: u32 = 65_535;
+
+/// Why a vector was rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum VectorError {
+    #[error("term {term:?} has a weight that is not a finite number ({weight})")]
+    NotFinite { term: String, weight: f32 },
+    #[error("term {term:?} has a negative weight ({weight}); lexicon weights are non-negative")]
+    Negative { term: String, weight: f32 },
+    #[error("term {term:?} appears more than once")]
+    DuplicateTerm { term: String },
+    #[error("a term is the empty string")]
+    EmptyTerm,
+    #[error("term {term:?} has impact {impact}; impacts must lie in 1..={max}", max = MAX_IMPACT)]
+    ImpactOutOfRange { term: String, impact: u64 },
+    #[error("quantization scale must be a finite number > 0, got {0}")]
+    BadScale(f32),
+}
+
+/// Term → non-negative float weight, validated: finite, ≥ 0, no duplicate or empty terms.
+///
+/// Entries are kept sorted by term so equality, hashing and iteration are deterministic. Zero
+/// weights are allowed here (they carry no score and are dropped by [`SparseVector::quantize`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SparseVector {
+    entries: Vec<(String, f32)>,
+}
+
+impl SparseVector {
+    /// Validates and builds a vector from `(term, weight)` pairs in any order.
+    pub fn new<I, S>(pairs: I) -> Result<Self, VectorError>
+    where
+        I: IntoIterator<Item = (S, f32)>,
+        S: Into<String>,
+    {
+        let mut entries: Vec<(String, f32)> =
+            pairs.into_iter().map(|(t, w)| (t.into(), w)).collect();
+        for (term, weight) in &entries {
+            if term.is_empty() {
+                return Err(VectorError::EmptyTerm);
+            }
+            if !weight.is_finite() {
+                return Err(VectorError::NotFinite {
+                    term: term.clone(),
+                    weight: *weight,
+                });
+            }
+            if *weight < 0.0 {
+                return Err(VectorError::Negative {
+                    term: term.clone(),
+                    weight: *weight,
+                });
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(VectorError::DuplicateTerm {
+                term: w[0].0.clone(),
+            });
+        }
+        Ok(Self { entries })
+    }
+
+    /// Number of stored terms (including zero weights).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `(term, weight)` pairs in term order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, f32)> + '_ {
+        self.entries.iter().map(|(t, w)| (t.as_str(), *w))
+    }
+
+    pub fn get(&self, term: &str) -> Option<f32> {
+        self.entries
+            .binary_search_by(|(t, _)| t.as_str().cmp(term))
+            .ok()
+            .map(|i| self.entries[i].1)
+    }
+
+    /// Keeps the `k` largest weights (LexLIP Table 2 sparsification). Ties are broken by term so
+    /// the result does not depend on input order.
+    pub fn top_k(&self, k: usize) -> SparseVector {
+        if self.entries.len() <= k {
+            return self.clone();
+        }
+        let mut by_weight: Vec<&(String, f32)> = self.entries.iter().collect();
+        by_weight.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut entries: Vec<(String, f32)> = by_weight.into_iter().take(k).cloned().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        SparseVector { entries }
+    }
+
+    /// Entries sorted by weight, highest first (ties by term): the order people want to read.
+    pub fn by_weight(&self) -> Vec<(&str, f32)> {
+        let mut v: Vec<(&str, f32)> = self.iter().collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v
+    }
+
+    /// `impact = floor(scale · w)`, zeros dropped, values above [`MAX_IMPACT`] clamped to it.
+    ///
+    /// # Panics
+    /// Never for a validated vector; an invalid `scale` (not finite or ≤ 0) yields an empty vector
+    /// — use [`SparseVector::try_quantize`] to get an error instead.
+    pub fn quantize(&self, scale: f32) -> QuantizedVector {
+        self.try_quantize(scale).unwrap_or_default()
+    }
+
+    /// Like [`SparseVector::quantize`] but rejects a bad scale.
+    pub fn try_quantize(&self, scale: f32) -> Result<QuantizedVector, VectorError> {
+        if !scale.is_finite() || scale <= 0.0 {
+            return Err(VectorError::BadScale(scale));
+        }
+        let entries = self
+            .entries
+            .iter()
+            .filter_map(|(t, w)| {
+                let impact = quantize_weight(*w, scale);
+                (impact > 0).then(|| (t.clone(), impact))
+            })
+            .collect();
+        Ok(QuantizedVector { entries })
+    }
+}
+
+/// `floor(scale · w)` clamped to `0..=MAX_IMPACT`, multiplied in f32 exactly as the PyTorch
+/// reference does (`torch.floor(100 * w)` on float32), so both give the same impacts.
+pub fn quantize_weight(weight: f32, scale: f32) -> u32 {
+    let x = (weight * scale).floor();
+    if x.is_nan() || x <= 0.0 {
+        0
+    } else if x >= MAX_IMPACT as f32 {
+        MAX_IMPACT
+    } else {
+        x as u32
+    }
+}
+
+impl Serialize for SparseVector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.entries.iter().map(|(t, w)| (t, w)))
+    }
+}
+
+impl<'de> Deserialize<'de> for SparseVector {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // A JSON object cannot express duplicates after parsing into a map, so parse into a
+        // list of pairs first and let `new` reject duplicates explicitly.
+        let pairs = deserialize_pairs::<D, f32>(d)?;
+        SparseVector::new(pairs).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Term → integer impact in 1..=[`MAX_IMPACT`], sorted by term, no duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct QuantizedVector {
+    entries: Vec<(String, u32)>,
+}
+
+impl QuantizedVector {
+    /// Validates integer impacts: each in 1..=[`MAX_IMPACT`], no duplicate or empty term.
+    /// Zero impacts are dropped (they cannot contribute to any score).
+    pub fn new<I, S>(pairs: I) -> Result<Self, VectorError>
+    where
+        I: IntoIterator<Item = (S, u64)>,
+        S: Into<String>,
+    {
+        let mut entries = Vec::new();
+        for (t, impact) in pairs {
+            let term = t.into();
+            if term.is_empty() {
+                return Err(VectorError::EmptyTerm);
+            }
+            if impact > u64::from(MAX_IMPACT) {
+                return Err(VectorError::ImpactOutOfRange { term, impact });
+            }
+            if impact > 0 {
+                entries.push((term, impact as u32));
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(VectorError::DuplicateTerm {
+                term: w[0].0.clone(),
+            });
+        }
+        Ok(Self { entries })
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// `(term, impact)` pairs in term order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, u32)> + '_ {
+        self.entries.iter().map(|(t, w)| (t.as_str(), *w))
+    }
+
+    pub fn get(&self, term: &str) -> Option<u32> {
+        self.entries
+            .binary_search_by(|(t, _)| t.as_str().cmp(term))
+            .ok()
+            .map(|i| self.entries[i].1)
+    }
+
+    /// Keeps the `k` largest impacts; ties broken by term.
+    pub fn top_k(&self, k: usize) -> QuantizedVector {
+        if self.entries.len() <= k {
+            return self.clone();
+        }
+        let mut by_impact: Vec<&(String, u32)> = self.entries.iter().collect();
+        by_impact.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut entries: Vec<(String, u32)> = by_impact.into_iter().take(k).cloned().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        QuantizedVector { entries }
+    }
+
+    /// The exact LexLIP relevance (eq. 24): Σ over shared terms of `self · other`, in integers.
+    pub fn dot(&self, other: &QuantizedVector) -> u64 {
+        let (mut i, mut j, mut sum) = (0, 0, 0u64);
+        let (a, b) = (&self.entries, &other.entries);
+        while i < a.len() && j < b.len() {
+            match a[i].0.cmp(&b[j].0) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    sum += u64::from(a[i].1) * u64::from(b[j].1);
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        sum
+    }
+
+    /// Back to float weights, `impact / scale` (what the index can tell about a stored document).
+    pub fn to_sparse(&self, scale: f32) -> SparseVector {
+        SparseVector {
+            entries: self
+                .entries
+                .iter()
+                .map(|(t, i)| (t.clone(), *i as f32 / scale))
+                .collect(),
+        }
+    }
+}
+
+impl Serialize for QuantizedVector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.entries.iter().map(|(t, w)| (t, w)))
+    }
+}
+
+impl<'de> Deserialize<'de> for QuantizedVector {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs = deserialize_pairs::<D, u64>(d)?;
+        QuantizedVector::new(pairs).map_err(serde::de::Error::custom)
+    }
+}
+
+fn deserialize_pairs<'de, D, V>(d: D) -> Result<Vec<(String, V)>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct PairsVisitor<V>(std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for PairsVisitor<V> {
+        type Value = Vec<(String, V)>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object mapping terms to weights")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+            while let Some((k, v)) = map.next_entry::<String, V>()? {
+                out.push((k, v));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(PairsVisitor(std::marker::PhantomData))
+}
+
+impl From<QuantizedVector> for BTreeMap<String, u32> {
+    fn from(v: QuantizedVector) -> Self {
+        v.entries.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn rejects_bad_weights() {
+        assert!(matches!(
+            SparseVector::new([("a", f32::NAN)]),
+            Err(VectorError::NotFinite { .. })
+        ));
+        assert!(matches!(
+            SparseVector::new([("a", f32::INFINITY)]),
+            Err(VectorError::NotFinite { .. })
+        ));
+        assert!(matches!(
+            SparseVector::new([("a", -0.5)]),
+            Err(VectorError::Negative { .. })
+        ));
+        assert!(matches!(
+            SparseVector::new([("a", 0.5), ("a", 0.7)]),
+            Err(VectorError::DuplicateTerm { .. })
+        ));
+        assert_eq!(SparseVector::new([("", 0.5)]), Err(VectorError::EmptyTerm));
+    }
+
+    #[test]
+    fn quantize_floors_drops_zeros_and_clamps() {
+        let v = SparseVector::new([("a", 0.009), ("b", 0.01), ("c", 2.559), ("d", 1e9)]).unwrap();
+        let q = v.quantize(100.0);
+        assert_eq!(q.get("a"), None);
+        assert_eq!(q.get("b"), Some(1));
+        assert_eq!(q.get("c"), Some(255));
+        assert_eq!(q.get("d"), Some(MAX_IMPACT));
+        assert!(v.try_quantize(0.0).is_err());
+        assert!(v.try_quantize(f32::NAN).is_err());
+    }
+
+    #[test]
+    fn quantized_rejects_out_of_range() {
+        assert!(QuantizedVector::new([("a", 65_536u64)]).is_err());
+        assert_eq!(QuantizedVector::new([("a", 0u64)]).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn json_roundtrip_and_duplicate_keys() {
+        let v: SparseVector = serde_json::from_str(r#"{"dog": 1.5, "cat": 0.25}"#).unwrap();
+        assert_eq!(v.get("dog"), Some(1.5));
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"cat":0.25,"dog":1.5}"#
+        );
+        assert!(serde_json::from_str::<SparseVector>(r#"{"dog": 1, "dog": 2}"#).is_err());
+        assert!(serde_json::from_str::<SparseVector>(r#"{"dog": -1}"#).is_err());
+        let q: QuantizedVector = serde_json::from_str(r#"{"dog": 120, "cat": 3}"#).unwrap();
+        assert_eq!(q.get("dog"), Some(120));
+    }
+
+    proptest! {
+        #[test]
+        fn top_k_keeps_the_largest(ws in proptest::collection::btree_map("[a-e]{1,3}", 0.0f32..3.0, 0..30), k in 0usize..40) {
+            let v = SparseVector::new(ws.clone()).unwrap();
+            let t = v.top_k(k);
+            prop_assert_eq!(t.len(), k.min(v.len()));
+            let min_kept = t.iter().map(|(_, w)| w).fold(f32::INFINITY, f32::min);
+            for (term, w) in v.iter() {
+                if t.get(term).is_none() {
+                    prop_assert!(w <= min_kept);
+                }
+            }
+        }
+
+        #[test]
+        fn dot_matches_naive(a in proptest::collection::btree_map("[a-f]{1,2}", 1u64..300, 0..20),
+                             b in proptest::collection::btree_map("[a-f]{1,2}", 1u64..300, 0..20)) {
+            let qa = QuantizedVector::new(a.clone()).unwrap();
+            let qb = QuantizedVector::new(b.clone()).unwrap();
+            let naive: u64 = a.iter().filter_map(|(t, x)| b.get(t).map(|y| x * y)).sum();
+            prop_assert_eq!(qa.dot(&qb), naive);
+            prop_assert_eq!(qb.dot(&qa), naive);
+        }
+    }
+}

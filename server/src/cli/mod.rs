@@ -1,0 +1,55 @@
+//! Command-line interface: one module per subcommand.
+
+mod bench;
+mod bench_encode;
+mod encode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lexlip",
+    version,
+    about = "Image-text retrieval in the lexicon space: index, search, serve."
+)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human, env = "LEXLIP_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Encode a text or an image into sparse lexicon terms.
+    Encode(encode::EncodeArgs),
+    /// Benchmarks: the engine on synthetic data, the encoders.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("LEXLIP_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Encode(args) => encode::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}
