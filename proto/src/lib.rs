@@ -8,7 +8,9 @@ pub mod api;
 pub mod dense;
 pub mod document;
 pub mod sparse;
+pub mod term_space;
 
 pub use dense::DenseVector;
 pub use document::{DocId, Document, DocumentError, Modality};
 pub use sparse::{DEFAULT_SCALE, MAX_IMPACT, QuantizedVector, SparseVector, VectorError};
+pub use term_space::{TermSpace, VocabError};
