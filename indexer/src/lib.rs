@@ -1,1 +1,25 @@
-//! The lexlip engine.
+//! lexlip-index: collections of sparse lexicon vectors on disk, and exact, pruned search.
+//!
+//! A collection is a directory with a tantivy index whose `impacts` field holds each document's
+//! quantized term weights as term frequencies, and a manifest naming its term space and
+//! quantization scale. Search computes the LexLIP score (eq. 24) — the integer dot product of
+//! query and document impacts — exactly, skipping what cannot reach the top k.
+//!
+//! This crate knows nothing about neural networks: vectors come from whoever made them.
+
+pub mod collection;
+pub mod error;
+pub mod ingest;
+pub mod manifest;
+pub mod maxima;
+pub mod schema;
+pub mod search;
+pub mod segment_builder;
+pub mod synth;
+
+pub use collection::{
+    Collection, CollectionStats, SearchOutcome, Snapshot, StoredDocument, VectorInput,
+};
+pub use error::{IndexError, Result};
+pub use manifest::{CollectionSettings, Manifest};
+pub use search::{Algorithm, MAX_K, ScoredDoc, SearchOptions, SearchStats};

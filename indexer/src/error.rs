@@ -1,0 +1,67 @@
+//! Engine errors: each says what went wrong and, where it can, what to do about it.
+
+use std::path::PathBuf;
+
+use lexlip_proto::TermSpace;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("no collection at {path}: {reason}")]
+    NotACollection { path: PathBuf, reason: String },
+    #[error("a collection already exists at {0}")]
+    AlreadyExists(PathBuf),
+    #[error(
+        "term space mismatch: the collection at {path} was built for {collection}, but the vectors come from {given}; \
+         use the same encoder/vocabulary or create a new collection"
+    )]
+    TermSpaceMismatch {
+        path: PathBuf,
+        collection: TermSpace,
+        given: TermSpace,
+    },
+    #[error(
+        "collection manifest {path} has format version {found}; this lexlip reads version {supported}"
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+    #[error("term {term:?} is not in the collection's vocabulary ({term_space})")]
+    UnknownTerm { term: String, term_space: String },
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the collection is opened read-only")]
+    ReadOnly,
+    #[error("index error: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    #[error("corrupt stored document: {0}")]
+    CorruptDocument(String),
+}
+
+impl IndexError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        IndexError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+impl From<std::io::Error> for IndexError {
+    fn from(e: std::io::Error) -> Self {
+        IndexError::Io {
+            path: PathBuf::new(),
+            source: e,
+        }
+    }
+}
+
+pub type Result<T, E = IndexError> = std::result::Result<T, E>;

@@ -1,0 +1,163 @@
+//! Upper bounds for pruning: per term, the maximum impact in every range of document ids.
+//!
+//! tantivy keeps no usable per-term or per-block maximum term frequency (its block-max data is
+//! BM25-specific), so lexlip computes them when a segment is first searched and caches them by
+//! segment id. A *range* is [`RANGE_SIZE`] consecutive doc ids of a segment. For a query `q`,
+//! `Σ_t q_t · max_t(range)` bounds the score of every document in the range, which lets the
+//! search skip whole ranges (block-max pruning over doc-id ranges, as in BMP).
+//!
+//! Maxima are stored in one byte per range: `ceil(max / step)` with a per-term `step` chosen so
+//! the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the bound is exact).
+
+use std::collections::HashMap;
+
+use tantivy::postings::TermInfo;
+use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::{SegmentReader, TERMINATED};
+
+use crate::error::Result;
+
+/// log2 of the number of doc ids per range.
+pub const RANGE_SHIFT: u32 = 6;
+/// Doc ids per range.
+pub const RANGE_SIZE: u32 = 1 << RANGE_SHIFT;
+
+/// Range maxima of one term, dense (one byte per range) when the term covers many ranges.
+#[derive(Debug)]
+pub enum RangeMaxima {
+    Dense(Box<[u8]>),
+    Sparse {
+        ranges: Box<[u32]>,
+        maxima: Box<[u8]>,
+    },
+}
+
+/// What the search needs to know about one term of one segment.
+#[derive(Debug)]
+pub struct TermMaxima {
+    pub term_info: TermInfo,
+    /// Largest impact of the term in the segment.
+    pub max: u32,
+    /// Multiply a stored byte by `step` to get a bound on the impact.
+    pub step: u32,
+    pub ranges: RangeMaxima,
+}
+
+impl TermMaxima {
+    /// Bound on the impact of this term in `range` (0 when absent).
+    pub fn bound_in(&self, range: u32) -> u32 {
+        let b = match &self.ranges {
+            RangeMaxima::Dense(m) => m.get(range as usize).copied().unwrap_or(0),
+            RangeMaxima::Sparse { ranges, maxima } => match ranges.binary_search(&range) {
+                Ok(i) => maxima[i],
+                Err(_) => 0,
+            },
+        };
+        u32::from(b) * self.step
+    }
+
+    /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
+    pub fn add_bounds(&self, q: u64, ub: &mut [u64]) {
+        let f = q * u64::from(self.step);
+        match &self.ranges {
+            RangeMaxima::Dense(m) => {
+                for (u, &b) in ub.iter_mut().zip(m.iter()) {
+                    *u += f * u64::from(b);
+                }
+            }
+            RangeMaxima::Sparse { ranges, maxima } => {
+                for (&r, &b) in ranges.iter().zip(maxima.iter()) {
+                    ub[r as usize] += f * u64::from(b);
+                }
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match &self.ranges {
+            RangeMaxima::Dense(m) => m.len(),
+            RangeMaxima::Sparse { ranges, .. } => ranges.len() * 5,
+        }
+    }
+}
+
+/// Range maxima of every term of the impacts field of one segment.
+#[derive(Debug)]
+pub struct SegmentMaxima {
+    pub num_ranges: u32,
+    terms: HashMap<Box<[u8]>, TermMaxima>,
+    heap_bytes: usize,
+}
+
+impl SegmentMaxima {
+    /// Reads every posting of the impacts field once (~ns per posting).
+    pub fn compute(reader: &SegmentReader, impacts: Field) -> Result<Self> {
+        let num_ranges = reader.max_doc().div_ceil(RANGE_SIZE).max(1);
+        let inverted = reader.inverted_index(impacts)?;
+        let mut terms = HashMap::with_capacity(inverted.terms().num_terms());
+        let mut stream = inverted.terms().stream()?;
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut heap_bytes = 0;
+        while stream.advance() {
+            let term_info = stream.value().clone();
+            let mut block = inverted
+                .read_block_postings_from_terminfo(&term_info, IndexRecordOption::WithFreqs)?;
+            pairs.clear();
+            let mut max = 0u32;
+            loop {
+                let docs = block.docs();
+                if docs.is_empty() {
+                    break;
+                }
+                for (&doc, &freq) in docs.iter().zip(block.freqs()) {
+                    if doc == TERMINATED {
+                        break;
+                    }
+                    let range = doc >> RANGE_SHIFT;
+                    max = max.max(freq);
+                    match pairs.last_mut() {
+                        Some((r, m)) if *r == range => *m = (*m).max(freq),
+                        _ => pairs.push((range, freq)),
+                    }
+                }
+                block.advance();
+            }
+            let step = max.div_ceil(255).max(1);
+            let to_byte = |m: u32| m.div_ceil(step) as u8;
+            let ranges = if pairs.len() * 5 >= num_ranges as usize {
+                let mut dense = vec![0u8; num_ranges as usize];
+                for &(r, m) in &pairs {
+                    dense[r as usize] = to_byte(m);
+                }
+                RangeMaxima::Dense(dense.into_boxed_slice())
+            } else {
+                RangeMaxima::Sparse {
+                    ranges: pairs.iter().map(|p| p.0).collect(),
+                    maxima: pairs.iter().map(|p| to_byte(p.1)).collect(),
+                }
+            };
+            let tm = TermMaxima {
+                term_info,
+                max,
+                step,
+                ranges,
+            };
+            heap_bytes += tm.heap_bytes() + stream.key().len() + 64;
+            terms.insert(stream.key().into(), tm);
+        }
+        Ok(Self {
+            num_ranges,
+            terms,
+            heap_bytes,
+        })
+    }
+
+    pub fn term(&self, term: &[u8]) -> Option<&TermMaxima> {
+        self.terms.get(term)
+    }
+
+    /// Memory held by these maxima.
+    pub fn heap_bytes(&self) -> usize {
+        self.heap_bytes
+    }
+}

@@ -1,0 +1,80 @@
+//! The tantivy schema of a collection.
+//!
+//! One tantivy document per item. The impacts of its terms are the *term frequencies* of the
+//! `impacts` field: no positions, no field norms, nothing stored — exactly the information the
+//! dot product needs and nothing else (LexLIP sec. 3.4).
+
+use tantivy::schema::{
+    Field, IndexRecordOption, JsonObjectOptions, STORED, Schema, TextFieldIndexing, TextOptions,
+};
+
+/// Field handles of the collection schema.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields {
+    pub id: Field,
+    pub modality: Field,
+    pub uri: Field,
+    pub text: Field,
+    pub metadata: Field,
+    pub impacts: Field,
+}
+
+pub const ID: &str = "id";
+pub const MODALITY: &str = "modality";
+pub const URI: &str = "uri";
+pub const TEXT: &str = "text";
+pub const METADATA: &str = "metadata";
+pub const IMPACTS: &str = "impacts";
+
+fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
+    TextFieldIndexing::default()
+        .set_tokenizer("raw")
+        .set_index_option(option)
+        .set_fieldnorms(false)
+}
+
+/// Builds the schema and its field handles.
+pub fn build() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let keyword =
+        TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::Basic));
+    let id = b.add_text_field(ID, keyword.clone().set_stored());
+    let modality = b.add_text_field(MODALITY, keyword.set_stored());
+    let uri = b.add_text_field(URI, STORED);
+    let text = b.add_text_field(TEXT, STORED);
+    let metadata = b.add_json_field(
+        METADATA,
+        JsonObjectOptions::default()
+            .set_stored()
+            .set_indexing_options(raw_indexing(IndexRecordOption::Basic)),
+    );
+    let impacts = b.add_text_field(
+        IMPACTS,
+        TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::WithFreqs)),
+    );
+    let schema = b.build();
+    (
+        schema,
+        Fields {
+            id,
+            modality,
+            uri,
+            text,
+            metadata,
+            impacts,
+        },
+    )
+}
+
+/// Field handles of an existing schema; fails when the schema is not a lexlip collection's.
+pub fn fields_of(schema: &Schema) -> tantivy::Result<Fields> {
+    let get = |name: &str| schema.get_field(name);
+    Ok(Fields {
+        id: get(ID)?,
+        modality: get(MODALITY)?,
+        uri: get(URI)?,
+        text: get(TEXT)?,
+        metadata: get(METADATA)?,
+        impacts: get(IMPACTS)?,
+    })
+}

@@ -1,0 +1,68 @@
+//! The unpruned baseline: term-at-a-time accumulation into a dense score array.
+//!
+//! Every posting of every query term is read block by block (tantivy's fastest traversal) and
+//! added into `acc[doc]`; then one pass selects the top k. This is the best algorithm that does
+//! not skip anything, and the oracle the pruned search is tested against.
+
+use lexlip_proto::QuantizedVector;
+use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::{SegmentReader, TERMINATED, Term};
+
+use super::filter::AllowedDocs;
+use super::{ScoredDoc, SearchStats, TopK};
+use crate::error::Result;
+
+/// Scores every document of one segment that shares a term with `query`, into `top`.
+pub fn search_segment(
+    segment_ord: u32,
+    reader: &SegmentReader,
+    impacts: Field,
+    query: &QuantizedVector,
+    allowed: Option<&AllowedDocs>,
+    acc: &mut Vec<u64>,
+    top: &mut TopK,
+    stats: &mut SearchStats,
+) -> Result<()> {
+    let inverted = reader.inverted_index(impacts)?;
+    let max_doc = reader.max_doc() as usize;
+    acc.clear();
+    acc.resize(max_doc, 0);
+    for (term, q) in query.iter() {
+        let Some(info) = inverted.get_term_info(&Term::from_field_text(impacts, term))? else {
+            continue;
+        };
+        let q = u64::from(q);
+        let mut block =
+            inverted.read_block_postings_from_terminfo(&info, IndexRecordOption::WithFreqs)?;
+        loop {
+            let docs = block.docs();
+            if docs.is_empty() {
+                break;
+            }
+            for (&doc, &freq) in docs.iter().zip(block.freqs()) {
+                if doc == TERMINATED {
+                    break;
+                }
+                acc[doc as usize] += q * u64::from(freq);
+            }
+            stats.postings_scored += docs.len() as u64;
+            block.advance();
+        }
+    }
+    let alive = reader.alive_bitset();
+    for (doc, &score) in acc.iter().enumerate() {
+        if score == 0 {
+            continue;
+        }
+        let doc = doc as u32;
+        if alive.is_some_and(|a| a.is_deleted(doc)) || allowed.is_some_and(|f| !f.contains(doc)) {
+            continue;
+        }
+        top.push(ScoredDoc {
+            segment_ord,
+            doc,
+            score,
+        });
+    }
+    Ok(())
+}

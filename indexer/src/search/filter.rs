@@ -1,0 +1,102 @@
+//! Filters as per-segment bitsets of allowed documents.
+
+use lexlip_proto::api::Filter;
+use tantivy::query::{BooleanQuery, EnableScoring, Occur, Query, TermQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocSet, Searcher, SegmentReader, TERMINATED, Term};
+
+use crate::error::{IndexError, Result};
+use crate::schema::Fields;
+
+/// Allowed documents of one segment.
+#[derive(Debug, Clone)]
+pub struct AllowedDocs {
+    bits: Vec<u64>,
+}
+
+impl AllowedDocs {
+    #[inline]
+    pub fn contains(&self, doc: u32) -> bool {
+        self.bits
+            .get((doc >> 6) as usize)
+            .is_some_and(|w| w & (1u64 << (doc & 63)) != 0)
+    }
+}
+
+/// A filter compiled into a tantivy query (None when the filter allows everything).
+pub struct CompiledFilter {
+    query: Option<Box<dyn Query>>,
+}
+
+impl CompiledFilter {
+    pub fn new(filter: &Filter, fields: &Fields) -> Result<Self> {
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let term_query =
+            |t: Term| -> Box<dyn Query> { Box::new(TermQuery::new(t, IndexRecordOption::Basic)) };
+        if let Some(m) = filter.modality {
+            clauses.push((
+                Occur::Must,
+                term_query(Term::from_field_text(fields.modality, m.as_str())),
+            ));
+        }
+        for (key, value) in &filter.metadata {
+            let mut term = Term::from_field_json_path(fields.metadata, key, false);
+            match value {
+                serde_json::Value::String(s) => term.append_type_and_str(s),
+                serde_json::Value::Bool(b) => term.append_type_and_fast_value(*b),
+                serde_json::Value::Number(n) => {
+                    if let Some(i) = n.as_i64() {
+                        term.append_type_and_fast_value(i)
+                    } else if let Some(u) = n.as_u64() {
+                        term.append_type_and_fast_value(u)
+                    } else if let Some(f) = n.as_f64() {
+                        term.append_type_and_fast_value(f)
+                    }
+                }
+                other => {
+                    return Err(IndexError::InvalidQuery(format!(
+                        "metadata filter on {key:?}: only strings, numbers and booleans can be matched, got {other}"
+                    )));
+                }
+            }
+            clauses.push((Occur::Must, term_query(term)));
+        }
+        let query: Option<Box<dyn Query>> = match clauses.len() {
+            0 => None,
+            1 => clauses.pop().map(|(_, q)| q),
+            _ => Some(Box::new(BooleanQuery::new(clauses))),
+        };
+        Ok(Self { query })
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.query.is_none()
+    }
+
+    /// Bitset of matching documents per segment (None = no filter).
+    pub fn allowed(&self, searcher: &Searcher) -> Result<Option<Vec<AllowedDocs>>> {
+        let Some(query) = &self.query else {
+            return Ok(None);
+        };
+        let weight = query.weight(EnableScoring::disabled_from_searcher(searcher))?;
+        let mut out = Vec::with_capacity(searcher.segment_readers().len());
+        for reader in searcher.segment_readers() {
+            out.push(segment_bits(weight.as_ref(), reader)?);
+        }
+        Ok(Some(out))
+    }
+}
+
+fn segment_bits(
+    weight: &dyn tantivy::query::Weight,
+    reader: &SegmentReader,
+) -> Result<AllowedDocs> {
+    let mut bits = vec![0u64; (reader.max_doc() as usize).div_ceil(64)];
+    let mut scorer = weight.scorer(reader, 1.0)?;
+    let mut doc = scorer.doc();
+    while doc != TERMINATED {
+        bits[(doc >> 6) as usize] |= 1u64 << (doc & 63);
+        doc = scorer.advance();
+    }
+    Ok(AllowedDocs { bits })
+}

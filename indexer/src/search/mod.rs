@@ -1,0 +1,82 @@
+//! Top-k search by the exact lexicon-matching score (LexLIP eq. 24).
+//!
+//! `score(q, d) = Σ_{t ∈ q ∩ d} q_t · d_t` over integer impacts, accumulated in `u64`.
+//! Only documents that share at least one term with the query (score > 0) are returned.
+//!
+//! Two algorithms compute it:
+//! - [`exhaustive`]: term-at-a-time accumulation of every posting of every query term into a
+//!   dense score array, then top-k selection. The baseline, and the oracle of the pruned one.
+//! - [`pruned`]: block-max pruning over doc-id ranges; exact by default, approximate with an
+//!   explicit knob.
+
+pub mod exhaustive;
+pub mod filter;
+pub mod pruned;
+pub mod topk;
+
+use lexlip_proto::api::{Filter, Precision};
+
+pub use topk::{ScoredDoc, TopK};
+
+/// Largest `k` a search may ask for.
+pub const MAX_K: usize = 10_000;
+
+/// Which algorithm answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    #[default]
+    Pruned,
+    Exhaustive,
+}
+
+/// How to search.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SearchOptions {
+    pub k: usize,
+    pub precision: Precision,
+    pub filter: Filter,
+    pub algorithm: Algorithm,
+}
+
+impl SearchOptions {
+    pub fn top(k: usize) -> Self {
+        Self {
+            k,
+            ..Self::default()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.k == 0 || self.k > MAX_K {
+            return Err(format!("k must be between 1 and {MAX_K}, got {}", self.k));
+        }
+        if let Precision::Approx(f) = self.precision
+            && !(f.is_finite() && f >= 1.0)
+        {
+            return Err(format!(
+                "the approximation factor must be a finite number >= 1 (1 = exact), got {f}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ranges whose bound is below `threshold · factor` are skipped (1 = exact).
+    pub(crate) fn prune_factor(&self) -> f64 {
+        match self.precision {
+            Precision::Exact => 1.0,
+            Precision::Approx(f) => f64::from(f),
+        }
+    }
+}
+
+/// Counters that say how much work a search did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    pub segments: u32,
+    /// Doc-id ranges that held at least one query term.
+    pub ranges_candidate: u64,
+    /// Ranges scored (the rest were pruned).
+    pub ranges_scored: u64,
+    /// Postings read while scoring.
+    pub postings_scored: u64,
+}

@@ -1,0 +1,284 @@
+//! Collections end to end through the public API: write, commit, search, explain, filter,
+//! replace, delete, reopen, term-space checks — on real tantivy directories.
+
+use lexlip_index::{Collection, CollectionSettings, IndexError, SearchOptions, VectorInput};
+use lexlip_proto::api::{Filter, Precision};
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector, SparseVector, TermSpace};
+
+fn free_space() -> TermSpace {
+    TermSpace::from_tokens("test", [])
+}
+
+fn doc(id: &str, modality: Modality) -> Document {
+    Document::new(DocId::new(id).unwrap(), modality)
+}
+
+fn q(pairs: &[(&str, u64)]) -> QuantizedVector {
+    QuantizedVector::new(pairs.iter().map(|&(t, i)| (t, i))).unwrap()
+}
+
+fn ids(c: &Collection, query: &QuantizedVector, options: &SearchOptions) -> Vec<(String, u64)> {
+    let snap = c.snapshot().unwrap();
+    let out = snap.search(query, options).unwrap();
+    out.hits
+        .iter()
+        .map(|h| (snap.hit(h, None).unwrap().id, h.score))
+        .collect()
+}
+
+#[test]
+fn impacts_are_term_frequencies_and_scores_are_dot_products() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(
+        dir.path(),
+        free_space(),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    let mut d = doc("a", Modality::Image);
+    d.uri = Some("img/a.jpg".into());
+    d.text = Some("a brown dog".into());
+    d.metadata.insert("split".into(), "train".into());
+    c.add(d.clone(), q(&[("dog", 200), ("brown", 90), ("grass", 3)]))
+        .unwrap();
+    c.add(doc("b", Modality::Text), q(&[("cat", 150), ("dog", 10)]))
+        .unwrap();
+    c.commit().unwrap();
+
+    let query = q(&[("dog", 120), ("grass", 80)]);
+    assert_eq!(
+        ids(&c, &query, &SearchOptions::top(10)),
+        vec![("a".into(), 120 * 200 + 80 * 3), ("b".into(), 120 * 10)]
+    );
+    let snap = c.snapshot().unwrap();
+    let out = snap.search(&query, &SearchOptions::top(1)).unwrap();
+    let hit = snap.hit(&out.hits[0], Some(&query)).unwrap();
+    assert_eq!(hit.uri.as_deref(), Some("img/a.jpg"));
+    assert_eq!(hit.text.as_deref(), Some("a brown dog"));
+    assert_eq!(hit.metadata["split"], "train");
+    let explain = hit.explain.unwrap();
+    assert_eq!(explain.len(), 2);
+    assert_eq!(
+        (
+            explain[0].term.as_str(),
+            explain[0].query_impact,
+            explain[0].doc_impact
+        ),
+        ("dog", 120, 200)
+    );
+    assert_eq!(explain[0].contribution, 24_000);
+    assert_eq!(
+        (explain[1].term.as_str(), explain[1].doc_impact),
+        ("grass", 3)
+    );
+
+    // Impacts read back from tantivy's postings are exactly what was written.
+    let stored = snap.get("a", true).unwrap().unwrap();
+    assert_eq!(stored.doc, d);
+    assert_eq!(
+        stored.impacts.unwrap(),
+        q(&[("dog", 200), ("brown", 90), ("grass", 3)])
+    );
+
+    let stats = c.stats().unwrap();
+    assert_eq!(
+        (
+            stats.documents,
+            stats.images,
+            stats.texts,
+            stats.terms,
+            stats.nnz
+        ),
+        (2, 1, 1, 4, 5)
+    );
+}
+
+#[test]
+fn replace_delete_reopen_and_visibility() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(
+        dir.path(),
+        free_space(),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    c.add(doc("a", Modality::Text), q(&[("x", 5)])).unwrap();
+    c.add(doc("b", Modality::Text), q(&[("x", 7)])).unwrap();
+    c.commit().unwrap();
+    // Uncommitted writes are invisible.
+    c.add(doc("a", Modality::Text), q(&[("x", 9)])).unwrap();
+    c.add(doc("c", Modality::Text), q(&[("x", 1)])).unwrap();
+    assert_eq!(
+        ids(&c, &q(&[("x", 1)]), &SearchOptions::top(10)),
+        vec![("b".into(), 7), ("a".into(), 5)]
+    );
+    c.commit().unwrap();
+    assert_eq!(
+        ids(&c, &q(&[("x", 1)]), &SearchOptions::top(10)),
+        vec![("a".into(), 9), ("b".into(), 7), ("c".into(), 1)]
+    );
+    // Re-add within one batch: last wins; delete of pending and of committed documents.
+    c.add(doc("d", Modality::Text), q(&[("x", 2)])).unwrap();
+    c.add(doc("d", Modality::Text), q(&[("x", 4)])).unwrap();
+    assert!(c.delete(&DocId::new("b").unwrap()).unwrap());
+    assert!(!c.delete(&DocId::new("zzz").unwrap()).unwrap());
+    c.add(doc("e", Modality::Text), q(&[("x", 3)])).unwrap();
+    assert!(c.delete(&DocId::new("e").unwrap()).unwrap());
+    c.commit().unwrap();
+    let expect = vec![("a".to_string(), 9), ("d".into(), 4), ("c".into(), 1)];
+    assert_eq!(ids(&c, &q(&[("x", 1)]), &SearchOptions::top(10)), expect);
+    drop(c);
+
+    let c = Collection::open(dir.path()).unwrap();
+    assert_eq!(ids(&c, &q(&[("x", 1)]), &SearchOptions::top(10)), expect);
+    assert_eq!(c.snapshot().unwrap().num_docs(), 3);
+    // Merging keeps impacts (tantivy's merger copies term frequencies).
+    c.merge_all().unwrap();
+    assert_eq!(c.stats().unwrap().segments, 1);
+    assert_eq!(ids(&c, &q(&[("x", 1)]), &SearchOptions::top(10)), expect);
+}
+
+#[test]
+fn filters_by_modality_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(
+        dir.path(),
+        free_space(),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    for (i, (m, split, year, ok)) in [
+        (Modality::Image, "train", 2020, true),
+        (Modality::Image, "test", 2021, false),
+        (Modality::Text, "train", 2021, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut d = doc(&format!("d{i}"), m);
+        d.metadata.insert("split".into(), split.into());
+        d.metadata.insert("year".into(), year.into());
+        d.metadata.insert("ok".into(), ok.into());
+        c.add(d, q(&[("x", 10 - i as u64)])).unwrap();
+    }
+    c.commit().unwrap();
+    let query = q(&[("x", 1)]);
+    let with = |filter: Filter| {
+        let o = SearchOptions {
+            k: 10,
+            filter,
+            ..SearchOptions::default()
+        };
+        ids(&c, &query, &o)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect::<Vec<_>>()
+    };
+    let meta = |k: &str, v: serde_json::Value| {
+        let mut m = serde_json::Map::new();
+        m.insert(k.into(), v);
+        Filter {
+            modality: None,
+            metadata: m,
+        }
+    };
+    assert_eq!(
+        with(Filter {
+            modality: Some(Modality::Image),
+            ..Filter::default()
+        }),
+        ["d0", "d1"]
+    );
+    assert_eq!(
+        with(Filter {
+            modality: Some(Modality::Text),
+            ..Filter::default()
+        }),
+        ["d2"]
+    );
+    assert_eq!(with(meta("split", "train".into())), ["d0", "d2"]);
+    assert_eq!(with(meta("year", 2021.into())), ["d1", "d2"]);
+    assert_eq!(with(meta("ok", false.into())), ["d1"]);
+    let mut both = meta("split", "train".into());
+    both.modality = Some(Modality::Image);
+    assert_eq!(with(both), ["d0"]);
+    let bad = SearchOptions {
+        k: 10,
+        filter: meta("split", serde_json::json!([1])),
+        ..SearchOptions::default()
+    };
+    assert!(matches!(
+        c.snapshot().unwrap().search(&query, &bad),
+        Err(IndexError::InvalidQuery(_))
+    ));
+}
+
+#[test]
+fn settings_vocabulary_and_term_space_are_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab: Vec<String> = ["[PAD]", "dog", "cat"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let space = TermSpace::from_tokens("tiny", vocab.iter().map(String::as_str));
+    let settings = CollectionSettings {
+        scale: 100.0,
+        top_k_terms: Some(1),
+        dense_dim: None,
+    };
+    let c = Collection::create(dir.path(), space.clone(), settings, Some(&vocab)).unwrap();
+    // Floats are quantized with the scale, then only the top-1 term is kept.
+    let w = SparseVector::new([("dog", 1.234f32), ("cat", 0.5)]).unwrap();
+    let v = c.prepare_vector(VectorInput::Weights(w)).unwrap();
+    assert_eq!(v, q(&[("dog", 123)]));
+    let unknown = c.prepare_vector(VectorInput::Impacts(q(&[("zebra", 3)])));
+    assert!(matches!(unknown, Err(IndexError::UnknownTerm { .. })));
+    assert!(c.add(doc("a", Modality::Text), q(&[("zebra", 3)])).is_err());
+    drop(c);
+
+    let other = TermSpace::from_tokens("other", ["[PAD]", "dog"]);
+    let err = Collection::open_for(dir.path(), &other).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("tiny") && msg.contains("other"), "{msg}");
+    assert!(Collection::open_for(dir.path(), &space).is_ok());
+    assert!(matches!(
+        Collection::create(dir.path(), space, CollectionSettings::default(), None),
+        Err(IndexError::AlreadyExists(_))
+    ));
+    let bad = CollectionSettings {
+        scale: 0.0,
+        ..CollectionSettings::default()
+    };
+    assert!(Collection::create(&dir.path().join("x"), free_space(), bad, None).is_err());
+    assert!(Collection::open(&dir.path().join("nope")).is_err());
+}
+
+#[test]
+fn invalid_search_options_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(
+        dir.path(),
+        free_space(),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    let snap = c.snapshot().unwrap();
+    let query = q(&[("x", 1)]);
+    assert!(snap.search(&query, &SearchOptions::top(0)).is_err());
+    let approx = SearchOptions {
+        k: 3,
+        precision: Precision::Approx(0.5),
+        ..SearchOptions::default()
+    };
+    assert!(snap.search(&query, &approx).is_err());
+    assert!(
+        snap.search(&query, &SearchOptions::top(5))
+            .unwrap()
+            .hits
+            .is_empty()
+    );
+}
