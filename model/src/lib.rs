@@ -1,1 +1,41 @@
-//! LexLIP encoders (Candle). See issue 3; filled in by the encoder work.
+//! LexLIP encoders in Candle.
+//!
+//! Text and images become sparse, non-negative weights over a word-piece vocabulary (LexLIP
+//! sec. 3.1, eq. 1-6): a transformer produces masked-LM logits for every token, and
+//! `w = log(1 + max_over_tokens(relu(logits)))` pools them ([`pooling`]).
+//!
+//! - [`TextEncoder`]: BERT masked LM (Hugging Face `BertForMaskedLM` layout) + tokenizer.
+//! - [`ImageEncoder`]: BEiT ([`beit`], HF layout) + BERT-style MLM head over every token.
+//! - [`DenseEncoder`] / [`ClipEncoder`]: CLIP embeddings for the dense fallback.
+//! - [`Encoders`]: loads a LexLIP Lightning checkpoint, a LexLIP directory or a single HF encoder
+//!   directory, detecting which; [`convert_checkpoint`] turns a checkpoint into a directory.
+//!
+//! Everything runs on the CPU by default; with the `cuda` feature, [`device`]`(true)` picks the GPU
+//! and the image encoder runs in f16 there (pooling and `log` in f32).
+
+pub mod beit;
+pub mod clip;
+pub mod config;
+pub mod dense;
+pub mod device;
+pub mod error;
+#[cfg(feature = "hub")]
+pub mod hub;
+pub mod image;
+pub mod lexlip;
+pub mod pooling;
+pub mod text;
+pub mod vocab;
+pub mod weights;
+
+pub use candle_core::{DType, Device};
+pub use clip::ClipEncoder;
+pub use config::Architecture;
+pub use dense::DenseEncoder;
+pub use device::{describe as describe_device, device};
+pub use error::{ModelError, Result};
+pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};
+pub use lexlip::{Encoders, LexLipModel, LoadOptions, ModelSource, convert_checkpoint, detect};
+pub use text::{DEFAULT_MAX_LENGTH, TextEncoder};
+pub use vocab::Vocabulary;
+pub use weights::Weights;

@@ -1,0 +1,73 @@
+//! Reading `config.json` files: what kind of model a directory holds, and typed configs with the
+//! Hugging Face defaults filled in for keys older files omit.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{ModelError, Result};
+
+/// Reads a JSON file.
+pub fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| ModelError::config(path, e.to_string()))
+}
+
+/// Deserializes `value` after adding `defaults` for keys it lacks.
+pub fn with_defaults<T: DeserializeOwned>(
+    path: &Path,
+    value: &Value,
+    defaults: Value,
+) -> Result<T> {
+    let mut merged = defaults;
+    if let (Some(m), Some(v)) = (merged.as_object_mut(), value.as_object()) {
+        for (k, x) in v {
+            if !x.is_null() {
+                m.insert(k.clone(), x.clone());
+            }
+        }
+    } else {
+        return Err(ModelError::config(path, "expected a JSON object"));
+    }
+    serde_json::from_value(merged).map_err(|e| ModelError::config(path, e.to_string()))
+}
+
+/// The architecture family a `config.json` describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// BERT-style masked language model (text encoder).
+    Bert,
+    /// BEiT backbone (image encoder; with an MLM head for LexLIP).
+    Beit,
+    /// CLIP (dense fallback encoder).
+    Clip,
+}
+
+/// Detects the architecture from `model_type`, falling back to `architectures`.
+pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
+    let model_type = config
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let archs: Vec<&str> = config
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let has = |p: &str| archs.iter().any(|a| a.starts_with(p));
+    match model_type {
+        "bert" | "distilbert" => Ok(Architecture::Bert),
+        "beit" => Ok(Architecture::Beit),
+        "clip" => Ok(Architecture::Clip),
+        _ if has("Bert") => Ok(Architecture::Bert),
+        _ if has("Beit") => Ok(Architecture::Beit),
+        _ if has("CLIP") => Ok(Architecture::Clip),
+        other => Err(ModelError::UnknownModel {
+            path: path.to_path_buf(),
+            message: format!(
+                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit or clip"
+            ),
+        }),
+    }
+}

@@ -1,0 +1,38 @@
+//! Downloading a model directory from the Hugging Face Hub by repository id (feature `hub`).
+//! Files land in the standard HF cache (`HF_HOME`), so a machine that went offline keeps working
+//! from what it fetched before.
+
+use std::path::PathBuf;
+
+use crate::error::{ModelError, Result};
+
+/// Files of one encoder directory; the optional ones are skipped when the repository lacks them.
+const REQUIRED: &[&str] = &["config.json", "tokenizer.json", "model.safetensors"];
+const OPTIONAL: &[&str] = &["preprocessor_config.json"];
+
+/// Fetches (or finds in the cache) `repo_id`'s encoder files and returns their directory.
+pub fn download(repo_id: &str) -> Result<PathBuf> {
+    let err = |message: String| ModelError::UnknownModel {
+        path: PathBuf::from(repo_id),
+        message,
+    };
+    let api = hf_hub::api::sync::Api::new().map_err(|e| err(e.to_string()))?;
+    let repo = api.model(repo_id.to_string());
+    let cache = hf_hub::Cache::from_env().model(repo_id.to_string());
+    let mut dir = None;
+    for file in REQUIRED {
+        let path = match cache.get(file) {
+            Some(p) => p,
+            None => repo
+                .get(file)
+                .map_err(|e| err(format!("cannot fetch {file}: {e}")))?,
+        };
+        dir = path.parent().map(PathBuf::from);
+    }
+    for file in OPTIONAL {
+        if cache.get(file).is_none() {
+            let _ = repo.get(file);
+        }
+    }
+    dir.ok_or_else(|| err("no files".into()))
+}

@@ -1,0 +1,504 @@
+//! The image encoder: BEiT + a BERT-style MLM head over every output token (CLS + patches), pooled
+//! into lexicon weights (LexLIP eq. 1-3); and image preprocessing shared with the dense encoder.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::Module;
+use candle_transformers::models::bert::{BertOnlyMLMHead, Config as BertConfig};
+use image::imageops::FilterType;
+use lexlip_proto::{SparseVector, TermSpace};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::beit::{self, Beit};
+use crate::config::{read_json, with_defaults};
+use crate::error::{ModelError, Result};
+use crate::pooling::{splade_pool, to_sparse};
+use crate::text::dir_name;
+use crate::vocab::Vocabulary;
+use crate::weights::Weights;
+
+/// Upper bound on logits elements per MLM-head pass (`images × tokens × vocab`), so that a batch of
+/// 32 images at 384 × 384 does not materialise 2 GB of logits at once.
+const MAX_LOGITS_PER_PASS: usize = 64 << 20;
+
+/// Resizing and normalisation of one model family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageProcessor {
+    /// Output side in pixels (square).
+    pub size: usize,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+impl ImageProcessor {
+    /// BEiT / LexLIP: mean = std = 0.5 (inputs in [-1, 1]).
+    pub fn beit(size: usize) -> Self {
+        Self {
+            size,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+        }
+    }
+
+    /// OpenAI CLIP's normalisation.
+    pub fn clip(size: usize) -> Self {
+        Self {
+            size,
+            mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
+            std: [0.268_629_54, 0.261_302_58, 0.275_777_1],
+        }
+    }
+
+    /// Overrides mean/std from a Hugging Face `preprocessor_config.json`, if the directory has one.
+    pub fn with_preprocessor_config(mut self, dir: &Path) -> Result<Self> {
+        let path = dir.join("preprocessor_config.json");
+        if !path.exists() {
+            return Ok(self);
+        }
+        let v = read_json(&path)?;
+        let triple = |key: &str| -> Result<Option<[f32; 3]>> {
+            match v.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => serde_json::from_value::<[f32; 3]>(x.clone())
+                    .map(Some)
+                    .map_err(|e| ModelError::config(&path, format!("{key}: {e}"))),
+            }
+        };
+        if let Some(m) = triple("image_mean")? {
+            self.mean = m;
+        }
+        if let Some(s) = triple("image_std")? {
+            if s.iter().any(|x| *x <= 0.0 || !x.is_finite()) {
+                return Err(ModelError::config(&path, "image_std must be positive"));
+            }
+            self.std = s;
+        }
+        Ok(self)
+    }
+
+    /// Decodes (JPEG, PNG, WebP, GIF: first frame), converts to RGB, resizes the shorter side to
+    /// `size` (bicubic), centre-crops to `size × size` and normalises. `input` names the image in
+    /// errors. Pure CPU work with no shared state: call it from as many threads as you like.
+    pub fn preprocess_named(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
+        let err = |message: String| ModelError::Image {
+            input: input.to_string(),
+            message,
+        };
+        let reader = image::ImageReader::new(Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| err(e.to_string()))?;
+        if reader.format().is_none() {
+            return Err(err(
+                "unrecognised image format (expected JPEG, PNG, WebP or GIF)".into(),
+            ));
+        }
+        let decoded = reader.decode().map_err(|e| err(e.to_string()))?;
+        let rgb = decoded.to_rgb8();
+        let (w, h) = rgb.dimensions();
+        if w == 0 || h == 0 {
+            return Err(err("the image is empty".into()));
+        }
+        let size = self.size as u32;
+        let rgb = if (w, h) == (size, size) {
+            rgb
+        } else {
+            // Shorter side → size, keeping the aspect ratio (as torchvision's Resize(int)).
+            let (nw, nh) = if w <= h {
+                (
+                    size,
+                    ((h as u64 * size as u64) / w as u64).max(size as u64) as u32,
+                )
+            } else {
+                (
+                    ((w as u64 * size as u64) / h as u64).max(size as u64) as u32,
+                    size,
+                )
+            };
+            let resized = image::imageops::resize(&rgb, nw, nh, FilterType::CatmullRom);
+            let (x, y) = ((nw - size) / 2, (nh - size) / 2);
+            image::imageops::crop_imm(&resized, x, y, size, size).to_image()
+        };
+        let n = self.size * self.size;
+        let mut data = vec![0f32; 3 * n];
+        for (i, px) in rgb.pixels().enumerate() {
+            for c in 0..3 {
+                data[c * n + i] = (px[c] as f32 / 255.0 - self.mean[c]) / self.std[c];
+            }
+        }
+        Ok(PreprocessedImage {
+            size: self.size,
+            data,
+        })
+    }
+
+    /// [`ImageProcessor::preprocess_named`] with the input described by its length.
+    pub fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
+        self.preprocess_named(bytes, &format!("<{} bytes>", bytes.len()))
+    }
+}
+
+/// Normalised pixels of one image, channel-first, ready for an encoder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreprocessedImage {
+    size: usize,
+    data: Vec<f32>,
+}
+
+impl PreprocessedImage {
+    /// From normalised `(3, size, size)` values (e.g. computed elsewhere).
+    pub fn from_chw(size: usize, data: Vec<f32>) -> Result<Self> {
+        if data.len() != 3 * size * size {
+            return Err(ModelError::Invalid(format!(
+                "expected 3·{size}·{size} = {} values, got {}",
+                3 * size * size,
+                data.len()
+            )));
+        }
+        Ok(Self { size, data })
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// `(3, size, size)` values, channel-first.
+    pub fn data(&self) -> &[f32] {
+        &self.data
+    }
+}
+
+/// Stacks images of one size into a `(batch, 3, size, size)` tensor.
+pub(crate) fn stack(images: &[PreprocessedImage], size: usize, device: &Device) -> Result<Tensor> {
+    let mut flat = Vec::with_capacity(images.len() * 3 * size * size);
+    for (i, img) in images.iter().enumerate() {
+        if img.size != size {
+            return Err(ModelError::Invalid(format!(
+                "image {i} was preprocessed to {0}×{0} but the encoder expects {size}×{size}",
+                img.size
+            )));
+        }
+        flat.extend_from_slice(&img.data);
+    }
+    Ok(Tensor::from_vec(
+        flat,
+        (images.len(), 3, size, size),
+        device,
+    )?)
+}
+
+/// Settings of the MLM head on top of BEiT, stored as `lexlip_mlm_head` in the image
+/// `config.json` (LexLIP's head is a copy of BERT's `cls`, so these are BERT's values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadConfig {
+    #[serde(default = "gelu")]
+    pub hidden_act: String,
+    #[serde(default = "eps")]
+    pub layer_norm_eps: f64,
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+fn eps() -> f64 {
+    1e-12
+}
+
+impl Default for HeadConfig {
+    fn default() -> Self {
+        Self {
+            hidden_act: gelu(),
+            layer_norm_eps: eps(),
+        }
+    }
+}
+
+/// BEiT + MLM head → sparse lexicon vectors.
+pub struct ImageEncoder {
+    beit: Beit,
+    head: BertOnlyMLMHead,
+    vocab: Vocabulary,
+    processor: ImageProcessor,
+    device: Device,
+}
+
+impl std::fmt::Debug for ImageEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageEncoder")
+            .field("term_space", self.vocab.term_space())
+            .field("image_size", &self.beit.input_size())
+            .field("dtype", &self.beit.dtype())
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+/// The dtype encoders run in on `device`: f32 on the CPU; f16 on a GPU, where tensor cores make
+/// half precision several times faster (pooling and `log` still run in f32).
+pub fn default_dtype(device: &Device) -> DType {
+    if device.is_cuda() {
+        DType::F16
+    } else {
+        DType::F32
+    }
+}
+
+impl ImageEncoder {
+    /// Loads an image directory: `config.json` (HF `BeitConfig` + optional `lexlip_mlm_head`),
+    /// `*.safetensors` (`beit.*`, `layernorm.*`, `cls.predictions.*`), `tokenizer.json` (the text
+    /// vocabulary the head scores) and optionally `preprocessor_config.json`.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        Self::load_with_dtype(dir, device, default_dtype(device))
+    }
+
+    pub fn load_with_dtype(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let raw = read_json(&cfg_path)?;
+        let config: beit::Config = with_defaults(&cfg_path, &raw, serde_json::json!({}))?;
+        let head: HeadConfig = match raw.get("lexlip_mlm_head") {
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| ModelError::config(&cfg_path, format!("lexlip_mlm_head: {e}")))?,
+            None => HeadConfig::default(),
+        };
+        let weights = Weights::from_safetensors_dir(dir)?;
+        let vocab = Vocabulary::from_tokenizer_json(dir_name(dir), &dir.join("tokenizer.json"))?;
+        let processor = ImageProcessor::beit(config.image_size).with_preprocessor_config(dir)?;
+        Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)
+    }
+
+    /// Builds the encoder from weights rooted at `BeitForMaskedImageModeling` plus the head under
+    /// `cls.`.
+    pub fn from_parts(
+        config: &beit::Config,
+        head: &HeadConfig,
+        mut weights: Weights,
+        vocab: Vocabulary,
+        processor: ImageProcessor,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self> {
+        weights.alias("cls.predictions.decoder.bias", "cls.predictions.bias");
+        let vb = weights.var_builder(dtype, device);
+        let beit = Beit::load(vb.clone(), config).map_err(|e| weights.load_error(e))?;
+        let head_config: BertConfig = with_defaults(
+            weights.source(),
+            &serde_json::json!({
+                "hidden_size": config.hidden_size,
+                "vocab_size": vocab.len(),
+                "hidden_act": head.hidden_act,
+                "layer_norm_eps": head.layer_norm_eps,
+            }),
+            crate::text::bert_defaults(),
+        )?;
+        let head =
+            BertOnlyMLMHead::load(vb.pp("cls"), &head_config).map_err(|e| weights.load_error(e))?;
+        Ok(Self {
+            beit,
+            head,
+            vocab,
+            processor,
+            device: device.clone(),
+        })
+    }
+
+    /// Runs at `size × size` pixels (e.g. 384 for LexLIP's fine-tuned models; the relative position
+    /// bias is interpolated as LexLIP does).
+    pub fn with_image_size(mut self, size: usize) -> Result<Self> {
+        self.beit.set_input_size(size)?;
+        self.processor.size = size;
+        Ok(self)
+    }
+
+    pub fn image_size(&self) -> usize {
+        self.beit.input_size()
+    }
+
+    pub fn term_space(&self) -> &TermSpace {
+        self.vocab.term_space()
+    }
+
+    pub fn vocabulary(&self) -> &Vocabulary {
+        &self.vocab
+    }
+
+    pub fn processor(&self) -> &ImageProcessor {
+        &self.processor
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.beit.dtype()
+    }
+
+    /// See [`ImageProcessor::preprocess`]; cheap to call from worker threads.
+    pub fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
+        self.processor.preprocess(bytes)
+    }
+
+    pub fn preprocess_named(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
+        self.processor.preprocess_named(bytes, input)
+    }
+
+    /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
+    pub fn hidden_states(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
+        let pixels = stack(images, self.beit.input_size(), &self.device)?;
+        Ok(self.beit.forward(&pixels)?)
+    }
+
+    /// MLM logits `(batch, 1 + patches, vocab)` (f32), for tests and inspection.
+    pub fn logits(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
+        let hidden = self.hidden_states(images)?;
+        Ok(self.head.forward(&hidden)?.to_dtype(DType::F32)?)
+    }
+
+    /// Pooled lexicon weights `(batch, vocab)` in f32.
+    pub fn pooled(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
+        if images.is_empty() {
+            return Ok(Tensor::zeros(
+                (0, self.vocab.len()),
+                DType::F32,
+                &self.device,
+            )?);
+        }
+        let hidden = self.hidden_states(images)?;
+        let tokens = hidden.dim(1)?;
+        let per_pass = (MAX_LOGITS_PER_PASS / (tokens * self.vocab.len()).max(1)).max(1);
+        let mut parts = Vec::new();
+        let mut start = 0;
+        while start < images.len() {
+            let n = per_pass.min(images.len() - start);
+            let logits = self.head.forward(&hidden.narrow(0, start, n)?)?;
+            parts.push(splade_pool(&logits, None)?);
+            start += n;
+        }
+        Ok(Tensor::cat(&parts, 0)?)
+    }
+
+    /// Encodes preprocessed images into sparse lexicon vectors, in input order.
+    pub fn encode(&self, images: &[PreprocessedImage]) -> Result<Vec<SparseVector>> {
+        if images.is_empty() {
+            return Ok(Vec::new());
+        }
+        to_sparse(&self.pooled(images)?, &self.vocab)
+    }
+
+    /// A BEiT-B/16 (224) + MLM head with random weights from a fixed seed, for measuring speed
+    /// without a checkpoint. Its vector values mean nothing.
+    pub fn random_beit_base(
+        vocab: Vocabulary,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Self> {
+        let config = beit::Config::base_patch16_224();
+        let weights = random_weights(&config, vocab.len(), seed)?;
+        Self::from_parts(
+            &config,
+            &HeadConfig::default(),
+            weights,
+            vocab,
+            ImageProcessor::beit(config.image_size),
+            device,
+            dtype,
+        )
+    }
+}
+
+/// Random weights with the shapes of `BeitForMaskedImageModeling` + MLM head (xorshift, N(0, 0.02)-ish
+/// uniform values; layer norms at 1/0; layer scale 0.1).
+fn random_weights(cfg: &beit::Config, vocab: usize, seed: u64) -> Result<Weights> {
+    use std::collections::HashMap;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.07
+    };
+    let h = cfg.hidden_size;
+    let i = cfg.intermediate_size;
+    let p = cfg.patch_size;
+    let g = cfg.native_grid();
+    let mut shapes: Vec<(String, Vec<usize>, f32)> = vec![
+        ("beit.embeddings.cls_token".into(), vec![1, 1, h], f32::NAN),
+        (
+            "beit.embeddings.patch_embeddings.projection.weight".into(),
+            vec![h, 3, p, p],
+            f32::NAN,
+        ),
+        (
+            "beit.embeddings.patch_embeddings.projection.bias".into(),
+            vec![h],
+            0.0,
+        ),
+        ("layernorm.weight".into(), vec![h], 1.0),
+        ("layernorm.bias".into(), vec![h], 0.0),
+        (
+            "cls.predictions.transform.dense.weight".into(),
+            vec![h, h],
+            f32::NAN,
+        ),
+        ("cls.predictions.transform.dense.bias".into(), vec![h], 0.0),
+        (
+            "cls.predictions.transform.LayerNorm.weight".into(),
+            vec![h],
+            1.0,
+        ),
+        (
+            "cls.predictions.transform.LayerNorm.bias".into(),
+            vec![h],
+            0.0,
+        ),
+        (
+            "cls.predictions.decoder.weight".into(),
+            vec![vocab, h],
+            f32::NAN,
+        ),
+        ("cls.predictions.bias".into(), vec![vocab], 0.0),
+    ];
+    for l in 0..cfg.num_hidden_layers {
+        let pre = format!("beit.encoder.layer.{l}.");
+        for (name, shape, fill) in [
+            ("attention.attention.query.weight", vec![h, h], f32::NAN),
+            ("attention.attention.query.bias", vec![h], 0.0),
+            ("attention.attention.key.weight", vec![h, h], f32::NAN),
+            ("attention.attention.value.weight", vec![h, h], f32::NAN),
+            ("attention.attention.value.bias", vec![h], 0.0),
+            (
+                "attention.attention.relative_position_bias.relative_position_bias_table",
+                vec![beit::relative_table_len(g), cfg.num_attention_heads],
+                f32::NAN,
+            ),
+            ("attention.output.dense.weight", vec![h, h], f32::NAN),
+            ("attention.output.dense.bias", vec![h], 0.0),
+            ("intermediate.dense.weight", vec![i, h], f32::NAN),
+            ("intermediate.dense.bias", vec![i], 0.0),
+            ("output.dense.weight", vec![h, i], f32::NAN),
+            ("output.dense.bias", vec![h], 0.0),
+            ("layernorm_before.weight", vec![h], 1.0),
+            ("layernorm_before.bias", vec![h], 0.0),
+            ("layernorm_after.weight", vec![h], 1.0),
+            ("layernorm_after.bias", vec![h], 0.0),
+            ("lambda_1", vec![h], 0.1),
+            ("lambda_2", vec![h], 0.1),
+        ] {
+            shapes.push((format!("{pre}{name}"), shape, fill));
+        }
+    }
+    let mut tensors = HashMap::new();
+    for (name, shape, fill) in shapes {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = if fill.is_nan() {
+            (0..n).map(|_| next()).collect()
+        } else {
+            vec![fill; n]
+        };
+        tensors.insert(name, Tensor::from_vec(data, shape, &Device::Cpu)?);
+    }
+    Ok(Weights::from_tensors(tensors, "<random BEiT-B/16>"))
+}

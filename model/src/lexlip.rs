@@ -1,0 +1,419 @@
+//! Loading whatever a user points at: an official LexLIP Lightning checkpoint, a LexLIP model
+//! directory (what [`convert_checkpoint`] writes), or a single Hugging Face encoder directory.
+//!
+//! A LexLIP directory:
+//! ```text
+//! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40} (all optional)
+//! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
+//! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
+//!                      preprocessor_config.json
+//! dense/               optional CLIP directory for the dense fallback
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+use candle_transformers::models::bert::Config as BertConfig;
+use lexlip_proto::TermSpace;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::beit;
+use crate::clip::ClipEncoder;
+use crate::config::{Architecture, architecture, read_json, with_defaults};
+use crate::dense::DenseEncoder;
+use crate::error::{ModelError, Result};
+use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
+use crate::text::{TextEncoder, bert_defaults};
+use crate::vocab::Vocabulary;
+use crate::weights::Weights;
+
+/// State-dict prefixes of the authors' `ITRTransformerSS` Lightning module.
+pub const IMAGE_PREFIX: &str = "image_transformer.";
+pub const TEXT_PREFIX: &str = "text_transformer.";
+pub const IMAGE_HEAD_PREFIX: &str = "mlm_head_for_image.";
+
+/// What a model path holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A PyTorch Lightning checkpoint of LexLIP (`.ckpt`, `.pt`, `.pth`).
+    Checkpoint(PathBuf),
+    /// A LexLIP directory (`lexlip.json` and/or `text/`, `image/` subdirectories).
+    LexLipDir(PathBuf),
+    /// A single Hugging Face encoder directory.
+    Single(PathBuf, Architecture),
+}
+
+/// Tells what `path` is, without loading weights.
+pub fn detect(path: &Path) -> Result<ModelSource> {
+    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
+    if meta.is_file() {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        return match ext.as_str() {
+            "ckpt" | "pt" | "pth" => Ok(ModelSource::Checkpoint(path.to_path_buf())),
+            _ => Err(ModelError::UnknownModel {
+                path: path.to_path_buf(),
+                message: "expected a LexLIP checkpoint (.ckpt) or a model directory".into(),
+            }),
+        };
+    }
+    if path.join("lexlip.json").is_file()
+        || path.join("text").is_dir()
+        || path.join("image").is_dir()
+    {
+        return Ok(ModelSource::LexLipDir(path.to_path_buf()));
+    }
+    let cfg = path.join("config.json");
+    if cfg.is_file() {
+        let arch = architecture(&cfg, &read_json(&cfg)?)?;
+        return Ok(ModelSource::Single(path.to_path_buf(), arch));
+    }
+    Err(ModelError::UnknownModel {
+        path: path.to_path_buf(),
+        message: "no config.json, lexlip.json, text/ or image/ here".into(),
+    })
+}
+
+/// Settings of a LexLIP directory (`lexlip.json`) or given when loading.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadOptions {
+    /// Maximum tokens per text ([`crate::DEFAULT_MAX_LENGTH`] when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
+    /// Input side for images (the checkpoint's native size when unset; 384 for LexLIP's
+    /// fine-tuned models, which interpolate the relative position bias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<usize>,
+    /// Compute dtype of the image encoder (f32 on CPU, f16 on GPU when unset).
+    #[serde(skip)]
+    pub dtype: Option<DType>,
+    /// `tokenizer.json` for a checkpoint (default: next to the checkpoint).
+    #[serde(skip)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl LoadOptions {
+    /// Explicit options win over a directory's `lexlip.json`.
+    fn or(&self, file: &LoadOptions) -> LoadOptions {
+        LoadOptions {
+            max_length: self.max_length.or(file.max_length),
+            image_size: self.image_size.or(file.image_size),
+            dtype: self.dtype,
+            tokenizer: self.tokenizer.clone(),
+        }
+    }
+}
+
+/// The encoders of one model: text and/or image (sparse), and optionally a dense one.
+#[derive(Debug)]
+pub struct Encoders {
+    path: PathBuf,
+    text: Option<TextEncoder>,
+    image: Option<ImageEncoder>,
+    dense: Option<ClipEncoder>,
+}
+
+/// The name the issue uses for a loaded LexLIP model.
+pub type LexLipModel = Encoders;
+
+impl Encoders {
+    /// Detects what `path` is and loads every encoder it holds.
+    pub fn load(path: &Path, device: &Device) -> Result<Self> {
+        Self::load_with(path, device, &LoadOptions::default())
+    }
+
+    pub fn load_with(path: &Path, device: &Device, options: &LoadOptions) -> Result<Self> {
+        let mut enc = Encoders {
+            path: path.to_path_buf(),
+            text: None,
+            image: None,
+            dense: None,
+        };
+        match detect(path)? {
+            ModelSource::Checkpoint(ckpt) => {
+                let parts = CheckpointParts::read(&ckpt, options.tokenizer.as_deref())?;
+                let name = ckpt
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "lexlip".into());
+                if let Some((cfg, w)) = parts.text {
+                    let cfg: BertConfig = with_defaults(&ckpt, &cfg, bert_defaults())?;
+                    enc.text = Some(TextEncoder::from_parts(
+                        &cfg,
+                        w,
+                        &parts.tokenizer,
+                        &name,
+                        device,
+                    )?);
+                }
+                if let Some((cfg, w)) = parts.image {
+                    let vocab = Vocabulary::from_tokenizer_json(&name, &parts.tokenizer)?;
+                    enc.image = Some(ImageEncoder::from_parts(
+                        &cfg,
+                        &HeadConfig::default(),
+                        w,
+                        vocab,
+                        ImageProcessor::beit(cfg.image_size),
+                        device,
+                        options.dtype.unwrap_or_else(|| default_dtype(device)),
+                    )?);
+                }
+            }
+            ModelSource::LexLipDir(dir) => {
+                let file_opts = match dir.join("lexlip.json") {
+                    p if p.is_file() => with_defaults(&p, &read_json(&p)?, json!({}))?,
+                    _ => LoadOptions::default(),
+                };
+                let opts = options.or(&file_opts);
+                let load_sub = |sub: &str| -> Result<Option<PathBuf>> {
+                    let p = dir.join(sub);
+                    Ok(p.join("config.json").is_file().then_some(p))
+                };
+                if let Some(p) = load_sub("text")? {
+                    enc.text = Some(TextEncoder::load(&p, device)?);
+                }
+                if let Some(p) = load_sub("image")? {
+                    let dtype = opts.dtype.unwrap_or_else(|| default_dtype(device));
+                    enc.image = Some(ImageEncoder::load_with_dtype(&p, device, dtype)?);
+                }
+                if let Some(p) = load_sub("dense")? {
+                    enc.dense = Some(ClipEncoder::load(&p, device)?);
+                }
+                enc.apply(&opts)?;
+                return Ok(enc);
+            }
+            ModelSource::Single(dir, arch) => match arch {
+                Architecture::Bert => enc.text = Some(TextEncoder::load(&dir, device)?),
+                Architecture::Beit => {
+                    let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
+                    enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
+                }
+                Architecture::Clip => enc.dense = Some(ClipEncoder::load(&dir, device)?),
+            },
+        }
+        enc.apply(options)?;
+        Ok(enc)
+    }
+
+    fn apply(&mut self, opts: &LoadOptions) -> Result<()> {
+        if let (Some(n), Some(t)) = (opts.max_length, self.text.take()) {
+            self.text = Some(t.with_max_length(n)?);
+        }
+        if let (Some(s), Some(i)) = (opts.image_size, self.image.take()) {
+            self.image = Some(i.with_image_size(s)?);
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The text encoder, or an error saying this model has none.
+    pub fn text(&self) -> Result<&TextEncoder> {
+        self.text.as_ref().ok_or_else(|| ModelError::NoEncoder {
+            path: self.path.clone(),
+            what: "text",
+        })
+    }
+
+    /// The image encoder, or an error saying this model has none (e.g. a text-only SPLADE model).
+    pub fn image(&self) -> Result<&ImageEncoder> {
+        self.image.as_ref().ok_or_else(|| ModelError::NoEncoder {
+            path: self.path.clone(),
+            what: "image",
+        })
+    }
+
+    pub fn has_text(&self) -> bool {
+        self.text.is_some()
+    }
+
+    pub fn has_image(&self) -> bool {
+        self.image.is_some()
+    }
+
+    /// The dense encoder, if the model has one.
+    pub fn dense(&self) -> Option<&dyn DenseEncoder> {
+        self.dense.as_ref().map(|d| d as &dyn DenseEncoder)
+    }
+
+    /// The lexicon term space (text and image encoders of one model share it).
+    pub fn term_space(&self) -> Option<&TermSpace> {
+        self.text
+            .as_ref()
+            .map(TextEncoder::term_space)
+            .or_else(|| self.image.as_ref().map(ImageEncoder::term_space))
+    }
+}
+
+/// The parts of a LexLIP checkpoint, with configs inferred from tensor shapes.
+struct CheckpointParts {
+    /// BERT config (as `config.json` JSON) and `BertForMaskedLM` weights.
+    text: Option<(Value, Weights)>,
+    /// BEiT config and `BeitForMaskedImageModeling` weights + head under `cls.`.
+    image: Option<(beit::Config, Weights)>,
+    tokenizer: PathBuf,
+}
+
+impl CheckpointParts {
+    fn read(ckpt: &Path, tokenizer: Option<&Path>) -> Result<Self> {
+        let all = Weights::from_checkpoint(ckpt)?;
+        let tokenizer = match tokenizer {
+            Some(t) => t.to_path_buf(),
+            None => ckpt
+                .parent()
+                .unwrap_or_else(|| Path::new("."))
+                .join("tokenizer.json"),
+        };
+        if !tokenizer.is_file() {
+            return Err(ModelError::Tokenizer {
+                path: tokenizer,
+                message: "LexLIP checkpoints carry no tokenizer: put the tokenizer.json of \
+                          bert-base-uncased (the vocabulary LexLIP scores) next to the checkpoint"
+                    .into(),
+            });
+        }
+        let text_w = keep_float(&all.with_prefix(TEXT_PREFIX), &["bert.", "cls."]);
+        let mut image_w = keep_float(&all.with_prefix(IMAGE_PREFIX), &["beit.", "layernorm."]);
+        let head_w = keep_float(&all.with_prefix(IMAGE_HEAD_PREFIX), &["predictions."]);
+        if text_w.is_empty() && image_w.is_empty() {
+            return Err(ModelError::UnknownModel {
+                path: ckpt.to_path_buf(),
+                message: format!(
+                    "no tensor starts with {TEXT_PREFIX:?} or {IMAGE_PREFIX:?}: not a LexLIP checkpoint"
+                ),
+            });
+        }
+        let text = if text_w.is_empty() {
+            None
+        } else {
+            Some((infer_bert_config(&text_w)?, text_w))
+        };
+        let image = if image_w.is_empty() {
+            None
+        } else {
+            if head_w.is_empty() {
+                return Err(ModelError::MissingTensor {
+                    file: ckpt.to_path_buf(),
+                    name: format!("{IMAGE_HEAD_PREFIX}predictions.decoder.weight"),
+                });
+            }
+            image_w.extend_prefixed("cls.", &head_w);
+            let cfg = beit::infer_config(&image_w)?;
+            Some((cfg, image_w))
+        };
+        Ok(Self {
+            text,
+            image,
+            tokenizer,
+        })
+    }
+}
+
+/// Float tensors whose names start with one of `prefixes` (drops buffers such as
+/// `position_ids` / `relative_position_index`, and modules LexLIP does not encode with).
+fn keep_float(w: &Weights, prefixes: &[&str]) -> Weights {
+    let tensors = w
+        .tensors()
+        .iter()
+        .filter(|(k, t)| prefixes.iter().any(|p| k.starts_with(p)) && t.dtype().is_float())
+        .filter(|(k, _)| !k.ends_with("relative_position_index"))
+        .map(|(k, t)| (k.clone(), t.clone()))
+        .collect();
+    Weights::from_tensors(tensors, w.source())
+}
+
+/// A BERT `config.json` inferred from tensor shapes. Head count is not visible in the shapes:
+/// it is `hidden / 64` (BERT-base: 12), or 1 for models narrower than 64.
+fn infer_bert_config(w: &Weights) -> Result<Value> {
+    let emb = w.shape("bert.embeddings.word_embeddings.weight")?;
+    let [vocab, hidden] = emb[..] else {
+        return Err(ModelError::Weights {
+            file: w.source().to_path_buf(),
+            message: format!("bert.embeddings.word_embeddings.weight has shape {emb:?}"),
+        });
+    };
+    let heads = if hidden % 64 == 0 { hidden / 64 } else { 1 };
+    Ok(json!({
+        "model_type": "bert",
+        "architectures": ["BertForMaskedLM"],
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_hidden_layers": beit::count_layers(w, "bert.encoder.layer."),
+        "num_attention_heads": heads,
+        "intermediate_size": w.shape("bert.encoder.layer.0.intermediate.dense.weight")?[0],
+        "max_position_embeddings": w.shape("bert.embeddings.position_embeddings.weight")?[0],
+        "type_vocab_size": w.shape("bert.embeddings.token_type_embeddings.weight")?[0],
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+    }))
+}
+
+/// Converts an official LexLIP checkpoint into a LexLIP directory (safetensors + configs +
+/// tokenizer) that loads without PyTorch pickles. `tokenizer` defaults to `tokenizer.json` next to
+/// the checkpoint. Returns `out_dir`.
+pub fn convert_checkpoint(
+    ckpt: &Path,
+    out_dir: &Path,
+    tokenizer: Option<&Path>,
+) -> Result<PathBuf> {
+    let parts = CheckpointParts::read(ckpt, tokenizer)?;
+    let mkdir = |p: &Path| std::fs::create_dir_all(p).map_err(|e| ModelError::io(p, e));
+    let write = |p: &Path, v: &Value| {
+        let text =
+            serde_json::to_string_pretty(v).map_err(|e| ModelError::Invalid(e.to_string()))?;
+        std::fs::write(p, text + "\n").map_err(|e| ModelError::io(p, e))
+    };
+    let copy = |to: &Path| {
+        std::fs::copy(&parts.tokenizer, to)
+            .map(|_| ())
+            .map_err(|e| ModelError::io(to, e))
+    };
+    mkdir(out_dir)?;
+    let mut image_size = None;
+    if let Some((cfg, w)) = &parts.text {
+        let d = out_dir.join("text");
+        mkdir(&d)?;
+        write(&d.join("config.json"), cfg)?;
+        w.save_safetensors(&d.join("model.safetensors"))?;
+        copy(&d.join("tokenizer.json"))?;
+    }
+    if let Some((cfg, w)) = &parts.image {
+        let d = out_dir.join("image");
+        mkdir(&d)?;
+        let mut v = serde_json::to_value(cfg).map_err(|e| ModelError::Invalid(e.to_string()))?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("model_type".into(), json!("beit"));
+            o.insert(
+                "architectures".into(),
+                json!(["BeitForMaskedImageModeling"]),
+            );
+            o.insert("lexlip_mlm_head".into(), json!(HeadConfig::default()));
+        }
+        write(&d.join("config.json"), &v)?;
+        w.save_safetensors(&d.join("model.safetensors"))?;
+        copy(&d.join("tokenizer.json"))?;
+        let p = ImageProcessor::beit(cfg.image_size);
+        write(
+            &d.join("preprocessor_config.json"),
+            &json!({"image_mean": p.mean, "image_std": p.std,
+                    "size": {"height": p.size, "width": p.size}}),
+        )?;
+        image_size = Some(cfg.image_size);
+    }
+    write(
+        &out_dir.join("lexlip.json"),
+        &json!({
+            "format": "lexlip",
+            "source": ckpt.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "image_size": image_size,
+            "max_length": crate::DEFAULT_MAX_LENGTH,
+        }),
+    )?;
+    Ok(out_dir.to_path_buf())
+}

