@@ -225,6 +225,21 @@ def lexlip_interpolate_table(table, window):
     return t.squeeze(0).transpose(-1, -2)
 
 
+def legacy_state(model):
+    """The state dict under the names `save_pretrained` writes (the Hub layout, which older
+    transformers - and LexLIP's checkpoints - use); transformers 5 renames modules internally."""
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        state = {}
+        for f in sorted(Path(d).glob("*.safetensors")):
+            state.update(load_file(str(f)))
+        return state
+
+
 def save_image_dir(dst, model, head, tokenizer_path, config_extra, mean, std):
     dst.mkdir(parents=True, exist_ok=True)
     model.config.update(config_extra)
@@ -233,7 +248,7 @@ def save_image_dir(dst, model, head, tokenizer_path, config_extra, mean, std):
     model.float()
     # Re-save with the MLM head added (same file, HF names + `cls.` for the BERT-style head); the
     # MIM head `lm_head` of BEiT pre-training is not used by LexLIP and dropped.
-    state = {k: v.half().contiguous() for k, v in model.state_dict().items() if not k.startswith("lm_head")}
+    state = {k: v.half().contiguous() for k, v in legacy_state(model).items() if not k.startswith("lm_head")}
     for k, v in head.state_dict().items():
         state["cls." + k] = v.half().contiguous()
     state.pop("cls.predictions.decoder.bias", None)  # tied to cls.predictions.bias
@@ -445,7 +460,7 @@ def ckpt(tokenizer_path, image_paths):
     head = mlm_head(32, 1000)
 
     state = OrderedDict()
-    for k, v in image.state_dict().items():
+    for k, v in legacy_state(image).items():
         state["image_transformer." + k] = v
     for k, v in text.state_dict().items():
         state["text_transformer." + k] = v

@@ -199,10 +199,14 @@ impl Encoders {
     }
 
     fn apply(&mut self, opts: &LoadOptions) -> Result<()> {
-        if let (Some(n), Some(t)) = (opts.max_length, self.text.take()) {
+        if let Some(n) = opts.max_length
+            && let Some(t) = self.text.take()
+        {
             self.text = Some(t.with_max_length(n)?);
         }
-        if let (Some(s), Some(i)) = (opts.image_size, self.image.take()) {
+        if let Some(s) = opts.image_size
+            && let Some(i) = self.image.take()
+        {
             self.image = Some(i.with_image_size(s)?);
         }
         Ok(())
