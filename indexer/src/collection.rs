@@ -60,8 +60,11 @@ struct WriterState {
     pending: Vec<PendingDoc>,
     /// Position in `pending` of each pending id (a re-add replaces in place).
     pending_ids: HashMap<String, usize>,
-    /// Ids written into segments since the last commit.
+    /// Ids written into segments since the reader last reloaded (so `committed_contains`,
+    /// which looks at the reader's view, cannot see them).
     flushed_ids: HashSet<String>,
+    /// Ids whose committed version was deleted since the reader last reloaded.
+    deleted_ids: HashSet<String>,
     /// A delete was issued since the last commit. tantivy applies a queued delete to every
     /// segment added with `add_segment` after it (such segments carry no per-document
     /// opstamps), so a new segment is only added once queued deletes are committed.
@@ -232,6 +235,7 @@ impl Collection {
                 pending: Vec::new(),
                 pending_ids: HashMap::new(),
                 flushed_ids: HashSet::new(),
+                deleted_ids: HashSet::new(),
                 deletes_queued: false,
             });
         }
@@ -250,11 +254,8 @@ impl Collection {
             state.pending[i] = PendingDoc { doc, impacts };
             return Ok(());
         }
-        if state.flushed_ids.contains(&id) || self.committed_contains(&id)? {
-            state
-                .writer
-                .delete_term(Term::from_field_text(self.fields.id, &id));
-            state.deletes_queued = true;
+        if state.flushed_ids.contains(&id) || self.committed_contains(state, &id)? {
+            Self::queue_delete(state, self.fields, &id);
         }
         state.pending_ids.insert(id, state.pending.len());
         state.pending.push(PendingDoc { doc, impacts });
@@ -280,14 +281,20 @@ impl Collection {
             }
             existed = true;
         }
-        if state.flushed_ids.remove(id.as_str()) || self.committed_contains(id.as_str())? {
-            state
-                .writer
-                .delete_term(Term::from_field_text(self.fields.id, id.as_str()));
-            state.deletes_queued = true;
+        if state.flushed_ids.remove(id.as_str()) || self.committed_contains(state, id.as_str())? {
+            Self::queue_delete(state, self.fields, id.as_str());
             existed = true;
         }
         Ok(existed)
+    }
+
+    /// Deletes every written version of `id` at the next commit.
+    fn queue_delete(state: &mut WriterState, fields: Fields, id: &str) {
+        state
+            .writer
+            .delete_term(Term::from_field_text(fields.id, id));
+        state.deleted_ids.insert(id.to_string());
+        state.deletes_queued = true;
     }
 
     fn flush(&self, state: &mut WriterState) -> Result<()> {
@@ -298,7 +305,6 @@ impl Collection {
             // Apply queued deletes before the new segment exists (see `deletes_queued`). Readers
             // reload manually, so none sees this intermediate commit.
             state.writer.commit()?;
-            state.flushed_ids.clear();
             state.deletes_queued = false;
         }
         let pending = std::mem::take(&mut state.pending);
@@ -321,6 +327,7 @@ impl Collection {
         self.flush(state)?;
         state.writer.commit()?;
         state.flushed_ids.clear();
+        state.deleted_ids.clear();
         state.deletes_queued = false;
         drop(guard);
         self.reload()
@@ -338,10 +345,16 @@ impl Collection {
 
     /// Merges all segments into one (then waits); for benchmarks and batch builds.
     pub fn merge_all(&self) -> Result<()> {
+        self.commit()?;
+        // Let background merges finish first: they would hold some of the segments.
+        self.wait_merges()?;
         let ids = self.index.searchable_segment_ids()?;
         if ids.len() > 1 {
             let mut guard = self.writer()?;
             if let Some(state) = guard.as_mut() {
+                state
+                    .writer
+                    .set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));
                 state.writer.merge(&ids).wait()?;
             }
         }
@@ -365,7 +378,11 @@ impl Collection {
         Ok(())
     }
 
-    fn committed_contains(&self, id: &str) -> Result<bool> {
+    /// Whether the last reloaded commit holds a live document `id` not deleted since.
+    fn committed_contains(&self, state: &WriterState, id: &str) -> Result<bool> {
+        if state.deleted_ids.contains(id) {
+            return Ok(false);
+        }
         let searcher = self.reader.searcher();
         let term = Term::from_field_text(self.fields.id, id);
         for reader in searcher.segment_readers() {

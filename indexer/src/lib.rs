@@ -7,6 +7,7 @@
 //!
 //! This crate knows nothing about neural networks: vectors come from whoever made them.
 
+pub mod bench;
 pub mod collection;
 pub mod error;
 pub mod ingest;

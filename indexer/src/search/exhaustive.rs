@@ -13,6 +13,7 @@ use super::{ScoredDoc, SearchStats, TopK};
 use crate::error::Result;
 
 /// Scores every document of one segment that shares a term with `query`, into `top`.
+#[allow(clippy::too_many_arguments)]
 pub fn search_segment(
     segment_ord: u32,
     reader: &SegmentReader,
@@ -23,10 +24,22 @@ pub fn search_segment(
     top: &mut TopK,
     stats: &mut SearchStats,
 ) -> Result<()> {
+    accumulate(reader, impacts, query, acc, stats)?;
+    collect(segment_ord, reader, allowed, acc, |_| true, top);
+    Ok(())
+}
+
+/// `acc[doc] = score(query, doc)` for every doc of the segment (deleted ones included).
+pub(crate) fn accumulate(
+    reader: &SegmentReader,
+    impacts: Field,
+    query: &QuantizedVector,
+    acc: &mut Vec<u64>,
+    stats: &mut SearchStats,
+) -> Result<()> {
     let inverted = reader.inverted_index(impacts)?;
-    let max_doc = reader.max_doc() as usize;
     acc.clear();
-    acc.resize(max_doc, 0);
+    acc.resize(reader.max_doc() as usize, 0);
     for (term, q) in query.iter() {
         let Some(info) = inverted.get_term_info(&Term::from_field_text(impacts, term))? else {
             continue;
@@ -49,13 +62,28 @@ pub fn search_segment(
             block.advance();
         }
     }
+    Ok(())
+}
+
+/// Pushes every live, allowed document with a positive score for which `keep(doc)` holds.
+pub(crate) fn collect(
+    segment_ord: u32,
+    reader: &SegmentReader,
+    allowed: Option<&AllowedDocs>,
+    acc: &[u64],
+    keep: impl Fn(u32) -> bool,
+    top: &mut TopK,
+) {
     let alive = reader.alive_bitset();
     for (doc, &score) in acc.iter().enumerate() {
         if score == 0 {
             continue;
         }
         let doc = doc as u32;
-        if alive.is_some_and(|a| a.is_deleted(doc)) || allowed.is_some_and(|f| !f.contains(doc)) {
+        if alive.is_some_and(|a| a.is_deleted(doc))
+            || allowed.is_some_and(|f| !f.contains(doc))
+            || !keep(doc)
+        {
             continue;
         }
         top.push(ScoredDoc {
@@ -64,5 +92,4 @@ pub fn search_segment(
             score,
         });
     }
-    Ok(())
 }

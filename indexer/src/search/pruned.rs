@@ -14,6 +14,11 @@
 //! Scoring a range is term-at-a-time into a [`RANGE_SIZE`]-entry accumulator, reading each
 //! term's postings forward from the range start with tantivy's block postings.
 //!
+//! When the bounds are too loose to skip much (more than [`FALLBACK_FRACTION`] of the ranges
+//! would still be scored after phase 1 — typical when doc ids carry no locality), the rest of the
+//! segment is scored term-at-a-time like the exhaustive search, which is cheaper per posting;
+//! the result is the same.
+//!
 //! Approximate mode multiplies θ by a factor `f ≥ 1` in the skip test (`ub[r] < f·θ` is
 //! skipped): fewer ranges are scored and recall drops; `lexlip bench engine` measures how much.
 //!
@@ -34,7 +39,10 @@ use crate::error::Result;
 use crate::maxima::{RANGE_SHIFT, RANGE_SIZE, SegmentMaxima, TermMaxima};
 
 /// Ranges scored first, best bound first, to raise the threshold early.
-const FIRST_PASS_RANGES: usize = 32;
+const FIRST_PASS_RANGES: usize = 8;
+
+/// Above this fraction of ranges left to score, switch to term-at-a-time for the segment.
+pub const FALLBACK_FRACTION: f64 = 0.3;
 
 /// A query term's reader over one segment, opened lazily and moved forward only.
 struct Cursor<'a> {
@@ -151,7 +159,17 @@ pub fn search_segment(
         ctx.score(r, &mut cursors, &mut acc, top, stats)?;
     }
 
-    // Phase 2: every other range in doc order, skipped when its bound cannot reach θ.
+    // Phase 2: every other range in doc order, skipped when its bound cannot reach θ — or all of
+    // them term-at-a-time when too few could be skipped.
+    let left = tail.iter().filter(|&&r| !skip(ub[r as usize], top)).count();
+    if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges) {
+        let mut dense = Vec::new();
+        super::exhaustive::accumulate(reader, impacts, query, &mut dense, stats)?;
+        stats.ranges_scored += left as u64;
+        let done = |doc: u32| head.binary_search(&(doc >> RANGE_SHIFT)).is_err();
+        super::exhaustive::collect(segment_ord, reader, allowed, &dense, done, top);
+        return Ok(());
+    }
     tail.sort_unstable();
     let mut cursors: Vec<Cursor> = terms
         .iter()

@@ -1,0 +1,255 @@
+//! `lexlip bench engine`: the engine on LexLIP-shaped synthetic data, every figure a ratio
+//! against a baseline measured in the same run.
+
+use std::time::Instant;
+
+use lexlip_proto::api::Precision;
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+use serde::Serialize;
+
+use crate::synth::{Generator, Rng};
+use crate::{
+    Algorithm, Collection, CollectionSettings, Result, ScoredDoc, SearchOptions, Snapshot,
+};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct EngineBenchConfig {
+    pub docs: usize,
+    pub queries: usize,
+    pub seed: u64,
+    pub k: usize,
+    /// Approximation factors to sweep.
+    pub approx: Vec<f32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub qps: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExactFigures {
+    pub qps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub speedup: f64,
+    pub recall_at_10: f64,
+    /// Fraction of candidate doc-id ranges actually scored.
+    pub ranges_scored_fraction: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ApproxFigures {
+    pub knob: f32,
+    pub qps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub speedup: f64,
+    pub recall_at_10: f64,
+}
+
+/// The report; `--json` prints it as one object.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineBenchReport {
+    pub docs: usize,
+    pub queries: usize,
+    pub ingest_docs_per_s: f64,
+    pub merge_seconds: f64,
+    pub warm_seconds: f64,
+    pub nnz: u64,
+    pub bytes: u64,
+    pub bytes_per_nnz: f64,
+    pub pruning_memory_bytes: u64,
+    pub exhaustive: Throughput,
+    pub exact: ExactFigures,
+    pub approx: Vec<ApproxFigures>,
+}
+
+struct Timed {
+    results: Vec<Vec<ScoredDoc>>,
+    latencies_ms: Vec<f64>,
+    total_s: f64,
+    ranges_candidate: u64,
+    ranges_scored: u64,
+}
+
+fn run_queries(
+    snap: &Snapshot,
+    queries: &[QuantizedVector],
+    options: &SearchOptions,
+) -> Result<Timed> {
+    let mut results = Vec::with_capacity(queries.len());
+    let mut latencies_ms = Vec::with_capacity(queries.len());
+    let (mut ranges_candidate, mut ranges_scored) = (0, 0);
+    let start = Instant::now();
+    for q in queries {
+        let t = Instant::now();
+        let out = snap.search(q, options)?;
+        latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        ranges_candidate += out.stats.ranges_candidate;
+        ranges_scored += out.stats.ranges_scored;
+        results.push(out.hits);
+    }
+    let total_s = start.elapsed().as_secs_f64();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(Timed {
+        results,
+        latencies_ms,
+        total_s,
+        ranges_candidate,
+        ranges_scored,
+    })
+}
+
+/// The `p`-th percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Mean over queries of |returned ∩ truth| / |truth| for the first 10 of each.
+fn recall_at_10(got: &[Vec<ScoredDoc>], truth: &[Vec<ScoredDoc>]) -> f64 {
+    let mut sum = 0.0;
+    let mut n = 0;
+    for (g, t) in got.iter().zip(truth) {
+        let t: Vec<_> = t.iter().take(10).collect();
+        if t.is_empty() {
+            continue;
+        }
+        let hit = g
+            .iter()
+            .take(10)
+            .filter(|d| {
+                t.iter()
+                    .any(|x| x.segment_ord == d.segment_ord && x.doc == d.doc)
+            })
+            .count();
+        sum += hit as f64 / t.len() as f64;
+        n += 1;
+    }
+    if n == 0 { 1.0 } else { sum / n as f64 }
+}
+
+/// Builds the synthetic collection in `dir` and measures everything, reporting progress on
+/// `progress` (a phase name and a fraction).
+pub fn run(
+    config: &EngineBenchConfig,
+    dir: &std::path::Path,
+    progress: &mut dyn FnMut(&str, f64),
+) -> Result<EngineBenchReport> {
+    let generator = Generator::default();
+    let mut rng = Rng::new(config.seed);
+    let vocab = generator.vocabulary();
+    let space = TermSpace::from_tokens("synthetic-bert-30522", vocab.iter().map(String::as_str));
+    let collection = Collection::create(dir, space, CollectionSettings::default(), None)?;
+
+    // Vectors are generated before timing: ingest measures the engine, not the generator.
+    let chunk = 100_000;
+    let mut ingest_s = 0.0;
+    let mut done = 0;
+    while done < config.docs {
+        let n = chunk.min(config.docs - done);
+        let batch: Vec<(Document, QuantizedVector)> = (done..done + n)
+            .map(|i| {
+                let id = DocId::new(format!("doc{i}"))
+                    .map_err(|e| crate::IndexError::InvalidSetting(e.to_string()))?;
+                Ok((
+                    Document::new(id, Modality::Image),
+                    generator.document(&mut rng),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let t = Instant::now();
+        for (d, v) in batch {
+            collection.add(d, v)?;
+        }
+        if done + n >= config.docs {
+            collection.commit()?;
+        }
+        ingest_s += t.elapsed().as_secs_f64();
+        done += n;
+        progress("ingest", done as f64 / config.docs as f64);
+    }
+    let ingest_docs_per_s = config.docs as f64 / ingest_s;
+
+    progress("merge", 0.0);
+    let t = Instant::now();
+    collection.merge_all()?;
+    let merge_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let snap = collection.snapshot()?;
+    let warm_seconds = t.elapsed().as_secs_f64();
+    let stats = collection.stats()?;
+
+    let queries: Vec<QuantizedVector> = (0..config.queries)
+        .map(|_| generator.query(&mut rng))
+        .collect();
+    progress("exhaustive", 0.0);
+    let base = SearchOptions {
+        k: config.k,
+        algorithm: Algorithm::Exhaustive,
+        ..SearchOptions::default()
+    };
+    let exhaustive = run_queries(&snap, &queries, &base)?;
+    let exhaustive_qps = queries.len() as f64 / exhaustive.total_s;
+
+    progress("exact", 0.0);
+    let exact_opts = SearchOptions {
+        k: config.k,
+        ..SearchOptions::default()
+    };
+    let exact = run_queries(&snap, &queries, &exact_opts)?;
+    let exact_qps = queries.len() as f64 / exact.total_s;
+
+    let mut approx = Vec::new();
+    for &knob in &config.approx {
+        progress("approx", knob as f64);
+        let o = SearchOptions {
+            k: config.k,
+            precision: Precision::Approx(knob),
+            ..SearchOptions::default()
+        };
+        let a = run_queries(&snap, &queries, &o)?;
+        let qps = queries.len() as f64 / a.total_s;
+        approx.push(ApproxFigures {
+            knob,
+            qps,
+            p50_ms: percentile(&a.latencies_ms, 0.5),
+            p99_ms: percentile(&a.latencies_ms, 0.99),
+            speedup: qps / exhaustive_qps,
+            recall_at_10: recall_at_10(&a.results, &exhaustive.results),
+        });
+    }
+
+    Ok(EngineBenchReport {
+        docs: config.docs,
+        queries: config.queries,
+        ingest_docs_per_s,
+        merge_seconds,
+        warm_seconds,
+        nnz: stats.nnz,
+        bytes: stats.bytes,
+        bytes_per_nnz: stats.bytes_per_nnz,
+        pruning_memory_bytes: stats.pruning_memory_bytes,
+        exhaustive: Throughput {
+            qps: exhaustive_qps,
+        },
+        exact: ExactFigures {
+            qps: exact_qps,
+            p50_ms: percentile(&exact.latencies_ms, 0.5),
+            p99_ms: percentile(&exact.latencies_ms, 0.99),
+            speedup: exact_qps / exhaustive_qps,
+            recall_at_10: recall_at_10(&exact.results, &exhaustive.results),
+            ranges_scored_fraction: if exact.ranges_candidate == 0 {
+                0.0
+            } else {
+                exact.ranges_scored as f64 / exact.ranges_candidate as f64
+            },
+        },
+        approx,
+    })
+}

@@ -1,0 +1,171 @@
+//! The pruned search against plain oracles, on random collections.
+//!
+//! Each case builds a real collection with several segments (small flushes, several commits),
+//! replacements, deletes and sometimes a merge, then checks for random queries and k that:
+//! - the pruned exact search returns exactly what the exhaustive search returns (ids, scores,
+//!   order — ties broken by document order in both);
+//! - both agree with a brute-force dot product over a plain map of the live documents.
+
+use std::collections::BTreeMap;
+
+use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
+use lexlip_proto::api::{Filter, Precision};
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add {
+        id: u8,
+        image: bool,
+        terms: Vec<(u8, u32)>,
+    },
+    Delete {
+        id: u8,
+    },
+    Commit,
+}
+
+fn vector(terms: &[(u8, u32)]) -> QuantizedVector {
+    let map: BTreeMap<String, u64> = terms
+        .iter()
+        .map(|&(t, i)| (format!("t{t}"), u64::from(i)))
+        .collect();
+    QuantizedVector::new(map).unwrap()
+}
+
+fn impact() -> impl Strategy<Value = u32> {
+    prop_oneof![8 => 1u32..=255, 1 => 256u32..=3000, 1 => Just(65_535u32)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (0u8..60, any::<bool>(), prop::collection::vec((0u8..16, impact()), 0..8))
+            .prop_map(|(id, image, terms)| Op::Add { id, image, terms }),
+        2 => (0u8..60).prop_map(|id| Op::Delete { id }),
+        1 => Just(Op::Commit),
+    ]
+}
+
+/// Brute force: (id, modality, score) of live documents with score > 0, best first; ties in
+/// any order.
+fn brute_force(
+    model: &BTreeMap<u8, (bool, QuantizedVector)>,
+    q: &QuantizedVector,
+    modality: Option<bool>,
+) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = model
+        .iter()
+        .filter(|(_, (image, _))| modality.is_none_or(|m| m == *image))
+        .map(|(id, (_, d))| (format!("d{id}"), d.dot(q)))
+        .filter(|(_, s)| *s > 0)
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pruned_equals_exhaustive_equals_brute_force(
+        ops in prop::collection::vec(op(), 1..80),
+        flush in 1usize..25,
+        merge in any::<bool>(),
+        queries in prop::collection::vec((prop::collection::vec((0u8..18, impact()), 1..8), 1usize..30, prop::option::of(any::<bool>())), 1..6),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        c.set_flush_docs(flush);
+        let mut model: BTreeMap<u8, (bool, QuantizedVector)> = BTreeMap::new();
+        for op in &ops {
+            match op {
+                Op::Add { id, image, terms } => {
+                    let m = if *image { Modality::Image } else { Modality::Text };
+                    let v = vector(terms);
+                    c.add(Document::new(DocId::new(format!("d{id}")).unwrap(), m), v.clone()).unwrap();
+                    model.insert(*id, (*image, v));
+                }
+                Op::Delete { id } => {
+                    let existed = c.delete(&DocId::new(format!("d{id}")).unwrap()).unwrap();
+                    prop_assert_eq!(existed, model.remove(id).is_some());
+                }
+                Op::Commit => c.commit().unwrap(),
+            }
+        }
+        c.commit().unwrap();
+        if merge {
+            c.merge_all().unwrap();
+        }
+        let snap = c.snapshot().unwrap();
+        prop_assert_eq!(snap.num_docs(), model.len() as u64);
+
+        for (terms, k, modality) in &queries {
+            let q = vector(terms);
+            let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
+            let opts = |algorithm, precision| SearchOptions { k: *k, precision, filter: filter.clone(), algorithm };
+            let pruned = snap.search(&q, &opts(Algorithm::Pruned, Precision::Exact)).unwrap().hits;
+            let exhaustive = snap.search(&q, &opts(Algorithm::Exhaustive, Precision::Exact)).unwrap().hits;
+            prop_assert_eq!(&pruned, &exhaustive);
+            let approx_one = snap.search(&q, &opts(Algorithm::Pruned, Precision::Approx(1.0))).unwrap().hits;
+            prop_assert_eq!(&approx_one, &pruned);
+
+            let expected = brute_force(&model, &q, *modality);
+            let got: Vec<(String, u64)> = pruned.iter().map(|h| (snap.hit(h, None).unwrap().id, h.score)).collect();
+            let want_scores: Vec<u64> = expected.iter().take(*k).map(|e| e.1).collect();
+            let got_scores: Vec<u64> = got.iter().map(|g| g.1).collect();
+            prop_assert_eq!(&got_scores, &want_scores);
+            for (id, score) in &got {
+                prop_assert!(expected.iter().any(|(eid, es)| eid == id && es == score), "{} {} not in brute force", id, score);
+            }
+            // An approximate search never invents scores: each hit has its true score.
+            let approx = snap.search(&q, &opts(Algorithm::Pruned, Precision::Approx(4.0))).unwrap().hits;
+            for h in &approx {
+                let id = snap.hit(h, None).unwrap().id;
+                prop_assert!(expected.iter().any(|(eid, es)| *eid == id && *es == h.score));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// Larger segments (many doc-id ranges) with LexLIP-shaped vectors, so that ranges are really
+    /// skipped inside a segment.
+    #[test]
+    fn pruning_skips_ranges_and_stays_exact(seed in any::<u64>(), docs in 500usize..3000, k in 1usize..50, zipf in 0.6f64..1.4) {
+        use lexlip_index::synth::{Generator, Rng};
+        let g = Generator::new(400, zipf, seed);
+        let mut rng = Rng::new(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        c.set_flush_docs(docs / 2 + 1);
+        let mut model: BTreeMap<usize, QuantizedVector> = BTreeMap::new();
+        for i in 0..docs {
+            let v = g.document(&mut rng);
+            c.add(Document::new(DocId::new(format!("d{i}")).unwrap(), Modality::Image), v.clone()).unwrap();
+            model.insert(i, v);
+        }
+        for i in (0..docs).step_by(7) {
+            c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
+            model.remove(&i);
+        }
+        c.commit().unwrap();
+        let snap = c.snapshot().unwrap();
+        let mut skipped = 0;
+        for _ in 0..10 {
+            let q = g.query(&mut rng);
+            let pruned = snap.search(&q, &SearchOptions::top(k)).unwrap();
+            let exhaustive = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Exhaustive, ..SearchOptions::default() }).unwrap();
+            prop_assert_eq!(&pruned.hits, &exhaustive.hits);
+            let mut want: Vec<u64> = model.values().map(|d| d.dot(&q)).filter(|&s| s > 0).collect();
+            want.sort_unstable_by(|a, b| b.cmp(a));
+            want.truncate(k);
+            let got: Vec<u64> = pruned.hits.iter().map(|h| h.score).collect();
+            prop_assert_eq!(got, want);
+            skipped += pruned.stats.ranges_candidate - pruned.stats.ranges_scored;
+        }
+        prop_assert!(skipped > 0, "no range was ever pruned");
+    }
+}
