@@ -2,7 +2,11 @@
 
 mod bench;
 mod bench_encode;
+mod bench_engine;
 mod encode;
+mod index;
+mod search;
+mod stats;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -28,6 +32,12 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Build or extend a collection from precomputed vectors (Anserini JsonVectorCollection).
+    Index(index::IndexArgs),
+    /// Search a collection with a query vector, or a batch of queries into a TREC run.
+    Search(search::SearchArgs),
+    /// Documents, terms and bytes of a collection.
+    Stats(stats::StatsArgs),
     /// Encode a text or an image into sparse lexicon terms.
     Encode(encode::EncodeArgs),
     /// Benchmarks: the engine on synthetic data, the encoders.
@@ -49,6 +59,9 @@ pub fn init_logging(format: LogFormat) {
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Index(args) => index::run(args),
+        Command::Search(args) => search::run(args),
+        Command::Stats(args) => stats::run(args),
         Command::Encode(args) => encode::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     }

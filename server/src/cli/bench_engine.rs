@@ -1,0 +1,67 @@
+//! `lexlip bench engine`: ingest, size and search speed on LexLIP-shaped synthetic data.
+
+use lexlip_index::bench::{EngineBenchConfig, run as run_bench};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchEngineArgs {
+    /// Documents to generate and index.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub docs: usize,
+    /// Queries to run (each algorithm runs all of them).
+    #[arg(long, default_value_t = 1_000)]
+    pub queries: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Results per query.
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+    /// Approximation factors to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1.1,1.25,1.5,2,3")]
+    pub approx: Vec<f32>,
+    /// Build the collection here instead of a temporary directory.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().join("bench"));
+    let config = EngineBenchConfig {
+        docs: args.docs,
+        queries: args.queries,
+        seed: args.seed,
+        k: args.k,
+        approx: args.approx,
+    };
+    let quiet = args.json;
+    let r = run_bench(&config, &dir, &mut |phase, f| {
+        if !quiet {
+            eprintln!("[bench] {phase} {f:.2}");
+        }
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    println!("documents            {}", r.docs);
+    println!("ingest               {:.0} docs/s", r.ingest_docs_per_s);
+    println!(
+        "size                 {:.2} bytes per non-zero ({} bytes, {} non-zeros)",
+        r.bytes_per_nnz, r.bytes, r.nnz
+    );
+    println!("exhaustive baseline  {:.1} QPS", r.exhaustive.qps);
+    println!(
+        "exact                {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
+        r.exact.qps, r.exact.p50_ms, r.exact.p99_ms, r.exact.speedup, r.exact.recall_at_10
+    );
+    for a in &r.approx {
+        println!(
+            "approx {:<5}         {:.1} QPS, {:.2}x exhaustive, recall@10 {:.3}",
+            a.knob, a.qps, a.speedup, a.recall_at_10
+        );
+    }
+    Ok(())
+}

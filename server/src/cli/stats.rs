@@ -1,0 +1,40 @@
+//! `lexlip stats`: what a collection holds and what it costs on disk.
+
+use std::path::PathBuf;
+
+use lexlip_index::Collection;
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// Collection directory.
+    #[arg(long)]
+    pub collection: PathBuf,
+    /// Print one JSON object (keys documents, images, texts, terms, nnz, bytes, bytes_per_nnz, …).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: StatsArgs) -> anyhow::Result<()> {
+    let c = Collection::open(&args.collection)?;
+    let s = c.stats()?;
+    if args.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        let m = c.manifest();
+        println!("collection     {}", args.collection.display());
+        println!("term space     {}", m.term_space);
+        println!("scale          {}", m.settings.scale);
+        println!(
+            "documents      {} ({} images, {} texts)",
+            s.documents, s.images, s.texts
+        );
+        println!("terms          {}", s.terms);
+        println!("non-zeros      {}", s.nnz);
+        println!(
+            "bytes on disk  {} ({:.2} per non-zero)",
+            s.bytes, s.bytes_per_nnz
+        );
+        println!("segments       {}", s.segments);
+    }
+    Ok(())
+}
