@@ -122,6 +122,23 @@ pub fn search_segment(
         .collect();
     stats.ranges_candidate += candidates.len() as u64;
 
+    // Flat bounds (many ranges within 2x of the best bound) leave nothing to skip: the k-th
+    // score is far below every bound. Score the segment term-at-a-time straight away.
+    let best = ub.iter().copied().max().unwrap_or(0);
+    let near_best = ub.iter().filter(|&&u| u.saturating_mul(2) >= best).count();
+    let flat = near_best as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges);
+    if flat
+        && top
+            .threshold()
+            .is_none_or(|t| (t as f64) * factor * 2.0 < best as f64)
+    {
+        let mut dense = Vec::new();
+        super::exhaustive::accumulate(reader, impacts, query, &mut dense, stats)?;
+        stats.ranges_scored += candidates.len() as u64;
+        super::exhaustive::collect(segment_ord, reader, allowed, &dense, |_| true, top);
+        return Ok(());
+    }
+
     let skip = |bound: u64, top: &TopK| -> bool {
         top.threshold()
             .is_some_and(|theta| (bound as f64) < theta as f64 * factor)
