@@ -176,8 +176,8 @@ impl Collection {
         } else {
             Err(IndexError::TermSpaceMismatch {
                 path: self.dir.clone(),
-                collection: self.manifest.term_space.clone(),
-                given: term_space.clone(),
+                collection: Box::new(self.manifest.term_space.clone()),
+                given: Box::new(term_space.clone()),
             })
         }
     }

@@ -16,8 +16,8 @@ pub enum IndexError {
     )]
     TermSpaceMismatch {
         path: PathBuf,
-        collection: TermSpace,
-        given: TermSpace,
+        collection: Box<TermSpace>,
+        given: Box<TermSpace>,
     },
     #[error(
         "collection manifest {path} has format version {found}; this lexlip reads version {supported}"

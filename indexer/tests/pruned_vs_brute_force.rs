@@ -60,7 +60,7 @@ fn brute_force(
         .map(|(id, (_, d))| (format!("d{id}"), d.dot(q)))
         .filter(|(_, s)| *s > 0)
         .collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     v
 }
 
