@@ -1,0 +1,255 @@
+//! The real `lexlip` binary on real files: index, stats, search, batch search, bad input.
+
+use std::path::Path;
+use std::process::Command;
+
+fn lexlip(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(args)
+        .output()
+        .expect("run lexlip")
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+fn write_gz(path: &Path, text: &str) {
+    use std::io::Write;
+    let f = std::fs::File::create(path).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).unwrap();
+    gz.finish().unwrap();
+}
+
+const VECTORS: &str = r#"{"id":"a","contents":"a brown dog runs","vector":{"dog":200,"brown":90,"grass":30}}
+{"id":"b","contents":"a cat","vector":{"cat":1.5,"dog":0.1}}
+not json
+{"id":"c","vector":{"dog":-1}}
+
+{"id":"d","modality":"image","uri":"img/d.jpg","vector":{"dog":50,"grass":120},"metadata":{"split":"val"}}
+"#;
+
+#[test]
+fn index_stats_search_and_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = dir.path().join("v.jsonl.gz");
+    write_gz(&vectors, VECTORS);
+    let col = dir.path().join("col");
+    let errors = dir.path().join("errors.jsonl");
+    let (col_s, vec_s, err_s) = (
+        col.to_str().unwrap(),
+        vectors.to_str().unwrap(),
+        errors.to_str().unwrap(),
+    );
+
+    let summary = json(&lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        vec_s,
+        "--errors",
+        err_s,
+        "--json",
+    ]));
+    assert_eq!(summary["read"], 5);
+    assert_eq!(summary["indexed"], 3);
+    assert_eq!(
+        summary["skipped"],
+        serde_json::json!({"json": 1, "vector": 1})
+    );
+    let errs = std::fs::read_to_string(&errors).unwrap();
+    let lines: Vec<serde_json::Value> = errs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        (lines[0]["line"].as_u64(), lines[1]["line"].as_u64()),
+        (Some(3), Some(4))
+    );
+
+    let stats = json(&lexlip(&["stats", "--collection", col_s, "--json"]));
+    assert_eq!(
+        (
+            stats["documents"].as_u64(),
+            stats["terms"].as_u64(),
+            stats["nnz"].as_u64()
+        ),
+        (Some(3), Some(4), Some(7))
+    );
+    assert!(stats["bytes_per_nnz"].as_f64().unwrap() > 0.0);
+
+    let out = json(&lexlip(&[
+        "search",
+        "--collection",
+        col_s,
+        "--vector",
+        r#"{"dog":120,"grass":80}"#,
+        "--explain",
+        "--json",
+    ]));
+    let hits = out["hits"].as_array().unwrap();
+    let got: Vec<(&str, f64)> = hits
+        .iter()
+        .map(|h| (h["id"].as_str().unwrap(), h["score"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(got, vec![("a", 26400.0), ("d", 15600.0), ("b", 1200.0)]);
+    assert_eq!(hits[0]["explain"][0]["term"], "dog");
+    assert_eq!(hits[0]["explain"][0]["contribution"], 24000);
+
+    let images = json(&lexlip(&[
+        "search",
+        "--collection",
+        col_s,
+        "--vector",
+        r#"{"dog":1}"#,
+        "--modality",
+        "image",
+        "--json",
+    ]));
+    assert_eq!(images["hits"].as_array().unwrap().len(), 1);
+    assert_eq!(images["hits"][0]["metadata"]["split"], "val");
+
+    let queries = dir.path().join("q.jsonl");
+    std::fs::write(
+        &queries,
+        "{\"id\":\"q1\",\"vector\":{\"dog\":100}}\n{\"id\":\"q2\",\"vector\":{\"cat\":1.0}}\n",
+    )
+    .unwrap();
+    let run = dir.path().join("out.trec");
+    let out = lexlip(&[
+        "search",
+        "--collection",
+        col_s,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--run",
+        run.to_str().unwrap(),
+        "-k",
+        "2",
+        "--threads",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("queries/s"));
+    assert_eq!(
+        std::fs::read_to_string(&run).unwrap(),
+        "q1 Q0 a 1 20000 lexlip\nq1 Q0 d 2 5000 lexlip\nq2 Q0 b 1 15000 lexlip\n"
+    );
+
+    // Re-indexing the same file replaces documents instead of duplicating them.
+    json(&lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        vec_s,
+        "--json",
+    ]));
+    assert_eq!(
+        json(&lexlip(&["stats", "--collection", col_s, "--json"]))["documents"],
+        3
+    );
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let col = dir.path().join("col");
+    let col_s = col.to_str().unwrap();
+    let missing = lexlip(&["search", "--collection", col_s, "--vector", r#"{"dog":1}"#]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no collection at"));
+
+    let vectors = dir.path().join("v.jsonl");
+    std::fs::write(&vectors, "{\"id\":\"a\",\"vector\":{\"dog\":3}}\n").unwrap();
+    let vocab = dir.path().join("vocab.txt");
+    std::fs::write(&vocab, "[PAD]\ndog\ncat\n").unwrap();
+    let other = dir.path().join("other.txt");
+    std::fs::write(&other, "[PAD]\ncat\n").unwrap();
+    let v = vectors.to_str().unwrap();
+    json(&lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        v,
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--json",
+    ]));
+    let refused = lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        v,
+        "--vocab",
+        other.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("term space mismatch"));
+
+    // Every line bad: nothing indexed, non-zero exit, collection unchanged.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"id\":\"z\",\"vector\":{\"zebra\":3}}\nnot json\n").unwrap();
+    let out = lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(
+        json(&lexlip(&["stats", "--collection", col_s, "--json"]))["documents"],
+        1
+    );
+
+    for q in ["{\"dog\": -1}", "{\"dog\": \"x\"}", "not json"] {
+        let out = lexlip(&["search", "--collection", col_s, "--vector", q]);
+        assert!(!out.status.success(), "{q}");
+    }
+    let out = lexlip(&[
+        "search",
+        "--collection",
+        col_s,
+        "--vector",
+        "{\"dog\":1}",
+        "-k",
+        "0",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("k must be"));
+}
+
+#[test]
+fn bench_engine_reports_ratios() {
+    let out = json(&lexlip(&[
+        "bench",
+        "engine",
+        "--docs",
+        "3000",
+        "--queries",
+        "20",
+        "--approx",
+        "1.5,3",
+        "--json",
+    ]));
+    assert_eq!(out["docs"], 3000);
+    assert_eq!(out["exact"]["recall_at_10"], 1.0);
+    assert!(out["bytes_per_nnz"].as_f64().unwrap() > 0.5);
+    assert_eq!(out["approx"].as_array().unwrap().len(), 2);
+    for key in ["ingest_docs_per_s", "exhaustive", "exact"] {
+        assert!(out.get(key).is_some(), "{key}");
+    }
+}
