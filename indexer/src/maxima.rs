@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use tantivy::postings::TermInfo;
+use tantivy::postings::{BlockSegmentPostings, TermInfo};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{SegmentReader, TERMINATED};
 
@@ -81,6 +81,29 @@ impl TermMaxima {
     }
 }
 
+/// Calls `f(doc, impact)` for every posting of a list, block by block (tantivy's fastest
+/// traversal); returns the number of postings.
+pub(crate) fn for_each_posting(
+    mut block: BlockSegmentPostings,
+    mut f: impl FnMut(u32, u32),
+) -> u64 {
+    let mut n = 0;
+    loop {
+        let docs = block.docs();
+        if docs.is_empty() {
+            return n;
+        }
+        for (&doc, &freq) in docs.iter().zip(block.freqs()) {
+            if doc == TERMINATED {
+                return n;
+            }
+            f(doc, freq);
+            n += 1;
+        }
+        block.advance();
+    }
+}
+
 /// Range maxima of every term of the impacts field of one segment.
 #[derive(Debug)]
 pub struct SegmentMaxima {
@@ -100,28 +123,18 @@ impl SegmentMaxima {
         let mut heap_bytes = 0;
         while stream.advance() {
             let term_info = stream.value().clone();
-            let mut block = inverted
+            let block = inverted
                 .read_block_postings_from_terminfo(&term_info, IndexRecordOption::WithFreqs)?;
             pairs.clear();
             let mut max = 0u32;
-            loop {
-                let docs = block.docs();
-                if docs.is_empty() {
-                    break;
+            for_each_posting(block, |doc, freq| {
+                let range = doc >> RANGE_SHIFT;
+                max = max.max(freq);
+                match pairs.last_mut() {
+                    Some((r, m)) if *r == range => *m = (*m).max(freq),
+                    _ => pairs.push((range, freq)),
                 }
-                for (&doc, &freq) in docs.iter().zip(block.freqs()) {
-                    if doc == TERMINATED {
-                        break;
-                    }
-                    let range = doc >> RANGE_SHIFT;
-                    max = max.max(freq);
-                    match pairs.last_mut() {
-                        Some((r, m)) if *r == range => *m = (*m).max(freq),
-                        _ => pairs.push((range, freq)),
-                    }
-                }
-                block.advance();
-            }
+            });
             let step = max.div_ceil(255).max(1);
             let to_byte = |m: u32| m.div_ceil(step) as u8;
             let ranges = if pairs.len() * 5 >= num_ranges as usize {

@@ -6,11 +6,12 @@
 
 use lexlip_proto::QuantizedVector;
 use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{SegmentReader, TERMINATED, Term};
+use tantivy::{SegmentReader, Term};
 
 use super::filter::AllowedDocs;
 use super::{ScoredDoc, SearchStats, TopK};
 use crate::error::Result;
+use crate::maxima::for_each_posting;
 
 /// Scores every document of one segment that shares a term with `query`, into `top`.
 #[allow(clippy::too_many_arguments)]
@@ -45,22 +46,11 @@ pub(crate) fn accumulate(
             continue;
         };
         let q = u64::from(q);
-        let mut block =
+        let block =
             inverted.read_block_postings_from_terminfo(&info, IndexRecordOption::WithFreqs)?;
-        loop {
-            let docs = block.docs();
-            if docs.is_empty() {
-                break;
-            }
-            for (&doc, &freq) in docs.iter().zip(block.freqs()) {
-                if doc == TERMINATED {
-                    break;
-                }
-                acc[doc as usize] += q * u64::from(freq);
-            }
-            stats.postings_scored += docs.len() as u64;
-            block.advance();
-        }
+        stats.postings_scored += for_each_posting(block, |doc, freq| {
+            acc[doc as usize] += q * u64::from(freq);
+        });
     }
     Ok(())
 }

@@ -122,6 +122,14 @@ pub fn search_segment(
         .collect();
     stats.ranges_candidate += candidates.len() as u64;
 
+    let ctx = RangeScorer {
+        segment_ord,
+        reader,
+        inverted: &inverted,
+        allowed,
+        max_doc: reader.max_doc(),
+    };
+
     // Flat bounds (many ranges within 2x of the best bound) leave nothing to skip: the k-th
     // score is far below every bound. Score the segment term-at-a-time straight away.
     let best = ub.iter().copied().max().unwrap_or(0);
@@ -132,24 +140,10 @@ pub fn search_segment(
             .threshold()
             .is_none_or(|t| (t as f64) * factor * 2.0 < best as f64)
     {
-        let mut dense = Vec::new();
-        super::exhaustive::accumulate(reader, impacts, query, &mut dense, stats)?;
         stats.ranges_scored += candidates.len() as u64;
-        super::exhaustive::collect(segment_ord, reader, allowed, &dense, |_| true, top);
-        return Ok(());
+        return ctx.score_term_at_a_time(impacts, query, |_| true, top, stats);
     }
 
-    let skip = |bound: u64, top: &TopK| -> bool {
-        top.threshold()
-            .is_some_and(|theta| (bound as f64) < theta as f64 * factor)
-    };
-    let ctx = RangeScorer {
-        segment_ord,
-        reader,
-        inverted: &inverted,
-        allowed,
-        max_doc: reader.max_doc(),
-    };
     let mut acc = vec![0u64; RANGE_SIZE as usize];
 
     // Phase 1: the best-bounded ranges, visited in doc order with their own cursors.
@@ -161,48 +155,27 @@ pub fn search_segment(
     }
     let (head, tail) = candidates.split_at_mut(first);
     head.sort_unstable();
-    let mut cursors: Vec<Cursor> = terms
-        .iter()
-        .map(|&(q, maxima)| Cursor {
-            q,
-            maxima,
-            block: None,
-        })
-        .collect();
-    for &r in head.iter() {
-        if skip(ub[r as usize], top) {
-            continue;
-        }
-        ctx.score(r, &mut cursors, &mut acc, top, stats)?;
-    }
+    ctx.score_in_order(head, &terms, &ub, factor, &mut acc, top, stats)?;
 
     // Phase 2: every other range in doc order, skipped when its bound cannot reach θ — or all of
     // them term-at-a-time when too few could be skipped.
-    let left = tail.iter().filter(|&&r| !skip(ub[r as usize], top)).count();
+    let left = tail
+        .iter()
+        .filter(|&&r| !skips(ub[r as usize], top, factor))
+        .count();
     if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges) {
-        let mut dense = Vec::new();
-        super::exhaustive::accumulate(reader, impacts, query, &mut dense, stats)?;
         stats.ranges_scored += left as u64;
-        let done = |doc: u32| head.binary_search(&(doc >> RANGE_SHIFT)).is_err();
-        super::exhaustive::collect(segment_ord, reader, allowed, &dense, done, top);
-        return Ok(());
+        let not_done = |doc: u32| head.binary_search(&(doc >> RANGE_SHIFT)).is_err();
+        return ctx.score_term_at_a_time(impacts, query, not_done, top, stats);
     }
     tail.sort_unstable();
-    let mut cursors: Vec<Cursor> = terms
-        .iter()
-        .map(|&(q, maxima)| Cursor {
-            q,
-            maxima,
-            block: None,
-        })
-        .collect();
-    for &r in tail.iter() {
-        if skip(ub[r as usize], top) {
-            continue;
-        }
-        ctx.score(r, &mut cursors, &mut acc, top, stats)?;
-    }
-    Ok(())
+    ctx.score_in_order(tail, &terms, &ub, factor, &mut acc, top, stats)
+}
+
+/// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
+fn skips(bound: u64, top: &TopK, factor: f64) -> bool {
+    top.threshold()
+        .is_some_and(|theta| (bound as f64) < theta as f64 * factor)
 }
 
 struct RangeScorer<'a> {
@@ -214,6 +187,58 @@ struct RangeScorer<'a> {
 }
 
 impl RangeScorer<'_> {
+    /// Scores `ranges` (sorted) with one set of forward-only cursors, skipping those whose bound
+    /// cannot reach the threshold.
+    #[allow(clippy::too_many_arguments)]
+    fn score_in_order(
+        &self,
+        ranges: &[u32],
+        terms: &[(u64, &TermMaxima)],
+        ub: &[u64],
+        factor: f64,
+        acc: &mut [u64],
+        top: &mut TopK,
+        stats: &mut SearchStats,
+    ) -> Result<()> {
+        let mut cursors: Vec<Cursor> = terms
+            .iter()
+            .map(|&(q, maxima)| Cursor {
+                q,
+                maxima,
+                block: None,
+            })
+            .collect();
+        for &r in ranges {
+            if skips(ub[r as usize], top, factor) {
+                continue;
+            }
+            self.score(r, &mut cursors, acc, top, stats)?;
+        }
+        Ok(())
+    }
+
+    /// The whole segment term-at-a-time, pushing the documents `keep` accepts.
+    fn score_term_at_a_time(
+        &self,
+        impacts: Field,
+        query: &QuantizedVector,
+        keep: impl Fn(u32) -> bool,
+        top: &mut TopK,
+        stats: &mut SearchStats,
+    ) -> Result<()> {
+        let mut dense = Vec::new();
+        super::exhaustive::accumulate(self.reader, impacts, query, &mut dense, stats)?;
+        super::exhaustive::collect(
+            self.segment_ord,
+            self.reader,
+            self.allowed,
+            &dense,
+            keep,
+            top,
+        );
+        Ok(())
+    }
+
     fn score(
         &self,
         range: u32,
