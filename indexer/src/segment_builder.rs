@@ -71,14 +71,25 @@ pub(crate) fn write_segment(
     }
     let schema = index.schema();
 
-    // 1. small fields through tantivy itself.
-    let mut small = Index::builder()
-        .schema(schema.clone())
-        .single_segment_index_writer(RamDirectory::create(), SMALL_FIELDS_BUDGET)?;
-    for d in docs {
-        small.add_document(small_fields_doc(fields, &d.doc))?;
-    }
-    let ram = small.finalize()?;
+    // 1. small fields through tantivy itself, while the impacts are bucketed by term on
+    //    another thread (the two are independent; this is most of the ingest time).
+    let small_fields = || -> Result<Index> {
+        let mut small = Index::builder()
+            .schema(schema.clone())
+            .single_segment_index_writer(RamDirectory::create(), SMALL_FIELDS_BUDGET)?;
+        for d in docs {
+            small.add_document(small_fields_doc(fields, &d.doc))?;
+        }
+        Ok(small.finalize()?)
+    };
+    let (ram, buckets) = std::thread::scope(|scope| {
+        let buckets = scope.spawn(|| ImpactBuckets::new(docs));
+        let ram = small_fields();
+        (ram, buckets.join())
+    });
+    let ram = ram?;
+    let buckets = buckets
+        .map_err(|_| tantivy::TantivyError::InternalError("impact bucketing panicked".into()))?;
     let ram_segment = ram
         .searchable_segments()?
         .into_iter()
@@ -94,7 +105,7 @@ pub(crate) fn write_segment(
             continue;
         }
         if field == fields.impacts {
-            write_impacts(&mut serializer, field, docs)?;
+            buckets.write(&mut serializer, field)?;
         } else {
             copy_postings(&mut serializer, &ram_reader, field)?;
         }
@@ -121,41 +132,58 @@ pub(crate) fn write_segment(
     Ok(Some(segment.with_max_doc(docs.len() as u32).meta().clone()))
 }
 
-/// The `impacts` field: terms in byte order, docs ascending, term frequency = impact.
-fn write_impacts(
-    serializer: &mut InvertedIndexSerializer,
-    field: tantivy::schema::Field,
-    docs: &[PendingDoc],
-) -> Result<()> {
-    // Bucket postings by term; documents arrive in doc-id order so each bucket is sorted.
-    let mut term_ids: HashMap<&str, usize> = HashMap::new();
-    let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
-    let mut total_tokens = 0u64;
-    for (doc_id, d) in docs.iter().enumerate() {
-        for (term, impact) in d.impacts.iter() {
-            let next = postings.len();
-            let id = *term_ids.entry(term).or_insert(next);
-            if id == next {
-                postings.push(Vec::new());
-            }
-            postings[id].push((doc_id as u32, impact));
-            total_tokens += u64::from(impact);
-        }
-    }
-    let mut terms: Vec<(&str, usize)> = term_ids.into_iter().collect();
-    terms.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+/// The postings of the `impacts` field, bucketed by term; documents arrive in doc-id order so
+/// each bucket is sorted.
+struct ImpactBuckets<'a> {
+    /// Terms in byte order, with their bucket.
+    terms: Vec<(&'a str, usize)>,
+    postings: Vec<Vec<(u32, u32)>>,
+    total_tokens: u64,
+}
 
-    let mut fs = serializer.new_field(field, total_tokens, None)?;
-    for (term, id) in terms {
-        let list = &postings[id];
-        fs.new_term(term.as_bytes(), list.len() as u32, true)?;
-        for &(doc, impact) in list {
-            fs.write_doc(doc, impact, &[]);
+impl<'a> ImpactBuckets<'a> {
+    fn new(docs: &'a [PendingDoc]) -> Self {
+        let mut term_ids: HashMap<&str, usize> = HashMap::new();
+        let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
+        let mut total_tokens = 0u64;
+        for (doc_id, d) in docs.iter().enumerate() {
+            for (term, impact) in d.impacts.iter() {
+                let next = postings.len();
+                let id = *term_ids.entry(term).or_insert(next);
+                if id == next {
+                    postings.push(Vec::new());
+                }
+                postings[id].push((doc_id as u32, impact));
+                total_tokens += u64::from(impact);
+            }
         }
-        fs.close_term()?;
+        let mut terms: Vec<(&str, usize)> = term_ids.into_iter().collect();
+        terms.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Self {
+            terms,
+            postings,
+            total_tokens,
+        }
     }
-    fs.close()?;
-    Ok(())
+
+    /// Term frequency = impact, one `write_doc` per non-zero.
+    fn write(
+        &self,
+        serializer: &mut InvertedIndexSerializer,
+        field: tantivy::schema::Field,
+    ) -> Result<()> {
+        let mut fs = serializer.new_field(field, self.total_tokens, None)?;
+        for &(term, id) in &self.terms {
+            let list = &self.postings[id];
+            fs.new_term(term.as_bytes(), list.len() as u32, true)?;
+            for &(doc, impact) in list {
+                fs.write_doc(doc, impact, &[]);
+            }
+            fs.close_term()?;
+        }
+        fs.close()?;
+        Ok(())
+    }
 }
 
 /// Copies one field's postings (doc ids only: the small fields are indexed without frequencies).
