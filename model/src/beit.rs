@@ -91,13 +91,15 @@ impl Config {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
+        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(format!(
                 "image_size {} is not a multiple of patch_size {}",
                 self.image_size, self.patch_size
             ));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
@@ -436,7 +438,7 @@ impl Beit {
     /// for 384 × 384; absolute position embeddings cannot be, so those models keep their size.
     pub fn set_input_size(&mut self, size: usize) -> candle_core::Result<()> {
         let p = self.config.patch_size;
-        if size == 0 || size % p != 0 {
+        if size == 0 || !size.is_multiple_of(p) {
             candle_core::bail!("image size {size} is not a positive multiple of the patch size {p}")
         }
         if self.position_embeddings.is_some() && size != self.config.image_size {

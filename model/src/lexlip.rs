@@ -341,7 +341,11 @@ fn infer_bert_config(w: &Weights) -> Result<Value> {
             message: format!("bert.embeddings.word_embeddings.weight has shape {emb:?}"),
         });
     };
-    let heads = if hidden % 64 == 0 { hidden / 64 } else { 1 };
+    let heads = if hidden.is_multiple_of(64) {
+        hidden / 64
+    } else {
+        1
+    };
     Ok(json!({
         "model_type": "bert",
         "architectures": ["BertForMaskedLM"],

@@ -1,15 +1,216 @@
-//! `lexlip bench encode`: encoder throughput.
+//! `lexlip bench encode`: encoder throughput (texts/s, images/s) for several batch sizes.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lexlip_model::{DType, Encoders, ImageEncoder, PreprocessedImage, Vocabulary};
+use serde::Serialize;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchEncodeArgs {
-    /// Model directory.
+    /// Model (LexLIP checkpoint or directory, or HF encoder directory). Its text encoder is timed;
+    /// so is its image encoder unless --random-beit-base replaces it.
+    #[arg(long, required_unless_present = "random_beit_base")]
+    pub model: Option<PathBuf>,
+    /// Time a BEiT-B/16 (224) + MLM head with random weights (fixed seed) as the image encoder:
+    /// the speed of LexLIP's image tower without a checkpoint.
     #[arg(long)]
-    pub model: std::path::PathBuf,
+    pub random_beit_base: bool,
+    /// Batch sizes to time.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 32])]
+    pub batch_sizes: Vec<usize>,
+    /// Minimum measuring time per batch size, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Use the GPU when built with `--features cuda` and one is present.
+    #[arg(long)]
+    pub gpu: bool,
+    /// Image encoder dtype (default: f32 on CPU, f16 on GPU).
+    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
+    pub dtype: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug)]
+struct Row {
+    batch: usize,
+    items_per_s: f64,
+    ms_per_batch: f64,
+}
+
+#[derive(Serialize, Debug, Default)]
+struct Report {
+    device: String,
+    threads: usize,
+    text_model: Option<String>,
+    text: Vec<Row>,
+    image_model: Option<String>,
+    image_dtype: Option<String>,
+    image: Vec<Row>,
+    /// Decode + resize + normalise of a 640×480 JPEG on one thread.
+    preprocess_images_per_s_one_thread: Option<f64>,
 }
 
 pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "encoder benchmark is not available yet (model {})",
-        args.model.display()
-    )
+    let device = lexlip_model::device(args.gpu)?;
+    let dtype = match args.dtype.as_deref() {
+        Some("f16") => Some(DType::F16),
+        Some("bf16") => Some(DType::BF16),
+        Some(_) => Some(DType::F32),
+        None => None,
+    };
+    let mut report = Report {
+        device: lexlip_model::describe_device(&device),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ..Default::default()
+    };
+    let model = match &args.model {
+        Some(path) => Some(
+            Encoders::load_with(
+                path,
+                &device,
+                &lexlip_model::LoadOptions {
+                    dtype,
+                    ..Default::default()
+                },
+            )
+            .with_context(|| format!("loading model {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let min_time = Duration::from_secs_f64(args.seconds.max(0.1));
+
+    if let Some(text) = model.as_ref().and_then(|m| m.text().ok()) {
+        report.text_model = args.model.as_ref().map(|p| p.display().to_string());
+        let texts = captions(32.max(args.batch_sizes.iter().copied().max().unwrap_or(1)));
+        for &b in &args.batch_sizes {
+            let batch: Vec<&str> = texts.iter().take(b).map(String::as_str).collect();
+            let row = time(b, min_time, || text.encode(&batch).map(|_| ()))?;
+            eprintln!("text  batch {b:>3}: {:>9.1} texts/s", row.items_per_s);
+            report.text.push(row);
+        }
+    }
+
+    let random;
+    let image: Option<&ImageEncoder> = if args.random_beit_base {
+        let vocab = match model.as_ref().and_then(|m| m.text().ok()) {
+            Some(t) => t.vocabulary().clone(),
+            None => Vocabulary::new("synthetic", (0..30522).map(|i| format!("[t{i}]")).collect()),
+        };
+        let dtype = dtype.unwrap_or_else(|| lexlip_model::image::default_dtype(&device));
+        random = ImageEncoder::random_beit_base(vocab, &device, dtype, 42)?;
+        report.image_model = Some("random BEiT-B/16 224 + MLM head (30522 terms)".into());
+        Some(&random)
+    } else {
+        let i = model.as_ref().and_then(|m| m.image().ok());
+        if i.is_some() {
+            report.image_model = args.model.as_ref().map(|p| p.display().to_string());
+        }
+        i
+    };
+    if let Some(enc) = image {
+        report.image_dtype = Some(format!("{:?}", enc.dtype()).to_lowercase());
+        let size = enc.image_size();
+        let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
+        let images: Vec<PreprocessedImage> = (0..max_b)
+            .map(|i| {
+                let data = (0..3 * size * size)
+                    .map(|j| (((i * 7919 + j * 104_729) % 2001) as f32 / 1000.0) - 1.0)
+                    .collect();
+                PreprocessedImage::from_chw(size, data)
+            })
+            .collect::<Result<_, _>>()?;
+        for &b in &args.batch_sizes {
+            let row = time(b, min_time, || enc.encode(&images[..b]).map(|_| ()))?;
+            eprintln!("image batch {b:>3}: {:>9.2} images/s", row.items_per_s);
+            report.image.push(row);
+        }
+        let jpeg = sample_jpeg()?;
+        let row = time(1, Duration::from_secs(1), || {
+            enc.preprocess(&jpeg).map(|_| ())
+        })?;
+        report.preprocess_images_per_s_one_thread = Some(row.items_per_s);
+    }
+    if report.text.is_empty() && report.image.is_empty() {
+        anyhow::bail!(
+            "nothing to time: the model has neither a text nor an image encoder (add --random-beit-base?)"
+        );
+    }
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("device: {} ({} threads)", report.device, report.threads);
+        for (what, unit, rows, name) in [
+            ("text", "texts/s", &report.text, &report.text_model),
+            ("image", "images/s", &report.image, &report.image_model),
+        ] {
+            if rows.is_empty() {
+                continue;
+            }
+            println!("{what} encoder: {}", name.as_deref().unwrap_or("-"));
+            for r in rows {
+                println!(
+                    "  batch {:>3}: {:>10.2} {unit} ({:.1} ms/batch)",
+                    r.batch, r.items_per_s, r.ms_per_batch
+                );
+            }
+        }
+        if let Some(p) = report.preprocess_images_per_s_one_thread {
+            println!("image preprocessing (640×480 JPEG, 1 thread): {p:.1} images/s");
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` once to warm up, then until `min_time` has passed (at least twice).
+fn time(
+    batch: usize,
+    min_time: Duration,
+    mut f: impl FnMut() -> lexlip_model::Result<()>,
+) -> anyhow::Result<Row> {
+    f()?;
+    let start = Instant::now();
+    let mut runs = 0usize;
+    while runs < 2 || start.elapsed() < min_time {
+        f()?;
+        runs += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(Row {
+        batch,
+        items_per_s: (runs * batch) as f64 / secs,
+        ms_per_batch: secs * 1000.0 / runs as f64,
+    })
+}
+
+/// Caption-like texts of 8-20 words (deterministic).
+fn captions(n: usize) -> Vec<String> {
+    const WORDS: &[&str] = &[
+        "a", "dog", "runs", "across", "the", "green", "grass", "while", "two", "children", "play",
+        "with", "red", "ball", "near", "an", "old", "wooden", "fence", "under", "blue", "sky",
+        "woman", "riding", "bicycle", "down", "busy", "city", "street", "at", "night", "kitchen",
+    ];
+    (0..n)
+        .map(|i| {
+            let len = 8 + (i * 5) % 13;
+            (0..len)
+                .map(|j| WORDS[(i * 31 + j * 7) % WORDS.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// A 640×480 JPEG made in memory, for timing preprocessing.
+fn sample_jpeg() -> anyhow::Result<Vec<u8>> {
+    let img = image::RgbImage::from_fn(640, 480, |x, y| {
+        image::Rgb([(x % 256) as u8, (y % 256) as u8, ((x + y) % 256) as u8])
+    });
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new(&mut out).encode_image(&img)?;
+    Ok(out)
 }
