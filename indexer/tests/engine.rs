@@ -9,6 +9,10 @@ fn free_space() -> TermSpace {
     TermSpace::from_tokens("test", [])
 }
 
+fn new_collection(dir: &std::path::Path) -> Collection {
+    Collection::create(dir, free_space(), CollectionSettings::default(), None).unwrap()
+}
+
 fn doc(id: &str, modality: Modality) -> Document {
     Document::new(DocId::new(id).unwrap(), modality)
 }
@@ -29,13 +33,7 @@ fn ids(c: &Collection, query: &QuantizedVector, options: &SearchOptions) -> Vec<
 #[test]
 fn impacts_are_term_frequencies_and_scores_are_dot_products() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        dir.path(),
-        free_space(),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = new_collection(dir.path());
     let mut d = doc("a", Modality::Image);
     d.uri = Some("img/a.jpg".into());
     d.text = Some("a brown dog".into());
@@ -97,13 +95,7 @@ fn impacts_are_term_frequencies_and_scores_are_dot_products() {
 #[test]
 fn replace_delete_reopen_and_visibility() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        dir.path(),
-        free_space(),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = new_collection(dir.path());
     c.add(doc("a", Modality::Text), q(&[("x", 5)])).unwrap();
     c.add(doc("b", Modality::Text), q(&[("x", 7)])).unwrap();
     c.commit().unwrap();
@@ -143,13 +135,7 @@ fn replace_delete_reopen_and_visibility() {
 #[test]
 fn filters_by_modality_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        dir.path(),
-        free_space(),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = new_collection(dir.path());
     for (i, (m, split, year, ok)) in [
         (Modality::Image, "train", 2020, true),
         (Modality::Image, "test", 2021, false),
@@ -259,13 +245,7 @@ fn settings_vocabulary_and_term_space_are_enforced() {
 #[test]
 fn invalid_search_options_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        dir.path(),
-        free_space(),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = new_collection(dir.path());
     let snap = c.snapshot().unwrap();
     let query = q(&[("x", 1)]);
     assert!(snap.search(&query, &SearchOptions::top(0)).is_err());
