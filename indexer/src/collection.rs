@@ -18,8 +18,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use lexlip_proto::api::Filter;
 use lexlip_proto::api::{Hit, TermContribution};
-use lexlip_proto::{DocId, Document, Modality, QuantizedVector, SparseVector, TermSpace};
+use lexlip_proto::{
+    DenseVector, DocId, Document, Modality, QuantizedVector, SparseVector, TermSpace,
+};
 use tantivy::collector::Count;
 use tantivy::directory::MmapDirectory;
 use tantivy::index::SegmentId;
@@ -31,6 +34,7 @@ use tantivy::{
     TantivyDocument, Term,
 };
 
+use crate::dense::{DenseCache, DenseHit, DenseParams};
 use crate::error::{IndexError, Result};
 use crate::manifest::{CollectionSettings, Manifest};
 use crate::maxima::SegmentMaxima;
@@ -82,6 +86,8 @@ pub struct Collection {
     reader: IndexReader,
     writer: Mutex<Option<WriterState>>,
     maxima: Mutex<HashMap<SegmentId, Arc<SegmentMaxima>>>,
+    dense: Arc<DenseCache>,
+    dense_params: DenseParams,
     flush_docs: usize,
 }
 
@@ -158,6 +164,8 @@ impl Collection {
             reader,
             writer: Mutex::new(None),
             maxima: Mutex::new(HashMap::new()),
+            dense: Arc::new(DenseCache::default()),
+            dense_params: DenseParams::default(),
             flush_docs: DEFAULT_FLUSH_DOCS,
         })
     }
@@ -188,6 +196,27 @@ impl Collection {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Tuning of the dense fallback index (takes effect for segments loaded afterwards).
+    pub fn set_dense_params(&mut self, params: DenseParams) {
+        self.dense_params = params;
+    }
+
+    /// Checks a dense vector against the collection's dense dimension.
+    pub fn check_dense(&self, v: &DenseVector) -> Result<()> {
+        match self.manifest.settings.dense_dim {
+            None => Err(IndexError::InvalidSetting(
+                "this collection has dense search off (created without a dense dimension); \
+                 recreate it with dense on to store dense vectors"
+                    .into(),
+            )),
+            Some(dim) if dim != v.dim() => Err(IndexError::InvalidSetting(format!(
+                "dense vector has dimension {}, the collection expects {dim}",
+                v.dim()
+            ))),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Documents written into a segment once this many are pending (default 100,000).
@@ -244,21 +273,44 @@ impl Collection {
 
     /// Adds a document, replacing any document with the same id. Visible after [`Self::commit`].
     pub fn add(&self, doc: Document, impacts: QuantizedVector) -> Result<()> {
+        self.add_with_dense(doc, impacts, None)
+    }
+
+    /// [`Self::add`] with the document's dense vector (L2-normalised before it is stored), for
+    /// collections with dense search on.
+    pub fn add_with_dense(
+        &self,
+        doc: Document,
+        impacts: QuantizedVector,
+        dense: Option<DenseVector>,
+    ) -> Result<()> {
         self.check_vocabulary(&impacts)?;
+        if let Some(v) = &dense {
+            self.check_dense(v)?;
+        }
+        let dense = dense.map(|v| v.normalized());
         let mut guard = self.writer()?;
         let Some(state) = guard.as_mut() else {
             return Err(IndexError::ReadOnly);
         };
         let id = doc.id.as_str().to_string();
         if let Some(&i) = state.pending_ids.get(&id) {
-            state.pending[i] = PendingDoc { doc, impacts };
+            state.pending[i] = PendingDoc {
+                doc,
+                impacts,
+                dense,
+            };
             return Ok(());
         }
         if state.flushed_ids.contains(&id) || self.committed_contains(state, &id)? {
             Self::queue_delete(state, self.fields, &id);
         }
         state.pending_ids.insert(id, state.pending.len());
-        state.pending.push(PendingDoc { doc, impacts });
+        state.pending.push(PendingDoc {
+            doc,
+            impacts,
+            dense,
+        });
         if state.pending.len() >= self.flush_docs {
             self.flush(state)?;
         }
@@ -375,6 +427,11 @@ impl Collection {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|id, _| live.contains(id));
+        let live: Vec<SegmentId> = live.into_iter().collect();
+        self.dense.retain(&live);
+        if self.manifest.settings.dense_dim.is_some() {
+            snapshot.warm_dense()?;
+        }
         Ok(())
     }
 
@@ -432,6 +489,9 @@ impl Collection {
             maxima,
             fields: self.fields,
             scale: self.manifest.settings.scale,
+            dense: self.dense.clone(),
+            dense_dim: self.manifest.settings.dense_dim,
+            dense_params: self.dense_params,
         })
     }
 
@@ -533,6 +593,8 @@ pub struct StoredDocument {
     pub doc: Document,
     /// Its impacts, when asked for (read back from the postings).
     pub impacts: Option<QuantizedVector>,
+    /// Its dense vector (unit length), when it has one.
+    pub dense: Option<Vec<f32>>,
 }
 
 /// A point-in-time view of a collection: what one commit contains.
@@ -541,6 +603,9 @@ pub struct Snapshot {
     maxima: Vec<Arc<SegmentMaxima>>,
     fields: Fields,
     scale: f32,
+    dense: Arc<DenseCache>,
+    dense_dim: Option<usize>,
+    dense_params: DenseParams,
 }
 
 impl Snapshot {
@@ -599,6 +664,81 @@ impl Snapshot {
 
     fn address(d: &ScoredDoc) -> DocAddress {
         DocAddress::new(d.segment_ord, d.doc)
+    }
+
+    /// Whether this collection keeps dense vectors.
+    pub fn has_dense(&self) -> bool {
+        self.dense_dim.is_some()
+    }
+
+    /// Loads the dense vectors (and graphs) of every segment now, rather than on first search.
+    pub fn warm_dense(&self) -> Result<()> {
+        if let Some(dim) = self.dense_dim {
+            for reader in self.searcher.segment_readers() {
+                self.dense
+                    .get_or_load(reader, &self.fields, dim, &self.dense_params)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Top-k live documents by cosine similarity with `query` (dense fallback). `exact` scans
+    /// every vector; otherwise large segments are searched through their HNSW graph.
+    pub fn search_dense(
+        &self,
+        query: &DenseVector,
+        k: usize,
+        exact: bool,
+        filter: &Filter,
+    ) -> Result<Vec<DenseHit>> {
+        let Some(dim) = self.dense_dim else {
+            return Err(IndexError::InvalidQuery(
+                "this collection has dense search off".into(),
+            ));
+        };
+        if query.dim() != dim {
+            return Err(IndexError::InvalidQuery(format!(
+                "dense query has dimension {}, the collection's vectors have {dim}",
+                query.dim()
+            )));
+        }
+        if k == 0 || k > crate::MAX_K {
+            return Err(IndexError::InvalidQuery(format!(
+                "k must be between 1 and {}, got {k}",
+                crate::MAX_K
+            )));
+        }
+        let allowed = CompiledFilter::new(filter, &self.fields)?.allowed(&self.searcher)?;
+        let mut segments = Vec::new();
+        for reader in self.searcher.segment_readers() {
+            let d = self
+                .dense
+                .get_or_load(reader, &self.fields, dim, &self.dense_params)?;
+            segments.push((reader, d));
+        }
+        Ok(crate::dense::search(
+            &segments,
+            query,
+            k,
+            exact,
+            &self.dense_params,
+            allowed.as_deref(),
+        ))
+    }
+
+    /// A document at a segment ordinal and doc id as an API hit with the given score (for
+    /// dense and fused results, whose scores are not dot products of impacts).
+    pub fn hit_at(&self, segment_ord: u32, doc: u32, score: f64) -> Result<Hit> {
+        let d = self.document_at(DocAddress::new(segment_ord, doc))?;
+        Ok(Hit {
+            id: d.id.to_string(),
+            score,
+            modality: d.modality,
+            uri: d.uri,
+            text: d.text,
+            metadata: d.metadata,
+            explain: None,
+        })
     }
 
     /// Stored fields of a scored document as an API hit; with `explain`, the matched terms.
@@ -717,7 +857,13 @@ impl Snapshot {
         } else {
             None
         };
-        Ok(Some(StoredDocument { doc, impacts }))
+        let stored: TantivyDocument = self.searcher.doc(address)?;
+        let dense = crate::dense::from_doc(&stored, &self.fields);
+        Ok(Some(StoredDocument {
+            doc,
+            impacts,
+            dense,
+        }))
     }
 
     fn impacts_at(&self, address: DocAddress) -> Result<QuantizedVector> {

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod collection;
+pub mod dense;
 pub mod error;
 pub mod ingest;
 pub mod manifest;

@@ -17,6 +17,8 @@ pub struct Fields {
     pub text: Field,
     pub metadata: Field,
     pub impacts: Field,
+    /// Dense fallback vectors (stored bytes); absent in collections made before it existed.
+    pub dense: Option<Field>,
 }
 
 pub const ID: &str = "id";
@@ -25,6 +27,7 @@ pub const URI: &str = "uri";
 pub const TEXT: &str = "text";
 pub const METADATA: &str = "metadata";
 pub const IMPACTS: &str = "impacts";
+pub const DENSE: &str = "dense";
 
 fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
     TextFieldIndexing::default()
@@ -52,6 +55,7 @@ pub fn build() -> (Schema, Fields) {
         IMPACTS,
         TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::WithFreqs)),
     );
+    let dense = b.add_bytes_field(DENSE, STORED);
     let schema = b.build();
     (
         schema,
@@ -62,6 +66,7 @@ pub fn build() -> (Schema, Fields) {
             text,
             metadata,
             impacts,
+            dense: Some(dense),
         },
     )
 }
@@ -76,5 +81,6 @@ pub fn fields_of(schema: &Schema) -> tantivy::Result<Fields> {
         text: get(TEXT)?,
         metadata: get(METADATA)?,
         impacts: get(IMPACTS)?,
+        dense: get(DENSE).ok(),
     })
 }

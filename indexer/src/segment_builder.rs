@@ -32,6 +32,8 @@ use crate::schema::Fields;
 pub struct PendingDoc {
     pub doc: Document,
     pub impacts: QuantizedVector,
+    /// Dense fallback vector (collections with dense search on).
+    pub dense: Option<lexlip_proto::DenseVector>,
 }
 
 /// RAM for tantivy's single-segment writer of the small fields (it never flushes early).
@@ -78,7 +80,9 @@ pub(crate) fn write_segment(
             .schema(schema.clone())
             .single_segment_index_writer(RamDirectory::create(), SMALL_FIELDS_BUDGET)?;
         for d in docs {
-            small.add_document(small_fields_doc(fields, &d.doc))?;
+            let mut t = small_fields_doc(fields, &d.doc);
+            crate::dense::add_to_doc(&mut t, fields, d.dense.as_ref());
+            small.add_document(t)?;
         }
         Ok(small.finalize()?)
     };

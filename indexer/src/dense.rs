@@ -1,0 +1,299 @@
+//! The dense fallback: one L2-normalised embedding per document, searched by cosine similarity.
+//!
+//! Vectors are stored with the document (a stored bytes field of the tantivy index, little-endian
+//! f32), so adds, replaces, deletes and commits stay atomic with the sparse impacts. At search
+//! time each segment's vectors are loaded once (cached by segment id, like the pruning maxima):
+//! small segments are scanned exactly; segments of at least [`DenseParams::hnsw_min_docs`]
+//! documents get an HNSW graph (`hnsw_rs`), searched with an `ef` of several times k and the
+//! filter (deleted documents, metadata, modality) applied inside the graph walk.
+//!
+//! Like Lucene's per-segment HNSW, graphs are rebuilt when segments merge and are kept in
+//! memory only (rebuilt when a collection is opened).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hnsw_rs::hnsw::Hnsw;
+use hnsw_rs::prelude::Distance;
+use lexlip_proto::DenseVector;
+use tantivy::index::SegmentId;
+use tantivy::schema::Value;
+use tantivy::{SegmentReader, TantivyDocument};
+
+use crate::error::{IndexError, Result};
+use crate::schema::Fields;
+use crate::search::filter::AllowedDocs;
+
+/// Tuning of the dense index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseParams {
+    /// Segments with fewer documents are scanned exactly (a flat scan of 20k × 512 floats is
+    /// about as fast as a graph walk and has recall 1).
+    pub hnsw_min_docs: usize,
+    /// HNSW out-degree per layer.
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    /// Search beam: `max(ef_search, 4·k)`.
+    pub ef_search: usize,
+}
+
+impl Default for DenseParams {
+    fn default() -> Self {
+        Self {
+            hnsw_min_docs: 20_000,
+            max_connections: 16,
+            ef_construction: 200,
+            ef_search: 64,
+        }
+    }
+}
+
+/// Encodes a vector for the stored field.
+pub fn to_bytes(v: &DenseVector) -> Vec<u8> {
+    v.as_slice().iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8], dim: usize) -> Result<&[u8]> {
+    if bytes.len() != dim * 4 {
+        return Err(IndexError::CorruptDocument(format!(
+            "dense vector of {} bytes, expected {} (dimension {dim})",
+            bytes.len(),
+            dim * 4
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Adds a document's dense vector to its tantivy document (when the schema has the field).
+pub(crate) fn add_to_doc(t: &mut TantivyDocument, fields: &Fields, v: Option<&DenseVector>) {
+    if let (Some(field), Some(v)) = (fields.dense, v) {
+        t.add_bytes(field, &to_bytes(v));
+    }
+}
+
+/// Reads the dense vector of a stored document, if it has one.
+pub(crate) fn from_doc(t: &TantivyDocument, fields: &Fields) -> Option<Vec<f32>> {
+    let field = fields.dense?;
+    let bytes = t.get_first(field)?.as_bytes()?;
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// Cosine distance for unit vectors, `1 - a·b`, clamped at 0 (rounding can push `a·b` just over
+/// 1; hnsw_rs's own `DistDot` asserts on that).
+#[derive(Debug, Default, Clone, Copy)]
+struct CosineDistance;
+
+impl Distance<f32> for CosineDistance {
+    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+        (1.0 - dot(a, b)).max(0.0)
+    }
+}
+
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The dense vectors of one segment, row `doc` at `doc·dim`.
+pub struct SegmentDense {
+    dim: usize,
+    vectors: Vec<f32>,
+    present: Vec<bool>,
+    graph: Option<Hnsw<'static, f32, CosineDistance>>,
+}
+
+impl std::fmt::Debug for SegmentDense {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentDense")
+            .field("dim", &self.dim)
+            .field("docs", &self.present.len())
+            .field("graph", &self.graph.is_some())
+            .finish()
+    }
+}
+
+impl SegmentDense {
+    /// Loads every stored vector of a segment (deleted documents included: they are filtered at
+    /// search time) and builds its graph when the segment is large enough.
+    pub fn load(
+        reader: &SegmentReader,
+        fields: &Fields,
+        dim: usize,
+        params: &DenseParams,
+    ) -> Result<Self> {
+        let max_doc = reader.max_doc() as usize;
+        let mut vectors = vec![0f32; max_doc * dim];
+        let mut present = vec![false; max_doc];
+        if let Some(field) = fields.dense {
+            let store = reader.get_store_reader(0)?;
+            for doc in 0..max_doc as u32 {
+                let t: TantivyDocument = store.get(doc)?;
+                if let Some(bytes) = t.get_first(field).and_then(|v| v.as_bytes()) {
+                    let bytes = from_bytes(bytes, dim)?;
+                    let row = &mut vectors[doc as usize * dim..(doc as usize + 1) * dim];
+                    for (x, c) in row.iter_mut().zip(bytes.chunks_exact(4)) {
+                        *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    }
+                    present[doc as usize] = true;
+                }
+            }
+        }
+        let count = present.iter().filter(|p| **p).count();
+        let graph = (count >= params.hnsw_min_docs).then(|| {
+            let layers = 16.min(((count as f32).ln().ceil() as usize).max(1));
+            let graph = Hnsw::new(
+                params.max_connections,
+                count,
+                layers,
+                params.ef_construction,
+                CosineDistance,
+            );
+            let rows: Vec<(&[f32], usize)> = (0..max_doc)
+                .filter(|&d| present[d])
+                .map(|d| (&vectors[d * dim..(d + 1) * dim], d))
+                .collect();
+            graph.parallel_insert_slice(&rows);
+            graph
+        });
+        Ok(Self {
+            dim,
+            vectors,
+            present,
+            graph,
+        })
+    }
+
+    pub fn has_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// Heap bytes of the vectors (the graph adds roughly `2·max_connections` ids per vector).
+    pub fn heap_bytes(&self) -> usize {
+        self.vectors.len() * 4 + self.present.len()
+    }
+
+    fn row(&self, doc: usize) -> &[f32] {
+        &self.vectors[doc * self.dim..(doc + 1) * self.dim]
+    }
+
+    /// The best `k` documents of this segment for a unit `query`, as (doc, cosine).
+    /// `accept(doc)` says whether a document is live and passes the filter.
+    fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        exact: bool,
+        params: &DenseParams,
+        accept: &dyn Fn(u32) -> bool,
+    ) -> Vec<(u32, f32)> {
+        let ok = |d: usize| self.present[d] && accept(d as u32);
+        match (&self.graph, exact) {
+            (Some(graph), false) => {
+                let filter = |id: &usize| ok(*id);
+                let ef = params.ef_search.max(4 * k);
+                graph
+                    .search_filter(query, k, ef, Some(&filter))
+                    .into_iter()
+                    // Recompute from the stored row: the graph's distance is clamped.
+                    .map(|n| (n.d_id as u32, dot(query, self.row(n.d_id))))
+                    .collect()
+            }
+            _ => {
+                let mut best: Vec<(u32, f32)> = Vec::new();
+                for d in (0..self.present.len()).filter(|&d| ok(d)) {
+                    best.push((d as u32, dot(query, self.row(d))));
+                }
+                best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                best.truncate(k);
+                best
+            }
+        }
+    }
+}
+
+/// A dense hit: segment ordinal, doc id in the segment, cosine similarity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseHit {
+    pub segment_ord: u32,
+    pub doc: u32,
+    pub score: f32,
+}
+
+/// Per-segment dense data of a collection, loaded on first use and kept while the segment lives.
+#[derive(Debug, Default)]
+pub(crate) struct DenseCache {
+    segments: Mutex<HashMap<SegmentId, Arc<SegmentDense>>>,
+}
+
+impl DenseCache {
+    pub(crate) fn get_or_load(
+        &self,
+        reader: &SegmentReader,
+        fields: &Fields,
+        dim: usize,
+        params: &DenseParams,
+    ) -> Result<Arc<SegmentDense>> {
+        let id = reader.segment_id();
+        if let Some(s) = self
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+        {
+            return Ok(s.clone());
+        }
+        let loaded = Arc::new(SegmentDense::load(reader, fields, dim, params)?);
+        self.segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Drops segments that no longer exist (merged away).
+    pub(crate) fn retain(&self, live: &[SegmentId]) {
+        self.segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| live.contains(id));
+    }
+}
+
+/// Top-k over segments by cosine similarity; ties by document order.
+pub(crate) fn search(
+    segments: &[(&SegmentReader, Arc<SegmentDense>)],
+    query: &DenseVector,
+    k: usize,
+    exact: bool,
+    params: &DenseParams,
+    allowed: Option<&[AllowedDocs]>,
+) -> Vec<DenseHit> {
+    let q = query.normalized();
+    let mut all = Vec::new();
+    for (ord, (reader, dense)) in segments.iter().enumerate() {
+        let alive = reader.alive_bitset();
+        let allowed = allowed.map(|a| &a[ord]);
+        let accept =
+            |d: u32| alive.is_none_or(|a| a.is_alive(d)) && allowed.is_none_or(|a| a.contains(d));
+        for (doc, score) in dense.search(q.as_slice(), k, exact, params, &accept) {
+            all.push(DenseHit {
+                segment_ord: ord as u32,
+                doc,
+                score,
+            });
+        }
+    }
+    all.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.segment_ord.cmp(&b.segment_ord))
+            .then(a.doc.cmp(&b.doc))
+    });
+    all.truncate(k);
+    all
+}
