@@ -55,28 +55,7 @@ pub fn parse_line(
     let err = |kind, reason: String| LineError { line, kind, reason };
     let raw: RawLine = serde_json::from_str(text).map_err(|e| err("json", e.to_string()))?;
     let id = DocId::new(raw.id).map_err(|e| err("id", e.to_string()))?;
-    let mut ints = Vec::with_capacity(raw.vector.len());
-    let mut floats = Vec::new();
-    for (term, value) in raw.vector {
-        let Some(n) = value.as_number() else {
-            return Err(err(
-                "vector",
-                format!("weight of {term:?} is not a number: {value}"),
-            ));
-        };
-        if let Some(u) = n.as_u64() {
-            ints.push((term, u));
-        } else if let Some(f) = n.as_f64() {
-            floats.push((term, f as f32));
-        }
-    }
-    let vector = if floats.is_empty() {
-        VectorInput::Impacts(QuantizedVector::new(ints).map_err(|e| err("vector", e.to_string()))?)
-    } else {
-        // Mixed lines: integers are read as weights too, so that every term is quantized alike.
-        floats.extend(ints.into_iter().map(|(t, u)| (t, u as f32)));
-        VectorInput::Weights(SparseVector::new(floats).map_err(|e| err("vector", e.to_string()))?)
-    };
+    let vector = vector_input(raw.vector).map_err(|reason| err("vector", reason))?;
     let doc = Document {
         id,
         modality: raw.modality.unwrap_or(default_modality),
@@ -85,6 +64,36 @@ pub fn parse_line(
         metadata: raw.metadata,
     };
     Ok(VectorRecord { doc, vector })
+}
+
+/// A JSON `{token: weight}` object as a vector: all integers → impacts; any float → every
+/// weight is a float weight, quantized later with the collection's scale.
+pub fn vector_input(
+    vector: serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<VectorInput, String> {
+    let mut ints = Vec::with_capacity(vector.len());
+    let mut floats = Vec::new();
+    for (term, value) in vector {
+        let Some(n) = value.as_number() else {
+            return Err(format!("weight of {term:?} is not a number: {value}"));
+        };
+        if let Some(u) = n.as_u64() {
+            ints.push((term, u));
+        } else if let Some(f) = n.as_f64() {
+            floats.push((term, f as f32));
+        }
+    }
+    if floats.is_empty() {
+        Ok(VectorInput::Impacts(
+            QuantizedVector::new(ints).map_err(|e| e.to_string())?,
+        ))
+    } else {
+        // Mixed: integers are read as weights too, so that every term is quantized alike.
+        floats.extend(ints.into_iter().map(|(t, u)| (t, u as f32)));
+        Ok(VectorInput::Weights(
+            SparseVector::new(floats).map_err(|e| e.to_string())?,
+        ))
+    }
 }
 
 /// Lines of a plain or gzipped file.

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::Modality;
 
 /// How a search trades recall for speed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "value")]
 pub enum Precision {
@@ -20,6 +21,7 @@ pub enum Precision {
 pub type MetadataFilter = serde_json::Map<String, serde_json::Value>;
 
 /// A filter on the documents a search may return.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Filter {
@@ -28,10 +30,12 @@ pub struct Filter {
     pub modality: Option<Modality>,
     /// Only documents whose metadata has these top-level key/value pairs.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub metadata: MetadataFilter,
 }
 
 /// Why a hit scored what it did: one matched term.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TermContribution {
     pub term: String,
@@ -42,6 +46,7 @@ pub struct TermContribution {
 }
 
 /// One search result.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
     pub id: String,
@@ -53,6 +58,7 @@ pub struct Hit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Matched terms, highest contribution first (only when asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +66,7 @@ pub struct Hit {
 }
 
 /// Error codes every API error carries (`{"error": {"code", "message"}}`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -75,12 +82,14 @@ pub enum ErrorCode {
     Internal,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorResponse {
     pub error: ErrorBody,

@@ -1,9 +1,10 @@
 //! `lexlip`: a search server for image-text retrieval in the lexicon space.
 //!
 //! The binary is thin: argument parsing and output formatting live in `cli/`, the work in the
-//! `lexlip-index` (engine) and `lexlip-model` (encoders) crates.
+//! `lexlip-index` (engine) and `lexlip-model` (encoders) crates; `http/` holds the axum API.
 
 mod cli;
+mod http;
 
 use clap::Parser;
 

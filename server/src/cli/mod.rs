@@ -5,7 +5,9 @@ mod bench_encode;
 mod bench_engine;
 mod encode;
 mod index;
+mod model;
 mod search;
+mod serve;
 mod stats;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -32,6 +34,8 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Serve the HTTP API: collections under --data, queries encoded with the given models.
+    Serve(serve::ServeArgs),
     /// Build or extend a collection from precomputed vectors (Anserini JsonVectorCollection).
     Index(index::IndexArgs),
     /// Search a collection with a query vector, or a batch of queries into a TREC run.
@@ -43,6 +47,11 @@ pub enum Command {
     /// Benchmarks: the engine on synthetic data, the encoders.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Model weights: convert an official LexLIP checkpoint into a model directory.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
+    /// Print the HTTP API's OpenAPI document (JSON).
+    Openapi,
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -64,5 +73,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Stats(args) => stats::run(args),
         Command::Encode(args) => encode::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Serve(args) => serve::run(args),
+        Command::Model(cmd) => model::run(cmd),
+        Command::Openapi => {
+            let doc = crate::http::openapi::document();
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+            Ok(())
+        }
     }
 }

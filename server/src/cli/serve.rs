@@ -1,0 +1,118 @@
+//! `lexlip serve`: the HTTP API over collections under a data directory.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lexlip_model::LoadOptions;
+
+use crate::http::batcher::BatchConfig;
+use crate::http::encoders::{EncoderService, ModelPaths};
+use crate::http::metrics::Metrics;
+use crate::http::state::{AppState, Limits};
+use crate::http::{ServerConfig, serve, shared};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Data directory: collections live in DATA/collections/NAME (created if missing).
+    #[arg(long, env = "LEXLIP_DATA")]
+    pub data: PathBuf,
+    /// A LexLIP model (Lightning .ckpt or LexLIP directory): text and image encoders together.
+    #[arg(long, env = "LEXLIP_MODEL")]
+    pub model: Option<PathBuf>,
+    /// A text encoder directory (BERT masked LM / SPLADE), overriding --model's.
+    #[arg(long)]
+    pub text_model: Option<PathBuf>,
+    /// An image encoder directory (BEiT + MLM head), overriding --model's.
+    #[arg(long)]
+    pub image_model: Option<PathBuf>,
+    /// A dense encoder directory (CLIP) for the fallback and hybrid search.
+    #[arg(long)]
+    pub dense_model: Option<PathBuf>,
+    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080", env = "LEXLIP_ADDR")]
+    pub addr: SocketAddr,
+    /// Largest request body in MiB (bigger requests get 413).
+    #[arg(long, default_value_t = 32)]
+    pub max_body_mb: usize,
+    /// Documents per add request.
+    #[arg(long, default_value_t = 1000)]
+    pub max_batch_docs: usize,
+    /// Seconds before a request is abandoned with 503.
+    #[arg(long, default_value_t = 30)]
+    pub request_timeout_s: u64,
+    /// Requests handled at once; more are refused with 503 + Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// Largest encoder batch.
+    #[arg(long, default_value_t = 32)]
+    pub max_batch: usize,
+    /// Milliseconds an encoder waits for more items after the first.
+    #[arg(long, default_value_t = 5)]
+    pub max_wait_ms: u64,
+    /// Items waiting per encoder before new ones get 503.
+    #[arg(long, default_value_t = 256)]
+    pub queue: usize,
+    /// API key required on write routes (repeat or comma-separate for several).
+    #[arg(long, env = "LEXLIP_API_KEY", value_delimiter = ',')]
+    pub api_key: Vec<String>,
+    /// Require the API key on read routes too.
+    #[arg(long)]
+    pub protect_reads: bool,
+    /// Allowed CORS origin (repeatable; `*` for any). None: no CORS headers.
+    #[arg(long)]
+    pub cors_origin: Vec<String>,
+    /// Run the encoders on the GPU (build with --features cuda).
+    #[arg(long)]
+    pub gpu: bool,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.max_body_mb > 0 && args.max_in_flight > 0 && args.max_batch > 0 && args.queue > 0,
+        "--max-body-mb, --max-in-flight, --max-batch and --queue must be at least 1"
+    );
+    if args.protect_reads && args.api_key.is_empty() {
+        anyhow::bail!("--protect-reads needs --api-key");
+    }
+    let metrics = Metrics::new();
+    let paths = ModelPaths {
+        model: args.model.clone(),
+        text_model: args.text_model.clone(),
+        image_model: args.image_model.clone(),
+        dense_model: args.dense_model.clone(),
+        options: LoadOptions {
+            tokenizer: args.tokenizer.clone(),
+            ..Default::default()
+        },
+        gpu: args.gpu,
+    };
+    let batch = BatchConfig {
+        max_batch: args.max_batch,
+        max_wait: Duration::from_millis(args.max_wait_ms),
+        queue: args.queue,
+    };
+    let encoders = EncoderService::load(&paths, batch, &metrics)?;
+    tracing::info!(models = %encoders.describe(), "encoders loaded");
+    let limits = Limits {
+        max_body_bytes: args.max_body_mb << 20,
+        request_timeout: Duration::from_secs(args.request_timeout_s.max(1)),
+        max_in_flight: args.max_in_flight,
+        max_batch_docs: args.max_batch_docs.max(1),
+        api_keys: args.api_key.into_iter().filter(|k| !k.is_empty()).collect(),
+        protect_reads: args.protect_reads,
+    };
+    let state = shared(AppState::open(&args.data, encoders, metrics, limits)?);
+    let config = ServerConfig {
+        addr: args.addr,
+        cors_origins: args.cors_origin,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("lexlip-http")
+        .build()?;
+    runtime.block_on(serve(state, config))
+}

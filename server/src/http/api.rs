@@ -1,0 +1,255 @@
+//! Request and response bodies of the HTTP API (their OpenAPI schemas come from these types).
+
+use std::collections::BTreeMap;
+
+use lexlip_proto::Modality;
+use lexlip_proto::api::{Filter, Hit};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `PUT /v1/collections/{name}`. Every field is optional: `{}` creates a collection bound to the
+/// server's encoder vocabulary with scale 100, all terms kept, dense search off.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCollection {
+    /// Quantization scale: impact = floor(scale · weight). Default 100 (LexLIP).
+    pub scale: Option<f32>,
+    /// Keep only the K largest weights of each document (LexLIP Table 2: 64, 32, 16, …).
+    pub top_k_terms: Option<usize>,
+    /// Keep dense vectors for the fallback/hybrid search (dimension of the server's dense
+    /// encoder, or `dense_dim`).
+    #[serde(default)]
+    pub dense: bool,
+    /// Dense dimension when vectors are supplied precomputed (implies `dense`).
+    pub dense_dim: Option<usize>,
+}
+
+/// A collection and its figures.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CollectionInfo {
+    pub name: String,
+    pub documents: u64,
+    pub images: u64,
+    pub texts: u64,
+    /// Distinct terms.
+    pub terms: u64,
+    /// Stored non-zero impacts.
+    pub nnz: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    pub bytes_per_item: f64,
+    pub bytes_per_nnz: f64,
+    pub scale: f32,
+    pub top_k_terms: Option<usize>,
+    /// Dense dimension, when dense search is on.
+    pub dense_dim: Option<usize>,
+    /// The vocabulary the collection is bound to.
+    pub term_space: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CollectionList {
+    pub collections: Vec<CollectionInfo>,
+}
+
+/// A document to add. Give `text`, `image` (base64) or a precomputed `vector`; `modality`
+/// defaults to `image` when an image is given, else `text`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewDocument {
+    /// Unique id (1-512 bytes); adding an existing id replaces that document.
+    pub id: String,
+    pub modality: Option<Modality>,
+    /// Caption or text; encoded when no `vector` is given (text documents).
+    pub text: Option<String>,
+    /// Image bytes, base64 (JPEG, PNG, WebP, GIF); encoded when no `vector` is given.
+    pub image: Option<String>,
+    pub uri: Option<String>,
+    #[schema(value_type = Object)]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Precomputed sparse vector: token → weight. Integers are impacts, other numbers are
+    /// weights quantized with the collection's scale.
+    #[schema(value_type = Object)]
+    pub vector: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Precomputed dense vector (collections with dense on).
+    pub dense: Option<Vec<f32>>,
+}
+
+/// `POST /v1/collections/{name}/documents`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddDocuments {
+    pub documents: Vec<NewDocument>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AddedDocuments {
+    /// Documents added or replaced.
+    pub added: usize,
+    /// Always true: documents are committed (searchable) when the call returns.
+    pub committed: bool,
+    /// Live documents after the commit.
+    pub documents: u64,
+}
+
+/// A stored document (`GET …/documents/{id}`); `terms` with `?explain=true`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredDocument {
+    pub id: String,
+    pub modality: Modality,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Its impacts, largest first (as `[term, impact]` pairs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terms: Option<Vec<(String, u32)>>,
+    /// Whether it has a dense vector.
+    pub dense: bool,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Deleted {
+    pub deleted: bool,
+}
+
+/// What to search with: exactly one of the four.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Query {
+    pub text: Option<String>,
+    /// Base64 image bytes.
+    pub image: Option<String>,
+    /// token → weight (integers are impacts).
+    #[schema(value_type = Object)]
+    pub sparse: Option<serde_json::Map<String, serde_json::Value>>,
+    pub dense: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The lexicon index (falls back to dense when it matches fewer than k documents and a
+    /// dense query is available).
+    #[default]
+    Sparse,
+    Dense,
+    /// Reciprocal-rank fusion of the sparse and dense lists.
+    Hybrid,
+}
+
+/// `POST /v1/collections/{name}/search`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: Query,
+    /// Only documents of this modality (text→image: `image`).
+    pub target: Option<Modality>,
+    #[serde(default = "default_k")]
+    pub k: usize,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Exact top-k (default). `false` with `approx` trades recall for speed.
+    pub exact: Option<bool>,
+    /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below this
+    /// times the k-th score are skipped); for dense, any value uses the HNSW graph.
+    pub approx: Option<f32>,
+    #[serde(default)]
+    pub filter: Filter,
+    /// Matched terms and their contributions per hit (sparse hits).
+    #[serde(default)]
+    pub explain: bool,
+}
+
+pub fn default_k() -> usize {
+    10
+}
+
+/// Which index answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchPath {
+    Sparse,
+    Dense,
+    Hybrid,
+    /// Sparse matched fewer than k documents; the dense index answered.
+    DenseFallback,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SearchResponse {
+    pub hits: Vec<Hit>,
+    pub path: SearchPath,
+    /// Documents the sparse query matched among the first k (when the sparse index ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparse_matches: Option<usize>,
+    /// The query's impacts (with `explain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_terms: Option<BTreeMap<String, u32>>,
+    pub took_ms: f64,
+}
+
+/// `POST /v1/search/text-to-image`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TextToImage {
+    pub collection: String,
+    pub text: String,
+    #[serde(default = "default_k")]
+    pub k: usize,
+    #[serde(default)]
+    pub mode: Mode,
+    pub exact: Option<bool>,
+    pub approx: Option<f32>,
+    #[serde(default)]
+    pub filter: Filter,
+    #[serde(default)]
+    pub explain: bool,
+}
+
+/// `POST /v1/search/image-to-text` (JSON form; multipart takes `collection`, `k` and a file
+/// part `image`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageToText {
+    pub collection: String,
+    /// Base64 image bytes.
+    pub image: String,
+    #[serde(default = "default_k")]
+    pub k: usize,
+    #[serde(default)]
+    pub mode: Mode,
+    pub exact: Option<bool>,
+    pub approx: Option<f32>,
+    #[serde(default)]
+    pub filter: Filter,
+    #[serde(default)]
+    pub explain: bool,
+}
+
+/// `POST /v1/encode`: exactly one of `text`, `image`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeRequest {
+    pub text: Option<String>,
+    /// Base64 image bytes.
+    pub image: Option<String>,
+    /// Keep the K largest weights.
+    pub top_k_terms: Option<usize>,
+    /// Also return the dense embedding (needs a dense encoder).
+    #[serde(default)]
+    pub dense: bool,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EncodeResponse {
+    /// token → weight, largest first.
+    #[schema(value_type = Object)]
+    pub terms: serde_json::Map<String, serde_json::Value>,
+    /// Impacts with the default scale 100.
+    pub impacts: BTreeMap<String, u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dense: Option<Vec<f32>>,
+}

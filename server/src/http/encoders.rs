@@ -1,0 +1,306 @@
+//! The server's encoders behind dynamic batchers: text and image → sparse lexicon vectors, and
+//! (optionally) text and image → dense embeddings for the fallback.
+//!
+//! Encoders can come from one LexLIP model (`--model`) or separately (`--text-model`,
+//! `--image-model`, `--dense-model`); a server with only a text encoder still answers
+//! text→image searches over images indexed elsewhere. Asking for an encoder the server lacks is a
+//! 422 that says which flag would provide it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
+use lexlip_proto::{DenseVector, SparseVector, TermSpace};
+
+use super::batcher::{BatchConfig, Batcher};
+use super::error::{ApiError, ApiResult};
+use super::metrics::Metrics;
+
+/// Where the encoders come from.
+#[derive(Debug, Clone, Default)]
+pub struct ModelPaths {
+    pub model: Option<PathBuf>,
+    pub text_model: Option<PathBuf>,
+    pub image_model: Option<PathBuf>,
+    pub dense_model: Option<PathBuf>,
+    pub options: LoadOptions,
+    pub gpu: bool,
+}
+
+struct Side<I> {
+    source: Arc<Encoders>,
+    batcher: Batcher<I, SparseVector>,
+}
+
+struct DenseSide {
+    source: Arc<Encoders>,
+    dim: usize,
+    text: Batcher<String, DenseVector>,
+    image: Batcher<PreprocessedImage, DenseVector>,
+}
+
+/// Loaded encoders with their batching queues.
+pub struct EncoderService {
+    text: Option<Side<String>>,
+    image: Option<Side<PreprocessedImage>>,
+    dense: Option<DenseSide>,
+    term_space: Option<TermSpace>,
+    vocab: Option<Vec<String>>,
+    describe: serde_json::Value,
+}
+
+/// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
+/// fails only its own request.
+fn each_or_batch<I, O>(
+    items: Vec<I>,
+    f: impl Fn(&[I]) -> lexlip_model::Result<Vec<O>>,
+) -> Vec<Result<O, ApiError>> {
+    match f(&items) {
+        Ok(out) => out.into_iter().map(Ok).collect(),
+        Err(_) if items.len() > 1 => items
+            .chunks(1)
+            .map(|one| match f(one) {
+                Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
+                Ok(_) => Err(ApiError::internal("encoder returned no result")),
+                Err(e) => Err(ApiError::from(e)),
+            })
+            .collect(),
+        Err(e) => {
+            let e = ApiError::from(e);
+            items.iter().map(|_| Err(e.clone())).collect()
+        }
+    }
+}
+
+fn load(path: &Path, paths: &ModelPaths) -> anyhow::Result<Arc<Encoders>> {
+    let device = lexlip_model::device(paths.gpu)?;
+    let enc = Encoders::load_with(path, &device, &paths.options)
+        .map_err(|e| anyhow::anyhow!("loading model {}: {e}", path.display()))?;
+    Ok(Arc::new(enc))
+}
+
+impl EncoderService {
+    /// Loads every encoder named in `paths` and starts its batcher.
+    pub fn load(paths: &ModelPaths, batch: BatchConfig, metrics: &Metrics) -> anyhow::Result<Self> {
+        let model = paths.model.as_deref().map(|p| load(p, paths)).transpose()?;
+        let pick = |explicit: &Option<PathBuf>,
+                    has: fn(&Encoders) -> bool,
+                    what: &str|
+         -> anyhow::Result<Option<Arc<Encoders>>> {
+            if let Some(p) = explicit {
+                let e = load(p, paths)?;
+                anyhow::ensure!(has(&e), "{} holds no {what} encoder", p.display());
+                return Ok(Some(e));
+            }
+            Ok(model.clone().filter(|m| has(m)))
+        };
+        let text_src = pick(&paths.text_model, Encoders::has_text, "text")?;
+        let image_src = pick(&paths.image_model, Encoders::has_image, "image")?;
+        let dense_src = pick(&paths.dense_model, |e| e.dense().is_some(), "dense (CLIP)")?;
+
+        let text_space = text_src
+            .as_ref()
+            .and_then(|e| e.text().ok().map(|t| t.term_space().clone()));
+        let image_space = image_src
+            .as_ref()
+            .and_then(|e| e.image().ok().map(|i| i.term_space().clone()));
+        if let (Some(t), Some(i)) = (&text_space, &image_space) {
+            anyhow::ensure!(
+                t.same_vocabulary(i),
+                "the text encoder ({t}) and the image encoder ({i}) have different vocabularies; \
+                 their vectors cannot be compared"
+            );
+        }
+        let vocab = text_src
+            .as_ref()
+            .and_then(|e| e.text().ok().map(|t| t.vocabulary().tokens().to_vec()))
+            .or_else(|| {
+                image_src
+                    .as_ref()
+                    .and_then(|e| e.image().ok().map(|i| i.vocabulary().tokens().to_vec()))
+            });
+
+        let observe = |kind: &'static str| {
+            let m = metrics.clone();
+            Box::new(move |n: usize| m.observe_batch(kind, n)) as Box<dyn Fn(usize) + Send>
+        };
+        let text = text_src.map(|source| {
+            let enc = source.clone();
+            Side {
+                source,
+                batcher: Batcher::start(
+                    "text",
+                    batch,
+                    Box::new(move |items: Vec<String>| {
+                        each_or_batch(items, |b| {
+                            let refs: Vec<&str> = b.iter().map(String::as_str).collect();
+                            enc.text()?.encode(&refs)
+                        })
+                    }),
+                    observe("text"),
+                ),
+            }
+        });
+        let image = image_src.map(|source| {
+            let enc = source.clone();
+            Side {
+                source,
+                batcher: Batcher::start(
+                    "image",
+                    batch,
+                    Box::new(move |items: Vec<PreprocessedImage>| {
+                        each_or_batch(items, |b| enc.image()?.encode(b))
+                    }),
+                    observe("image"),
+                ),
+            }
+        });
+        let dense = match dense_src {
+            None => None,
+            Some(source) => {
+                let dim = source.dense().map(|d| d.dim()).unwrap_or(0);
+                let (t, i) = (source.clone(), source.clone());
+                Some(DenseSide {
+                    source,
+                    dim,
+                    text: Batcher::start(
+                        "dense_text",
+                        batch,
+                        Box::new(move |items: Vec<String>| {
+                            each_or_batch(items, |b| {
+                                let refs: Vec<&str> = b.iter().map(String::as_str).collect();
+                                match t.dense() {
+                                    Some(d) => d.encode_texts(&refs),
+                                    None => Ok(Vec::new()),
+                                }
+                            })
+                        }),
+                        observe("dense_text"),
+                    ),
+                    image: Batcher::start(
+                        "dense_image",
+                        batch,
+                        Box::new(move |items: Vec<PreprocessedImage>| {
+                            each_or_batch(items, |b| match i.dense() {
+                                Some(d) => d.encode_images(b),
+                                None => Ok(Vec::new()),
+                            })
+                        }),
+                        observe("dense_image"),
+                    ),
+                })
+            }
+        };
+        let describe = serde_json::json!({
+            "text": text.as_ref().map(|s| s.source.path().display().to_string()),
+            "image": image.as_ref().map(|s| s.source.path().display().to_string()),
+            "dense": dense.as_ref().map(|s| s.source.path().display().to_string()),
+            "dense_dim": dense.as_ref().map(|d| d.dim),
+            "term_space": text_space.as_ref().or(image_space.as_ref()).map(|t| t.to_string()),
+        });
+        Ok(Self {
+            text,
+            image,
+            dense,
+            term_space: text_space.or(image_space),
+            vocab,
+            describe,
+        })
+    }
+
+    /// What is loaded, for `/readyz` and the startup log.
+    pub fn describe(&self) -> &serde_json::Value {
+        &self.describe
+    }
+
+    /// The lexicon term space of the sparse encoders (None when no sparse encoder is loaded).
+    pub fn term_space(&self) -> Option<&TermSpace> {
+        self.term_space.as_ref()
+    }
+
+    /// Tokens of that term space in id order.
+    pub fn vocab(&self) -> Option<&[String]> {
+        self.vocab.as_deref()
+    }
+
+    pub fn dense_dim(&self) -> Option<usize> {
+        self.dense.as_ref().map(|d| d.dim)
+    }
+
+    /// Items waiting per queue (for `/metrics`).
+    pub fn queue_depths(&self) -> Vec<(&'static str, usize)> {
+        let mut out = Vec::new();
+        if let Some(s) = &self.text {
+            out.push((s.batcher.name(), s.batcher.depth()));
+        }
+        if let Some(s) = &self.image {
+            out.push((s.batcher.name(), s.batcher.depth()));
+        }
+        if let Some(d) = &self.dense {
+            out.push((d.text.name(), d.text.depth()));
+            out.push((d.image.name(), d.image.depth()));
+        }
+        out
+    }
+
+    pub async fn text(&self, text: String) -> ApiResult<SparseVector> {
+        let side = self.text.as_ref().ok_or_else(|| {
+            ApiError::unprocessable(
+                "this server has no text encoder: start it with --model (a LexLIP model) or --text-model",
+            )
+        })?;
+        if text.trim().is_empty() {
+            return Err(ApiError::unprocessable("the text is empty"));
+        }
+        side.batcher.submit(text).await
+    }
+
+    /// Decodes, preprocesses (on a blocking thread) and encodes an image; `name` names it in
+    /// errors.
+    pub async fn image(&self, bytes: Arc<Vec<u8>>, name: String) -> ApiResult<SparseVector> {
+        let side = self.image.as_ref().ok_or_else(|| {
+            ApiError::unprocessable(
+                "this server has no image encoder: start it with --model (a LexLIP model) or --image-model",
+            )
+        })?;
+        let enc = side.source.clone();
+        let pre = tokio::task::spawn_blocking(move || -> ApiResult<PreprocessedImage> {
+            Ok(enc.image()?.preprocess_named(&bytes, &name)?)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        side.batcher.submit(pre).await
+    }
+
+    pub fn has_dense(&self) -> bool {
+        self.dense.is_some()
+    }
+
+    pub async fn dense_text(&self, text: String) -> ApiResult<DenseVector> {
+        let side = self.dense_side()?;
+        side.text.submit(text).await
+    }
+
+    pub async fn dense_image(&self, bytes: Arc<Vec<u8>>, name: String) -> ApiResult<DenseVector> {
+        let side = self.dense_side()?;
+        let enc = side.source.clone();
+        let pre = tokio::task::spawn_blocking(move || -> ApiResult<PreprocessedImage> {
+            let d = enc
+                .dense()
+                .ok_or_else(|| ApiError::internal("dense encoder missing"))?;
+            Ok(d.preprocess_image(&bytes, &name)?)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        side.image.submit(pre).await
+    }
+
+    fn dense_side(&self) -> ApiResult<&DenseSide> {
+        self.dense.as_ref().ok_or_else(|| {
+            ApiError::unprocessable(
+                "this server has no dense encoder: start it with --dense-model (a CLIP directory), \
+                 or send a precomputed dense vector",
+            )
+        })
+    }
+}

@@ -1,0 +1,219 @@
+//! The HTTP API (axum): routes, middleware (API keys, admission control, timeouts, metrics,
+//! CORS) and the server loop with graceful shutdown.
+
+pub mod api;
+pub mod batcher;
+pub mod encoders;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+use error::ApiError;
+use state::SharedState;
+
+/// Everything `lexlip serve` configures.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub addr: SocketAddr,
+    pub cors_origins: Vec<String>,
+}
+
+/// The full router.
+pub fn router(state: SharedState, config: &ServerConfig) -> Router {
+    let v1 = Router::new()
+        .route("/v1/collections", get(routes::collections::list))
+        .route(
+            "/v1/collections/{name}",
+            put(routes::collections::create)
+                .get(routes::collections::show)
+                .delete(routes::collections::delete),
+        )
+        .route(
+            "/v1/collections/{name}/documents",
+            post(routes::documents::add),
+        )
+        .route(
+            "/v1/collections/{name}/documents/{id}",
+            get(routes::documents::get).delete(routes::documents::delete),
+        )
+        .route(
+            "/v1/collections/{name}/search",
+            post(routes::search::search),
+        )
+        .route(
+            "/v1/search/text-to-image",
+            post(routes::search::text_to_image),
+        )
+        .route(
+            "/v1/search/image-to-text",
+            post(routes::search::image_to_text),
+        )
+        .route("/v1/encode", post(routes::encode::encode))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), admit))
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes));
+    let mut app = Router::new()
+        .route("/healthz", get(routes::system::healthz))
+        .route("/readyz", get(routes::system::readyz))
+        .route("/metrics", get(routes::system::metrics))
+        .route("/openapi.json", get(routes::system::openapi))
+        .merge(v1)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.metrics.clone(),
+            metrics::track,
+        ))
+        .with_state(state);
+    if !config.cors_origins.is_empty() {
+        let origin = if config.cors_origins.iter().any(|o| o == "*") {
+            AllowOrigin::from(Any)
+        } else {
+            AllowOrigin::list(
+                config
+                    .cors_origins
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok()),
+            )
+        };
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(origin)
+                .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
+        );
+    }
+    app
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; see GET /openapi.json")
+}
+
+/// Admission control and the per-request timeout: at most `max_in_flight` requests run at
+/// once (more get 503 + Retry-After at once, so memory stays flat under overload), and each
+/// must finish within `request_timeout`.
+async fn admit(State(state): State<SharedState>, req: Request, next: Next) -> Response {
+    let Ok(permit) = state.admission.clone().try_acquire_owned() else {
+        state.metrics.rejected();
+        return ApiError::unavailable(
+            "the server is at capacity (--max-in-flight); retry shortly",
+            1,
+        )
+        .into_response();
+    };
+    let timeout = state.limits.request_timeout;
+    let response = match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::unavailable(
+            format!(
+                "the request took longer than {} s (--request-timeout-s)",
+                timeout.as_secs_f64()
+            ),
+            1,
+        )
+        .into_response(),
+    };
+    drop(permit);
+    response
+}
+
+/// API keys: required on write routes when any is configured, and on reads with
+/// `--protect-reads`. Sent as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
+async fn authorize(State(state): State<SharedState>, req: Request, next: Next) -> Response {
+    let keys = &state.limits.api_keys;
+    if keys.is_empty() {
+        return next.run(req).await;
+    }
+    let path = req.uri().path();
+    // Searching and encoding are POSTs but read nothing but what they are sent.
+    let is_read = req.method() == Method::GET
+        || (req.method() == Method::POST
+            && (path.ends_with("/search")
+                || path.starts_with("/v1/search/")
+                || path == "/v1/encode"));
+    if is_read && !state.limits.protect_reads {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+    match given {
+        Some(k)
+            if keys
+                .iter()
+                .any(|key| constant_time_eq(key.as_bytes(), k.as_bytes())) =>
+        {
+            next.run(req).await
+        }
+        Some(_) => ApiError::unauthorized("invalid API key").into_response(),
+        None => ApiError::unauthorized(
+            "this route needs an API key: send Authorization: Bearer KEY or X-Api-Key: KEY",
+        )
+        .into_response(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serves until Ctrl-C or SIGTERM, then stops accepting and finishes in-flight requests.
+pub async fn serve(state: SharedState, config: ServerConfig) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.addr))?;
+    let local = listener.local_addr()?;
+    // Tests and scripts read this line to find the port (with --addr 127.0.0.1:0).
+    println!("lexlip listening on http://{local}");
+    tracing::info!(%local, "listening");
+    let app = router(state.clone(), &config);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+/// Shared-state constructor used by `lexlip serve`.
+pub fn shared(state: state::AppState) -> SharedState {
+    Arc::new(state)
+}

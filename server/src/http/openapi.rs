@@ -1,0 +1,61 @@
+//! The OpenAPI document, generated from the handler annotations and the API types.
+//! `docs/openapi.json` is a copy kept in sync by a test (`lexlip openapi > docs/openapi.json`).
+
+use utoipa::OpenApi;
+
+use super::api;
+use super::routes::{collections, documents, encode, search};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "lexlip",
+        description = "Image-text retrieval in the lexicon space: sparse LexLIP vectors in a tantivy impact index, dense fallback.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        collections::create,
+        collections::list,
+        collections::show,
+        collections::delete,
+        documents::add,
+        documents::get,
+        documents::delete,
+        search::search,
+        search::text_to_image,
+        search::image_to_text,
+        encode::encode,
+    ),
+    components(schemas(
+        api::CreateCollection,
+        api::CollectionInfo,
+        api::CollectionList,
+        api::NewDocument,
+        api::AddDocuments,
+        api::AddedDocuments,
+        api::StoredDocument,
+        api::Deleted,
+        api::Query,
+        api::Mode,
+        api::SearchRequest,
+        api::SearchPath,
+        api::SearchResponse,
+        api::TextToImage,
+        api::ImageToText,
+        api::EncodeRequest,
+        api::EncodeResponse,
+        lexlip_proto::api::Hit,
+        lexlip_proto::api::TermContribution,
+        lexlip_proto::api::Filter,
+        lexlip_proto::api::ErrorResponse,
+        lexlip_proto::api::ErrorBody,
+        lexlip_proto::api::ErrorCode,
+        lexlip_proto::Modality,
+    ))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document as JSON.
+pub fn document() -> serde_json::Value {
+    serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+}

@@ -1,0 +1,317 @@
+//! Documents: add/replace (JSON batch or one multipart upload), get, delete.
+//!
+//! An add request is all-or-nothing: every document is validated and encoded first; only then
+//! are they written and committed, so a bad document changes nothing and a successful call
+//! returns once its documents are searchable.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::multipart::MultipartError;
+use axum::extract::{FromRequest, Multipart, Path, Query, State};
+use axum::http::Request;
+use lexlip_index::VectorInput;
+use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector};
+use serde::Deserialize;
+
+use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
+use crate::http::api::{AddDocuments, AddedDocuments, Deleted, NewDocument, StoredDocument};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::state::{Open, SharedState};
+
+pub fn multipart_error(e: MultipartError) -> ApiError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(format!("multipart body too large: {e}"))
+    } else {
+        ApiError::bad_request(format!("multipart: {e}"))
+    }
+}
+
+/// One document ready to write.
+struct Prepared {
+    doc: Document,
+    impacts: QuantizedVector,
+    dense: Option<DenseVector>,
+}
+
+/// A document as received, with its image already decoded from base64 / read from multipart.
+struct Incoming {
+    new: NewDocument,
+    image: Option<Arc<Vec<u8>>>,
+}
+
+async fn prepare(
+    state: &SharedState,
+    name: &str,
+    open: &Open,
+    n: usize,
+    incoming: Incoming,
+) -> ApiResult<Prepared> {
+    let at = |e: ApiError| ApiError {
+        message: format!("document {n} ({:?}): {}", incoming.new.id, e.message),
+        ..e
+    };
+    let c = &open.collection;
+    let d = &incoming.new;
+    let id = DocId::new(d.id.clone()).map_err(|e| at(e.into()))?;
+    let modality = d.modality.unwrap_or(if incoming.image.is_some() {
+        Modality::Image
+    } else {
+        Modality::Text
+    });
+    let mut doc = Document::new(id, modality);
+    doc.uri = d.uri.clone();
+    doc.text = d.text.clone();
+    doc.metadata = d.metadata.clone().unwrap_or_default();
+    let scale_input = match (&d.vector, &incoming.image, &d.text) {
+        (Some(v), _, _) => lexlip_index::ingest::vector_input(v.clone())
+            .map_err(|e| at(ApiError::unprocessable(format!("vector: {e}"))))?,
+        (None, Some(bytes), _) if modality == Modality::Image => {
+            state.check_encodable(name, c).map_err(at)?;
+            VectorInput::Weights(
+                state
+                    .encoders
+                    .image(bytes.clone(), format!("document {n} ({})", d.id))
+                    .await
+                    .map_err(at)?,
+            )
+        }
+        (None, _, Some(text)) => {
+            state.check_encodable(name, c).map_err(at)?;
+            VectorInput::Weights(state.encoders.text(text.clone()).await.map_err(at)?)
+        }
+        _ => {
+            return Err(at(ApiError::unprocessable(
+                "give text, image or a precomputed vector",
+            )));
+        }
+    };
+    let impacts = c.prepare_vector(scale_input).map_err(|e| at(e.into()))?;
+    let dense = match (&d.dense, c.manifest().settings.dense_dim) {
+        (Some(v), _) => {
+            let v = DenseVector::new(v.clone()).map_err(|e| at(e.into()))?;
+            c.check_dense(&v).map_err(|e| at(e.into()))?;
+            Some(v)
+        }
+        (None, Some(_)) if state.encoders.has_dense() => {
+            let v = match (&incoming.image, &d.text) {
+                (Some(bytes), _) if modality == Modality::Image => Some(
+                    state
+                        .encoders
+                        .dense_image(bytes.clone(), format!("document {n} ({})", d.id))
+                        .await
+                        .map_err(at)?,
+                ),
+                (_, Some(text)) => Some(state.encoders.dense_text(text.clone()).await.map_err(at)?),
+                _ => None,
+            };
+            if let Some(v) = &v {
+                c.check_dense(v).map_err(|e| at(e.into()))?;
+            }
+            v
+        }
+        _ => None,
+    };
+    Ok(Prepared {
+        doc,
+        impacts,
+        dense,
+    })
+}
+
+/// Reads one document from a multipart form: fields `id`, `modality`, `text`, `uri`,
+/// `metadata` (a JSON object) and a file part `image`.
+async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
+    let mut new = NewDocument {
+        id: String::new(),
+        modality: None,
+        text: None,
+        image: None,
+        uri: None,
+        metadata: None,
+        vector: None,
+        dense: None,
+    };
+    let mut image = None;
+    while let Some(field) = form.next_field().await.map_err(multipart_error)? {
+        let name = field.name().unwrap_or_default().to_string();
+        let data = field.bytes().await.map_err(multipart_error)?;
+        let text = || String::from_utf8_lossy(&data).into_owned();
+        match name.as_str() {
+            "id" => new.id = text(),
+            "modality" => {
+                new.modality = Some(text().parse().map_err(|e: lexlip_proto::DocumentError| {
+                    ApiError::unprocessable(e.to_string())
+                })?)
+            }
+            "text" => new.text = Some(text()),
+            "uri" => new.uri = Some(text()),
+            "metadata" => {
+                new.metadata = Some(serde_json::from_slice(&data).map_err(|e| {
+                    ApiError::unprocessable(format!("metadata must be a JSON object: {e}"))
+                })?)
+            }
+            "image" | "file" => image = Some(Arc::new(data.to_vec())),
+            other => {
+                return Err(ApiError::unprocessable(format!(
+                    "unknown multipart field {other:?} (expected id, modality, text, uri, metadata, image)"
+                )));
+            }
+        }
+    }
+    if new.id.is_empty() {
+        return Err(ApiError::unprocessable("multipart field id is missing"));
+    }
+    Ok(Incoming { new, image })
+}
+
+/// `POST /v1/collections/{name}/documents`
+#[utoipa::path(post, path = "/v1/collections/{name}/documents", tag = "documents",
+    params(("name" = String, Path, description = "collection")),
+    request_body = AddDocuments,
+    responses((status = 200, body = AddedDocuments), (status = 404, body = lexlip_proto::api::ErrorResponse),
+        (status = 413, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn add(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    request: Request<Body>,
+) -> ApiResult<Json<AddedDocuments>> {
+    let open = state.get(&name)?;
+    let incoming: Vec<Incoming> = if is_multipart(request.headers()) {
+        let form = Multipart::from_request(request, &state)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?;
+        vec![from_multipart(form).await?]
+    } else {
+        let (parts, body) = request.into_parts();
+        let bytes = read_body(body, state.limits.max_body_bytes).await?;
+        let req: AddDocuments = parse_json(&parts.headers, &bytes)?;
+        let mut out = Vec::with_capacity(req.documents.len());
+        for (n, d) in req.documents.into_iter().enumerate() {
+            let image = match &d.image {
+                Some(b64) => Some(Arc::new(decode_base64(
+                    &format!("documents[{n}].image"),
+                    b64,
+                )?)),
+                None => None,
+            };
+            out.push(Incoming { new: d, image });
+        }
+        out
+    };
+    if incoming.is_empty() {
+        return Err(ApiError::unprocessable("documents is empty"));
+    }
+    if incoming.len() > state.limits.max_batch_docs {
+        return Err(ApiError::too_large(format!(
+            "{} documents in one request; the limit is {} (--max-batch-docs)",
+            incoming.len(),
+            state.limits.max_batch_docs
+        )));
+    }
+    let mut seen = HashSet::new();
+    for d in &incoming {
+        if !seen.insert(d.new.id.as_str()) {
+            return Err(ApiError::unprocessable(format!(
+                "id {:?} appears twice in this request",
+                d.new.id
+            )));
+        }
+    }
+    // Encode concurrently: the batchers group these with other requests' items.
+    let futures = incoming
+        .into_iter()
+        .enumerate()
+        .map(|(n, d)| prepare(&state, &name, &open, n, d));
+    let prepared: Vec<Prepared> = futures_util::future::try_join_all(futures).await?;
+    let n = prepared.len();
+    let _writer = open.write.lock().await;
+    let c = open.collection.clone();
+    let documents = blocking(move || {
+        for p in prepared {
+            c.add_with_dense(p.doc, p.impacts, p.dense)?;
+        }
+        c.commit()?;
+        Ok(c.snapshot()?.num_docs())
+    })
+    .await?;
+    state.metrics.set_documents(&name, documents);
+    Ok(Json(AddedDocuments {
+        added: n,
+        committed: true,
+        documents,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GetParams {
+    #[serde(default)]
+    explain: bool,
+}
+
+/// `GET /v1/collections/{name}/documents/{id}`
+#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", tag = "documents",
+    params(("name" = String, Path, description = "collection"), ("id" = String, Path, description = "document id"),
+        ("explain" = Option<bool>, Query, description = "include the document's terms")),
+    responses((status = 200, body = StoredDocument), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn get(
+    State(state): State<SharedState>,
+    Path((name, id)): Path<(String, String)>,
+    Query(params): Query<GetParams>,
+) -> ApiResult<Json<StoredDocument>> {
+    let open = state.get(&name)?;
+    let c = open.collection.clone();
+    let explain = params.explain;
+    let lookup = id.clone();
+    let found = blocking(move || Ok(c.snapshot()?.get(&lookup, explain)?)).await?;
+    let Some(found) = found else {
+        return Err(ApiError::not_found(format!(
+            "no document {id:?} in collection {name:?}"
+        )));
+    };
+    let terms = found.impacts.map(|q| {
+        let mut t: Vec<(String, u32)> = q.iter().map(|(t, i)| (t.to_string(), i)).collect();
+        t.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        t
+    });
+    Ok(Json(StoredDocument {
+        id: found.doc.id.to_string(),
+        modality: found.doc.modality,
+        uri: found.doc.uri,
+        text: found.doc.text,
+        metadata: found.doc.metadata,
+        terms,
+        dense: found.dense.is_some(),
+    }))
+}
+
+/// `DELETE /v1/collections/{name}/documents/{id}`
+#[utoipa::path(delete, path = "/v1/collections/{name}/documents/{id}", tag = "documents",
+    params(("name" = String, Path, description = "collection"), ("id" = String, Path, description = "document id")),
+    responses((status = 200, body = Deleted), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn delete(
+    State(state): State<SharedState>,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<Json<Deleted>> {
+    let open = state.get(&name)?;
+    let doc_id = DocId::new(id.clone())?;
+    let _writer = open.write.lock().await;
+    let c = open.collection.clone();
+    let (existed, documents) = blocking(move || {
+        let existed = c.delete(&doc_id)?;
+        if existed {
+            c.commit()?;
+        }
+        Ok((existed, c.snapshot()?.num_docs()))
+    })
+    .await?;
+    if !existed {
+        return Err(ApiError::not_found(format!(
+            "no document {id:?} in collection {name:?}"
+        )));
+    }
+    state.metrics.set_documents(&name, documents);
+    Ok(Json(Deleted { deleted: true }))
+}

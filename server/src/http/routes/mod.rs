@@ -1,0 +1,84 @@
+//! Route handlers, one module per resource.
+
+pub mod collections;
+pub mod documents;
+pub mod encode;
+pub mod search;
+pub mod system;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, header};
+use base64::Engine;
+use serde::de::DeserializeOwned;
+
+use super::error::{ApiError, ApiResult};
+
+/// Reads a whole body, refusing more than `limit` bytes with a 413.
+pub async fn read_body(body: Body, limit: usize) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::too_large(format!(
+            "request body larger than {limit} bytes (the server's --max-body-mb)"
+        ))
+    })
+}
+
+/// Whether the request is `multipart/form-data`.
+pub fn is_multipart(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"))
+}
+
+/// Parses a JSON body: 415 unless the content type is JSON, 400 for malformed JSON, 422 for JSON
+/// of the wrong shape (unknown field, wrong type, missing field), each naming the spot.
+pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> ApiResult<T> {
+    let json_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let v = v.to_ascii_lowercase();
+            v.starts_with("application/json") || v.contains("+json")
+        });
+    if !json_type {
+        return Err(ApiError::unsupported_media(
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => ApiError::unprocessable(format!("invalid request: {e}")),
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::bad_request(format!("malformed JSON: {e}"))
+            }
+        }
+    })
+}
+
+/// Decodes base64 image bytes (standard alphabet, padding optional; a `data:` URL prefix is
+/// accepted).
+pub fn decode_base64(field: &str, text: &str) -> ApiResult<Vec<u8>> {
+    let data = match text.split_once(";base64,") {
+        Some((prefix, rest)) if prefix.starts_with("data:") => rest,
+        _ => text,
+    };
+    let cleaned: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    engine
+        .decode(cleaned.as_bytes())
+        .map_err(|e| ApiError::unprocessable(format!("{field}: not valid base64: {e}")))
+}
+
+/// Runs blocking work (index reads and writes) off the async runtime.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
+}

@@ -1,0 +1,470 @@
+//! Search: `POST /v1/collections/{name}/search` and the two convenience routes.
+//!
+//! One snapshot answers a request, so sparse, dense and fused lists all see the same commit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Multipart, Path, State};
+use axum::http::HeaderMap;
+use axum::http::Request;
+use lexlip_index::{MAX_K, SearchOptions, VectorInput};
+use lexlip_proto::api::{Filter, Hit, Precision};
+use lexlip_proto::{DenseVector, Modality, QuantizedVector};
+
+use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
+use crate::http::api::{
+    ImageToText, Mode, SearchPath, SearchRequest, SearchResponse, TextToImage, default_k,
+};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::state::SharedState;
+
+/// Reciprocal-rank fusion constant (Cormack et al. 2009).
+const RRF_K: f64 = 60.0;
+/// Approximation factor used for `"exact": false` without `approx` (recall@10 ≈ 0.997 in
+/// `lexlip bench engine`).
+const DEFAULT_APPROX: f32 = 2.0;
+
+/// What a query is made of.
+pub enum QueryInput {
+    Text(String),
+    Image(Arc<Vec<u8>>),
+    Sparse(serde_json::Map<String, serde_json::Value>),
+    Dense(Vec<f32>),
+}
+
+/// Everything but the query.
+pub struct SearchParams {
+    pub k: usize,
+    pub mode: Mode,
+    pub exact: Option<bool>,
+    pub approx: Option<f32>,
+    pub filter: Filter,
+    pub target: Option<Modality>,
+    pub explain: bool,
+}
+
+impl QueryInput {
+    fn from_request(q: crate::http::api::Query) -> ApiResult<Self> {
+        let given = [
+            q.text.is_some(),
+            q.image.is_some(),
+            q.sparse.is_some(),
+            q.dense.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if given != 1 {
+            return Err(ApiError::unprocessable(
+                "give exactly one of query.text, query.image, query.sparse, query.dense",
+            ));
+        }
+        Ok(if let Some(t) = q.text {
+            QueryInput::Text(t)
+        } else if let Some(i) = q.image {
+            QueryInput::Image(Arc::new(decode_base64("query.image", &i)?))
+        } else if let Some(s) = q.sparse {
+            QueryInput::Sparse(s)
+        } else {
+            QueryInput::Dense(q.dense.unwrap_or_default())
+        })
+    }
+}
+
+fn precision(exact: Option<bool>, approx: Option<f32>) -> ApiResult<Precision> {
+    match (exact, approx) {
+        (Some(true), Some(_)) => Err(ApiError::unprocessable(
+            "\"exact\": true and \"approx\" exclude each other",
+        )),
+        (_, Some(x)) if !(x.is_finite() && x >= 1.0) => Err(ApiError::unprocessable(format!(
+            "approx must be a number >= 1 (1 is exact), got {x}"
+        ))),
+        (_, Some(x)) => Ok(Precision::Approx(x)),
+        (Some(false), None) => Ok(Precision::Approx(DEFAULT_APPROX)),
+        _ => Ok(Precision::Exact),
+    }
+}
+
+/// Runs one search.
+pub async fn execute(
+    state: &SharedState,
+    name: &str,
+    input: QueryInput,
+    params: SearchParams,
+) -> ApiResult<SearchResponse> {
+    let start = Instant::now();
+    let open = state.get(name)?;
+    let c = open.collection.clone();
+    if params.k == 0 || params.k > MAX_K {
+        return Err(ApiError::unprocessable(format!(
+            "k must be between 1 and {MAX_K}, got {}",
+            params.k
+        )));
+    }
+    let mut filter = params.filter;
+    match (params.target, filter.modality) {
+        (Some(t), Some(f)) if t != f => {
+            return Err(ApiError::unprocessable(format!(
+                "target {} contradicts filter.modality {}",
+                t.as_str(),
+                f.as_str()
+            )));
+        }
+        (Some(t), _) => filter.modality = Some(t),
+        _ => {}
+    }
+    let precision = precision(params.exact, params.approx)?;
+    let dense_on = c.manifest().settings.dense_dim.is_some();
+    let mut mode = params.mode;
+    if matches!(input, QueryInput::Dense(_)) && mode == Mode::Sparse {
+        // A dense vector can only be answered by the dense index.
+        mode = Mode::Dense;
+    }
+    if mode != Mode::Sparse && !dense_on {
+        return Err(ApiError::unprocessable(format!(
+            "collection {name:?} has dense search off; create it with \"dense\": true for mode {}",
+            if mode == Mode::Dense {
+                "dense"
+            } else {
+                "hybrid"
+            }
+        )));
+    }
+    let scale = c.manifest().settings.scale;
+    let encoders = state.encoders.clone();
+
+    // The sparse query.
+    let sparse = if mode == Mode::Dense {
+        None
+    } else {
+        let q: QuantizedVector = match &input {
+            QueryInput::Text(t) => {
+                state.check_encodable(name, &c)?;
+                encoders.text(t.clone()).await?.quantize(scale)
+            }
+            QueryInput::Image(bytes) => {
+                state.check_encodable(name, &c)?;
+                encoders
+                    .image(bytes.clone(), "query.image".into())
+                    .await?
+                    .quantize(scale)
+            }
+            QueryInput::Sparse(map) => {
+                if map.is_empty() {
+                    return Err(ApiError::unprocessable("query.sparse is empty"));
+                }
+                match lexlip_index::ingest::vector_input(map.clone())
+                    .map_err(|e| ApiError::unprocessable(format!("query.sparse: {e}")))?
+                {
+                    VectorInput::Impacts(q) => q,
+                    VectorInput::Weights(w) => w.try_quantize(scale)?,
+                }
+            }
+            QueryInput::Dense(_) => {
+                return Err(ApiError::internal("a dense query reached the sparse index"));
+            }
+        };
+        Some(q)
+    };
+
+    // The dense query, computed when it will be used (for `sparse`, only on fallback).
+    let dense_query = |input: &QueryInput| {
+        let encoders = encoders.clone();
+        let v = match input {
+            QueryInput::Text(t) => DenseSource::Text(t.clone()),
+            QueryInput::Image(b) => DenseSource::Image(b.clone()),
+            QueryInput::Dense(v) => DenseSource::Given(v.clone()),
+            QueryInput::Sparse(_) => DenseSource::None,
+        };
+        async move {
+            match v {
+                DenseSource::Text(t) => encoders.dense_text(t).await.map(Some),
+                DenseSource::Image(b) => encoders
+                    .dense_image(b, "query.image".into())
+                    .await
+                    .map(Some),
+                DenseSource::Given(v) => Ok(Some(DenseVector::new(v)?)),
+                DenseSource::None => Ok(None),
+            }
+        }
+    };
+
+    let snapshot = {
+        let c = c.clone();
+        Arc::new(blocking(move || Ok(c.snapshot()?)).await?)
+    };
+    let k = params.k;
+    let explain = params.explain;
+    let query_terms = match (&sparse, explain) {
+        (Some(q), true) => Some(
+            q.iter()
+                .map(|(t, i)| (t.to_string(), i))
+                .collect::<BTreeMap<_, _>>(),
+        ),
+        _ => None,
+    };
+
+    let run_sparse = |n: usize| {
+        let snapshot = snapshot.clone();
+        let q = sparse.clone();
+        let options = SearchOptions {
+            k: n,
+            precision,
+            filter: filter.clone(),
+            ..SearchOptions::top(n)
+        };
+        blocking(move || {
+            let Some(q) = q else { return Ok(Vec::new()) };
+            if q.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(snapshot.search(&q, &options)?.hits)
+        })
+    };
+    let run_dense = |v: DenseVector, n: usize| {
+        let snapshot = snapshot.clone();
+        let filter = filter.clone();
+        let exact = precision == Precision::Exact;
+        blocking(move || Ok(snapshot.search_dense(&v, n, exact, &filter)?))
+    };
+
+    let (hits, path, sparse_matches): (Vec<Hit>, SearchPath, Option<usize>) = match mode {
+        Mode::Sparse => {
+            let found = run_sparse(k).await?;
+            let matched = found.len();
+            let fallback = if matched < k && dense_on {
+                match dense_query(&input).await {
+                    Ok(Some(v)) => Some(v),
+                    Ok(None) => None,
+                    // No dense encoder: the sparse result stands.
+                    Err(e) if e.status == axum::http::StatusCode::UNPROCESSABLE_ENTITY => None,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                None
+            };
+            match fallback {
+                Some(v) => {
+                    let dense = run_dense(v, k).await?;
+                    let snap = snapshot.clone();
+                    let hits = blocking(move || {
+                        dense
+                            .iter()
+                            .map(|d| Ok(snap.hit_at(d.segment_ord, d.doc, d.score as f64)?))
+                            .collect()
+                    })
+                    .await?;
+                    (hits, SearchPath::DenseFallback, Some(matched))
+                }
+                None => {
+                    let snap = snapshot.clone();
+                    let q = sparse.clone();
+                    let hits = blocking(move || {
+                        found
+                            .iter()
+                            .map(|s| Ok(snap.hit(s, q.as_ref().filter(|_| explain))?))
+                            .collect()
+                    })
+                    .await?;
+                    (hits, SearchPath::Sparse, Some(matched))
+                }
+            }
+        }
+        Mode::Dense => {
+            let v = dense_query(&input).await?.ok_or_else(|| {
+                ApiError::unprocessable("a sparse query cannot be searched in the dense index")
+            })?;
+            let dense = run_dense(v, k).await?;
+            let snap = snapshot.clone();
+            let hits = blocking(move || {
+                dense
+                    .iter()
+                    .map(|d| Ok(snap.hit_at(d.segment_ord, d.doc, d.score as f64)?))
+                    .collect()
+            })
+            .await?;
+            (hits, SearchPath::Dense, None)
+        }
+        Mode::Hybrid => {
+            let depth = k.clamp(50, MAX_K);
+            let found = run_sparse(depth).await?;
+            let matched = found.len().min(k);
+            let dense = match dense_query(&input).await? {
+                Some(v) => run_dense(v, depth).await?,
+                None => Vec::new(),
+            };
+            let mut fused: HashMap<(u32, u32), f64> = HashMap::new();
+            for (rank, s) in found.iter().enumerate() {
+                *fused.entry((s.segment_ord, s.doc)).or_default() +=
+                    1.0 / (RRF_K + rank as f64 + 1.0);
+            }
+            for (rank, d) in dense.iter().enumerate() {
+                *fused.entry((d.segment_ord, d.doc)).or_default() +=
+                    1.0 / (RRF_K + rank as f64 + 1.0);
+            }
+            let mut order: Vec<((u32, u32), f64)> = fused.into_iter().collect();
+            order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            order.truncate(k);
+            let snap = snapshot.clone();
+            let hits = blocking(move || {
+                order
+                    .iter()
+                    .map(|((seg, doc), score)| Ok(snap.hit_at(*seg, *doc, *score)?))
+                    .collect()
+            })
+            .await?;
+            (hits, SearchPath::Hybrid, Some(matched))
+        }
+    };
+    Ok(SearchResponse {
+        hits,
+        path,
+        sparse_matches,
+        query_terms,
+        took_ms: start.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+enum DenseSource {
+    Text(String),
+    Image(Arc<Vec<u8>>),
+    Given(Vec<f32>),
+    None,
+}
+
+/// `POST /v1/collections/{name}/search`
+#[utoipa::path(post, path = "/v1/collections/{name}/search", tag = "search",
+    params(("name" = String, Path, description = "collection")),
+    request_body = SearchRequest,
+    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn search(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<SearchResponse>> {
+    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    let req: SearchRequest = parse_json(&headers, &bytes)?;
+    let input = QueryInput::from_request(req.query)?;
+    let params = SearchParams {
+        k: req.k,
+        mode: req.mode,
+        exact: req.exact,
+        approx: req.approx,
+        filter: req.filter,
+        target: req.target,
+        explain: req.explain,
+    };
+    Ok(Json(execute(&state, &name, input, params).await?))
+}
+
+/// `POST /v1/search/text-to-image`
+#[utoipa::path(post, path = "/v1/search/text-to-image", tag = "search",
+    request_body = TextToImage,
+    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn text_to_image(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<SearchResponse>> {
+    let bytes = read_body(body, state.limits.max_body_bytes).await?;
+    let req: TextToImage = parse_json(&headers, &bytes)?;
+    let params = SearchParams {
+        k: req.k,
+        mode: req.mode,
+        exact: req.exact,
+        approx: req.approx,
+        filter: req.filter,
+        target: Some(Modality::Image),
+        explain: req.explain,
+    };
+    Ok(Json(
+        execute(&state, &req.collection, QueryInput::Text(req.text), params).await?,
+    ))
+}
+
+/// `POST /v1/search/image-to-text` (JSON with base64, or multipart with an `image` file part).
+#[utoipa::path(post, path = "/v1/search/image-to-text", tag = "search",
+    request_body = ImageToText,
+    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+pub async fn image_to_text(
+    State(state): State<SharedState>,
+    request: Request<Body>,
+) -> ApiResult<Json<SearchResponse>> {
+    let (collection, image, params) = if is_multipart(request.headers()) {
+        let mut form = <Multipart as axum::extract::FromRequest<_>>::from_request(request, &state)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?;
+        let (mut collection, mut image, mut k) = (None, None, default_k());
+        while let Some(field) = form
+            .next_field()
+            .await
+            .map_err(super::documents::multipart_error)?
+        {
+            let name = field.name().unwrap_or_default().to_string();
+            let data = field
+                .bytes()
+                .await
+                .map_err(super::documents::multipart_error)?;
+            match name.as_str() {
+                "collection" => collection = Some(String::from_utf8_lossy(&data).into_owned()),
+                "image" | "file" => image = Some(data.to_vec()),
+                "k" => {
+                    k = String::from_utf8_lossy(&data).trim().parse().map_err(|_| {
+                        ApiError::unprocessable("multipart field k must be an integer")
+                    })?
+                }
+                other => {
+                    return Err(ApiError::unprocessable(format!(
+                        "unknown multipart field {other:?} (expected collection, image, k)"
+                    )));
+                }
+            }
+        }
+        let collection = collection
+            .ok_or_else(|| ApiError::unprocessable("multipart field collection is missing"))?;
+        let image =
+            image.ok_or_else(|| ApiError::unprocessable("multipart field image is missing"))?;
+        let params = SearchParams {
+            k,
+            mode: Mode::Sparse,
+            exact: None,
+            approx: None,
+            filter: Filter::default(),
+            target: Some(Modality::Text),
+            explain: false,
+        };
+        (collection, image, params)
+    } else {
+        let (parts, body) = request.into_parts();
+        let bytes = read_body(body, state.limits.max_body_bytes).await?;
+        let req: ImageToText = parse_json(&parts.headers, &bytes)?;
+        let image = decode_base64("image", &req.image)?;
+        let params = SearchParams {
+            k: req.k,
+            mode: req.mode,
+            exact: req.exact,
+            approx: req.approx,
+            filter: req.filter,
+            target: Some(Modality::Text),
+            explain: req.explain,
+        };
+        (req.collection, image, params)
+    };
+    Ok(Json(
+        execute(
+            &state,
+            &collection,
+            QueryInput::Image(Arc::new(image)),
+            params,
+        )
+        .await?,
+    ))
+}
