@@ -1,0 +1,83 @@
+//! `lexlip model convert` on the tiny LexLIP checkpoint: the directory it writes encodes exactly
+//! like the checkpoint it came from, and bad arguments are refused clearly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lexlip(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(args)
+        .output()
+        .expect("running lexlip")
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
+}
+
+fn encode(model: &Path, extra: &[&str], what: &[&str]) -> serde_json::Value {
+    let mut args = vec!["encode", "--model", model.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(what);
+    let out = lexlip(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn converted_checkpoint_encodes_like_the_checkpoint() {
+    let ckpt = fixtures().join("lexlip-tiny/lexlip-tiny.ckpt");
+    let tokenizer = fixtures().join("lexlip-tiny/tokenizer.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("lexlip");
+    let out = lexlip(&[
+        "model",
+        "convert",
+        ckpt.to_str().unwrap(),
+        out_dir.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tok = ["--tokenizer", tokenizer.to_str().unwrap()];
+    let image = fixtures().join("images/img1_64.png");
+    for what in [
+        vec!["--text", "a dog runs on the grass"],
+        vec!["--image", image.to_str().unwrap()],
+    ] {
+        let from_ckpt = encode(&ckpt, &tok, &what);
+        let from_dir = encode(&out_dir, &[], &what);
+        assert!(!from_ckpt["terms"].as_object().unwrap().is_empty());
+        assert_eq!(from_ckpt["terms"], from_dir["terms"], "{what:?}");
+    }
+    // A second conversion into the same, now non-empty directory is refused.
+    let again = lexlip(&[
+        "model",
+        "convert",
+        ckpt.to_str().unwrap(),
+        out_dir.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    // Not a checkpoint: an error naming the file.
+    let bad = tmp.path().join("weights.bin");
+    std::fs::write(&bad, b"nonsense").unwrap();
+    let out = lexlip(&[
+        "model",
+        "convert",
+        bad.to_str().unwrap(),
+        tmp.path().join("x").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("weights.bin"));
+}
