@@ -1,18 +1,18 @@
 //! `lexlip model convert` on the tiny LexLIP checkpoint: the directory it writes encodes exactly
 //! like the checkpoint it came from, and bad arguments are refused clearly.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
+
+use common::{fixtures, splade_dir};
 
 fn lexlip(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lexlip"))
         .args(args)
         .output()
         .expect("running lexlip")
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
 }
 
 fn encode(model: &Path, extra: &[&str], what: &[&str]) -> serde_json::Value {
@@ -80,4 +80,53 @@ fn converted_checkpoint_encodes_like_the_checkpoint() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("weights.bin"));
+}
+
+/// `--model hf:OWNER/NAME` finds a model in the Hugging Face cache (HF_HOME) without the network.
+#[test]
+fn hub_model_ids_resolve_from_the_cache_offline() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = home.path().join("hub/models--lexlip-test--splade-tiny");
+    let rev = "0123456789abcdef0123456789abcdef01234567";
+    let snapshot = repo.join("snapshots").join(rev);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), rev).unwrap();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::copy(splade_dir().join(f), snapshot.join(f)).unwrap();
+    }
+    let run = |model: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+            .args([
+                "encode",
+                "--model",
+                model,
+                "--text",
+                "a dog on the grass",
+                "--json",
+            ])
+            .env("HF_HOME", home.path())
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let local = run(splade_dir().to_str().unwrap());
+    let hub = run("hf:lexlip-test/splade-tiny");
+    assert_eq!(local["terms"], hub["terms"]);
+    // Not in the cache and no network: a clear error naming the repository.
+    let out = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(["encode", "--model", "hf:lexlip-test/absent", "--text", "x"])
+        .env("HF_HOME", home.path())
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lexlip-test/absent"));
 }

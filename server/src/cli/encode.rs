@@ -47,7 +47,8 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
         tokenizer: args.tokenizer.clone(),
         ..Default::default()
     };
-    let model = Encoders::load_with(&args.model, &device, &options)
+    let path = super::resolve_model(&args.model)?;
+    let model = Encoders::load_with(&path, &device, &options)
         .with_context(|| format!("loading model {}", args.model.display()))?;
     let (sparse, dense) = match (&args.text, &args.image) {
         (Some(text), _) => encode_text(&model, text)?,

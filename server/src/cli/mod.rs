@@ -54,6 +54,24 @@ pub enum Command {
     Openapi,
 }
 
+/// A model argument: a local path, or `hf:OWNER/NAME` for a Hugging Face repository (downloaded
+/// into the HF cache on first use; later runs, even offline, use the cache).
+pub fn resolve_model(arg: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let Some(repo) = arg.to_str().and_then(|s| s.strip_prefix("hf:")) else {
+        return Ok(arg.to_path_buf());
+    };
+    #[cfg(feature = "hub")]
+    {
+        lexlip_model::hub::download(repo).map_err(|e| anyhow::anyhow!("fetching hf:{repo}: {e}"))
+    }
+    #[cfg(not(feature = "hub"))]
+    {
+        anyhow::bail!(
+            "hf:{repo}: this lexlip was built without the `hub` feature; download the model and pass its directory"
+        )
+    }
+}
+
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("LEXLIP_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));

@@ -18,6 +18,7 @@ pub struct ServeArgs {
     #[arg(long, env = "LEXLIP_DATA")]
     pub data: PathBuf,
     /// A LexLIP model (Lightning .ckpt or LexLIP directory): text and image encoders together.
+    /// Every model flag also takes `hf:OWNER/NAME` (Hugging Face Hub, cached).
     #[arg(long, env = "LEXLIP_MODEL")]
     pub model: Option<PathBuf>,
     /// A text encoder directory (BERT masked LM / SPLADE), overriding --model's.
@@ -79,11 +80,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--protect-reads needs --api-key");
     }
     let metrics = Metrics::new();
+    let resolve = |p: &Option<PathBuf>| p.as_deref().map(super::resolve_model).transpose();
     let paths = ModelPaths {
-        model: args.model.clone(),
-        text_model: args.text_model.clone(),
-        image_model: args.image_model.clone(),
-        dense_model: args.dense_model.clone(),
+        model: resolve(&args.model)?,
+        text_model: resolve(&args.text_model)?,
+        image_model: resolve(&args.image_model)?,
+        dense_model: resolve(&args.dense_model)?,
         options: LoadOptions {
             tokenizer: args.tokenizer.clone(),
             ..Default::default()

