@@ -617,6 +617,10 @@ impl Snapshot {
         &self.searcher
     }
 
+    pub(crate) fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
     /// Top-k documents by the integer dot product with `query`.
     pub fn search(
         &self,
@@ -794,7 +798,7 @@ impl Snapshot {
         Ok(out)
     }
 
-    fn document_at(&self, address: DocAddress) -> Result<Document> {
+    pub(crate) fn document_at(&self, address: DocAddress) -> Result<Document> {
         let stored: TantivyDocument = self.searcher.doc(address)?;
         let text_of = |field| {
             stored

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod collection;
 pub mod dense;
 pub mod error;
+pub mod export;
 pub mod ingest;
 pub mod manifest;
 pub mod maxima;

@@ -1,3 +1,21 @@
-//! Batch indexing: read a corpus (TSV, JSONL manifest, WebDataset shards, a directory of images,
-//! precomputed vectors), encode it with the LexLIP encoders and write it into a collection, with
-//! bounded memory, resume after interruption and deterministic shards.
+//! Batch indexing: read a corpus (caption TSV, JSONL manifest, WebDataset shards, a directory of
+//! images), encode it with the LexLIP encoders and write it into a collection, with bounded
+//! memory, resume after interruption, deterministic shards and merging of shard collections.
+//!
+//! Precomputed vectors (Anserini JsonVectorCollection) need no encoder and are read by
+//! `lexlip_index::ingest`.
+
+pub mod error;
+pub mod item;
+pub mod merge;
+pub mod progress;
+pub mod run;
+pub mod shard;
+pub mod sources;
+
+pub use error::{PipelineError, Result};
+pub use item::{BadItem, ImageRef, Item};
+pub use merge::{MergeReport, merge};
+pub use run::{Observer, Options, Summary, run};
+pub use shard::Shard;
+pub use sources::Input;

@@ -1,4 +1,5 @@
-//! `lexlip index`: build or extend a collection from precomputed vectors.
+//! `lexlip index`: build or extend a collection from precomputed vectors, or (with `--model`)
+//! from a corpus of images and captions (see `index_corpus`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -15,13 +16,51 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("input").required(true)
+    .args(["vectors", "tsv", "manifest", "webdataset", "images"])))]
 pub struct IndexArgs {
     /// Collection directory (created when it holds no collection yet).
     #[arg(long)]
     pub collection: PathBuf,
     /// Anserini JsonVectorCollection JSONL, plain or .gz: {"id", "contents", "vector": {"token": weight}}.
     #[arg(long)]
-    pub vectors: PathBuf,
+    pub vectors: Option<PathBuf>,
+    /// LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header): one image document
+    /// per image_id, one text document `IMAGE_ID#N` per caption. Needs --model.
+    #[arg(long)]
+    pub tsv: Option<PathBuf>,
+    /// Directory the TSV's file paths are relative to (default: the TSV's directory).
+    #[arg(long, requires = "tsv")]
+    pub images_root: Option<PathBuf>,
+    /// JSONL manifest `{"id", "image"?, "text"?, "uri"?, "metadata"?}`. Needs --model.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// img2dataset WebDataset shards: .tar files or directories of them. Needs --model.
+    #[arg(long, num_args = 1..)]
+    pub webdataset: Vec<PathBuf>,
+    /// A directory of images (recursive; id = relative path). Needs --model.
+    #[arg(long)]
+    pub images: Option<PathBuf>,
+    /// Encoders for corpus inputs: a LexLIP .ckpt or directory, an HF encoder directory, or
+    /// hf:OWNER/NAME.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Items per encoder batch.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Index only a deterministic part i/n of the inputs (an image and its captions stay
+    /// together); merge the parts with `lexlip merge`.
+    #[arg(long)]
+    pub shard: Option<lexlip_pipeline::Shard>,
+    /// Stop with an error at the first bad item instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    /// Run the encoders on the GPU (build with --features cuda).
+    #[arg(long)]
+    pub gpu: bool,
     /// Vocabulary of the term space (tokenizer.json or vocab.txt). Documents with other terms are
     /// skipped. Without it the collection accepts any term.
     #[arg(long)]
@@ -35,9 +74,10 @@ pub struct IndexArgs {
     /// Keep only the K largest weights of each document (new collection only).
     #[arg(long)]
     pub top_k_terms: Option<usize>,
-    /// Commit every N documents (an interrupted run keeps what was committed).
-    #[arg(long, default_value_t = 500_000)]
-    pub commit_every: usize,
+    /// Commit every N documents (an interrupted run keeps what was committed; a corpus run
+    /// resumes from the last commit). Default: 500,000 for vectors, 10,000 for corpora.
+    #[arg(long)]
+    pub commit_every: Option<usize>,
     /// Write skipped lines here as JSONL {"line", "reason"}.
     #[arg(long)]
     pub errors: Option<PathBuf>,
@@ -53,14 +93,39 @@ pub fn parse_modality(s: &str) -> Result<Modality, String> {
 
 /// The final summary.
 #[derive(Debug, Serialize)]
-struct Summary {
-    read: u64,
-    indexed: u64,
-    skipped: BTreeMap<String, u64>,
-    seconds: f64,
-    items_per_s: f64,
-    index_bytes: u64,
-    bytes_per_nnz: f64,
+pub(crate) struct Summary {
+    pub read: u64,
+    pub indexed: u64,
+    pub skipped: BTreeMap<String, u64>,
+    pub seconds: f64,
+    pub items_per_s: f64,
+    pub index_bytes: u64,
+    pub bytes_per_nnz: f64,
+}
+
+impl Summary {
+    /// Prints the summary (one JSON object with `json`) and fails when nothing was indexed.
+    pub fn report(&self, json: bool) -> anyhow::Result<()> {
+        if json {
+            println!("{}", serde_json::to_string(self)?);
+        } else {
+            println!(
+                "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.2} bytes per non-zero)",
+                self.read,
+                self.indexed,
+                self.skipped.values().sum::<u64>(),
+                self.skipped,
+                self.seconds,
+                self.items_per_s,
+                self.index_bytes,
+                self.bytes_per_nnz
+            );
+        }
+        if self.read > 0 && self.indexed == 0 {
+            bail!("nothing was indexed (every item was skipped; see the reasons above)");
+        }
+        Ok(())
+    }
 }
 
 /// The term space (and its tokens) named by a vocabulary file.
@@ -88,7 +153,7 @@ pub fn load_vocab(path: &Path) -> anyhow::Result<(TermSpace, Vec<String>)> {
     ))
 }
 
-fn open_or_create(args: &IndexArgs) -> anyhow::Result<Collection> {
+pub(crate) fn open_or_create(args: &IndexArgs) -> anyhow::Result<Collection> {
     let vocab = args.vocab.as_deref().map(load_vocab).transpose()?;
     if lexlip_index::Manifest::path(&args.collection).exists() {
         let c = Collection::open(&args.collection)?;
@@ -115,8 +180,17 @@ fn open_or_create(args: &IndexArgs) -> anyhow::Result<Collection> {
 }
 
 pub fn run(args: IndexArgs) -> anyhow::Result<()> {
+    let Some(vectors) = args.vectors.clone() else {
+        return super::index_corpus::run(args);
+    };
+    if args.model.is_some() {
+        bail!(
+            "--model is for corpus inputs (--tsv, --manifest, --webdataset, --images); --vectors are already encoded"
+        );
+    }
+    let commit_every = args.commit_every.unwrap_or(500_000);
     let collection = open_or_create(&args)?;
-    let mut lines = open_lines(&args.vectors)?;
+    let mut lines = open_lines(&vectors)?;
     let mut errors_out = match &args.errors {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
@@ -159,7 +233,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             buf.clear();
             let n = lines
                 .read_line(&mut buf)
-                .with_context(|| format!("reading {}", args.vectors.display()))?;
+                .with_context(|| format!("reading {}", vectors.display()))?;
             if n == 0 {
                 break;
             }
@@ -196,7 +270,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
                 Err(e) => skip(e, &mut skipped, &mut errors_out)?,
             }
         }
-        if since_commit >= args.commit_every {
+        if since_commit >= commit_every {
             collection.commit()?;
             since_commit = 0;
         }
@@ -218,22 +292,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         index_bytes: stats.bytes,
         bytes_per_nnz: stats.bytes_per_nnz,
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        println!(
-            "read {read}, indexed {indexed}, skipped {} {:?}, {seconds:.1} s, {:.0} docs/s, index {} bytes ({:.2} bytes per non-zero)",
-            summary.skipped.values().sum::<u64>(),
-            summary.skipped,
-            summary.items_per_s,
-            summary.index_bytes,
-            summary.bytes_per_nnz
-        );
-    }
-    if read > 0 && indexed == 0 {
-        bail!("no document was indexed (every line was skipped; see the reasons above)");
-    }
-    Ok(())
+    summary.report(args.json)
 }
 
 const CHUNK: usize = 20_000;

@@ -5,6 +5,8 @@ mod bench_encode;
 mod bench_engine;
 mod encode;
 mod index;
+mod index_corpus;
+mod merge;
 mod model;
 mod search;
 mod serve;
@@ -36,8 +38,11 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the HTTP API: collections under --data, queries encoded with the given models.
     Serve(serve::ServeArgs),
-    /// Build or extend a collection from precomputed vectors (Anserini JsonVectorCollection).
+    /// Build or extend a collection: precomputed vectors, or a corpus (TSV, JSONL manifest,
+    /// WebDataset shards, image directory) encoded with --model.
     Index(index::IndexArgs),
+    /// Combine compatible collections (e.g. the parts of --shard runs) into one.
+    Merge(merge::MergeArgs),
     /// Search a collection with a query vector, or a batch of queries into a TREC run.
     Search(search::SearchArgs),
     /// Documents, terms and bytes of a collection.
@@ -87,6 +92,7 @@ pub fn init_logging(format: LogFormat) {
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Index(args) => index::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Search(args) => search::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Encode(args) => encode::run(args),

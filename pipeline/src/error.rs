@@ -1,0 +1,40 @@
+//! Errors that stop a run (a bad item never does: it is skipped and reported).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Index(#[from] lexlip_index::IndexError),
+    #[error(transparent)]
+    Model(#[from] lexlip_model::ModelError),
+    #[error("--strict: item {position} ({id}) skipped: {reason}: {message}")]
+    Strict {
+        position: u64,
+        id: String,
+        reason: &'static str,
+        message: String,
+    },
+    #[error("cannot merge: {0}")]
+    Incompatible(String),
+    #[error("a pipeline stage failed: {0}")]
+    Stage(String),
+}
+
+impl PipelineError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PipelineError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = PipelineError> = std::result::Result<T, E>;

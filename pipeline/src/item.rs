@@ -1,0 +1,105 @@
+//! What readers produce: items to index, or bad items with the reason they are skipped.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lexlip_proto::Modality;
+
+/// Where an item's image comes from.
+#[derive(Debug, Clone)]
+pub enum ImageRef {
+    /// A file on disk (read in the decode stage).
+    File(PathBuf),
+    /// Bytes already read (e.g. from a tar shard); `name` identifies it in errors.
+    Bytes { name: String, bytes: Arc<Vec<u8>> },
+}
+
+impl ImageRef {
+    pub fn name(&self) -> String {
+        match self {
+            ImageRef::File(p) => p.display().to_string(),
+            ImageRef::Bytes { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// One document to index.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub id: String,
+    /// Items of one group (an image and its captions) always land in the same shard.
+    pub group: String,
+    pub modality: Modality,
+    /// Text documents: the text to encode. Image documents: an optional caption, stored only.
+    pub text: Option<String>,
+    /// Image documents: the image to encode.
+    pub image: Option<ImageRef>,
+    pub uri: Option<String>,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Item {
+    pub fn text(id: String, group: String, text: String) -> Self {
+        Item {
+            id,
+            group,
+            modality: Modality::Text,
+            text: Some(text),
+            image: None,
+            uri: None,
+            metadata: serde_json::Map::new(),
+        }
+    }
+
+    pub fn image(id: String, image: ImageRef) -> Self {
+        Item {
+            group: id.clone(),
+            id,
+            modality: Modality::Image,
+            text: None,
+            image: Some(image),
+            uri: None,
+            metadata: serde_json::Map::new(),
+        }
+    }
+}
+
+/// Why an item is skipped. `reason` is a short class used as the summary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadItem {
+    pub id: Option<String>,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl BadItem {
+    pub fn new(id: Option<String>, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            id,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+pub type SourceItem = Result<Item, BadItem>;
+
+/// Links a caption document to its image.
+pub fn link_to_image(item: &mut Item, image_id: &str) {
+    item.metadata.insert(
+        "image_id".into(),
+        serde_json::Value::String(image_id.to_string()),
+    );
+}
+
+/// Reasons used across readers and stages.
+pub mod reason {
+    pub const BAD_LINE: &str = "bad_line";
+    pub const BAD_ID: &str = "bad_id";
+    pub const MISSING_FILE: &str = "missing_file";
+    pub const CORRUPT_IMAGE: &str = "corrupt_image";
+    pub const EMPTY_CAPTION: &str = "empty_caption";
+    pub const DUPLICATE_ID: &str = "duplicate_id";
+    pub const ENCODE: &str = "encode";
+    pub const VECTOR: &str = "vector";
+}

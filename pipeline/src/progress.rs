@@ -1,0 +1,61 @@
+//! Resume state: how far into the input the last commit reached, written atomically right after
+//! each commit. A re-run with the same inputs and options (same fingerprint) skips that prefix;
+//! documents added after the last commit were never visible and are added again (same id
+//! replaces), so the result equals a clean run.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{PipelineError, Result};
+
+pub const PROGRESS_FILE: &str = "pipeline-progress.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Identifies the inputs and options of the run.
+    pub fingerprint: String,
+    /// Input items (in reader order) fully committed.
+    pub position: u64,
+    /// The run reached the end of its input.
+    pub complete: bool,
+}
+
+fn path(dir: &Path) -> PathBuf {
+    dir.join(PROGRESS_FILE)
+}
+
+impl Progress {
+    /// The saved progress of a run with this fingerprint, if any.
+    pub fn load(dir: &Path, fingerprint: &str) -> Result<Option<Progress>> {
+        let p = path(dir);
+        let text = match std::fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(PipelineError::io(&p, e)),
+        };
+        let saved: Progress = serde_json::from_str(&text)
+            .map_err(|e| PipelineError::Input(format!("{}: {e}", p.display())))?;
+        Ok((saved.fingerprint == fingerprint).then_some(saved))
+    }
+
+    /// Writes atomically (temp file + rename).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let p = path(dir);
+        let tmp = dir.join(format!(".{PROGRESS_FILE}.tmp"));
+        let text = serde_json::to_string(self).map_err(|e| PipelineError::Stage(e.to_string()))?;
+        std::fs::write(&tmp, text).map_err(|e| PipelineError::io(&tmp, e))?;
+        if let Ok(f) = std::fs::File::open(&tmp) {
+            let _ = f.sync_all();
+        }
+        std::fs::rename(&tmp, &p).map_err(|e| PipelineError::io(&p, e))
+    }
+}
+
+/// FNV-1a of the run's description, as hex.
+pub fn fingerprint(description: &str) -> String {
+    let h = description.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{h:016x}")
+}

@@ -1,0 +1,379 @@
+//! The staged pipeline:
+//!
+//! ```text
+//! reader ──chunks──▶ decode/preprocess (rayon) ──chunks──▶ encode (batched) → quantize → write
+//! ```
+//!
+//! Stages run on their own threads joined by bounded channels, so memory stays flat whatever
+//! the corpus size. Items keep their input order end to end: after each commit the position
+//! reached is saved ([`crate::progress`]) and a re-run resumes from it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use lexlip_index::{Collection, VectorInput};
+use lexlip_model::{Encoders, PreprocessedImage};
+use lexlip_proto::{DocId, Document, SparseVector};
+use rayon::prelude::*;
+
+use crate::error::{PipelineError, Result};
+use crate::item::{BadItem, ImageRef, Item, SourceItem, reason};
+use crate::progress::{Progress, fingerprint};
+use crate::shard::Shard;
+use crate::sources::Input;
+
+/// Chunks in flight between two stages.
+const CHANNEL_CHUNKS: usize = 4;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Items per encoder batch (and per chunk between stages).
+    pub batch_size: usize,
+    /// Commit (and save the resume position) after at least this many documents.
+    pub commit_every: usize,
+    pub shard: Option<Shard>,
+    /// Stop at the first bad item instead of skipping it.
+    pub strict: bool,
+    /// Anything else that must match for a re-run to resume (e.g. the model path).
+    pub context: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            batch_size: 32,
+            commit_every: 10_000,
+            shard: None,
+            strict: false,
+            context: String::new(),
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Items read by this run (after the resumed prefix; within the shard).
+    pub read: u64,
+    pub indexed: u64,
+    /// Skipped items by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// Input position this run started from (0 for a fresh run).
+    pub resumed_from: u64,
+    /// The input had already been indexed completely by an earlier run.
+    pub already_complete: bool,
+}
+
+/// Receives skipped items and progress (errors file, progress bar).
+pub trait Observer {
+    fn skipped(&mut self, position: u64, bad: &BadItem) -> Result<()>;
+    fn progress(&mut self, read: u64, indexed: u64);
+}
+
+struct Chunk<T> {
+    items: Vec<(u64, T)>,
+    /// Input position after the last item read into this chunk.
+    end: u64,
+}
+
+/// An item ready to encode.
+struct Ready {
+    item: Item,
+    image: Option<PreprocessedImage>,
+}
+
+/// The fingerprint of a run: inputs, shard and context.
+pub fn run_fingerprint(input: &Input, options: &Options) -> String {
+    fingerprint(&format!(
+        "{}|{:?}|{}",
+        input.describe(),
+        options.shard,
+        options.context
+    ))
+}
+
+/// Indexes `input` into `collection` with `encoders`.
+pub fn run(
+    input: &Input,
+    encoders: &Encoders,
+    collection: &Collection,
+    options: &Options,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let fp = run_fingerprint(input, options);
+    let saved = Progress::load(collection.dir(), &fp)?;
+    if saved.as_ref().is_some_and(|p| p.complete) {
+        return Ok(Summary {
+            already_complete: true,
+            resumed_from: saved.map_or(0, |p| p.position),
+            ..Summary::default()
+        });
+    }
+    let resume = saved.map_or(0, |p| p.position);
+    let source = input.open()?;
+    let batch = options.batch_size.max(1);
+    let shard = options.shard;
+
+    std::thread::scope(|scope| -> Result<Summary> {
+        let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
+        let (ready_tx, ready_rx) =
+            sync_channel::<Result<Chunk<Result<Ready, BadItem>>>>(CHANNEL_CHUNKS);
+        scope.spawn(move || read_stage(source, resume, shard, batch, read_tx));
+        scope.spawn(move || decode_stage(encoders, read_rx, ready_tx));
+        let summary = write_stage(
+            encoders, collection, options, &fp, resume, ready_rx, observer,
+        );
+        // On an early error the receivers drop here, which unblocks and ends the other stages.
+        summary
+    })
+}
+
+fn read_stage(
+    source: Box<dyn Iterator<Item = SourceItem> + Send>,
+    resume: u64,
+    shard: Option<Shard>,
+    batch: usize,
+    tx: SyncSender<Chunk<SourceItem>>,
+) {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut chunk = Vec::with_capacity(batch);
+    let mut position = 0u64;
+    for item in source {
+        let here = position;
+        position += 1;
+        let item = match item {
+            Ok(i) if shard.is_some_and(|s| !s.contains(&i.group)) => continue,
+            Ok(i) => check_id(i, &mut seen),
+            Err(b) if shard.is_some_and(|s| !s.contains(b.id.as_deref().unwrap_or(""))) => {
+                continue;
+            }
+            Err(b) => Err(b),
+        };
+        if here < resume {
+            continue; // committed by an earlier run; its id is remembered above
+        }
+        chunk.push((here, item));
+        if chunk.len() >= batch {
+            let items = std::mem::replace(&mut chunk, Vec::with_capacity(batch));
+            if tx
+                .send(Chunk {
+                    items,
+                    end: position,
+                })
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+    let _ = tx.send(Chunk {
+        items: chunk,
+        end: position.max(resume),
+    });
+}
+
+fn check_id(item: Item, seen: &mut HashSet<String>) -> SourceItem {
+    if let Err(e) = DocId::new(item.id.clone()) {
+        return Err(BadItem::new(Some(item.id), reason::BAD_ID, e.to_string()));
+    }
+    if !seen.insert(item.id.clone()) {
+        return Err(BadItem::new(
+            Some(item.id.clone()),
+            reason::DUPLICATE_ID,
+            format!("id {:?} appears earlier in this input", item.id),
+        ));
+    }
+    Ok(item)
+}
+
+fn decode_stage(
+    encoders: &Encoders,
+    rx: Receiver<Chunk<SourceItem>>,
+    tx: SyncSender<Result<Chunk<Result<Ready, BadItem>>>>,
+) {
+    for chunk in rx {
+        let needs_image = chunk
+            .items
+            .iter()
+            .any(|(_, i)| i.as_ref().is_ok_and(|i| i.image.is_some()));
+        let image_encoder = match (needs_image, encoders.image()) {
+            (false, _) => None,
+            (true, Ok(e)) => Some(e),
+            (true, Err(e)) => {
+                let _ = tx.send(Err(PipelineError::Model(e)));
+                return;
+            }
+        };
+        let items: Vec<(u64, Result<Ready, BadItem>)> = chunk
+            .items
+            .into_par_iter()
+            .map(|(pos, item)| {
+                let ready = item.and_then(|item| {
+                    let image = match (&item.image, image_encoder) {
+                        (Some(r), Some(enc)) => Some(decode(enc, &item.id, r)?),
+                        _ => None,
+                    };
+                    Ok(Ready { item, image })
+                });
+                (pos, ready)
+            })
+            .collect();
+        if tx
+            .send(Ok(Chunk {
+                items,
+                end: chunk.end,
+            }))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn decode(
+    enc: &lexlip_model::ImageEncoder,
+    id: &str,
+    image: &ImageRef,
+) -> std::result::Result<PreprocessedImage, BadItem> {
+    let bytes = match image {
+        ImageRef::File(path) => std::fs::read(path).map_err(|e| {
+            BadItem::new(
+                Some(id.to_string()),
+                reason::MISSING_FILE,
+                format!("{}: {e}", path.display()),
+            )
+        })?,
+        ImageRef::Bytes { bytes, .. } => bytes.to_vec(),
+    };
+    enc.preprocess_named(&bytes, &image.name())
+        .map_err(|e| BadItem::new(Some(id.to_string()), reason::CORRUPT_IMAGE, e.to_string()))
+}
+
+/// Encodes a batch; if the batch fails, each item alone so one bad item fails only itself.
+fn encode_batch<T>(
+    inputs: &[T],
+    f: impl Fn(&[T]) -> lexlip_model::Result<Vec<SparseVector>>,
+) -> Vec<std::result::Result<SparseVector, String>> {
+    match f(inputs) {
+        Ok(v) if v.len() == inputs.len() => v.into_iter().map(Ok).collect(),
+        _ => inputs
+            .chunks(1)
+            .map(|one| match f(one) {
+                Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
+                Ok(_) => Err("the encoder returned no vector".to_string()),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect(),
+    }
+}
+
+fn write_stage(
+    encoders: &Encoders,
+    collection: &Collection,
+    options: &Options,
+    fp: &str,
+    resume: u64,
+    rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let mut summary = Summary {
+        resumed_from: resume,
+        ..Summary::default()
+    };
+    let mut since_commit = 0usize;
+    let mut position = resume;
+    for chunk in rx {
+        let chunk = chunk?;
+        // Encode this chunk's images and texts, one batch each.
+        let mut images = Vec::new();
+        let mut texts = Vec::new();
+        for (i, (_, r)) in chunk.items.iter().enumerate() {
+            if let Ok(ready) = r {
+                match (&ready.image, &ready.item.text) {
+                    (Some(img), _) => images.push((i, img.clone())),
+                    (None, Some(t)) => texts.push((i, t.as_str())),
+                    (None, None) => {}
+                }
+            }
+        }
+        let mut vectors: Vec<Option<std::result::Result<SparseVector, String>>> =
+            (0..chunk.items.len()).map(|_| None).collect();
+        if !images.is_empty() {
+            let enc = encoders.image()?;
+            let batch: Vec<PreprocessedImage> = images.iter().map(|(_, p)| p.clone()).collect();
+            for ((i, _), v) in images.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
+                vectors[*i] = Some(v);
+            }
+        }
+        if !texts.is_empty() {
+            let enc = encoders.text()?;
+            let batch: Vec<&str> = texts.iter().map(|(_, t)| *t).collect();
+            for ((i, _), v) in texts.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
+                vectors[*i] = Some(v);
+            }
+        }
+        for ((pos, ready), vector) in chunk.items.into_iter().zip(vectors) {
+            summary.read += 1;
+            let outcome = ready.and_then(|r| {
+                let id = r.item.id.clone();
+                let v = match vector {
+                    Some(Ok(v)) => v,
+                    Some(Err(e)) => return Err(BadItem::new(Some(id), reason::ENCODE, e)),
+                    None => {
+                        return Err(BadItem::new(Some(id), reason::ENCODE, "nothing to encode"));
+                    }
+                };
+                let impacts = collection
+                    .prepare_vector(VectorInput::Weights(v))
+                    .map_err(|e| BadItem::new(Some(id.clone()), reason::VECTOR, e.to_string()))?;
+                Ok((r.item, impacts))
+            });
+            match outcome {
+                Ok((item, impacts)) => {
+                    collection.add(document(item)?, impacts)?;
+                    summary.indexed += 1;
+                    since_commit += 1;
+                }
+                Err(bad) => {
+                    if options.strict {
+                        return Err(PipelineError::Strict {
+                            position: pos,
+                            id: bad.id.clone().unwrap_or_default(),
+                            reason: bad.reason,
+                            message: bad.message,
+                        });
+                    }
+                    *summary.skipped.entry(bad.reason.to_string()).or_default() += 1;
+                    observer.skipped(pos, &bad)?;
+                }
+            }
+        }
+        position = chunk.end;
+        observer.progress(summary.read, summary.indexed);
+        if since_commit >= options.commit_every {
+            commit(collection, fp, position, false)?;
+            since_commit = 0;
+        }
+    }
+    commit(collection, fp, position, true)?;
+    Ok(summary)
+}
+
+fn commit(collection: &Collection, fp: &str, position: u64, complete: bool) -> Result<()> {
+    collection.commit()?;
+    Progress {
+        fingerprint: fp.to_string(),
+        position,
+        complete,
+    }
+    .save(collection.dir())
+}
+
+fn document(item: Item) -> Result<Document> {
+    let id = DocId::new(item.id).map_err(|e| PipelineError::Stage(e.to_string()))?;
+    let mut doc = Document::new(id, item.modality);
+    doc.text = item.text;
+    doc.uri = item.uri;
+    doc.metadata = item.metadata;
+    Ok(doc)
+}

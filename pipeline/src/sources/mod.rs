@@ -1,0 +1,60 @@
+//! Readers, one per input format. Each yields items in a deterministic order (resume and
+//! sharding rely on it) and never stops on a bad record: it yields a [`BadItem`] instead.
+
+pub mod image_dir;
+pub mod manifest;
+pub mod tsv;
+pub mod webdataset;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{PipelineError, Result};
+use crate::item::SourceItem;
+
+/// The input of a run.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// LexLIP / ViLT TSV `title<TAB>filepath<TAB>image_id` with a header; image paths relative to
+    /// `images_root` (default: the TSV's directory).
+    Tsv {
+        path: PathBuf,
+        images_root: Option<PathBuf>,
+    },
+    /// JSONL `{"id", "image"?, "text"?, "uri"?, "metadata"?}`; image paths relative to the file.
+    Manifest(PathBuf),
+    /// img2dataset WebDataset shards (`.tar` files, or directories of them).
+    WebDataset(Vec<PathBuf>),
+    /// Every image under a directory (recursive); id = relative path.
+    ImageDir(PathBuf),
+}
+
+impl Input {
+    /// Opens the reader.
+    pub fn open(&self) -> Result<Box<dyn Iterator<Item = SourceItem> + Send>> {
+        Ok(match self {
+            Input::Tsv { path, images_root } => {
+                let root = images_root.clone().unwrap_or_else(|| parent_dir(path));
+                Box::new(tsv::read(path, &root)?)
+            }
+            Input::Manifest(path) => Box::new(manifest::read(path)?),
+            Input::WebDataset(paths) => Box::new(webdataset::read(&webdataset::shards(paths)?)),
+            Input::ImageDir(root) => Box::new(image_dir::read(root)?),
+        })
+    }
+
+    /// A stable description (part of the resume fingerprint).
+    pub fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+pub(crate) fn parent_dir(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub(crate) fn open_file(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::open(path).map_err(|e| PipelineError::io(path, e))
+}

@@ -1,0 +1,151 @@
+//! WebDataset tar shards as img2dataset writes them: consecutive members `KEY.jpg` (or png,
+//! webp), `KEY.txt` (caption), `KEY.json` (metadata). A sample becomes an image document `KEY`
+//! (caption stored, metadata from the JSON) and, with a caption, a text document `KEY#text`
+//! linked by `metadata.image_id`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{PipelineError, Result};
+use crate::item::{BadItem, ImageRef, Item, SourceItem, link_to_image, reason};
+
+/// The shard files named by `paths` (directories expand to their `.tar` files, sorted).
+pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut tars: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| PipelineError::io(p, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|e| e == "tar"))
+                .collect();
+            tars.sort();
+            out.extend(tars);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    if out.is_empty() {
+        return Err(PipelineError::Input("no .tar shards found".into()));
+    }
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Sample {
+    key: String,
+    image: Option<(String, Vec<u8>)>,
+    caption: Option<String>,
+    json: Option<Vec<u8>>,
+}
+
+pub fn read(shards: &[PathBuf]) -> impl Iterator<Item = SourceItem> + Send + use<> {
+    let shards = shards.to_vec();
+    shards
+        .into_iter()
+        .flat_map(|shard| match read_shard(&shard) {
+            Ok(items) => items,
+            Err(e) => vec![Err(BadItem::new(None, reason::BAD_LINE, e.to_string()))],
+        })
+}
+
+/// Reads one shard into items (a shard of img2dataset is ~10k small samples: bounded).
+fn read_shard(shard: &Path) -> Result<Vec<SourceItem>> {
+    let file = super::open_file(shard)?;
+    let mut archive = tar::Archive::new(file);
+    let mut out = Vec::new();
+    let mut sample = Sample::default();
+    let entries = archive.entries().map_err(|e| PipelineError::io(shard, e))?;
+    for entry in entries {
+        let mut entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                out.push(Err(BadItem::new(
+                    None,
+                    reason::BAD_LINE,
+                    format!("{}: corrupt tar member: {e}", shard.display()),
+                )));
+                break;
+            }
+        };
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = match entry.path() {
+            Ok(p) => p.to_string_lossy().into_owned(),
+            Err(_) => continue,
+        };
+        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let Some((key, ext)) = base.split_once('.') else {
+            continue;
+        };
+        if key != sample.key {
+            flush(shard, std::mem::take(&mut sample), &mut out);
+            sample.key = key.to_string();
+        }
+        let mut data = Vec::new();
+        if let Err(e) = entry.read_to_end(&mut data) {
+            out.push(Err(BadItem::new(
+                Some(key.to_string()),
+                reason::BAD_LINE,
+                format!("{}: {name}: {e}", shard.display()),
+            )));
+            continue;
+        }
+        match ext.to_ascii_lowercase().as_str() {
+            "jpg" | "jpeg" | "png" | "webp" | "gif" => sample.image = Some((name.clone(), data)),
+            "txt" => sample.caption = Some(String::from_utf8_lossy(&data).trim().to_string()),
+            "json" => sample.json = Some(data),
+            _ => {}
+        }
+    }
+    flush(shard, sample, &mut out);
+    Ok(out)
+}
+
+fn flush(shard: &Path, s: Sample, out: &mut Vec<SourceItem>) {
+    if s.key.is_empty() {
+        return;
+    }
+    let metadata = s
+        .json
+        .and_then(|j| serde_json::from_slice::<serde_json::Value>(&j).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    let uri = format!("{}#{}", shard.display(), s.key);
+    match s.image {
+        Some((name, bytes)) => {
+            let mut item = Item::image(
+                s.key.clone(),
+                ImageRef::Bytes {
+                    name: format!("{}:{name}", shard.display()),
+                    bytes: Arc::new(bytes),
+                },
+            );
+            item.text = s.caption.clone();
+            item.uri = Some(uri.clone());
+            item.metadata = metadata.clone();
+            out.push(Ok(item));
+            match s.caption {
+                Some(c) if !c.is_empty() => {
+                    let mut t = Item::text(format!("{}#text", s.key), s.key.clone(), c);
+                    t.metadata = metadata;
+                    link_to_image(&mut t, &s.key);
+                    out.push(Ok(t));
+                }
+                Some(_) => out.push(Err(BadItem::new(
+                    Some(format!("{}#text", s.key)),
+                    reason::EMPTY_CAPTION,
+                    format!("{uri}: empty caption"),
+                ))),
+                None => {}
+            }
+        }
+        None => out.push(Err(BadItem::new(
+            Some(s.key.clone()),
+            reason::MISSING_FILE,
+            format!("{uri}: sample without an image"),
+        ))),
+    }
+}

@@ -1,0 +1,162 @@
+//! `lexlip index` with a corpus input (`--tsv`, `--manifest`, `--webdataset`, `--images`):
+//! the batch pipeline of `lexlip-pipeline` with a progress bar, an errors file and a summary.
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use lexlip_index::{Collection, CollectionSettings};
+use lexlip_model::{Encoders, LoadOptions};
+use lexlip_pipeline::{BadItem, Input, Observer, Options};
+
+use super::index::{IndexArgs, Summary};
+
+struct Report {
+    bar: indicatif::ProgressBar,
+    errors: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Observer for Report {
+    fn skipped(&mut self, position: u64, bad: &BadItem) -> lexlip_pipeline::Result<()> {
+        if let Some(out) = &mut self.errors {
+            let line = serde_json::json!({
+                "position": position, "id": bad.id, "reason": bad.reason, "message": bad.message,
+            });
+            writeln!(out, "{line}")
+                .map_err(|e| lexlip_pipeline::PipelineError::io("errors file", e))?;
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self, read: u64, _indexed: u64) {
+        self.bar.set_position(read);
+    }
+}
+
+fn input(args: &IndexArgs) -> anyhow::Result<Input> {
+    Ok(if let Some(p) = &args.tsv {
+        Input::Tsv {
+            path: p.clone(),
+            images_root: args.images_root.clone(),
+        }
+    } else if let Some(p) = &args.manifest {
+        Input::Manifest(p.clone())
+    } else if !args.webdataset.is_empty() {
+        Input::WebDataset(args.webdataset.clone())
+    } else if let Some(p) = &args.images {
+        Input::ImageDir(p.clone())
+    } else {
+        bail!("give one input: --vectors, --tsv, --manifest, --webdataset or --images")
+    })
+}
+
+pub fn run(args: IndexArgs) -> anyhow::Result<()> {
+    let input = input(&args)?;
+    let Some(model_arg) = &args.model else {
+        bail!("--tsv, --manifest, --webdataset and --images need --model (the encoders)");
+    };
+    if args.vocab.is_some() {
+        bail!("--vocab is for --vectors; corpus inputs use the model's vocabulary");
+    }
+    let model_path = super::resolve_model(model_arg)?;
+    let device = lexlip_model::device(args.gpu)?;
+    let options = LoadOptions {
+        tokenizer: args.tokenizer.clone(),
+        ..Default::default()
+    };
+    let encoders = Encoders::load_with(&model_path, &device, &options)
+        .with_context(|| format!("loading model {}", model_path.display()))?;
+    let space = encoders
+        .term_space()
+        .cloned()
+        .context("the model has no sparse (text or image) encoder")?;
+    let collection = if lexlip_index::Manifest::path(&args.collection).exists() {
+        let c = Collection::open(&args.collection)?;
+        c.check_term_space(&space)?;
+        c
+    } else {
+        let tokens = encoders
+            .text()
+            .map(|t| t.vocabulary().tokens().to_vec())
+            .or_else(|_| encoders.image().map(|i| i.vocabulary().tokens().to_vec()))?;
+        let settings = CollectionSettings {
+            scale: args.scale,
+            top_k_terms: args.top_k_terms,
+            dense_dim: None,
+        };
+        Collection::create(&args.collection, space, settings, Some(&tokens))?
+    };
+    let errors = match &args.errors {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("cannot open {}", p.display()))?,
+        )),
+        None => None,
+    };
+    // A total for the ETA where counting is cheap (not for tar shards).
+    let total = match &input {
+        Input::WebDataset(_) => None,
+        other => Some(other.open()?.count() as u64),
+    };
+    let bar = match total {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(if total.is_some() {
+            "{bar:30} {human_pos}/{human_len} items, {per_sec}, ETA {eta}"
+        } else {
+            "{spinner} {human_pos} items, {per_sec}, {elapsed}"
+        })
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let options = Options {
+        batch_size: args.batch_size.max(1),
+        commit_every: args.commit_every.unwrap_or(10_000).max(1),
+        shard: args.shard,
+        strict: args.strict,
+        context: format!(
+            "{}|{}|{:?}",
+            model_path.display(),
+            args.scale,
+            args.top_k_terms
+        ),
+    };
+    let mut report = Report { bar, errors };
+    let start = Instant::now();
+    let result = lexlip_pipeline::run(&input, &encoders, &collection, &options, &mut report);
+    report.bar.finish_and_clear();
+    if let Some(out) = report.errors.as_mut() {
+        out.flush()?;
+    }
+    let summary = result?;
+    if summary.already_complete {
+        eprintln!(
+            "{}: this input was already indexed completely by an earlier run (nothing to do)",
+            args.collection.display()
+        );
+    } else if summary.resumed_from > 0 {
+        eprintln!(
+            "resumed after input item {} (committed by an earlier run)",
+            summary.resumed_from
+        );
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let stats = collection.stats()?;
+    Summary {
+        read: summary.read,
+        indexed: summary.indexed,
+        skipped: summary.skipped,
+        seconds,
+        items_per_s: summary.read as f64 / seconds.max(1e-9),
+        index_bytes: stats.bytes,
+        bytes_per_nnz: stats.bytes_per_nnz,
+    }
+    .report(args.json)
+}

@@ -1,0 +1,457 @@
+//! Batch indexing of corpora with the real binary and the tiny LexLIP checkpoint: every input
+//! format on a generated corpus with corrupt, missing and empty items (exact counts and errors
+//! file), SIGKILL mid-run then resume == a clean run, and shards merged == one run.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fixtures;
+use lexlip_index::Collection;
+use serde_json::Value;
+
+fn model_args() -> Vec<String> {
+    let dir = fixtures().join("lexlip-tiny");
+    vec![
+        "--model".into(),
+        dir.join("lexlip-tiny.ckpt").display().to_string(),
+        "--tokenizer".into(),
+        dir.join("tokenizer.json").display().to_string(),
+    ]
+}
+
+fn lexlip(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(args)
+        .output()
+        .expect("running lexlip")
+}
+
+fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
+    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
+    args.push(collection.display().to_string());
+    args.extend(input.iter().map(|s| s.to_string()));
+    args.extend(model_args());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("--json".into());
+    let out = lexlip(&args);
+    assert!(
+        out.status.success(),
+        "lexlip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A small PNG whose colours depend on `seed`.
+fn png(seed: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(32, 32, |x, y| {
+        let v = seed
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(x * 31 + y * 17);
+        image::Rgb([(v >> 3) as u8, (v >> 11) as u8, (v >> 19) as u8])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+const WORDS: &[&str] = &[
+    "dog", "cat", "red", "car", "grass", "man", "woman", "table", "street", "blue",
+];
+
+fn caption(i: usize, j: usize) -> String {
+    format!(
+        "a {} {} near the {}",
+        WORDS[i % 10],
+        WORDS[(i / 10 + j) % 10],
+        WORDS[(i + 3 * j) % 10]
+    )
+}
+
+/// A TSV corpus: `good` images with 2 captions each, `corrupt` corrupt image files, `missing`
+/// rows whose file does not exist, `empty` empty captions, and one malformed line.
+struct TsvCorpus {
+    tsv: PathBuf,
+    good: usize,
+    corrupt: usize,
+    missing: usize,
+    empty: usize,
+}
+
+fn tsv_corpus(dir: &Path, good: usize) -> TsvCorpus {
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    let (corrupt, missing, empty) = (3, 2, 4);
+    for i in 0..good + corrupt + missing {
+        let file = format!("images/{i:04}.png");
+        if i < good {
+            std::fs::write(dir.join(&file), png(i as u32)).unwrap();
+        } else if i < good + corrupt {
+            std::fs::write(dir.join(&file), b"\x89PNG\r\n\x1a\nnot really a png").unwrap();
+        }
+        for j in 0..2 {
+            let text = if i < empty && j == 1 {
+                String::new()
+            } else {
+                caption(i, j)
+            };
+            tsv.push_str(&format!("{text}\t{file}\timg{i:04}\n"));
+        }
+    }
+    tsv.push_str("a line with too few fields\n");
+    let path = dir.join("captions.tsv");
+    std::fs::write(&path, tsv).unwrap();
+    TsvCorpus {
+        tsv: path,
+        good,
+        corrupt,
+        missing,
+        empty,
+    }
+}
+
+/// Every live document of a collection: id → (modality, text, uri, metadata, impacts).
+fn contents(dir: &Path) -> BTreeMap<String, String> {
+    let c = Collection::open(dir).unwrap();
+    let mut out = BTreeMap::new();
+    c.snapshot()
+        .unwrap()
+        .for_each_document(|d| {
+            let mut impacts: Vec<(String, u32)> = d
+                .impacts
+                .unwrap()
+                .iter()
+                .map(|(t, i)| (t.to_string(), i))
+                .collect();
+            impacts.sort();
+            let v = format!(
+                "{:?}|{:?}|{:?}|{:?}|{impacts:?}",
+                d.doc.modality, d.doc.text, d.doc.uri, d.doc.metadata
+            );
+            out.insert(d.doc.id.to_string(), v);
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn tsv_counts_errors_and_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tsv_corpus(tmp.path(), 40);
+    let coll = tmp.path().join("coll");
+    let errors = tmp.path().join("errors.jsonl");
+    let s = index(
+        &coll,
+        &["--tsv", corpus.tsv.to_str().unwrap()],
+        &["--errors", errors.to_str().unwrap(), "--batch-size", "8"],
+    );
+    let images = corpus.good + corpus.corrupt + corpus.missing;
+    let texts = 2 * images;
+    assert_eq!(s["read"], (images + texts + 1) as u64, "{s}");
+    let skipped = corpus.corrupt + corpus.missing + corpus.empty + 1;
+    assert_eq!(s["indexed"], (images + texts - skipped + 1) as u64, "{s}");
+    assert_eq!(s["skipped"]["corrupt_image"], corpus.corrupt as u64);
+    assert_eq!(s["skipped"]["missing_file"], corpus.missing as u64);
+    assert_eq!(s["skipped"]["empty_caption"], corpus.empty as u64);
+    assert_eq!(s["skipped"]["bad_line"], 1);
+    for key in ["seconds", "items_per_s", "index_bytes", "bytes_per_nnz"] {
+        assert!(s[key].as_f64().unwrap() > 0.0, "{key}: {s}");
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(&errors)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), skipped);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["reason"] == "corrupt_image" && l["id"] == "img0040")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["reason"] == "missing_file" && l["id"] == "img0044")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["reason"] == "empty_caption" && l["id"] == "img0000#1")
+    );
+
+    let docs = contents(&coll);
+    assert_eq!(docs.len(), s["indexed"].as_u64().unwrap() as usize);
+    assert!(docs["img0007"].starts_with("Image"));
+    assert!(
+        docs["img0007#1"].contains("\"image_id\": String(\"img0007\")"),
+        "{}",
+        docs["img0007#1"]
+    );
+    assert!(
+        !docs.contains_key("img0041"),
+        "corrupt images are not indexed"
+    );
+    // Search finds an indexed image by its own terms.
+    let enc = lexlip(
+        &[
+            vec!["encode".to_string(), "--image".into()],
+            vec![tmp.path().join("images/0007.png").display().to_string()],
+            model_args(),
+            vec!["--json".into()],
+        ]
+        .concat(),
+    );
+    assert!(enc.status.success());
+    let terms: Value = serde_json::from_slice(&enc.stdout).unwrap();
+    let out = lexlip(&[
+        "search".into(),
+        "--collection".into(),
+        coll.display().to_string(),
+        "--vector".into(),
+        terms["terms"].to_string(),
+        "--modality".into(),
+        "image".into(),
+        "-k".into(),
+        "1000".into(),
+        "--json".into(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = hits["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"img0007"), "{ids:?}");
+    assert_eq!(ids.len(), corpus.good);
+
+    // Re-running a finished job does nothing and changes nothing.
+    let again = index(
+        &coll,
+        &["--tsv", corpus.tsv.to_str().unwrap()],
+        &["--batch-size", "8"],
+    );
+    assert_eq!(again["read"], 0);
+    assert_eq!(contents(&coll), docs);
+}
+
+#[test]
+fn manifest_webdataset_and_image_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("img/sub")).unwrap();
+    let mut manifest = String::new();
+    for i in 0..10 {
+        std::fs::write(dir.join(format!("img/{i}.png")), png(i)).unwrap();
+        manifest.push_str(&format!(
+            "{{\"id\": \"m{i}\", \"image\": \"img/{i}.png\", \"text\": \"{}\", \"metadata\": {{\"n\": {i}}}}}\n",
+            caption(i as usize, 0)
+        ));
+    }
+    manifest.push_str("{\"id\": \"m3\", \"text\": \"the same id again\"}\n");
+    manifest.push_str("{not json\n");
+    manifest.push_str("{\"id\": \"m20\", \"image\": \"img/missing.png\"}\n");
+    let mpath = dir.join("manifest.jsonl");
+    std::fs::write(&mpath, manifest).unwrap();
+    let s = index(
+        &dir.join("c1"),
+        &["--manifest", mpath.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(s["read"], 23, "{s}");
+    assert_eq!(s["indexed"], 20, "{s}");
+    assert_eq!(s["skipped"]["duplicate_id"], 1);
+    assert_eq!(s["skipped"]["bad_line"], 1);
+    assert_eq!(s["skipped"]["missing_file"], 1);
+    let docs = contents(&dir.join("c1"));
+    assert!(docs["m4"].contains("\"n\": Number(4)"), "{}", docs["m4"]);
+    assert!(docs.contains_key("m4#text"));
+
+    // WebDataset: 10 samples + one with a corrupt image (its caption is still indexed).
+    let tar_path = dir.join("shard-00000.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
+    let mut add = |name: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        builder.append_data(&mut h, name, data).unwrap();
+    };
+    for i in 0..11u32 {
+        let key = format!("{i:09}");
+        let img = if i == 10 {
+            b"garbage".to_vec()
+        } else {
+            png(100 + i)
+        };
+        add(&format!("{key}.png"), &img);
+        add(&format!("{key}.txt"), caption(i as usize, 1).as_bytes());
+        add(
+            &format!("{key}.json"),
+            format!("{{\"key\": \"{key}\", \"width\": 32}}").as_bytes(),
+        );
+    }
+    builder.finish().unwrap();
+    drop(builder);
+    let s = index(
+        &dir.join("c2"),
+        &["--webdataset", dir.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(s["read"], 22, "{s}");
+    assert_eq!(s["indexed"], 21, "{s}");
+    assert_eq!(s["skipped"]["corrupt_image"], 1);
+    let docs = contents(&dir.join("c2"));
+    assert!(docs["000000003"].contains("\"width\": Number(32)"));
+    assert!(docs.contains_key("000000010#text"));
+
+    // A directory of images (recursive), with a corrupt one.
+    std::fs::write(dir.join("img/sub/bad.png"), b"nope").unwrap();
+    std::fs::write(dir.join("img/sub/a.png"), png(99)).unwrap();
+    let s = index(
+        &dir.join("c3"),
+        &["--images", dir.join("img").to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(s["read"], 12, "{s}");
+    assert_eq!(s["indexed"], 11, "{s}");
+    assert!(contents(&dir.join("c3")).contains_key("sub/a.png"));
+
+    // --strict stops at the first bad item with an error naming it.
+    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
+    args.push(dir.join("c4").display().to_string());
+    args.extend([
+        "--manifest".to_string(),
+        mpath.display().to_string(),
+        "--strict".into(),
+    ]);
+    args.extend(model_args());
+    let out = lexlip(&args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate_id"));
+}
+
+#[test]
+fn killed_run_resumes_to_the_same_collection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tsv_corpus(tmp.path(), 300);
+    let tsv = corpus.tsv.to_str().unwrap().to_string();
+    let clean = tmp.path().join("clean");
+    let opts = ["--batch-size", "4", "--commit-every", "8"];
+    index(&clean, &["--tsv", &tsv], &opts);
+
+    let resumed = tmp.path().join("resumed");
+    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
+    args.push(resumed.display().to_string());
+    args.extend(["--tsv".to_string(), tsv.clone()]);
+    args.extend(model_args());
+    args.extend(opts.iter().map(|s| s.to_string()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let progress = resumed.join("pipeline-progress.json");
+    let start = Instant::now();
+    loop {
+        let p: Option<Value> = std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if p.as_ref()
+            .is_some_and(|p| p["position"].as_u64() > Some(40))
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&progress).unwrap()).unwrap();
+    assert_eq!(
+        p["complete"], false,
+        "the run finished before it was killed"
+    );
+    let killed_at = p["position"].as_u64().unwrap();
+
+    let s = index(&resumed, &["--tsv", &tsv], &opts);
+    assert!(
+        s["read"].as_u64().unwrap() < (3 * 305 + 1) as u64 - killed_at + 1,
+        "{s}"
+    );
+    assert_eq!(contents(&resumed), contents(&clean));
+}
+
+#[test]
+fn shards_merged_equal_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tsv_corpus(tmp.path(), 30);
+    let tsv = corpus.tsv.to_str().unwrap().to_string();
+    let whole = tmp.path().join("whole");
+    index(&whole, &["--tsv", &tsv], &[]);
+    let parts: Vec<PathBuf> = (0..2)
+        .map(|i| tmp.path().join(format!("part{i}")))
+        .collect();
+    let mut total = 0;
+    for (i, p) in parts.iter().enumerate() {
+        let s = index(p, &["--tsv", &tsv], &["--shard", &format!("{i}/2")]);
+        total += s["indexed"].as_u64().unwrap();
+        assert!(s["indexed"].as_u64().unwrap() > 0);
+    }
+    let merged = tmp.path().join("merged");
+    let out = lexlip(&[
+        "merge".into(),
+        merged.display().to_string(),
+        parts[0].display().to_string(),
+        parts[1].display().to_string(),
+        "--json".into(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["documents"].as_u64(), Some(total));
+    assert_eq!(contents(&merged), contents(&whole));
+
+    // A collection with another term space is refused, naming both.
+    let other = tmp.path().join("other");
+    let vectors = tmp.path().join("v.jsonl");
+    let mut f = std::fs::File::create(&vectors).unwrap();
+    writeln!(f, "{{\"id\": \"x\", \"vector\": {{\"dog\": 3}}}}").unwrap();
+    let out = lexlip(&[
+        "index".into(),
+        "--collection".into(),
+        other.display().to_string(),
+        "--vectors".into(),
+        vectors.display().to_string(),
+    ]);
+    assert!(out.status.success());
+    let out = lexlip(&[
+        "merge".into(),
+        tmp.path().join("m2").display().to_string(),
+        whole.display().to_string(),
+        other.display().to_string(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("whole") && err.contains("other"), "{err}");
+    assert!(
+        !tmp.path().join("m2").exists(),
+        "nothing written on refusal"
+    );
+}
