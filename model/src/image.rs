@@ -409,6 +409,53 @@ impl ImageEncoder {
     }
 }
 
+/// Writes a BEiT-B/16 (224) + MLM head directory with random weights (fixed seed) and the given
+/// tokenizer: a stand-in of the real image encoder's size for throughput measurements of the
+/// whole indexing pipeline (`lexlip bench random-beit-base`). Its vectors mean nothing.
+pub fn write_random_beit_base(out: &Path, tokenizer_json: &Path, seed: u64) -> Result<()> {
+    let vocab = Vocabulary::from_tokenizer_json("random-beit-base", tokenizer_json)?;
+    let config = beit::Config::base_patch16_224();
+    let weights = random_weights(&config, vocab.len(), seed)?;
+    std::fs::create_dir_all(out).map_err(|e| ModelError::io(out, e))?;
+    let safetensors = out.join("model.safetensors");
+    candle_core::safetensors::save(weights.tensors(), &safetensors)
+        .map_err(|e| ModelError::from_load(&safetensors, e))?;
+    let json = serde_json::json!({
+        "architectures": ["BeitForMaskedImageModeling"],
+        "model_type": "beit",
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": "gelu",
+        "layer_norm_eps": config.layer_norm_eps,
+        "image_size": config.image_size,
+        "patch_size": config.patch_size,
+        "num_channels": config.num_channels,
+        "use_absolute_position_embeddings": config.use_absolute_position_embeddings,
+        "use_relative_position_bias": config.use_relative_position_bias,
+        "use_shared_relative_position_bias": config.use_shared_relative_position_bias,
+        "layer_scale_init_value": config.layer_scale_init_value,
+        "use_mean_pooling": config.use_mean_pooling,
+        "vocab_size": vocab.len(),
+        "lexlip_mlm_head": {"hidden_act": "gelu", "layer_norm_eps": 1e-12},
+    });
+    let write = |name: &str, text: String| {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(|e| ModelError::io(&p, e))
+    };
+    write("config.json", json.to_string())?;
+    write(
+        "preprocessor_config.json",
+        serde_json::json!({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "size": {"height": config.image_size, "width": config.image_size}})
+        .to_string(),
+    )?;
+    std::fs::copy(tokenizer_json, out.join("tokenizer.json"))
+        .map_err(|e| ModelError::io(tokenizer_json, e))?;
+    Ok(())
+}
+
 /// Random weights with the shapes of `BeitForMaskedImageModeling` + MLM head (xorshift, N(0, 0.02)-ish
 /// uniform values; layer norms at 1/0; layer scale 0.1).
 fn random_weights(cfg: &beit::Config, vocab: usize, seed: u64) -> Result<Weights> {

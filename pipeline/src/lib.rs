@@ -16,6 +16,6 @@ pub mod sources;
 pub use error::{PipelineError, Result};
 pub use item::{BadItem, ImageRef, Item};
 pub use merge::{MergeReport, merge};
-pub use run::{Observer, Options, Summary, run};
+pub use run::{Observer, Options, StageSeconds, Summary, run};
 pub use shard::Shard;
 pub use sources::Input;

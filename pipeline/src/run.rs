@@ -62,6 +62,19 @@ pub struct Summary {
     pub resumed_from: u64,
     /// The input had already been indexed completely by an earlier run.
     pub already_complete: bool,
+    /// Busy time of each stage (they overlap: the slowest one sets the pace).
+    pub stage_seconds: StageSeconds,
+}
+
+/// Seconds each stage spent working.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StageSeconds {
+    /// Reading files and decoding/resizing images (wall time of the parallel decode).
+    pub decode: f64,
+    /// Running the encoders.
+    pub encode: f64,
+    /// Quantizing, adding to the collection and committing.
+    pub write: f64,
 }
 
 /// Receives skipped items and progress (errors file, progress bar).
@@ -74,6 +87,8 @@ struct Chunk<T> {
     items: Vec<(u64, T)>,
     /// Input position after the last item read into this chunk.
     end: u64,
+    /// Seconds the decode stage spent on this chunk.
+    decode_seconds: f64,
 }
 
 /// An item ready to encode.
@@ -159,6 +174,7 @@ fn read_stage(
                 .send(Chunk {
                     items,
                     end: position,
+                    decode_seconds: 0.0,
                 })
                 .is_err()
             {
@@ -169,6 +185,7 @@ fn read_stage(
     let _ = tx.send(Chunk {
         items: chunk,
         end: position.max(resume),
+        decode_seconds: 0.0,
     });
 }
 
@@ -204,6 +221,7 @@ fn decode_stage(
                 return;
             }
         };
+        let started = std::time::Instant::now();
         let items: Vec<(u64, Result<Ready, BadItem>)> = chunk
             .items
             .into_par_iter()
@@ -222,6 +240,7 @@ fn decode_stage(
             .send(Ok(Chunk {
                 items,
                 end: chunk.end,
+                decode_seconds: started.elapsed().as_secs_f64(),
             }))
             .is_err()
         {
@@ -284,6 +303,8 @@ fn write_stage(
     let mut position = resume;
     for chunk in rx {
         let chunk = chunk?;
+        summary.stage_seconds.decode += chunk.decode_seconds;
+        let encode_start = std::time::Instant::now();
         // Encode this chunk's images and texts, one batch each.
         let mut images = Vec::new();
         let mut texts = Vec::new();
@@ -312,6 +333,8 @@ fn write_stage(
                 vectors[*i] = Some(v);
             }
         }
+        summary.stage_seconds.encode += encode_start.elapsed().as_secs_f64();
+        let write_start = std::time::Instant::now();
         for ((pos, ready), vector) in chunk.items.into_iter().zip(vectors) {
             summary.read += 1;
             let outcome = ready.and_then(|r| {
@@ -354,8 +377,11 @@ fn write_stage(
             commit(collection, fp, position, false)?;
             since_commit = 0;
         }
+        summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
     }
+    let write_start = std::time::Instant::now();
     commit(collection, fp, position, true)?;
+    summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
     Ok(summary)
 }
 

@@ -11,11 +11,25 @@ pub enum BenchCommand {
     Engine(bench_engine::BenchEngineArgs),
     /// Encoder throughput (texts/s, images/s) for several batch sizes.
     Encode(bench_encode::BenchEncodeArgs),
+    /// Write a BEiT-B/16 + MLM head model directory with random weights (for timing
+    /// `lexlip index` on images without a checkpoint).
+    RandomBeitBase {
+        /// Output directory.
+        out: std::path::PathBuf,
+        /// tokenizer.json giving the vocabulary (e.g. a BERT tokenizer's).
+        #[arg(long)]
+        tokenizer: std::path::PathBuf,
+    },
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Engine(args) => bench_engine::run(args),
         BenchCommand::Encode(args) => bench_encode::run(args),
+        BenchCommand::RandomBeitBase { out, tokenizer } => {
+            lexlip_model::image::write_random_beit_base(&out, &tokenizer, 42)?;
+            println!("wrote {}", out.display());
+            Ok(())
+        }
     }
 }

@@ -101,6 +101,9 @@ pub(crate) struct Summary {
     pub items_per_s: f64,
     pub index_bytes: u64,
     pub bytes_per_nnz: f64,
+    /// Corpus runs: busy seconds per stage (decode, encode, write).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage_seconds: Option<lexlip_pipeline::StageSeconds>,
 }
 
 impl Summary {
@@ -291,6 +294,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         items_per_s: indexed as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
         bytes_per_nnz: stats.bytes_per_nnz,
+        stage_seconds: None,
     };
     summary.report(args.json)
 }

@@ -136,6 +136,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         out.flush()?;
     }
     let summary = result?;
+    let stages = summary.stage_seconds;
     if summary.already_complete {
         eprintln!(
             "{}: this input was already indexed completely by an earlier run (nothing to do)",
@@ -157,6 +158,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         items_per_s: summary.read as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
         bytes_per_nnz: stats.bytes_per_nnz,
+        stage_seconds: Some(stages),
     }
     .report(args.json)
 }
