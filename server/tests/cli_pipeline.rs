@@ -161,7 +161,13 @@ fn tsv_counts_errors_and_search() {
     assert_eq!(s["skipped"]["missing_file"], corpus.missing as u64);
     assert_eq!(s["skipped"]["empty_caption"], corpus.empty as u64);
     assert_eq!(s["skipped"]["bad_line"], 1);
-    for key in ["seconds", "items_per_s", "index_bytes", "bytes_per_nnz"] {
+    for key in [
+        "seconds",
+        "items_per_s",
+        "index_bytes",
+        "bytes_per_item",
+        "bytes_per_nnz",
+    ] {
         assert!(s[key].as_f64().unwrap() > 0.0, "{key}: {s}");
     }
     let lines: Vec<Value> = std::fs::read_to_string(&errors)

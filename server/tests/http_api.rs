@@ -308,6 +308,25 @@ fn text_to_image_and_image_to_text() {
     assert_eq!(st, 200, "{m}");
     assert_eq!(m["hits"], r["hits"]);
 
+    // One document as a multipart upload (file part + fields).
+    let mut form = Vec::new();
+    form.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\nupload\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n{{\"kind\": \"upload\"}}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"u.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes(),
+    );
+    form.extend_from_slice(&std::fs::read(fixtures().join("images/img2_64.png")).unwrap());
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let (st, up) = s.raw(
+        "POST",
+        "/v1/collections/c/documents",
+        &format!("multipart/form-data; boundary={boundary}"),
+        &form,
+    );
+    assert_eq!(st, 200, "{up}");
+    let (st, got) = s.call("GET", "/v1/collections/c/documents/upload", None);
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["modality"], "image");
+    assert_eq!(got["metadata"]["kind"], "upload");
+
     // image→image: the query image's own document scores the dot product of its stored impacts.
     let (st, r) = s.call(
         "POST",
@@ -578,7 +597,20 @@ fn dense_fallback_hybrid_and_api_keys() {
     let data = tempfile::tempdir().unwrap();
     let s = Server::start(
         data.path(),
-        &["--api-key".to_string(), "secret".to_string()],
+        &[
+            "--api-key".to_string(),
+            "secret".to_string(),
+            "--cors-origin".to_string(),
+            "http://app.example".to_string(),
+        ],
+    );
+    let cors = ureq::get(&s.url("/v1/collections"))
+        .set("Origin", "http://app.example")
+        .call()
+        .unwrap();
+    assert_eq!(
+        cors.header("access-control-allow-origin"),
+        Some("http://app.example")
     );
     let (st, err) = s.call("PUT", "/v1/collections/d", Some(&json!({"dense_dim": 3})));
     assert_eq!(st, 401, "{err}");

@@ -100,6 +100,8 @@ pub(crate) struct Summary {
     pub seconds: f64,
     pub items_per_s: f64,
     pub index_bytes: u64,
+    /// Index bytes per live document.
+    pub bytes_per_item: f64,
     pub bytes_per_nnz: f64,
     /// Corpus runs: busy seconds per stage (decode, encode, write).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,7 +115,7 @@ impl Summary {
             println!("{}", serde_json::to_string(self)?);
         } else {
             println!(
-                "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.2} bytes per non-zero)",
+                "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.0} bytes per item, {:.2} bytes per non-zero)",
                 self.read,
                 self.indexed,
                 self.skipped.values().sum::<u64>(),
@@ -121,6 +123,7 @@ impl Summary {
                 self.seconds,
                 self.items_per_s,
                 self.index_bytes,
+                self.bytes_per_item,
                 self.bytes_per_nnz
             );
         }
@@ -293,6 +296,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         seconds,
         items_per_s: indexed as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
+        bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
         bytes_per_nnz: stats.bytes_per_nnz,
         stage_seconds: None,
     };

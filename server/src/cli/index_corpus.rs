@@ -157,6 +157,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         seconds,
         items_per_s: summary.read as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
+        bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
         bytes_per_nnz: stats.bytes_per_nnz,
         stage_seconds: Some(stages),
     }
