@@ -34,14 +34,17 @@ fn converted_checkpoint_encodes_like_the_checkpoint() {
     let tokenizer = fixtures().join("lexlip-tiny/tokenizer.json");
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("lexlip");
-    let out = lexlip(&[
-        "model",
-        "convert",
-        ckpt.to_str().unwrap(),
-        out_dir.to_str().unwrap(),
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-    ]);
+    let convert = || {
+        lexlip(&[
+            "model",
+            "convert",
+            ckpt.to_str().unwrap(),
+            out_dir.to_str().unwrap(),
+            "--tokenizer",
+            tokenizer.to_str().unwrap(),
+        ])
+    };
+    let out = convert();
     assert!(
         out.status.success(),
         "{}",
@@ -59,14 +62,7 @@ fn converted_checkpoint_encodes_like_the_checkpoint() {
         assert_eq!(from_ckpt["terms"], from_dir["terms"], "{what:?}");
     }
     // A second conversion into the same, now non-empty directory is refused.
-    let again = lexlip(&[
-        "model",
-        "convert",
-        ckpt.to_str().unwrap(),
-        out_dir.to_str().unwrap(),
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-    ]);
+    let again = convert();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
     // Not a checkpoint: an error naming the file.

@@ -10,19 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fixtures;
+use common::lexlip_tiny_args as model_args;
 use lexlip_index::Collection;
 use serde_json::Value;
-
-fn model_args() -> Vec<String> {
-    let dir = fixtures().join("lexlip-tiny");
-    vec![
-        "--model".into(),
-        dir.join("lexlip-tiny.ckpt").display().to_string(),
-        "--tokenizer".into(),
-        dir.join("tokenizer.json").display().to_string(),
-    ]
-}
 
 fn lexlip(args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lexlip"))

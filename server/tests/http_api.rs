@@ -10,18 +10,8 @@ use std::time::Duration;
 mod common;
 
 use base64::Engine;
-use common::{fixtures, splade_dir, workspace};
+use common::{fixtures, lexlip_tiny_args as lexlip_tiny, splade_dir, workspace};
 use serde_json::{Value, json};
-
-fn lexlip_tiny() -> Vec<String> {
-    let dir = fixtures().join("lexlip-tiny");
-    vec![
-        "--model".into(),
-        dir.join("lexlip-tiny.ckpt").display().to_string(),
-        "--tokenizer".into(),
-        dir.join("tokenizer.json").display().to_string(),
-    ]
-}
 
 fn b64(path: &Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())

@@ -37,3 +37,15 @@ pub fn splade_dir() -> PathBuf {
     })
     .clone()
 }
+
+/// `--model … --tokenizer …` for the tiny LexLIP checkpoint (text and image encoders sharing
+/// one 1,000-token vocabulary).
+pub fn lexlip_tiny_args() -> Vec<String> {
+    let dir = fixtures().join("lexlip-tiny");
+    vec![
+        "--model".into(),
+        dir.join("lexlip-tiny.ckpt").display().to_string(),
+        "--tokenizer".into(),
+        dir.join("tokenizer.json").display().to_string(),
+    ]
+}

@@ -250,14 +250,7 @@ pub async fn execute(
             match fallback {
                 Some(v) => {
                     let dense = run_dense(v, k).await?;
-                    let snap = snapshot.clone();
-                    let hits = blocking(move || {
-                        dense
-                            .iter()
-                            .map(|d| Ok(snap.hit_at(d.segment_ord, d.doc, d.score as f64)?))
-                            .collect()
-                    })
-                    .await?;
+                    let hits = dense_hits(snapshot.clone(), dense).await?;
                     (hits, SearchPath::DenseFallback, Some(matched))
                 }
                 None => {
@@ -279,14 +272,7 @@ pub async fn execute(
                 ApiError::unprocessable("a sparse query cannot be searched in the dense index")
             })?;
             let dense = run_dense(v, k).await?;
-            let snap = snapshot.clone();
-            let hits = blocking(move || {
-                dense
-                    .iter()
-                    .map(|d| Ok(snap.hit_at(d.segment_ord, d.doc, d.score as f64)?))
-                    .collect()
-            })
-            .await?;
+            let hits = dense_hits(snapshot.clone(), dense).await?;
             (hits, SearchPath::Dense, None)
         }
         Mode::Hybrid => {
@@ -327,6 +313,20 @@ pub async fn execute(
         query_terms,
         took_ms: start.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// Dense results as API hits (cosine similarity as the score).
+async fn dense_hits(
+    snapshot: Arc<lexlip_index::Snapshot>,
+    dense: Vec<lexlip_index::dense::DenseHit>,
+) -> ApiResult<Vec<Hit>> {
+    blocking(move || {
+        dense
+            .iter()
+            .map(|d| Ok(snapshot.hit_at(d.segment_ord, d.doc, f64::from(d.score))?))
+            .collect()
+    })
+    .await
 }
 
 enum DenseSource {
