@@ -40,32 +40,48 @@ struct Sample {
     json: Option<Vec<u8>>,
 }
 
+/// Samples read ahead of the pipeline (the tar is streamed, never held whole).
+const READ_AHEAD: usize = 64;
+
+/// Streams the shards' samples in order from a reader thread.
 pub fn read(shards: &[PathBuf]) -> impl Iterator<Item = SourceItem> + Send + use<> {
     let shards = shards.to_vec();
-    shards
-        .into_iter()
-        .flat_map(|shard| match read_shard(&shard) {
-            Ok(items) => items,
-            Err(e) => vec![Err(BadItem::new(None, reason::BAD_LINE, e.to_string()))],
-        })
+    let (tx, rx) = std::sync::mpsc::sync_channel::<SourceItem>(READ_AHEAD);
+    std::thread::spawn(move || {
+        for shard in shards {
+            let mut emit = |item: SourceItem| tx.send(item).is_ok();
+            match read_shard(&shard, &mut emit) {
+                Ok(true) => {}
+                Ok(false) => return, // the pipeline stopped
+                Err(e) => {
+                    if !emit(Err(BadItem::new(None, reason::BAD_LINE, e.to_string()))) {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx.into_iter()
 }
 
-/// Reads one shard into items (a shard of img2dataset is ~10k small samples: bounded).
-fn read_shard(shard: &Path) -> Result<Vec<SourceItem>> {
+/// Streams one shard's samples into `emit`; false when `emit` refused (the reader is gone).
+fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<bool> {
     let file = super::open_file(shard)?;
     let mut archive = tar::Archive::new(file);
-    let mut out = Vec::new();
     let mut sample = Sample::default();
     let entries = archive.entries().map_err(|e| PipelineError::io(shard, e))?;
     for entry in entries {
         let mut entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                out.push(Err(BadItem::new(
+                let bad = BadItem::new(
                     None,
                     reason::BAD_LINE,
                     format!("{}: corrupt tar member: {e}", shard.display()),
-                )));
+                );
+                if !emit(Err(bad)) {
+                    return Ok(false);
+                }
                 break;
             }
         };
@@ -81,16 +97,21 @@ fn read_shard(shard: &Path) -> Result<Vec<SourceItem>> {
             continue;
         };
         if key != sample.key {
-            flush(shard, std::mem::take(&mut sample), &mut out);
+            if !flush(shard, std::mem::take(&mut sample), emit) {
+                return Ok(false);
+            }
             sample.key = key.to_string();
         }
         let mut data = Vec::new();
         if let Err(e) = entry.read_to_end(&mut data) {
-            out.push(Err(BadItem::new(
+            let bad = BadItem::new(
                 Some(key.to_string()),
                 reason::BAD_LINE,
                 format!("{}: {name}: {e}", shard.display()),
-            )));
+            );
+            if !emit(Err(bad)) {
+                return Ok(false);
+            }
             continue;
         }
         match ext.to_ascii_lowercase().as_str() {
@@ -100,14 +121,15 @@ fn read_shard(shard: &Path) -> Result<Vec<SourceItem>> {
             _ => {}
         }
     }
-    flush(shard, sample, &mut out);
-    Ok(out)
+    Ok(flush(shard, sample, emit))
 }
 
-fn flush(shard: &Path, s: Sample, out: &mut Vec<SourceItem>) {
+/// Emits a finished sample's items; false when `emit` refused.
+fn flush(shard: &Path, s: Sample, emit: &mut dyn FnMut(SourceItem) -> bool) -> bool {
     if s.key.is_empty() {
-        return;
+        return true;
     }
+    let mut out = Vec::with_capacity(2);
     let metadata = s
         .json
         .and_then(|j| serde_json::from_slice::<serde_json::Value>(&j).ok())
@@ -148,4 +170,5 @@ fn flush(shard: &Path, s: Sample, out: &mut Vec<SourceItem>) {
             format!("{uri}: sample without an image"),
         ))),
     }
+    out.into_iter().all(emit)
 }
