@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("{path}: {source}")]
+    /// Displays the path; the I/O error is the source (printed after it in error chains).
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

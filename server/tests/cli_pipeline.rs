@@ -337,6 +337,29 @@ fn manifest_webdataset_and_image_dir() {
     let out = lexlip(&args);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate_id"));
+
+    // A missing input is an error naming it, and creates nothing.
+    for input in [
+        "--tsv",
+        "--manifest",
+        "--webdataset",
+        "--images",
+        "--vectors",
+    ] {
+        let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
+        args.push(dir.join("c5").display().to_string());
+        args.extend([input.to_string(), dir.join("absent").display().to_string()]);
+        if input != "--vectors" {
+            args.extend(model_args());
+        }
+        let out = lexlip(&args);
+        assert!(!out.status.success(), "{input}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("absent"),
+            "{input}"
+        );
+        assert!(!dir.join("c5").exists(), "{input} created a collection");
+    }
 }
 
 #[test]

@@ -22,8 +22,13 @@ pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 .collect();
             tars.sort();
             out.extend(tars);
-        } else {
+        } else if p.is_file() {
             out.push(p.clone());
+        } else {
+            return Err(PipelineError::Input(format!(
+                "{}: no such shard or directory",
+                p.display()
+            )));
         }
     }
     if out.is_empty() {

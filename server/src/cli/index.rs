@@ -195,8 +195,9 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         );
     }
     let commit_every = args.commit_every.unwrap_or(500_000);
-    let collection = open_or_create(&args)?;
+    // The input first: a missing file changes nothing.
     let mut lines = open_lines(&vectors)?;
+    let collection = open_or_create(&args)?;
     let mut errors_out = match &args.errors {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,

@@ -70,6 +70,15 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         .term_space()
         .cloned()
         .context("the model has no sparse (text or image) encoder")?;
+    // Opening the input first means a missing or unreadable input changes nothing. A total for
+    // the ETA where counting is cheap (not for tar shards).
+    let total = match &input {
+        Input::WebDataset(paths) => {
+            lexlip_pipeline::sources::webdataset::shards(paths)?;
+            None
+        }
+        other => Some(other.open()?.count() as u64),
+    };
     let collection = if lexlip_index::Manifest::path(&args.collection).exists() {
         let c = Collection::open(&args.collection)?;
         c.check_term_space(&space)?;
@@ -95,11 +104,6 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot open {}", p.display()))?,
         )),
         None => None,
-    };
-    // A total for the ETA where counting is cheap (not for tar shards).
-    let total = match &input {
-        Input::WebDataset(_) => None,
-        other => Some(other.open()?.count() as u64),
     };
     let bar = match total {
         Some(n) => indicatif::ProgressBar::new(n),
