@@ -33,7 +33,8 @@ pub enum IndexError {
     InvalidQuery(String),
     #[error("term {term:?} is not in the collection's vocabulary ({term_space})")]
     UnknownTerm { term: String, term_space: String },
-    #[error("I/O error on {path}: {source}")]
+    /// The I/O error is the source (printed after the path in error chains).
+    #[error("I/O error on {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

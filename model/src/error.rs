@@ -6,7 +6,8 @@ use std::path::PathBuf;
 /// Why a model could not be loaded or an input could not be encoded.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("{path}: {source}")]
+    /// The I/O error is the source (printed after the path in error chains).
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -75,7 +75,7 @@ fn each_or_batch<I, O>(
 fn load(path: &Path, paths: &ModelPaths) -> anyhow::Result<Arc<Encoders>> {
     let device = lexlip_model::device(paths.gpu)?;
     let enc = Encoders::load_with(path, &device, &paths.options)
-        .map_err(|e| anyhow::anyhow!("loading model {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::Error::new(e).context(format!("loading model {}", path.display())))?;
     Ok(Arc::new(enc))
 }
 

@@ -88,27 +88,41 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An error and its sources, `outer: inner: …`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 impl From<IndexError> for ApiError {
     fn from(e: IndexError) -> Self {
+        let message = chain(&e);
         match &e {
             IndexError::InvalidQuery(_)
             | IndexError::InvalidSetting(_)
-            | IndexError::UnknownTerm { .. } => ApiError::unprocessable(e.to_string()),
+            | IndexError::UnknownTerm { .. } => ApiError::unprocessable(message),
             IndexError::TermSpaceMismatch { .. } | IndexError::AlreadyExists(_) => {
-                ApiError::conflict(e.to_string())
+                ApiError::conflict(message)
             }
-            _ => ApiError::internal(e.to_string()),
+            _ => ApiError::internal(message),
         }
     }
 }
 
 impl From<ModelError> for ApiError {
     fn from(e: ModelError) -> Self {
+        let message = chain(&e);
         match &e {
             ModelError::Image { .. } | ModelError::Tokenize { .. } | ModelError::Invalid(_) => {
-                ApiError::unprocessable(e.to_string())
+                ApiError::unprocessable(message)
             }
-            _ => ApiError::internal(e.to_string()),
+            _ => ApiError::internal(message),
         }
     }
 }
