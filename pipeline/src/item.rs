@@ -68,6 +68,8 @@ impl Item {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadItem {
     pub id: Option<String>,
+    /// The item's group when it differs from its id (a caption's image), for `--shard`.
+    pub group: Option<String>,
     pub reason: &'static str,
     pub message: String,
 }
@@ -76,9 +78,22 @@ impl BadItem {
     pub fn new(id: Option<String>, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             id,
+            group: None,
             reason,
             message: message.into(),
         }
+    }
+
+    /// Puts the bad item in a group (a caption in its image's), so that it is reported by the
+    /// shard that holds the group.
+    pub fn in_group(mut self, group: &str) -> Self {
+        self.group = Some(group.to_string());
+        self
+    }
+
+    /// The group the item belongs to: its own id unless set.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref().or(self.id.as_deref())
     }
 }
 

@@ -6,6 +6,7 @@
 //! `lexlip_index::ingest`.
 
 pub mod error;
+pub mod errors_file;
 pub mod item;
 pub mod merge;
 pub mod progress;
@@ -14,8 +15,10 @@ pub mod shard;
 pub mod sources;
 
 pub use error::{PipelineError, Result};
+pub use errors_file::ErrorsFile;
 pub use item::{BadItem, ImageRef, Item};
 pub use merge::{MergeReport, merge};
+pub use progress::{Counts, Progress};
 pub use run::{Observer, Options, StageSeconds, Summary, run};
 pub use shard::Shard;
 pub use sources::Input;

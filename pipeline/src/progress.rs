@@ -1,8 +1,10 @@
 //! Resume state: how far into the input the last commit reached, written atomically right after
 //! each commit. A re-run with the same inputs and options (same fingerprint) skips that prefix;
 //! documents added after the last commit were never visible and are added again (same id
-//! replaces), so the result equals a clean run.
+//! replaces), so the result equals a clean run. The counts and the errors file's length at the
+//! commit are saved too, so a resumed run reports (and writes) what a clean run would.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +12,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::{PipelineError, Result};
 
 pub const PROGRESS_FILE: &str = "pipeline-progress.json";
+
+/// Items read, indexed and skipped (by reason) up to a point of the input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub read: u64,
+    pub indexed: u64,
+    pub skipped: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    pub fn skip(&mut self, reason: &str) {
+        *self.skipped.entry(reason.to_string()).or_default() += 1;
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Progress {
@@ -19,6 +35,12 @@ pub struct Progress {
     pub position: u64,
     /// The run reached the end of its input.
     pub complete: bool,
+    /// Counts of the job up to `position`.
+    #[serde(default)]
+    pub counts: Counts,
+    /// The observer's mark at the commit (the errors file's length).
+    #[serde(default)]
+    pub mark: u64,
 }
 
 fn path(dir: &Path) -> PathBuf {
@@ -39,7 +61,7 @@ impl Progress {
         Ok((saved.fingerprint == fingerprint).then_some(saved))
     }
 
-    /// Writes atomically (temp file + rename).
+    /// Writes atomically (temp file + fsync + rename + fsync of the directory).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let p = path(dir);
         let tmp = dir.join(format!(".{PROGRESS_FILE}.tmp"));
@@ -48,14 +70,22 @@ impl Progress {
         if let Ok(f) = std::fs::File::open(&tmp) {
             let _ = f.sync_all();
         }
-        std::fs::rename(&tmp, &p).map_err(|e| PipelineError::io(&p, e))
+        std::fs::rename(&tmp, &p).map_err(|e| PipelineError::io(&p, e))?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
     }
 }
 
 /// FNV-1a of the run's description, as hex.
 pub fn fingerprint(description: &str) -> String {
-    let h = description.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("{h:016x}")
+    format!("{:016x}", fnv1a(description.as_bytes()))
+}
+
+/// FNV-1a 64: stable across platforms and releases (unlike `DefaultHasher`).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

@@ -9,6 +9,8 @@
 //! reached is saved ([`crate::progress`]) and a re-run resumes from it.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use lexlip_index::{Collection, VectorInput};
@@ -18,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
 use crate::item::{BadItem, ImageRef, Item, SourceItem, reason};
-use crate::progress::{Progress, fingerprint};
+use crate::progress::{Counts, Progress, fingerprint};
 use crate::shard::Shard;
 use crate::sources::Input;
 
@@ -36,6 +38,11 @@ pub struct Options {
     pub strict: bool,
     /// Anything else that must match for a re-run to resume (e.g. the model path).
     pub context: String,
+    /// Ignore the saved progress of an earlier run and start from the beginning.
+    pub restart: bool,
+    /// Set (e.g. on Ctrl-C) to stop reading: what was read is written and committed, and a
+    /// re-run resumes from there.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for Options {
@@ -46,22 +53,29 @@ impl Default for Options {
             shard: None,
             strict: false,
             context: String::new(),
+            restart: false,
+            stop: None,
         }
     }
 }
 
-/// What a run did.
+/// What the job did. The counts cover the whole job (within the shard): a resumed run adds to
+/// those saved with the commit it resumed from, so its summary equals a clean run's.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
-    /// Items read by this run (after the resumed prefix; within the shard).
+    /// Items read.
     pub read: u64,
     pub indexed: u64,
     /// Skipped items by reason.
     pub skipped: BTreeMap<String, u64>,
+    /// Items this invocation processed (`read` less the resumed prefix).
+    pub processed: u64,
     /// Input position this run started from (0 for a fresh run).
     pub resumed_from: u64,
-    /// The input had already been indexed completely by an earlier run.
+    /// The input had already been indexed completely by an earlier run (nothing was done).
     pub already_complete: bool,
+    /// Stopped by [`Options::stop`] before the end of the input (what was read is committed).
+    pub interrupted: bool,
     /// Busy time of each stage (they overlap: the slowest one sets the pace).
     pub stage_seconds: StageSeconds,
 }
@@ -81,6 +95,16 @@ pub struct StageSeconds {
 pub trait Observer {
     fn skipped(&mut self, position: u64, bad: &BadItem) -> Result<()>;
     fn progress(&mut self, read: u64, indexed: u64);
+    /// Called right before each commit: make what was reported durable and return a mark saved
+    /// with the commit (e.g. the errors file's length, see [`crate::ErrorsFile`]).
+    fn checkpoint(&mut self) -> Result<u64> {
+        Ok(0)
+    }
+    /// Called once before anything is reported, with the mark saved by the commit the run
+    /// resumes from (0 for a fresh run): forget what was reported after it.
+    fn rewind(&mut self, _mark: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct Chunk<T> {
@@ -89,6 +113,8 @@ struct Chunk<T> {
     end: u64,
     /// Seconds the decode stage spent on this chunk.
     decode_seconds: f64,
+    /// The last chunk of the input (not sent when the reader was stopped).
+    last: bool,
 }
 
 /// An item ready to encode.
@@ -97,14 +123,14 @@ struct Ready {
     image: Option<PreprocessedImage>,
 }
 
-/// The fingerprint of a run: inputs, shard and context.
-pub fn run_fingerprint(input: &Input, options: &Options) -> String {
-    fingerprint(&format!(
+/// The fingerprint of a run: inputs (paths, sizes, modification times), shard and context.
+pub fn run_fingerprint(input: &Input, options: &Options) -> Result<String> {
+    Ok(fingerprint(&format!(
         "{}|{:?}|{}",
-        input.describe(),
+        input.signature()?,
         options.shard,
         options.context
-    ))
+    )))
 }
 
 /// Indexes `input` into `collection` with `encoders`.
@@ -115,28 +141,36 @@ pub fn run(
     options: &Options,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
-    let fp = run_fingerprint(input, options);
-    let saved = Progress::load(collection.dir(), &fp)?;
-    if saved.as_ref().is_some_and(|p| p.complete) {
+    let fp = run_fingerprint(input, options)?;
+    let saved = match options.restart {
+        true => None,
+        false => Progress::load(collection.dir(), &fp)?,
+    };
+    if let Some(p) = saved.as_ref().filter(|p| p.complete) {
         return Ok(Summary {
+            read: p.counts.read,
+            indexed: p.counts.indexed,
+            skipped: p.counts.skipped.clone(),
             already_complete: true,
-            resumed_from: saved.map_or(0, |p| p.position),
+            resumed_from: p.position,
             ..Summary::default()
         });
     }
-    let resume = saved.map_or(0, |p| p.position);
     let source = input.open()?;
+    observer.rewind(saved.as_ref().map_or(0, |p| p.mark))?;
     let batch = options.batch_size.max(1);
     let shard = options.shard;
+    let stop = options.stop.clone();
 
     std::thread::scope(|scope| -> Result<Summary> {
         let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
         let (ready_tx, ready_rx) =
             sync_channel::<Result<Chunk<Result<Ready, BadItem>>>>(CHANNEL_CHUNKS);
-        scope.spawn(move || read_stage(source, resume, shard, batch, read_tx));
+        let resume = saved.as_ref().map_or(0, |p| p.position);
+        scope.spawn(move || read_stage(source, resume, shard, batch, stop, read_tx));
         scope.spawn(move || decode_stage(encoders, read_rx, ready_tx));
         let summary = write_stage(
-            encoders, collection, options, &fp, resume, ready_rx, observer,
+            encoders, collection, options, &fp, saved, ready_rx, observer,
         );
         // On an early error the receivers drop here, which unblocks and ends the other stages.
         summary
@@ -148,20 +182,29 @@ fn read_stage(
     resume: u64,
     shard: Option<Shard>,
     batch: usize,
+    stop: Option<Arc<AtomicBool>>,
     tx: SyncSender<Chunk<SourceItem>>,
 ) {
     let mut seen: HashSet<String> = HashSet::new();
     let mut chunk = Vec::with_capacity(batch);
     let mut position = 0u64;
+    let stopped = || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
     for item in source {
+        if position >= resume && stopped() {
+            let _ = tx.send(Chunk {
+                items: chunk,
+                end: position,
+                decode_seconds: 0.0,
+                last: false,
+            });
+            return;
+        }
         let here = position;
         position += 1;
         let item = match item {
             Ok(i) if shard.is_some_and(|s| !s.contains(&i.group)) => continue,
             Ok(i) => check_id(i, &mut seen),
-            Err(b) if shard.is_some_and(|s| !s.contains(b.id.as_deref().unwrap_or(""))) => {
-                continue;
-            }
+            Err(b) if shard.is_some_and(|s| !s.owns(b.group())) => continue,
             Err(b) => Err(b),
         };
         if here < resume {
@@ -175,6 +218,7 @@ fn read_stage(
                     items,
                     end: position,
                     decode_seconds: 0.0,
+                    last: false,
                 })
                 .is_err()
             {
@@ -186,6 +230,7 @@ fn read_stage(
         items: chunk,
         end: position.max(resume),
         decode_seconds: 0.0,
+        last: true,
     });
 }
 
@@ -241,6 +286,7 @@ fn decode_stage(
                 items,
                 end: chunk.end,
                 decode_seconds: started.elapsed().as_secs_f64(),
+                last: chunk.last,
             }))
             .is_err()
         {
@@ -291,18 +337,22 @@ fn write_stage(
     collection: &Collection,
     options: &Options,
     fp: &str,
-    resume: u64,
+    saved: Option<Progress>,
     rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
+    let resume = saved.as_ref().map_or(0, |p| p.position);
+    let mut counts = saved.map(|p| p.counts).unwrap_or_default();
     let mut summary = Summary {
         resumed_from: resume,
         ..Summary::default()
     };
     let mut since_commit = 0usize;
     let mut position = resume;
+    let mut reached_end = false;
     for chunk in rx {
         let chunk = chunk?;
+        reached_end = chunk.last;
         summary.stage_seconds.decode += chunk.decode_seconds;
         let encode_start = std::time::Instant::now();
         // Encode this chunk's images and texts, one batch each.
@@ -336,7 +386,8 @@ fn write_stage(
         summary.stage_seconds.encode += encode_start.elapsed().as_secs_f64();
         let write_start = std::time::Instant::now();
         for ((pos, ready), vector) in chunk.items.into_iter().zip(vectors) {
-            summary.read += 1;
+            counts.read += 1;
+            summary.processed += 1;
             let outcome = ready.and_then(|r| {
                 let id = r.item.id.clone();
                 let v = match vector {
@@ -354,7 +405,7 @@ fn write_stage(
             match outcome {
                 Ok((item, impacts)) => {
                     collection.add(document(item)?, impacts)?;
-                    summary.indexed += 1;
+                    counts.indexed += 1;
                     since_commit += 1;
                 }
                 Err(bad) => {
@@ -366,31 +417,48 @@ fn write_stage(
                             message: bad.message,
                         });
                     }
-                    *summary.skipped.entry(bad.reason.to_string()).or_default() += 1;
+                    counts.skip(bad.reason);
                     observer.skipped(pos, &bad)?;
                 }
             }
         }
         position = chunk.end;
-        observer.progress(summary.read, summary.indexed);
+        observer.progress(counts.read, counts.indexed);
         if since_commit >= options.commit_every {
-            commit(collection, fp, position, false)?;
+            commit(collection, fp, position, false, &counts, observer)?;
             since_commit = 0;
         }
         summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
     }
     let write_start = std::time::Instant::now();
-    commit(collection, fp, position, true)?;
+    commit(collection, fp, position, reached_end, &counts, observer)?;
     summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
+    summary.interrupted = !reached_end;
+    summary.read = counts.read;
+    summary.indexed = counts.indexed;
+    summary.skipped = counts.skipped;
     Ok(summary)
 }
 
-fn commit(collection: &Collection, fp: &str, position: u64, complete: bool) -> Result<()> {
+/// Commits the collection, then saves the resume point (input position, counts, the observer's
+/// mark). A crash between the two resumes from the previous point: the documents in between
+/// are added again and replace themselves.
+pub fn commit(
+    collection: &Collection,
+    fp: &str,
+    position: u64,
+    complete: bool,
+    counts: &Counts,
+    observer: &mut dyn Observer,
+) -> Result<()> {
+    let mark = observer.checkpoint()?;
     collection.commit()?;
     Progress {
         fingerprint: fp.to_string(),
         position,
         complete,
+        counts: counts.clone(),
+        mark,
     }
     .save(collection.dir())
 }

@@ -3,6 +3,8 @@
 
 use std::str::FromStr;
 
+use crate::progress::fnv1a;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
     pub index: u32,
@@ -12,6 +14,15 @@ pub struct Shard {
 impl Shard {
     pub fn contains(&self, group: &str) -> bool {
         fnv1a(group.as_bytes()) % u64::from(self.count) == u64::from(self.index)
+    }
+
+    /// Whether this shard reports an item that may have no id (a malformed line): those belong
+    /// to shard 0, so that the parts' counts add up to an unsharded run's.
+    pub fn owns(&self, id: Option<&str>) -> bool {
+        match id {
+            Some(id) => self.contains(id),
+            None => self.index == 0,
+        }
     }
 }
 
@@ -33,13 +44,6 @@ impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
     }
-}
-
-/// FNV-1a 64: stable across platforms and releases (unlike `DefaultHasher`).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -233,14 +233,31 @@ fn tsv_counts_errors_and_search() {
     assert!(ids.contains(&"img0007"), "{ids:?}");
     assert_eq!(ids.len(), corpus.good);
 
-    // Re-running a finished job does nothing and changes nothing.
+    // Re-running a finished job does nothing and changes nothing (it reports the job's counts).
+    let errors_text = std::fs::read_to_string(&errors).unwrap();
     let again = index(
+        &coll,
+        &["--tsv", corpus.tsv.to_str().unwrap()],
+        &["--errors", errors.to_str().unwrap(), "--batch-size", "8"],
+    );
+    assert_eq!(again["already_complete"], true, "{again}");
+    assert_eq!(again["read"], s["read"]);
+    assert_eq!(again["skipped"], s["skipped"]);
+    assert_eq!(contents(&coll), docs);
+    assert_eq!(std::fs::read_to_string(&errors).unwrap(), errors_text);
+    // A changed input is not taken for the indexed one.
+    let mut text = std::fs::read_to_string(&corpus.tsv).unwrap();
+    text.push_str("a new caption of a dog\timages/0001.png\timg0001\n");
+    std::fs::write(&corpus.tsv, text).unwrap();
+    let changed = index(
         &coll,
         &["--tsv", corpus.tsv.to_str().unwrap()],
         &["--batch-size", "8"],
     );
-    assert_eq!(again["read"], 0);
-    assert_eq!(contents(&coll), docs);
+    assert!(changed.get("already_complete").is_none(), "{changed}");
+    assert_eq!(changed["indexed"], s["indexed"].as_u64().unwrap() + 1);
+    let docs = contents(&coll);
+    assert!(docs["img0001#2"].contains("a new caption of a dog"));
 }
 
 #[test]
@@ -362,56 +379,104 @@ fn manifest_webdataset_and_image_dir() {
     }
 }
 
+/// Starts `lexlip index …` in the background.
+fn spawn_index(collection: &Path, input: &[&str], extra: &[&str]) -> std::process::Child {
+    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
+    args.push(collection.display().to_string());
+    args.extend(input.iter().map(|s| s.to_string()));
+    if !input.contains(&"--vectors") {
+        args.extend(model_args());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the run's last commit is past `position` (and not the final one).
+fn wait_for_commit_past(collection: &Path, position: u64) -> u64 {
+    let progress = collection.join("pipeline-progress.json");
+    let start = Instant::now();
+    loop {
+        let p: Option<Value> = std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if let Some(p) = p.filter(|p| p["position"].as_u64() > Some(position)) {
+            assert_eq!(
+                p["complete"], false,
+                "the run finished before it was stopped"
+            );
+            return p["position"].as_u64().unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn saved_position(collection: &Path) -> u64 {
+    let text = std::fs::read_to_string(collection.join("pipeline-progress.json")).unwrap();
+    let p: Value = serde_json::from_str(&text).unwrap();
+    p["position"].as_u64().unwrap()
+}
+
 #[test]
 fn killed_run_resumes_to_the_same_collection() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tsv_corpus(tmp.path(), 300);
     let tsv = corpus.tsv.to_str().unwrap().to_string();
     let clean = tmp.path().join("clean");
+    let clean_errors = tmp.path().join("clean-errors.jsonl");
     let opts = ["--batch-size", "4", "--commit-every", "8"];
-    index(&clean, &["--tsv", &tsv], &opts);
+    let with_errors = |e: &Path| -> Vec<String> {
+        let mut v: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
+        v.extend(["--errors".to_string(), e.display().to_string()]);
+        v
+    };
+    let clean_opts = with_errors(&clean_errors);
+    let clean_opts: Vec<&str> = clean_opts.iter().map(String::as_str).collect();
+    let clean_summary = index(&clean, &["--tsv", &tsv], &clean_opts);
 
+    // kill -9 after a few commits.
     let resumed = tmp.path().join("resumed");
-    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-    args.push(resumed.display().to_string());
-    args.extend(["--tsv".to_string(), tsv.clone()]);
-    args.extend(model_args());
-    args.extend(opts.iter().map(|s| s.to_string()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lexlip"))
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let progress = resumed.join("pipeline-progress.json");
-    let start = Instant::now();
-    loop {
-        let p: Option<Value> = std::fs::read_to_string(&progress)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        if p.as_ref()
-            .is_some_and(|p| p["position"].as_u64() > Some(40))
-        {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let errors = tmp.path().join("errors.jsonl");
+    let run_opts = with_errors(&errors);
+    let run_opts: Vec<&str> = run_opts.iter().map(String::as_str).collect();
+    let mut child = spawn_index(&resumed, &["--tsv", &tsv], &run_opts);
+    let killed_at = wait_for_commit_past(&resumed, 40);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let p: Value = serde_json::from_str(&std::fs::read_to_string(&progress).unwrap()).unwrap();
-    assert_eq!(
-        p["complete"], false,
-        "the run finished before it was killed"
-    );
-    let killed_at = p["position"].as_u64().unwrap();
+    assert!(saved_position(&resumed) >= killed_at);
 
-    let s = index(&resumed, &["--tsv", &tsv], &opts);
-    assert!(
-        s["read"].as_u64().unwrap() < (3 * 305 + 1) as u64 - killed_at + 1,
-        "{s}"
-    );
+    // Ctrl-C (SIGINT) in the resumed run: it commits what it read and exits non-zero.
+    let child = spawn_index(&resumed, &["--tsv", &tsv], &run_opts);
+    let before = wait_for_commit_past(&resumed, saved_position(&resumed) + 40);
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let stopped_at = saved_position(&resumed);
+    assert!(stopped_at >= before, "{stopped_at} < {before}");
+
+    // The same command again finishes the job: the collection, the summary's counts and the
+    // errors file are a clean run's.
+    let s = index(&resumed, &["--tsv", &tsv], &run_opts);
+    assert_eq!(s["resumed_from"].as_u64(), Some(stopped_at), "{s}");
+    for key in ["read", "indexed", "skipped"] {
+        assert_eq!(s[key], clean_summary[key], "{key}: {s} vs {clean_summary}");
+    }
     assert_eq!(contents(&resumed), contents(&clean));
+    assert_eq!(
+        std::fs::read_to_string(&errors).unwrap(),
+        std::fs::read_to_string(&clean_errors).unwrap()
+    );
 }
 
 #[test]

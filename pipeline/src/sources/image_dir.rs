@@ -15,9 +15,7 @@ pub fn read(root: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use
             root.display()
         )));
     }
-    let mut files = Vec::new();
-    walk(root, &mut files)?;
-    files.sort();
+    let files = files(root)?;
     let root = root.to_path_buf();
     Ok(files.into_iter().map(move |path| {
         let rel = path
@@ -31,6 +29,14 @@ pub fn read(root: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use
         item.uri = Some(rel);
         Ok(item)
     }))
+}
+
+/// The image files under `root`, sorted.
+pub fn files(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    walk(root, &mut files)?;
+    files.sort();
+    Ok(files)
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {

@@ -107,11 +107,10 @@ fn caption(
     at: &str,
 ) -> SourceItem {
     if text.trim().is_empty() {
-        return Err(BadItem::new(
-            Some(id),
-            reason::EMPTY_CAPTION,
-            format!("{at}: empty text"),
-        ));
+        return Err(
+            BadItem::new(Some(id), reason::EMPTY_CAPTION, format!("{at}: empty text"))
+                .in_group(image_id),
+        );
     }
     let mut item = Item::text(id, image_id.to_string(), text.to_string());
     item.metadata = metadata.clone();

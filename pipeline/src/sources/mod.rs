@@ -46,6 +46,32 @@ impl Input {
     pub fn describe(&self) -> String {
         format!("{self:?}")
     }
+
+    /// The description plus the size and modification time of every input file (for a
+    /// directory of images, of every image under it), so that a changed input is never taken
+    /// for the one an earlier run indexed.
+    pub fn signature(&self) -> Result<String> {
+        let mut out = self.describe();
+        let files: Vec<PathBuf> = match self {
+            Input::Tsv { path, .. } | Input::Manifest(path) => vec![path.clone()],
+            Input::WebDataset(paths) => webdataset::shards(paths)?,
+            Input::ImageDir(root) => image_dir::files(root)?,
+        };
+        let mut h = crate::progress::fnv1a(b"");
+        for f in &files {
+            let m = std::fs::metadata(f).map_err(|e| PipelineError::io(f, e))?;
+            let modified = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            let entry = format!("{}|{}|{modified};", f.display(), m.len());
+            h ^= crate::progress::fnv1a(entry.as_bytes());
+            h = h.rotate_left(5).wrapping_mul(0x0100_0000_01b3);
+        }
+        out.push_str(&format!("|{} files|{h:016x}", files.len()));
+        Ok(out)
+    }
 }
 
 pub(crate) fn parent_dir(path: &Path) -> PathBuf {

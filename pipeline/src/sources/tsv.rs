@@ -85,7 +85,8 @@ pub fn read(
                 Some(caption_id),
                 reason::EMPTY_CAPTION,
                 format!("{}:{line_no}: empty caption", path.display()),
-            )));
+            )
+            .in_group(&id)));
         } else {
             let mut text = Item::text(caption_id, id.clone(), caption.to_string());
             link_to_image(&mut text, &id);

@@ -165,7 +165,8 @@ fn flush(shard: &Path, s: Sample, emit: &mut dyn FnMut(SourceItem) -> bool) -> b
                     Some(format!("{}#text", s.key)),
                     reason::EMPTY_CAPTION,
                     format!("{uri}: empty caption"),
-                ))),
+                )
+                .in_group(&s.key))),
                 None => {}
             }
         }

@@ -2,13 +2,16 @@
 //! from a corpus of images and captions (see `index_corpus`).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use lexlip_index::ingest::{LineError, open_lines, parse_line};
 use lexlip_index::{Collection, CollectionSettings};
+use lexlip_pipeline::{Counts, ErrorsFile, Progress};
 use lexlip_proto::{
     Document, Modality, QuantizedVector, TermSpace, term_space::tokens_from_tokenizer_json,
 };
@@ -78,9 +81,15 @@ pub struct IndexArgs {
     /// resumes from the last commit). Default: 500,000 for vectors, 10,000 for corpora.
     #[arg(long)]
     pub commit_every: Option<usize>,
-    /// Write skipped lines here as JSONL {"line", "reason"}.
+    /// Write skipped items here, one JSON object per line (vectors: {"line", "reason"}; corpora:
+    /// {"position", "id", "reason", "message"}). A resumed run keeps the lines of the part it
+    /// resumes after, so the file ends as a clean run's.
     #[arg(long)]
     pub errors: Option<PathBuf>,
+    /// Ignore the progress an earlier run of the same command saved (resume point, or "already
+    /// indexed") and index the input from the start (same ids replace).
+    #[arg(long)]
+    pub restart: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -106,6 +115,15 @@ pub(crate) struct Summary {
     /// Corpus runs: busy seconds per stage (decode, encode, write).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stage_seconds: Option<lexlip_pipeline::StageSeconds>,
+    /// The input position this run resumed after (the counts cover the whole job).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<u64>,
+    /// An earlier run had indexed this input completely: nothing was done.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub already_complete: bool,
+    /// Stopped by Ctrl-C/SIGTERM after committing what was read; the same command resumes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -125,6 +143,12 @@ impl Summary {
                 self.index_bytes,
                 self.bytes_per_item,
                 self.bytes_per_nnz
+            );
+        }
+        if self.interrupted {
+            bail!(
+                "interrupted after committing {} items; run the same command again to resume",
+                self.read
             );
         }
         if self.read > 0 && self.indexed == 0 {
@@ -194,16 +218,40 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             "--model is for corpus inputs (--tsv, --manifest, --webdataset, --images); --vectors are already encoded"
         );
     }
-    let commit_every = args.commit_every.unwrap_or(500_000);
+    let commit_every = args.commit_every.unwrap_or(500_000).max(1);
     // The input first: a missing file changes nothing.
     let mut lines = open_lines(&vectors)?;
+    let input = lexlip_pipeline::Input::Manifest(vectors.clone()).signature()?;
     let collection = open_or_create(&args)?;
-    let mut errors_out = match &args.errors {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => None,
+    let fp = lexlip_pipeline::progress::fingerprint(&format!(
+        "vectors|{input}|{:?}|{}|{:?}",
+        args.shard,
+        args.modality,
+        args.vocab.as_deref().map(Path::display)
+    ));
+    let saved = match args.restart {
+        true => None,
+        false => Progress::load(collection.dir(), &fp)?,
     };
+    let mut errors = args.errors.as_deref().map(ErrorsFile::open).transpose()?;
+    let start = Instant::now();
+    if let Some(p) = saved.as_ref().filter(|p| p.complete) {
+        eprintln!(
+            "{}: {} was already indexed completely by an earlier run; nothing to do (--restart indexes it again)",
+            args.collection.display(),
+            vectors.display()
+        );
+        return summary(&collection, p.counts.clone(), 0, start, &args, |s| {
+            s.already_complete = true;
+            s.resumed_from = Some(p.position);
+        });
+    }
+    if let Some(out) = errors.as_mut() {
+        out.rewind(saved.as_ref().map_or(0, |p| p.mark))?;
+    }
+    let resume = saved.as_ref().map_or(0, |p| p.position);
+    let mut counts = saved.map(|p| p.counts).unwrap_or_default();
+    let stop = stop_on_signal();
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -214,28 +262,29 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let start = Instant::now();
-    let (mut read, mut indexed, mut since_commit) = (0u64, 0u64, 0usize);
-    let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut since_commit, mut processed) = (0usize, 0u64);
     let mut chunk: Vec<(u64, String)> = Vec::with_capacity(CHUNK);
     let mut line_no = 0u64;
-    let skip = |e: LineError,
-                skipped: &mut BTreeMap<String, u64>,
-                out: &mut Option<std::io::BufWriter<std::fs::File>>|
-     -> anyhow::Result<()> {
-        *skipped.entry(e.kind.to_string()).or_default() += 1;
-        if let Some(out) = out {
-            serde_json::to_writer(
-                &mut *out,
-                &serde_json::json!({"line": e.line, "reason": e.reason}),
-            )?;
-            out.write_all(b"\n")?;
+    let mut buf = String::new();
+    // Lines committed by an earlier run of this job.
+    while line_no < resume {
+        buf.clear();
+        if lines
+            .read_line(&mut buf)
+            .with_context(|| format!("reading {}", vectors.display()))?
+            == 0
+        {
+            break;
         }
-        Ok(())
-    };
+        line_no += 1;
+    }
+    let mut interrupted = false;
     loop {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
         chunk.clear();
-        let mut buf = String::new();
         while chunk.len() < CHUNK {
             buf.clear();
             let n = lines
@@ -252,56 +301,165 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         if chunk.is_empty() {
             break;
         }
-        let parsed: Vec<Result<(Document, QuantizedVector), LineError>> = chunk
+        let parsed: Vec<Option<Result<(Document, QuantizedVector), LineError>>> = chunk
             .par_iter()
             .map(|(n, text)| {
-                let record = parse_line(text, *n, args.modality)?;
-                let vector = collection
-                    .prepare_vector(record.vector)
-                    .map_err(|e| LineError {
-                        line: *n,
-                        kind: "vector",
-                        reason: e.to_string(),
-                    })?;
-                Ok((record.doc, vector))
+                let record = match parse_line(text, *n, args.modality) {
+                    Ok(r) => r,
+                    Err(e) => return args.shard.is_none_or(|s| s.owns(None)).then_some(Err(e)),
+                };
+                if args
+                    .shard
+                    .is_some_and(|s| !s.owns(Some(record.doc.id.as_str())))
+                {
+                    return None;
+                }
+                Some(
+                    collection
+                        .prepare_vector(record.vector)
+                        .map(|v| (record.doc, v))
+                        .map_err(|e| LineError {
+                            line: *n,
+                            kind: "vector",
+                            reason: e.to_string(),
+                        }),
+                )
             })
             .collect();
-        for r in parsed {
-            read += 1;
+        for r in parsed.into_iter().flatten() {
+            counts.read += 1;
+            processed += 1;
             match r {
                 Ok((doc, v)) => {
                     collection.add(doc, v)?;
-                    indexed += 1;
+                    counts.indexed += 1;
                     since_commit += 1;
                 }
-                Err(e) => skip(e, &mut skipped, &mut errors_out)?,
+                Err(e) if args.strict => bail!("--strict: {}: {e}", vectors.display()),
+                Err(e) => {
+                    counts.skip(e.kind);
+                    if let Some(out) = errors.as_mut() {
+                        out.write(&serde_json::json!({"line": e.line, "reason": e.reason}))?;
+                    }
+                }
             }
         }
         if since_commit >= commit_every {
-            collection.commit()?;
+            commit(&collection, &fp, line_no, false, &counts, errors.as_mut())?;
             since_commit = 0;
         }
-        bar.set_position(read);
+        bar.set_position(counts.read);
     }
-    collection.commit()?;
+    commit(
+        &collection,
+        &fp,
+        line_no,
+        !interrupted,
+        &counts,
+        errors.as_mut(),
+    )?;
     bar.finish_and_clear();
-    if let Some(out) = errors_out.as_mut() {
-        out.flush()?;
+    if resume > 0 {
+        eprintln!("resumed after line {resume} (committed by an earlier run)");
     }
+    summary(&collection, counts, processed, start, &args, |s| {
+        s.resumed_from = (resume > 0).then_some(resume);
+        s.interrupted = interrupted;
+    })
+}
+
+/// Commits, then saves the resume point (see `lexlip_pipeline::progress`).
+fn commit(
+    collection: &Collection,
+    fp: &str,
+    position: u64,
+    complete: bool,
+    counts: &Counts,
+    errors: Option<&mut ErrorsFile>,
+) -> anyhow::Result<()> {
+    let mark = errors.map_or(Ok(0), ErrorsFile::checkpoint)?;
+    collection.commit()?;
+    Progress {
+        fingerprint: fp.to_string(),
+        position,
+        complete,
+        counts: counts.clone(),
+        mark,
+    }
+    .save(collection.dir())?;
+    Ok(())
+}
+
+fn summary(
+    collection: &Collection,
+    counts: Counts,
+    processed: u64,
+    start: Instant,
+    args: &IndexArgs,
+    extra: impl FnOnce(&mut Summary),
+) -> anyhow::Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let stats = collection.stats()?;
-    let summary = Summary {
-        read,
-        indexed,
-        skipped,
+    let mut s = Summary {
+        read: counts.read,
+        indexed: counts.indexed,
+        skipped: counts.skipped,
         seconds,
-        items_per_s: indexed as f64 / seconds.max(1e-9),
+        items_per_s: processed as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
         bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
         bytes_per_nnz: stats.bytes_per_nnz,
         stage_seconds: None,
+        resumed_from: None,
+        already_complete: false,
+        interrupted: false,
     };
-    summary.report(args.json)
+    extra(&mut s);
+    s.report(args.json)
+}
+
+/// A flag set by the first Ctrl-C (or SIGTERM): the run stops reading, commits what it read and
+/// exits; a second one exits at once (the last commit is kept either way).
+pub(crate) fn stop_on_signal() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    if let Ok(runtime) = runtime {
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                loop {
+                    if wait_for_signal().await.is_err() {
+                        return; // no signal handling: the default (exit) stays
+                    }
+                    if set.swap(true, Ordering::Relaxed) {
+                        eprintln!("interrupted again: exiting (the last commit is kept)");
+                        std::process::exit(130);
+                    }
+                    eprintln!(
+                        "interrupted: committing what was read (Ctrl-C again to exit at once)"
+                    );
+                }
+            })
+        });
+    }
+    flag
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
 }
 
 const CHUNK: usize = 20_000;

@@ -1,35 +1,43 @@
 //! `lexlip index` with a corpus input (`--tsv`, `--manifest`, `--webdataset`, `--images`):
 //! the batch pipeline of `lexlip-pipeline` with a progress bar, an errors file and a summary.
 
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use lexlip_index::{Collection, CollectionSettings};
 use lexlip_model::{Encoders, LoadOptions};
-use lexlip_pipeline::{BadItem, Input, Observer, Options};
+use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options};
 
 use super::index::{IndexArgs, Summary};
 
 struct Report {
     bar: indicatif::ProgressBar,
-    errors: Option<std::io::BufWriter<std::fs::File>>,
+    errors: Option<ErrorsFile>,
 }
 
 impl Observer for Report {
     fn skipped(&mut self, position: u64, bad: &BadItem) -> lexlip_pipeline::Result<()> {
         if let Some(out) = &mut self.errors {
-            let line = serde_json::json!({
+            out.write(&serde_json::json!({
                 "position": position, "id": bad.id, "reason": bad.reason, "message": bad.message,
-            });
-            writeln!(out, "{line}")
-                .map_err(|e| lexlip_pipeline::PipelineError::io("errors file", e))?;
+            }))?;
         }
         Ok(())
     }
 
     fn progress(&mut self, read: u64, _indexed: u64) {
         self.bar.set_position(read);
+    }
+
+    fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
+        self.errors.as_mut().map_or(Ok(0), ErrorsFile::checkpoint)
+    }
+
+    fn rewind(&mut self, mark: u64) -> lexlip_pipeline::Result<()> {
+        match &mut self.errors {
+            Some(out) => out.rewind(mark),
+            None => Ok(()),
+        }
     }
 }
 
@@ -95,16 +103,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         };
         Collection::create(&args.collection, space, settings, Some(&tokens))?
     };
-    let errors = match &args.errors {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("cannot open {}", p.display()))?,
-        )),
-        None => None,
-    };
+    let errors = args.errors.as_deref().map(ErrorsFile::open).transpose()?;
     let bar = match total {
         Some(n) => indicatif::ProgressBar::new(n),
         None => indicatif::ProgressBar::new_spinner(),
@@ -131,19 +130,18 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             args.scale,
             args.top_k_terms
         ),
+        restart: args.restart,
+        stop: Some(super::index::stop_on_signal()),
     };
     let mut report = Report { bar, errors };
     let start = Instant::now();
     let result = lexlip_pipeline::run(&input, &encoders, &collection, &options, &mut report);
     report.bar.finish_and_clear();
-    if let Some(out) = report.errors.as_mut() {
-        out.flush()?;
-    }
     let summary = result?;
-    let stages = summary.stage_seconds;
     if summary.already_complete {
         eprintln!(
-            "{}: this input was already indexed completely by an earlier run (nothing to do)",
+            "{}: this input was already indexed completely by an earlier run; nothing to do \
+             (--restart indexes it again)",
             args.collection.display()
         );
     } else if summary.resumed_from > 0 {
@@ -159,11 +157,14 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         indexed: summary.indexed,
         skipped: summary.skipped,
         seconds,
-        items_per_s: summary.read as f64 / seconds.max(1e-9),
+        items_per_s: summary.processed as f64 / seconds.max(1e-9),
         index_bytes: stats.bytes,
         bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
         bytes_per_nnz: stats.bytes_per_nnz,
-        stage_seconds: Some(stages),
+        stage_seconds: Some(summary.stage_seconds),
+        resumed_from: (summary.resumed_from > 0).then_some(summary.resumed_from),
+        already_complete: summary.already_complete,
+        interrupted: summary.interrupted,
     }
     .report(args.json)
 }
