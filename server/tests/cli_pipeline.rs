@@ -539,3 +539,114 @@ fn shards_merged_equal_one_run() {
         "nothing written on refusal"
     );
 }
+
+/// `n` JsonVectorCollection lines (8 terms each); every 1000th line is malformed JSON and every
+/// 1000th (offset 500) has a negative weight.
+fn vectors_file(path: &Path, n: usize) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for i in 0..n {
+        if i % 1000 == 999 {
+            writeln!(out, "{{\"id\": \"d{i}\", \"vector\": ").unwrap();
+            continue;
+        }
+        let weight = if i % 1000 == 500 {
+            -1
+        } else {
+            1 + (i % 97) as i64
+        };
+        let terms: Vec<String> = (0..8)
+            .map(|j| format!("\"t{}\": {}", (i * 7 + j * 131) % 3000, weight + j as i64))
+            .collect();
+        writeln!(
+            out,
+            "{{\"id\": \"d{i}\", \"vector\": {{{}}}}}",
+            terms.join(", ")
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn vectors_resume_shards_and_strict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vectors = tmp.path().join("v.jsonl");
+    vectors_file(&vectors, 60_000);
+    let v = vectors.to_str().unwrap();
+    let lexlip_index = |coll: &Path, extra: &[&str]| -> Value {
+        let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
+        args.push(coll.display().to_string());
+        args.extend(["--vectors".to_string(), v.to_string(), "--json".into()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = lexlip(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let clean = tmp.path().join("clean");
+    let clean_errors = tmp.path().join("clean-errors.jsonl");
+    let s = lexlip_index(&clean, &["--errors", clean_errors.to_str().unwrap()]);
+    assert_eq!(s["read"], 60_000);
+    assert_eq!(s["skipped"]["json"], 60);
+    assert_eq!(s["skipped"]["vector"], 60);
+    assert_eq!(s["indexed"], 60_000 - 120);
+    let whole = contents(&clean);
+
+    // kill -9 after the first commit (commits every 20,000-line chunk), then the same command.
+    let resumed = tmp.path().join("resumed");
+    let errors = tmp.path().join("errors.jsonl");
+    let opts = [
+        "--commit-every",
+        "1",
+        "--errors",
+        errors.to_str().unwrap(),
+        "--json",
+    ];
+    let mut child = spawn_index(&resumed, &["--vectors", v], &opts);
+    wait_for_commit_past(&resumed, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r = lexlip_index(&resumed, &opts[..4]);
+    assert!(r["resumed_from"].as_u64() > Some(0), "{r}");
+    for key in ["read", "indexed", "skipped"] {
+        assert_eq!(r[key], s[key], "{key}");
+    }
+    assert_eq!(contents(&resumed), whole);
+    assert_eq!(
+        std::fs::read_to_string(&errors).unwrap(),
+        std::fs::read_to_string(&clean_errors).unwrap()
+    );
+
+    // Two shards merged equal the whole; their counts add up to it.
+    let parts: Vec<PathBuf> = (0..2).map(|i| tmp.path().join(format!("p{i}"))).collect();
+    let mut read = 0;
+    for (i, p) in parts.iter().enumerate() {
+        let ps = lexlip_index(p, &["--shard", &format!("{i}/2")]);
+        read += ps["read"].as_u64().unwrap();
+        assert!(ps["indexed"].as_u64().unwrap() > 20_000, "{ps}");
+    }
+    assert_eq!(read, 60_000);
+    let merged = tmp.path().join("merged");
+    let out = lexlip(&[
+        "merge".into(),
+        merged.display().to_string(),
+        parts[0].display().to_string(),
+        parts[1].display().to_string(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(contents(&merged), whole);
+
+    // --strict stops at the first bad line, naming it.
+    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
+    args.push(tmp.path().join("strict").display().to_string());
+    args.extend(["--vectors".to_string(), v.to_string(), "--strict".into()]);
+    let out = lexlip(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--strict") && err.contains("line 501"),
+        "{err}"
+    );
+}
