@@ -1,0 +1,380 @@
+//! The staged pipeline with the tiny LexLIP checkpoint (text and image encoders sharing one
+//! term space) on a generated manifest corpus: exact counts and skipped items, batched ==
+//! one-by-one, a crash right before a commit then resume == a clean run (collection, counts,
+//! skipped items), a stop request, shards merged == the whole, merge refusals.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lexlip_index::{Collection, CollectionSettings};
+use lexlip_model::{Device, Encoders};
+use lexlip_pipeline::{BadItem, Input, Observer, Options, PipelineError, Summary};
+
+fn encoders() -> Encoders {
+    let ckpt = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/fixtures/lexlip-tiny/lexlip-tiny.ckpt");
+    Encoders::load(&ckpt, &Device::Cpu).unwrap()
+}
+
+fn settings(scale: f32) -> CollectionSettings {
+    CollectionSettings {
+        scale,
+        top_k_terms: None,
+        dense_dim: None,
+    }
+}
+
+fn collection(dir: &Path, enc: &Encoders, scale: f32) -> Collection {
+    let tokens = enc.text().unwrap().vocabulary().tokens().to_vec();
+    let space = enc.term_space().unwrap().clone();
+    Collection::create(dir, space, settings(scale), Some(&tokens)).unwrap()
+}
+
+fn png(seed: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(24, 24, |x, y| {
+        let v = seed
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(x * 29 + y * 13);
+        image::Rgb([(v >> 2) as u8, (v >> 10) as u8, (v >> 18) as u8])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+const WORDS: &[&str] = &["dog", "cat", "red", "car", "grass", "man", "table", "blue"];
+
+/// A manifest of `n` images with captions (→ 2n items), then: a corrupt image, a missing file,
+/// an empty caption (its image is fine), a duplicate id, a malformed line.
+/// Returns (manifest, items, indexed, skipped by reason).
+fn corpus(dir: &Path, n: usize) -> (PathBuf, u64, u64, BTreeMap<String, u64>) {
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    let mut m = String::new();
+    for i in 0..n {
+        std::fs::write(dir.join(format!("img/{i}.png")), png(i as u32)).unwrap();
+        m.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"image\": \"img/{i}.png\", \"text\": \"a {} and a {}\", \"metadata\": {{\"i\": {i}}}}}\n",
+            WORDS[i % 8],
+            WORDS[(i / 8) % 8]
+        ));
+    }
+    std::fs::write(dir.join("img/bad.png"), b"\x89PNGtruncated").unwrap();
+    m.push_str("{\"id\": \"corrupt\", \"image\": \"img/bad.png\"}\n");
+    m.push_str("{\"id\": \"missing\", \"image\": \"img/nowhere.png\"}\n");
+    m.push_str("{\"id\": \"blank\", \"image\": \"img/0.png\", \"text\": \" \"}\n");
+    m.push_str("{\"id\": \"p1\", \"text\": \"p1 again\"}\n");
+    m.push_str("{\"id\": 7}\n");
+    let path = dir.join("manifest.jsonl");
+    std::fs::write(&path, m).unwrap();
+    let skipped: BTreeMap<String, u64> = [
+        ("bad_line", 1),
+        ("corrupt_image", 1),
+        ("duplicate_id", 1),
+        ("empty_caption", 1),
+        ("missing_file", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let items = 2 * n as u64 + 6;
+    (path, items, items - 5, skipped)
+}
+
+/// Records skipped items like an errors file (mark = lines written), and can fail right
+/// before a given commit (a crash) or request a stop after some items.
+#[derive(Default)]
+struct Recorder {
+    lines: Vec<String>,
+    checkpoints: usize,
+    crash_at_checkpoint: Option<usize>,
+    stop_after: Option<(u64, Arc<AtomicBool>)>,
+    rewound_to: Option<u64>,
+}
+
+impl Observer for Recorder {
+    fn skipped(&mut self, position: u64, bad: &BadItem) -> lexlip_pipeline::Result<()> {
+        self.lines
+            .push(format!("{position} {:?} {}", bad.id, bad.reason));
+        Ok(())
+    }
+
+    fn progress(&mut self, read: u64, _indexed: u64) {
+        if let Some((n, flag)) = &self.stop_after
+            && read >= *n
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
+        self.checkpoints += 1;
+        if self.crash_at_checkpoint == Some(self.checkpoints) {
+            return Err(PipelineError::Stage("simulated crash".into()));
+        }
+        Ok(self.lines.len() as u64)
+    }
+
+    fn rewind(&mut self, mark: u64) -> lexlip_pipeline::Result<()> {
+        self.rewound_to = Some(mark);
+        self.lines.truncate(mark as usize);
+        Ok(())
+    }
+}
+
+/// id → (modality, text, metadata, sorted impacts) of every live document.
+fn contents(c: &Collection) -> BTreeMap<String, String> {
+    let c = Collection::open(c.dir()).unwrap();
+    let mut out = BTreeMap::new();
+    c.snapshot()
+        .unwrap()
+        .for_each_document(|d| {
+            let mut impacts: Vec<(String, u32)> = d
+                .impacts
+                .unwrap()
+                .iter()
+                .map(|(t, i)| (t.to_string(), i))
+                .collect();
+            impacts.sort();
+            out.insert(
+                d.doc.id.to_string(),
+                format!(
+                    "{:?}|{:?}|{:?}|{impacts:?}",
+                    d.doc.modality, d.doc.text, d.doc.metadata
+                ),
+            );
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+fn options(batch: usize, commit_every: usize) -> Options {
+    Options {
+        batch_size: batch,
+        commit_every,
+        ..Options::default()
+    }
+}
+
+fn counts(s: &Summary) -> (u64, u64, BTreeMap<String, u64>) {
+    (s.read, s.indexed, s.skipped.clone())
+}
+
+#[test]
+fn counts_skips_and_batched_equals_one_by_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let (manifest, items, indexed, skipped) = corpus(tmp.path(), 20);
+    let input = Input::Manifest(manifest);
+    let c8 = collection(&tmp.path().join("c8"), &enc, 100.0);
+    let mut rec = Recorder::default();
+    let s = lexlip_pipeline::run(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
+    assert_eq!(counts(&s), (items, indexed, skipped));
+    assert_eq!(s.processed, items);
+    assert!(!s.interrupted && !s.already_complete);
+    assert_eq!(
+        rec.lines,
+        [
+            "40 Some(\"corrupt\") corrupt_image",
+            "41 Some(\"missing\") missing_file",
+            "43 Some(\"blank#text\") empty_caption",
+            "44 Some(\"p1\") duplicate_id",
+            "45 None bad_line",
+        ]
+    );
+    let docs = contents(&c8);
+    assert_eq!(docs.len() as u64, indexed);
+    assert!(docs["p3"].starts_with("Image|Some(\"a car and a dog\")|{\"i\": Number(3)}"));
+    assert!(docs["p3#text"].contains("\"image_id\": String(\"p3\")"));
+    assert!(!docs["p3"].ends_with("[]"), "an image has terms");
+
+    // The same corpus encoded one item at a time gives the same collection.
+    let c1 = collection(&tmp.path().join("c1"), &enc, 100.0);
+    let s1 =
+        lexlip_pipeline::run(&input, &enc, &c1, &options(1, 7), &mut Recorder::default()).unwrap();
+    assert_eq!(counts(&s1), counts(&s));
+    assert_eq!(contents(&c1), docs);
+
+    // Finished: a re-run does nothing and reports the job; --restart does it again.
+    let again = lexlip_pipeline::run(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
+    assert!(again.already_complete);
+    assert_eq!((counts(&again), again.processed), (counts(&s), 0));
+    let mut restart = options(8, 1000);
+    restart.restart = true;
+    let mut rec2 = Recorder::default();
+    let r = lexlip_pipeline::run(&input, &enc, &c8, &restart, &mut rec2).unwrap();
+    assert_eq!((counts(&r), r.processed), (counts(&s), items));
+    assert_eq!(rec2.rewound_to, Some(0));
+    assert_eq!(contents(&c8), docs);
+}
+
+#[test]
+fn crash_before_a_commit_then_resume_equals_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let (manifest, ..) = corpus(tmp.path(), 30);
+    let input = Input::Manifest(manifest);
+    let opts = options(4, 10);
+    let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
+    let mut clean_rec = Recorder::default();
+    let s = lexlip_pipeline::run(&input, &enc, &clean, &opts, &mut clean_rec).unwrap();
+
+    // Crash before the first commit, a middle one, and the final one.
+    for crash_at in [1, 3, clean_rec.checkpoints] {
+        let dir = tmp.path().join(format!("crash{crash_at}"));
+        let c = collection(&dir, &enc, 100.0);
+        let mut rec = Recorder {
+            crash_at_checkpoint: Some(crash_at),
+            ..Recorder::default()
+        };
+        let err = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap_err();
+        assert!(err.to_string().contains("simulated crash"));
+        drop(c);
+        // The next process: the same errors file (rec.lines), a fresh collection handle.
+        let c = Collection::open(&dir).unwrap();
+        rec.crash_at_checkpoint = None;
+        let r = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+        assert_eq!(r.resumed_from > 0, crash_at > 1, "crash at {crash_at}");
+        assert_eq!(counts(&r), counts(&s), "crash at {crash_at}");
+        assert_eq!(r.processed, s.read - r.resumed_from);
+        assert_eq!(rec.lines, clean_rec.lines, "crash at {crash_at}");
+        assert_eq!(contents(&c), contents(&clean), "crash at {crash_at}");
+    }
+}
+
+#[test]
+fn stop_request_commits_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let (manifest, ..) = corpus(tmp.path(), 15);
+    let input = Input::Manifest(manifest);
+    let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
+    let s = lexlip_pipeline::run(
+        &input,
+        &enc,
+        &clean,
+        &options(4, 1000),
+        &mut Recorder::default(),
+    )
+    .unwrap();
+
+    let c = collection(&tmp.path().join("stopped"), &enc, 100.0);
+    let flag = Arc::new(AtomicBool::new(false));
+    // One item per chunk: the reader runs at most a few chunks ahead of the writer.
+    let mut opts = options(1, 1000);
+    opts.stop = Some(flag.clone());
+    let mut rec = Recorder {
+        stop_after: Some((4, flag.clone())),
+        ..Recorder::default()
+    };
+    let first = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+    assert!(first.interrupted);
+    assert!(first.read >= 4 && first.read < s.read, "{first:?}");
+    // What was read is committed (no commit_every reached: the stop commits).
+    assert_eq!(
+        Collection::open(c.dir())
+            .unwrap()
+            .snapshot()
+            .unwrap()
+            .num_docs(),
+        first.indexed
+    );
+    flag.store(false, Ordering::Relaxed);
+    rec.stop_after = None;
+    let r = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+    assert!(!r.interrupted);
+    assert_eq!(counts(&r), counts(&s));
+    assert_eq!(contents(&c), contents(&clean));
+}
+
+#[test]
+fn shards_merge_into_the_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let (manifest, ..) = corpus(tmp.path(), 24);
+    let input = Input::Manifest(manifest);
+    let whole = collection(&tmp.path().join("whole"), &enc, 100.0);
+    let s = lexlip_pipeline::run(
+        &input,
+        &enc,
+        &whole,
+        &options(8, 1000),
+        &mut Recorder::default(),
+    )
+    .unwrap();
+    let mut parts = Vec::new();
+    let (mut read, mut indexed) = (0, 0);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..3 {
+        let dir = tmp.path().join(format!("part{i}"));
+        let c = collection(&dir, &enc, 100.0);
+        let mut opts = options(8, 1000);
+        opts.shard = Some(format!("{i}/3").parse().unwrap());
+        let p = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut Recorder::default()).unwrap();
+        read += p.read;
+        indexed += p.indexed;
+        for id in contents(&c).into_keys() {
+            assert!(seen.insert(id, i).is_none(), "an id in two shards");
+        }
+        parts.push(dir);
+    }
+    assert_eq!((read, indexed), (s.read, s.indexed));
+    // An image and its caption land in the same shard.
+    for (id, shard) in &seen {
+        if let Some(image) = id.strip_suffix("#text") {
+            assert_eq!(seen.get(image), Some(shard), "{id}");
+        }
+    }
+    let out = tmp.path().join("merged");
+    let inputs: Vec<&Path> = parts.iter().map(PathBuf::as_path).collect();
+    let report = lexlip_pipeline::merge(&out, &inputs).unwrap();
+    assert_eq!(report.documents, s.indexed);
+    assert_eq!(report.copied.iter().sum::<u64>(), s.indexed);
+    assert_eq!(contents(&Collection::open(&out).unwrap()), contents(&whole));
+}
+
+#[test]
+fn merge_refuses_incompatible_and_later_inputs_replace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let text = enc.text().unwrap();
+    let add = |c: &Collection, id: &str, caption: &str| {
+        let v = text.encode(&[caption]).unwrap().remove(0);
+        let q = c
+            .prepare_vector(lexlip_index::VectorInput::Weights(v))
+            .unwrap();
+        let doc = lexlip_proto::Document::new(
+            lexlip_proto::DocId::new(id).unwrap(),
+            lexlip_proto::Modality::Text,
+        );
+        c.add(doc, q).unwrap();
+        c.commit().unwrap();
+    };
+    let a = collection(&tmp.path().join("a"), &enc, 100.0);
+    let b = collection(&tmp.path().join("b"), &enc, 100.0);
+    let half = collection(&tmp.path().join("half-scale"), &enc, 50.0);
+    add(&a, "x", "a red car");
+    add(&a, "y", "a dog");
+    add(&b, "x", "a blue table");
+    add(&half, "z", "grass");
+
+    let out = tmp.path().join("out");
+    let err = lexlip_pipeline::merge(&out, &[a.dir(), half.dir()]).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("a") && msg.contains("half-scale") && msg.contains("scale"),
+        "{msg}"
+    );
+    assert!(!out.exists(), "nothing written on refusal");
+
+    let report = lexlip_pipeline::merge(&out, &[a.dir(), b.dir()]).unwrap();
+    assert_eq!(report.copied, [2, 1]);
+    assert_eq!(report.documents, 2);
+    let merged = contents(&Collection::open(&out).unwrap());
+    assert_eq!(merged["x"], contents(&b)["x"]);
+    assert_eq!(merged["y"], contents(&a)["y"]);
+    // An existing output of another scale is refused too.
+    assert!(lexlip_pipeline::merge(half.dir(), &[a.dir()]).is_err());
+}
