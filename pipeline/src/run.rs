@@ -201,12 +201,10 @@ fn read_stage(
         }
         let here = position;
         position += 1;
-        let item = match item {
-            Ok(i) if shard.is_some_and(|s| !s.contains(&i.group)) => continue,
-            Ok(i) => check_id(i, &mut seen),
-            Err(b) if shard.is_some_and(|s| !s.owns(b.group())) => continue,
-            Err(b) => Err(b),
-        };
+        if shard.is_some_and(|s| !s.holds(&item)) {
+            continue;
+        }
+        let item = item.and_then(|i| check_id(i, &mut seen));
         if here < resume {
             continue; // committed by an earlier run; its id is remembered above
         }
@@ -350,29 +348,42 @@ fn write_stage(
     let mut since_commit = 0usize;
     let mut position = resume;
     let mut reached_end = false;
+    if resume > 0 {
+        observer.progress(counts.read, counts.indexed);
+    }
     for chunk in rx {
         let chunk = chunk?;
         reached_end = chunk.last;
         summary.stage_seconds.decode += chunk.decode_seconds;
         let encode_start = std::time::Instant::now();
         // Encode this chunk's images and texts, one batch each.
-        let mut images = Vec::new();
-        let mut texts = Vec::new();
-        for (i, (_, r)) in chunk.items.iter().enumerate() {
-            if let Ok(ready) = r {
-                match (&ready.image, &ready.item.text) {
-                    (Some(img), _) => images.push((i, img.clone())),
-                    (None, Some(t)) => texts.push((i, t.as_str())),
-                    (None, None) => {}
-                }
+        let mut image_slots = Vec::new();
+        let mut image_batch: Vec<PreprocessedImage> = Vec::new();
+        let mut items = chunk.items;
+        for (i, (_, r)) in items.iter_mut().enumerate() {
+            if let Some(img) = r.as_mut().ok().and_then(|ready| ready.image.take()) {
+                image_slots.push(i);
+                image_batch.push(img);
             }
         }
+        let texts: Vec<(usize, &str)> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, r))| match r {
+                Ok(ready) if ready.item.image.is_none() => {
+                    ready.item.text.as_deref().map(|t| (i, t))
+                }
+                _ => None,
+            })
+            .collect();
         let mut vectors: Vec<Option<std::result::Result<SparseVector, String>>> =
-            (0..chunk.items.len()).map(|_| None).collect();
-        if !images.is_empty() {
+            (0..items.len()).map(|_| None).collect();
+        if !image_batch.is_empty() {
             let enc = encoders.image()?;
-            let batch: Vec<PreprocessedImage> = images.iter().map(|(_, p)| p.clone()).collect();
-            for ((i, _), v) in images.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
+            for (i, v) in image_slots
+                .iter()
+                .zip(encode_batch(&image_batch, |b| enc.encode(b)))
+            {
                 vectors[*i] = Some(v);
             }
         }
@@ -385,7 +396,7 @@ fn write_stage(
         }
         summary.stage_seconds.encode += encode_start.elapsed().as_secs_f64();
         let write_start = std::time::Instant::now();
-        for ((pos, ready), vector) in chunk.items.into_iter().zip(vectors) {
+        for ((pos, ready), vector) in items.into_iter().zip(vectors) {
             counts.read += 1;
             summary.processed += 1;
             let outcome = ready.and_then(|r| {

@@ -3,6 +3,7 @@
 
 use std::str::FromStr;
 
+use crate::item::SourceItem;
 use crate::progress::fnv1a;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,14 @@ pub struct Shard {
 impl Shard {
     pub fn contains(&self, group: &str) -> bool {
         fnv1a(group.as_bytes()) % u64::from(self.count) == u64::from(self.index)
+    }
+
+    /// Whether a reader's item (or bad item) belongs to this shard.
+    pub fn holds(&self, item: &SourceItem) -> bool {
+        match item {
+            Ok(i) => self.contains(&i.group),
+            Err(b) => self.owns(b.group()),
+        }
     }
 
     /// Whether this shard reports an item that may have no id (a malformed line): those belong

@@ -273,3 +273,48 @@ fn shards_parse_and_partition() {
     }
     assert_eq!(" 1 / 3 ".parse::<Shard>().unwrap().to_string(), "1/3");
 }
+
+#[test]
+fn webdataset_shard_patterns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for n in [0, 1, 2, 10] {
+        tar_with(
+            &d.join(format!("{n:05}.tar")),
+            &[(&format!("{n}.png") as &str, b"x")],
+        );
+    }
+    std::fs::write(d.join("00003.txt"), "not a shard").unwrap();
+    let names = |pattern: &str| -> Result<Vec<String>, String> {
+        lexlip_pipeline::sources::webdataset::shards(&[d.join(pattern)])
+            .map(|v| {
+                v.iter()
+                    .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        names("*.tar").unwrap(),
+        ["00000.tar", "00001.tar", "00002.tar", "00010.tar"]
+    );
+    assert_eq!(
+        names("0000?.tar").unwrap(),
+        ["00000.tar", "00001.tar", "00002.tar"]
+    );
+    assert_eq!(
+        names("{00001..00002}.tar").unwrap(),
+        ["00001.tar", "00002.tar"]
+    );
+    let err = names("{00000..00003}.tar").unwrap_err();
+    assert!(err.contains("00003.tar"), "{err}");
+    assert!(names("*.tgz").unwrap_err().contains("no shard matches"));
+    // Items follow the shards' order.
+    let ids: Vec<String> =
+        Input::WebDataset(vec![d.join("{00000..00002}.tar"), d.join("00010.tar")])
+            .open()
+            .unwrap()
+            .map(|i| i.unwrap().id)
+            .collect();
+    assert_eq!(ids, ["0", "1", "2", "10"]);
+}

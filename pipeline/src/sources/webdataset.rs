@@ -10,7 +10,10 @@ use std::sync::Arc;
 use crate::error::{PipelineError, Result};
 use crate::item::{BadItem, ImageRef, Item, SourceItem, link_to_image, reason};
 
-/// The shard files named by `paths` (directories expand to their `.tar` files, sorted).
+/// The shard files named by `paths`, in order: a `.tar` file; a directory (its `.tar` files,
+/// sorted); or a pattern in the file name, as when the shell did not expand it:
+/// `shards/*.tar` (`*` and `?`, matches sorted) or `shards/{00000..00099}.tar` (a numeric
+/// range, zero-padded like its bounds; every shard must exist).
 pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
@@ -18,12 +21,14 @@ pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             let mut tars: Vec<PathBuf> = std::fs::read_dir(p)
                 .map_err(|e| PipelineError::io(p, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|e| e == "tar"))
+                .filter(|f| f.is_file() && f.extension().is_some_and(|e| e == "tar"))
                 .collect();
             tars.sort();
             out.extend(tars);
         } else if p.is_file() {
             out.push(p.clone());
+        } else if let Some(expanded) = expand(p)? {
+            out.extend(expanded);
         } else {
             return Err(PipelineError::Input(format!(
                 "{}: no such shard or directory",
@@ -35,6 +40,65 @@ pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         return Err(PipelineError::Input("no .tar shards found".into()));
     }
     Ok(out)
+}
+
+/// Expands a pattern in the file name; `None` when there is none.
+fn expand(p: &Path) -> Result<Option<Vec<PathBuf>>> {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return Ok(None);
+    };
+    let dir = super::parent_dir(p);
+    if let Some((prefix, rest)) = name.split_once('{')
+        && let Some((range, suffix)) = rest.split_once('}')
+        && let Some((lo, hi)) = range.split_once("..")
+        && let (Ok(a), Ok(b)) = (lo.parse::<u64>(), hi.parse::<u64>())
+    {
+        let width = if lo.starts_with('0') { lo.len() } else { 0 };
+        let mut files = Vec::new();
+        for n in a.min(b)..=a.max(b) {
+            let f = dir.join(format!("{prefix}{n:0width$}{suffix}"));
+            if !f.is_file() {
+                return Err(PipelineError::Input(format!(
+                    "{}: no such shard (from {})",
+                    f.display(),
+                    p.display()
+                )));
+            }
+            files.push(f);
+        }
+        return Ok(Some(files));
+    }
+    if !name.contains(['*', '?']) {
+        return Ok(None);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| PipelineError::io(&dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|f| {
+            f.is_file()
+                && f.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| wildcard(name.as_bytes(), n.as_bytes()))
+        })
+        .collect();
+    if files.is_empty() {
+        return Err(PipelineError::Input(format!(
+            "{}: no shard matches",
+            p.display()
+        )));
+    }
+    files.sort();
+    Ok(Some(files))
+}
+
+/// `*` (any run) and `?` (any one byte) matching of a whole name.
+fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|i| wildcard(rest, &name[i..])),
+        Some((b'?', rest)) => !name.is_empty() && wildcard(rest, &name[1..]),
+        Some((c, rest)) => name.first() == Some(c) && wildcard(rest, &name[1..]),
+    }
 }
 
 #[derive(Default)]

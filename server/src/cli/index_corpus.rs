@@ -13,6 +13,8 @@ use super::index::{IndexArgs, Summary};
 struct Report {
     bar: indicatif::ProgressBar,
     errors: Option<ErrorsFile>,
+    /// The first progress call (a resumed run starts where the earlier one committed).
+    started: bool,
 }
 
 impl Observer for Report {
@@ -27,6 +29,10 @@ impl Observer for Report {
 
     fn progress(&mut self, read: u64, _indexed: u64) {
         self.bar.set_position(read);
+        if !self.started {
+            self.started = true;
+            self.bar.reset_eta(); // the rate counts this run's items only
+        }
     }
 
     fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
@@ -85,7 +91,12 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             lexlip_pipeline::sources::webdataset::shards(paths)?;
             None
         }
-        other => Some(other.open()?.count() as u64),
+        other => Some(
+            other
+                .open()?
+                .filter(|i| args.shard.is_none_or(|s| s.holds(i)))
+                .count() as u64,
+        ),
     };
     let collection = if lexlip_index::Manifest::path(&args.collection).exists() {
         let c = Collection::open(&args.collection)?;
@@ -133,7 +144,11 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         restart: args.restart,
         stop: Some(super::index::stop_on_signal()),
     };
-    let mut report = Report { bar, errors };
+    let mut report = Report {
+        bar,
+        errors,
+        started: false,
+    };
     let start = Instant::now();
     let result = lexlip_pipeline::run(&input, &encoders, &collection, &options, &mut report);
     report.bar.finish_and_clear();
