@@ -365,7 +365,11 @@ impl Collection {
             state.writer.add_segment(meta)?;
             state
                 .flushed_ids
-                .extend(pending.into_iter().map(|p| String::from(p.doc.id)));
+                .extend(pending.iter().map(|p| p.doc.id.as_str().to_string()));
+            // Freeing a large batch (~50 strings per document) takes a while: off this thread.
+            if pending.len() >= 10_000 {
+                std::thread::spawn(move || drop(pending));
+            }
         }
         Ok(())
     }

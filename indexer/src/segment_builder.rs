@@ -14,7 +14,6 @@
 //!    `IndexBuilder::single_segment_index_writer` are `#[doc(hidden)]` in tantivy 0.27. tantivy is therefore pinned exactly (`=0.27.0`) and the
 //!    tests `segment_builder::tests` fail loudly if its behaviour changes.
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use lexlip_proto::{Document, QuantizedVector};
@@ -138,34 +137,166 @@ pub(crate) fn write_segment(
 
 /// The postings of the `impacts` field, bucketed by term; documents arrive in doc-id order so
 /// each bucket is sorted.
-struct ImpactBuckets<'a> {
-    /// Terms in byte order, with their bucket.
-    terms: Vec<(&'a str, usize)>,
-    postings: Vec<Vec<(u32, u32)>>,
+///
+/// Two passes over flat arrays (no per-term `Vec`, no reallocation): pass 1 interns every term
+/// in a small open-addressing table (a cheap multiplicative hash over the bytes, the full hash
+/// compared before the bytes) and records its id per posting; pass 2 places the postings by a
+/// counting sort on the term id. This is most of the ingest time (5M postings per 100k documents).
+struct ImpactBuckets {
+    table: TermTable,
+    /// Term ids in the byte order of their terms.
+    terms: Vec<u32>,
+    /// Start of each term id's postings in `docs` / `impacts` (`len = num_terms + 1`).
+    offsets: Vec<u32>,
+    docs: Vec<u32>,
+    impacts: Vec<u32>,
     total_tokens: u64,
 }
 
-impl<'a> ImpactBuckets<'a> {
-    fn new(docs: &'a [PendingDoc]) -> Self {
-        let mut term_ids: HashMap<&str, usize> = HashMap::new();
-        let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
-        let mut total_tokens = 0u64;
-        for (doc_id, d) in docs.iter().enumerate() {
-            for (term, impact) in d.impacts.iter() {
-                let next = postings.len();
-                let id = *term_ids.entry(term).or_insert(next);
-                if id == next {
-                    postings.push(Vec::new());
+/// A fast, non-cryptographic hash of a term's bytes (terms are short word-pieces).
+#[inline]
+fn term_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = (bytes.len() as u64).wrapping_mul(K);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    // Mix the high bits down: the table is indexed by the low bits.
+    h ^ (h >> 29)
+}
+
+/// Interns terms to dense ids 0, 1, 2, … in order of first appearance. The interned bytes are
+/// copied into one small arena, so lookups stay in cache while the documents' own strings (one
+/// heap allocation each, spread over the whole batch) are read once.
+struct TermTable {
+    /// `(hash, id + 1)`; id + 1 = 0 marks an empty slot.
+    slots: Vec<(u64, u32)>,
+    /// Byte range of each id's term in `arena`.
+    spans: Vec<(u32, u32)>,
+    arena: Vec<u8>,
+    mask: usize,
+}
+
+impl TermTable {
+    fn new() -> Self {
+        let cap = 1 << 12;
+        Self {
+            slots: vec![(0, 0); cap],
+            spans: Vec::new(),
+            arena: Vec::new(),
+            mask: cap - 1,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn bytes(&self, id: u32) -> &[u8] {
+        let (a, b) = self.spans[id as usize];
+        &self.arena[a as usize..b as usize]
+    }
+
+    #[inline]
+    fn intern(&mut self, term: &[u8]) -> u32 {
+        let h = term_hash(term);
+        let mut i = (h as usize) & self.mask;
+        loop {
+            let (sh, id1) = self.slots[i];
+            if id1 == 0 {
+                let id = self.spans.len() as u32;
+                self.slots[i] = (h, id + 1);
+                let start = self.arena.len() as u32;
+                self.arena.extend_from_slice(term);
+                self.spans.push((start, self.arena.len() as u32));
+                if self.spans.len() * 2 > self.slots.len() {
+                    self.grow();
                 }
-                postings[id].push((doc_id as u32, impact));
+                return id;
+            }
+            if sh == h && self.bytes(id1 - 1) == term {
+                return id1 - 1;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let cap = self.slots.len() * 2;
+        let mut slots = vec![(0u64, 0u32); cap];
+        let mask = cap - 1;
+        for &(h, id1) in &self.slots {
+            if id1 == 0 {
+                continue;
+            }
+            let mut i = (h as usize) & mask;
+            while slots[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i] = (h, id1);
+        }
+        self.slots = slots;
+        self.mask = mask;
+    }
+}
+
+impl ImpactBuckets {
+    fn new(docs: &[PendingDoc]) -> Self {
+        let nnz: usize = docs.iter().map(|d| d.impacts.len()).sum();
+        let mut table = TermTable::new();
+        // Pass 1 (the only one over the documents): term id and impact of every posting, in
+        // doc order.
+        let mut term_of: Vec<u32> = Vec::with_capacity(nnz);
+        let mut impact_of: Vec<u32> = Vec::with_capacity(nnz);
+        let mut lens: Vec<u32> = Vec::with_capacity(docs.len());
+        let mut total_tokens = 0u64;
+        for d in docs {
+            for (term, impact) in d.impacts.iter() {
+                term_of.push(table.intern(term.as_bytes()));
+                impact_of.push(impact);
                 total_tokens += u64::from(impact);
             }
+            lens.push(d.impacts.len() as u32);
         }
-        let mut terms: Vec<(&str, usize)> = term_ids.into_iter().collect();
-        terms.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        // Pass 2: counting sort by term id (stable: doc ids stay increasing within a term).
+        let num_terms = table.len();
+        let mut offsets = vec![0u32; num_terms + 1];
+        for &t in &term_of {
+            offsets[t as usize + 1] += 1;
+        }
+        for i in 0..num_terms {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut cursor: Vec<u32> = offsets[..num_terms].to_vec();
+        let mut out_docs = vec![0u32; nnz];
+        let mut out_impacts = vec![0u32; nnz];
+        let mut p = 0;
+        for (doc_id, &len) in lens.iter().enumerate() {
+            for _ in 0..len {
+                let c = &mut cursor[term_of[p] as usize];
+                out_docs[*c as usize] = doc_id as u32;
+                out_impacts[*c as usize] = impact_of[p];
+                *c += 1;
+                p += 1;
+            }
+        }
+        let mut terms: Vec<u32> = (0..num_terms as u32).collect();
+        terms.sort_unstable_by(|&a, &b| table.bytes(a).cmp(table.bytes(b)));
         Self {
+            table,
             terms,
-            postings,
+            offsets,
+            docs: out_docs,
+            impacts: out_impacts,
             total_tokens,
         }
     }
@@ -177,10 +308,14 @@ impl<'a> ImpactBuckets<'a> {
         field: tantivy::schema::Field,
     ) -> Result<()> {
         let mut fs = serializer.new_field(field, self.total_tokens, None)?;
-        for &(term, id) in &self.terms {
-            let list = &self.postings[id];
-            fs.new_term(term.as_bytes(), list.len() as u32, true)?;
-            for &(doc, impact) in list {
+        for &id in &self.terms {
+            let term = self.table.bytes(id);
+            let (a, b) = (
+                self.offsets[id as usize] as usize,
+                self.offsets[id as usize + 1] as usize,
+            );
+            fs.new_term(term, (b - a) as u32, true)?;
+            for (&doc, &impact) in self.docs[a..b].iter().zip(&self.impacts[a..b]) {
                 fs.write_doc(doc, impact, &[]);
             }
             fs.close_term()?;
