@@ -263,7 +263,6 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let (mut since_commit, mut processed) = (0usize, 0u64);
-    let mut chunk: Vec<(u64, String)> = Vec::with_capacity(CHUNK);
     let mut line_no = 0u64;
     let mut buf = String::new();
     // Lines committed by an earlier run of this job.
@@ -278,78 +277,70 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         }
         line_no += 1;
     }
+    // A reader thread reads and parses chunk N+1 (rayon) while this one adds chunk N.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<anyhow::Result<ParsedChunk>>(1);
     let mut interrupted = false;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
-        }
-        chunk.clear();
-        while chunk.len() < CHUNK {
-            buf.clear();
-            let n = lines
-                .read_line(&mut buf)
-                .with_context(|| format!("reading {}", vectors.display()))?;
-            if n == 0 {
+    let (shard, modality) = (args.shard, args.modality);
+    let parse_collection = &collection;
+    let vectors_path = &vectors;
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        scope.spawn(move || {
+            let mut line_no = line_no;
+            loop {
+                let chunk = match read_chunk(&mut lines, &mut line_no) {
+                    Ok(c) if c.is_empty() => return,
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.send(Err(anyhow::Error::new(e)
+                            .context(format!("reading {}", vectors_path.display()))));
+                        return;
+                    }
+                };
+                let items = parse_chunk(&chunk, parse_collection, modality, shard);
+                if tx
+                    .send(Ok(ParsedChunk {
+                        items,
+                        end: line_no,
+                    }))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        for chunk in rx {
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
                 break;
             }
-            line_no += 1;
-            if !buf.trim().is_empty() {
-                chunk.push((line_no, buf.clone()));
-            }
-        }
-        if chunk.is_empty() {
-            break;
-        }
-        let parsed: Vec<Option<Result<(Document, QuantizedVector), LineError>>> = chunk
-            .par_iter()
-            .map(|(n, text)| {
-                let record = match parse_line(text, *n, args.modality) {
-                    Ok(r) => r,
-                    Err(e) => return args.shard.is_none_or(|s| s.owns(None)).then_some(Err(e)),
-                };
-                if args
-                    .shard
-                    .is_some_and(|s| !s.owns(Some(record.doc.id.as_str())))
-                {
-                    return None;
-                }
-                Some(
-                    collection
-                        .prepare_vector(record.vector)
-                        .map(|v| (record.doc, v))
-                        .map_err(|e| LineError {
-                            line: *n,
-                            kind: "vector",
-                            reason: e.to_string(),
-                        }),
-                )
-            })
-            .collect();
-        for r in parsed.into_iter().flatten() {
-            counts.read += 1;
-            processed += 1;
-            match r {
-                Ok((doc, v)) => {
-                    collection.add(doc, v)?;
-                    counts.indexed += 1;
-                    since_commit += 1;
-                }
-                Err(e) if args.strict => bail!("--strict: {}: {e}", vectors.display()),
-                Err(e) => {
-                    counts.skip(e.kind);
-                    if let Some(out) = errors.as_mut() {
-                        out.write(&serde_json::json!({"line": e.line, "reason": e.reason}))?;
+            let chunk = chunk?;
+            for r in chunk.items {
+                counts.read += 1;
+                processed += 1;
+                match r {
+                    Ok((doc, v)) => {
+                        collection.add(doc, v)?;
+                        counts.indexed += 1;
+                        since_commit += 1;
+                    }
+                    Err(e) if args.strict => bail!("--strict: {}: {e}", vectors.display()),
+                    Err(e) => {
+                        counts.skip(e.kind);
+                        if let Some(out) = errors.as_mut() {
+                            out.write(&serde_json::json!({"line": e.line, "reason": e.reason}))?;
+                        }
                     }
                 }
             }
+            line_no = chunk.end;
+            if since_commit >= commit_every {
+                commit(&collection, &fp, line_no, false, &counts, errors.as_mut())?;
+                since_commit = 0;
+            }
+            bar.set_position(counts.read);
         }
-        if since_commit >= commit_every {
-            commit(&collection, &fp, line_no, false, &counts, errors.as_mut())?;
-            since_commit = 0;
-        }
-        bar.set_position(counts.read);
-    }
+        Ok(())
+    })?;
     commit(
         &collection,
         &fp,
@@ -366,6 +357,65 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         s.resumed_from = (resume > 0).then_some(resume);
         s.interrupted = interrupted;
     })
+}
+
+/// Parsed lines of one chunk (lines of other shards left out) and the line number it ends at.
+struct ParsedChunk {
+    items: Vec<Result<(Document, QuantizedVector), LineError>>,
+    end: u64,
+}
+
+/// Up to `CHUNK` non-blank lines with their numbers.
+fn read_chunk(
+    lines: &mut Box<dyn BufRead + Send>,
+    line_no: &mut u64,
+) -> std::io::Result<Vec<(u64, String)>> {
+    let mut chunk = Vec::with_capacity(CHUNK);
+    let mut buf = String::new();
+    while chunk.len() < CHUNK {
+        if lines.read_line(&mut buf)? == 0 {
+            break;
+        }
+        *line_no += 1;
+        if buf.trim().is_empty() {
+            buf.clear();
+        } else {
+            chunk.push((*line_no, std::mem::take(&mut buf)));
+        }
+    }
+    Ok(chunk)
+}
+
+/// Parses and quantizes a chunk in parallel; lines of other shards are left out (malformed
+/// lines belong to shard 0).
+fn parse_chunk(
+    chunk: &[(u64, String)],
+    collection: &Collection,
+    modality: Modality,
+    shard: Option<lexlip_pipeline::Shard>,
+) -> Vec<Result<(Document, QuantizedVector), LineError>> {
+    chunk
+        .par_iter()
+        .filter_map(|(n, text)| {
+            let record = match parse_line(text, *n, modality) {
+                Ok(r) => r,
+                Err(e) => return shard.is_none_or(|s| s.owns(None)).then_some(Err(e)),
+            };
+            if shard.is_some_and(|s| !s.owns(Some(record.doc.id.as_str()))) {
+                return None;
+            }
+            Some(
+                collection
+                    .prepare_vector(record.vector)
+                    .map(|v| (record.doc, v))
+                    .map_err(|e| LineError {
+                        line: *n,
+                        kind: "vector",
+                        reason: e.to_string(),
+                    }),
+            )
+        })
+        .collect()
 }
 
 /// Commits, then saves the resume point (see `lexlip_pipeline::progress`).
