@@ -185,7 +185,8 @@ fn read_stage(
     stop: Option<Arc<AtomicBool>>,
     tx: SyncSender<Chunk<SourceItem>>,
 ) {
-    let mut seen: HashSet<String> = HashSet::new();
+    // Ids seen so far (duplicates are bad items): 16 bytes per item.
+    let mut seen: HashSet<u128> = HashSet::new();
     let mut chunk = Vec::with_capacity(batch);
     let mut position = 0u64;
     let stopped = || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
@@ -232,11 +233,11 @@ fn read_stage(
     });
 }
 
-fn check_id(item: Item, seen: &mut HashSet<String>) -> SourceItem {
+fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
     if let Err(e) = DocId::new(item.id.clone()) {
         return Err(BadItem::new(Some(item.id), reason::BAD_ID, e.to_string()));
     }
-    if !seen.insert(item.id.clone()) {
+    if !seen.insert(crate::progress::id_digest(&item.id)) {
         return Err(BadItem::new(
             Some(item.id.clone()),
             reason::DUPLICATE_ID,

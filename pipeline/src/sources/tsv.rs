@@ -30,7 +30,8 @@ pub fn read(
     };
     let width = cols.len();
     let root = images_root.to_path_buf();
-    let mut captions: HashMap<String, usize> = HashMap::new();
+    // Captions seen per image (by id digest: 16 bytes + a count per image).
+    let mut captions: HashMap<u128, usize> = HashMap::new();
     let mut line_no = 1usize;
     let path = path.to_path_buf();
     Ok(lines.flat_map(move |line| {
@@ -70,7 +71,7 @@ pub fn read(
             ))];
         }
         let mut out = Vec::with_capacity(2);
-        let n = captions.entry(id.clone()).or_insert(0);
+        let n = captions.entry(crate::progress::id_digest(&id)).or_insert(0);
         if *n == 0 {
             let rel = fields[file].trim();
             let mut image = Item::image(id.clone(), ImageRef::File(resolve(&root, rel)));
