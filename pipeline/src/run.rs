@@ -40,8 +40,8 @@ pub struct Options {
     pub context: String,
     /// Ignore the saved progress of an earlier run and start from the beginning.
     pub restart: bool,
-    /// Set (e.g. on Ctrl-C) to stop reading: what was read is written and committed, and a
-    /// re-run resumes from there.
+    /// Set (e.g. on Ctrl-C) to stop after the chunk being written: it is committed, the chunks
+    /// still queued are dropped, and a re-run resumes with them.
     pub stop: Option<Arc<AtomicBool>>,
 }
 
@@ -352,7 +352,18 @@ fn write_stage(
     if resume > 0 {
         observer.progress(counts.read, counts.indexed);
     }
+    let stopped = || {
+        options
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    };
     for chunk in rx {
+        // A stop request leaves the chunks still queued (they are not encoded; a re-run
+        // resumes with them).
+        if stopped() {
+            break;
+        }
         let chunk = chunk?;
         reached_end = chunk.last;
         summary.stage_seconds.decode += chunk.decode_seconds;
