@@ -379,3 +379,56 @@ fn merge_refuses_incompatible_and_later_inputs_replace() {
     // An existing output of another scale is refused too.
     assert!(lexlip_pipeline::merge(half.dir(), &[a.dir()]).is_err());
 }
+
+#[test]
+fn merge_keeps_dense_vectors_and_refuses_another_dimension() {
+    let tmp = tempfile::tempdir().unwrap();
+    let space = lexlip_proto::TermSpace::from_tokens("toy", ["[PAD]", "dog", "cat", "car"]);
+    let tokens: Vec<String> = ["[PAD]", "dog", "cat", "car"].map(String::from).to_vec();
+    let make = |name: &str, dim: usize| {
+        let mut s = settings(100.0);
+        s.dense_dim = Some(dim);
+        Collection::create(&tmp.path().join(name), space.clone(), s, Some(&tokens)).unwrap()
+    };
+    let add = |c: &Collection, id: &str, terms: &[(&str, u64)], dense: Vec<f32>| {
+        let doc = lexlip_proto::Document::new(
+            lexlip_proto::DocId::new(id).unwrap(),
+            lexlip_proto::Modality::Image,
+        );
+        let q = lexlip_proto::QuantizedVector::new(terms.iter().copied()).unwrap();
+        let d = lexlip_proto::DenseVector::new(dense).unwrap();
+        c.add_with_dense(doc, q, Some(d)).unwrap();
+        c.commit().unwrap();
+    };
+    let a = make("a", 3);
+    let b = make("b", 3);
+    let wide = make("wide", 4);
+    add(&a, "x", &[("dog", 120), ("cat", 7)], vec![3.0, 0.0, 4.0]);
+    add(&b, "y", &[("car", 50)], vec![0.0, 1.0, 0.0]);
+    add(&wide, "z", &[("car", 5)], vec![1.0, 1.0, 1.0, 1.0]);
+
+    let out = tmp.path().join("out");
+    let err = lexlip_pipeline::merge(&out, &[a.dir(), wide.dir()]).unwrap_err();
+    assert!(err.to_string().contains("dense dimension"), "{err}");
+    assert!(!out.exists());
+
+    lexlip_pipeline::merge(&out, &[a.dir(), b.dir()]).unwrap();
+    let merged = Collection::open(&out).unwrap();
+    assert_eq!(merged.manifest().settings.dense_dim, Some(3));
+    let snap = merged.snapshot().unwrap();
+    let x = snap.get("x", true).unwrap().unwrap();
+    assert_eq!(
+        x.dense,
+        Some(vec![0.6, 0.0, 0.8]),
+        "stored L2-normalised, copied as is"
+    );
+    let impacts = x.impacts.unwrap();
+    assert_eq!(
+        (impacts.get("dog"), impacts.get("cat")),
+        (Some(120), Some(7))
+    );
+    assert_eq!(
+        snap.get("y", true).unwrap().unwrap().dense,
+        Some(vec![0.0, 1.0, 0.0])
+    );
+}

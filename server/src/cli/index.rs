@@ -488,7 +488,7 @@ pub(crate) fn stop_on_signal() -> Arc<AtomicBool> {
                         std::process::exit(130);
                     }
                     eprintln!(
-                        "interrupted: committing what was read (Ctrl-C again to exit at once)"
+                        "interrupted: committing the batch being written (Ctrl-C again to exit at once)"
                     );
                 }
             })
