@@ -650,3 +650,164 @@ fn vectors_resume_shards_and_strict() {
         "{err}"
     );
 }
+
+/// Every live document's sorted impacts.
+fn impacts(dir: &Path) -> BTreeMap<String, Vec<(String, u32)>> {
+    let c = Collection::open(dir).unwrap();
+    let mut out = BTreeMap::new();
+    c.snapshot()
+        .unwrap()
+        .for_each_document(|d| {
+            let mut v: Vec<(String, u32)> = d
+                .impacts
+                .unwrap()
+                .iter()
+                .map(|(t, i)| (t.to_string(), i))
+                .collect();
+            v.sort();
+            out.insert(d.doc.id.to_string(), v);
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn one_corpus_in_every_format() {
+    // 200 images, 3 corrupt and 2 missing (listed, but no file / no image in the shard), with
+    // one caption each, 3 of them empty — as a TSV, a manifest, two WebDataset shards and a
+    // directory. Exact counts per format, and the same image or caption gets the same vector
+    // whichever format it came from.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (n, corrupt, missing, empty) = (
+        200usize,
+        [17usize, 101, 150],
+        [33usize, 180],
+        [5usize, 60, 199],
+    );
+    std::fs::create_dir_all(dir.join("images")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    let mut manifest = String::new();
+    let mut shards: Vec<tar::Builder<std::fs::File>> = (0..2)
+        .map(|s| tar::Builder::new(std::fs::File::create(dir.join(format!("{s:05}.tar"))).unwrap()))
+        .collect();
+    for i in 0..n {
+        let bytes = if corrupt.contains(&i) {
+            b"\x89PNG\r\n\x1a\ncorrupt".to_vec()
+        } else {
+            png(1000 + i as u32)
+        };
+        if !missing.contains(&i) {
+            std::fs::write(dir.join(format!("images/{i:04}.png")), &bytes).unwrap();
+        }
+        let text = if empty.contains(&i) {
+            String::new()
+        } else {
+            caption(i, 2)
+        };
+        tsv.push_str(&format!("{text}\timages/{i:04}.png\timg{i:04}\n"));
+        manifest.push_str(&format!(
+            "{{\"id\": \"img{i:04}\", \"image\": \"images/{i:04}.png\", \"text\": \"{text}\"}}\n"
+        ));
+        let b = &mut shards[i / 100];
+        let mut put = |name: String, data: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        };
+        if !missing.contains(&i) {
+            put(format!("img{i:04}.png"), &bytes);
+        }
+        put(format!("img{i:04}.txt"), text.as_bytes());
+        put(
+            format!("img{i:04}.json"),
+            format!("{{\"n\": {i}}}").as_bytes(),
+        );
+    }
+    for b in shards {
+        b.into_inner().unwrap();
+    }
+    std::fs::write(dir.join("c.tsv"), tsv).unwrap();
+    std::fs::write(dir.join("m.jsonl"), manifest).unwrap();
+
+    let (bad_images, missing_n, empty_n) = (
+        corrupt.len() as u64,
+        missing.len() as u64,
+        empty.len() as u64,
+    );
+    let images = n as u64;
+    let runs: [(&str, Vec<String>, u64, u64); 4] = [
+        // (name, input args, read, indexed)
+        (
+            "tsv",
+            vec!["--tsv".into(), dir.join("c.tsv").display().to_string()],
+            2 * images,
+            2 * images - bad_images - missing_n - empty_n,
+        ),
+        (
+            "manifest",
+            vec![
+                "--manifest".into(),
+                dir.join("m.jsonl").display().to_string(),
+            ],
+            2 * images,
+            2 * images - bad_images - missing_n - empty_n,
+        ),
+        // A sample without its image is one bad item (its caption is not indexed alone).
+        (
+            "webdataset",
+            vec![
+                "--webdataset".into(),
+                dir.join("*.tar").display().to_string(),
+            ],
+            2 * images - missing_n,
+            2 * images - bad_images - 2 * missing_n - empty_n,
+        ),
+        (
+            "images",
+            vec!["--images".into(), dir.join("images").display().to_string()],
+            images - missing_n,
+            images - missing_n - bad_images,
+        ),
+    ];
+    let mut collections = BTreeMap::new();
+    for (name, input, read, indexed) in runs {
+        let coll = dir.join(format!("c-{name}"));
+        let errors = dir.join(format!("e-{name}.jsonl"));
+        let input: Vec<&str> = input.iter().map(String::as_str).collect();
+        let s = index(&coll, &input, &["--errors", errors.to_str().unwrap()]);
+        assert_eq!(
+            (s["read"].as_u64(), s["indexed"].as_u64()),
+            (Some(read), Some(indexed)),
+            "{name}: {s}"
+        );
+        let mut want = serde_json::Map::new();
+        want.insert("corrupt_image".into(), bad_images.into());
+        if name != "images" {
+            want.insert("missing_file".into(), missing_n.into());
+            want.insert("empty_caption".into(), empty_n.into());
+        }
+        assert_eq!(s["skipped"], Value::Object(want), "{name}");
+        let lines = std::fs::read_to_string(&errors).unwrap().lines().count() as u64;
+        assert_eq!(lines, read - indexed, "{name}: errors file");
+        collections.insert(name, impacts(&coll));
+    }
+    // The same image (and caption) gives the same vector in every format.
+    let tsv = &collections["tsv"];
+    for i in [0usize, 1, 42, 199] {
+        let id = format!("img{i:04}");
+        let v = &tsv[&id];
+        assert!(!v.is_empty());
+        assert_eq!(&collections["manifest"][&id], v, "{id}");
+        assert_eq!(&collections["webdataset"][&id], v, "{id}");
+        assert_eq!(&collections["images"][&format!("{i:04}.png")], v, "{id}");
+        if !empty.contains(&i) {
+            let t = &tsv[&format!("{id}#0")];
+            assert_eq!(&collections["manifest"][&format!("{id}#text")], t, "{id}");
+            assert_eq!(&collections["webdataset"][&format!("{id}#text")], t, "{id}");
+        }
+    }
+}

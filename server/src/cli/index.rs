@@ -38,7 +38,8 @@ pub struct IndexArgs {
     /// JSONL manifest `{"id", "image"?, "text"?, "uri"?, "metadata"?}`. Needs --model.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
-    /// img2dataset WebDataset shards: .tar files or directories of them. Needs --model.
+    /// img2dataset WebDataset shards: .tar files, directories of them, or quoted patterns
+    /// ('shards/*.tar', 'shards/{00000..00099}.tar'). Needs --model.
     #[arg(long, num_args = 1..)]
     pub webdataset: Vec<PathBuf>,
     /// A directory of images (recursive; id = relative path). Needs --model.
