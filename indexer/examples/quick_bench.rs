@@ -1,5 +1,5 @@
 //! Runs the engine benchmark with the library defaults and prints JSON (`lexlip bench engine`
-//! is the user-facing form).
+//! is the user-facing form). `quick_bench [docs] [topical|independent]`.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let docs = std::env::args()
         .nth(1)
@@ -12,6 +12,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 1,
         k: 10,
         approx: vec![1.1, 1.25, 1.5, 2.0, 3.0],
+        corpus: std::env::args()
+            .nth(2)
+            .map(|s| s.parse())
+            .transpose()?
+            .unwrap_or_default(),
     };
     let r = lexlip_index::bench::run(&cfg, dir.path(), &mut |p, f| eprintln!("{p} {f:.2}"))?;
     println!("{}", serde_json::to_string_pretty(&r)?);

@@ -7,7 +7,7 @@ use lexlip_proto::api::Precision;
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use serde::Serialize;
 
-use crate::synth::{Generator, Rng};
+use crate::synth::{Corpus, Generator, Rng};
 use crate::{
     Algorithm, Collection, CollectionSettings, Result, ScoredDoc, SearchOptions, Snapshot,
 };
@@ -21,6 +21,8 @@ pub struct EngineBenchConfig {
     pub k: usize,
     /// Approximation factors to sweep.
     pub approx: Vec<f32>,
+    /// Which synthetic corpus.
+    pub corpus: Corpus,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -52,6 +54,7 @@ pub struct ApproxFigures {
 /// The report; `--json` prints it as one object.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineBenchReport {
+    pub corpus: Corpus,
     pub docs: usize,
     pub queries: usize,
     pub ingest_docs_per_s: f64,
@@ -159,7 +162,7 @@ pub fn run(
                     .map_err(|e| crate::IndexError::InvalidSetting(e.to_string()))?;
                 Ok((
                     Document::new(id, Modality::Image),
-                    generator.document(&mut rng),
+                    generator.document_of(config.corpus, &mut rng),
                 ))
             })
             .collect::<Result<_>>()?;
@@ -186,7 +189,7 @@ pub fn run(
     let stats = collection.stats()?;
 
     let queries: Vec<QuantizedVector> = (0..config.queries)
-        .map(|_| generator.query(&mut rng))
+        .map(|_| generator.query_of(config.corpus, &mut rng))
         .collect();
     progress("exhaustive", 0.0);
     let base = SearchOptions {
@@ -226,6 +229,7 @@ pub fn run(
     }
 
     Ok(EngineBenchReport {
+        corpus: config.corpus,
         docs: config.docs,
         queries: config.queries,
         ingest_docs_per_s,

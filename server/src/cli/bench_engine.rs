@@ -18,6 +18,10 @@ pub struct BenchEngineArgs {
     /// Approximation factors to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1.1,1.25,1.5,2,3")]
     pub approx: Vec<f32>,
+    /// Synthetic corpus: `topical` (documents and queries from latent topics, like real
+    /// LexLIP vectors) or `independent` (every term drawn independently; no structure).
+    #[arg(long, default_value = "topical")]
+    pub corpus: lexlip_index::synth::Corpus,
     /// Build the collection here instead of a temporary directory.
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -35,6 +39,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         seed: args.seed,
         k: args.k,
         approx: args.approx,
+        corpus: args.corpus,
     };
     let quiet = args.json;
     let r = run_bench(&config, &dir, &mut |phase, f| {
@@ -46,6 +51,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
+    println!("corpus               {}", r.corpus);
     println!("documents            {}", r.docs);
     println!("ingest               {:.0} docs/s", r.ingest_docs_per_s);
     println!(
