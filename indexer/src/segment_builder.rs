@@ -26,6 +26,8 @@ use tantivy::{DocSet, Index, SegmentReader, TERMINATED, TantivyDocument};
 use crate::error::Result;
 use crate::schema::Fields;
 
+mod reorder;
+
 /// A document waiting to be written: its stored fields and its impacts.
 #[derive(Debug, Clone)]
 pub struct PendingDoc {
@@ -34,6 +36,9 @@ pub struct PendingDoc {
     /// Dense fallback vector (collections with dense search on).
     pub dense: Option<lexlip_proto::DenseVector>,
 }
+
+/// Terms per document used to cluster documents (see `reorder`).
+const CLUSTER_TERMS: usize = 12;
 
 /// RAM for tantivy's single-segment writer of the small fields (it never flushes early).
 const SMALL_FIELDS_BUDGET: usize = 64 << 20;
@@ -60,8 +65,9 @@ pub(crate) fn small_fields_doc(fields: &Fields, doc: &Document) -> TantivyDocume
     t
 }
 
-/// Writes `docs` (in this order: doc id `i` is `docs[i]`) as a new segment of `index` and returns
-/// its meta, ready for `IndexWriter::add_segment`. Returns `None` for an empty batch.
+/// Writes `docs` as a new segment of `index` and returns its meta, ready for
+/// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
+/// [`reorder::cluster_order`], not the order of `docs`.
 pub(crate) fn write_segment(
     index: &Index,
     fields: &Fields,
@@ -72,22 +78,25 @@ pub(crate) fn write_segment(
     }
     let schema = index.schema();
 
-    // 1. small fields through tantivy itself, while the impacts are bucketed by term on
-    //    another thread (the two are independent; this is most of the ingest time).
-    let small_fields = || -> Result<Index> {
+    // 1. the documents are reordered so that similar ones are neighbours (see `reorder`), then
+    //    the small fields go through tantivy itself while the impacts are bucketed by term on
+    //    another thread.
+    let small_fields = |order: &[u32]| -> Result<Index> {
         let mut small = Index::builder()
             .schema(schema.clone())
             .single_segment_index_writer(RamDirectory::create(), SMALL_FIELDS_BUDGET)?;
-        for d in docs {
+        for d in order.iter().map(|&i| &docs[i as usize]) {
             let mut t = small_fields_doc(fields, &d.doc);
             crate::dense::add_to_doc(&mut t, fields, d.dense.as_ref());
             small.add_document(t)?;
         }
         Ok(small.finalize()?)
     };
+    let interned = InternedPostings::new(docs);
+    let order = interned.cluster_order();
     let (ram, buckets) = std::thread::scope(|scope| {
-        let buckets = scope.spawn(|| ImpactBuckets::new(docs));
-        let ram = small_fields();
+        let buckets = scope.spawn(|| interned.into_buckets(&order));
+        let ram = small_fields(&order);
         (ram, buckets.join())
     });
     let ram = ram?;
@@ -138,10 +147,11 @@ pub(crate) fn write_segment(
 /// The postings of the `impacts` field, bucketed by term; documents arrive in doc-id order so
 /// each bucket is sorted.
 ///
-/// Two passes over flat arrays (no per-term `Vec`, no reallocation): pass 1 interns every term
-/// in a small open-addressing table (a cheap multiplicative hash over the bytes, the full hash
-/// compared before the bytes) and records its id per posting; pass 2 places the postings by a
-/// counting sort on the term id. This is most of the ingest time (5M postings per 100k documents).
+/// Built in two passes over flat arrays (no per-term `Vec`, no reallocation): pass 1
+/// ([`InternedPostings`]) interns every term in a small open-addressing table (a cheap
+/// multiplicative hash over the bytes, the full hash compared before the bytes) and records its
+/// id per posting; pass 2 places the postings, renumbered in the clustered order, by a counting
+/// sort on the term id. This is most of the ingest time (5M postings per 100k documents).
 struct ImpactBuckets {
     table: TermTable,
     /// Term ids in the byte order of their terms.
@@ -249,15 +259,26 @@ impl TermTable {
     }
 }
 
-impl ImpactBuckets {
+/// Pass 1 over a batch: every posting's term id and impact, in document order.
+struct InternedPostings {
+    table: TermTable,
+    /// Document `d`'s postings are `[starts[d], starts[d + 1])`.
+    starts: Vec<u32>,
+    term_of: Vec<u32>,
+    impact_of: Vec<u32>,
+    /// Documents per term id.
+    df: Vec<u32>,
+    total_tokens: u64,
+}
+
+impl InternedPostings {
     fn new(docs: &[PendingDoc]) -> Self {
         let nnz: usize = docs.iter().map(|d| d.impacts.len()).sum();
         let mut table = TermTable::new();
-        // Pass 1 (the only one over the documents): term id and impact of every posting, in
-        // doc order.
         let mut term_of: Vec<u32> = Vec::with_capacity(nnz);
         let mut impact_of: Vec<u32> = Vec::with_capacity(nnz);
-        let mut lens: Vec<u32> = Vec::with_capacity(docs.len());
+        let mut starts: Vec<u32> = Vec::with_capacity(docs.len() + 1);
+        starts.push(0);
         let mut total_tokens = 0u64;
         for d in docs {
             for (term, impact) in d.impacts.iter() {
@@ -265,42 +286,101 @@ impl ImpactBuckets {
                 impact_of.push(impact);
                 total_tokens += u64::from(impact);
             }
-            lens.push(d.impacts.len() as u32);
+            starts.push(term_of.len() as u32);
         }
-        // Pass 2: counting sort by term id (stable: doc ids stay increasing within a term).
-        let num_terms = table.len();
-        let mut offsets = vec![0u32; num_terms + 1];
+        let mut df = vec![0u32; table.len()];
         for &t in &term_of {
-            offsets[t as usize + 1] += 1;
+            df[t as usize] += 1;
         }
-        for i in 0..num_terms {
-            offsets[i + 1] += offsets[i];
+        Self {
+            table,
+            starts,
+            term_of,
+            impact_of,
+            df,
+            total_tokens,
+        }
+    }
+
+    /// `order[new_id] = old_id`: similar documents next to each other. Each document is
+    /// clustered by its [`CLUSTER_TERMS`] terms of largest impact × idf.
+    fn cluster_order(&self) -> Vec<u32> {
+        let num_docs = self.starts.len() - 1;
+        let idf = reorder::term_weights(&self.df, num_docs);
+        let mut starts = Vec::with_capacity(num_docs + 1);
+        starts.push(0u32);
+        let mut term_of = Vec::with_capacity(num_docs * CLUSTER_TERMS);
+        let mut weight = Vec::with_capacity(num_docs * CLUSTER_TERMS);
+        let mut doc: Vec<(f32, u32)> = Vec::new();
+        for w in self.starts.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            doc.clear();
+            doc.extend(
+                self.term_of[a..b]
+                    .iter()
+                    .zip(&self.impact_of[a..b])
+                    .map(|(&t, &i)| (idf[t as usize] * i as f32, t))
+                    .filter(|&(w, _)| w > 0.0),
+            );
+            if doc.len() > CLUSTER_TERMS {
+                doc.select_nth_unstable_by(CLUSTER_TERMS, |x, y| {
+                    y.0.total_cmp(&x.0).then(x.1.cmp(&y.1))
+                });
+                doc.truncate(CLUSTER_TERMS);
+            }
+            for &(w, t) in &doc {
+                term_of.push(t);
+                weight.push(w);
+            }
+            starts.push(term_of.len() as u32);
+        }
+        reorder::cluster_order(&reorder::DocTerms {
+            starts: &starts,
+            term_of: &term_of,
+            weight: &weight,
+            num_terms: self.table.len(),
+        })
+    }
+
+    /// Pass 2: counting sort by term id, documents renumbered by `order` (doc ids stay
+    /// increasing within a term).
+    fn into_buckets(self, order: &[u32]) -> ImpactBuckets {
+        let num_terms = self.table.len();
+        let nnz = self.term_of.len();
+        let mut offsets = vec![0u32; num_terms + 1];
+        for (t, &f) in self.df.iter().enumerate() {
+            offsets[t + 1] = offsets[t] + f;
         }
         let mut cursor: Vec<u32> = offsets[..num_terms].to_vec();
         let mut out_docs = vec![0u32; nnz];
         let mut out_impacts = vec![0u32; nnz];
-        let mut p = 0;
-        for (doc_id, &len) in lens.iter().enumerate() {
-            for _ in 0..len {
-                let c = &mut cursor[term_of[p] as usize];
-                out_docs[*c as usize] = doc_id as u32;
-                out_impacts[*c as usize] = impact_of[p];
+        for (new_id, &old) in order.iter().enumerate() {
+            let (a, b) = (
+                self.starts[old as usize] as usize,
+                self.starts[old as usize + 1] as usize,
+            );
+            for p in a..b {
+                let c = &mut cursor[self.term_of[p] as usize];
+                out_docs[*c as usize] = new_id as u32;
+                out_impacts[*c as usize] = self.impact_of[p];
                 *c += 1;
-                p += 1;
             }
         }
+        let table = self.table;
         let mut terms: Vec<u32> = (0..num_terms as u32).collect();
         terms.sort_unstable_by(|&a, &b| table.bytes(a).cmp(table.bytes(b)));
-        Self {
+        ImpactBuckets {
             table,
             terms,
             offsets,
             docs: out_docs,
             impacts: out_impacts,
-            total_tokens,
+            total_tokens: self.total_tokens,
         }
     }
+}
 
+impl ImpactBuckets {
     /// Term frequency = impact, one `write_doc` per non-zero.
     fn write(
         &self,

@@ -1,0 +1,93 @@
+//! Search only, on a collection built once: `search_profile DIR [docs] [corpus] [factor]`
+//! (builds DIR on first use, then times exhaustive vs pruned on 200 queries, 5 rounds).
+use std::time::Instant;
+
+use lexlip_index::synth::{Corpus, Generator, Rng};
+use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
+use lexlip_proto::api::Precision;
+use lexlip_proto::{DocId, Document, Modality, TermSpace};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let dir = std::path::PathBuf::from(
+        args.next()
+            .ok_or("usage: search_profile DIR [docs] [corpus] [factor]")?,
+    );
+    let docs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    let corpus: Corpus = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or_default();
+    let factor: f32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let g = Generator::default();
+    let mut rng = Rng::new(1);
+    let c = if dir.exists() {
+        Collection::open(&dir)?
+    } else {
+        let space = TermSpace::from_tokens("synthetic", g.vocabulary().iter().map(String::as_str));
+        let c = Collection::create(&dir, space, CollectionSettings::default(), None)?;
+        for i in 0..docs {
+            c.add(
+                Document::new(DocId::new(format!("doc{i}"))?, Modality::Image),
+                g.document_of(corpus, &mut rng),
+            )?;
+        }
+        c.merge_all()?;
+        c
+    };
+    let snap = c.snapshot()?;
+    let mut qrng = Rng::new(99);
+    let queries: Vec<_> = (0..200).map(|_| g.query_of(corpus, &mut qrng)).collect();
+    let opts = |algorithm, precision| SearchOptions {
+        k: 10,
+        algorithm,
+        precision,
+        ..SearchOptions::default()
+    };
+    let exh = opts(Algorithm::Exhaustive, Precision::Exact);
+    let pr = opts(
+        Algorithm::Pruned,
+        if factor == 1.0 {
+            Precision::Exact
+        } else {
+            Precision::Approx(factor)
+        },
+    );
+    let truth: Vec<_> = queries
+        .iter()
+        .map(|q| snap.search(q, &exh).map(|o| o.hits))
+        .collect::<Result<_, _>>()?;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for q in &queries {
+            snap.search(q, &exh)?;
+        }
+        let te = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut hit = 0usize;
+        let mut scored = 0u64;
+        for (q, tr) in queries.iter().zip(&truth) {
+            let o = snap.search(q, &pr)?;
+            scored += o.stats.postings_scored;
+            hit += o
+                .hits
+                .iter()
+                .filter(|h| {
+                    tr.iter()
+                        .any(|x| x.doc == h.doc && x.segment_ord == h.segment_ord)
+                })
+                .count();
+        }
+        let tp = t.elapsed().as_secs_f64();
+        println!(
+            "exhaustive {:.3} ms/q, pruned {:.3} ms/q, speedup {:.2}, recall {:.4}, postings/q {}",
+            te * 5.0,
+            tp * 5.0,
+            te / tp,
+            hit as f64 / (10.0 * queries.len() as f64),
+            scored / 200
+        );
+    }
+    Ok(())
+}
