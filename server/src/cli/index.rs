@@ -253,30 +253,42 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     let resume = saved.as_ref().map_or(0, |p| p.position);
     let mut counts = saved.map(|p| p.counts).unwrap_or_default();
     let stop = stop_on_signal();
-    let bar = indicatif::ProgressBar::new_spinner();
+    // A plain file shows a bar over its bytes with an ETA; a gzip one a spinner.
+    let total_bytes = plain_size(&vectors);
+    let bar = match total_bytes {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {human_pos} documents read, {per_sec}, {elapsed}",
-        )
+        indicatif::ProgressStyle::with_template(match total_bytes {
+            Some(_) => {
+                "{bar:30} {percent}% of {binary_total_bytes}, {binary_bytes_per_sec}, ETA {eta}: {msg}"
+            }
+            None => "{spinner} {elapsed}: {msg}",
+        })
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let (mut since_commit, mut processed) = (0usize, 0u64);
-    let mut line_no = 0u64;
+    let (mut line_no, mut bytes) = (0u64, 0u64);
     let mut buf = String::new();
     // Lines committed by an earlier run of this job.
     while line_no < resume {
         buf.clear();
-        if lines
+        let n = lines
             .read_line(&mut buf)
-            .with_context(|| format!("reading {}", vectors.display()))?
-            == 0
-        {
+            .with_context(|| format!("reading {}", vectors.display()))?;
+        if n == 0 {
             break;
         }
         line_no += 1;
+        bytes += n as u64;
+    }
+    if total_bytes.is_some() {
+        bar.set_position(bytes);
+        bar.reset_eta();
     }
     // A reader thread reads and parses chunk N+1 (rayon) while this one adds chunk N.
     let (tx, rx) = std::sync::mpsc::sync_channel::<anyhow::Result<ParsedChunk>>(1);
@@ -286,9 +298,9 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     let vectors_path = &vectors;
     std::thread::scope(|scope| -> anyhow::Result<()> {
         scope.spawn(move || {
-            let mut line_no = line_no;
+            let (mut line_no, mut bytes) = (line_no, bytes);
             loop {
-                let chunk = match read_chunk(&mut lines, &mut line_no) {
+                let chunk = match read_chunk(&mut lines, &mut line_no, &mut bytes) {
                     Ok(c) if c.is_empty() => return,
                     Ok(c) => c,
                     Err(e) => {
@@ -302,6 +314,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
                     .send(Ok(ParsedChunk {
                         items,
                         end: line_no,
+                        bytes,
                     }))
                     .is_err()
                 {
@@ -338,7 +351,12 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
                 commit(&collection, &fp, line_no, false, &counts, errors.as_mut())?;
                 since_commit = 0;
             }
-            bar.set_position(counts.read);
+            if total_bytes.is_some() {
+                bar.set_position(chunk.bytes);
+            } else {
+                bar.tick();
+            }
+            bar.set_message(format!("{} documents read", counts.read));
         }
         Ok(())
     })?;
@@ -364,20 +382,37 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
 struct ParsedChunk {
     items: Vec<Result<(Document, QuantizedVector), LineError>>,
     end: u64,
+    /// Bytes of the (inflated) input read up to `end`.
+    bytes: u64,
+}
+
+/// The size of a plain (not gzip) file, for a progress bar over its bytes.
+fn plain_size(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut magic = [0u8; 2];
+    let mut f = std::fs::File::open(path).ok()?;
+    let n = f.read(&mut magic).ok()?;
+    let gzip = n == 2 && magic == [0x1f, 0x8b];
+    (!gzip)
+        .then(|| f.metadata().ok().map(|m| m.len()))
+        .flatten()
 }
 
 /// Up to `CHUNK` non-blank lines with their numbers.
 fn read_chunk(
     lines: &mut Box<dyn BufRead + Send>,
     line_no: &mut u64,
+    bytes: &mut u64,
 ) -> std::io::Result<Vec<(u64, String)>> {
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut buf = String::new();
     while chunk.len() < CHUNK {
-        if lines.read_line(&mut buf)? == 0 {
+        let n = lines.read_line(&mut buf)?;
+        if n == 0 {
             break;
         }
         *line_no += 1;
+        *bytes += n as u64;
         if buf.trim().is_empty() {
             buf.clear();
         } else {
