@@ -1,11 +1,12 @@
 //! The staged pipeline:
 //!
 //! ```text
-//! reader ──chunks──▶ decode/preprocess (rayon) ──chunks──▶ encode (batched) → quantize → write
+//! reader ──▶ decode/preprocess (rayon) ──▶ encode (batched) + quantize ──▶ write + commit
 //! ```
 //!
-//! Stages run on their own threads joined by bounded channels, so memory stays flat whatever
-//! the corpus size. Items keep their input order end to end: after each commit the position
+//! Each stage runs on its own thread (the writer on the caller's), joined by bounded channels of
+//! chunks (one encoder batch each), so memory stays flat whatever the corpus size and the
+//! slowest stage sets the pace. Items keep their input order end to end: after each commit the position
 //! reached is saved ([`crate::progress`]) and a re-run resumes from it.
 
 use std::collections::{BTreeMap, HashSet};
@@ -15,7 +16,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use lexlip_index::{Collection, VectorInput};
 use lexlip_model::{Encoders, PreprocessedImage};
-use lexlip_proto::{DocId, Document, SparseVector};
+use lexlip_proto::{DocId, Document, QuantizedVector, SparseVector};
 use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
@@ -85,9 +86,9 @@ pub struct Summary {
 pub struct StageSeconds {
     /// Reading files and decoding/resizing images (wall time of the parallel decode).
     pub decode: f64,
-    /// Running the encoders.
+    /// Running the encoders and quantizing their output.
     pub encode: f64,
-    /// Quantizing, adding to the collection and committing.
+    /// Adding to the collection and committing.
     pub write: f64,
 }
 
@@ -113,6 +114,8 @@ struct Chunk<T> {
     end: u64,
     /// Seconds the decode stage spent on this chunk.
     decode_seconds: f64,
+    /// Seconds the encode stage spent on this chunk.
+    encode_seconds: f64,
     /// The last chunk of the input (not sent when the reader was stopped).
     last: bool,
 }
@@ -166,12 +169,13 @@ pub fn run(
         let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
         let (ready_tx, ready_rx) =
             sync_channel::<Result<Chunk<Result<Ready, BadItem>>>>(CHANNEL_CHUNKS);
+        let (encoded_tx, encoded_rx) =
+            sync_channel::<Result<Chunk<Result<Encoded, BadItem>>>>(CHANNEL_CHUNKS);
         let resume = saved.as_ref().map_or(0, |p| p.position);
         scope.spawn(move || read_stage(source, resume, shard, batch, stop, read_tx));
         scope.spawn(move || decode_stage(encoders, read_rx, ready_tx));
-        let summary = write_stage(
-            encoders, collection, options, &fp, saved, ready_rx, observer,
-        );
+        scope.spawn(move || encode_stage(encoders, collection, ready_rx, encoded_tx));
+        let summary = write_stage(collection, options, &fp, saved, encoded_rx, observer);
         // On an early error the receivers drop here, which unblocks and ends the other stages.
         summary
     })
@@ -196,6 +200,7 @@ fn read_stage(
                 items: chunk,
                 end: position,
                 decode_seconds: 0.0,
+                encode_seconds: 0.0,
                 last: false,
             });
             return;
@@ -217,6 +222,7 @@ fn read_stage(
                     items,
                     end: position,
                     decode_seconds: 0.0,
+                    encode_seconds: 0.0,
                     last: false,
                 })
                 .is_err()
@@ -229,6 +235,7 @@ fn read_stage(
         items: chunk,
         end: position.max(resume),
         decode_seconds: 0.0,
+        encode_seconds: 0.0,
         last: true,
     });
 }
@@ -285,6 +292,7 @@ fn decode_stage(
                 items,
                 end: chunk.end,
                 decode_seconds: started.elapsed().as_secs_f64(),
+                encode_seconds: 0.0,
                 last: chunk.last,
             }))
             .is_err()
@@ -331,13 +339,120 @@ fn encode_batch<T>(
     }
 }
 
-fn write_stage(
+/// An item encoded and quantized, ready to write.
+struct Encoded {
+    item: Item,
+    impacts: QuantizedVector,
+}
+
+/// Encodes each chunk's images and texts (one batch each), then quantizes (scale, top-K) for
+/// the collection. Runs on its own thread so that the writer works on the previous chunk.
+fn encode_stage(
     encoders: &Encoders,
+    collection: &Collection,
+    rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
+    tx: SyncSender<Result<Chunk<Result<Encoded, BadItem>>>>,
+) {
+    for chunk in rx {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let started = std::time::Instant::now();
+        let items = match encode_chunk(encoders, collection, chunk.items) {
+            Ok(items) => items,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let out = Chunk {
+            items,
+            end: chunk.end,
+            decode_seconds: chunk.decode_seconds,
+            encode_seconds: started.elapsed().as_secs_f64(),
+            last: chunk.last,
+        };
+        if tx.send(Ok(out)).is_err() {
+            return;
+        }
+    }
+}
+
+fn encode_chunk(
+    encoders: &Encoders,
+    collection: &Collection,
+    mut items: Vec<(u64, Result<Ready, BadItem>)>,
+) -> Result<Vec<(u64, Result<Encoded, BadItem>)>> {
+    let mut image_slots = Vec::new();
+    let mut image_batch: Vec<PreprocessedImage> = Vec::new();
+    for (i, (_, r)) in items.iter_mut().enumerate() {
+        if let Some(img) = r.as_mut().ok().and_then(|ready| ready.image.take()) {
+            image_slots.push(i);
+            image_batch.push(img);
+        }
+    }
+    let texts: Vec<(usize, &str)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, r))| match r {
+            Ok(ready) if ready.item.image.is_none() => ready.item.text.as_deref().map(|t| (i, t)),
+            _ => None,
+        })
+        .collect();
+    let mut vectors: Vec<Option<std::result::Result<SparseVector, String>>> =
+        (0..items.len()).map(|_| None).collect();
+    if !image_batch.is_empty() {
+        let enc = encoders.image()?;
+        for (i, v) in image_slots
+            .iter()
+            .zip(encode_batch(&image_batch, |b| enc.encode(b)))
+        {
+            vectors[*i] = Some(v);
+        }
+    }
+    if !texts.is_empty() {
+        let enc = encoders.text()?;
+        let batch: Vec<&str> = texts.iter().map(|(_, t)| *t).collect();
+        for ((i, _), v) in texts.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
+            vectors[*i] = Some(v);
+        }
+    }
+    Ok(items
+        .into_iter()
+        .zip(vectors)
+        .map(|((pos, ready), vector)| {
+            let encoded = ready.and_then(|r| {
+                let id = r.item.id.clone();
+                let v = match vector {
+                    Some(Ok(v)) => v,
+                    Some(Err(e)) => return Err(BadItem::new(Some(id), reason::ENCODE, e)),
+                    None => {
+                        return Err(BadItem::new(Some(id), reason::ENCODE, "nothing to encode"));
+                    }
+                };
+                let impacts = collection
+                    .prepare_vector(VectorInput::Weights(v))
+                    .map_err(|e| BadItem::new(Some(id), reason::VECTOR, e.to_string()))?;
+                Ok(Encoded {
+                    item: r.item,
+                    impacts,
+                })
+            });
+            (pos, encoded)
+        })
+        .collect())
+}
+
+fn write_stage(
     collection: &Collection,
     options: &Options,
     fp: &str,
     saved: Option<Progress>,
-    rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
+    rx: Receiver<Result<Chunk<Result<Encoded, BadItem>>>>,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let resume = saved.as_ref().map_or(0, |p| p.position);
@@ -359,74 +474,20 @@ fn write_stage(
             .is_some_and(|s| s.load(Ordering::Relaxed))
     };
     for chunk in rx {
-        // A stop request leaves the chunks still queued (they are not encoded; a re-run
-        // resumes with them).
+        // A stop request leaves the chunks still queued (a re-run resumes with them).
         if stopped() {
             break;
         }
         let chunk = chunk?;
         reached_end = chunk.last;
         summary.stage_seconds.decode += chunk.decode_seconds;
-        let encode_start = std::time::Instant::now();
-        // Encode this chunk's images and texts, one batch each.
-        let mut image_slots = Vec::new();
-        let mut image_batch: Vec<PreprocessedImage> = Vec::new();
-        let mut items = chunk.items;
-        for (i, (_, r)) in items.iter_mut().enumerate() {
-            if let Some(img) = r.as_mut().ok().and_then(|ready| ready.image.take()) {
-                image_slots.push(i);
-                image_batch.push(img);
-            }
-        }
-        let texts: Vec<(usize, &str)> = items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, r))| match r {
-                Ok(ready) if ready.item.image.is_none() => {
-                    ready.item.text.as_deref().map(|t| (i, t))
-                }
-                _ => None,
-            })
-            .collect();
-        let mut vectors: Vec<Option<std::result::Result<SparseVector, String>>> =
-            (0..items.len()).map(|_| None).collect();
-        if !image_batch.is_empty() {
-            let enc = encoders.image()?;
-            for (i, v) in image_slots
-                .iter()
-                .zip(encode_batch(&image_batch, |b| enc.encode(b)))
-            {
-                vectors[*i] = Some(v);
-            }
-        }
-        if !texts.is_empty() {
-            let enc = encoders.text()?;
-            let batch: Vec<&str> = texts.iter().map(|(_, t)| *t).collect();
-            for ((i, _), v) in texts.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
-                vectors[*i] = Some(v);
-            }
-        }
-        summary.stage_seconds.encode += encode_start.elapsed().as_secs_f64();
+        summary.stage_seconds.encode += chunk.encode_seconds;
         let write_start = std::time::Instant::now();
-        for ((pos, ready), vector) in items.into_iter().zip(vectors) {
+        for (pos, encoded) in chunk.items {
             counts.read += 1;
             summary.processed += 1;
-            let outcome = ready.and_then(|r| {
-                let id = r.item.id.clone();
-                let v = match vector {
-                    Some(Ok(v)) => v,
-                    Some(Err(e)) => return Err(BadItem::new(Some(id), reason::ENCODE, e)),
-                    None => {
-                        return Err(BadItem::new(Some(id), reason::ENCODE, "nothing to encode"));
-                    }
-                };
-                let impacts = collection
-                    .prepare_vector(VectorInput::Weights(v))
-                    .map_err(|e| BadItem::new(Some(id.clone()), reason::VECTOR, e.to_string()))?;
-                Ok((r.item, impacts))
-            });
-            match outcome {
-                Ok((item, impacts)) => {
+            match encoded {
+                Ok(Encoded { item, impacts }) => {
                     collection.add(document(item)?, impacts)?;
                     counts.indexed += 1;
                     since_commit += 1;
