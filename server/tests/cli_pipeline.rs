@@ -355,6 +355,20 @@ fn manifest_webdataset_and_image_dir() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate_id"));
 
+    // An input without items (an empty directory) indexes nothing: an error.
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
+    args.push(dir.join("c6").display().to_string());
+    args.extend([
+        "--images".to_string(),
+        dir.join("empty").display().to_string(),
+    ]);
+    args.extend(model_args());
+    let out = lexlip(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was indexed"), "{err}");
+
     // A missing input is an error naming it, and creates nothing.
     for input in [
         "--tsv",

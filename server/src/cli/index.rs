@@ -152,7 +152,10 @@ impl Summary {
                 self.read
             );
         }
-        if self.read > 0 && self.indexed == 0 {
+        if self.indexed == 0 {
+            if self.read == 0 {
+                bail!("nothing was indexed: the input holds no items (for this shard)");
+            }
             bail!("nothing was indexed (every item was skipped; see the reasons above)");
         }
         Ok(())
