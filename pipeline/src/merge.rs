@@ -3,9 +3,11 @@
 //! input's document replaces an earlier one with the same id.
 
 use std::path::Path;
+use std::sync::mpsc::sync_channel;
 
-use lexlip_index::Collection;
 use lexlip_index::export::dense_of;
+use lexlip_index::{Collection, IndexError};
+use lexlip_proto::{DenseVector, Document, QuantizedVector};
 
 use crate::error::{PipelineError, Result};
 
@@ -75,17 +77,58 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
     };
     let mut copied = Vec::new();
     for c in &opened {
-        let mut n = 0u64;
-        c.snapshot()?.for_each_document(|d| {
-            let dense = dense_of(&d)?;
-            let impacts = d.impacts.clone().unwrap_or_default();
-            target.add_with_dense(d.doc, impacts, dense)?;
-            n += 1;
-            Ok(())
-        })?;
-        copied.push(n);
+        copied.push(copy_documents(c, &target)?);
     }
     target.commit()?;
     let documents = target.snapshot()?.num_docs();
     Ok(MergeReport { copied, documents })
+}
+
+/// Documents handed from the reading thread to the writing one at a time.
+const BATCH: usize = 4096;
+
+type Batch = Vec<(Document, QuantizedVector, Option<DenseVector>)>;
+
+/// Copies every live document of `from` into `to`: a thread reads them back (stored fields,
+/// impacts from the postings, dense vector) while this one adds them.
+fn copy_documents(from: &Collection, to: &Collection) -> Result<u64> {
+    let (tx, rx) = sync_channel::<Batch>(2);
+    std::thread::scope(|scope| -> Result<u64> {
+        let reader = scope.spawn(move || -> Result<()> {
+            let mut batch: Batch = Vec::with_capacity(BATCH);
+            let mut writer_gone = false;
+            let read = from.snapshot()?.for_each_document(|d| {
+                let dense = dense_of(&d)?;
+                batch.push((d.doc, d.impacts.unwrap_or_default(), dense));
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    if tx.send(full).is_err() {
+                        // The writer failed and reports why: stop reading.
+                        writer_gone = true;
+                        return Err(IndexError::ReadOnly);
+                    }
+                }
+                Ok(())
+            });
+            match read {
+                Err(_) if writer_gone => Ok(()),
+                Err(e) => Err(e.into()),
+                Ok(()) => {
+                    let _ = tx.send(batch);
+                    Ok(())
+                }
+            }
+        });
+        let mut n = 0u64;
+        for batch in rx {
+            for (doc, impacts, dense) in batch {
+                to.add_with_dense(doc, impacts, dense)?;
+                n += 1;
+            }
+        }
+        reader
+            .join()
+            .map_err(|_| PipelineError::Stage("the merge reader panicked".into()))??;
+        Ok(n)
+    })
 }
