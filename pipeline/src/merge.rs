@@ -85,14 +85,14 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
 }
 
 /// Documents handed from the reading thread to the writing one at a time.
-const BATCH: usize = 4096;
+const BATCH: usize = 512;
 
 type Batch = Vec<(Document, QuantizedVector, Option<DenseVector>)>;
 
 /// Copies every live document of `from` into `to`: a thread reads them back (stored fields,
 /// impacts from the postings, dense vector) while this one adds them.
 fn copy_documents(from: &Collection, to: &Collection) -> Result<u64> {
-    let (tx, rx) = sync_channel::<Batch>(2);
+    let (tx, rx) = sync_channel::<Batch>(1);
     std::thread::scope(|scope| -> Result<u64> {
         let reader = scope.spawn(move || -> Result<()> {
             let mut batch: Batch = Vec::with_capacity(BATCH);
