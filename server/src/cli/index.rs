@@ -78,8 +78,9 @@ pub struct IndexArgs {
     /// Keep only the K largest weights of each document (new collection only).
     #[arg(long)]
     pub top_k_terms: Option<usize>,
-    /// Commit every N documents (an interrupted run keeps what was committed; a corpus run
-    /// resumes from the last commit). Default: 500,000 for vectors, 10,000 for corpora.
+    /// Commit every N documents (at the end of a chunk). An interrupted run keeps what was
+    /// committed and the same command resumes from there (progress in
+    /// DIR/pipeline-progress.json). Default: 500,000 for vectors, 10,000 for corpora.
     #[arg(long)]
     pub commit_every: Option<usize>,
     /// Write skipped items here, one JSON object per line (vectors: {"line", "reason"}; corpora:
