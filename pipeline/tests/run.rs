@@ -432,3 +432,53 @@ fn merge_keeps_dense_vectors_and_refuses_another_dimension() {
         Some(vec![0.0, 1.0, 0.0])
     );
 }
+
+#[test]
+fn documents_read_back_in_windows_match_get() {
+    // Merge reads documents back window by window; any window size gives what `get` gives.
+    let tmp = tempfile::tempdir().unwrap();
+    let words = ["[PAD]", "a", "b", "c", "d", "e", "f", "g"];
+    let space = lexlip_proto::TermSpace::from_tokens("toy", words);
+    let tokens: Vec<String> = words.map(String::from).to_vec();
+    let c = Collection::create(tmp.path(), space, settings(100.0), Some(&tokens)).unwrap();
+    for round in 0..3u64 {
+        for i in 0..40u64 {
+            if (i + round) % 3 != 0 {
+                continue;
+            }
+            let terms: Vec<(&str, u64)> = (1..8)
+                .filter(|t| (i * 7 + t * round) % 3 != 1)
+                .map(|t| (words[t as usize], 1 + (i * t + round) % 200))
+                .collect();
+            let doc = lexlip_proto::Document::new(
+                lexlip_proto::DocId::new(format!("d{i}")).unwrap(),
+                lexlip_proto::Modality::Text,
+            );
+            c.add(doc, lexlip_proto::QuantizedVector::new(terms).unwrap())
+                .unwrap();
+        }
+        c.delete(&lexlip_proto::DocId::new(format!("d{}", round * 9)).unwrap())
+            .unwrap();
+        c.commit().unwrap(); // one segment per round, with replaced and deleted documents
+    }
+    let snap = c.snapshot().unwrap();
+    let read = |window: u32| {
+        let mut out = Vec::new();
+        snap.for_each_document_windowed(window, |d| {
+            out.push((d.doc.id.to_string(), d.impacts.unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    };
+    let whole = read(u32::MAX);
+    assert_eq!(whole.len() as u64, snap.num_docs());
+    for (id, impacts) in &whole {
+        let got = snap.get(id, true).unwrap().unwrap();
+        assert_eq!(got.impacts.as_ref(), Some(impacts), "{id}");
+    }
+    for window in [1, 2, 3, 7, 64] {
+        assert_eq!(read(window), whole, "window {window}");
+    }
+}
