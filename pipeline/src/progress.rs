@@ -57,7 +57,12 @@ impl Progress {
             Err(e) => return Err(PipelineError::io(&p, e)),
         };
         let saved: Progress = serde_json::from_str(&text)
-            .map_err(|e| PipelineError::Input(format!("{}: {e}", p.display())))?;
+            .map_err(|e| {
+                PipelineError::Input(format!(
+                    "{}: {e} (unreadable resume point: remove it, or index from the start with --restart)",
+                    p.display()
+                ))
+            })?;
         Ok((saved.fingerprint == fingerprint).then_some(saved))
     }
 
