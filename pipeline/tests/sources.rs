@@ -318,3 +318,47 @@ fn webdataset_shard_patterns() {
             .collect();
     assert_eq!(ids, ["0", "1", "2", "10"]);
 }
+
+#[test]
+fn gzip_tsv_and_manifest_read_like_plain_ones() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = "title\tfilepath\timage_id\na dog\tx/1.png\t1\na cat\tx/1.png\t1\n\tx/2.png\t2\n";
+    let manifest = "{\"id\": \"a\", \"image\": \"x/1.png\", \"text\": \"a dog\"}\n{bad\n";
+    let gz = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        let mut w = flate2::write::GzEncoder::new(
+            std::fs::File::create(&path).unwrap(),
+            flate2::Compression::default(),
+        );
+        w.write_all(text.as_bytes()).unwrap();
+        w.finish().unwrap();
+        path
+    };
+    std::fs::write(tmp.path().join("c.tsv"), tsv).unwrap();
+    std::fs::write(tmp.path().join("m.jsonl"), manifest).unwrap();
+    let tsv_gz = gz("c.tsv.gz", tsv);
+    let manifest_gz = gz("m.jsonl.gz", manifest);
+    let items = |input: Input| describe(input.open().unwrap(), tmp.path());
+    let plain = items(Input::Tsv {
+        path: tmp.path().join("c.tsv"),
+        images_root: None,
+    });
+    assert_eq!(plain.len(), 5);
+    assert_eq!(
+        items(Input::Tsv {
+            path: tsv_gz,
+            images_root: None
+        }),
+        plain
+    );
+    let plain = items(Input::Manifest(tmp.path().join("m.jsonl")));
+    assert_eq!(plain.len(), 3);
+    assert_eq!(items(Input::Manifest(manifest_gz)), plain);
+    // A directory given as a file is an error naming it.
+    let err = Input::Manifest(tmp.path().to_path_buf())
+        .open()
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("directory"), "{err}");
+}

@@ -3,7 +3,7 @@
 //! text, a text document `id#text` linked by `metadata.image_id`; a line with only a text gives a
 //! text document `id`. Image paths are relative to the manifest's directory.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -28,7 +28,7 @@ struct Line {
 pub fn read(path: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
     let root = super::parent_dir(path);
     let path: PathBuf = path.to_path_buf();
-    let lines = BufReader::new(super::open_file(&path)?).lines();
+    let lines = super::open_text(&path)?.lines();
     let mut line_no = 0usize;
     Ok(lines.flat_map(move |line| {
         line_no += 1;

@@ -14,15 +14,16 @@ use crate::item::SourceItem;
 /// The input of a run.
 #[derive(Debug, Clone)]
 pub enum Input {
-    /// LexLIP / ViLT TSV `title<TAB>filepath<TAB>image_id` with a header; image paths relative to
-    /// `images_root` (default: the TSV's directory).
+    /// LexLIP / ViLT TSV `title<TAB>filepath<TAB>image_id` with a header (plain or gzip); image
+    /// paths relative to `images_root` (default: the TSV's directory).
     Tsv {
         path: PathBuf,
         images_root: Option<PathBuf>,
     },
-    /// JSONL `{"id", "image"?, "text"?, "uri"?, "metadata"?}`; image paths relative to the file.
+    /// JSONL `{"id", "image"?, "text"?, "uri"?, "metadata"?}` (plain or gzip); image paths
+    /// relative to the file.
     Manifest(PathBuf),
-    /// img2dataset WebDataset shards (`.tar` files, or directories of them).
+    /// img2dataset WebDataset shards (`.tar` files, directories of them, or patterns).
     WebDataset(Vec<PathBuf>),
     /// Every image under a directory (recursive); id = relative path.
     ImageDir(PathBuf),
@@ -79,6 +80,17 @@ pub(crate) fn parent_dir(path: &Path) -> PathBuf {
         .filter(|p| !p.as_os_str().is_empty())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A text file's lines, plain or gzip (detected by its magic bytes).
+pub(crate) fn open_text(path: &Path) -> Result<Box<dyn std::io::BufRead + Send>> {
+    if path.is_dir() {
+        return Err(PipelineError::Input(format!(
+            "{} is a directory, not a file",
+            path.display()
+        )));
+    }
+    Ok(lexlip_index::ingest::open_lines(path)?)
 }
 
 pub(crate) fn open_file(path: &Path) -> Result<std::fs::File> {

@@ -3,7 +3,7 @@
 //! is seen) and each caption one text document `IMAGE_ID#N` linked by `metadata.image_id`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use crate::error::{PipelineError, Result};
@@ -13,7 +13,7 @@ pub fn read(
     path: &Path,
     images_root: &Path,
 ) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
-    let mut lines = BufReader::new(super::open_file(path)?).lines();
+    let mut lines = super::open_text(path)?.lines();
     let header = match lines.next() {
         Some(h) => h.map_err(|e| PipelineError::io(path, e))?,
         None => String::new(),
