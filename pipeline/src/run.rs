@@ -536,15 +536,7 @@ pub fn commit(
     observer: &mut dyn Observer,
 ) -> Result<()> {
     let mark = observer.checkpoint()?;
-    collection.commit()?;
-    Progress {
-        fingerprint: fp.to_string(),
-        position,
-        complete,
-        counts: counts.clone(),
-        mark,
-    }
-    .save(collection.dir())
+    crate::progress::commit_and_save(collection, fp, position, complete, counts, mark)
 }
 
 fn document(item: Item) -> Result<Document> {

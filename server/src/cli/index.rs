@@ -468,15 +468,7 @@ fn commit(
     errors: Option<&mut ErrorsFile>,
 ) -> anyhow::Result<()> {
     let mark = errors.map_or(Ok(0), ErrorsFile::checkpoint)?;
-    collection.commit()?;
-    Progress {
-        fingerprint: fp.to_string(),
-        position,
-        complete,
-        counts: counts.clone(),
-        mark,
-    }
-    .save(collection.dir())?;
+    lexlip_pipeline::progress::commit_and_save(collection, fp, position, complete, counts, mark)?;
     Ok(())
 }
 
