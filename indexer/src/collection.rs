@@ -552,14 +552,23 @@ fn seek_exact(postings: &mut tantivy::postings::SegmentPostings, doc: u32) -> bo
     current == doc || postings.seek(doc) == doc
 }
 
+/// Bytes under `dir`. A background merge may delete a segment's files between the listing and
+/// the `stat`; such a file no longer counts (it is not an error).
 fn dir_size(dir: &Path) -> Result<u64> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut total = 0;
-    let entries = std::fs::read_dir(dir).map_err(|e| IndexError::io(dir, e))?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if gone(&e) => return Ok(0),
+        Err(e) => return Err(IndexError::io(dir, e)),
+    };
     for entry in entries {
         let entry = entry.map_err(|e| IndexError::io(dir, e))?;
-        let meta = entry
-            .metadata()
-            .map_err(|e| IndexError::io(entry.path(), e))?;
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(IndexError::io(entry.path(), e)),
+        };
         total += if meta.is_dir() {
             dir_size(&entry.path())?
         } else {

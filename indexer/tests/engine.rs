@@ -262,3 +262,32 @@ fn invalid_search_options_are_rejected() {
             .is_empty()
     );
 }
+
+/// `stats` lists the directory while background merges delete the files of merged segments; a
+/// file gone between listing and `stat` is not an error (CI once failed on exactly that).
+#[test]
+fn stats_while_merges_delete_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = new_collection(dir.path());
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            for i in 0..60 {
+                for j in 0..4 {
+                    let id = format!("d{i}-{j}");
+                    c.add(doc(&id, Modality::Text), q(&[("t", 1 + j), ("u", i + 1)]))
+                        .unwrap();
+                }
+                c.commit().unwrap();
+            }
+        });
+        while !writer.is_finished() {
+            let s = c.stats().unwrap();
+            assert!(s.documents <= 240);
+        }
+        writer.join().unwrap();
+    });
+    c.wait_merges().unwrap();
+    let s = c.stats().unwrap();
+    assert_eq!(s.documents, 240);
+    assert!(s.bytes > 0);
+}

@@ -481,6 +481,9 @@ fn summary(
     extra: impl FnOnce(&mut Summary),
 ) -> anyhow::Result<()> {
     let seconds = start.elapsed().as_secs_f64();
+    // Sizes of the settled index: background merges finish first (their inputs still count
+    // until then).
+    collection.wait_merges()?;
     let stats = collection.stats()?;
     let mut s = Summary {
         read: counts.read,

@@ -166,6 +166,9 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         );
     }
     let seconds = start.elapsed().as_secs_f64();
+    // Sizes of the settled index: background merges finish first (their inputs still count
+    // until then).
+    collection.wait_merges()?;
     let stats = collection.stats()?;
     Summary {
         read: summary.read,
