@@ -177,6 +177,8 @@ mod tests {
     async fn full_queue_is_refused_with_retry_after() {
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
         let gate = std::sync::Mutex::new(gate_rx);
+        // The worker says when it holds an item, so the test does not guess with sleeps.
+        let (took_tx, mut took_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let b = Arc::new(Batcher::<u64, u64>::start(
             "slow",
             BatchConfig {
@@ -185,17 +187,23 @@ mod tests {
                 queue: 2,
             },
             Box::new(move |items| {
+                let _ = took_tx.send(());
                 let _ = gate.lock().unwrap().recv();
                 items.into_iter().map(Ok).collect()
             }),
             Box::new(|_| {}),
         ));
         // One item is taken by the worker (blocked on the gate), two fill the queue.
-        let mut pending = Vec::new();
-        for i in 0..3 {
+        let submit = |i: u64| {
             let b = b.clone();
-            pending.push(tokio::spawn(async move { b.submit(i).await }));
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::spawn(async move { b.submit(i).await })
+        };
+        let mut pending = vec![submit(0)];
+        took_rx.recv().await.unwrap();
+        pending.push(submit(1));
+        pending.push(submit(2));
+        while b.depth() < 2 {
+            tokio::task::yield_now().await;
         }
         let refused = b.submit(99).await.unwrap_err();
         assert_eq!(refused.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
