@@ -17,6 +17,8 @@
 //! Documents that share no weighted term with any centroid keep their relative order at the
 //! end of their parent cluster. The result is deterministic for a batch.
 
+use rayon::prelude::*;
+
 /// Documents per leaf cluster (one pruning range).
 const LEAF: usize = 64;
 /// Largest number of first-level clusters.
@@ -27,6 +29,8 @@ const FIRST_LEVEL_SIZE: usize = 128;
 const CENTROID_TERMS: usize = 32;
 /// k-means iterations per level.
 const ITERATIONS: usize = 3;
+/// Documents per parallel task when assigning documents to centroids.
+const ASSIGN_CHUNK: usize = 2048;
 
 /// The postings of a batch in document order: document `d`'s terms are
 /// `term_of[starts[d]..starts[d + 1]]`, with their clustering weights in `weight`.
@@ -79,17 +83,28 @@ pub(super) fn cluster_order(data: &DocTerms) -> Vec<u32> {
     }
     let mut scratch = Scratch::new(data.num_terms);
     let k1 = n.div_ceil(FIRST_LEVEL_SIZE).clamp(2, MAX_CLUSTERS);
-    let mut order = Vec::with_capacity(n);
-    for cluster in kmeans(data, &all, k1, &mut scratch) {
-        if cluster.len() <= 2 * LEAF {
-            push_leaf(data, cluster, &mut order);
-            continue;
-        }
-        let k2 = cluster.len().div_ceil(LEAF);
-        for leaf in kmeans(data, &cluster, k2, &mut scratch) {
-            push_leaf(data, leaf, &mut order);
-        }
-    }
+    let clusters = kmeans(data, &all, k1, &mut scratch);
+    // The first-level clusters are split independently (in parallel, each with its own
+    // buffers) and concatenated in cluster order, so the result does not depend on threads.
+    let parts: Vec<Vec<u32>> = clusters
+        .into_par_iter()
+        .map_init(
+            || Scratch::new(data.num_terms),
+            |scratch, cluster| {
+                let mut part = Vec::with_capacity(cluster.len());
+                if cluster.len() <= 2 * LEAF {
+                    push_leaf(data, cluster, &mut part);
+                } else {
+                    let k2 = cluster.len().div_ceil(LEAF);
+                    for leaf in kmeans(data, &cluster, k2, scratch) {
+                        push_leaf(data, leaf, &mut part);
+                    }
+                }
+                part
+            },
+        )
+        .collect();
+    let order = parts.concat();
     debug_assert_eq!(order.len(), n);
     order
 }
@@ -197,35 +212,43 @@ fn assign_all(
             *slot += 1;
         }
     }
-    let mut acc = vec![0f32; centroids.len()];
-    let mut hit: Vec<u32> = Vec::new();
-    for (out, &d) in assign.iter_mut().zip(members) {
-        for (t, w) in data.terms(d) {
-            let slot = scratch.slot_of_term[t as usize];
-            if slot == u32::MAX {
-                continue;
-            }
-            let (a, b) = (
-                counts[slot as usize] as usize,
-                counts[slot as usize + 1] as usize,
-            );
-            for &(c, cw) in &inv[a..b] {
-                if acc[c as usize] == 0.0 {
-                    hit.push(c);
+    // Each member's choice depends only on it: chunks of members are assigned in parallel.
+    let slot_of_term = &scratch.slot_of_term;
+    let assign_chunk = |(out, members): (&mut [u32], &[u32])| {
+        let mut acc = vec![0f32; centroids.len()];
+        let mut hit: Vec<u32> = Vec::new();
+        for (out, &d) in out.iter_mut().zip(members) {
+            for (t, w) in data.terms(d) {
+                let slot = slot_of_term[t as usize];
+                if slot == u32::MAX {
+                    continue;
                 }
-                acc[c as usize] += w * cw;
+                let (a, b) = (
+                    counts[slot as usize] as usize,
+                    counts[slot as usize + 1] as usize,
+                );
+                for &(c, cw) in &inv[a..b] {
+                    if acc[c as usize] == 0.0 {
+                        hit.push(c);
+                    }
+                    acc[c as usize] += w * cw;
+                }
             }
-        }
-        let mut best = (0f32, u32::MAX);
-        for &c in &hit {
-            let s = std::mem::take(&mut acc[c as usize]);
-            if s > best.0 || (s == best.0 && c < best.1) {
-                best = (s, c);
+            let mut best = (0f32, u32::MAX);
+            for &c in &hit {
+                let s = std::mem::take(&mut acc[c as usize]);
+                if s > best.0 || (s == best.0 && c < best.1) {
+                    best = (s, c);
+                }
             }
+            hit.clear();
+            *out = best.1;
         }
-        hit.clear();
-        *out = best.1;
-    }
+    };
+    assign
+        .par_chunks_mut(ASSIGN_CHUNK)
+        .zip(members.par_chunks(ASSIGN_CHUNK))
+        .for_each(assign_chunk);
     for t in slot_terms {
         scratch.slot_of_term[t as usize] = u32::MAX;
     }
@@ -265,9 +288,9 @@ mod tests {
 
     #[test]
     fn order_is_a_permutation_and_groups_alike_documents() {
-        // 2000 documents of 40 interleaved "topics" with 10 terms each (5 per document), plus
+        // 5000 documents (more than one assignment chunk) of 40 interleaved "topics" with 10 terms each (5 per document), plus
         // one term common to all.
-        let (n, topics) = (2000u32, 40u32);
+        let (n, topics) = (5000u32, 40u32);
         let mut starts = vec![0u32];
         let mut term_of = Vec::new();
         for d in 0..n {
@@ -302,5 +325,12 @@ mod tests {
             .filter(|w| w[0] % topics != w[1] % topics)
             .count();
         assert!(switches < 3 * topics as usize, "{switches} switches");
+        // Parallel == one thread: the order does not depend on how the work was split.
+        let one_thread = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap()
+            .install(|| cluster_order(&data));
+        assert_eq!(order, one_thread);
     }
 }
