@@ -472,7 +472,8 @@ fn commit(
     Ok(())
 }
 
-fn summary(
+/// Prints the run's summary; sizes are those of the settled index.
+pub(crate) fn summary(
     collection: &Collection,
     counts: Counts,
     processed: u64,

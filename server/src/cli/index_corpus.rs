@@ -6,9 +6,9 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use lexlip_index::{Collection, CollectionSettings};
 use lexlip_model::{Encoders, LoadOptions};
-use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options};
+use lexlip_pipeline::{BadItem, Counts, ErrorsFile, Input, Observer, Options};
 
-use super::index::{IndexArgs, Summary};
+use super::index::IndexArgs;
 
 struct Report {
     bar: indicatif::ProgressBar,
@@ -165,24 +165,15 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             summary.resumed_from
         );
     }
-    let seconds = start.elapsed().as_secs_f64();
-    // Sizes of the settled index: background merges finish first (their inputs still count
-    // until then).
-    collection.wait_merges()?;
-    let stats = collection.stats()?;
-    Summary {
+    let counts = Counts {
         read: summary.read,
         indexed: summary.indexed,
         skipped: summary.skipped,
-        seconds,
-        items_per_s: summary.processed as f64 / seconds.max(1e-9),
-        index_bytes: stats.bytes,
-        bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
-        bytes_per_nnz: stats.bytes_per_nnz,
-        stage_seconds: Some(summary.stage_seconds),
-        resumed_from: (summary.resumed_from > 0).then_some(summary.resumed_from),
-        already_complete: summary.already_complete,
-        interrupted: summary.interrupted,
-    }
-    .report(args.json)
+    };
+    super::index::summary(&collection, counts, summary.processed, start, &args, |s| {
+        s.stage_seconds = Some(summary.stage_seconds);
+        s.resumed_from = (summary.resumed_from > 0).then_some(summary.resumed_from);
+        s.already_complete = summary.already_complete;
+        s.interrupted = summary.interrupted;
+    })
 }
