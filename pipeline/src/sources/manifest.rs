@@ -33,28 +33,23 @@ pub fn read(path: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use
     Ok(lines.flat_map(move |line| {
         line_no += 1;
         let at = format!("{}:{line_no}", path.display());
+        let bad_line = |e: &dyn std::fmt::Display| {
+            vec![Err(BadItem::new(
+                None,
+                reason::BAD_LINE,
+                format!("{at}: {e}"),
+            ))]
+        };
         let line = match line {
             Ok(l) => l,
-            Err(e) => {
-                return vec![Err(BadItem::new(
-                    None,
-                    reason::BAD_LINE,
-                    format!("{at}: {e}"),
-                ))];
-            }
+            Err(e) => return bad_line(&e),
         };
         if line.trim().is_empty() {
             return Vec::new();
         }
         let l: Line = match serde_json::from_str(&line) {
             Ok(l) => l,
-            Err(e) => {
-                return vec![Err(BadItem::new(
-                    None,
-                    reason::BAD_LINE,
-                    format!("{at}: {e}"),
-                ))];
-            }
+            Err(e) => return bad_line(&e),
         };
         if l.id.trim().is_empty() {
             return vec![Err(BadItem::new(
