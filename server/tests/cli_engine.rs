@@ -1,23 +1,10 @@
 //! The real `lexlip` binary on real files: index, stats, search, batch search, bad input.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
-fn lexlip(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lexlip"))
-        .args(args)
-        .output()
-        .expect("run lexlip")
-}
-
-fn json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
+use common::{lexlip, lexlip_json};
 
 fn write_gz(path: &Path, text: &str) {
     use std::io::Write;
@@ -48,7 +35,7 @@ fn index_stats_search_and_batch() {
         errors.to_str().unwrap(),
     );
 
-    let summary = json(&lexlip(&[
+    let summary = lexlip_json(&[
         "index",
         "--collection",
         col_s,
@@ -57,7 +44,7 @@ fn index_stats_search_and_batch() {
         "--errors",
         err_s,
         "--json",
-    ]));
+    ]);
     assert_eq!(summary["read"], 5);
     assert_eq!(summary["indexed"], 3);
     assert_eq!(
@@ -74,7 +61,7 @@ fn index_stats_search_and_batch() {
         (Some(3), Some(4))
     );
 
-    let stats = json(&lexlip(&["stats", "--collection", col_s, "--json"]));
+    let stats = lexlip_json(&["stats", "--collection", col_s, "--json"]);
     assert_eq!(
         (
             stats["documents"].as_u64(),
@@ -85,7 +72,7 @@ fn index_stats_search_and_batch() {
     );
     assert!(stats["bytes_per_nnz"].as_f64().unwrap() > 0.0);
 
-    let out = json(&lexlip(&[
+    let out = lexlip_json(&[
         "search",
         "--collection",
         col_s,
@@ -93,7 +80,7 @@ fn index_stats_search_and_batch() {
         r#"{"dog":120,"grass":80}"#,
         "--explain",
         "--json",
-    ]));
+    ]);
     let hits = out["hits"].as_array().unwrap();
     let got: Vec<(&str, f64)> = hits
         .iter()
@@ -103,7 +90,7 @@ fn index_stats_search_and_batch() {
     assert_eq!(hits[0]["explain"][0]["term"], "dog");
     assert_eq!(hits[0]["explain"][0]["contribution"], 24000);
 
-    let images = json(&lexlip(&[
+    let images = lexlip_json(&[
         "search",
         "--collection",
         col_s,
@@ -112,7 +99,7 @@ fn index_stats_search_and_batch() {
         "--modality",
         "image",
         "--json",
-    ]));
+    ]);
     assert_eq!(images["hits"].as_array().unwrap().len(), 1);
     assert_eq!(images["hits"][0]["metadata"]["split"], "val");
 
@@ -148,16 +135,9 @@ fn index_stats_search_and_batch() {
     );
 
     // Re-indexing the same file replaces documents instead of duplicating them.
-    json(&lexlip(&[
-        "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        vec_s,
-        "--json",
-    ]));
+    lexlip_json(&["index", "--collection", col_s, "--vectors", vec_s, "--json"]);
     assert_eq!(
-        json(&lexlip(&["stats", "--collection", col_s, "--json"]))["documents"],
+        lexlip_json(&["stats", "--collection", col_s, "--json"])["documents"],
         3
     );
 }
@@ -178,7 +158,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     let other = dir.path().join("other.txt");
     std::fs::write(&other, "[PAD]\ncat\n").unwrap();
     let v = vectors.to_str().unwrap();
-    json(&lexlip(&[
+    lexlip_json(&[
         "index",
         "--collection",
         col_s,
@@ -187,7 +167,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         "--vocab",
         vocab.to_str().unwrap(),
         "--json",
-    ]));
+    ]);
     let refused = lexlip(&[
         "index",
         "--collection",
@@ -212,7 +192,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     ]);
     assert!(!out.status.success());
     assert_eq!(
-        json(&lexlip(&["stats", "--collection", col_s, "--json"]))["documents"],
+        lexlip_json(&["stats", "--collection", col_s, "--json"])["documents"],
         1
     );
 
@@ -234,7 +214,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
 
 #[test]
 fn bench_engine_reports_ratios() {
-    let out = json(&lexlip(&[
+    let out = lexlip_json(&[
         "bench",
         "engine",
         "--docs",
@@ -244,7 +224,7 @@ fn bench_engine_reports_ratios() {
         "--approx",
         "1.5,3",
         "--json",
-    ]));
+    ]);
     assert_eq!(out["docs"], 3000);
     assert_eq!(out["exact"]["recall_at_10"], 1.0);
     assert!(out["bytes_per_nnz"].as_f64().unwrap() > 0.5);

@@ -4,28 +4,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::{fixtures, splade_dir};
-
-fn lexlip(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lexlip"))
-        .args(args)
-        .output()
-        .expect("running lexlip")
-}
+use common::{fixtures, lexlip, lexlip_json, splade_dir, success_json};
 
 fn encode(model: &Path, extra: &[&str], what: &[&str]) -> serde_json::Value {
     let mut args = vec!["encode", "--model", model.to_str().unwrap(), "--json"];
     args.extend_from_slice(extra);
     args.extend_from_slice(what);
-    let out = lexlip(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    lexlip_json(&args)
 }
 
 #[test]
@@ -106,12 +93,7 @@ fn hub_model_ids_resolve_from_the_cache_offline() {
             .env("HF_ENDPOINT", "http://127.0.0.1:9")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        success_json(&out)
     };
     let local = run(splade_dir().to_str().unwrap());
     let hub = run("hf:lexlip-test/splade-tiny");

@@ -7,19 +7,14 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::lexlip_tiny_args as model_args;
+use common::{lexlip, lexlip_json};
 use lexlip_index::Collection;
+use lexlip_proto::Document;
 use serde_json::Value;
-
-fn lexlip(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lexlip"))
-        .args(args)
-        .output()
-        .expect("running lexlip")
-}
 
 fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
     let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
@@ -28,13 +23,7 @@ fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
     args.extend(model_args());
     args.extend(extra.iter().map(|s| s.to_string()));
     args.push("--json".into());
-    let out = lexlip(&args);
-    assert!(
-        out.status.success(),
-        "lexlip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    lexlip_json(&args)
 }
 
 /// A small PNG whose colours depend on `seed`.
@@ -106,8 +95,11 @@ fn tsv_corpus(dir: &Path, good: usize) -> TsvCorpus {
     }
 }
 
-/// Every live document of a collection: id → (modality, text, uri, metadata, impacts).
-fn contents(dir: &Path) -> BTreeMap<String, String> {
+/// Every live document of a collection, id → `describe(document, its sorted impacts)`.
+fn documents<T>(
+    dir: &Path,
+    mut describe: impl FnMut(&Document, Vec<(String, u32)>) -> T,
+) -> BTreeMap<String, T> {
     let c = Collection::open(dir).unwrap();
     let mut out = BTreeMap::new();
     c.snapshot()
@@ -120,15 +112,26 @@ fn contents(dir: &Path) -> BTreeMap<String, String> {
                 .map(|(t, i)| (t.to_string(), i))
                 .collect();
             impacts.sort();
-            let v = format!(
-                "{:?}|{:?}|{:?}|{:?}|{impacts:?}",
-                d.doc.modality, d.doc.text, d.doc.uri, d.doc.metadata
-            );
-            out.insert(d.doc.id.to_string(), v);
+            out.insert(d.doc.id.to_string(), describe(&d.doc, impacts));
             Ok(())
         })
         .unwrap();
     out
+}
+
+/// Every live document: id → (modality, text, uri, metadata, impacts).
+fn contents(dir: &Path) -> BTreeMap<String, String> {
+    documents(dir, |d, impacts| {
+        format!(
+            "{:?}|{:?}|{:?}|{:?}|{impacts:?}",
+            d.modality, d.text, d.uri, d.metadata
+        )
+    })
+}
+
+/// Every live document's sorted impacts.
+fn impacts(dir: &Path) -> BTreeMap<String, Vec<(String, u32)>> {
+    documents(dir, |_, impacts| impacts)
 }
 
 #[test]
@@ -195,7 +198,7 @@ fn tsv_counts_errors_and_search() {
         "corrupt images are not indexed"
     );
     // Search finds an indexed image by its own terms.
-    let enc = lexlip(
+    let terms = lexlip_json(
         &[
             vec!["encode".to_string(), "--image".into()],
             vec![tmp.path().join("images/0007.png").display().to_string()],
@@ -204,9 +207,7 @@ fn tsv_counts_errors_and_search() {
         ]
         .concat(),
     );
-    assert!(enc.status.success());
-    let terms: Value = serde_json::from_slice(&enc.stdout).unwrap();
-    let out = lexlip(&[
+    let hits = lexlip_json(&[
         "search".into(),
         "--collection".into(),
         coll.display().to_string(),
@@ -218,12 +219,6 @@ fn tsv_counts_errors_and_search() {
         "1000".into(),
         "--json".into(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ids: Vec<&str> = hits["hits"]
         .as_array()
         .unwrap()
@@ -510,19 +505,13 @@ fn shards_merged_equal_one_run() {
         assert!(s["indexed"].as_u64().unwrap() > 0);
     }
     let merged = tmp.path().join("merged");
-    let out = lexlip(&[
+    let report = lexlip_json(&[
         "merge".into(),
         merged.display().to_string(),
         parts[0].display().to_string(),
         parts[1].display().to_string(),
         "--json".into(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["documents"].as_u64(), Some(total));
     assert_eq!(contents(&merged), contents(&whole));
 
@@ -591,13 +580,7 @@ fn vectors_resume_shards_and_strict() {
         args.push(coll.display().to_string());
         args.extend(["--vectors".to_string(), v.to_string(), "--json".into()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let out = lexlip(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        lexlip_json(&args)
     };
     let clean = tmp.path().join("clean");
     let clean_errors = tmp.path().join("clean-errors.jsonl");
@@ -663,27 +646,6 @@ fn vectors_resume_shards_and_strict() {
         err.contains("--strict") && err.contains("line 501"),
         "{err}"
     );
-}
-
-/// Every live document's sorted impacts.
-fn impacts(dir: &Path) -> BTreeMap<String, Vec<(String, u32)>> {
-    let c = Collection::open(dir).unwrap();
-    let mut out = BTreeMap::new();
-    c.snapshot()
-        .unwrap()
-        .for_each_document(|d| {
-            let mut v: Vec<(String, u32)> = d
-                .impacts
-                .unwrap()
-                .iter()
-                .map(|(t, i)| (t.to_string(), i))
-                .collect();
-            v.sort();
-            out.insert(d.doc.id.to_string(), v);
-            Ok(())
-        })
-        .unwrap();
-    out
 }
 
 #[test]

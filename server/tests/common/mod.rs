@@ -1,9 +1,40 @@
 //! Paths shared by the binary's integration tests.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
+
+/// Runs the `lexlip` binary of this build.
+pub fn lexlip<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        .args(args)
+        .output()
+        .expect("running lexlip")
+}
+
+/// The JSON a run printed on stdout; the run must have succeeded (else its stderr is shown).
+pub fn success_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// Runs `lexlip ARGS` and returns the JSON it printed; a failed run panics with its arguments
+/// and stderr.
+pub fn lexlip_json<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S]) -> serde_json::Value {
+    let out = lexlip(args);
+    assert!(
+        out.status.success(),
+        "lexlip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
