@@ -440,7 +440,11 @@ class Record:
 
 
 def emoji_records(pkg: str, style: str, info: dict[str, EmojiInfo], names: dict[str, str],
-                  skipped: Counter) -> tuple[list[Record], list[tuple[str, str]]]:
+                  skipped: Counter, joined: Counter | None = None
+                  ) -> tuple[list[Record], list[tuple[str, str]]]:
+    """One record per emoji PNG whose hexcode (file name) has an emojibase label; `joined`
+    counts how each joined."""
+    joined = Counter() if joined is None else joined
     img_dir = os.path.join(pkg, "img", style, "64")
     records, sources = [], []
     for fname in sorted(os.listdir(img_dir)):
@@ -452,6 +456,8 @@ def emoji_records(pkg: str, style: str, info: dict[str, EmojiInfo], names: dict[
         if e is None:
             skipped[f"{style}: no emojibase label"] += 1
             continue
+        exact = stem.upper() == e.hexcode.upper()
+        joined[f"{style}: {'same hexcode' if exact else 'same hexcode without FE0F'}"] += 1
         caps = emoji_captions(e, names.get(key, ""))
         rel = f"images/{style}/{stem}.png"
         records.append(
@@ -616,13 +622,14 @@ def build(args: argparse.Namespace) -> dict:
             f.write(params)
 
     skipped: Counter = Counter()
+    joined: Counter = Counter()
     eb = os.path.join(args.emojibase, "en")
     info = load_emojibase(os.path.join(eb, "data.json"), os.path.join(eb, "messages.json"))
     records: list[Record] = []
     jobs: list[tuple[str, str, int, bool]] = []
     for style, pkg in (("google", args.google), ("twitter", args.twitter)):
         names = load_unicode_names(os.path.join(pkg, "emoji.json"))
-        recs, srcs = emoji_records(pkg, style, info, names, skipped)
+        recs, srcs = emoji_records(pkg, style, info, names, skipped, joined)
         records += recs
         jobs += [(s, os.path.join(out, d), 64, False) for s, d in srcs]
     recs, srcs = clipart_records(args.clipart_png, args.clipart_svg, skipped)
@@ -656,6 +663,7 @@ def build(args: argparse.Namespace) -> dict:
         },
         "skipped": dict(sorted(skipped.items())),
         "emojibase_entries": len(info),
+        "emoji_join": dict(sorted(joined.items())),
         "test_percent": args.test_percent,
         "clipart_size": args.clipart_size,
         "files": split_counts,
@@ -671,6 +679,9 @@ def print_summary(s: dict) -> None:
     for k, v in s["images"].items():
         print(f"  {k:12} {v:6} images, {s['captions'][k]:6} captions "
               f"({s['captions_per_image'][k]} per image)")
+    print("emoji images joined to emojibase labels:")
+    for k, v in s["emoji_join"].items():
+        print(f"  {v:6}  {k}")
     print("skipped:")
     for k, v in s["skipped"].items():
         print(f"  {v:6}  {k}")
