@@ -574,6 +574,9 @@ def write_splits(out: str, records: list[Record], percent: float,
         files[f"train-holdout-{style}.tsv"] = [r for r in train if r.source != style]
         files[f"test-holdout-{style}.tsv"] = [r for r in records if r.source == style]
         files[f"test-holdout-{style}-unseen.tsv"] = [r for r in test if r.source == style]
+    for name in os.listdir(out):  # hold-out files of an earlier build with other options
+        if name.endswith(".tsv") and name.startswith(("train", "test")) and name not in files:
+            os.remove(os.path.join(out, name))
     counts = {}
     for name, recs in files.items():
         rows = tsv_rows(recs)
