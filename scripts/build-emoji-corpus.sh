@@ -178,13 +178,14 @@ EOF
   cat <<'EOF'
 
 Changes made: every image was composited on a white background and saved as an RGB PNG;
-clip art was also scaled to fit a square and centred. Captions were written from the metadata
+clip art was also cropped to its drawing, scaled to fit a square and centred. Captions were written from the metadata
 named below.
 
 ## images/google/ — Noto Emoji (Google)
 Noto Emoji images (v2.048, as packaged by emoji-datasource-google), Copyright Google Inc.,
-licensed under the Apache License 2.0 (LICENSES/Apache-2.0.txt). Noto's flag images come from
-its third-party region-flags set, which the Noto project lists as public domain.
+licensed under the Apache License 2.0 (LICENSES/Apache-2.0.txt). Noto Emoji states that its
+flag images (third_party/region-flags) are in the public domain or otherwise exempt from
+copyright.
 
 ## images/twitter/ — Twemoji
 Twemoji graphics (v16.0.1, the fork maintained by jdecked, as packaged by
