@@ -41,6 +41,14 @@ pub enum IndexError {
     },
     #[error("the collection is opened read-only")]
     ReadOnly,
+    #[error("the search was cancelled")]
+    Cancelled,
+    #[error(
+        "invalid collection name {0:?}: use 1-64 letters, digits, '_', '-' or '.', not starting with '.' or '-'"
+    )]
+    InvalidName(String),
+    #[error("no collection named {0:?}")]
+    NoSuchCollection(String),
     #[error("index error: {0}")]
     Tantivy(#[from] tantivy::TantivyError),
     #[error("corrupt stored document: {0}")]

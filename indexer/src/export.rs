@@ -6,13 +6,14 @@
 //! the window's non-zeros whatever the segment's size, and no dictionary walk is done per
 //! document.
 
+use lexlip_proto::api::StoredDocument;
 use lexlip_proto::{DenseVector, QuantizedVector};
 use tantivy::postings::Postings;
 use tantivy::postings::TermInfo;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocSet, TERMINATED, TantivyDocument};
 
-use crate::collection::{Snapshot, StoredDocument};
+use crate::collection::Snapshot;
 use crate::error::{IndexError, Result};
 
 /// Documents whose impacts are gathered together (≈ 50 non-zeros × 8 bytes each: ~26 MB).

@@ -8,21 +8,22 @@
 //! This crate knows nothing about neural networks: vectors come from whoever made them.
 
 pub mod bench;
+pub mod catalog;
 pub mod collection;
 pub mod dense;
 pub mod error;
 pub mod export;
-pub mod ingest;
 pub mod manifest;
 pub mod maxima;
+pub mod quantizer;
 pub mod schema;
 pub mod search;
 pub mod segment_builder;
 pub mod synth;
 
-pub use collection::{
-    Collection, CollectionStats, SearchOutcome, Snapshot, StoredDocument, VectorInput,
-};
+pub use catalog::Catalog;
+pub use collection::{Collection, SearchOutcome, Snapshot};
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
-pub use search::{Algorithm, MAX_K, ScoredDoc, SearchOptions, SearchStats};
+pub use quantizer::Quantizer;
+pub use search::{Algorithm, Cancel, MAX_K, ScoredDoc, SearchOptions, SearchStats};

@@ -1,7 +1,8 @@
 //! Collections end to end through the public API: write, commit, search, explain, filter,
 //! replace, delete, reopen, term-space checks — on real tantivy directories.
 
-use lexlip_index::{Collection, CollectionSettings, IndexError, SearchOptions, VectorInput};
+use lexlip_index::{Collection, CollectionSettings, IndexError, SearchOptions};
+use lexlip_proto::VectorInput;
 use lexlip_proto::api::{Filter, Precision};
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, SparseVector, TermSpace};
 
@@ -218,9 +219,11 @@ fn settings_vocabulary_and_term_space_are_enforced() {
     let c = Collection::create(dir.path(), space.clone(), settings, Some(&vocab)).unwrap();
     // Floats are quantized with the scale, then only the top-1 term is kept.
     let w = SparseVector::new([("dog", 1.234f32), ("cat", 0.5)]).unwrap();
-    let v = c.prepare_vector(VectorInput::Weights(w)).unwrap();
+    let v = c.quantizer().document(VectorInput::Weights(w)).unwrap();
     assert_eq!(v, q(&[("dog", 123)]));
-    let unknown = c.prepare_vector(VectorInput::Impacts(q(&[("zebra", 3)])));
+    let unknown = c
+        .quantizer()
+        .document(VectorInput::Impacts(q(&[("zebra", 3)])));
     assert!(matches!(unknown, Err(IndexError::UnknownTerm { .. })));
     assert!(c.add(doc("a", Modality::Text), q(&[("zebra", 3)])).is_err());
     drop(c);
@@ -290,4 +293,44 @@ fn stats_while_merges_delete_files() {
     let s = c.stats().unwrap();
     assert_eq!(s.documents, 240);
     assert!(s.bytes > 0);
+}
+
+#[test]
+fn a_cancelled_search_stops_and_an_uncancelled_one_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = new_collection(dir.path());
+    for i in 0..500u64 {
+        let d = doc(&format!("d{i}"), Modality::Text);
+        c.add(d, q(&[("dog", 1 + i % 200), ("cat", 1 + (i * 7) % 90)]))
+            .unwrap();
+    }
+    c.commit().unwrap();
+    let query = q(&[("dog", 3), ("cat", 5)]);
+    for algorithm in [
+        lexlip_index::Algorithm::Pruned,
+        lexlip_index::Algorithm::Exhaustive,
+    ] {
+        let plain = SearchOptions {
+            k: 10,
+            algorithm,
+            ..SearchOptions::default()
+        };
+        let watched = SearchOptions {
+            cancel: lexlip_index::Cancel::new(),
+            ..plain.clone()
+        };
+        // A flag nobody sets changes nothing.
+        assert_eq!(ids(&c, &query, &watched), ids(&c, &query, &plain));
+        // A set flag stops the search with a `Cancelled` error.
+        watched.cancel.cancel();
+        let snap = c.snapshot().unwrap();
+        assert!(matches!(
+            snap.search(&query, &watched),
+            Err(IndexError::Cancelled)
+        ));
+        // Dropping the guard of a fresh flag sets it.
+        let flag = lexlip_index::Cancel::new();
+        drop(flag.on_drop());
+        assert!(flag.is_cancelled());
+    }
 }

@@ -103,7 +103,7 @@ proptest! {
         for (terms, k, modality) in &queries {
             let q = vector(terms);
             let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
-            let opts = |algorithm, precision| SearchOptions { k: *k, precision, filter: filter.clone(), algorithm };
+            let opts = |algorithm, precision| SearchOptions { k: *k, precision, filter: filter.clone(), algorithm, ..SearchOptions::default() };
             let pruned = snap.search(&q, &opts(Algorithm::Pruned, Precision::Exact)).unwrap().hits;
             let exhaustive = snap.search(&q, &opts(Algorithm::Exhaustive, Precision::Exact)).unwrap().hits;
             prop_assert_eq!(&pruned, &exhaustive);

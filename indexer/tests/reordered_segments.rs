@@ -62,7 +62,7 @@ proptest! {
             let q = g.topical_query(&mut rng);
             let modality = match n % 3 { 0 => None, 1 => Some(true), _ => Some(false) };
             let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
-            let opts = |algorithm, precision| SearchOptions { k, precision, filter: filter.clone(), algorithm };
+            let opts = |algorithm, precision| SearchOptions { k, precision, filter: filter.clone(), algorithm, ..SearchOptions::default() };
             let pruned = snap.search(&q, &opts(Algorithm::Pruned, Precision::Exact)).unwrap().hits;
             let exhaustive = snap.search(&q, &opts(Algorithm::Exhaustive, Precision::Exact)).unwrap().hits;
             prop_assert_eq!(&pruned, &exhaustive);

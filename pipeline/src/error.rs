@@ -16,10 +16,10 @@ pub enum PipelineError {
     Index(#[from] lexlip_index::IndexError),
     #[error(transparent)]
     Model(#[from] lexlip_model::ModelError),
-    #[error("--strict: item {position} ({id}) skipped: {reason}: {message}")]
+    #[error("--strict: {at} skipped: {reason}: {message}")]
     Strict {
-        position: u64,
-        id: String,
+        /// The input position (and id) of the bad item.
+        at: String,
         reason: &'static str,
         message: String,
     },

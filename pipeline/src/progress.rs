@@ -103,25 +103,3 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
-
-/// Commits `collection` and then records the resume point: what every writer (the corpus
-/// pipeline, `--vectors` ingest) does at each checkpoint. `mark` is the errors file's length at
-/// that point, taken before the commit.
-pub fn commit_and_save(
-    collection: &lexlip_index::Collection,
-    fingerprint: &str,
-    position: u64,
-    complete: bool,
-    counts: &Counts,
-    mark: u64,
-) -> Result<()> {
-    collection.commit()?;
-    Progress {
-        fingerprint: fingerprint.to_string(),
-        position,
-        complete,
-        counts: counts.clone(),
-        mark,
-    }
-    .save(collection.dir())
-}

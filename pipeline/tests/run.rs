@@ -170,7 +170,7 @@ fn counts_skips_and_batched_equals_one_by_one() {
     let input = Input::Manifest(manifest);
     let c8 = collection(&tmp.path().join("c8"), &enc, 100.0);
     let mut rec = Recorder::default();
-    let s = lexlip_pipeline::run(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
+    let s = lexlip_pipeline::index_corpus(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
     assert_eq!(counts(&s), (items, indexed, skipped));
     assert_eq!(s.processed, items);
     assert!(!s.interrupted && !s.already_complete);
@@ -193,18 +193,20 @@ fn counts_skips_and_batched_equals_one_by_one() {
     // The same corpus encoded one item at a time gives the same collection.
     let c1 = collection(&tmp.path().join("c1"), &enc, 100.0);
     let s1 =
-        lexlip_pipeline::run(&input, &enc, &c1, &options(1, 7), &mut Recorder::default()).unwrap();
+        lexlip_pipeline::index_corpus(&input, &enc, &c1, &options(1, 7), &mut Recorder::default())
+            .unwrap();
     assert_eq!(counts(&s1), counts(&s));
     assert_eq!(contents(&c1), docs);
 
     // Finished: a re-run does nothing and reports the job; --restart does it again.
-    let again = lexlip_pipeline::run(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
+    let again =
+        lexlip_pipeline::index_corpus(&input, &enc, &c8, &options(8, 1000), &mut rec).unwrap();
     assert!(again.already_complete);
     assert_eq!((counts(&again), again.processed), (counts(&s), 0));
     let mut restart = options(8, 1000);
     restart.restart = true;
     let mut rec2 = Recorder::default();
-    let r = lexlip_pipeline::run(&input, &enc, &c8, &restart, &mut rec2).unwrap();
+    let r = lexlip_pipeline::index_corpus(&input, &enc, &c8, &restart, &mut rec2).unwrap();
     assert_eq!((counts(&r), r.processed), (counts(&s), items));
     assert_eq!(rec2.rewound_to, Some(0));
     assert_eq!(contents(&c8), docs);
@@ -219,7 +221,7 @@ fn crash_before_a_commit_then_resume_equals_clean() {
     let opts = options(4, 10);
     let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
     let mut clean_rec = Recorder::default();
-    let s = lexlip_pipeline::run(&input, &enc, &clean, &opts, &mut clean_rec).unwrap();
+    let s = lexlip_pipeline::index_corpus(&input, &enc, &clean, &opts, &mut clean_rec).unwrap();
 
     // Crash before the first commit, a middle one, and the final one.
     for crash_at in [1, 3, clean_rec.checkpoints] {
@@ -229,13 +231,13 @@ fn crash_before_a_commit_then_resume_equals_clean() {
             crash_at_checkpoint: Some(crash_at),
             ..Recorder::default()
         };
-        let err = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap_err();
+        let err = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap_err();
         assert!(err.to_string().contains("simulated crash"));
         drop(c);
         // The next process: the same errors file (rec.lines), a fresh collection handle.
         let c = Collection::open(&dir).unwrap();
         rec.crash_at_checkpoint = None;
-        let r = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+        let r = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap();
         assert_eq!(r.resumed_from > 0, crash_at > 1, "crash at {crash_at}");
         assert_eq!(counts(&r), counts(&s), "crash at {crash_at}");
         assert_eq!(r.processed, s.read - r.resumed_from);
@@ -251,7 +253,7 @@ fn stop_request_commits_and_resumes() {
     let (manifest, ..) = corpus(tmp.path(), 15);
     let input = Input::Manifest(manifest);
     let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
-    let s = lexlip_pipeline::run(
+    let s = lexlip_pipeline::index_corpus(
         &input,
         &enc,
         &clean,
@@ -269,7 +271,7 @@ fn stop_request_commits_and_resumes() {
         stop_after: Some((4, flag.clone())),
         ..Recorder::default()
     };
-    let first = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+    let first = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap();
     assert!(first.interrupted);
     // The chunk being written when the stop came is the last one (chunks of one item here).
     assert_eq!(first.read, 4, "{first:?}");
@@ -284,7 +286,7 @@ fn stop_request_commits_and_resumes() {
     );
     flag.store(false, Ordering::Relaxed);
     rec.stop_after = None;
-    let r = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut rec).unwrap();
+    let r = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap();
     assert!(!r.interrupted);
     assert_eq!(counts(&r), counts(&s));
     assert_eq!(contents(&c), contents(&clean));
@@ -297,7 +299,7 @@ fn shards_merge_into_the_whole() {
     let (manifest, ..) = corpus(tmp.path(), 24);
     let input = Input::Manifest(manifest);
     let whole = collection(&tmp.path().join("whole"), &enc, 100.0);
-    let s = lexlip_pipeline::run(
+    let s = lexlip_pipeline::index_corpus(
         &input,
         &enc,
         &whole,
@@ -313,7 +315,8 @@ fn shards_merge_into_the_whole() {
         let c = collection(&dir, &enc, 100.0);
         let mut opts = options(8, 1000);
         opts.shard = Some(format!("{i}/3").parse().unwrap());
-        let p = lexlip_pipeline::run(&input, &enc, &c, &opts, &mut Recorder::default()).unwrap();
+        let p = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut Recorder::default())
+            .unwrap();
         read += p.read;
         indexed += p.indexed;
         for id in contents(&c).into_keys() {
@@ -344,7 +347,8 @@ fn merge_refuses_incompatible_and_later_inputs_replace() {
     let add = |c: &Collection, id: &str, caption: &str| {
         let v = text.encode(&[caption]).unwrap().remove(0);
         let q = c
-            .prepare_vector(lexlip_index::VectorInput::Weights(v))
+            .quantizer()
+            .document(lexlip_proto::VectorInput::Weights(v))
             .unwrap();
         let doc = lexlip_proto::Document::new(
             lexlip_proto::DocId::new(id).unwrap(),

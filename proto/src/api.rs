@@ -1,8 +1,8 @@
 //! Request and response types shared by the engine, the CLI and the HTTP API.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
-use crate::Modality;
+use crate::{Document, Modality, QuantizedVector};
 
 /// How a search trades recall for speed.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -93,4 +93,59 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorResponse {
     pub error: ErrorBody,
+}
+
+/// Size and content figures of a collection (`nnz`: stored non-zero impacts, including those of
+/// deleted documents not yet merged away; `bytes`: everything on disk).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectionStats {
+    pub documents: u64,
+    pub images: u64,
+    pub texts: u64,
+    /// Distinct terms.
+    pub terms: u64,
+    /// Stored non-zero impacts.
+    pub nnz: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Bytes on disk per live document.
+    pub bytes_per_item: f64,
+    pub bytes_per_nnz: f64,
+    pub segments: usize,
+    /// Memory held for pruning (per-range maxima of every segment).
+    pub pruning_memory_bytes: u64,
+}
+
+/// A stored document read back from a collection (`GET …/documents/{id}`): its fields, its
+/// impacts when asked for (`terms`, largest first), and whether it has a dense vector.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredDocument {
+    #[serde(flatten)]
+    pub doc: Document,
+    /// Its impacts, read back from the postings (when asked for).
+    #[serde(
+        rename = "terms",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "largest_first"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<(String, u32)>>))]
+    pub impacts: Option<QuantizedVector>,
+    /// Its dense vector (unit length), when it has one; the API says only whether it has one.
+    #[serde(serialize_with = "is_some")]
+    #[cfg_attr(feature = "openapi", schema(value_type = bool))]
+    pub dense: Option<Vec<f32>>,
+}
+
+/// Impacts as `[term, impact]` pairs, largest first (ties by term).
+fn largest_first<S: Serializer>(v: &Option<QuantizedVector>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(q) => s.collect_seq(q.by_weight()),
+        None => s.serialize_none(),
+    }
+}
+
+fn is_some<S: Serializer>(v: &Option<Vec<f32>>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(v.is_some())
 }

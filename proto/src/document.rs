@@ -95,9 +95,12 @@ impl fmt::Display for DocId {
 
 /// The stored fields of one item. Its vectors travel separately (they are produced by an encoder
 /// or supplied by the user, and stored in the index, not here).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Document {
+    /// Unique id (1-512 bytes).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: DocId,
     pub modality: Modality,
     /// Where the original item lives (an image path or URL); free-form.
@@ -108,6 +111,7 @@ pub struct Document {
     pub text: Option<String>,
     /// Arbitrary JSON object; equality filters can match its top-level keys.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 

@@ -12,5 +12,7 @@ pub mod term_space;
 
 pub use dense::DenseVector;
 pub use document::{DocId, Document, DocumentError, Modality};
-pub use sparse::{DEFAULT_SCALE, MAX_IMPACT, QuantizedVector, SparseVector, VectorError};
+pub use sparse::{
+    DEFAULT_SCALE, MAX_IMPACT, QuantizedVector, Sparse, SparseVector, VectorError, VectorInput,
+};
 pub use term_space::{TermSpace, VocabError};

@@ -44,41 +44,107 @@ pub enum VectorError {
     ImpactOutOfRange { term: String, impact: u64 },
     #[error("quantization scale must be a finite number > 0, got {0}")]
     BadScale(f32),
+    #[error("weight of {term:?} is not a number: {value}")]
+    NotANumber { term: String, value: String },
 }
 
-/// Term → non-negative float weight, validated: finite, ≥ 0, no duplicate or empty terms.
+/// A weight type a [`Sparse`] vector can hold: what input it is built from, how that input is
+/// validated, and how weights compare (for [`Sparse::top_k`]).
+pub trait Weight: Copy + PartialEq + fmt::Debug + Serialize + sealed::Sealed {
+    /// What a caller supplies (`f32` weights, or `u64` impacts so that out-of-range values can
+    /// be reported rather than wrapped).
+    type Input: for<'de> Deserialize<'de>;
+    /// The weight, `None` when it carries nothing and is dropped, or why it is invalid.
+    fn validate(term: &str, input: Self::Input) -> Result<Option<Self>, VectorError>;
+    /// Larger first; ties are broken by term by the caller.
+    fn descending(a: Self, b: Self) -> std::cmp::Ordering;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u32 {}
+}
+
+/// Float weights: finite and ≥ 0. Zeros are kept (they carry no score and are dropped by
+/// [`SparseVector::quantize`]).
+impl Weight for f32 {
+    type Input = f32;
+    fn validate(term: &str, weight: f32) -> Result<Option<f32>, VectorError> {
+        if !weight.is_finite() {
+            return Err(VectorError::NotFinite {
+                term: term.to_string(),
+                weight,
+            });
+        }
+        if weight < 0.0 {
+            return Err(VectorError::Negative {
+                term: term.to_string(),
+                weight,
+            });
+        }
+        Ok(Some(weight))
+    }
+    fn descending(a: f32, b: f32) -> std::cmp::Ordering {
+        b.total_cmp(&a)
+    }
+}
+
+/// Integer impacts in 1..=[`MAX_IMPACT`]; zeros are dropped (they cannot contribute to a score).
+impl Weight for u32 {
+    type Input = u64;
+    fn validate(term: &str, impact: u64) -> Result<Option<u32>, VectorError> {
+        if impact > u64::from(MAX_IMPACT) {
+            return Err(VectorError::ImpactOutOfRange {
+                term: term.to_string(),
+                impact,
+            });
+        }
+        Ok((impact > 0).then_some(impact as u32))
+    }
+    fn descending(a: u32, b: u32) -> std::cmp::Ordering {
+        b.cmp(&a)
+    }
+}
+
+/// Term → weight, validated: no empty or duplicate terms, every weight valid for `W`.
 ///
-/// Entries are kept sorted by term so equality, hashing and iteration are deterministic. Zero
-/// weights are allowed here (they carry no score and are dropped by [`SparseVector::quantize`]).
+/// Entries are kept sorted by term so equality, hashing and iteration are deterministic. The two
+/// instances are [`SparseVector`] (float weights) and [`QuantizedVector`] (integer impacts).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct SparseVector {
-    entries: Vec<(String, f32)>,
+pub struct Sparse<W> {
+    entries: Vec<(String, W)>,
 }
 
-impl SparseVector {
+/// Term → non-negative float weight, what an encoder produces.
+pub type SparseVector = Sparse<f32>;
+
+/// Term → integer impact in 1..=[`MAX_IMPACT`], what an index stores.
+pub type QuantizedVector = Sparse<u32>;
+
+impl Eq for Sparse<u32> {}
+
+impl std::hash::Hash for Sparse<u32> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.entries.hash(state);
+    }
+}
+
+impl<W: Weight> Sparse<W> {
     /// Validates and builds a vector from `(term, weight)` pairs in any order.
     pub fn new<I, S>(pairs: I) -> Result<Self, VectorError>
     where
-        I: IntoIterator<Item = (S, f32)>,
+        I: IntoIterator<Item = (S, W::Input)>,
         S: Into<String>,
     {
-        let mut entries: Vec<(String, f32)> =
-            pairs.into_iter().map(|(t, w)| (t.into(), w)).collect();
-        for (term, weight) in &entries {
+        let mut entries = Vec::new();
+        for (t, input) in pairs {
+            let term = t.into();
             if term.is_empty() {
                 return Err(VectorError::EmptyTerm);
             }
-            if !weight.is_finite() {
-                return Err(VectorError::NotFinite {
-                    term: term.clone(),
-                    weight: *weight,
-                });
-            }
-            if *weight < 0.0 {
-                return Err(VectorError::Negative {
-                    term: term.clone(),
-                    weight: *weight,
-                });
+            if let Some(w) = W::validate(&term, input)? {
+                entries.push((term, w));
             }
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -90,7 +156,7 @@ impl SparseVector {
         Ok(Self { entries })
     }
 
-    /// Number of stored terms (including zero weights).
+    /// Number of stored terms.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -100,42 +166,58 @@ impl SparseVector {
     }
 
     /// `(term, weight)` pairs in term order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, f32)> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, W)> + '_ {
         self.entries.iter().map(|(t, w)| (t.as_str(), *w))
     }
 
-    pub fn get(&self, term: &str) -> Option<f32> {
+    pub fn get(&self, term: &str) -> Option<W> {
         self.entries
             .binary_search_by(|(t, _)| t.as_str().cmp(term))
             .ok()
             .map(|i| self.entries[i].1)
     }
 
-    /// Keeps the `k` largest weights (LexLIP Table 2 sparsification). Ties are broken by term so
-    /// the result does not depend on input order.
-    pub fn top_k(&self, k: usize) -> SparseVector {
-        if self.entries.len() <= k {
-            return self.clone();
-        }
-        let mut by_weight: Vec<&(String, f32)> = self.entries.iter().collect();
-        by_weight.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let mut entries: Vec<(String, f32)> = by_weight.into_iter().take(k).cloned().collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        SparseVector { entries }
-    }
-
     /// Entries sorted by weight, highest first (ties by term): the order people want to read.
-    pub fn by_weight(&self) -> Vec<(&str, f32)> {
-        let mut v: Vec<(&str, f32)> = self.iter().collect();
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    pub fn by_weight(&self) -> Vec<(&str, W)> {
+        let mut v: Vec<(&str, W)> = self.iter().collect();
+        v.sort_by(|a, b| W::descending(a.1, b.1).then_with(|| a.0.cmp(b.0)));
         v
     }
 
+    /// Keeps the `k` largest weights (LexLIP Table 2 sparsification). Ties are broken by term so
+    /// the result does not depend on input order.
+    pub fn top_k(&self, k: usize) -> Self {
+        if self.entries.len() <= k {
+            return self.clone();
+        }
+        let mut kept: Vec<(String, W)> = self
+            .by_weight()
+            .into_iter()
+            .take(k)
+            .map(|(t, w)| (t.to_string(), w))
+            .collect();
+        kept.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { entries: kept }
+    }
+
+    /// The entries whose term `keep` accepts.
+    pub fn retain_terms(&self, mut keep: impl FnMut(&str) -> bool) -> Self {
+        Self {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(t, _)| keep(t))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+impl SparseVector {
     /// `impact = floor(scale · w)`, zeros dropped, values above [`MAX_IMPACT`] clamped to it.
     ///
-    /// # Panics
-    /// Never for a validated vector; an invalid `scale` (not finite or ≤ 0) yields an empty vector
-    /// — use [`SparseVector::try_quantize`] to get an error instead.
+    /// An invalid `scale` (not finite or ≤ 0) yields an empty vector — use
+    /// [`SparseVector::try_quantize`] to get an error instead.
     pub fn quantize(&self, scale: f32) -> QuantizedVector {
         self.try_quantize(scale).unwrap_or_default()
     }
@@ -170,89 +252,7 @@ pub fn quantize_weight(weight: f32, scale: f32) -> u32 {
     }
 }
 
-impl Serialize for SparseVector {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.entries.iter().map(|(t, w)| (t, w)))
-    }
-}
-
-impl<'de> Deserialize<'de> for SparseVector {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // A JSON object cannot express duplicates after parsing into a map, so parse into a
-        // list of pairs first and let `new` reject duplicates explicitly.
-        let pairs = deserialize_pairs::<D, f32>(d)?;
-        SparseVector::new(pairs).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Term → integer impact in 1..=[`MAX_IMPACT`], sorted by term, no duplicates.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct QuantizedVector {
-    entries: Vec<(String, u32)>,
-}
-
 impl QuantizedVector {
-    /// Validates integer impacts: each in 1..=[`MAX_IMPACT`], no duplicate or empty term.
-    /// Zero impacts are dropped (they cannot contribute to any score).
-    pub fn new<I, S>(pairs: I) -> Result<Self, VectorError>
-    where
-        I: IntoIterator<Item = (S, u64)>,
-        S: Into<String>,
-    {
-        let mut entries = Vec::new();
-        for (t, impact) in pairs {
-            let term = t.into();
-            if term.is_empty() {
-                return Err(VectorError::EmptyTerm);
-            }
-            if impact > u64::from(MAX_IMPACT) {
-                return Err(VectorError::ImpactOutOfRange { term, impact });
-            }
-            if impact > 0 {
-                entries.push((term, impact as u32));
-            }
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(VectorError::DuplicateTerm {
-                term: w[0].0.clone(),
-            });
-        }
-        Ok(Self { entries })
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// `(term, impact)` pairs in term order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, u32)> + '_ {
-        self.entries.iter().map(|(t, w)| (t.as_str(), *w))
-    }
-
-    pub fn get(&self, term: &str) -> Option<u32> {
-        self.entries
-            .binary_search_by(|(t, _)| t.as_str().cmp(term))
-            .ok()
-            .map(|i| self.entries[i].1)
-    }
-
-    /// Keeps the `k` largest impacts; ties broken by term.
-    pub fn top_k(&self, k: usize) -> QuantizedVector {
-        if self.entries.len() <= k {
-            return self.clone();
-        }
-        let mut by_impact: Vec<&(String, u32)> = self.entries.iter().collect();
-        by_impact.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let mut entries: Vec<(String, u32)> = by_impact.into_iter().take(k).cloned().collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        QuantizedVector { entries }
-    }
-
     /// The exact LexLIP relevance (eq. 24): Σ over shared terms of `self · other`, in integers.
     pub fn dot(&self, other: &QuantizedVector) -> u64 {
         let (mut i, mut j, mut sum) = (0, 0, 0u64);
@@ -283,16 +283,18 @@ impl QuantizedVector {
     }
 }
 
-impl Serialize for QuantizedVector {
+impl<W: Weight> Serialize for Sparse<W> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.entries.iter().map(|(t, w)| (t, w)))
     }
 }
 
-impl<'de> Deserialize<'de> for QuantizedVector {
+impl<'de, W: Weight> Deserialize<'de> for Sparse<W> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let pairs = deserialize_pairs::<D, u64>(d)?;
-        QuantizedVector::new(pairs).map_err(serde::de::Error::custom)
+        // A JSON object cannot express duplicates after parsing into a map, so parse into a
+        // list of pairs first and let `new` reject duplicates explicitly.
+        let pairs = deserialize_pairs::<D, W::Input>(d)?;
+        Sparse::new(pairs).map_err(serde::de::Error::custom)
     }
 }
 
@@ -319,6 +321,45 @@ where
         }
     }
     d.deserialize_map(PairsVisitor(std::marker::PhantomData))
+}
+
+/// A vector as it arrives: float weights (quantized later with a collection's scale) or
+/// integer impacts (stored as they are).
+#[derive(Debug, Clone, PartialEq)]
+pub enum VectorInput {
+    Weights(SparseVector),
+    Impacts(QuantizedVector),
+}
+
+impl VectorInput {
+    /// A JSON `{token: weight}` object (Anserini `JsonVectorCollection`, the HTTP API): all
+    /// integers → impacts; any float → every weight is a float weight, so that every term is
+    /// quantized alike.
+    pub fn from_json(
+        vector: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, VectorError> {
+        let mut ints = Vec::with_capacity(vector.len());
+        let mut floats = Vec::new();
+        for (term, value) in vector {
+            let Some(n) = value.as_number() else {
+                return Err(VectorError::NotANumber {
+                    term,
+                    value: value.to_string(),
+                });
+            };
+            if let Some(u) = n.as_u64() {
+                ints.push((term, u));
+            } else if let Some(f) = n.as_f64() {
+                floats.push((term, f as f32));
+            }
+        }
+        if floats.is_empty() {
+            Ok(VectorInput::Impacts(QuantizedVector::new(ints)?))
+        } else {
+            floats.extend(ints.into_iter().map(|(t, u)| (t, u as f32)));
+            Ok(VectorInput::Weights(SparseVector::new(floats)?))
+        }
+    }
 }
 
 impl From<QuantizedVector> for BTreeMap<String, u32> {

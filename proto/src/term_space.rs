@@ -65,6 +65,17 @@ impl TermSpace {
         Ok(Self::from_tokens(name, tokens.iter().map(String::as_str)))
     }
 
+    /// A term space without a vocabulary: any term is accepted (collections of vectors whose
+    /// encoder is unknown).
+    pub fn free(name: impl Into<String>) -> Self {
+        Self::from_tokens(name, [])
+    }
+
+    /// Whether this is a [`TermSpace::free`] one.
+    pub fn is_free(&self) -> bool {
+        self.size == 0
+    }
+
     /// True when both name the same vocabulary (names may differ).
     pub fn same_vocabulary(&self, other: &TermSpace) -> bool {
         self.hash == other.hash && self.size == other.size

@@ -1,12 +1,7 @@
 //! `lexlip`: a search server for image-text retrieval in the lexicon space.
-//!
-//! The binary is thin: argument parsing and output formatting live in `cli/`, the work in the
-//! `lexlip-index` (engine) and `lexlip-model` (encoders) crates; `http/` holds the axum API.
-
-mod cli;
-mod http;
 
 use clap::Parser;
+use lexlip_server::cli;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();

@@ -8,14 +8,21 @@
 //!   dense score array, then top-k selection. The baseline, and the oracle of the pruned one.
 //! - [`pruned`]: block-max pruning over doc-id ranges; exact by default, approximate with an
 //!   explicit knob.
+//!
+//! Both score one segment at a time for a [`SparseSearch`], the per-query object that holds the
+//! top k, the counters, the buffers and the [`Cancel`] flag across segments.
 
+pub mod cancel;
 pub mod exhaustive;
 pub mod filter;
 pub mod pruned;
+pub mod sparse;
 pub mod topk;
 
 use lexlip_proto::api::{Filter, Precision};
 
+pub use cancel::{Cancel, CancelOnDrop};
+pub use sparse::SparseSearch;
 pub use topk::{ScoredDoc, TopK};
 
 /// Largest `k` a search may ask for.
@@ -36,6 +43,8 @@ pub struct SearchOptions {
     pub precision: Precision,
     pub filter: Filter,
     pub algorithm: Algorithm,
+    /// Set from outside to stop the search (it then fails with `Cancelled`).
+    pub cancel: Cancel,
 }
 
 impl SearchOptions {

@@ -28,15 +28,14 @@
 //! range 18: ub = 120·100 + 80·0  = 12_000 < θ → skipped, no posting read
 //! ```
 
-use lexlip_proto::QuantizedVector;
+use tantivy::InvertedIndexReader;
 use tantivy::postings::BlockSegmentPostings;
-use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{InvertedIndexReader, SegmentReader};
+use tantivy::schema::IndexRecordOption;
 
-use super::filter::AllowedDocs;
-use super::{ScoredDoc, SearchStats, TopK};
+use super::ScoredDoc;
+use super::sparse::{Segment, SparseSearch};
 use crate::error::Result;
-use crate::maxima::{RANGE_SHIFT, RANGE_SIZE, SegmentMaxima, TermMaxima};
+use crate::maxima::{RANGE_SHIFT, RANGE_SIZE, TermMaxima};
 
 /// Ranges scored first, best bound first, to raise the threshold early.
 const FIRST_PASS_RANGES: usize = 8;
@@ -92,27 +91,18 @@ impl Cursor<'_> {
     }
 }
 
-/// Searches one segment, pushing into `top` (which may already hold other segments' hits).
-#[allow(clippy::too_many_arguments)]
-pub fn search_segment(
-    segment_ord: u32,
-    reader: &SegmentReader,
-    impacts: Field,
-    maxima: &SegmentMaxima,
-    query: &QuantizedVector,
-    factor: f64,
-    allowed: Option<&AllowedDocs>,
-    top: &mut TopK,
-    stats: &mut SearchStats,
-) -> Result<()> {
-    let terms: Vec<(u64, &TermMaxima)> = query
+/// Searches one segment, pushing into the search's top k (which may already hold other
+/// segments' hits).
+pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Result<()> {
+    let maxima = segment.maxima;
+    let terms: Vec<(u64, &TermMaxima)> = search
+        .query
         .iter()
         .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (u64::from(q), m)))
         .collect();
     if terms.is_empty() {
         return Ok(());
     }
-    let inverted = reader.inverted_index(impacts)?;
     let mut ub = vec![0u64; maxima.num_ranges as usize];
     for (q, m) in &terms {
         m.add_bounds(*q, &mut ub);
@@ -120,15 +110,7 @@ pub fn search_segment(
     let mut candidates: Vec<u32> = (0..maxima.num_ranges)
         .filter(|&r| ub[r as usize] > 0)
         .collect();
-    stats.ranges_candidate += candidates.len() as u64;
-
-    let ctx = RangeScorer {
-        segment_ord,
-        reader,
-        inverted: &inverted,
-        allowed,
-        max_doc: reader.max_doc(),
-    };
+    search.stats.ranges_candidate += candidates.len() as u64;
 
     // Flat bounds (many ranges within 2x of the best bound) leave nothing to skip: the k-th
     // score is far below every bound. Score the segment term-at-a-time straight away.
@@ -136,15 +118,22 @@ pub fn search_segment(
     let near_best = ub.iter().filter(|&&u| u.saturating_mul(2) >= best).count();
     let flat = near_best as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges);
     if flat
-        && top
+        && search
+            .top
             .threshold()
-            .is_none_or(|t| (t as f64) * factor * 2.0 < best as f64)
+            .is_none_or(|t| (t as f64) * search.factor * 2.0 < best as f64)
     {
-        stats.ranges_scored += candidates.len() as u64;
-        return ctx.score_term_at_a_time(impacts, query, |_| true, top, stats);
+        search.stats.ranges_scored += candidates.len() as u64;
+        return super::exhaustive::score_segment(search, segment, |_| true);
     }
 
-    let mut acc = vec![0u64; RANGE_SIZE as usize];
+    let inverted = segment.reader.inverted_index(segment.impacts)?;
+    let ranges = RangeScorer {
+        segment,
+        inverted: &inverted,
+        terms: &terms,
+        ub: &ub,
+    };
 
     // Phase 1: the best-bounded ranges, visited in doc order with their own cursors.
     let first = FIRST_PASS_RANGES.min(candidates.len());
@@ -155,52 +144,38 @@ pub fn search_segment(
     }
     let (head, tail) = candidates.split_at_mut(first);
     head.sort_unstable();
-    ctx.score_in_order(head, &terms, &ub, factor, &mut acc, top, stats)?;
+    ranges.score_in_order(search, head)?;
 
     // Phase 2: every other range in doc order, skipped when its bound cannot reach θ — or all of
     // them term-at-a-time when too few could be skipped.
     let left = tail
         .iter()
-        .filter(|&&r| !skips(ub[r as usize], top, factor))
+        .filter(|&&r| !search.skips(ub[r as usize]))
         .count();
     if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges) {
-        stats.ranges_scored += left as u64;
+        search.stats.ranges_scored += left as u64;
         let not_done = |doc: u32| head.binary_search(&(doc >> RANGE_SHIFT)).is_err();
-        return ctx.score_term_at_a_time(impacts, query, not_done, top, stats);
+        return super::exhaustive::score_segment(search, segment, not_done);
     }
     tail.sort_unstable();
-    ctx.score_in_order(tail, &terms, &ub, factor, &mut acc, top, stats)
+    ranges.score_in_order(search, tail)
 }
 
-/// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
-fn skips(bound: u64, top: &TopK, factor: f64) -> bool {
-    top.threshold()
-        .is_some_and(|theta| (bound as f64) < theta as f64 * factor)
-}
-
+/// Range-at-a-time scoring of one segment.
 struct RangeScorer<'a> {
-    segment_ord: u32,
-    reader: &'a SegmentReader,
+    segment: &'a Segment<'a>,
     inverted: &'a InvertedIndexReader,
-    allowed: Option<&'a AllowedDocs>,
-    max_doc: u32,
+    terms: &'a [(u64, &'a TermMaxima)],
+    /// Score bound of every range.
+    ub: &'a [u64],
 }
 
 impl RangeScorer<'_> {
     /// Scores `ranges` (sorted) with one set of forward-only cursors, skipping those whose bound
     /// cannot reach the threshold.
-    #[allow(clippy::too_many_arguments)]
-    fn score_in_order(
-        &self,
-        ranges: &[u32],
-        terms: &[(u64, &TermMaxima)],
-        ub: &[u64],
-        factor: f64,
-        acc: &mut [u64],
-        top: &mut TopK,
-        stats: &mut SearchStats,
-    ) -> Result<()> {
-        let mut cursors: Vec<Cursor> = terms
+    fn score_in_order(&self, search: &mut SparseSearch, ranges: &[u32]) -> Result<()> {
+        let mut cursors: Vec<Cursor> = self
+            .terms
             .iter()
             .map(|&(q, maxima)| Cursor {
                 q,
@@ -208,67 +183,48 @@ impl RangeScorer<'_> {
                 block: None,
             })
             .collect();
+        let mut acc = std::mem::take(&mut search.range_scores);
+        acc.resize(RANGE_SIZE as usize, 0);
+        let mut result = Ok(());
         for &r in ranges {
-            if skips(ub[r as usize], top, factor) {
+            if search.skips(self.ub[r as usize]) {
                 continue;
             }
-            self.score(r, &mut cursors, acc, top, stats)?;
+            result = search
+                .check()
+                .and_then(|()| self.score(search, r, &mut cursors, &mut acc));
+            if result.is_err() {
+                acc.fill(0);
+                break;
+            }
         }
-        Ok(())
-    }
-
-    /// The whole segment term-at-a-time, pushing the documents `keep` accepts.
-    fn score_term_at_a_time(
-        &self,
-        impacts: Field,
-        query: &QuantizedVector,
-        keep: impl Fn(u32) -> bool,
-        top: &mut TopK,
-        stats: &mut SearchStats,
-    ) -> Result<()> {
-        let mut dense = Vec::new();
-        super::exhaustive::accumulate(self.reader, impacts, query, &mut dense, stats)?;
-        super::exhaustive::collect(
-            self.segment_ord,
-            self.reader,
-            self.allowed,
-            &dense,
-            keep,
-            top,
-        );
-        Ok(())
+        search.range_scores = acc;
+        result
     }
 
     fn score(
         &self,
+        search: &mut SparseSearch,
         range: u32,
         cursors: &mut [Cursor],
         acc: &mut [u64],
-        top: &mut TopK,
-        stats: &mut SearchStats,
     ) -> Result<()> {
         let start = range << RANGE_SHIFT;
         for c in cursors.iter_mut() {
             if c.maxima.bound_in(range) > 0 {
-                stats.postings_scored += c.score_range(self.inverted, start, acc)?;
+                search.stats.postings_scored += c.score_range(self.inverted, start, acc)?;
             }
         }
-        stats.ranges_scored += 1;
-        let alive = self.reader.alive_bitset();
+        search.stats.ranges_scored += 1;
+        let max_doc = self.segment.reader.max_doc();
         for (i, slot) in acc.iter_mut().enumerate() {
             let score = std::mem::take(slot);
-            if score == 0 {
-                continue;
-            }
             let doc = start + i as u32;
-            if doc >= self.max_doc
-                || alive.is_some_and(|a| a.is_deleted(doc))
-                || self.allowed.is_some_and(|f| !f.contains(doc))
-            {
+            if score == 0 || doc >= max_doc || !self.segment.returns(doc) {
                 continue;
             }
-            top.push(ScoredDoc {
-                segment_ord: self.segment_ord,
+            search.top.push(ScoredDoc {
+                segment_ord: self.segment.ord,
                 doc,
                 score,
             });

@@ -4,6 +4,7 @@
 pub mod image_dir;
 pub mod manifest;
 pub mod tsv;
+pub mod vectors;
 pub mod webdataset;
 
 use std::path::{Path, PathBuf};
@@ -90,7 +91,7 @@ pub(crate) fn open_text(path: &Path) -> Result<Box<dyn std::io::BufRead + Send>>
             path.display()
         )));
     }
-    Ok(lexlip_index::ingest::open_lines(path)?)
+    vectors::open_lines(path)
 }
 
 pub(crate) fn open_file(path: &Path) -> Result<std::fs::File> {

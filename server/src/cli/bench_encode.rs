@@ -1,18 +1,19 @@
 //! `lexlip bench encode`: encoder throughput (texts/s, images/s) for several batch sizes.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use lexlip_model::{DType, Encoders, ImageEncoder, PreprocessedImage, Vocabulary};
+use lexlip_model::{DType, ImageEncoder, PreprocessedImage, Vocabulary};
 use serde::Serialize;
 
+use super::model_args::ModelArgs;
+
+/// The model's text encoder is timed; so is its image encoder unless --random-beit-base
+/// replaces it.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("model", |a| a.required_unless_present("random_beit_base")))]
 pub struct BenchEncodeArgs {
-    /// Model (LexLIP checkpoint or directory, or HF encoder directory). Its text encoder is timed;
-    /// so is its image encoder unless --random-beit-base replaces it.
-    #[arg(long, required_unless_present = "random_beit_base")]
-    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Time a BEiT-B/16 (224) + MLM head with random weights (fixed seed) as the image encoder:
     /// the speed of LexLIP's image tower without a checkpoint.
     #[arg(long)]
@@ -23,9 +24,6 @@ pub struct BenchEncodeArgs {
     /// Minimum measuring time per batch size, seconds.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Use the GPU when built with `--features cuda` and one is present.
-    #[arg(long)]
-    pub gpu: bool,
     /// Image encoder dtype (default: f32 on CPU, f16 on GPU).
     #[arg(long, value_parser = ["f32", "f16", "bf16"])]
     pub dtype: Option<String>,
@@ -55,7 +53,7 @@ struct Report {
 }
 
 pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
-    let device = lexlip_model::device(args.gpu)?;
+    let device = lexlip_model::device(args.model.gpu)?;
     let dtype = match args.dtype.as_deref() {
         Some("f16") => Some(DType::F16),
         Some("bf16") => Some(DType::BF16),
@@ -67,24 +65,18 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..Default::default()
     };
-    let model = match &args.model {
-        Some(path) => Some(
-            Encoders::load_with(
-                path,
-                &device,
-                &lexlip_model::LoadOptions {
-                    dtype,
-                    ..Default::default()
-                },
-            )
-            .with_context(|| format!("loading model {}", path.display()))?,
-        ),
+    let options = lexlip_model::LoadOptions {
+        dtype,
+        ..Default::default()
+    };
+    let model = match &args.model.model {
+        Some(_) => Some(args.model.load("lexlip bench encode", options)?.1),
         None => None,
     };
     let min_time = Duration::from_secs_f64(args.seconds.max(0.1));
 
     if let Some(text) = model.as_ref().and_then(|m| m.text().ok()) {
-        report.text_model = args.model.as_ref().map(|p| p.display().to_string());
+        report.text_model = args.model.model.as_ref().map(|p| p.display().to_string());
         let texts = captions(32.max(args.batch_sizes.iter().copied().max().unwrap_or(1)));
         for &b in &args.batch_sizes {
             let batch: Vec<&str> = texts.iter().take(b).map(String::as_str).collect();
@@ -107,7 +99,7 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
     } else {
         let i = model.as_ref().and_then(|m| m.image().ok());
         if i.is_some() {
-            report.image_model = args.model.as_ref().map(|p| p.display().to_string());
+            report.image_model = args.model.model.as_ref().map(|p| p.display().to_string());
         }
         i
     };

@@ -4,22 +4,25 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use lexlip_index::Quantizer;
 use lexlip_model::{Encoders, LoadOptions};
 use lexlip_proto::{DenseVector, SparseVector};
 
+use super::model_args::ModelArgs;
+
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("model", |a| a.required(true)))]
 pub struct EncodeArgs {
-    /// A LexLIP checkpoint (.ckpt), a LexLIP directory, or a Hugging Face encoder directory
-    /// (BERT masked LM, BEiT + MLM head, or CLIP); the kind is detected.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Text to encode.
     #[arg(long, required_unless_present = "image", conflicts_with = "image")]
     pub text: Option<String>,
     /// Image file to encode (JPEG, PNG, WebP, GIF).
     #[arg(long)]
     pub image: Option<PathBuf>,
-    /// Keep only the K highest-weighted terms (LexLIP sparsification).
+    /// Keep only the K highest-weighted terms (LexLIP sparsification), cut after quantizing
+    /// with scale 100, exactly as a collection with this top-K stores them.
     #[arg(long)]
     pub top_k_terms: Option<usize>,
     /// Print `{"terms": {token: weight}, "dense": [...]}` instead of a table.
@@ -31,34 +34,26 @@ pub struct EncodeArgs {
     /// Image input size (default: the model's; e.g. 384 for LexLIP's fine-tuned checkpoints).
     #[arg(long)]
     pub image_size: Option<usize>,
-    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
-    /// Use the GPU when built with `--features cuda` and one is present.
-    #[arg(long)]
-    pub gpu: bool,
 }
 
 pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
-    let device = lexlip_model::device(args.gpu)?;
     let options = LoadOptions {
         max_length: args.max_length,
         image_size: args.image_size,
-        tokenizer: args.tokenizer.clone(),
         ..Default::default()
     };
-    let path = super::resolve_model(&args.model)?;
-    let model = Encoders::load_with(&path, &device, &options)
-        .with_context(|| format!("loading model {}", args.model.display()))?;
+    let (_, model) = args.model.load("lexlip encode", options)?;
     let (sparse, dense) = match (&args.text, &args.image) {
         (Some(text), _) => encode_text(&model, text)?,
         (None, Some(path)) => encode_image(&model, path)?,
         (None, None) => anyhow::bail!("give --text or --image"),
     };
-    let sparse = match (sparse, args.top_k_terms) {
-        (Some(v), Some(k)) => Some(v.top_k(k)),
-        (v, _) => v,
-    };
+    // The same quantizer a collection with this top-K uses, so the terms shown are the terms
+    // it would store.
+    let quantizer = Quantizer::new(lexlip_proto::DEFAULT_SCALE, args.top_k_terms, None)?;
+    let sparse = sparse
+        .map(|v| quantizer.encode(&v).map(|(shown, _)| shown))
+        .transpose()?;
     if args.json {
         let mut out = serde_json::Map::new();
         if let Some(v) = &sparse {

@@ -1,22 +1,16 @@
-//! `lexlip index`: build or extend a collection from precomputed vectors, or (with `--model`)
-//! from a corpus of images and captions (see `index_corpus`).
+//! `lexlip index`: arguments, progress bar, errors file and summary around the batch jobs of
+//! `lexlip-pipeline` (precomputed vectors, or a corpus encoded with `--model`).
 
-use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use lexlip_index::ingest::{LineError, open_lines, parse_line};
 use lexlip_index::{Collection, CollectionSettings};
-use lexlip_pipeline::{Counts, ErrorsFile, Progress};
-use lexlip_proto::{
-    Document, Modality, QuantizedVector, TermSpace, term_space::tokens_from_tokenizer_json,
-};
-use rayon::prelude::*;
-use serde::Serialize;
+use lexlip_model::LoadOptions;
+use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options, Report, VectorsFile};
+use lexlip_proto::{DEFAULT_SCALE, Modality, TermSpace};
+
+use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true)
@@ -45,13 +39,8 @@ pub struct IndexArgs {
     /// A directory of images (recursive; id = relative path). Needs --model.
     #[arg(long)]
     pub images: Option<PathBuf>,
-    /// Encoders for corpus inputs: a LexLIP .ckpt or directory, an HF encoder directory, or
-    /// hf:OWNER/NAME.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
-    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Items per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
@@ -62,9 +51,6 @@ pub struct IndexArgs {
     /// Stop with an error at the first bad item instead of skipping it.
     #[arg(long)]
     pub strict: bool,
-    /// Run the encoders on the GPU (build with --features cuda).
-    #[arg(long)]
-    pub gpu: bool,
     /// Vocabulary of the term space (tokenizer.json or vocab.txt). Documents with other terms are
     /// skipped. Without it the collection accepts any term.
     #[arg(long)]
@@ -73,7 +59,7 @@ pub struct IndexArgs {
     #[arg(long, value_parser = parse_modality, default_value = "text")]
     pub modality: Modality,
     /// Quantization scale for a new collection: impact = floor(scale · weight).
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
     /// Keep only the K largest weights of each document (new collection only).
     #[arg(long)]
@@ -102,450 +88,264 @@ pub fn parse_modality(s: &str) -> Result<Modality, String> {
         .map_err(|e: lexlip_proto::DocumentError| e.to_string())
 }
 
-/// The final summary.
-#[derive(Debug, Serialize)]
-pub(crate) struct Summary {
-    pub read: u64,
-    pub indexed: u64,
-    pub skipped: BTreeMap<String, u64>,
-    pub seconds: f64,
-    pub items_per_s: f64,
-    pub index_bytes: u64,
-    /// Index bytes per live document.
-    pub bytes_per_item: f64,
-    pub bytes_per_nnz: f64,
-    /// Corpus runs: busy seconds per stage (decode, encode, write).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stage_seconds: Option<lexlip_pipeline::StageSeconds>,
-    /// The input position this run resumed after (the counts cover the whole job).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resumed_from: Option<u64>,
-    /// An earlier run had indexed this input completely: nothing was done.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub already_complete: bool,
-    /// Stopped by Ctrl-C/SIGTERM after committing what was read; the same command resumes.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub interrupted: bool,
-}
+impl IndexArgs {
+    fn settings(&self) -> CollectionSettings {
+        CollectionSettings {
+            scale: self.scale,
+            top_k_terms: self.top_k_terms,
+            dense_dim: None,
+        }
+    }
 
-impl Summary {
-    /// Prints the summary (one JSON object with `json`) and fails when nothing was indexed.
-    pub fn report(&self, json: bool) -> anyhow::Result<()> {
-        if json {
-            println!("{}", serde_json::to_string(self)?);
-        } else {
-            println!(
-                "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.0} bytes per item, {:.2} bytes per non-zero)",
-                self.read,
-                self.indexed,
-                self.skipped.values().sum::<u64>(),
-                self.skipped,
-                self.seconds,
-                self.items_per_s,
-                self.index_bytes,
-                self.bytes_per_item,
-                self.bytes_per_nnz
-            );
+    fn options(&self, commit_every: usize, context: String) -> Options {
+        Options {
+            batch_size: self.batch_size.max(1),
+            commit_every: self.commit_every.unwrap_or(commit_every).max(1),
+            shard: self.shard,
+            strict: self.strict,
+            context,
+            restart: self.restart,
+            stop: Some(crate::signal::stop_flag()),
         }
-        if self.interrupted {
-            bail!(
-                "interrupted after committing {} items; run the same command again to resume",
-                self.read
-            );
-        }
-        if self.indexed == 0 {
-            if self.read == 0 {
-                bail!("nothing was indexed: the input holds no items (for this shard)");
+    }
+
+    fn corpus_input(&self) -> anyhow::Result<Input> {
+        Ok(if let Some(p) = &self.tsv {
+            Input::Tsv {
+                path: p.clone(),
+                images_root: self.images_root.clone(),
             }
-            bail!("nothing was indexed (every item was skipped; see the reasons above)");
-        }
-        Ok(())
+        } else if let Some(p) = &self.manifest {
+            Input::Manifest(p.clone())
+        } else if !self.webdataset.is_empty() {
+            Input::WebDataset(self.webdataset.clone())
+        } else if let Some(p) = &self.images {
+            Input::ImageDir(p.clone())
+        } else {
+            bail!("give one input: --vectors, --tsv, --manifest, --webdataset or --images")
+        })
     }
-}
-
-/// The term space (and its tokens) named by a vocabulary file.
-pub fn load_vocab(path: &Path) -> anyhow::Result<(TermSpace, Vec<String>)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read vocabulary {}", path.display()))?;
-    let name = path
-        .parent()
-        .and_then(|p| p.file_name())
-        .or(path.file_stem())
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "vocabulary".into());
-    let tokens = if path.extension().is_some_and(|e| e == "json") {
-        tokens_from_tokenizer_json(&text)
-            .with_context(|| format!("{} is not a usable tokenizer.json", path.display()))?
-    } else {
-        text.lines().map(str::to_string).collect()
-    };
-    if tokens.is_empty() {
-        bail!("vocabulary {} is empty", path.display());
-    }
-    Ok((
-        TermSpace::from_tokens(name, tokens.iter().map(String::as_str)),
-        tokens,
-    ))
-}
-
-pub(crate) fn open_or_create(args: &IndexArgs) -> anyhow::Result<Collection> {
-    let vocab = args.vocab.as_deref().map(load_vocab).transpose()?;
-    if lexlip_index::Manifest::path(&args.collection).exists() {
-        let c = Collection::open(&args.collection)?;
-        if let Some((space, _)) = &vocab {
-            c.check_term_space(space)?;
-        }
-        return Ok(c);
-    }
-    let settings = CollectionSettings {
-        scale: args.scale,
-        top_k_terms: args.top_k_terms,
-        dense_dim: None,
-    };
-    let (space, tokens) = match vocab {
-        Some((s, t)) => (s, Some(t)),
-        None => (TermSpace::from_tokens("unspecified", []), None),
-    };
-    Ok(Collection::create(
-        &args.collection,
-        space,
-        settings,
-        tokens.as_deref(),
-    )?)
 }
 
 pub fn run(args: IndexArgs) -> anyhow::Result<()> {
-    let Some(vectors) = args.vectors.clone() else {
-        return super::index_corpus::run(args);
+    let start = Instant::now();
+    let (report, collection) = match &args.vectors {
+        Some(path) => vectors(&args, path, start)?,
+        None => corpus(&args, start)?,
     };
-    if args.model.is_some() {
+    if report.already_complete {
+        eprintln!(
+            "{}: this input was already indexed completely by an earlier run; nothing to do \
+             (--restart indexes it again)",
+            collection.dir().display()
+        );
+    } else if let Some(from) = report.resumed_from {
+        let unit = if args.vectors.is_some() {
+            "line"
+        } else {
+            "input item"
+        };
+        eprintln!("resumed after {unit} {from} (committed by an earlier run)");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.human());
+    }
+    match report.failure() {
+        Some(why) => bail!(why),
+        None => Ok(()),
+    }
+}
+
+/// `--vectors`: precomputed vectors, no encoder.
+fn vectors(
+    args: &IndexArgs,
+    path: &std::path::Path,
+    start: Instant,
+) -> anyhow::Result<(Report, Collection)> {
+    if args.model.model.is_some() {
         bail!(
             "--model is for corpus inputs (--tsv, --manifest, --webdataset, --images); --vectors are already encoded"
         );
     }
-    let commit_every = args.commit_every.unwrap_or(500_000).max(1);
     // The input first: a missing file changes nothing.
-    let mut lines = open_lines(&vectors)?;
-    let input = lexlip_pipeline::Input::Manifest(vectors.clone()).signature()?;
-    let collection = open_or_create(&args)?;
-    let fp = lexlip_pipeline::progress::fingerprint(&format!(
-        "vectors|{input}|{:?}|{}|{:?}",
-        args.shard,
+    let file = VectorsFile::open(path)?;
+    let (space, tokens) = match &args.vocab {
+        Some(v) => {
+            let (space, tokens) = lexlip_pipeline::load_vocab(v)?;
+            (space, Some(tokens))
+        }
+        None => (TermSpace::free("unspecified"), None),
+    };
+    let collection =
+        Collection::open_or_create(&args.collection, space, tokens.as_deref(), args.settings())?;
+    let total = file.plain_size();
+    let mut progress = Progress::new(args, total, Unit::Bytes)?;
+    let context = format!("{:?}", args.vocab.as_deref().map(std::path::Path::display));
+    let result = lexlip_pipeline::index_vectors(
+        file,
         args.modality,
-        args.vocab.as_deref().map(Path::display)
-    ));
-    let saved = match args.restart {
-        true => None,
-        false => Progress::load(collection.dir(), &fp)?,
-    };
-    let mut errors = args.errors.as_deref().map(ErrorsFile::open).transpose()?;
-    let start = Instant::now();
-    if let Some(p) = saved.as_ref().filter(|p| p.complete) {
-        eprintln!(
-            "{}: {} was already indexed completely by an earlier run; nothing to do (--restart indexes it again)",
-            args.collection.display(),
-            vectors.display()
-        );
-        return summary(&collection, p.counts.clone(), 0, start, &args, |s| {
-            s.already_complete = true;
-            s.resumed_from = Some(p.position);
-        });
+        &collection,
+        &args.options(500_000, context),
+        &mut progress,
+    );
+    progress.bar.finish_and_clear();
+    let summary = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok((
+        Report::new(&collection, &summary, seconds, false)?,
+        collection,
+    ))
+}
+
+/// A corpus encoded with `--model`.
+fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collection)> {
+    let input = args.corpus_input()?;
+    if args.vocab.is_some() {
+        bail!("--vocab is for --vectors; corpus inputs use the model's vocabulary");
     }
-    if let Some(out) = errors.as_mut() {
-        out.rewind(saved.as_ref().map_or(0, |p| p.mark))?;
-    }
-    let resume = saved.as_ref().map_or(0, |p| p.position);
-    let mut counts = saved.map(|p| p.counts).unwrap_or_default();
-    let stop = stop_on_signal();
-    // A plain file shows a bar over its bytes with an ETA; a gzip one a spinner.
-    let total_bytes = plain_size(&vectors);
-    let bar = match total_bytes {
-        Some(n) => indicatif::ProgressBar::new(n),
-        None => indicatif::ProgressBar::new_spinner(),
+    let (model_path, encoders) = args.model.load(
+        "--tsv, --manifest, --webdataset and --images",
+        LoadOptions::default(),
+    )?;
+    let space = encoders
+        .term_space()
+        .cloned()
+        .context("the model has no sparse (text or image) encoder")?;
+    // Opening the input first means a missing or unreadable input changes nothing. A total for
+    // the ETA where counting is cheap (not for tar shards).
+    let total = match &input {
+        Input::WebDataset(paths) => {
+            lexlip_pipeline::sources::webdataset::shards(paths)?;
+            None
+        }
+        other => Some(
+            other
+                .open()?
+                .filter(|i| args.shard.is_none_or(|s| s.holds(i)))
+                .count() as u64,
+        ),
     };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(match total_bytes {
-            Some(_) => {
+    let tokens = encoders
+        .text()
+        .map(|t| t.vocabulary().tokens().to_vec())
+        .or_else(|_| encoders.image().map(|i| i.vocabulary().tokens().to_vec()))?;
+    let collection =
+        Collection::open_or_create(&args.collection, space, Some(&tokens), args.settings())?;
+    let mut progress = Progress::new(args, total, Unit::Items)?;
+    let context = format!(
+        "{}|{}|{:?}",
+        model_path.display(),
+        args.scale,
+        args.top_k_terms
+    );
+    let result = lexlip_pipeline::index_corpus(
+        &input,
+        &encoders,
+        &collection,
+        &args.options(10_000, context),
+        &mut progress,
+    );
+    progress.bar.finish_and_clear();
+    let summary = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok((
+        Report::new(&collection, &summary, seconds, true)?,
+        collection,
+    ))
+}
+
+/// What the progress bar counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Unit {
+    /// Input bytes (vectors files).
+    Bytes,
+    Items,
+}
+
+/// The progress bar and the errors file of a run.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    unit: Unit,
+    errors: Option<ErrorsFile>,
+    /// The first progress call (a resumed run starts where the earlier one committed).
+    started: bool,
+}
+
+impl Progress {
+    fn new(args: &IndexArgs, total: Option<u64>, unit: Unit) -> anyhow::Result<Self> {
+        let errors = args.errors.as_deref().map(ErrorsFile::open).transpose()?;
+        let bar = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        let template = match (unit, total) {
+            (Unit::Bytes, Some(_)) => {
                 "{bar:30} {percent}% of {binary_total_bytes}, {binary_bytes_per_sec}, ETA {eta}: {msg}"
             }
-            None => "{spinner} {elapsed}: {msg}",
-        })
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    if args.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    let (mut since_commit, mut processed) = (0usize, 0u64);
-    let (mut line_no, mut bytes) = (0u64, 0u64);
-    let mut buf = String::new();
-    // Lines committed by an earlier run of this job.
-    while line_no < resume {
-        buf.clear();
-        let n = lines
-            .read_line(&mut buf)
-            .with_context(|| format!("reading {}", vectors.display()))?;
-        if n == 0 {
-            break;
+            (Unit::Items, Some(_)) => {
+                "{bar:30} {human_pos}/{human_len} items, {per_sec}, ETA {eta}"
+            }
+            (Unit::Bytes, None) => "{spinner} {elapsed}: {msg}",
+            (Unit::Items, None) => "{spinner} {human_pos} items, {per_sec}, {elapsed}",
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        if args.json {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        line_no += 1;
-        bytes += n as u64;
+        Ok(Self {
+            bar,
+            unit,
+            errors,
+            started: false,
+        })
     }
-    if total_bytes.is_some() {
-        bar.set_position(bytes);
-        bar.reset_eta();
-    }
-    // A reader thread reads and parses chunk N+1 (rayon) while this one adds chunk N.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<anyhow::Result<ParsedChunk>>(1);
-    let mut interrupted = false;
-    let (shard, modality) = (args.shard, args.modality);
-    let parse_collection = &collection;
-    let vectors_path = &vectors;
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        scope.spawn(move || {
-            let (mut line_no, mut bytes) = (line_no, bytes);
-            loop {
-                let chunk = match read_chunk(&mut lines, &mut line_no, &mut bytes) {
-                    Ok(c) if c.is_empty() => return,
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = tx.send(Err(anyhow::Error::new(e)
-                            .context(format!("reading {}", vectors_path.display()))));
-                        return;
-                    }
-                };
-                let items = parse_chunk(&chunk, parse_collection, modality, shard);
-                if tx
-                    .send(Ok(ParsedChunk {
-                        items,
-                        end: line_no,
-                        bytes,
-                    }))
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        });
-        for chunk in rx {
-            if stop.load(Ordering::Relaxed) {
-                interrupted = true;
-                break;
-            }
-            let chunk = chunk?;
-            for r in chunk.items {
-                counts.read += 1;
-                processed += 1;
-                match r {
-                    Ok((doc, v)) => {
-                        collection.add(doc, v)?;
-                        counts.indexed += 1;
-                        since_commit += 1;
-                    }
-                    Err(e) if args.strict => bail!("--strict: {}: {e}", vectors.display()),
-                    Err(e) => {
-                        counts.skip(e.kind);
-                        if let Some(out) = errors.as_mut() {
-                            out.write(&serde_json::json!({"line": e.line, "reason": e.reason}))?;
-                        }
-                    }
-                }
-            }
-            line_no = chunk.end;
-            if since_commit >= commit_every {
-                commit(&collection, &fp, line_no, false, &counts, errors.as_mut())?;
-                since_commit = 0;
-            }
-            if total_bytes.is_some() {
-                bar.set_position(chunk.bytes);
-            } else {
-                bar.tick();
-            }
-            bar.set_message(format!("{} documents read", counts.read));
+}
+
+impl Observer for Progress {
+    fn skipped(&mut self, position: u64, bad: &BadItem) -> lexlip_pipeline::Result<()> {
+        if let Some(out) = &mut self.errors {
+            let line = match self.unit {
+                Unit::Bytes => serde_json::json!({"line": position, "reason": bad.message}),
+                Unit::Items => serde_json::json!({
+                    "position": position, "id": bad.id, "reason": bad.reason, "message": bad.message,
+                }),
+            };
+            out.write(&line)?;
         }
         Ok(())
-    })?;
-    commit(
-        &collection,
-        &fp,
-        line_no,
-        !interrupted,
-        &counts,
-        errors.as_mut(),
-    )?;
-    bar.finish_and_clear();
-    if resume > 0 {
-        eprintln!("resumed after line {resume} (committed by an earlier run)");
     }
-    summary(&collection, counts, processed, start, &args, |s| {
-        s.resumed_from = (resume > 0).then_some(resume);
-        s.interrupted = interrupted;
-    })
-}
 
-/// Parsed lines of one chunk (lines of other shards left out) and the line number it ends at.
-struct ParsedChunk {
-    items: Vec<Result<(Document, QuantizedVector), LineError>>,
-    end: u64,
-    /// Bytes of the (inflated) input read up to `end`.
-    bytes: u64,
-}
-
-/// The size of a plain (not gzip) file, for a progress bar over its bytes.
-fn plain_size(path: &Path) -> Option<u64> {
-    use std::io::Read;
-    let mut magic = [0u8; 2];
-    let mut f = std::fs::File::open(path).ok()?;
-    let n = f.read(&mut magic).ok()?;
-    let gzip = n == 2 && magic == [0x1f, 0x8b];
-    (!gzip)
-        .then(|| f.metadata().ok().map(|m| m.len()))
-        .flatten()
-}
-
-/// Up to `CHUNK` non-blank lines with their numbers.
-fn read_chunk(
-    lines: &mut Box<dyn BufRead + Send>,
-    line_no: &mut u64,
-    bytes: &mut u64,
-) -> std::io::Result<Vec<(u64, String)>> {
-    let mut chunk = Vec::with_capacity(CHUNK);
-    let mut buf = String::new();
-    while chunk.len() < CHUNK {
-        let n = lines.read_line(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        *line_no += 1;
-        *bytes += n as u64;
-        if buf.trim().is_empty() {
-            buf.clear();
-        } else {
-            chunk.push((*line_no, std::mem::take(&mut buf)));
-        }
-    }
-    Ok(chunk)
-}
-
-/// Parses and quantizes a chunk in parallel; lines of other shards are left out (malformed
-/// lines belong to shard 0).
-fn parse_chunk(
-    chunk: &[(u64, String)],
-    collection: &Collection,
-    modality: Modality,
-    shard: Option<lexlip_pipeline::Shard>,
-) -> Vec<Result<(Document, QuantizedVector), LineError>> {
-    chunk
-        .par_iter()
-        .filter_map(|(n, text)| {
-            let record = match parse_line(text, *n, modality) {
-                Ok(r) => r,
-                Err(e) => return shard.is_none_or(|s| s.owns(None)).then_some(Err(e)),
-            };
-            if shard.is_some_and(|s| !s.owns(Some(record.doc.id.as_str()))) {
-                return None;
+    fn progress(&mut self, read: u64, _indexed: u64) {
+        match self.unit {
+            Unit::Items => self.bar.set_position(read),
+            Unit::Bytes => {
+                self.bar.tick();
+                self.bar.set_message(format!("{read} documents read"));
             }
-            Some(
-                collection
-                    .prepare_vector(record.vector)
-                    .map(|v| (record.doc, v))
-                    .map_err(|e| LineError {
-                        line: *n,
-                        kind: "vector",
-                        reason: e.to_string(),
-                    }),
-            )
-        })
-        .collect()
-}
-
-/// Commits, then saves the resume point (see `lexlip_pipeline::progress`).
-fn commit(
-    collection: &Collection,
-    fp: &str,
-    position: u64,
-    complete: bool,
-    counts: &Counts,
-    errors: Option<&mut ErrorsFile>,
-) -> anyhow::Result<()> {
-    let mark = errors.map_or(Ok(0), ErrorsFile::checkpoint)?;
-    lexlip_pipeline::progress::commit_and_save(collection, fp, position, complete, counts, mark)?;
-    Ok(())
-}
-
-/// Prints the run's summary; sizes are those of the settled index.
-pub(crate) fn summary(
-    collection: &Collection,
-    counts: Counts,
-    processed: u64,
-    start: Instant,
-    args: &IndexArgs,
-    extra: impl FnOnce(&mut Summary),
-) -> anyhow::Result<()> {
-    let seconds = start.elapsed().as_secs_f64();
-    // Sizes of the settled index: background merges finish first (their inputs still count
-    // until then).
-    collection.wait_merges()?;
-    let stats = collection.stats()?;
-    let mut s = Summary {
-        read: counts.read,
-        indexed: counts.indexed,
-        skipped: counts.skipped,
-        seconds,
-        items_per_s: processed as f64 / seconds.max(1e-9),
-        index_bytes: stats.bytes,
-        bytes_per_item: stats.bytes as f64 / stats.documents.max(1) as f64,
-        bytes_per_nnz: stats.bytes_per_nnz,
-        stage_seconds: None,
-        resumed_from: None,
-        already_complete: false,
-        interrupted: false,
-    };
-    extra(&mut s);
-    s.report(args.json)
-}
-
-/// A flag set by the first Ctrl-C (or SIGTERM): the run stops reading, commits what it read and
-/// exits; a second one exits at once (the last commit is kept either way).
-pub(crate) fn stop_on_signal() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    if let Ok(runtime) = runtime {
-        std::thread::spawn(move || {
-            runtime.block_on(async move {
-                loop {
-                    if wait_for_signal().await.is_err() {
-                        return; // no signal handling: the default (exit) stays
-                    }
-                    if set.swap(true, Ordering::Relaxed) {
-                        eprintln!("interrupted again: exiting (the last commit is kept)");
-                        std::process::exit(130);
-                    }
-                    eprintln!(
-                        "interrupted: committing the batch being written (Ctrl-C again to exit at once)"
-                    );
-                }
-            })
-        });
-    }
-    flag
-}
-
-async fn wait_for_signal() -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
+        }
+        if !self.started {
+            self.started = true;
+            self.bar.reset_eta(); // the rate counts this run's items only
         }
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
+
+    fn input_bytes(&mut self, bytes: u64) {
+        self.bar.set_position(bytes);
+    }
+
+    fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
+        self.errors.as_mut().map_or(Ok(0), ErrorsFile::checkpoint)
+    }
+
+    fn rewind(&mut self, mark: u64) -> lexlip_pipeline::Result<()> {
+        match &mut self.errors {
+            Some(out) => out.rewind(mark),
+            None => Ok(()),
+        }
     }
 }
-
-const CHUNK: usize = 20_000;

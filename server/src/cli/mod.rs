@@ -5,9 +5,9 @@ mod bench_encode;
 mod bench_engine;
 mod encode;
 mod index;
-mod index_corpus;
 mod merge;
 mod model;
+pub mod model_args;
 mod search;
 mod serve;
 mod stats;
@@ -57,24 +57,6 @@ pub enum Command {
     Model(model::ModelCommand),
     /// Print the HTTP API's OpenAPI document (JSON).
     Openapi,
-}
-
-/// A model argument: a local path, or `hf:OWNER/NAME` for a Hugging Face repository (downloaded
-/// into the HF cache on first use; later runs, even offline, use the cache).
-pub fn resolve_model(arg: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    let Some(repo) = arg.to_str().and_then(|s| s.strip_prefix("hf:")) else {
-        return Ok(arg.to_path_buf());
-    };
-    #[cfg(feature = "hub")]
-    {
-        lexlip_model::hub::download(repo).map_err(|e| anyhow::anyhow!("fetching hf:{repo}: {e}"))
-    }
-    #[cfg(not(feature = "hub"))]
-    {
-        anyhow::bail!(
-            "hf:{repo}: this lexlip was built without the `hub` feature; download the model and pass its directory"
-        )
-    }
 }
 
 pub fn init_logging(format: LogFormat) {

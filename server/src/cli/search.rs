@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use lexlip_index::ingest::{open_lines, parse_line};
-use lexlip_index::{Collection, SearchOptions, VectorInput};
+use lexlip_index::{Collection, SearchOptions};
+use lexlip_pipeline::sources::vectors::{open_lines, parse_line};
 use lexlip_proto::api::{Filter, Precision};
-use lexlip_proto::{Modality, QuantizedVector, SparseVector};
+use lexlip_proto::{Modality, QuantizedVector};
 use rayon::prelude::*;
 
 use super::index::parse_modality;
@@ -64,16 +64,7 @@ fn query_vector(c: &Collection, json: &str) -> anyhow::Result<QuantizedVector> {
     let line = format!(r#"{{"id":"q","vector":{json}}}"#);
     let record = parse_line(&line, 1, Modality::Text)
         .map_err(|e| anyhow::anyhow!("--vector: {}", e.reason))?;
-    quantize(c, record.vector)
-}
-
-/// Queries are quantized with the collection's scale but never sparsified.
-fn quantize(c: &Collection, v: VectorInput) -> anyhow::Result<QuantizedVector> {
-    let scale = c.manifest().settings.scale;
-    Ok(match v {
-        VectorInput::Impacts(q) => q,
-        VectorInput::Weights(w) => SparseVector::try_quantize(&w, scale)?,
-    })
+    Ok(c.quantizer().query(record.vector)?)
 }
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
@@ -147,7 +138,7 @@ fn batch(
         }
         let r = parse_line(&line, i as u64 + 1, Modality::Text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        queries.push((r.doc.id.to_string(), quantize(c, r.vector)?));
+        queries.push((r.doc.id.to_string(), c.quantizer().query(r.vector)?));
     }
     let snap = c.snapshot()?;
     let pool = rayon::ThreadPoolBuilder::new()

@@ -6,21 +6,23 @@ use std::time::Duration;
 
 use lexlip_model::LoadOptions;
 
+use super::model_args::{ModelArgs, resolve_model};
 use crate::http::batcher::BatchConfig;
 use crate::http::encoders::{EncoderService, ModelPaths};
 use crate::http::metrics::Metrics;
 use crate::http::state::{AppState, Limits};
 use crate::http::{ServerConfig, serve, shared};
 
+/// `--model` gives text and image encoders together (a LexLIP .ckpt or directory); every model
+/// flag also takes `hf:OWNER/NAME` (Hugging Face Hub, cached).
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("model", |a| a.env("LEXLIP_MODEL")))]
 pub struct ServeArgs {
     /// Data directory: collections live in DATA/collections/NAME (created if missing).
     #[arg(long, env = "LEXLIP_DATA")]
     pub data: PathBuf,
-    /// A LexLIP model (Lightning .ckpt or LexLIP directory): text and image encoders together.
-    /// Every model flag also takes `hf:OWNER/NAME` (Hugging Face Hub, cached).
-    #[arg(long, env = "LEXLIP_MODEL")]
-    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// A text encoder directory (BERT masked LM / SPLADE), overriding --model's.
     #[arg(long)]
     pub text_model: Option<PathBuf>,
@@ -30,9 +32,6 @@ pub struct ServeArgs {
     /// A dense encoder directory (CLIP) for the fallback and hybrid search.
     #[arg(long)]
     pub dense_model: Option<PathBuf>,
-    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:8080", env = "LEXLIP_ADDR")]
     pub addr: SocketAddr,
@@ -66,9 +65,6 @@ pub struct ServeArgs {
     /// Allowed CORS origin (repeatable; `*` for any). None: no CORS headers.
     #[arg(long)]
     pub cors_origin: Vec<String>,
-    /// Run the encoders on the GPU (build with --features cuda).
-    #[arg(long)]
-    pub gpu: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -80,17 +76,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--protect-reads needs --api-key");
     }
     let metrics = Metrics::new();
-    let resolve = |p: &Option<PathBuf>| p.as_deref().map(super::resolve_model).transpose();
+    let resolve = |p: &Option<PathBuf>| p.as_deref().map(resolve_model).transpose();
     let paths = ModelPaths {
-        model: resolve(&args.model)?,
+        model: resolve(&args.model.model)?,
         text_model: resolve(&args.text_model)?,
         image_model: resolve(&args.image_model)?,
         dense_model: resolve(&args.dense_model)?,
         options: LoadOptions {
-            tokenizer: args.tokenizer.clone(),
+            tokenizer: args.model.tokenizer.clone(),
             ..Default::default()
         },
-        gpu: args.gpu,
+        gpu: args.model.gpu,
     };
     let batch = BatchConfig {
         max_batch: args.max_batch,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use lexlip_proto::Modality;
-use lexlip_proto::api::{Filter, Hit};
+use lexlip_proto::api::{CollectionStats, Filter, Hit};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -28,17 +28,8 @@ pub struct CreateCollection {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CollectionInfo {
     pub name: String,
-    pub documents: u64,
-    pub images: u64,
-    pub texts: u64,
-    /// Distinct terms.
-    pub terms: u64,
-    /// Stored non-zero impacts.
-    pub nnz: u64,
-    /// Bytes on disk.
-    pub bytes: u64,
-    pub bytes_per_item: f64,
-    pub bytes_per_nnz: f64,
+    #[serde(flatten)]
+    pub stats: CollectionStats,
     pub scale: f32,
     pub top_k_terms: Option<usize>,
     /// Dense dimension, when dense search is on.
@@ -92,24 +83,6 @@ pub struct AddedDocuments {
     pub documents: u64,
 }
 
-/// A stored document (`GET …/documents/{id}`); `terms` with `?explain=true`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredDocument {
-    pub id: String,
-    pub modality: Modality,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub uri: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    #[schema(value_type = Object)]
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Its impacts, largest first (as `[term, impact]` pairs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub terms: Option<Vec<(String, u32)>>,
-    /// Whether it has a dense vector.
-    pub dense: bool,
-}
-
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Deleted {
     pub deleted: bool,
@@ -140,27 +113,85 @@ pub enum Mode {
     Hybrid,
 }
 
-/// `POST /v1/collections/{name}/search`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SearchRequest {
-    pub query: Query,
-    /// Only documents of this modality (text→image: `image`).
-    pub target: Option<Modality>,
-    #[serde(default = "default_k")]
+/// The options every search request shares, once parsed.
+#[derive(Debug, Clone)]
+pub struct SearchParams {
     pub k: usize,
-    #[serde(default)]
     pub mode: Mode,
-    /// Exact top-k (default). `false` with `approx` trades recall for speed.
     pub exact: Option<bool>,
-    /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below this
-    /// times the k-th score are skipped); for dense, any value uses the HNSW graph.
     pub approx: Option<f32>,
-    #[serde(default)]
     pub filter: Filter,
-    /// Matched terms and their contributions per hit (sparse hits).
-    #[serde(default)]
+    /// Only documents of this modality.
+    pub target: Option<Modality>,
     pub explain: bool,
+}
+
+impl SearchParams {
+    /// The defaults of every option, `k` hits of `target` (multipart searches).
+    pub fn top(k: usize, target: Option<Modality>) -> Self {
+        Self {
+            k,
+            mode: Mode::default(),
+            exact: None,
+            approx: None,
+            filter: Filter::default(),
+            target,
+            explain: false,
+        }
+    }
+}
+
+/// Declares a search request body: its own fields plus the search options every search request
+/// shares (`k`, `mode`, `exact`, `approx`, `filter`, `explain`), unknown fields refused.
+/// (serde's `flatten` cannot be combined with `deny_unknown_fields`, hence a macro.)
+macro_rules! search_request {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Deserialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+            /// Number of hits (1-10000).
+            #[serde(default = "default_k")]
+            pub k: usize,
+            #[serde(default)]
+            pub mode: Mode,
+            /// Exact top-k (default). `false` with `approx` trades recall for speed.
+            pub exact: Option<bool>,
+            /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below
+            /// this times the k-th score are skipped); for dense, any value uses the HNSW graph.
+            pub approx: Option<f32>,
+            #[serde(default)]
+            pub filter: Filter,
+            /// Matched terms and their contributions per hit (sparse hits).
+            #[serde(default)]
+            pub explain: bool,
+        }
+
+        impl $name {
+            /// The shared search options, for hits of `target`.
+            pub fn params(&self, target: Option<Modality>) -> SearchParams {
+                SearchParams {
+                    k: self.k,
+                    mode: self.mode,
+                    exact: self.exact,
+                    approx: self.approx,
+                    filter: self.filter.clone(),
+                    target,
+                    explain: self.explain,
+                }
+            }
+        }
+    };
+}
+
+search_request! {
+    /// `POST /v1/collections/{name}/search`.
+    SearchRequest {
+        query: Query,
+        /// Only documents of this modality (text→image: `image`).
+        target: Option<Modality>,
+    }
 }
 
 pub fn default_k() -> usize {
@@ -191,42 +222,22 @@ pub struct SearchResponse {
     pub took_ms: f64,
 }
 
-/// `POST /v1/search/text-to-image`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TextToImage {
-    pub collection: String,
-    pub text: String,
-    #[serde(default = "default_k")]
-    pub k: usize,
-    #[serde(default)]
-    pub mode: Mode,
-    pub exact: Option<bool>,
-    pub approx: Option<f32>,
-    #[serde(default)]
-    pub filter: Filter,
-    #[serde(default)]
-    pub explain: bool,
+search_request! {
+    /// `POST /v1/search/text-to-image`.
+    TextToImage {
+        collection: String,
+        text: String,
+    }
 }
 
-/// `POST /v1/search/image-to-text` (JSON form; multipart takes `collection`, `k` and a file
-/// part `image`).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ImageToText {
-    pub collection: String,
-    /// Base64 image bytes.
-    pub image: String,
-    #[serde(default = "default_k")]
-    pub k: usize,
-    #[serde(default)]
-    pub mode: Mode,
-    pub exact: Option<bool>,
-    pub approx: Option<f32>,
-    #[serde(default)]
-    pub filter: Filter,
-    #[serde(default)]
-    pub explain: bool,
+search_request! {
+    /// `POST /v1/search/image-to-text` (JSON form; multipart takes `collection`, `k` and a file
+    /// part `image`).
+    ImageToText {
+        collection: String,
+        /// Base64 image bytes.
+        image: String,
+    }
 }
 
 /// `POST /v1/encode`: exactly one of `text`, `image`.
@@ -236,7 +247,9 @@ pub struct EncodeRequest {
     pub text: Option<String>,
     /// Base64 image bytes.
     pub image: Option<String>,
-    /// Keep the K largest weights.
+    /// Show exactly what this collection would store: its scale, top-K and vocabulary apply.
+    pub collection: Option<String>,
+    /// Keep the K largest impacts (cut after quantizing, as collections do).
     pub top_k_terms: Option<usize>,
     /// Also return the dense embedding (needs a dense encoder).
     #[serde(default)]
@@ -248,7 +261,7 @@ pub struct EncodeResponse {
     /// token → weight, largest first.
     #[schema(value_type = Object)]
     pub terms: serde_json::Map<String, serde_json::Value>,
-    /// Impacts with the default scale 100.
+    /// Impacts: with the collection's scale when one is named, else with scale 100.
     pub impacts: BTreeMap<String, u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dense: Option<Vec<f32>>,

@@ -62,6 +62,8 @@ struct Inner {
     queue_depth: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     documents: Family<CollectionLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     rejected: Counter<u64, AtomicU64>,
+    searches_running: Gauge<i64, std::sync::atomic::AtomicI64>,
+    searches_cancelled: Counter<u64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -83,6 +85,8 @@ impl Metrics {
         let queue_depth = Family::default();
         let documents = Family::default();
         let rejected = Counter::default();
+        let searches_running = Gauge::default();
+        let searches_cancelled = Counter::default();
         registry.register(
             "http_requests",
             "HTTP requests by route and status",
@@ -113,6 +117,16 @@ impl Metrics {
             "Requests refused with 503 because the server was at capacity",
             rejected.clone(),
         );
+        registry.register(
+            "searches_running",
+            "Sparse searches scoring right now (on the blocking pool)",
+            searches_running.clone(),
+        );
+        registry.register(
+            "searches_cancelled",
+            "Sparse searches stopped because their request timed out or its client went away",
+            searches_cancelled.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -122,6 +136,8 @@ impl Metrics {
                 queue_depth,
                 documents,
                 rejected,
+                searches_running,
+                searches_cancelled,
             }),
         }
     }
@@ -137,6 +153,16 @@ impl Metrics {
 
     pub fn rejected(&self) {
         self.inner.rejected.inc();
+    }
+
+    /// Counts a search as running until the returned guard is dropped.
+    pub fn search_running(&self) -> SearchRunning {
+        self.inner.searches_running.inc();
+        SearchRunning(self.clone())
+    }
+
+    pub fn search_cancelled(&self) {
+        self.inner.searches_cancelled.inc();
     }
 
     pub fn set_queue_depth(&self, queue: &str, depth: usize) {
@@ -170,6 +196,15 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// A running search (see [`Metrics::search_running`]).
+pub struct SearchRunning(Metrics);
+
+impl Drop for SearchRunning {
+    fn drop(&mut self) {
+        self.0.inner.searches_running.dec();
     }
 }
 

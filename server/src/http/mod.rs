@@ -192,23 +192,9 @@ pub async fn serve(state: SharedState, config: ServerConfig) -> anyhow::Result<(
 }
 
 async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    if crate::signal::interrupted().await.is_err() {
+        // Signals cannot be watched: serve until the process is killed.
+        std::future::pending::<()>().await;
     }
     tracing::info!("shutting down: finishing in-flight requests");
 }

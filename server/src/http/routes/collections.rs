@@ -12,22 +12,10 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::state::SharedState;
 
 fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
-    let s = c.stats()?;
     let settings = &c.manifest().settings;
     Ok(CollectionInfo {
         name: name.to_string(),
-        documents: s.documents,
-        images: s.images,
-        texts: s.texts,
-        terms: s.terms,
-        nnz: s.nnz,
-        bytes: s.bytes,
-        bytes_per_item: if s.documents == 0 {
-            0.0
-        } else {
-            s.bytes as f64 / s.documents as f64
-        },
-        bytes_per_nnz: s.bytes_per_nnz,
+        stats: c.stats()?,
         scale: settings.scale,
         top_k_terms: settings.top_k_terms,
         dense_dim: settings.dense_dim,

@@ -12,12 +12,13 @@ use axum::body::Body;
 use axum::extract::multipart::MultipartError;
 use axum::extract::{FromRequest, Multipart, Path, Query, State};
 use axum::http::Request;
-use lexlip_index::VectorInput;
-use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector};
+use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, VectorInput};
 use serde::Deserialize;
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
-use crate::http::api::{AddDocuments, AddedDocuments, Deleted, NewDocument, StoredDocument};
+use lexlip_proto::api::StoredDocument;
+
+use crate::http::api::{AddDocuments, AddedDocuments, Deleted, NewDocument};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::state::{Open, SharedState};
 
@@ -66,7 +67,7 @@ async fn prepare(
     doc.text = d.text.clone();
     doc.metadata = d.metadata.clone().unwrap_or_default();
     let scale_input = match (&d.vector, &incoming.image, &d.text) {
-        (Some(v), _, _) => lexlip_index::ingest::vector_input(v.clone())
+        (Some(v), _, _) => VectorInput::from_json(v.clone())
             .map_err(|e| at(ApiError::unprocessable(format!("vector: {e}"))))?,
         (None, Some(bytes), _) if modality == Modality::Image => {
             state.check_encodable(name, c).map_err(at)?;
@@ -88,7 +89,10 @@ async fn prepare(
             )));
         }
     };
-    let impacts = c.prepare_vector(scale_input).map_err(|e| at(e.into()))?;
+    let impacts = c
+        .quantizer()
+        .document(scale_input)
+        .map_err(|e| at(e.into()))?;
     let dense = match (&d.dense, c.manifest().settings.dense_dim) {
         (Some(v), _) => {
             let v = DenseVector::new(v.clone()).map_err(|e| at(e.into()))?;
@@ -266,25 +270,12 @@ pub async fn get(
     let explain = params.explain;
     let lookup = id.clone();
     let found = blocking(move || Ok(c.snapshot()?.get(&lookup, explain)?)).await?;
-    let Some(found) = found else {
-        return Err(ApiError::not_found(format!(
+    match found {
+        Some(found) => Ok(Json(found)),
+        None => Err(ApiError::not_found(format!(
             "no document {id:?} in collection {name:?}"
-        )));
-    };
-    let terms = found.impacts.map(|q| {
-        let mut t: Vec<(String, u32)> = q.iter().map(|(t, i)| (t.to_string(), i)).collect();
-        t.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        t
-    });
-    Ok(Json(StoredDocument {
-        id: found.doc.id.to_string(),
-        modality: found.doc.modality,
-        uri: found.doc.uri,
-        text: found.doc.text,
-        metadata: found.doc.metadata,
-        terms,
-        dense: found.dense.is_some(),
-    }))
+        ))),
+    }
 }
 
 /// `DELETE /v1/collections/{name}/documents/{id}`

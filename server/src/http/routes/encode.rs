@@ -1,4 +1,5 @@
-//! `POST /v1/encode`: text or image → sparse terms (and the dense embedding on request).
+//! `POST /v1/encode`: text or image → sparse terms (and the dense embedding on request), cut
+//! and quantized exactly as a collection stores them (the named one, or scale 100).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
+use lexlip_index::Quantizer;
 
 use super::{decode_base64, parse_json, read_body};
 use crate::http::api::{EncodeRequest, EncodeResponse};
@@ -44,16 +46,21 @@ pub async fn encode(
         }
         _ => return Err(ApiError::unprocessable("give exactly one of text, image")),
     };
-    let sparse = match req.top_k_terms {
-        Some(0) => return Err(ApiError::unprocessable("top_k_terms must be at least 1")),
-        Some(k) => sparse.top_k(k),
-        None => sparse,
+    // Exactly what the named collection (or a default one) would store.
+    let quantizer = match &req.collection {
+        Some(name) => {
+            let open = state.get(name)?;
+            state.check_encodable(name, &open.collection)?;
+            open.collection.quantizer().clone()
+        }
+        None => Quantizer::default(),
     };
-    let impacts: BTreeMap<String, u32> = sparse
-        .quantize(lexlip_proto::DEFAULT_SCALE)
-        .iter()
-        .map(|(t, i)| (t.to_string(), i))
-        .collect();
+    let quantizer = match req.top_k_terms {
+        Some(k) => quantizer.with_top_k(k)?,
+        None => quantizer,
+    };
+    let (sparse, impacts) = quantizer.encode(&sparse)?;
+    let impacts: BTreeMap<String, u32> = impacts.into();
     let terms = sparse
         .by_weight()
         .into_iter()

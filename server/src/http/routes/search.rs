@@ -1,6 +1,9 @@
 //! Search: `POST /v1/collections/{name}/search` and the two convenience routes.
 //!
-//! One snapshot answers a request, so sparse, dense and fused lists all see the same commit.
+//! One snapshot answers a request, so sparse, dense and fused lists all see the same commit. A
+//! request that is abandoned (its timeout fired, its client went away) drops this handler's
+//! future, which cancels its sparse searches: they stop within milliseconds and the blocking
+//! thread is free again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,13 +14,14 @@ use axum::body::Body;
 use axum::extract::{Multipart, Path, State};
 use axum::http::HeaderMap;
 use axum::http::Request;
-use lexlip_index::{MAX_K, SearchOptions, VectorInput};
-use lexlip_proto::api::{Filter, Hit, Precision};
-use lexlip_proto::{DenseVector, Modality, QuantizedVector};
+use lexlip_index::{Cancel, IndexError, MAX_K, SearchOptions};
+use lexlip_proto::api::{Hit, Precision};
+use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
 use crate::http::api::{
-    ImageToText, Mode, SearchPath, SearchRequest, SearchResponse, TextToImage, default_k,
+    ImageToText, Mode, SearchParams, SearchPath, SearchRequest, SearchResponse, TextToImage,
+    default_k,
 };
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::state::SharedState;
@@ -34,17 +38,6 @@ pub enum QueryInput {
     Image(Arc<Vec<u8>>),
     Sparse(serde_json::Map<String, serde_json::Value>),
     Dense(Vec<f32>),
-}
-
-/// Everything but the query.
-pub struct SearchParams {
-    pub k: usize,
-    pub mode: Mode,
-    pub exact: Option<bool>,
-    pub approx: Option<f32>,
-    pub filter: Filter,
-    pub target: Option<Modality>,
-    pub explain: bool,
 }
 
 impl QueryInput {
@@ -134,7 +127,7 @@ pub async fn execute(
             }
         )));
     }
-    let scale = c.manifest().settings.scale;
+    let quantizer = c.quantizer().clone();
     let encoders = state.encoders.clone();
 
     // The sparse query.
@@ -144,25 +137,20 @@ pub async fn execute(
         let q: QuantizedVector = match &input {
             QueryInput::Text(t) => {
                 state.check_encodable(name, &c)?;
-                encoders.text(t.clone()).await?.quantize(scale)
+                quantizer.query(VectorInput::Weights(encoders.text(t.clone()).await?))?
             }
             QueryInput::Image(bytes) => {
                 state.check_encodable(name, &c)?;
-                encoders
-                    .image(bytes.clone(), "query.image".into())
-                    .await?
-                    .quantize(scale)
+                let weights = encoders.image(bytes.clone(), "query.image".into()).await?;
+                quantizer.query(VectorInput::Weights(weights))?
             }
             QueryInput::Sparse(map) => {
                 if map.is_empty() {
                     return Err(ApiError::unprocessable("query.sparse is empty"));
                 }
-                match lexlip_index::ingest::vector_input(map.clone())
-                    .map_err(|e| ApiError::unprocessable(format!("query.sparse: {e}")))?
-                {
-                    VectorInput::Impacts(q) => q,
-                    VectorInput::Weights(w) => w.try_quantize(scale)?,
-                }
+                let v = VectorInput::from_json(map.clone())
+                    .map_err(|e| ApiError::unprocessable(format!("query.sparse: {e}")))?;
+                quantizer.query(v)?
             }
             QueryInput::Dense(_) => {
                 return Err(ApiError::internal("a dense query reached the sparse index"));
@@ -208,6 +196,9 @@ pub async fn execute(
         _ => None,
     };
 
+    // Dropped with this future: an abandoned request stops its searches.
+    let cancel = Cancel::new();
+    let _cancel_on_drop = cancel.on_drop();
     let run_sparse = |n: usize| {
         let snapshot = snapshot.clone();
         let q = sparse.clone();
@@ -215,14 +206,24 @@ pub async fn execute(
             k: n,
             precision,
             filter: filter.clone(),
+            cancel: cancel.clone(),
             ..SearchOptions::top(n)
         };
+        let metrics = state.metrics.clone();
         blocking(move || {
             let Some(q) = q else { return Ok(Vec::new()) };
             if q.is_empty() {
                 return Ok(Vec::new());
             }
-            Ok(snapshot.search(&q, &options)?.hits)
+            let _running = metrics.search_running();
+            match snapshot.search(&q, &options) {
+                Ok(out) => Ok(out.hits),
+                Err(IndexError::Cancelled) => {
+                    metrics.search_cancelled();
+                    Err(IndexError::Cancelled.into())
+                }
+                Err(e) => Err(e.into()),
+            }
         })
     };
     let run_dense = |v: DenseVector, n: usize| {
@@ -350,16 +351,8 @@ pub async fn search(
 ) -> ApiResult<Json<SearchResponse>> {
     let bytes = read_body(body, state.limits.max_body_bytes).await?;
     let req: SearchRequest = parse_json(&headers, &bytes)?;
+    let params = req.params(req.target);
     let input = QueryInput::from_request(req.query)?;
-    let params = SearchParams {
-        k: req.k,
-        mode: req.mode,
-        exact: req.exact,
-        approx: req.approx,
-        filter: req.filter,
-        target: req.target,
-        explain: req.explain,
-    };
     Ok(Json(execute(&state, &name, input, params).await?))
 }
 
@@ -375,15 +368,7 @@ pub async fn text_to_image(
 ) -> ApiResult<Json<SearchResponse>> {
     let bytes = read_body(body, state.limits.max_body_bytes).await?;
     let req: TextToImage = parse_json(&headers, &bytes)?;
-    let params = SearchParams {
-        k: req.k,
-        mode: req.mode,
-        exact: req.exact,
-        approx: req.approx,
-        filter: req.filter,
-        target: Some(Modality::Image),
-        explain: req.explain,
-    };
+    let params = req.params(Some(Modality::Image));
     Ok(Json(
         execute(&state, &req.collection, QueryInput::Text(req.text), params).await?,
     ))
@@ -432,30 +417,17 @@ pub async fn image_to_text(
             .ok_or_else(|| ApiError::unprocessable("multipart field collection is missing"))?;
         let image =
             image.ok_or_else(|| ApiError::unprocessable("multipart field image is missing"))?;
-        let params = SearchParams {
-            k,
-            mode: Mode::Sparse,
-            exact: None,
-            approx: None,
-            filter: Filter::default(),
-            target: Some(Modality::Text),
-            explain: false,
-        };
-        (collection, image, params)
+        (
+            collection,
+            image,
+            SearchParams::top(k, Some(Modality::Text)),
+        )
     } else {
         let (parts, body) = request.into_parts();
         let bytes = read_body(body, state.limits.max_body_bytes).await?;
         let req: ImageToText = parse_json(&parts.headers, &bytes)?;
         let image = decode_base64("image", &req.image)?;
-        let params = SearchParams {
-            k: req.k,
-            mode: req.mode,
-            exact: req.exact,
-            approx: req.approx,
-            filter: req.filter,
-            target: Some(Modality::Text),
-            explain: req.explain,
-        };
+        let params = req.params(Some(Modality::Text));
         (req.collection, image, params)
     };
     Ok(Json(

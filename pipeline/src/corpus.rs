@@ -1,124 +1,36 @@
-//! The staged pipeline:
+//! Corpora (captions and images) through the staged pipeline:
 //!
 //! ```text
 //! reader ──▶ decode/preprocess (rayon) ──▶ encode (batched) + quantize ──▶ write + commit
 //! ```
+//!
+//! The last stage is the one every job shares ([`crate::writer`]).
 //!
 //! Each stage runs on its own thread (the writer on the caller's), joined by bounded channels of
 //! chunks (one encoder batch each), so memory stays flat whatever the corpus size and the
 //! slowest stage sets the pace. Items keep their input order end to end: after each commit the position
 //! reached is saved ([`crate::progress`]) and a re-run resumes from it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use lexlip_index::{Collection, VectorInput};
+use lexlip_index::Collection;
 use lexlip_model::{Encoders, PreprocessedImage};
-use lexlip_proto::{DocId, Document, QuantizedVector, SparseVector};
+use lexlip_proto::{DocId, Document, SparseVector, VectorInput};
 use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
 use crate::item::{BadItem, ImageRef, Item, SourceItem, reason};
-use crate::progress::{Counts, Progress, fingerprint};
+use crate::job::{Observer, Options, Summary};
+use crate::progress::fingerprint;
 use crate::shard::Shard;
 use crate::sources::Input;
+use crate::writer::{Chunk, Prepared, Resume};
 
 /// Chunks in flight between two stages.
 const CHANNEL_CHUNKS: usize = 4;
-
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Items per encoder batch (and per chunk between stages).
-    pub batch_size: usize,
-    /// Commit (and save the resume position) after at least this many documents.
-    pub commit_every: usize,
-    pub shard: Option<Shard>,
-    /// Stop at the first bad item instead of skipping it.
-    pub strict: bool,
-    /// Anything else that must match for a re-run to resume (e.g. the model path).
-    pub context: String,
-    /// Ignore the saved progress of an earlier run and start from the beginning.
-    pub restart: bool,
-    /// Set (e.g. on Ctrl-C) to stop after the chunk being written: it is committed, the chunks
-    /// still queued are dropped, and a re-run resumes with them.
-    pub stop: Option<Arc<AtomicBool>>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            batch_size: 32,
-            commit_every: 10_000,
-            shard: None,
-            strict: false,
-            context: String::new(),
-            restart: false,
-            stop: None,
-        }
-    }
-}
-
-/// What the job did. The counts cover the whole job (within the shard): a resumed run adds to
-/// those saved with the commit it resumed from, so its summary equals a clean run's.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Summary {
-    /// Items read.
-    pub read: u64,
-    pub indexed: u64,
-    /// Skipped items by reason.
-    pub skipped: BTreeMap<String, u64>,
-    /// Items this invocation processed (`read` less the resumed prefix).
-    pub processed: u64,
-    /// Input position this run started from (0 for a fresh run).
-    pub resumed_from: u64,
-    /// The input had already been indexed completely by an earlier run (nothing was done).
-    pub already_complete: bool,
-    /// Stopped by [`Options::stop`] before the end of the input (what was read is committed).
-    pub interrupted: bool,
-    /// Busy time of each stage (they overlap: the slowest one sets the pace).
-    pub stage_seconds: StageSeconds,
-}
-
-/// Seconds each stage spent working.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct StageSeconds {
-    /// Reading files and decoding/resizing images (wall time of the parallel decode).
-    pub decode: f64,
-    /// Running the encoders and quantizing their output.
-    pub encode: f64,
-    /// Adding to the collection and committing.
-    pub write: f64,
-}
-
-/// Receives skipped items and progress (errors file, progress bar).
-pub trait Observer {
-    fn skipped(&mut self, position: u64, bad: &BadItem) -> Result<()>;
-    fn progress(&mut self, read: u64, indexed: u64);
-    /// Called right before each commit: make what was reported durable and return a mark saved
-    /// with the commit (e.g. the errors file's length, see [`crate::ErrorsFile`]).
-    fn checkpoint(&mut self) -> Result<u64> {
-        Ok(0)
-    }
-    /// Called once before anything is reported, with the mark saved by the commit the run
-    /// resumes from (0 for a fresh run): forget what was reported after it.
-    fn rewind(&mut self, _mark: u64) -> Result<()> {
-        Ok(())
-    }
-}
-
-struct Chunk<T> {
-    items: Vec<(u64, T)>,
-    /// Input position after the last item read into this chunk.
-    end: u64,
-    /// Seconds the decode stage spent on this chunk.
-    decode_seconds: f64,
-    /// Seconds the encode stage spent on this chunk.
-    encode_seconds: f64,
-    /// The last chunk of the input (not sent when the reader was stopped).
-    last: bool,
-}
 
 /// An item ready to encode.
 struct Ready {
@@ -137,7 +49,7 @@ pub fn run_fingerprint(input: &Input, options: &Options) -> Result<String> {
 }
 
 /// Indexes `input` into `collection` with `encoders`.
-pub fn run(
+pub fn index_corpus(
     input: &Input,
     encoders: &Encoders,
     collection: &Collection,
@@ -145,22 +57,11 @@ pub fn run(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let fp = run_fingerprint(input, options)?;
-    let saved = match options.restart {
-        true => None,
-        false => Progress::load(collection.dir(), &fp)?,
+    let saved = match crate::writer::resume(collection, options, &fp, observer)? {
+        Resume::Complete(summary) => return Ok(summary),
+        Resume::From(saved) => saved,
     };
-    if let Some(p) = saved.as_ref().filter(|p| p.complete) {
-        return Ok(Summary {
-            read: p.counts.read,
-            indexed: p.counts.indexed,
-            skipped: p.counts.skipped.clone(),
-            already_complete: true,
-            resumed_from: p.position,
-            ..Summary::default()
-        });
-    }
     let source = input.open()?;
-    observer.rewind(saved.as_ref().map_or(0, |p| p.mark))?;
     let batch = options.batch_size.max(1);
     let shard = options.shard;
     let stop = options.stop.clone();
@@ -169,13 +70,14 @@ pub fn run(
         let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
         let (ready_tx, ready_rx) =
             sync_channel::<Result<Chunk<Result<Ready, BadItem>>>>(CHANNEL_CHUNKS);
-        let (encoded_tx, encoded_rx) =
-            sync_channel::<Result<Chunk<Result<Encoded, BadItem>>>>(CHANNEL_CHUNKS);
+        let (encoded_tx, encoded_rx) = sync_channel::<Result<Chunk<Prepared>>>(CHANNEL_CHUNKS);
         let resume = saved.as_ref().map_or(0, |p| p.position);
         scope.spawn(move || read_stage(source, resume, shard, batch, stop, read_tx));
         scope.spawn(move || decode_stage(encoders, read_rx, ready_tx));
         scope.spawn(move || encode_stage(encoders, collection, ready_rx, encoded_tx));
-        let summary = write_stage(collection, options, &fp, saved, encoded_rx, observer);
+        let summary = crate::writer::write(
+            collection, options, &fp, saved, "item", encoded_rx, observer,
+        );
         // On an early error the receivers drop here, which unblocks and ends the other stages.
         summary
     })
@@ -196,13 +98,7 @@ fn read_stage(
     let stopped = || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
     for item in source {
         if position >= resume && stopped() {
-            let _ = tx.send(Chunk {
-                items: chunk,
-                end: position,
-                decode_seconds: 0.0,
-                encode_seconds: 0.0,
-                last: false,
-            });
+            let _ = tx.send(Chunk::new(chunk, position, false));
             return;
         }
         let here = position;
@@ -217,27 +113,12 @@ fn read_stage(
         chunk.push((here, item));
         if chunk.len() >= batch {
             let items = std::mem::replace(&mut chunk, Vec::with_capacity(batch));
-            if tx
-                .send(Chunk {
-                    items,
-                    end: position,
-                    decode_seconds: 0.0,
-                    encode_seconds: 0.0,
-                    last: false,
-                })
-                .is_err()
-            {
+            if tx.send(Chunk::new(items, position, false)).is_err() {
                 return;
             }
         }
     }
-    let _ = tx.send(Chunk {
-        items: chunk,
-        end: position.max(resume),
-        decode_seconds: 0.0,
-        encode_seconds: 0.0,
-        last: true,
-    });
+    let _ = tx.send(Chunk::new(chunk, position.max(resume), true));
 }
 
 fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
@@ -289,11 +170,8 @@ fn decode_stage(
             .collect();
         if tx
             .send(Ok(Chunk {
-                items,
-                end: chunk.end,
                 decode_seconds: started.elapsed().as_secs_f64(),
-                encode_seconds: 0.0,
-                last: chunk.last,
+                ..Chunk::new(items, chunk.end, chunk.last)
             }))
             .is_err()
         {
@@ -339,19 +217,13 @@ fn encode_batch<T>(
     }
 }
 
-/// An item encoded and quantized, ready to write.
-struct Encoded {
-    item: Item,
-    impacts: QuantizedVector,
-}
-
 /// Encodes each chunk's images and texts (one batch each), then quantizes (scale, top-K) for
 /// the collection. Runs on its own thread so that the writer works on the previous chunk.
 fn encode_stage(
     encoders: &Encoders,
     collection: &Collection,
     rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
-    tx: SyncSender<Result<Chunk<Result<Encoded, BadItem>>>>,
+    tx: SyncSender<Result<Chunk<Prepared>>>,
 ) {
     for chunk in rx {
         let chunk = match chunk {
@@ -370,11 +242,9 @@ fn encode_stage(
             }
         };
         let out = Chunk {
-            items,
-            end: chunk.end,
             decode_seconds: chunk.decode_seconds,
             encode_seconds: started.elapsed().as_secs_f64(),
-            last: chunk.last,
+            ..Chunk::new(items, chunk.end, chunk.last)
         };
         if tx.send(Ok(out)).is_err() {
             return;
@@ -386,7 +256,7 @@ fn encode_chunk(
     encoders: &Encoders,
     collection: &Collection,
     mut items: Vec<(u64, Result<Ready, BadItem>)>,
-) -> Result<Vec<(u64, Result<Encoded, BadItem>)>> {
+) -> Result<Vec<(u64, Prepared)>> {
     let mut image_slots = Vec::new();
     let mut image_batch: Vec<PreprocessedImage> = Vec::new();
     for (i, (_, r)) in items.iter_mut().enumerate() {
@@ -435,112 +305,20 @@ fn encode_chunk(
                     }
                 };
                 let impacts = collection
-                    .prepare_vector(VectorInput::Weights(v))
-                    .map_err(|e| BadItem::new(Some(id), reason::VECTOR, e.to_string()))?;
-                Ok(Encoded {
-                    item: r.item,
-                    impacts,
-                })
+                    .quantizer()
+                    .document(VectorInput::Weights(v))
+                    .map_err(|e| BadItem::new(Some(id.clone()), reason::VECTOR, e.to_string()))?;
+                Ok((document(r.item)?, impacts))
             });
             (pos, encoded)
         })
         .collect())
 }
 
-fn write_stage(
-    collection: &Collection,
-    options: &Options,
-    fp: &str,
-    saved: Option<Progress>,
-    rx: Receiver<Result<Chunk<Result<Encoded, BadItem>>>>,
-    observer: &mut dyn Observer,
-) -> Result<Summary> {
-    let resume = saved.as_ref().map_or(0, |p| p.position);
-    let mut counts = saved.map(|p| p.counts).unwrap_or_default();
-    let mut summary = Summary {
-        resumed_from: resume,
-        ..Summary::default()
-    };
-    let mut since_commit = 0usize;
-    let mut position = resume;
-    let mut reached_end = false;
-    if resume > 0 {
-        observer.progress(counts.read, counts.indexed);
-    }
-    let stopped = || {
-        options
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed))
-    };
-    for chunk in rx {
-        // A stop request leaves the chunks still queued (a re-run resumes with them).
-        if stopped() {
-            break;
-        }
-        let chunk = chunk?;
-        reached_end = chunk.last;
-        summary.stage_seconds.decode += chunk.decode_seconds;
-        summary.stage_seconds.encode += chunk.encode_seconds;
-        let write_start = std::time::Instant::now();
-        for (pos, encoded) in chunk.items {
-            counts.read += 1;
-            summary.processed += 1;
-            match encoded {
-                Ok(Encoded { item, impacts }) => {
-                    collection.add(document(item)?, impacts)?;
-                    counts.indexed += 1;
-                    since_commit += 1;
-                }
-                Err(bad) => {
-                    if options.strict {
-                        return Err(PipelineError::Strict {
-                            position: pos,
-                            id: bad.id.clone().unwrap_or_default(),
-                            reason: bad.reason,
-                            message: bad.message,
-                        });
-                    }
-                    counts.skip(bad.reason);
-                    observer.skipped(pos, &bad)?;
-                }
-            }
-        }
-        position = chunk.end;
-        observer.progress(counts.read, counts.indexed);
-        if since_commit >= options.commit_every {
-            commit(collection, fp, position, false, &counts, observer)?;
-            since_commit = 0;
-        }
-        summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
-    }
-    let write_start = std::time::Instant::now();
-    commit(collection, fp, position, reached_end, &counts, observer)?;
-    summary.stage_seconds.write += write_start.elapsed().as_secs_f64();
-    summary.interrupted = !reached_end;
-    summary.read = counts.read;
-    summary.indexed = counts.indexed;
-    summary.skipped = counts.skipped;
-    Ok(summary)
-}
-
-/// Commits the collection, then saves the resume point (input position, counts, the observer's
-/// mark). A crash between the two resumes from the previous point: the documents in between
-/// are added again and replace themselves.
-pub fn commit(
-    collection: &Collection,
-    fp: &str,
-    position: u64,
-    complete: bool,
-    counts: &Counts,
-    observer: &mut dyn Observer,
-) -> Result<()> {
-    let mark = observer.checkpoint()?;
-    crate::progress::commit_and_save(collection, fp, position, complete, counts, mark)
-}
-
-fn document(item: Item) -> Result<Document> {
-    let id = DocId::new(item.id).map_err(|e| PipelineError::Stage(e.to_string()))?;
+/// The stored fields of an item (its id was checked by the reader).
+fn document(item: Item) -> std::result::Result<Document, BadItem> {
+    let id = DocId::new(item.id.clone())
+        .map_err(|e| BadItem::new(Some(item.id.clone()), reason::BAD_ID, e.to_string()))?;
     let mut doc = Document::new(id, item.modality);
     doc.text = item.text;
     doc.uri = item.uri;

@@ -9,11 +9,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use lexlip_proto::{DocId, Document, Modality, QuantizedVector, SparseVector};
+use lexlip_proto::{DocId, Document, Modality, VectorInput};
 use serde::Deserialize;
 
-use crate::collection::VectorInput;
-use crate::error::{IndexError, Result};
+use crate::error::{PipelineError, Result};
 
 #[derive(Deserialize)]
 struct RawLine {
@@ -51,11 +50,11 @@ pub fn parse_line(
     text: &str,
     line: u64,
     default_modality: Modality,
-) -> Result<VectorRecord, LineError> {
+) -> std::result::Result<VectorRecord, LineError> {
     let err = |kind, reason: String| LineError { line, kind, reason };
     let raw: RawLine = serde_json::from_str(text).map_err(|e| err("json", e.to_string()))?;
     let id = DocId::new(raw.id).map_err(|e| err("id", e.to_string()))?;
-    let vector = vector_input(raw.vector).map_err(|reason| err("vector", reason))?;
+    let vector = VectorInput::from_json(raw.vector).map_err(|e| err("vector", e.to_string()))?;
     let doc = Document {
         id,
         modality: raw.modality.unwrap_or(default_modality),
@@ -66,42 +65,14 @@ pub fn parse_line(
     Ok(VectorRecord { doc, vector })
 }
 
-/// A JSON `{token: weight}` object as a vector: all integers → impacts; any float → every
-/// weight is a float weight, quantized later with the collection's scale.
-pub fn vector_input(
-    vector: serde_json::Map<String, serde_json::Value>,
-) -> std::result::Result<VectorInput, String> {
-    let mut ints = Vec::with_capacity(vector.len());
-    let mut floats = Vec::new();
-    for (term, value) in vector {
-        let Some(n) = value.as_number() else {
-            return Err(format!("weight of {term:?} is not a number: {value}"));
-        };
-        if let Some(u) = n.as_u64() {
-            ints.push((term, u));
-        } else if let Some(f) = n.as_f64() {
-            floats.push((term, f as f32));
-        }
-    }
-    if floats.is_empty() {
-        Ok(VectorInput::Impacts(
-            QuantizedVector::new(ints).map_err(|e| e.to_string())?,
-        ))
-    } else {
-        // Mixed: integers are read as weights too, so that every term is quantized alike.
-        floats.extend(ints.into_iter().map(|(t, u)| (t, u as f32)));
-        Ok(VectorInput::Weights(
-            SparseVector::new(floats).map_err(|e| e.to_string())?,
-        ))
-    }
-}
-
 /// Lines of a plain or gzipped file.
 pub fn open_lines(path: &Path) -> Result<Box<dyn BufRead + Send>> {
-    let mut file = File::open(path).map_err(|e| IndexError::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| PipelineError::io(path, e))?;
     let mut magic = [0u8; 2];
-    let n = file.read(&mut magic).map_err(|e| IndexError::io(path, e))?;
-    let file = File::open(path).map_err(|e| IndexError::io(path, e))?;
+    let n = file
+        .read(&mut magic)
+        .map_err(|e| PipelineError::io(path, e))?;
+    let file = File::open(path).map_err(|e| PipelineError::io(path, e))?;
     if n == 2 && magic == [0x1f, 0x8b] {
         Ok(Box::new(BufReader::with_capacity(
             1 << 20,

@@ -1,0 +1,167 @@
+//! The collections of a data directory: `DATA/collections/NAME`, one directory each. Creating,
+//! listing and deleting them by name is done here, so the server never handles collection files
+//! itself.
+
+use std::path::{Path, PathBuf};
+
+use lexlip_proto::TermSpace;
+
+use crate::collection::Collection;
+use crate::error::{IndexError, Result};
+use crate::manifest::{CollectionSettings, Manifest};
+
+/// Sub-directory of the data directory that holds the collections.
+pub const COLLECTIONS_DIR: &str = "collections";
+
+/// A data directory's collections.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    root: PathBuf,
+}
+
+impl Catalog {
+    /// The catalog of `data_dir` (its `collections/` directory is created if missing).
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let root = data_dir.join(COLLECTIONS_DIR);
+        std::fs::create_dir_all(&root).map_err(|e| IndexError::io(&root, e))?;
+        Ok(Self { root })
+    }
+
+    /// Collection names: 1-64 of `A-Z a-z 0-9 _ - .`, not starting with `.` or `-`.
+    pub fn validate_name(name: &str) -> Result<()> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && !name.starts_with(['.', '-']);
+        if ok {
+            Ok(())
+        } else {
+            Err(IndexError::InvalidName(name.to_string()))
+        }
+    }
+
+    /// Where the collection `name` lives.
+    pub fn dir_of(&self, name: &str) -> Result<PathBuf> {
+        Self::validate_name(name)?;
+        Ok(self.root.join(name))
+    }
+
+    /// Where an existing collection `name` lives. Collections built by `lexlip index` into this
+    /// directory may have names `create` would refuse; any single path component will do.
+    fn existing_dir(&self, name: &str) -> Result<PathBuf> {
+        let component =
+            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']);
+        if component {
+            Ok(self.root.join(name))
+        } else {
+            Err(IndexError::NoSuchCollection(name.to_string()))
+        }
+    }
+
+    /// Names of the collections, sorted (directories without a manifest are not collections).
+    pub fn names(&self) -> Result<Vec<String>> {
+        let entries = std::fs::read_dir(&self.root).map_err(|e| IndexError::io(&self.root, e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| IndexError::io(&self.root, e))?;
+            if Manifest::path(&entry.path()).is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Opens the collection `name`.
+    pub fn open_collection(&self, name: &str) -> Result<Collection> {
+        let dir = self.existing_dir(name)?;
+        if !Manifest::path(&dir).is_file() {
+            return Err(IndexError::NoSuchCollection(name.to_string()));
+        }
+        Collection::open(&dir)
+    }
+
+    /// Creates the collection `name`. A directory left over from a failed create or delete (it
+    /// has no manifest, so it is not a collection) is cleared first.
+    pub fn create(
+        &self,
+        name: &str,
+        term_space: TermSpace,
+        settings: CollectionSettings,
+        vocab: Option<&[String]>,
+    ) -> Result<Collection> {
+        let dir = self.dir_of(name)?;
+        if Manifest::path(&dir).exists() {
+            return Err(IndexError::AlreadyExists(dir));
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))?;
+        }
+        Collection::create(&dir, term_space, settings, vocab)
+    }
+
+    /// Deletes the collection `name` and its files: the manifest goes first (atomically the
+    /// directory stops being a collection), then the rest.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let dir = self.existing_dir(name)?;
+        let manifest = Manifest::path(&dir);
+        if !manifest.is_file() {
+            return Err(IndexError::NoSuchCollection(name.to_string()));
+        }
+        std::fs::remove_file(&manifest).map_err(|e| IndexError::io(&manifest, e))?;
+        std::fs::remove_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_list_delete() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(tmp.path()).unwrap();
+        assert!(cat.names().unwrap().is_empty());
+        // A leftover directory without a manifest is neither listed nor in the way.
+        std::fs::create_dir_all(tmp.path().join("collections/b/index")).unwrap();
+        for name in ["b", "a"] {
+            cat.create(
+                name,
+                TermSpace::free("any"),
+                CollectionSettings::default(),
+                None,
+            )
+            .unwrap();
+        }
+        assert_eq!(cat.names().unwrap(), ["a", "b"]);
+        assert!(matches!(
+            cat.create(
+                "a",
+                TermSpace::free("any"),
+                CollectionSettings::default(),
+                None
+            ),
+            Err(IndexError::AlreadyExists(_))
+        ));
+        cat.delete("a").unwrap();
+        assert_eq!(cat.names().unwrap(), ["b"]);
+        assert!(!tmp.path().join("collections/a").exists());
+        assert!(matches!(
+            cat.delete("a"),
+            Err(IndexError::NoSuchCollection(_))
+        ));
+        assert!(cat.open_collection("b").is_ok());
+    }
+
+    #[test]
+    fn names_are_validated() {
+        for bad in ["", ".hidden", "-x", "a/b", "..", &"x".repeat(65)] {
+            assert!(Catalog::validate_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "emoji_v1.2", "A-b"] {
+            assert!(Catalog::validate_name(good).is_ok(), "{good:?}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! A collection: a directory holding a tantivy index of impacts and its manifest.
+//!
+//! The jobs are split by file: this one opens and creates collections and holds their settings;
+//! [`writer`] adds, deletes and commits; [`snapshot`] is a committed view that searches;
+//! [`documents`] reads stored documents back (hits, explain, get); [`stats`] measures.
+//!
+//! ```no_run
+//! use lexlip_index::{Collection, CollectionSettings, SearchOptions};
+//! use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::path::Path::new("/tmp/demo");
+//! let c = Collection::create(dir, TermSpace::from_tokens("free", []), CollectionSettings::default(), None)?;
+//! let v = QuantizedVector::new([("dog", 120u64), ("grass", 80)])?;
+//! c.add(Document::new(DocId::new("a")?, Modality::Image), v.clone())?;
+//! c.commit()?;
+//! let hits = c.snapshot()?.search(&v, &SearchOptions::top(10))?;
+//! assert_eq!(hits.hits[0].score, 120 * 120 + 80 * 80);
+//! # Ok(()) }
+//! ```
+
+mod documents;
+mod snapshot;
+mod stats;
+mod writer;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use lexlip_proto::{DenseVector, TermSpace};
+use tantivy::directory::MmapDirectory;
+use tantivy::index::SegmentId;
+use tantivy::{Index, IndexReader, ReloadPolicy};
+
+pub use snapshot::{SearchOutcome, Snapshot};
+
+use crate::dense::{DenseCache, DenseParams};
+use crate::error::{IndexError, Result};
+use crate::manifest::{CollectionSettings, Manifest};
+use crate::maxima::SegmentMaxima;
+use crate::quantizer::Quantizer;
+use crate::schema::{self, Fields};
+use writer::WriterState;
+
+/// The vocabulary copy kept inside a collection created with one.
+pub const VOCAB_FILE: &str = "vocab.txt";
+/// tantivy files live in this sub-directory.
+const INDEX_DIR: &str = "index";
+/// Pending documents are written as a segment once this many accumulate.
+pub const DEFAULT_FLUSH_DOCS: usize = 100_000;
+
+/// An open collection. Searches and writes can run concurrently from several threads; searches
+/// see the last commit.
+pub struct Collection {
+    dir: PathBuf,
+    manifest: Manifest,
+    quantizer: Quantizer,
+    index: Index,
+    fields: Fields,
+    reader: IndexReader,
+    writer: Mutex<Option<WriterState>>,
+    maxima: Mutex<HashMap<SegmentId, Arc<SegmentMaxima>>>,
+    dense: Arc<DenseCache>,
+    dense_params: DenseParams,
+    flush_docs: usize,
+}
+
+impl std::fmt::Debug for Collection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collection")
+            .field("dir", &self.dir)
+            .field("manifest", &self.manifest)
+            .finish()
+    }
+}
+
+impl Collection {
+    /// Creates a new collection in `dir` (which must not hold one). `vocab`, when given, is the
+    /// list of tokens of the term space in id order: documents with other terms are refused.
+    pub fn create(
+        dir: &Path,
+        term_space: TermSpace,
+        settings: CollectionSettings,
+        vocab: Option<&[String]>,
+    ) -> Result<Self> {
+        settings.validate()?;
+        if Manifest::path(dir).exists() {
+            return Err(IndexError::AlreadyExists(dir.to_path_buf()));
+        }
+        let index_dir = dir.join(INDEX_DIR);
+        std::fs::create_dir_all(&index_dir).map_err(|e| IndexError::io(&index_dir, e))?;
+        let (schema, _) = schema::build();
+        let mmap = MmapDirectory::open(&index_dir).map_err(|e| IndexError::NotACollection {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Index::create(mmap, schema, tantivy::IndexSettings::default())?;
+        if let Some(tokens) = vocab {
+            let path = dir.join(VOCAB_FILE);
+            std::fs::write(&path, tokens.join("\n")).map_err(|e| IndexError::io(&path, e))?;
+        }
+        // The manifest is written last: a directory without one is not a collection.
+        Manifest::new(term_space, settings).write(dir)?;
+        Self::open(dir)
+    }
+
+    /// Opens an existing collection.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let manifest = Manifest::read(dir)?;
+        let vocab_path = dir.join(VOCAB_FILE);
+        let vocab = if vocab_path.exists() {
+            let text =
+                std::fs::read_to_string(&vocab_path).map_err(|e| IndexError::io(&vocab_path, e))?;
+            Some(Arc::new(text.lines().map(str::to_string).collect()))
+        } else {
+            None
+        };
+        let settings = &manifest.settings;
+        let quantizer = Quantizer::new(settings.scale, settings.top_k_terms, vocab)?
+            .named(manifest.term_space.to_string());
+        let index =
+            Index::open_in_dir(dir.join(INDEX_DIR)).map_err(|e| IndexError::NotACollection {
+                path: dir.to_path_buf(),
+                reason: format!("cannot open its tantivy index: {e}"),
+            })?;
+        let fields =
+            schema::fields_of(&index.schema()).map_err(|e| IndexError::NotACollection {
+                path: dir.to_path_buf(),
+                reason: format!("unexpected schema: {e}"),
+            })?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            manifest,
+            quantizer,
+            index,
+            fields,
+            reader,
+            writer: Mutex::new(None),
+            maxima: Mutex::new(HashMap::new()),
+            dense: Arc::new(DenseCache::default()),
+            dense_params: DenseParams::default(),
+            flush_docs: DEFAULT_FLUSH_DOCS,
+        })
+    }
+
+    /// Opens the collection in `dir`, or creates it with `settings` when `dir` holds none. An
+    /// existing collection must have been built for `term_space`, unless `term_space` is free
+    /// (no vocabulary: the caller does not know its term space). `vocab` lists the term space's
+    /// tokens for a new collection.
+    pub fn open_or_create(
+        dir: &Path,
+        term_space: TermSpace,
+        vocab: Option<&[String]>,
+        settings: CollectionSettings,
+    ) -> Result<Self> {
+        if Manifest::path(dir).exists() {
+            let c = Self::open(dir)?;
+            if !term_space.is_free() {
+                c.check_term_space(&term_space)?;
+            }
+            return Ok(c);
+        }
+        Self::create(dir, term_space, settings, vocab)
+    }
+
+    /// Opens a collection and checks that it was built for `term_space`.
+    pub fn open_for(dir: &Path, term_space: &TermSpace) -> Result<Self> {
+        let c = Self::open(dir)?;
+        c.check_term_space(term_space)?;
+        Ok(c)
+    }
+
+    /// Fails with an error naming both term spaces when they differ.
+    pub fn check_term_space(&self, term_space: &TermSpace) -> Result<()> {
+        if self.manifest.term_space.same_vocabulary(term_space) {
+            Ok(())
+        } else {
+            Err(IndexError::TermSpaceMismatch {
+                path: self.dir.clone(),
+                collection: Box::new(self.manifest.term_space.clone()),
+                given: Box::new(term_space.clone()),
+            })
+        }
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How this collection turns weights into impacts (documents and queries).
+    pub fn quantizer(&self) -> &Quantizer {
+        &self.quantizer
+    }
+
+    /// Tuning of the dense fallback index (takes effect for segments loaded afterwards).
+    pub fn set_dense_params(&mut self, params: DenseParams) {
+        self.dense_params = params;
+    }
+
+    /// Checks a dense vector against the collection's dense dimension.
+    pub fn check_dense(&self, v: &DenseVector) -> Result<()> {
+        match self.manifest.settings.dense_dim {
+            None => Err(IndexError::InvalidSetting(
+                "this collection has dense search off (created without a dense dimension); \
+                 recreate it with dense on to store dense vectors"
+                    .into(),
+            )),
+            Some(dim) if dim != v.dim() => Err(IndexError::InvalidSetting(format!(
+                "dense vector has dimension {}, the collection expects {dim}",
+                v.dim()
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Documents written into a segment once this many are pending (default 100,000).
+    pub fn set_flush_docs(&mut self, n: usize) {
+        self.flush_docs = n.max(1);
+    }
+
+    /// Ids of the segments of the last commit.
+    fn live_segments(&self) -> HashSet<SegmentId> {
+        self.reader
+            .searcher()
+            .segment_readers()
+            .iter()
+            .map(|r| r.segment_id())
+            .collect()
+    }
+}

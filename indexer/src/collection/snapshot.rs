@@ -1,0 +1,181 @@
+//! A snapshot: one commit of a collection, searched by the sparse and the dense index alike, so
+//! every list of one request sees the same documents.
+
+use std::sync::Arc;
+
+use lexlip_proto::api::Filter;
+use lexlip_proto::{DenseVector, QuantizedVector, SparseVector};
+use tantivy::Searcher;
+
+use super::Collection;
+use crate::dense::{DenseCache, DenseHit, DenseParams};
+use crate::error::{IndexError, Result};
+use crate::maxima::SegmentMaxima;
+use crate::schema::Fields;
+use crate::search::filter::CompiledFilter;
+use crate::search::sparse::Segment;
+use crate::search::{ScoredDoc, SearchOptions, SearchStats, SparseSearch};
+
+/// The result of a search against a snapshot.
+#[derive(Debug, Clone)]
+pub struct SearchOutcome {
+    pub hits: Vec<ScoredDoc>,
+    pub stats: SearchStats,
+}
+
+/// A point-in-time view of a collection: what one commit contains.
+pub struct Snapshot {
+    pub(super) searcher: Searcher,
+    maxima: Vec<Arc<SegmentMaxima>>,
+    pub(super) fields: Fields,
+    scale: f32,
+    dense: Arc<DenseCache>,
+    dense_dim: Option<usize>,
+    dense_params: DenseParams,
+}
+
+impl Collection {
+    /// A consistent view of the last commit, with the pruning maxima of its segments (computed
+    /// once per segment and cached).
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let searcher = self.reader.searcher();
+        let mut maxima = Vec::with_capacity(searcher.segment_readers().len());
+        for reader in searcher.segment_readers() {
+            let id = reader.segment_id();
+            let cached = self
+                .maxima
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .cloned();
+            let m = match cached {
+                Some(m) => m,
+                None => {
+                    let m = Arc::new(SegmentMaxima::compute(reader, self.fields.impacts)?);
+                    self.maxima
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id, m.clone());
+                    m
+                }
+            };
+            maxima.push(m);
+        }
+        Ok(Snapshot {
+            searcher,
+            maxima,
+            fields: self.fields,
+            scale: self.manifest.settings.scale,
+            dense: self.dense.clone(),
+            dense_dim: self.manifest.settings.dense_dim,
+            dense_params: self.dense_params,
+        })
+    }
+}
+
+impl Snapshot {
+    pub fn num_docs(&self) -> u64 {
+        self.searcher.num_docs()
+    }
+
+    pub fn searcher(&self) -> &Searcher {
+        &self.searcher
+    }
+
+    pub(crate) fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// Top-k documents by the integer dot product with `query`. Fails with `Cancelled` when
+    /// `options.cancel` is set while it runs.
+    pub fn search(
+        &self,
+        query: &QuantizedVector,
+        options: &SearchOptions,
+    ) -> Result<SearchOutcome> {
+        let mut search = SparseSearch::new(query, options)?;
+        let filter = CompiledFilter::new(&options.filter, &self.fields)?;
+        let allowed = filter.allowed(&self.searcher)?;
+        for (ord, reader) in self.searcher.segment_readers().iter().enumerate() {
+            search.segment(&Segment {
+                ord: ord as u32,
+                reader,
+                impacts: self.fields.impacts,
+                maxima: &self.maxima[ord],
+                allowed: allowed.as_ref().map(|a| &a[ord]),
+            })?;
+        }
+        let (hits, stats) = search.finish();
+        Ok(SearchOutcome { hits, stats })
+    }
+
+    /// Whether this collection keeps dense vectors.
+    pub fn has_dense(&self) -> bool {
+        self.dense_dim.is_some()
+    }
+
+    /// Loads the dense vectors (and graphs) of every segment now, rather than on first search.
+    pub fn warm_dense(&self) -> Result<()> {
+        if let Some(dim) = self.dense_dim {
+            for reader in self.searcher.segment_readers() {
+                self.dense
+                    .get_or_load(reader, &self.fields, dim, &self.dense_params)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Top-k live documents by cosine similarity with `query` (dense fallback). `exact` scans
+    /// every vector; otherwise large segments are searched through their HNSW graph.
+    pub fn search_dense(
+        &self,
+        query: &DenseVector,
+        k: usize,
+        exact: bool,
+        filter: &Filter,
+    ) -> Result<Vec<DenseHit>> {
+        let Some(dim) = self.dense_dim else {
+            return Err(IndexError::InvalidQuery(
+                "this collection has dense search off".into(),
+            ));
+        };
+        if query.dim() != dim {
+            return Err(IndexError::InvalidQuery(format!(
+                "dense query has dimension {}, the collection's vectors have {dim}",
+                query.dim()
+            )));
+        }
+        if k == 0 || k > crate::MAX_K {
+            return Err(IndexError::InvalidQuery(format!(
+                "k must be between 1 and {}, got {k}",
+                crate::MAX_K
+            )));
+        }
+        let allowed = CompiledFilter::new(filter, &self.fields)?.allowed(&self.searcher)?;
+        let mut segments = Vec::new();
+        for reader in self.searcher.segment_readers() {
+            let d = self
+                .dense
+                .get_or_load(reader, &self.fields, dim, &self.dense_params)?;
+            segments.push((reader, d));
+        }
+        Ok(crate::dense::search(
+            &segments,
+            query,
+            k,
+            exact,
+            &self.dense_params,
+            allowed.as_deref(),
+        ))
+    }
+
+    /// Memory held by the pruning maxima of the snapshot's segments.
+    pub fn pruning_memory_bytes(&self) -> u64 {
+        self.maxima.iter().map(|m| m.heap_bytes() as u64).sum()
+    }
+
+    /// Impacts back to float weights with the collection's scale.
+    pub fn to_weights(&self, q: &QuantizedVector) -> SparseVector {
+        q.to_sparse(self.scale)
+    }
+}

@@ -1,0 +1,91 @@
+//! What a collection holds and what it costs: documents by modality, distinct terms, stored
+//! non-zeros, bytes on disk.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use lexlip_proto::Modality;
+use lexlip_proto::api::CollectionStats;
+use tantivy::Term;
+use tantivy::collector::Count;
+use tantivy::query::TermQuery;
+use tantivy::schema::IndexRecordOption;
+
+use super::Collection;
+use crate::error::{IndexError, Result};
+
+impl Collection {
+    /// Documents, terms and bytes of the last commit.
+    pub fn stats(&self) -> Result<CollectionStats> {
+        let snapshot = self.snapshot()?;
+        let searcher = &snapshot.searcher;
+        let mut by_modality = HashMap::new();
+        for m in [Modality::Image, Modality::Text] {
+            let q = TermQuery::new(
+                Term::from_field_text(self.fields.modality, m.as_str()),
+                IndexRecordOption::Basic,
+            );
+            by_modality.insert(m, searcher.search(&q, &Count)? as u64);
+        }
+        let mut terms: HashSet<Vec<u8>> = HashSet::new();
+        let mut nnz = 0u64;
+        for reader in searcher.segment_readers() {
+            let inverted = reader.inverted_index(self.fields.impacts)?;
+            let mut stream = inverted.terms().stream()?;
+            while stream.advance() {
+                nnz += u64::from(stream.value().doc_freq);
+                if !terms.contains(stream.key()) {
+                    terms.insert(stream.key().to_vec());
+                }
+            }
+        }
+        let bytes = dir_size(&self.dir)?;
+        let documents = searcher.num_docs();
+        Ok(CollectionStats {
+            documents,
+            images: by_modality[&Modality::Image],
+            texts: by_modality[&Modality::Text],
+            terms: terms.len() as u64,
+            nnz,
+            bytes,
+            bytes_per_item: if documents == 0 {
+                0.0
+            } else {
+                bytes as f64 / documents as f64
+            },
+            bytes_per_nnz: if nnz == 0 {
+                0.0
+            } else {
+                bytes as f64 / nnz as f64
+            },
+            segments: searcher.segment_readers().len(),
+            pruning_memory_bytes: snapshot.pruning_memory_bytes(),
+        })
+    }
+}
+
+/// Bytes under `dir`. A background merge may delete a segment's files between the listing and
+/// the `stat`; such a file no longer counts (it is not an error).
+fn dir_size(dir: &Path) -> Result<u64> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let mut total = 0;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if gone(&e) => return Ok(0),
+        Err(e) => return Err(IndexError::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| IndexError::io(dir, e))?;
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(IndexError::io(entry.path(), e)),
+        };
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}

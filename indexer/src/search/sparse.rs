@@ -1,0 +1,101 @@
+//! One sparse search from start to end: the query and how to run it, and what carries across
+//! segments — the top k so far, the work counters, reusable score buffers and the cancellation
+//! flag. The scorers ([`super::pruned`], [`super::exhaustive`]) each take this object and one
+//! [`Segment`].
+//!
+//! ```text
+//! Snapshot::search(query, options)
+//!   SparseSearch::new(query, options)        validate once
+//!   for every segment of the snapshot:
+//!     Segment { reader, maxima, allowed }
+//!     pruned::search_segment(&mut search, &segment)   (or exhaustive::)
+//!   search.finish()                          hits best first, counters
+//! ```
+
+use lexlip_proto::QuantizedVector;
+use tantivy::SegmentReader;
+use tantivy::schema::Field;
+
+use super::filter::AllowedDocs;
+use super::{Algorithm, Cancel, ScoredDoc, SearchOptions, SearchStats, TopK};
+use crate::error::{IndexError, Result};
+use crate::maxima::SegmentMaxima;
+
+/// A search in progress.
+pub struct SparseSearch<'q> {
+    pub(crate) query: &'q QuantizedVector,
+    /// Ranges whose bound is below `factor ·` the k-th score are skipped (1 = exact).
+    pub(crate) factor: f64,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) top: TopK,
+    pub(crate) stats: SearchStats,
+    /// One score per document of a segment (term-at-a-time), reused across segments.
+    pub(crate) doc_scores: Vec<u64>,
+    /// One score per document of a range (range-at-a-time), reused across ranges.
+    pub(crate) range_scores: Vec<u64>,
+    cancel: Cancel,
+}
+
+/// One segment as the scorers see it.
+pub(crate) struct Segment<'a> {
+    pub ord: u32,
+    pub reader: &'a SegmentReader,
+    pub impacts: Field,
+    pub maxima: &'a SegmentMaxima,
+    /// Documents the filter allows (None: all).
+    pub allowed: Option<&'a AllowedDocs>,
+}
+
+impl Segment<'_> {
+    /// Whether a scored document may be returned: alive and allowed.
+    #[inline]
+    pub fn returns(&self, doc: u32) -> bool {
+        self.reader.alive_bitset().is_none_or(|a| a.is_alive(doc))
+            && self.allowed.is_none_or(|f| f.contains(doc))
+    }
+}
+
+impl<'q> SparseSearch<'q> {
+    pub fn new(query: &'q QuantizedVector, options: &SearchOptions) -> Result<Self> {
+        options.validate().map_err(IndexError::InvalidQuery)?;
+        Ok(Self {
+            query,
+            factor: options.prune_factor(),
+            algorithm: options.algorithm,
+            top: TopK::new(options.k),
+            stats: SearchStats::default(),
+            doc_scores: Vec::new(),
+            range_scores: Vec::new(),
+            cancel: options.cancel.clone(),
+        })
+    }
+
+    /// Scores one segment into the running top k.
+    pub(crate) fn segment(&mut self, segment: &Segment) -> Result<()> {
+        self.check()?;
+        self.stats.segments += 1;
+        match self.algorithm {
+            Algorithm::Pruned => super::pruned::search_segment(self, segment),
+            Algorithm::Exhaustive => super::exhaustive::search_segment(self, segment),
+        }
+    }
+
+    /// Stops with [`IndexError::Cancelled`] once the caller has cancelled.
+    #[inline]
+    pub(crate) fn check(&self) -> Result<()> {
+        self.cancel.check()
+    }
+
+    /// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
+    #[inline]
+    pub(crate) fn skips(&self, bound: u64) -> bool {
+        self.top
+            .threshold()
+            .is_some_and(|theta| (bound as f64) < theta as f64 * self.factor)
+    }
+
+    /// The hits, best first, and the work counters.
+    pub fn finish(self) -> (Vec<ScoredDoc>, SearchStats) {
+        (self.top.into_sorted(), self.stats)
+    }
+}

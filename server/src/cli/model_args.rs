@@ -1,0 +1,64 @@
+//! The encoder options shared by every command that loads a model (`index`, `encode`,
+//! `bench encode`, `serve`), and loading from them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use lexlip_model::{Encoders, LoadOptions};
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ModelArgs {
+    /// Encoders: a LexLIP Lightning .ckpt, a LexLIP directory, a Hugging Face encoder directory
+    /// (BERT masked LM, BEiT + MLM head, CLIP; the kind is detected), or hf:OWNER/NAME
+    /// (downloaded into the Hugging Face cache on first use, offline afterwards).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Run the encoders on the GPU (build with --features cuda).
+    #[arg(long)]
+    pub gpu: bool,
+}
+
+impl ModelArgs {
+    /// The model path, resolving `hf:` ids; an error naming `what` needs it when none is given.
+    pub fn path(&self, what: &str) -> anyhow::Result<PathBuf> {
+        let Some(model) = &self.model else {
+            anyhow::bail!("{what} needs --model (the encoders)");
+        };
+        resolve_model(model)
+    }
+
+    /// Loads the encoders, with `options` for what only some commands set (max length, image
+    /// size); the tokenizer comes from `--tokenizer`.
+    pub fn load(&self, what: &str, options: LoadOptions) -> anyhow::Result<(PathBuf, Encoders)> {
+        let path = self.path(what)?;
+        let device = lexlip_model::device(self.gpu)?;
+        let options = LoadOptions {
+            tokenizer: self.tokenizer.clone(),
+            ..options
+        };
+        let encoders = Encoders::load_with(&path, &device, &options)
+            .with_context(|| format!("loading model {}", path.display()))?;
+        Ok((path, encoders))
+    }
+}
+
+/// A model argument: a local path, or `hf:OWNER/NAME` for a Hugging Face repository (downloaded
+/// into the HF cache on first use; later runs, even offline, use the cache).
+pub fn resolve_model(arg: &Path) -> anyhow::Result<PathBuf> {
+    let Some(repo) = arg.to_str().and_then(|s| s.strip_prefix("hf:")) else {
+        return Ok(arg.to_path_buf());
+    };
+    #[cfg(feature = "hub")]
+    {
+        lexlip_model::hub::download(repo).map_err(|e| anyhow::anyhow!("fetching hf:{repo}: {e}"))
+    }
+    #[cfg(not(feature = "hub"))]
+    {
+        anyhow::bail!(
+            "hf:{repo}: this lexlip was built without the `hub` feature; download the model and pass its directory"
+        )
+    }
+}
