@@ -13,9 +13,7 @@ use lexlip_model::{Device, Encoders};
 use lexlip_pipeline::{BadItem, Input, Observer, Options, PipelineError, Summary};
 
 fn encoders() -> Encoders {
-    let ckpt = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../model/tests/fixtures/lexlip-tiny/lexlip-tiny.ckpt");
-    Encoders::load(&ckpt, &Device::Cpu).unwrap()
+    Encoders::load(&lexlip_tests::lexlip_tiny_checkpoint(), &Device::Cpu).unwrap()
 }
 
 fn settings(scale: f32) -> CollectionSettings {
@@ -33,15 +31,7 @@ fn collection(dir: &Path, enc: &Encoders, scale: f32) -> Collection {
 }
 
 fn png(seed: u32) -> Vec<u8> {
-    let img = image::RgbImage::from_fn(24, 24, |x, y| {
-        let v = seed
-            .wrapping_mul(2_654_435_761)
-            .wrapping_add(x * 29 + y * 13);
-        image::Rgb([(v >> 2) as u8, (v >> 10) as u8, (v >> 18) as u8])
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-    out.into_inner()
+    lexlip_tests::png(seed, 24)
 }
 
 const WORDS: &[&str] = &["dog", "cat", "red", "car", "grass", "man", "table", "blue"];
@@ -123,31 +113,9 @@ impl Observer for Recorder {
     }
 }
 
-/// id → (modality, text, metadata, sorted impacts) of every live document.
+/// Every live document of a collection (reopened: what a new process would see).
 fn contents(c: &Collection) -> BTreeMap<String, String> {
-    let c = Collection::open(c.dir()).unwrap();
-    let mut out = BTreeMap::new();
-    c.snapshot()
-        .unwrap()
-        .for_each_document(|d| {
-            let mut impacts: Vec<(String, u32)> = d
-                .impacts
-                .unwrap()
-                .iter()
-                .map(|(t, i)| (t.to_string(), i))
-                .collect();
-            impacts.sort();
-            out.insert(
-                d.doc.id.to_string(),
-                format!(
-                    "{:?}|{:?}|{:?}|{impacts:?}",
-                    d.doc.modality, d.doc.text, d.doc.metadata
-                ),
-            );
-            Ok(())
-        })
-        .unwrap();
-    out
+    lexlip_tests::contents(c.dir())
 }
 
 fn options(batch: usize, commit_every: usize) -> Options {

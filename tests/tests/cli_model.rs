@@ -1,12 +1,10 @@
 //! `lexlip model convert` on the tiny LexLIP checkpoint: the directory it writes encodes exactly
 //! like the checkpoint it came from, and bad arguments are refused clearly.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{fixtures, lexlip, lexlip_json, splade_dir, success_json};
+use lexlip_tests::{fixtures, lexlip, lexlip_json, splade_dir, success_json};
 
 fn encode(model: &Path, extra: &[&str], what: &[&str]) -> serde_json::Value {
     let mut args = vec!["encode", "--model", model.to_str().unwrap(), "--json"];
@@ -79,7 +77,7 @@ fn hub_model_ids_resolve_from_the_cache_offline() {
         std::fs::copy(splade_dir().join(f), snapshot.join(f)).unwrap();
     }
     let run = |model: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+        let out = Command::new(lexlip_tests::lexlip_bin())
             .args([
                 "encode",
                 "--model",
@@ -99,7 +97,7 @@ fn hub_model_ids_resolve_from_the_cache_offline() {
     let hub = run("hf:lexlip-test/splade-tiny");
     assert_eq!(local["terms"], hub["terms"]);
     // Not in the cache and no network: a clear error naming the repository.
-    let out = Command::new(env!("CARGO_BIN_EXE_lexlip"))
+    let out = Command::new(lexlip_tests::lexlip_bin())
         .args(["encode", "--model", "hf:lexlip-test/absent", "--text", "x"])
         .env("HF_HOME", home.path())
         .env("HF_ENDPOINT", "http://127.0.0.1:9")

@@ -1,0 +1,100 @@
+//! `lexlip serve` as a real process on a free loopback port, and requests to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A running `lexlip serve`; killed when dropped.
+pub struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    pub fn start(data: &Path, extra: &[String]) -> Server {
+        let mut child = Command::new(crate::lexlip_bin())
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--addr", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting lexlip serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("lexlip listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request; returns (status, JSON body).
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.call_with(method, path, body, &[])
+    }
+
+    pub fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = ureq::request(method, &self.url(path)).timeout(Duration::from_secs(60));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let result = match body {
+            Some(b) => req.send_json(b.clone()),
+            None => req.call(),
+        };
+        response(result)
+    }
+
+    pub fn raw(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
+        let req = ureq::request(method, &self.url(path))
+            .timeout(Duration::from_secs(60))
+            .set("Content-Type", content_type);
+        response(req.send_bytes(body))
+    }
+
+    /// Graceful stop (SIGTERM): must exit 0.
+    pub fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(ok.success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "lexlip serve exited with {status}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn response(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    let r = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    };
+    let status = r.status();
+    let text = r.into_string().unwrap();
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, value)
+}

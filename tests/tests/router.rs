@@ -1,0 +1,264 @@
+//! The router in-process (`tower::ServiceExt::oneshot`, no socket): the API's contract on
+//! precomputed vectors, and abandoned searches — a request timeout or a client that goes away
+//! cancels the search, which stops within milliseconds and frees its thread.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use lexlip_index::{Collection, CollectionSettings};
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+use lexlip_server::http::batcher::BatchConfig;
+use lexlip_server::http::encoders::{EncoderService, ModelPaths};
+use lexlip_server::http::metrics::Metrics;
+use lexlip_server::http::state::{AppState, Limits};
+use lexlip_server::http::{ServerConfig, router, shared};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+/// The router of a server without encoders over `data`, requests timing out after `timeout`.
+fn app(data: &Path, timeout: Duration) -> (Router, Metrics) {
+    let metrics = Metrics::new();
+    let batch = BatchConfig {
+        max_batch: 8,
+        max_wait: Duration::from_millis(1),
+        queue: 16,
+    };
+    let encoders = EncoderService::load(&ModelPaths::default(), batch, &metrics).unwrap();
+    let limits = Limits {
+        max_body_bytes: 1 << 20,
+        request_timeout: timeout,
+        max_in_flight: 8,
+        max_batch_docs: 100,
+        api_keys: Vec::new(),
+        protect_reads: false,
+    };
+    let state = shared(AppState::open(data, encoders, metrics.clone(), limits).unwrap());
+    let config = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        cors_origins: Vec::new(),
+    };
+    (router(state, &config), metrics)
+}
+
+async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(path);
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            Body::from(b.to_string())
+        }
+        None => Body::empty(),
+    };
+    let response = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap();
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, value)
+}
+
+#[tokio::test]
+async fn precomputed_vectors_in_process() {
+    let data = tempfile::tempdir().unwrap();
+    let (app, _) = app(data.path(), Duration::from_secs(30));
+    let (status, info) = call(
+        &app,
+        "PUT",
+        "/v1/collections/demo",
+        Some(json!({"top_k_terms": 2})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{info}");
+    assert_eq!(info["documents"], 0);
+    let docs = json!({"documents": [
+        {"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80, "sky": 5}},
+        {"id": "b", "modality": "text", "text": "a cat", "vector": {"cat": 1.5, "dog": 0.25}},
+    ]});
+    let (status, added) = call(&app, "POST", "/v1/collections/demo/documents", Some(docs)).await;
+    assert_eq!(status, StatusCode::OK, "{added}");
+    assert_eq!(added["documents"], 2);
+    // Documents are cut to the collection's top-K after quantizing.
+    let (status, a) = call(
+        &app,
+        "GET",
+        "/v1/collections/demo/documents/a?explain=true",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(a["terms"], json!([["dog", 120], ["grass", 80]]));
+    assert_eq!(a["dense"], false);
+    let query = json!({"query": {"sparse": {"dog": 2, "cat": 1}}, "explain": true});
+    let (status, found) = call(&app, "POST", "/v1/collections/demo/search", Some(query)).await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits[0]["id"], "a");
+    assert_eq!(hits[0]["score"], 240.0);
+    assert_eq!(hits[1]["score"], (2 * 25 + 150) as f64);
+    assert_eq!(hits[0]["explain"][0]["contribution"], 240);
+    // The shared search options are refused with unknown fields, on every search route.
+    let bad = json!({"query": {"sparse": {"dog": 2}}, "kk": 3});
+    let (status, _) = call(&app, "POST", "/v1/collections/demo/search", Some(bad)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let bad = json!({"collection": "demo", "text": "dog", "exactly": true});
+    let (status, _) = call(&app, "POST", "/v1/search/text-to-image", Some(bad)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // No encoder: a text query says which flag would give one.
+    let text = json!({"collection": "demo", "text": "dog"});
+    let (status, err) = call(&app, "POST", "/v1/search/text-to-image", Some(text)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    // Names the catalog refuses, and collections it does not have.
+    let (status, _) = call(&app, "PUT", "/v1/collections/.hidden", None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = call(&app, "DELETE", "/v1/collections/nope", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, list) = call(&app, "GET", "/v1/collections", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["collections"][0]["name"], "demo");
+    assert_eq!(list["collections"][0]["top_k_terms"], 2);
+    let (status, _) = call(&app, "DELETE", "/v1/collections/demo", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!data.path().join("collections/demo").exists());
+}
+
+/// A collection whose every document shares many terms with the query below, so that one
+/// exact search scores millions of postings.
+fn heavy_collection(data: &Path) -> QuantizedVector {
+    const VOCAB: u64 = 4_000;
+    const TERMS: u64 = 60;
+    let dir = data.join("collections/heavy");
+    let c = Collection::create(
+        &dir,
+        TermSpace::free("test"),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    let mut x = 88_172_645_463_325_252u64;
+    for i in 0..120_000u64 {
+        let terms = (0..TERMS).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (format!("t{}", x % VOCAB), 1 + x % 200)
+        });
+        let mut pairs: Vec<(String, u64)> = terms.collect();
+        pairs.sort();
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        let doc = Document::new(DocId::new(format!("d{i}")).unwrap(), Modality::Image);
+        c.add(doc, QuantizedVector::new(pairs).unwrap()).unwrap();
+    }
+    c.commit().unwrap();
+    QuantizedVector::new((0..VOCAB).map(|t| (format!("t{t}"), 1 + t % 50))).unwrap()
+}
+
+fn search_body(query: &QuantizedVector) -> Value {
+    json!({"query": {"sparse": serde_json::to_value(query).unwrap()}, "k": 10})
+}
+
+/// `lexlip_searches_running` and `lexlip_searches_cancelled_total` from the metrics.
+fn searches(metrics: &Metrics) -> (i64, u64) {
+    let text = metrics.render();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    (
+        value("lexlip_searches_running ") as i64,
+        value("lexlip_searches_cancelled_total ") as u64,
+    )
+}
+
+/// Waits until no search runs; returns how long that took.
+async fn until_idle(metrics: &Metrics) -> Duration {
+    let start = Instant::now();
+    while searches(metrics).0 != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "a search never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_searches_stop_and_free_the_cpu() {
+    let data = tempfile::tempdir().unwrap();
+    let query = heavy_collection(data.path());
+
+    // How long the search takes when nobody stops it.
+    let (patient, metrics) = app(data.path(), Duration::from_secs(120));
+    let start = Instant::now();
+    let (status, full) = call(
+        &patient,
+        "POST",
+        "/v1/collections/heavy/search",
+        Some(search_body(&query)),
+    )
+    .await;
+    let full_time = start.elapsed();
+    assert_eq!(status, StatusCode::OK, "{full}");
+    assert_eq!(full["hits"].as_array().unwrap().len(), 10);
+    assert_eq!(searches(&metrics), (0, 0));
+
+    // A request timeout far below that: 503 at once, and the search stops soon after.
+    let timeout = full_time / 20;
+    let (hasty, metrics) = app(data.path(), timeout);
+    let start = Instant::now();
+    let (status, err) = call(
+        &hasty,
+        "POST",
+        "/v1/collections/heavy/search",
+        Some(search_body(&query)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{err}");
+    let left_running = until_idle(&metrics).await;
+    let cancelled_after = start.elapsed();
+    assert_eq!(
+        searches(&metrics),
+        (0, 1),
+        "the search was cancelled, not finished"
+    );
+    eprintln!(
+        "full search {full_time:?}; timeout {timeout:?}: answered and stopped after {cancelled_after:?} ({left_running:?} after the answer)"
+    );
+    assert!(
+        cancelled_after < full_time / 4,
+        "a search of {full_time:?} timed out after {timeout:?} but ran on for {left_running:?}"
+    );
+
+    // A client that goes away (the request's future is dropped) cancels it the same way.
+    let (gone, metrics) = app(data.path(), Duration::from_secs(120));
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/collections/heavy/search")
+        .header("content-type", "application/json")
+        .body(Body::from(search_body(&query).to_string()))
+        .unwrap();
+    let pending = tokio::spawn(gone.clone().oneshot(request));
+    // Until the search is scoring, then the client hangs up.
+    let start = Instant::now();
+    while searches(&metrics).0 == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the search never started"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    pending.abort();
+    let hung_up = Instant::now();
+    let left_running = until_idle(&metrics).await;
+    assert_eq!(searches(&metrics), (0, 1));
+    eprintln!("client gone: the search stopped {left_running:?} later");
+    assert!(
+        hung_up.elapsed() < full_time / 4,
+        "a search of {full_time:?} ran on for {left_running:?} after its client went away"
+    );
+}
