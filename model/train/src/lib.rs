@@ -6,13 +6,22 @@
 //! - [`model`]: towers, decoders, momentum encoders and queues; one step's losses.
 //! - [`optim`]: AdamW with savable moments, warm-up/decay schedule, gradient clipping.
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
+//! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
+//!   augmentation, tokenisation and masking.
+//! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
+//!   [`export`] of the model directory.
 //!
 //! Randomness is keyed by (seed, purpose, step, index) ([`rng`]), so a run resumed from a
 //! checkpoint computes bit for bit what an uninterrupted one does on the CPU.
 
+pub mod augment;
 pub mod beit;
 pub mod bert;
+pub mod checkpoint;
+pub mod console;
+pub mod data;
 pub mod error;
+pub mod export;
 pub mod head;
 pub mod init;
 pub mod losses;
@@ -22,6 +31,10 @@ pub mod optim;
 pub mod options;
 pub mod params;
 pub mod rng;
+pub mod run;
+pub mod text;
 
+pub use console::Console;
 pub use error::{Result, TrainError};
 pub use options::{HeadInit, Preset, SaveDtype, TrainOptions};
+pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};

@@ -43,9 +43,9 @@ pub struct Queue {
 }
 
 impl Queue {
-    fn new(capacity: usize, vocab: usize, device: &Device) -> Result<Self> {
+    fn new(capacity: usize, vocab: usize, dtype: DType, device: &Device) -> Result<Self> {
         Ok(Self {
-            data: Tensor::zeros((capacity, vocab), DType::F32, device)?,
+            data: Tensor::zeros((capacity, vocab), dtype, device)?,
             ptr: 0,
             fill: 0,
         })
@@ -62,9 +62,8 @@ impl Queue {
     pub fn push(&mut self, keys: &Tensor) -> Result<()> {
         let b = keys.dim(0)?;
         let cap = self.data.dim(0)?;
-        self.data = self
-            .data
-            .slice_scatter0(&keys.detach().to_dtype(DType::F32)?, self.ptr)?;
+        let keys = keys.detach().to_dtype(self.data.dtype())?;
+        self.data = self.data.slice_scatter0(&keys, self.ptr)?;
         self.ptr = (self.ptr + b) % cap;
         self.fill = (self.fill + b).min(cap);
         Ok(())
@@ -257,8 +256,8 @@ impl LexLipModel {
             image_store,
             text,
             image,
-            queue_image: Queue::new(queue, v, dev)?,
-            queue_text: Queue::new(queue, v, dev)?,
+            queue_image: Queue::new(queue, v, dtype, dev)?,
+            queue_text: Queue::new(queue, v, dtype, dev)?,
         })
     }
 
