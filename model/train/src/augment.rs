@@ -125,7 +125,9 @@ mod tests {
     use super::*;
 
     fn gradient(w: u32, h: u32) -> RgbImage {
-        RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x + y) * 3) as u8]))
+        RgbImage::from_fn(w, h, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x + y) * 3) as u8])
+        })
     }
 
     #[test]
@@ -161,6 +163,9 @@ mod tests {
         let got = aug.pixels(&png, "x", &mut Rng::new(&[0])).unwrap();
         let want = aug.processor.preprocess(&png).unwrap();
         assert_eq!(got, want.data());
-        assert!(aug.pixels(b"not an image", "x", &mut Rng::new(&[0])).is_err());
+        assert!(
+            aug.pixels(b"not an image", "x", &mut Rng::new(&[0]))
+                .is_err()
+        );
     }
 }

@@ -63,7 +63,10 @@ fn sync_dir(path: &Path) -> Result<()> {
 /// Writes `bytes` to `path` atomically (temporary file, sync, rename, sync the directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = parent.join(format!(".{name}.tmp"));
     write_synced(&tmp, bytes)?;
     std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))?;
@@ -71,7 +74,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Saves a checkpoint of `state` with `tensors` and prunes all but the `keep` newest.
-pub fn save(out: &Path, state: &State, tensors: &HashMap<String, Tensor>, keep: usize) -> Result<PathBuf> {
+pub fn save(
+    out: &Path,
+    state: &State,
+    tensors: &HashMap<String, Tensor>,
+    keep: usize,
+) -> Result<PathBuf> {
     let root = dir(out);
     std::fs::create_dir_all(&root).map_err(|e| TrainError::io(&root, e))?;
     let name = format!("step-{:08}", state.step);
@@ -95,7 +103,12 @@ pub fn save(out: &Path, state: &State, tensors: &HashMap<String, Tensor>, keep: 
     }
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io(&dest, e))?;
     sync_dir(&root)?;
-    write_atomic(&root.join(LATEST), serde_json::json!({ "checkpoint": name }).to_string().as_bytes())?;
+    write_atomic(
+        &root.join(LATEST),
+        serde_json::json!({ "checkpoint": name })
+            .to_string()
+            .as_bytes(),
+    )?;
     prune(&root, &name, keep)?;
     Ok(dest)
 }
@@ -136,8 +149,17 @@ pub fn latest(out: &Path) -> Result<Option<(PathBuf, State)>> {
     };
     let name = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
-        .and_then(|v| v.get("checkpoint").and_then(|c| c.as_str()).map(str::to_string))
-        .ok_or_else(|| ck_err(&pointer, "unreadable; delete the checkpoints directory or pass --restart"))?;
+        .and_then(|v| {
+            v.get("checkpoint")
+                .and_then(|c| c.as_str())
+                .map(str::to_string)
+        })
+        .ok_or_else(|| {
+            ck_err(
+                &pointer,
+                "unreadable; delete the checkpoints directory or pass --restart",
+            )
+        })?;
     let dir = root.join(name);
     let state_path = dir.join(STATE);
     let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
@@ -149,7 +171,8 @@ pub fn latest(out: &Path) -> Result<Option<(PathBuf, State)>> {
 /// The tensors of a checkpoint directory (on the CPU).
 pub fn tensors(dir: &Path) -> Result<HashMap<String, Tensor>> {
     let path = dir.join(TENSORS);
-    candle_core::safetensors::load(&path, &candle_core::Device::Cpu).map_err(|e| ck_err(&path, e.to_string()))
+    candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
+        .map_err(|e| ck_err(&path, e.to_string()))
 }
 
 /// Deletes every checkpoint (`--restart`).

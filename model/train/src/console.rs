@@ -50,7 +50,10 @@ impl Console {
             summary.out.display()
         );
         if !summary.skipped.is_empty() {
-            println!("skipped: {:?} (of {} items read)", summary.skipped, summary.read);
+            println!(
+                "skipped: {:?} (of {} items read)",
+                summary.skipped, summary.read
+            );
         }
     }
 }

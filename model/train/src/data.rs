@@ -114,7 +114,10 @@ pub fn load(
     }
     for (id, image_id, text) in captions {
         let Some(&img) = by_id.get(&image_id) else {
-            corpus.skip(NO_IMAGE, format!("{id}: image {image_id:?} is not in the corpus"));
+            corpus.skip(
+                NO_IMAGE,
+                format!("{id}: image {image_id:?} is not in the corpus"),
+            );
             continue;
         };
         if !usable[img as usize] {
@@ -123,7 +126,10 @@ pub fn load(
         }
         let tokens = tokenizer.encode(&text)?;
         if tokens.len() < 3 {
-            corpus.skip(reason::EMPTY_CAPTION, format!("{id}: no tokens in {text:?}"));
+            corpus.skip(
+                reason::EMPTY_CAPTION,
+                format!("{id}: no tokens in {text:?}"),
+            );
             continue;
         }
         corpus.pairs.push(Pair { image: img, tokens });
@@ -162,8 +168,9 @@ fn check_images(
 /// The encoded bytes of an image.
 pub fn read_image(r: &ImageRef) -> std::result::Result<Vec<u8>, (&'static str, String)> {
     match r {
-        ImageRef::File(p) => std::fs::read(p)
-            .map_err(|e| (reason::MISSING_FILE, format!("{}: {e}", p.display()))),
+        ImageRef::File(p) => {
+            std::fs::read(p).map_err(|e| (reason::MISSING_FILE, format!("{}: {e}", p.display())))
+        }
         ImageRef::Bytes { bytes, .. } => Ok(bytes.to_vec()),
     }
 }
@@ -257,7 +264,9 @@ pub fn make_batch(
     let mut pixels = Vec::with_capacity(indices.len() * 3 * size * size);
     for img in images {
         pixels.extend(img.map_err(|m| {
-            TrainError::Corpus(format!("step {step}: an image checked at the start fails now: {m}"))
+            TrainError::Corpus(format!(
+                "step {step}: an image checked at the start fails now: {m}"
+            ))
         })?);
     }
     let tokens = indices
@@ -288,7 +297,11 @@ pub fn make_batch(
         pad(&mut b.ids, row, tokenizer.pad);
         b.mask.extend(std::iter::repeat_n(1u32, row.len()));
         b.mask.extend(std::iter::repeat_n(0u32, tokens - row.len()));
-        let enc = tokenizer.mask_tokens(row, masking.rate, &mut Rng::new(&[seed, key("mask"), step, i as u64]));
+        let enc = tokenizer.mask_tokens(
+            row,
+            masking.rate,
+            &mut Rng::new(&[seed, key("mask"), step, i as u64]),
+        );
         let dec = tokenizer.mask_tokens(
             row,
             masking.decoder_rate,
@@ -297,9 +310,11 @@ pub fn make_batch(
         pad(&mut b.enc_ids, &enc.ids, tokenizer.pad);
         pad(&mut b.dec_ids, &dec.ids, tokenizer.pad);
         let base = (i * tokens) as u32;
-        b.enc_rows.extend(enc.positions.iter().map(|&q| base + q as u32));
+        b.enc_rows
+            .extend(enc.positions.iter().map(|&q| base + q as u32));
         b.enc_targets.extend(enc.targets);
-        b.dec_rows.extend(dec.positions.iter().map(|&q| base + q as u32));
+        b.dec_rows
+            .extend(dec.positions.iter().map(|&q| base + q as u32));
         b.dec_targets.extend(dec.targets);
     }
     Ok(b)

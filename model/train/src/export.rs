@@ -62,19 +62,34 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
     for d in [&text, &image] {
         std::fs::create_dir_all(d).map_err(|e| TrainError::io(d, e))?;
     }
-    write(&text.join("config.json"), &json_bytes(&model.text.config.to_json()))?;
-    save_weights(snapshot(&model.text_store)?, dtype, &text.join("model.safetensors"))?;
+    write(
+        &text.join("config.json"),
+        &json_bytes(&model.text.config.to_json()),
+    )?;
+    save_weights(
+        snapshot(&model.text_store)?,
+        dtype,
+        &text.join("model.safetensors"),
+    )?;
 
     let cfg = &model.image.config;
-    let mut image_cfg = serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
+    let mut image_cfg =
+        serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
     if let Some(o) = image_cfg.as_object_mut() {
         o.insert("model_type".into(), json!("beit"));
-        o.insert("architectures".into(), json!(["BeitForMaskedImageModeling"]));
+        o.insert(
+            "architectures".into(),
+            json!(["BeitForMaskedImageModeling"]),
+        );
         o.insert("vocab_size".into(), json!(init.vocab.len()));
         o.insert("lexlip_mlm_head".into(), json!(init.image.head));
     }
     write(&image.join("config.json"), &json_bytes(&image_cfg))?;
-    save_weights(snapshot(&model.image_store)?, dtype, &image.join("model.safetensors"))?;
+    save_weights(
+        snapshot(&model.image_store)?,
+        dtype,
+        &image.join("model.safetensors"),
+    )?;
     write(
         &image.join("preprocessor_config.json"),
         &json_bytes(&json!({

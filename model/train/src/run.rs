@@ -111,14 +111,19 @@ fn input(opts: &TrainOptions) -> Result<Input> {
     } else if !opts.webdataset.is_empty() {
         Input::WebDataset(opts.webdataset.clone())
     } else {
-        return Err(TrainError::invalid("give a corpus: --tsv, --manifest or --webdataset"));
+        return Err(TrainError::invalid(
+            "give a corpus: --tsv, --manifest or --webdataset",
+        ));
     })
 }
 
 /// Creates the output directory and proves it writable before any work.
 fn prepare_out(out: &Path) -> Result<()> {
     if out.exists() && !out.is_dir() {
-        return Err(TrainError::invalid(format!("--out {} is a file, not a directory", out.display())));
+        return Err(TrainError::invalid(format!(
+            "--out {} is a file, not a directory",
+            out.display()
+        )));
     }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
     let probe = out.join(".write-probe");
@@ -157,7 +162,11 @@ fn fingerprint(opts: &TrainOptions, input: &Input, model: &LexLipModel) -> Resul
 
 /// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `ctl.stop`
 /// is set (after a checkpoint).
-pub fn train(opts: &TrainOptions, ctl: &RunControl, observer: &mut dyn Observer) -> Result<Summary> {
+pub fn train(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
     opts.validate()?;
     let started = Instant::now();
     prepare_out(&opts.out)?;
@@ -200,8 +209,14 @@ pub fn train(opts: &TrainOptions, ctl: &RunControl, observer: &mut dyn Observer)
         .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
     let device = lexlip_model::device(opts.gpu)?;
     let queue = (opts.phase == 2).then_some(opts.queue_size);
-    let mut model =
-        LexLipModel::build(&init, opts.decoder_layers, queue, opts.seed, DType::F32, &device)?;
+    let mut model = LexLipModel::build(
+        &init,
+        opts.decoder_layers,
+        queue,
+        opts.seed,
+        DType::F32,
+        &device,
+    )?;
     let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
     let mut adam = AdamW::new(AdamWConfig {
         weight_decay: opts.weight_decay,
@@ -223,7 +238,10 @@ pub fn train(opts: &TrainOptions, ctl: &RunControl, observer: &mut dyn Observer)
         }
         restore(&mut model, &mut adam, &params, &dir, &state)?;
         start = state.step;
-        observer.message(&format!("resuming from {} (step {start} of {total})", dir.display()));
+        observer.message(&format!(
+            "resuming from {} (step {start} of {total})",
+            dir.display()
+        ));
     }
     let stop_at = opts.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary {
@@ -245,9 +263,32 @@ pub fn train(opts: &TrainOptions, ctl: &RunControl, observer: &mut dyn Observer)
     let record = |model: &LexLipModel, summary: &Summary, status: &str| {
         write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
     };
-    record(&model, &summary, if start >= total { "complete" } else { "running" })?;
+    record(
+        &model,
+        &summary,
+        if start >= total {
+            "complete"
+        } else {
+            "running"
+        },
+    )?;
     if start < stop_at {
-        run_steps(opts, ctl, &corpus, &tokenizer, &mut order, &mut model, &mut adam, &params, &fp, total, start, stop_at, observer, &mut summary)?;
+        run_steps(
+            opts,
+            ctl,
+            &corpus,
+            &tokenizer,
+            &mut order,
+            &mut model,
+            &mut adam,
+            &params,
+            &fp,
+            total,
+            start,
+            stop_at,
+            observer,
+            &mut summary,
+        )?;
     }
     summary.seconds = started.elapsed().as_secs_f64();
     if summary.steps_done >= total {
@@ -309,7 +350,8 @@ fn run_steps(
         scope.spawn(move || {
             for step in start..end {
                 let indices = order.batch(step);
-                let b = data::make_batch(corpus, &indices, step, seed, &augment, tokenizer, masking);
+                let b =
+                    data::make_batch(corpus, &indices, step, seed, &augment, tokenizer, masking);
                 if tx.send(b).is_err() {
                     return;
                 }
@@ -329,12 +371,18 @@ fn run_steps(
             };
             let loss = scalar(&losses.total)?;
             if !loss.is_finite() {
-                return Err(TrainError::Diverged { step: step + 1, what: "the loss".into() });
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the loss".into(),
+                });
             }
             let grads = losses.total.backward()?;
             let norm = grad_norm(params, &grads)?;
             if !norm.is_finite() {
-                return Err(TrainError::Diverged { step: step + 1, what: "the gradient norm".into() });
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the gradient norm".into(),
+                });
             }
             let lr = learning_rate(opts.lr, step, total, opts.warmup);
             adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
@@ -363,7 +411,8 @@ fn run_steps(
                     nnz_text: losses.nnz_text,
                     lr,
                     grad_norm: norm,
-                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64 / elapsed.max(1e-9),
+                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64
+                        / elapsed.max(1e-9),
                     elapsed_s: elapsed,
                 };
                 observer.step(&log);
@@ -385,7 +434,14 @@ fn scalar(t: &Tensor) -> Result<f64> {
     Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
 }
 
-fn save(model: &LexLipModel, adam: &AdamW, fp: &str, step: u64, total: u64, opts: &TrainOptions) -> Result<()> {
+fn save(
+    model: &LexLipModel,
+    adam: &AdamW,
+    fp: &str,
+    step: u64,
+    total: u64,
+    opts: &TrainOptions,
+) -> Result<()> {
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for (group, store) in model.stores() {
         for (name, t) in crate::params::snapshot(store)? {
@@ -438,8 +494,10 @@ fn restore(
     }
     adam.restore(state.adam_t, &group("adam"), params)?;
     if let Some(m) = &mut model.momentum {
-        m.queue_image.restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
-        m.queue_text.restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
+        m.queue_image
+            .restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
+        m.queue_text
+            .restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
     }
     Ok(())
 }
@@ -457,14 +515,18 @@ fn write_train_json(
 ) -> Result<()> {
     let mut files = Vec::new();
     for f in input_files(input)? {
-        let bytes = std::fs::metadata(&f).map_err(|e| TrainError::io(&f, e))?.len();
+        let bytes = std::fs::metadata(&f)
+            .map_err(|e| TrainError::io(&f, e))?
+            .len();
         files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": sha256_file(&f)?}));
     }
     let image_bytes: u64 = corpus
         .images
         .iter()
         .map(|r| match r {
-            lexlip_pipeline::ImageRef::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+            lexlip_pipeline::ImageRef::File(p) => {
+                std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+            }
             lexlip_pipeline::ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
         })
         .sum();
@@ -496,7 +558,8 @@ fn write_train_json(
             .map(|d| d.as_secs())
             .unwrap_or(0),
     });
-    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
     checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
 }

@@ -31,9 +31,11 @@ impl TextTokenizer {
             }))
             .map_err(|e| err(format!("cannot set truncation: {e}")))?;
         let id = |t: &str| {
-            tokenizer
-                .token_to_id(t)
-                .ok_or_else(|| err(format!("the tokenizer has no {t} token (a BERT word-piece tokenizer is needed)")))
+            tokenizer.token_to_id(t).ok_or_else(|| {
+                err(format!(
+                    "the tokenizer has no {t} token (a BERT word-piece tokenizer is needed)"
+                ))
+            })
         };
         Ok(Self {
             cls: id("[CLS]")?,
@@ -59,7 +61,9 @@ impl TextTokenizer {
 
     /// Masks `round(rate · candidates)` (at least one) of the non-special tokens.
     pub fn mask_tokens(&self, tokens: &[u32], rate: f64, rng: &mut Rng) -> Masked {
-        let mut candidates: Vec<usize> = (0..tokens.len()).filter(|&i| !self.special(tokens[i])).collect();
+        let mut candidates: Vec<usize> = (0..tokens.len())
+            .filter(|&i| !self.special(tokens[i]))
+            .collect();
         let n = ((rate * candidates.len() as f64).round() as usize)
             .max(1)
             .min(candidates.len());

@@ -43,7 +43,9 @@ fn tiny_init(head_init: HeadInit, image_hidden: usize) -> Init {
 /// A batch of 3 pairs, the last caption padded; masked positions never include [CLS] (0).
 fn batch(dtype: DType, dev: &Device) -> Batch {
     let mut r = Rng::new(&[5]);
-    let pixels: Vec<f32> = (0..3 * 3 * 16 * 16).map(|_| r.uniform_f32() * 2.0 - 1.0).collect();
+    let pixels: Vec<f32> = (0..3 * 3 * 16 * 16)
+        .map(|_| r.uniform_f32() * 2.0 - 1.0)
+        .collect();
     let ids: Vec<u32> = vec![1, 7, 9, 12, 2, 1, 5, 30, 8, 2, 1, 33, 2, 0, 0];
     let mask: Vec<u32> = vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0];
     let mut enc_ids = ids.clone();
@@ -89,8 +91,15 @@ fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
 fn every_param_has_a_gradient(phase: u8, head: HeadInit, image_hidden: usize) {
     let dev = Device::Cpu;
     let queue = (phase == 2).then_some(6);
-    let mut model =
-        LexLipModel::build(&tiny_init(head, image_hidden), 2, queue, 1, DType::F32, &dev).unwrap();
+    let mut model = LexLipModel::build(
+        &tiny_init(head, image_hidden),
+        2,
+        queue,
+        1,
+        DType::F32,
+        &dev,
+    )
+    .unwrap();
     let b = batch(DType::F32, &dev);
     if phase == 2 {
         // A queue with entries, so the negatives path runs too.
@@ -107,14 +116,22 @@ fn every_param_has_a_gradient(phase: u8, head: HeadInit, image_hidden: usize) {
     let grads = total.backward().unwrap();
     let params = model.params(phase, 1.0);
     let expected = if phase == 1 { 4 } else { 2 };
-    let groups: std::collections::BTreeSet<&str> =
-        params.iter().filter_map(|p| p.name.split('/').next()).collect();
+    let groups: std::collections::BTreeSet<&str> = params
+        .iter()
+        .filter_map(|p| p.name.split('/').next())
+        .collect();
     assert_eq!(groups.len(), expected, "{groups:?}");
     for p in &params {
         let g = grads
             .get(p.var.as_tensor())
             .unwrap_or_else(|| panic!("{} has no gradient", p.name));
-        let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!(norm > 0.0, "{} has a zero gradient", p.name);
         assert!(norm.is_finite(), "{} has a non-finite gradient", p.name);
     }
@@ -122,7 +139,10 @@ fn every_param_has_a_gradient(phase: u8, head: HeadInit, image_hidden: usize) {
     if let Some(m) = &model.momentum {
         for store in [&m.text_store, &m.image_store] {
             for (name, v) in lexlip_train::params::sorted_vars(store) {
-                assert!(grads.get(v.as_tensor()).is_none(), "momentum {name} got a gradient");
+                assert!(
+                    grads.get(v.as_tensor()).is_none(),
+                    "momentum {name} got a gradient"
+                );
             }
         }
     }
@@ -143,8 +163,15 @@ fn phase2_every_parameter_gets_a_gradient() {
 fn finite_differences(phase: u8) {
     let dev = Device::Cpu;
     let queue = (phase == 2).then_some(6);
-    let mut model =
-        LexLipModel::build(&tiny_init(HeadInit::Auto, 24), 2, queue, 7, DType::F64, &dev).unwrap();
+    let mut model = LexLipModel::build(
+        &tiny_init(HeadInit::Auto, 24),
+        2,
+        queue,
+        7,
+        DType::F64,
+        &dev,
+    )
+    .unwrap();
     let b = batch(DType::F64, &dev);
     if phase == 2 {
         let l = model.phase2(&b, &Dropout::off(), &OBJ).unwrap();
@@ -152,7 +179,10 @@ fn finite_differences(phase: u8) {
         // The EMA moves the momentum encoders at each phase-2 call; make it a fixed point so the
         // loss is a function of the parameters alone.
     }
-    let obj_m1 = Objectives { momentum: 1.0, ..OBJ };
+    let obj_m1 = Objectives {
+        momentum: 1.0,
+        ..OBJ
+    };
     let eval = |model: &mut LexLipModel| -> Tensor {
         if phase == 1 {
             loss(model, 1, &b)
@@ -166,8 +196,20 @@ fn finite_differences(phase: u8) {
     let mut checked = 0;
     let mut worst = 0f64;
     for p in &params {
-        let g = grads.get(p.var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        let base = p.var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let g = grads
+            .get(p.var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        let base = p
+            .var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
         // Two coordinates per parameter: the largest gradient and a random one.
         let largest = (0..g.len())
             .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
