@@ -122,7 +122,7 @@ pub fn grid_of_table_len(rows: usize) -> Option<usize> {
 
 /// Pair-wise relative position index for a `grid × grid` window plus the CLS token (as HF and the
 /// BEiT paper define it): `(n + 1)²` indices into the bias table, row-major.
-fn relative_position_index(grid: usize) -> Vec<u32> {
+pub fn relative_position_index(grid: usize) -> Vec<u32> {
     let n = grid * grid;
     let side = 2 * grid - 1;
     let num_rel = relative_table_len(grid);

@@ -1,0 +1,171 @@
+//! Image inputs for training: decoding, and augmentation (random resized crop, colour jitter,
+//! horizontal flip) drawn from a per-sample random stream, so a step's pixels are a function of
+//! the seed and the step. Without augmentation images go through the inference preprocessing
+//! (`lexlip_model::ImageProcessor`: shorter side resized, centre crop), so training sees what
+//! encoding will.
+
+use std::io::Cursor;
+
+use image::RgbImage;
+use image::imageops::FilterType;
+use lexlip_model::ImageProcessor;
+
+use crate::rng::Rng;
+
+/// Decodes an image (JPEG, PNG, WebP, GIF) to RGB; the error says why not.
+pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, String> {
+    let reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?;
+    if reader.format().is_none() {
+        return Err("unrecognised image format (expected JPEG, PNG, WebP or GIF)".into());
+    }
+    let rgb = reader.decode().map_err(|e| e.to_string())?.to_rgb8();
+    if rgb.width() == 0 || rgb.height() == 0 {
+        return Err("the image is empty".into());
+    }
+    Ok(rgb)
+}
+
+/// How training images are turned into pixels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Augment {
+    pub processor: ImageProcessor,
+    /// Smallest area fraction of a random resized crop (1 = no crop).
+    pub crop_scale: f64,
+    /// Brightness/contrast/saturation factors from `[1 - j, 1 + j]` (0 = off).
+    pub jitter: f64,
+    pub hflip: bool,
+}
+
+impl Augment {
+    pub fn is_identity(&self) -> bool {
+        self.crop_scale >= 1.0 && self.jitter <= 0.0 && !self.hflip
+    }
+
+    /// Normalised `(3, size, size)` pixels of an encoded image.
+    pub fn pixels(&self, bytes: &[u8], name: &str, rng: &mut Rng) -> Result<Vec<f32>, String> {
+        if self.is_identity() {
+            return self
+                .processor
+                .preprocess_named(bytes, name)
+                .map(|p| p.data().to_vec())
+                .map_err(|e| e.to_string());
+        }
+        Ok(self.apply(&decode_rgb(bytes)?, rng))
+    }
+
+    /// Crop, resize, flip and jitter a decoded image, then normalise it.
+    pub fn apply(&self, rgb: &RgbImage, rng: &mut Rng) -> Vec<f32> {
+        let size = self.processor.size as u32;
+        let (x, y, w, h) = self.crop_box(rgb.width(), rgb.height(), rng);
+        let crop = image::imageops::crop_imm(rgb, x, y, w, h).to_image();
+        let mut img = if (w, h) == (size, size) {
+            crop
+        } else {
+            image::imageops::resize(&crop, size, size, FilterType::CatmullRom)
+        };
+        if self.hflip && rng.uniform() < 0.5 {
+            image::imageops::flip_horizontal_in_place(&mut img);
+        }
+        let n = (size * size) as usize;
+        let mut rgbf: Vec<[f32; 3]> = img
+            .pixels()
+            .map(|p| [0, 1, 2].map(|c| f32::from(p[c]) / 255.0))
+            .collect();
+        if self.jitter > 0.0 {
+            let mut factor = || (1.0 - self.jitter + 2.0 * self.jitter * rng.uniform()) as f32;
+            let (bright, contrast, saturation) = (factor(), factor(), factor());
+            let gray = |p: &[f32; 3]| 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+            for p in &mut rgbf {
+                *p = p.map(|v| v * bright);
+            }
+            let mean = rgbf.iter().map(gray).sum::<f32>() / n as f32;
+            for p in &mut rgbf {
+                *p = p.map(|v| (v - mean) * contrast + mean);
+                let g = gray(p);
+                *p = p.map(|v| (g + (v - g) * saturation).clamp(0.0, 1.0));
+            }
+        }
+        let mut data = vec![0f32; 3 * n];
+        for (i, p) in rgbf.iter().enumerate() {
+            for c in 0..3 {
+                data[c * n + i] = (p[c] - self.processor.mean[c]) / self.processor.std[c];
+            }
+        }
+        data
+    }
+
+    /// torchvision's RandomResizedCrop box: area fraction in `[crop_scale, 1]`, aspect ratio
+    /// log-uniform in `[3/4, 4/3]`, ten tries, else the whole image.
+    fn crop_box(&self, w: u32, h: u32, rng: &mut Rng) -> (u32, u32, u32, u32) {
+        if self.crop_scale >= 1.0 {
+            let side = w.min(h);
+            return ((w - side) / 2, (h - side) / 2, side, side);
+        }
+        let area = f64::from(w) * f64::from(h);
+        let (lo, hi) = ((3.0f64 / 4.0).ln(), (4.0f64 / 3.0).ln());
+        for _ in 0..10 {
+            let target = area * (self.crop_scale + (1.0 - self.crop_scale) * rng.uniform());
+            let ratio = (lo + (hi - lo) * rng.uniform()).exp();
+            let cw = (target * ratio).sqrt().round() as u32;
+            let ch = (target / ratio).sqrt().round() as u32;
+            if cw > 0 && ch > 0 && cw <= w && ch <= h {
+                let x = rng.below((w - cw + 1) as usize) as u32;
+                let y = rng.below((h - ch + 1) as usize) as u32;
+                return (x, y, cw, ch);
+            }
+        }
+        (0, 0, w, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gradient(w: u32, h: u32) -> RgbImage {
+        RgbImage::from_fn(w, h, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x + y) * 3) as u8])
+        })
+    }
+
+    #[test]
+    fn deterministic_per_stream_and_in_range() {
+        let aug = Augment {
+            processor: ImageProcessor::beit(16),
+            crop_scale: 0.5,
+            jitter: 0.3,
+            hflip: true,
+        };
+        let img = gradient(30, 20);
+        let a = aug.apply(&img, &mut Rng::new(&[1, 2]));
+        let b = aug.apply(&img, &mut Rng::new(&[1, 2]));
+        let c = aug.apply(&img, &mut Rng::new(&[1, 3]));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 3 * 16 * 16);
+        assert!(a.iter().all(|v| (-1.0..=1.0).contains(v)));
+    }
+
+    #[test]
+    fn no_augmentation_is_the_inference_preprocessing() {
+        let aug = Augment {
+            processor: ImageProcessor::beit(16),
+            crop_scale: 1.0,
+            jitter: 0.0,
+            hflip: false,
+        };
+        let mut png = Vec::new();
+        gradient(30, 20)
+            .write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        let got = aug.pixels(&png, "x", &mut Rng::new(&[0])).unwrap();
+        let want = aug.processor.preprocess(&png).unwrap();
+        assert_eq!(got, want.data());
+        assert!(
+            aug.pixels(b"not an image", "x", &mut Rng::new(&[0]))
+                .is_err()
+        );
+    }
+}

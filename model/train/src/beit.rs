@@ -1,0 +1,309 @@
+//! The trainable image tower: BEiT (`BeitForMaskedImageModeling` layout: `beit.*`, `layernorm.*`)
+//! plus LexLIP's BERT-style MLM head over every token (`cls.*`), the names
+//! `lexlip_model::ImageEncoder` loads. Runs at the config's native image size.
+//!
+//! The patch embedding is a reshape into non-overlapping patch vectors and one matmul, which is
+//! the stride-p convolution exactly and much faster than Candle's CPU conv2d (tested against
+//! conv2d in `tests/parity.rs`).
+
+use candle_core::{Device, Tensor};
+use lexlip_model::beit::{Config as BeitConfig, relative_position_index, relative_table_len};
+use lexlip_model::image::HeadConfig;
+
+use crate::error::{Result, TrainError};
+use crate::head::MlmHead;
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend};
+use crate::params::{Init, ParamBuilder};
+
+/// A relative position bias table and the index that expands it to `(heads, n+1, n+1)`.
+#[derive(Debug, Clone)]
+struct RelativeBias {
+    table: Tensor,
+    index: Tensor,
+    tokens: usize,
+}
+
+impl RelativeBias {
+    fn new(pb: &ParamBuilder, cfg: &BeitConfig) -> Result<Self> {
+        let grid = cfg.native_grid();
+        let table = pb.get(
+            &[relative_table_len(grid), cfg.num_attention_heads],
+            "relative_position_bias_table",
+            Init::Const(0.0),
+        )?;
+        let index = Tensor::from_vec(
+            relative_position_index(grid),
+            (grid * grid + 1) * (grid * grid + 1),
+            pb.device(),
+        )?;
+        Ok(Self {
+            table,
+            index,
+            tokens: grid * grid + 1,
+        })
+    }
+
+    fn bias(&self) -> Result<Tensor> {
+        let heads = self.table.dim(1)?;
+        Ok(self
+            .table
+            .index_select(&self.index, 0)?
+            .reshape((self.tokens, self.tokens, heads))?
+            .permute((2, 0, 1))?
+            .contiguous()?)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BeitLayer {
+    norm_before: LayerNorm,
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attn_out: Linear,
+    relative: Option<RelativeBias>,
+    lambda_1: Option<Tensor>,
+    norm_after: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    lambda_2: Option<Tensor>,
+    heads: usize,
+    act: Act,
+}
+
+impl BeitLayer {
+    fn new(pb: &ParamBuilder, cfg: &BeitConfig, act: Act) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let eps = cfg.layer_norm_eps;
+        let att = pb.pp("attention").pp("attention");
+        let scale = cfg.layer_scale_init_value;
+        let (lambda_1, lambda_2) = if scale > 0.0 {
+            (
+                Some(pb.get(&[h], "lambda_1", Init::Const(scale))?),
+                Some(pb.get(&[h], "lambda_2", Init::Const(scale))?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            norm_before: LayerNorm::new(&pb.pp("layernorm_before"), h, eps)?,
+            query: Linear::new(&att.pp("query"), h, h, true)?,
+            // BEiT has no key bias.
+            key: Linear::new(&att.pp("key"), h, h, false)?,
+            value: Linear::new(&att.pp("value"), h, h, true)?,
+            attn_out: Linear::new(&pb.pp("attention").pp("output").pp("dense"), h, h, true)?,
+            relative: if cfg.use_relative_position_bias {
+                Some(RelativeBias::new(&att.pp("relative_position_bias"), cfg)?)
+            } else {
+                None
+            },
+            lambda_1,
+            norm_after: LayerNorm::new(&pb.pp("layernorm_after"), h, eps)?,
+            intermediate: Linear::new(
+                &pb.pp("intermediate").pp("dense"),
+                h,
+                cfg.intermediate_size,
+                true,
+            )?,
+            output: Linear::new(&pb.pp("output").pp("dense"), cfg.intermediate_size, h, true)?,
+            lambda_2,
+            heads: cfg.num_attention_heads,
+            act,
+        })
+    }
+
+    fn forward(&self, xs: &Tensor, shared: Option<&Tensor>, drop: &Dropout) -> Result<Tensor> {
+        let normed = self.norm_before.forward(xs)?;
+        let own = self.relative.as_ref().map(RelativeBias::bias).transpose()?;
+        let biases: Vec<&Tensor> = own.iter().chain(shared).collect();
+        let ctx = attend(
+            &self.query.forward(&normed)?,
+            &self.key.forward(&normed)?,
+            &self.value.forward(&normed)?,
+            self.heads,
+            &biases,
+        )?;
+        let mut att = drop.forward(&self.attn_out.forward(&ctx)?)?;
+        if let Some(l) = &self.lambda_1 {
+            att = att.broadcast_mul(l)?;
+        }
+        let xs = (att + xs)?;
+        let hidden = self
+            .act
+            .forward(&self.intermediate.forward(&self.norm_after.forward(&xs)?)?)?;
+        let mut mlp = drop.forward(&self.output.forward(&hidden)?)?;
+        if let Some(l) = &self.lambda_2 {
+            mlp = mlp.broadcast_mul(l)?;
+        }
+        Ok((mlp + xs)?)
+    }
+}
+
+/// BEiT + MLM head.
+#[derive(Debug, Clone)]
+pub struct BeitMlm {
+    cls_token: Tensor,
+    /// `(hidden, channels, p, p)` as stored; flattened at each forward (the variable is updated
+    /// in place by the optimizer, so nothing derived from it may be cached).
+    patch_weight: Tensor,
+    patch_bias: Tensor,
+    position: Option<Tensor>,
+    shared: Option<RelativeBias>,
+    layers: Vec<BeitLayer>,
+    inner_norm: Option<LayerNorm>,
+    final_norm: LayerNorm,
+    pub head: MlmHead,
+    pub config: BeitConfig,
+}
+
+impl BeitMlm {
+    /// `pb`: the tower root for `beit.*` and `layernorm.*`; `head_pb`: the builder for `cls`
+    /// (the same store, maybe another source, e.g. the text model's head).
+    pub fn new(
+        pb: &ParamBuilder,
+        head_pb: &ParamBuilder,
+        cfg: &BeitConfig,
+        head: &HeadConfig,
+        vocab: usize,
+    ) -> Result<Self> {
+        check_config(cfg)?;
+        let act = match cfg.hidden_act {
+            candle_nn::Activation::Gelu => Act::Gelu,
+            candle_nn::Activation::NewGelu | candle_nn::Activation::GeluPytorchTanh => {
+                Act::GeluTanh
+            }
+            candle_nn::Activation::Relu => Act::Relu,
+            other => {
+                return Err(TrainError::invalid(format!(
+                    "BEiT activation {other:?} is not supported for training (gelu, gelu_new, relu)"
+                )));
+            }
+        };
+        let head_act = act_of(&head.hidden_act)?;
+        let h = cfg.hidden_size;
+        let p = cfg.patch_size;
+        let emb = pb.pp("beit").pp("embeddings");
+        let proj = emb.pp("patch_embeddings").pp("projection");
+        let n = cfg.native_grid() * cfg.native_grid();
+        let enc = pb.pp("beit").pp("encoder");
+        Ok(Self {
+            cls_token: emb.get(&[1, 1, h], "cls_token", Init::Normal(INIT_STD))?,
+            patch_weight: proj.get(
+                &[h, cfg.num_channels, p, p],
+                "weight",
+                Init::Normal(INIT_STD),
+            )?,
+            patch_bias: proj.get(&[h], "bias", Init::Const(0.0))?,
+            position: if cfg.use_absolute_position_embeddings {
+                Some(emb.get(
+                    &[1, n + 1, h],
+                    "position_embeddings",
+                    Init::Normal(INIT_STD),
+                )?)
+            } else {
+                None
+            },
+            shared: if cfg.use_shared_relative_position_bias {
+                Some(RelativeBias::new(&enc.pp("relative_position_bias"), cfg)?)
+            } else {
+                None
+            },
+            layers: (0..cfg.num_hidden_layers)
+                .map(|i| BeitLayer::new(&enc.pp("layer").pp(i), cfg, act))
+                .collect::<Result<Vec<_>>>()?,
+            inner_norm: if cfg.use_mean_pooling {
+                None
+            } else {
+                Some(LayerNorm::new(
+                    &pb.pp("beit").pp("layernorm"),
+                    h,
+                    cfg.layer_norm_eps,
+                )?)
+            },
+            final_norm: LayerNorm::new(&pb.pp("layernorm"), h, cfg.layer_norm_eps)?,
+            head: MlmHead::new(head_pb, h, vocab, head_act, head.layer_norm_eps, None)?,
+            config: cfg.clone(),
+        })
+    }
+
+    pub fn image_size(&self) -> usize {
+        self.config.image_size
+    }
+
+    pub fn device(&self) -> &Device {
+        self.cls_token.device()
+    }
+
+    /// Patch embeddings `(batch, patches, hidden)` of `(batch, channels, size, size)` pixels.
+    pub fn patch_embed(&self, pixels: &Tensor) -> Result<Tensor> {
+        let (b, c, hgt, wid) = pixels.dims4()?;
+        let size = self.config.image_size;
+        if c != self.config.num_channels || hgt != size || wid != size {
+            return Err(TrainError::invalid(format!(
+                "expected pixels of shape (batch, {}, {size}, {size}), got {:?}",
+                self.config.num_channels,
+                pixels.dims()
+            )));
+        }
+        let p = self.config.patch_size;
+        let g = size / p;
+        let h = self.config.hidden_size;
+        let patches = pixels
+            .to_dtype(self.cls_token.dtype())?
+            .reshape((b, c, g, p, g, p))?
+            .permute((0, 2, 4, 1, 3, 5))?
+            .contiguous()?
+            .reshape((b * g * g, c * p * p))?;
+        let w = self.patch_weight.reshape((h, c * p * p))?;
+        Ok(crate::nn::linear(&patches, &w, Some(&self.patch_bias))?.reshape((b, g * g, h))?)
+    }
+
+    /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
+    pub fn hidden(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        let emb = self.patch_embed(pixels)?;
+        let (b, _, h) = emb.dims3()?;
+        let cls = self.cls_token.broadcast_as((b, 1, h))?;
+        let mut xs = Tensor::cat(&[&cls, &emb], 1)?;
+        if let Some(pos) = &self.position {
+            xs = xs.broadcast_add(pos)?;
+        }
+        xs = drop.forward(&xs)?;
+        let shared = self.shared.as_ref().map(RelativeBias::bias).transpose()?;
+        for layer in &self.layers {
+            xs = layer.forward(&xs, shared.as_ref(), drop)?;
+        }
+        if let Some(norm) = &self.inner_norm {
+            xs = norm.forward(&xs)?;
+        }
+        self.final_norm.forward(&xs)
+    }
+
+    /// MLM logits `(batch, 1 + patches, vocab)`.
+    pub fn logits(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        self.head.forward(&self.hidden(pixels, drop)?)
+    }
+}
+
+fn act_of(name: &str) -> Result<Act> {
+    Act::parse(name).ok_or_else(|| {
+        TrainError::invalid(format!(
+            "activation {name:?} is not supported for training (gelu, gelu_new, relu)"
+        ))
+    })
+}
+
+fn check_config(cfg: &BeitConfig) -> Result<()> {
+    if cfg.patch_size == 0 || !cfg.image_size.is_multiple_of(cfg.patch_size) {
+        return Err(TrainError::invalid(format!(
+            "image_size {} is not a multiple of patch_size {}",
+            cfg.image_size, cfg.patch_size
+        )));
+    }
+    if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
+        return Err(TrainError::invalid(format!(
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            cfg.hidden_size, cfg.num_attention_heads
+        )));
+    }
+    Ok(())
+}

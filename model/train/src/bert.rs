@@ -1,0 +1,337 @@
+//! The trainable text tower: BERT masked LM in the Hugging Face `BertForMaskedLM` layout (the
+//! names `lexlip_model::TextEncoder` loads), and the weakened 2-layer decoders of LexMLM, which
+//! reuse its layer type.
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::head::MlmHead;
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias};
+use crate::params::{Init, ParamBuilder};
+
+/// The `config.json` keys of a BERT the tower uses (Hugging Face names and defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BertConfig {
+    #[serde(default = "d_vocab")]
+    pub vocab_size: usize,
+    #[serde(default = "d_hidden")]
+    pub hidden_size: usize,
+    #[serde(default = "d_layers")]
+    pub num_hidden_layers: usize,
+    #[serde(default = "d_heads")]
+    pub num_attention_heads: usize,
+    #[serde(default = "d_inter")]
+    pub intermediate_size: usize,
+    #[serde(default = "d_act")]
+    pub hidden_act: String,
+    #[serde(default = "d_pos")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "d_types")]
+    pub type_vocab_size: usize,
+    #[serde(default = "d_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: usize,
+}
+
+fn d_vocab() -> usize {
+    30522
+}
+fn d_hidden() -> usize {
+    768
+}
+fn d_layers() -> usize {
+    12
+}
+fn d_heads() -> usize {
+    12
+}
+fn d_inter() -> usize {
+    3072
+}
+fn d_act() -> String {
+    "gelu".into()
+}
+fn d_pos() -> usize {
+    512
+}
+fn d_types() -> usize {
+    2
+}
+fn d_eps() -> f64 {
+    1e-12
+}
+
+impl BertConfig {
+    /// A BERT of the given shape with the Hugging Face defaults otherwise.
+    pub fn sized(vocab: usize, hidden: usize, layers: usize, heads: usize, inter: usize) -> Self {
+        Self {
+            vocab_size: vocab,
+            hidden_size: hidden,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            intermediate_size: inter,
+            hidden_act: d_act(),
+            max_position_embeddings: d_pos(),
+            type_vocab_size: d_types(),
+            layer_norm_eps: d_eps(),
+            pad_token_id: 0,
+        }
+    }
+
+    pub fn act(&self) -> Result<Act> {
+        Act::parse(&self.hidden_act).ok_or_else(|| {
+            TrainError::invalid(format!(
+                "hidden_act {:?} is not supported for training (gelu, gelu_new, relu)",
+                self.hidden_act
+            ))
+        })
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            return Err(TrainError::invalid(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            )));
+        }
+        self.act().map(|_| ())
+    }
+
+    /// The `config.json` of the saved model.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("model_type".into(), "bert".into());
+            o.insert(
+                "architectures".into(),
+                serde_json::json!(["BertForMaskedLM"]),
+            );
+            o.insert("position_embedding_type".into(), "absolute".into());
+            o.insert("tie_word_embeddings".into(), true.into());
+        }
+        v
+    }
+}
+
+/// One post-norm BERT layer.
+#[derive(Debug, Clone)]
+pub struct BertLayer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    out_norm: LayerNorm,
+    heads: usize,
+    act: Act,
+}
+
+impl BertLayer {
+    pub fn new(pb: &ParamBuilder, cfg: &BertConfig) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let att = pb.pp("attention");
+        let s = att.pp("self");
+        Ok(Self {
+            query: Linear::new(&s.pp("query"), h, h, true)?,
+            key: Linear::new(&s.pp("key"), h, h, true)?,
+            value: Linear::new(&s.pp("value"), h, h, true)?,
+            attn_out: Linear::new(&att.pp("output").pp("dense"), h, h, true)?,
+            attn_norm: LayerNorm::new(&att.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            intermediate: Linear::new(
+                &pb.pp("intermediate").pp("dense"),
+                h,
+                cfg.intermediate_size,
+                true,
+            )?,
+            output: Linear::new(&pb.pp("output").pp("dense"), cfg.intermediate_size, h, true)?,
+            out_norm: LayerNorm::new(&pb.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            heads: cfg.num_attention_heads,
+            act: cfg.act()?,
+        })
+    }
+
+    /// `xs: (batch, tokens, hidden)`, `bias`: the additive attention mask.
+    pub fn forward(&self, xs: &Tensor, bias: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        let ctx = attend(
+            &self.query.forward(xs)?,
+            &self.key.forward(xs)?,
+            &self.value.forward(xs)?,
+            self.heads,
+            &[bias],
+        )?;
+        let att = drop.forward(&self.attn_out.forward(&ctx)?)?;
+        let xs = self.attn_norm.forward(&(att + xs)?)?;
+        let mlp = self
+            .output
+            .forward(&self.act.forward(&self.intermediate.forward(&xs)?)?)?;
+        self.out_norm.forward(&(drop.forward(&mlp)? + xs)?)
+    }
+}
+
+/// Token + position + token-type embeddings, layer norm.
+#[derive(Debug, Clone)]
+pub struct BertEmbeddings {
+    pub word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    norm: LayerNorm,
+}
+
+impl BertEmbeddings {
+    fn new(pb: &ParamBuilder, cfg: &BertConfig) -> Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(Self {
+            word: pb.get(
+                &[cfg.vocab_size, h],
+                "word_embeddings.weight",
+                Init::Normal(INIT_STD),
+            )?,
+            position: pb.get(
+                &[cfg.max_position_embeddings, h],
+                "position_embeddings.weight",
+                Init::Normal(INIT_STD),
+            )?,
+            token_type: pb.get(
+                &[cfg.type_vocab_size, h],
+                "token_type_embeddings.weight",
+                Init::Normal(INIT_STD),
+            )?,
+            norm: LayerNorm::new(&pb.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+        })
+    }
+
+    /// `ids: (batch, tokens)` u32 → `(batch, tokens, hidden)` (token type 0 everywhere).
+    pub fn forward(&self, ids: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        let (b, n) = ids.dims2()?;
+        if n > self.position.dim(0)? {
+            return Err(TrainError::invalid(format!(
+                "{n} tokens but the model has {} positions",
+                self.position.dim(0)?
+            )));
+        }
+        let h = self.word.dim(1)?;
+        let words = self
+            .word
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, n, h))?;
+        let pos = self.position.narrow(0, 0, n)?;
+        let typ = self.token_type.narrow(0, 0, 1)?;
+        let x = words.broadcast_add(&pos)?.broadcast_add(&typ)?;
+        drop.forward(&self.norm.forward(&x)?)
+    }
+}
+
+/// `BertForMaskedLM`: embeddings, encoder layers, MLM head.
+#[derive(Debug, Clone)]
+pub struct BertMlm {
+    pub embeddings: BertEmbeddings,
+    layers: Vec<BertLayer>,
+    pub head: MlmHead,
+    pub config: BertConfig,
+}
+
+impl BertMlm {
+    /// Builds the tower under `pb` (the model root: `bert.*`, `cls.*`). The decoder is tied to
+    /// the word embeddings unless the source has `cls.predictions.decoder.weight` (`untied`).
+    pub fn new(pb: &ParamBuilder, cfg: &BertConfig, untied: bool) -> Result<Self> {
+        cfg.validate()?;
+        let bert = pb.pp("bert");
+        let embeddings = BertEmbeddings::new(&bert.pp("embeddings"), cfg)?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| BertLayer::new(&bert.pp("encoder").pp("layer").pp(i), cfg))
+            .collect::<Result<Vec<_>>>()?;
+        let tied = (!untied).then_some(&embeddings.word);
+        let head = MlmHead::new(
+            &pb.pp("cls"),
+            cfg.hidden_size,
+            cfg.vocab_size,
+            cfg.act()?,
+            cfg.layer_norm_eps,
+            tied,
+        )?;
+        Ok(Self {
+            embeddings,
+            layers,
+            head,
+            config: cfg.clone(),
+        })
+    }
+
+    /// Final hidden states `(batch, tokens, hidden)` of `ids` with attention `mask` (1 = token).
+    pub fn hidden(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        let mut xs = self.embeddings.forward(ids, drop)?;
+        let bias = attention_bias(mask, xs.dtype())?;
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &bias, drop)?;
+        }
+        Ok(xs)
+    }
+
+    /// MLM logits `(batch, tokens, vocab)`.
+    pub fn logits(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        self.head.forward(&self.hidden(ids, mask, drop)?)
+    }
+
+    pub fn word_embeddings(&self) -> &Tensor {
+        &self.embeddings.word
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.embeddings.word.dtype()
+    }
+}
+
+/// A weakened masking-style decoder of LexMLM (LexLIP eq. 11-12): a CBoW bottleneck replaces the
+/// `[CLS]` embedding of the heavily masked text, a few BERT layers, and an MLM head whose
+/// projection is tied to the text tower's word embeddings. Names: `layer.N.*`, `cls.*`.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    layers: Vec<BertLayer>,
+    head: MlmHead,
+}
+
+impl Decoder {
+    pub fn new(pb: &ParamBuilder, cfg: &BertConfig, layers: usize, word: &Tensor) -> Result<Self> {
+        Ok(Self {
+            layers: (0..layers)
+                .map(|i| BertLayer::new(&pb.pp("layer").pp(i), cfg))
+                .collect::<Result<Vec<_>>>()?,
+            head: MlmHead::new(
+                &pb.pp("cls"),
+                cfg.hidden_size,
+                cfg.vocab_size,
+                cfg.act()?,
+                cfg.layer_norm_eps,
+                Some(word),
+            )?,
+        })
+    }
+
+    /// `embedded: (batch, tokens, hidden)` embeddings of the masked text, `bottleneck: (batch,
+    /// hidden)` replaces position 0; returns the logits `(rows, vocab)` at the flattened
+    /// positions `rows` (the masked ones: the only ones the loss reads).
+    pub fn logits(
+        &self,
+        embedded: &Tensor,
+        bottleneck: &Tensor,
+        mask: &Tensor,
+        rows: &Tensor,
+        drop: &Dropout,
+    ) -> Result<Tensor> {
+        let (b, n, h) = embedded.dims3()?;
+        let mut xs = Tensor::cat(
+            &[&bottleneck.unsqueeze(1)?, &embedded.narrow(1, 1, n - 1)?],
+            1,
+        )?;
+        let bias = attention_bias(mask, xs.dtype())?;
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &bias, drop)?;
+        }
+        let picked = xs.reshape((b * n, h))?.index_select(rows, 0)?;
+        self.head.forward(&picked)
+    }
+}

@@ -1,0 +1,349 @@
+//! Training pairs from the corpora `lexlip index` reads (through `lexlip-pipeline`'s readers,
+//! with their bad-item handling): every caption of an image is one (image, caption) pair. Bad
+//! items are skipped and counted by reason, as `lexlip index` does; images are decoded once up
+//! front so a missing or corrupt one is skipped before training rather than failing a step.
+//!
+//! Batches are a pure function of (seed, step): the pairs of step `s` are a slice of the
+//! permutation of epoch `s / steps_per_epoch` (the last partial batch of an epoch is dropped),
+//! and their masks and augmentation come from streams keyed by (seed, step, index).
+
+use std::collections::{BTreeMap, HashMap};
+
+use candle_core::{Device, Tensor};
+use lexlip_pipeline::item::reason;
+use lexlip_pipeline::{ImageRef, Input};
+use lexlip_proto::Modality;
+use rayon::prelude::*;
+
+use crate::augment::{Augment, decode_rgb};
+use crate::error::{Result, TrainError};
+use crate::model::Batch;
+use crate::rng::{Rng, key};
+use crate::text::TextTokenizer;
+
+/// Bad items whose messages are kept (the counts cover all).
+const EXAMPLES: usize = 10;
+
+/// One training pair: an image (index into [`Corpus::images`]) and a tokenised caption.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub image: u32,
+    pub tokens: Vec<u32>,
+}
+
+/// The usable pairs of a corpus and what was skipped.
+#[derive(Debug, Default)]
+pub struct Corpus {
+    pub images: Vec<ImageRef>,
+    pub image_ids: Vec<String>,
+    pub pairs: Vec<Pair>,
+    /// Items the reader produced (good and bad).
+    pub read: u64,
+    pub skipped: BTreeMap<String, u64>,
+    /// The first few skipped items, `"reason: message"`.
+    pub examples: Vec<String>,
+}
+
+impl Corpus {
+    fn skip(&mut self, reason: &str, message: String) {
+        *self.skipped.entry(reason.to_string()).or_default() += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(format!("{reason}: {message}"));
+        }
+    }
+}
+
+/// Reason for a caption whose image was skipped or never given.
+pub const NO_IMAGE: &str = "no_image";
+
+/// Reads the corpus, pairs captions with images, validates images (in parallel) and tokenises
+/// captions. `progress(done, total)` reports the image check.
+pub fn load(
+    input: &Input,
+    tokenizer: &TextTokenizer,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Corpus> {
+    let mut corpus = Corpus::default();
+    let mut by_id: HashMap<String, u32> = HashMap::new();
+    let mut captions: Vec<(String, String, String)> = Vec::new(); // (id, image id, text)
+    for item in input.open()? {
+        corpus.read += 1;
+        let item = match item {
+            Ok(i) => i,
+            Err(bad) => {
+                let id = bad.id.clone().unwrap_or_default();
+                corpus.skip(bad.reason, format!("{id} {}", bad.message));
+                continue;
+            }
+        };
+        match (item.modality, item.image) {
+            (Modality::Image, Some(image)) => {
+                if by_id.contains_key(&item.id) {
+                    corpus.skip(
+                        reason::DUPLICATE_ID,
+                        format!("image id {:?} appears earlier in this input", item.id),
+                    );
+                    continue;
+                }
+                by_id.insert(item.id.clone(), corpus.images.len() as u32);
+                corpus.images.push(image);
+                corpus.image_ids.push(item.id);
+            }
+            (Modality::Text, _) => {
+                let image_id = item
+                    .metadata
+                    .get("image_id")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string);
+                match (image_id, item.text) {
+                    (Some(img), Some(text)) => captions.push((item.id, img, text)),
+                    _ => corpus.skip(NO_IMAGE, format!("{}: a text without an image", item.id)),
+                }
+            }
+            (Modality::Image, None) => {
+                corpus.skip(reason::MISSING_FILE, format!("{}: no image", item.id))
+            }
+        }
+    }
+    let bad_images = check_images(&corpus.images, progress);
+    let mut usable = vec![true; corpus.images.len()];
+    for (i, why) in bad_images {
+        usable[i] = false;
+        let (reason, message) = why;
+        corpus.skip(reason, format!("{}: {message}", corpus.image_ids[i]));
+    }
+    for (id, image_id, text) in captions {
+        let Some(&img) = by_id.get(&image_id) else {
+            corpus.skip(
+                NO_IMAGE,
+                format!("{id}: image {image_id:?} is not in the corpus"),
+            );
+            continue;
+        };
+        if !usable[img as usize] {
+            corpus.skip(NO_IMAGE, format!("{id}: image {image_id:?} was skipped"));
+            continue;
+        }
+        let tokens = tokenizer.encode(&text)?;
+        if tokens.len() < 3 {
+            corpus.skip(
+                reason::EMPTY_CAPTION,
+                format!("{id}: no tokens in {text:?}"),
+            );
+            continue;
+        }
+        corpus.pairs.push(Pair { image: img, tokens });
+    }
+    Ok(corpus)
+}
+
+/// The images that cannot be used, with (reason, message).
+fn check_images(
+    images: &[ImageRef],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Vec<(usize, (&'static str, String))> {
+    let total = images.len() as u64;
+    let mut bad = Vec::new();
+    let mut done = 0u64;
+    for (c, chunk) in images.chunks(256).enumerate() {
+        let found: Vec<(usize, (&'static str, String))> = chunk
+            .par_iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let checked = read_image(r).and_then(|bytes| {
+                    decode_rgb(&bytes)
+                        .map(|_| ())
+                        .map_err(|m| (reason::CORRUPT_IMAGE, format!("{}: {m}", r.name())))
+                });
+                checked.err().map(|e| (c * 256 + i, e))
+            })
+            .collect();
+        bad.extend(found);
+        done += chunk.len() as u64;
+        progress(done, total);
+    }
+    bad
+}
+
+/// The encoded bytes of an image.
+pub fn read_image(r: &ImageRef) -> std::result::Result<Vec<u8>, (&'static str, String)> {
+    match r {
+        ImageRef::File(p) => {
+            std::fs::read(p).map_err(|e| (reason::MISSING_FILE, format!("{}: {e}", p.display())))
+        }
+        ImageRef::Bytes { bytes, .. } => Ok(bytes.to_vec()),
+    }
+}
+
+/// Which pairs each step trains on.
+#[derive(Debug, Clone)]
+pub struct Order {
+    seed: u64,
+    pairs: usize,
+    batch: usize,
+    /// The permutation of the last epoch asked for.
+    cached: Option<(u64, Vec<usize>)>,
+}
+
+impl Order {
+    pub fn new(seed: u64, pairs: usize, batch: usize) -> Self {
+        Self {
+            seed,
+            pairs,
+            batch,
+            cached: None,
+        }
+    }
+
+    pub fn steps_per_epoch(&self) -> u64 {
+        (self.pairs / self.batch) as u64
+    }
+
+    /// The pair indices of `step`.
+    pub fn batch(&mut self, step: u64) -> Vec<usize> {
+        let spe = self.steps_per_epoch().max(1);
+        let epoch = step / spe;
+        let k = (step % spe) as usize;
+        if self.cached.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            let perm = Rng::new(&[self.seed, key("order"), epoch]).permutation(self.pairs);
+            self.cached = Some((epoch, perm));
+        }
+        match &self.cached {
+            Some((_, perm)) => perm[k * self.batch..(k + 1) * self.batch].to_vec(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// Masking settings of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Masking {
+    pub rate: f64,
+    pub decoder_rate: f64,
+}
+
+/// A batch built on the host (in the prefetch thread), ready to move to the device.
+#[derive(Debug, Clone)]
+pub struct HostBatch {
+    pub step: u64,
+    size: usize,
+    pixels: Vec<f32>,
+    tokens: usize,
+    ids: Vec<u32>,
+    mask: Vec<u32>,
+    enc_ids: Vec<u32>,
+    enc_rows: Vec<u32>,
+    enc_targets: Vec<u32>,
+    dec_ids: Vec<u32>,
+    dec_rows: Vec<u32>,
+    dec_targets: Vec<u32>,
+}
+
+/// Builds step `step`'s batch from the pairs `indices` (images decoded and augmented in
+/// parallel).
+pub fn make_batch(
+    corpus: &Corpus,
+    indices: &[usize],
+    step: u64,
+    seed: u64,
+    augment: &Augment,
+    tokenizer: &TextTokenizer,
+    masking: Masking,
+) -> Result<HostBatch> {
+    let size = augment.processor.size;
+    let images: Vec<std::result::Result<Vec<f32>, String>> = indices
+        .par_iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let r = &corpus.images[corpus.pairs[p].image as usize];
+            let bytes = read_image(r).map_err(|(_, m)| m)?;
+            let mut rng = Rng::new(&[seed, key("augment"), step, i as u64]);
+            augment.pixels(&bytes, &r.name(), &mut rng)
+        })
+        .collect();
+    let mut pixels = Vec::with_capacity(indices.len() * 3 * size * size);
+    for img in images {
+        pixels.extend(img.map_err(|m| {
+            TrainError::Corpus(format!(
+                "step {step}: an image checked at the start fails now: {m}"
+            ))
+        })?);
+    }
+    let tokens = indices
+        .iter()
+        .map(|&p| corpus.pairs[p].tokens.len())
+        .max()
+        .unwrap_or(0);
+    let mut b = HostBatch {
+        step,
+        size,
+        pixels,
+        tokens,
+        ids: Vec::new(),
+        mask: Vec::new(),
+        enc_ids: Vec::new(),
+        enc_rows: Vec::new(),
+        enc_targets: Vec::new(),
+        dec_ids: Vec::new(),
+        dec_rows: Vec::new(),
+        dec_targets: Vec::new(),
+    };
+    let pad = |v: &mut Vec<u32>, row: &[u32], with: u32| {
+        v.extend_from_slice(row);
+        v.extend(std::iter::repeat_n(with, tokens - row.len()));
+    };
+    for (i, &p) in indices.iter().enumerate() {
+        let row = &corpus.pairs[p].tokens;
+        pad(&mut b.ids, row, tokenizer.pad);
+        b.mask.extend(std::iter::repeat_n(1u32, row.len()));
+        b.mask.extend(std::iter::repeat_n(0u32, tokens - row.len()));
+        let enc = tokenizer.mask_tokens(
+            row,
+            masking.rate,
+            &mut Rng::new(&[seed, key("mask"), step, i as u64]),
+        );
+        let dec = tokenizer.mask_tokens(
+            row,
+            masking.decoder_rate,
+            &mut Rng::new(&[seed, key("decoder-mask"), step, i as u64]),
+        );
+        pad(&mut b.enc_ids, &enc.ids, tokenizer.pad);
+        pad(&mut b.dec_ids, &dec.ids, tokenizer.pad);
+        let base = (i * tokens) as u32;
+        b.enc_rows
+            .extend(enc.positions.iter().map(|&q| base + q as u32));
+        b.enc_targets.extend(enc.targets);
+        b.dec_rows
+            .extend(dec.positions.iter().map(|&q| base + q as u32));
+        b.dec_targets.extend(dec.targets);
+    }
+    Ok(b)
+}
+
+impl HostBatch {
+    pub fn len(&self) -> usize {
+        self.ids.len() / self.tokens.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn to_device(&self, device: &Device) -> Result<Batch> {
+        let n = self.len();
+        let bt = (n, self.tokens);
+        let v = |x: &[u32], shape: (usize, usize)| Tensor::from_slice(x, shape, device);
+        let r = |x: &[u32]| Tensor::from_slice(x, x.len(), device);
+        Ok(Batch {
+            pixels: Tensor::from_slice(&self.pixels, (n, 3, self.size, self.size), device)?,
+            ids: v(&self.ids, bt)?,
+            mask: v(&self.mask, bt)?,
+            enc_ids: v(&self.enc_ids, bt)?,
+            enc_rows: r(&self.enc_rows)?,
+            enc_targets: r(&self.enc_targets)?,
+            dec_ids: v(&self.dec_ids, bt)?,
+            dec_rows: r(&self.dec_rows)?,
+            dec_targets: r(&self.dec_targets)?,
+        })
+    }
+}

@@ -1,0 +1,40 @@
+//! LexLIP training in Candle (`lexlip train`).
+//!
+//! - [`bert`], [`beit`], [`head`]: differentiable towers whose weights live in `VarMap`s under
+//!   the Hugging Face names `lexlip-model` loads, so a trained model needs no conversion.
+//! - [`losses`]: the phase-1 (SelfMLM, LexMLM, BaCo + FLOPS) and phase-2 (MoCo) objectives.
+//! - [`model`]: towers, decoders, momentum encoders and queues; one step's losses.
+//! - [`optim`]: AdamW with savable moments, warm-up/decay schedule, gradient clipping.
+//! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
+//! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
+//!   augmentation, tokenisation and masking.
+//! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
+//!   [`export`] of the model directory.
+//!
+//! Randomness is keyed by (seed, purpose, step, index) ([`rng`]), so a run resumed from a
+//! checkpoint computes bit for bit what an uninterrupted one does on the CPU.
+
+pub mod augment;
+pub mod beit;
+pub mod bert;
+pub mod checkpoint;
+pub mod console;
+pub mod data;
+pub mod error;
+pub mod export;
+pub mod head;
+pub mod init;
+pub mod losses;
+pub mod model;
+pub mod nn;
+pub mod optim;
+pub mod options;
+pub mod params;
+pub mod rng;
+pub mod run;
+pub mod text;
+
+pub use console::Console;
+pub use error::{Result, TrainError};
+pub use options::{HeadInit, Preset, SaveDtype, TrainOptions};
+pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};

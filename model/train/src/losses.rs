@@ -1,0 +1,132 @@
+//! The LexLIP objectives on tensors (paper sec. 3.2-3.3). Each is checked against a PyTorch
+//! reference on fixed small tensors (`tests/losses.rs`, fixtures made by
+//! `tests/fixtures/make_loss_fixtures.py`).
+//!
+//! Sums over the data set in the paper (`Σ_D`) are means over the batch here (and over the masked
+//! tokens for the MLM losses), as in every implementation that trains with mini-batches.
+
+use candle_core::{D, DType, Tensor};
+
+use crate::error::Result;
+use crate::nn::{log_softmax, softmax};
+
+/// Subtracted from padding logits before max-pooling raw logits (never relu'd, so padding must
+/// lose the max).
+const PAD_PENALTY: f64 = 1e9;
+
+/// Lexicon weights `p = log(1 + max_t relu(S_t))` (eq. 3, 6) of `(batch, tokens, vocab)` logits;
+/// padding (`mask = 0`) never contributes. Differentiable: the gradient of the max goes to the
+/// maximising token.
+pub fn splade(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    let relu = logits.relu()?;
+    let relu = match mask {
+        Some(m) => relu.broadcast_mul(&m.to_dtype(relu.dtype())?.unsqueeze(D::Minus1)?)?,
+        None => relu,
+    };
+    Ok((relu.max(1)? + 1.0)?.log()?)
+}
+
+/// Lexicon-importance distribution `a = softmax(max_t S_t)` over the vocabulary (eq. 8-9).
+pub fn lexicon_distribution(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    let pooled = match mask {
+        Some(m) => {
+            let off = ((m.to_dtype(logits.dtype())? - 1.0)? * PAD_PENALTY)?;
+            logits.broadcast_add(&off.unsqueeze(D::Minus1)?)?.max(1)?
+        }
+        None => logits.max(1)?,
+    };
+    softmax(&pooled)
+}
+
+/// The CBoW bottleneck `b = a · sg(W_te)` (eq. 10): `(batch, vocab) × (vocab, hidden)`, no
+/// gradient into the word embeddings.
+pub fn bottleneck(distribution: &Tensor, word_embeddings: &Tensor) -> Result<Tensor> {
+    Ok(distribution.matmul(&word_embeddings.detach())?)
+}
+
+/// Mean cross-entropy of `(rows, classes)` logits against class ids `(rows)` (u32).
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let picked = log_softmax(logits)?.gather(&targets.unsqueeze(1)?, 1)?;
+    Ok(picked.mean_all()?.neg()?)
+}
+
+/// SPLADE's FLOPS regulariser `Σ_j (mean_i p_ij)²` of `(batch, vocab)` weights.
+pub fn flops(p: &Tensor) -> Result<Tensor> {
+    Ok(p.mean(0)?.sqr()?.sum_all()?)
+}
+
+/// The parts of a contrastive loss (BaCo or MoCo), each a scalar tensor.
+#[derive(Debug, Clone)]
+pub struct Contrastive {
+    /// Image→text cross-entropy (without the regulariser).
+    pub i2t: Tensor,
+    pub t2i: Tensor,
+    pub flops_image: Tensor,
+    pub flops_text: Tensor,
+    /// `((i2t + λ F(p_v)) + (t2i + λ F(p_l))) / 2` (eq. 17 / 23).
+    pub loss: Tensor,
+}
+
+fn combine(i2t: Tensor, t2i: Tensor, pv: &Tensor, pl: &Tensor, lambda: f64) -> Result<Contrastive> {
+    let flops_image = flops(pv)?;
+    let flops_text = flops(pl)?;
+    let loss = (((&i2t + (&flops_image * lambda)?)? + (&t2i + (&flops_text * lambda)?)?)? * 0.5)?;
+    Ok(Contrastive {
+        i2t,
+        t2i,
+        flops_image,
+        flops_text,
+        loss,
+    })
+}
+
+/// In-batch lexicon-contrastive loss with the FLOPS regulariser (BaCo, eq. 15-17): image `i`
+/// and text `i` are the positive pair, the other texts/images of the batch the negatives.
+pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrastive> {
+    let b = pv.dim(0)?;
+    let sim = (pv.matmul(&pl.t()?)? / tau)?;
+    let diag = Tensor::arange(0u32, b as u32, pv.device())?;
+    let i2t = cross_entropy(&sim, &diag)?;
+    let t2i = cross_entropy(&sim.t()?.contiguous()?, &diag)?;
+    combine(i2t, t2i, pv, pl, lambda)
+}
+
+/// Momentum lexicon-contrastive loss (eq. 21-23): each image against the momentum encoding of
+/// its text (positive) and the queue of earlier momentum text encodings (negatives), and
+/// symmetrically; empty queues leave only the positive.
+pub fn moco(
+    pv: &Tensor,
+    pl: &Tensor,
+    pv_momentum: &Tensor,
+    pl_momentum: &Tensor,
+    queue_image: Option<&Tensor>,
+    queue_text: Option<&Tensor>,
+    tau: f64,
+    lambda: f64,
+) -> Result<Contrastive> {
+    let side = |q: &Tensor, k: &Tensor, queue: Option<&Tensor>| -> Result<Tensor> {
+        let positive = (q * k.detach())?.sum_keepdim(1)?;
+        let logits = match queue {
+            Some(queue) if queue.dim(0)? > 0 => {
+                Tensor::cat(&[&positive, &q.matmul(&queue.detach().t()?)?], 1)?
+            }
+            _ => positive,
+        };
+        let logits = (logits / tau)?;
+        let zeros = Tensor::zeros(q.dim(0)?, DType::U32, q.device())?;
+        cross_entropy(&logits, &zeros)
+    };
+    let i2t = side(pv, pl_momentum, queue_text)?;
+    let t2i = side(pl, pv_momentum, queue_image)?;
+    combine(i2t, t2i, pv, pl, lambda)
+}
+
+/// Mean number of non-zero weights per row of `(batch, vocab)` weights (sparsity, for the log).
+pub fn mean_nonzero(p: &Tensor) -> Result<f64> {
+    let nz = p
+        .gt(0.0)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
+    Ok(f64::from(nz) / p.dim(0)?.max(1) as f64)
+}

@@ -1,0 +1,458 @@
+//! The LexLIP training model: the two towers, the two LexMLM decoders (phase 1) and the momentum
+//! encoders with their queues (phase 2), each in its own [`VarMap`]; and the losses of one step.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use lexlip_model::Weights;
+
+use crate::beit::BeitMlm;
+use crate::bert::{BertMlm, Decoder};
+use crate::error::Result;
+use crate::init::Init;
+use crate::losses;
+use crate::nn::Dropout;
+use crate::optim::Param;
+use crate::options::HeadInit;
+use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
+use crate::rng::key;
+
+/// The stores of a model, by group name (checkpoint tensor names are `GROUP/NAME`).
+pub const TEXT: &str = "text";
+pub const IMAGE: &str = "image";
+pub const DECODER_IMAGE: &str = "decoder_image";
+pub const DECODER_TEXT: &str = "decoder_text";
+pub const MOMENTUM_TEXT: &str = "momentum_text";
+pub const MOMENTUM_IMAGE: &str = "momentum_image";
+
+/// Hyper-parameters of the objectives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Objectives {
+    pub tau: f64,
+    pub flops_lambda: f64,
+    pub momentum: f64,
+}
+
+/// A FIFO of momentum representations `(capacity, vocab)`; rows past `fill` are unused.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub data: Tensor,
+    pub ptr: usize,
+    pub fill: usize,
+}
+
+impl Queue {
+    fn new(capacity: usize, vocab: usize, dtype: DType, device: &Device) -> Result<Self> {
+        Ok(Self {
+            data: Tensor::zeros((capacity, vocab), dtype, device)?,
+            ptr: 0,
+            fill: 0,
+        })
+    }
+
+    /// The filled rows (negatives), `None` when empty.
+    pub fn rows(&self) -> Result<Option<Tensor>> {
+        Ok((self.fill > 0)
+            .then(|| self.data.narrow(0, 0, self.fill))
+            .transpose()?)
+    }
+
+    /// Adds `keys` (a batch; the capacity is a multiple of the batch size) over the oldest rows.
+    pub fn push(&mut self, keys: &Tensor) -> Result<()> {
+        let b = keys.dim(0)?;
+        let cap = self.data.dim(0)?;
+        let keys = keys.detach().to_dtype(self.data.dtype())?;
+        self.data = self.data.slice_scatter0(&keys, self.ptr)?;
+        self.ptr = (self.ptr + b) % cap;
+        self.fill = (self.fill + b).min(cap);
+        Ok(())
+    }
+
+    /// Restores the filled rows saved in a checkpoint.
+    pub fn restore(&mut self, rows: Option<&Tensor>, ptr: usize, fill: usize) -> Result<()> {
+        self.data = self.data.zeros_like()?;
+        if let Some(r) = rows {
+            self.data = self
+                .data
+                .slice_scatter0(&r.to_device(self.data.device())?, 0)?;
+        }
+        self.ptr = ptr;
+        self.fill = fill;
+        Ok(())
+    }
+}
+
+/// Momentum encoders (EMA copies of the towers, read through detached handles) and queues.
+pub struct Momentum {
+    pub text_store: VarMap,
+    pub image_store: VarMap,
+    text: BertMlm,
+    image: BeitMlm,
+    pub queue_image: Queue,
+    pub queue_text: Queue,
+}
+
+/// One step's inputs on the device.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// `(batch, 3, size, size)` normalised pixels.
+    pub pixels: Tensor,
+    /// `(batch, tokens)` original token ids and attention mask.
+    pub ids: Tensor,
+    pub mask: Tensor,
+    /// Encoder input with `--mask-rate` masking, the masked positions (flattened `b·T + t`)
+    /// and their original ids.
+    pub enc_ids: Tensor,
+    pub enc_rows: Tensor,
+    pub enc_targets: Tensor,
+    /// Decoder input with `--decoder-mask-rate` masking, positions and targets.
+    pub dec_ids: Tensor,
+    pub dec_rows: Tensor,
+    pub dec_targets: Tensor,
+}
+
+/// The losses of one step (scalar tensors; `total` is what is differentiated).
+#[derive(Debug, Clone)]
+pub struct StepLosses {
+    pub total: Tensor,
+    pub parts: Vec<(&'static str, Tensor)>,
+    /// Mean non-zero terms per image / text representation.
+    pub nnz_image: f64,
+    pub nnz_text: f64,
+}
+
+pub struct LexLipModel {
+    pub text_store: VarMap,
+    pub image_store: VarMap,
+    pub decoder_image_store: VarMap,
+    pub decoder_text_store: VarMap,
+    pub text: BertMlm,
+    pub image: BeitMlm,
+    decoder_image: Decoder,
+    decoder_text: Decoder,
+    pub momentum: Option<Momentum>,
+    pub init: Init,
+    pub device: Device,
+}
+
+impl LexLipModel {
+    /// Builds every part from `init` (random parts from `seed`). Momentum encoders start as
+    /// copies of the towers when `queue_size` is given (phase 2).
+    pub fn build(
+        init: &Init,
+        decoder_layers: usize,
+        queue_size: Option<usize>,
+        seed: u64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let text_store = VarMap::new();
+        let text_source = match &init.text.weights {
+            Some(w) => Source::Weights(w),
+            None => Source::Random(seed ^ key(TEXT)),
+        };
+        let text = BertMlm::new(
+            &ParamBuilder::new(&text_store, text_source, dtype, device),
+            &init.text.config,
+            init.text.untied,
+        )?;
+        let image_store = VarMap::new();
+        let image_source = match &init.image.weights {
+            Some(w) => Source::Weights(w),
+            None => Source::Random(seed ^ key(IMAGE)),
+        };
+        let pb = ParamBuilder::new(&image_store, image_source, dtype, device);
+        let head_weights = text_head_weights(&text_store, init.text.untied)?;
+        let bias_only = Weights::from_tensors(
+            head_weights
+                .get("cls.predictions.bias")
+                .map(|t| ("cls.predictions.bias".to_string(), t.clone()))
+                .into_iter()
+                .collect(),
+            "<text MLM head bias>",
+        );
+        let head_random = seed ^ key("image-head");
+        let head_pb = match (init.head_init, init.image.has_head) {
+            (HeadInit::Auto, true) => pb.pp("cls"),
+            (HeadInit::Text, _) => pb.with_source(Source::Weights(&head_weights)).pp("cls"),
+            (HeadInit::Random, _) => pb.with_source(Source::Random(head_random)).pp("cls"),
+            // From scratch with another hidden size: the text head's vocabulary bias only.
+            (HeadInit::Auto, false) => pb
+                .with_source(Source::WeightsOr(&bias_only, head_random))
+                .pp("cls"),
+        };
+        let image_head = if init.head_init == HeadInit::Text {
+            lexlip_model::image::HeadConfig {
+                hidden_act: init.text.config.hidden_act.clone(),
+                layer_norm_eps: init.text.config.layer_norm_eps,
+            }
+        } else {
+            init.image.head.clone()
+        };
+        let image = BeitMlm::new(
+            &pb,
+            &head_pb,
+            &init.image.config,
+            &image_head,
+            init.vocab.len(),
+        )?;
+        let word = text.word_embeddings().clone();
+        let decoder = |name: &str, store: &VarMap| {
+            Decoder::new(
+                &ParamBuilder::new(store, Source::Random(seed ^ key(name)), dtype, device),
+                &init.text.config,
+                decoder_layers,
+                &word,
+            )
+        };
+        let decoder_image_store = VarMap::new();
+        let decoder_text_store = VarMap::new();
+        let decoder_image = decoder(DECODER_IMAGE, &decoder_image_store)?;
+        let decoder_text = decoder(DECODER_TEXT, &decoder_text_store)?;
+        let mut init = init.clone();
+        init.image.head = image_head;
+        let mut model = Self {
+            text_store,
+            image_store,
+            decoder_image_store,
+            decoder_text_store,
+            text,
+            image,
+            decoder_image,
+            decoder_text,
+            momentum: None,
+            init,
+            device: device.clone(),
+        };
+        if let Some(q) = queue_size {
+            model.momentum = Some(model.momentum_copy(q, dtype)?);
+        }
+        Ok(model)
+    }
+
+    fn momentum_copy(&self, queue: usize, dtype: DType) -> Result<Momentum> {
+        let text_w = Weights::from_tensors(snapshot(&self.text_store)?, "<momentum text>");
+        let image_w = Weights::from_tensors(snapshot(&self.image_store)?, "<momentum image>");
+        let text_store = VarMap::new();
+        let image_store = VarMap::new();
+        let dev = &self.device;
+        let text = BertMlm::new(
+            &ParamBuilder::new(&text_store, Source::Weights(&text_w), dtype, dev).detached(),
+            &self.text.config,
+            self.init.text.untied,
+        )?;
+        let pb = ParamBuilder::new(&image_store, Source::Weights(&image_w), dtype, dev).detached();
+        let image = BeitMlm::new(
+            &pb,
+            &pb.pp("cls"),
+            &self.image.config,
+            &self.init.image.head,
+            self.init.vocab.len(),
+        )?;
+        let v = self.init.vocab.len();
+        Ok(Momentum {
+            text_store,
+            image_store,
+            text,
+            image,
+            queue_image: Queue::new(queue, v, dtype, dev)?,
+            queue_text: Queue::new(queue, v, dtype, dev)?,
+        })
+    }
+
+    /// The stores by group name (what checkpoints hold).
+    pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
+        let mut out = vec![
+            (TEXT, &self.text_store),
+            (IMAGE, &self.image_store),
+            (DECODER_IMAGE, &self.decoder_image_store),
+            (DECODER_TEXT, &self.decoder_text_store),
+        ];
+        if let Some(m) = &self.momentum {
+            out.push((MOMENTUM_TEXT, &m.text_store));
+            out.push((MOMENTUM_IMAGE, &m.image_store));
+        }
+        out
+    }
+
+    /// The parameters the optimizer updates: the towers, and the decoders in phase 1.
+    pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
+        let mut groups: Vec<(&str, &VarMap, f64)> = vec![
+            (TEXT, &self.text_store, text_lr_scale),
+            (IMAGE, &self.image_store, 1.0),
+        ];
+        if phase == 1 {
+            groups.push((DECODER_IMAGE, &self.decoder_image_store, 1.0));
+            groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
+        }
+        groups
+            .into_iter()
+            .flat_map(|(g, store, scale)| {
+                sorted_vars(store)
+                    .into_iter()
+                    .map(move |(n, v)| Param::new(format!("{g}/{n}"), v, scale))
+            })
+            .collect()
+    }
+
+    /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
+    pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
+        let (b, t) = batch.ids.dims2()?;
+        let image_logits = self.image.logits(&batch.pixels, drop)?;
+        let pv = losses::splade(&image_logits, None)?;
+        let av = losses::lexicon_distribution(&image_logits, None)?;
+
+        let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
+        let v = masked_logits.dim(2)?;
+        let self_mlm = losses::cross_entropy(
+            &masked_logits
+                .reshape((b * t, v))?
+                .index_select(&batch.enc_rows, 0)?,
+            &batch.enc_targets,
+        )?;
+        let al = losses::lexicon_distribution(&masked_logits, Some(&batch.mask))?;
+
+        let text_logits = self.text.logits(&batch.ids, &batch.mask, drop)?;
+        let pl = losses::splade(&text_logits, Some(&batch.mask))?;
+
+        let word = self.text.word_embeddings();
+        let bv = losses::bottleneck(&av, word)?;
+        let bl = losses::bottleneck(&al, word)?;
+        let dec_emb = self.text.embeddings.forward(&batch.dec_ids, drop)?;
+        let i2t = losses::cross_entropy(
+            &self
+                .decoder_image
+                .logits(&dec_emb, &bv, &batch.mask, &batch.dec_rows, drop)?,
+            &batch.dec_targets,
+        )?;
+        let t2i = losses::cross_entropy(
+            &self
+                .decoder_text
+                .logits(&dec_emb, &bl, &batch.mask, &batch.dec_rows, drop)?,
+            &batch.dec_targets,
+        )?;
+        let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
+        let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
+        Ok(StepLosses {
+            total,
+            parts: vec![
+                ("self_mlm", self_mlm),
+                ("lex_mlm_i2t", i2t),
+                ("lex_mlm_t2i", t2i),
+                ("baco", baco.loss),
+                ("flops_image", baco.flops_image),
+                ("flops_text", baco.flops_text),
+            ],
+            nnz_image: losses::mean_nonzero(&pv)?,
+            nnz_text: losses::mean_nonzero(&pl)?,
+        })
+    }
+
+    /// Phase 2 (eq. 19-23): the momentum encoders are moved towards the towers (EMA), encode
+    /// the batch, and the towers are contrasted against them and the queues; the momentum
+    /// representations are then queued. Returns the losses and the keys to queue once the
+    /// step's update is done.
+    pub fn phase2(
+        &mut self,
+        batch: &Batch,
+        drop: &Dropout,
+        obj: &Objectives,
+    ) -> Result<(StepLosses, Tensor, Tensor)> {
+        self.ema(obj.momentum)?;
+        let off = Dropout::off();
+        let Some(m) = &self.momentum else {
+            return Err(crate::TrainError::invalid(
+                "phase 2 needs momentum encoders",
+            ));
+        };
+        let pv_m = losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?.detach();
+        let pl_m = losses::splade(
+            &m.text.logits(&batch.ids, &batch.mask, &off)?,
+            Some(&batch.mask),
+        )?
+        .detach();
+        let pv = losses::splade(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let pl = losses::splade(
+            &self.text.logits(&batch.ids, &batch.mask, drop)?,
+            Some(&batch.mask),
+        )?;
+        let qi = m.queue_image.rows()?;
+        let qt = m.queue_text.rows()?;
+        let moco = losses::moco(
+            &pv,
+            &pl,
+            &pv_m,
+            &pl_m,
+            qi.as_ref(),
+            qt.as_ref(),
+            obj.tau,
+            obj.flops_lambda,
+        )?;
+        Ok((
+            StepLosses {
+                total: moco.loss.clone(),
+                parts: vec![
+                    ("moco", moco.loss),
+                    ("moco_i2t", moco.i2t),
+                    ("moco_t2i", moco.t2i),
+                    ("flops_image", moco.flops_image),
+                    ("flops_text", moco.flops_text),
+                ],
+                nnz_image: losses::mean_nonzero(&pv)?,
+                nnz_text: losses::mean_nonzero(&pl)?,
+            },
+            pv_m,
+            pl_m,
+        ))
+    }
+
+    /// `θ_m ← m θ_m + (1 - m) θ` for both momentum encoders (eq. 19-20).
+    fn ema(&self, m: f64) -> Result<()> {
+        let Some(mom) = &self.momentum else {
+            return Ok(());
+        };
+        for (online, momentum) in [
+            (&self.text_store, &mom.text_store),
+            (&self.image_store, &mom.image_store),
+        ] {
+            let online: HashMap<String, candle_core::Var> =
+                sorted_vars(online).into_iter().collect();
+            for (name, var) in sorted_vars(momentum) {
+                let Some(o) = online.get(&name) else {
+                    return Err(crate::TrainError::invalid(format!(
+                        "momentum parameter {name} has no online counterpart"
+                    )));
+                };
+                let next =
+                    ((var.as_tensor().detach() * m)? + (o.as_tensor().detach() * (1.0 - m))?)?;
+                var.set(&next)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the momentum keys of the step just done.
+    pub fn enqueue(&mut self, pv_m: &Tensor, pl_m: &Tensor) -> Result<()> {
+        if let Some(m) = &mut self.momentum {
+            m.queue_image.push(pv_m)?;
+            m.queue_text.push(pl_m)?;
+        }
+        Ok(())
+    }
+}
+
+/// The text tower's MLM head as image-head weights (both are named `cls.predictions.*`); the
+/// projection is the text decoder (the word embeddings when tied).
+fn text_head_weights(text: &VarMap, untied: bool) -> Result<Weights> {
+    let all = snapshot(text)?;
+    let mut out: HashMap<String, Tensor> = all
+        .iter()
+        .filter(|(k, _)| k.starts_with("cls."))
+        .map(|(k, t)| (k.clone(), t.clone()))
+        .collect();
+    if !untied && let Some(w) = all.get("bert.embeddings.word_embeddings.weight") {
+        out.insert("cls.predictions.decoder.weight".into(), w.clone());
+    }
+    Ok(Weights::from_tensors(out, "<text MLM head>"))
+}

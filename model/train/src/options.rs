@@ -1,0 +1,335 @@
+//! Everything `lexlip train` can be told, with LexLIP's defaults (paper sec. 4: τ = 0.05,
+//! λ = 0.002, 30 % / 50 % masking, EMA 0.99, 10 % warm-up). The struct is the `clap` argument
+//! group of the command and is recorded in `train.json`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Size presets of a tower trained from scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Text: BERT 2 layers × 128 (the tiny SPLADE's shape). Image: BEiT 4 layers × 128, 64 px,
+    /// patch 8.
+    Tiny,
+    /// Text: BERT 4 × 256. Image: BEiT 6 layers × 256, 64 px, patch 8.
+    Small,
+    /// Text: BERT-base (12 × 768). Image: BEiT-B/16 at 224 px.
+    Base,
+}
+
+/// Where the image tower's MLM head starts when the image model has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum HeadInit {
+    /// The image model's own head; for an image tower from scratch, a copy of the text head
+    /// when the hidden sizes match, otherwise random with the text head's vocabulary bias.
+    Auto,
+    /// A copy of the text tower's MLM head (LexLIP's recipe; needs equal hidden sizes).
+    Text,
+    /// Random weights.
+    Random,
+}
+
+/// The dtype of the saved model weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SaveDtype {
+    F32,
+    F16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct TrainOptions {
+    // ---- data
+    /// Caption TSV `title<TAB>filepath<TAB>image_id` with a header (plain or gzip); every caption
+    /// is one (image, caption) pair.
+    #[arg(long, help_heading = "Data")]
+    pub tsv: Option<PathBuf>,
+    /// Directory the TSV's image paths are relative to (default: the TSV's directory).
+    #[arg(long, requires = "tsv", help_heading = "Data")]
+    pub images_root: Option<PathBuf>,
+    /// JSONL manifest `{"id", "image", "text"}` per line (plain or gzip).
+    #[arg(long, help_heading = "Data")]
+    pub manifest: Option<PathBuf>,
+    /// img2dataset WebDataset shards (files, directories, `'shards/*.tar'`,
+    /// `'shards/{00000..00009}.tar'`). Samples are held in memory.
+    #[arg(long, num_args = 1.., help_heading = "Data")]
+    pub webdataset: Vec<PathBuf>,
+    /// Tokens per caption, special tokens included (longer captions are truncated).
+    #[arg(long, default_value_t = 40, help_heading = "Data")]
+    pub max_length: usize,
+    /// Random resized crop: the smallest fraction of the image area a crop keeps (1 = no crop:
+    /// resize and centre-crop as at inference).
+    #[arg(long, default_value_t = 0.8, help_heading = "Data")]
+    pub crop_scale: f64,
+    /// Colour jitter strength: brightness, contrast and saturation factors drawn from
+    /// [1 - s, 1 + s] (0 = off; hue is never changed).
+    #[arg(long, default_value_t = 0.1, help_heading = "Data")]
+    pub color_jitter: f64,
+    /// Flip images horizontally half of the time (off by default: captions such as "arrow
+    /// pointing left" are direction-specific).
+    #[arg(long, help_heading = "Data")]
+    pub hflip: bool,
+
+    // ---- model
+    /// Initialise both towers from a model: a LexLIP directory, a LexLIP Lightning checkpoint
+    /// (.ckpt, with --tokenizer), or a single BERT masked-LM / BEiT + MLM head directory.
+    /// `hf:OWNER/NAME` downloads it.
+    #[arg(long, help_heading = "Model")]
+    pub init: Option<PathBuf>,
+    /// Initialise the text tower from a BERT masked-LM directory (or a LexLIP directory's text).
+    #[arg(long, help_heading = "Model")]
+    pub text_init: Option<PathBuf>,
+    /// Initialise the image tower from a BEiT + MLM head directory (or a LexLIP directory's
+    /// image).
+    #[arg(long, help_heading = "Model")]
+    pub image_init: Option<PathBuf>,
+    /// tokenizer.json (the vocabulary both towers score) when no initial model carries one.
+    #[arg(long, help_heading = "Model")]
+    pub tokenizer: Option<PathBuf>,
+    /// Size of a text tower trained from scratch (ignored with an initial text model).
+    #[arg(long, value_enum, default_value_t = Preset::Tiny, help_heading = "Model")]
+    pub text_config: Preset,
+    /// Size of an image tower trained from scratch (ignored with an initial image model).
+    #[arg(long, value_enum, default_value_t = Preset::Small, help_heading = "Model")]
+    pub image_config: Preset,
+    /// Image side in pixels of an image tower from scratch (default: the preset's, 64 or 224).
+    #[arg(long, help_heading = "Model")]
+    pub image_size: Option<usize>,
+    /// Patch side of an image tower from scratch (default: the preset's, 8 or 16).
+    #[arg(long, help_heading = "Model")]
+    pub patch_size: Option<usize>,
+    /// Initial image MLM head when the image model has none.
+    #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
+    pub image_head_init: HeadInit,
+
+    // ---- objectives
+    /// 1: lexicon-bottlenecked pre-training (SelfMLM + LexMLM + BaCo); 2: momentum
+    /// lexicon-contrastive pre-training (MoCo queues, EMA encoders).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), help_heading = "Objectives")]
+    pub phase: u8,
+    /// Masking rate of the text encoder's input (SelfMLM).
+    #[arg(long, default_value_t = 0.3, help_heading = "Objectives")]
+    pub mask_rate: f64,
+    /// Masking rate of the decoders' input (LexMLM).
+    #[arg(long, default_value_t = 0.5, help_heading = "Objectives")]
+    pub decoder_mask_rate: f64,
+    /// Transformer layers of each weakened LexMLM decoder.
+    #[arg(long, default_value_t = 2, help_heading = "Objectives")]
+    pub decoder_layers: usize,
+    /// Contrastive temperature τ.
+    #[arg(long, default_value_t = 0.05, help_heading = "Objectives")]
+    pub tau: f64,
+    /// Weight λ of the FLOPS sparsity regulariser.
+    #[arg(long, default_value_t = 0.002, help_heading = "Objectives")]
+    pub flops_lambda: f64,
+    /// EMA decay m of the momentum encoders (phase 2).
+    #[arg(long, default_value_t = 0.99, help_heading = "Objectives")]
+    pub momentum: f64,
+    /// Momentum representations kept per modality as negatives (phase 2; a multiple of
+    /// --batch-size).
+    #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
+    pub queue_size: usize,
+
+    // ---- optimisation
+    /// Pairs per step.
+    #[arg(long, default_value_t = 32, help_heading = "Optimisation")]
+    pub batch_size: usize,
+    /// Optimisation steps (default: --epochs passes over the pairs).
+    #[arg(long, help_heading = "Optimisation")]
+    pub steps: Option<u64>,
+    /// Passes over the pairs when --steps is not given.
+    #[arg(long, default_value_t = 10.0, help_heading = "Optimisation")]
+    pub epochs: f64,
+    /// Peak learning rate (AdamW, linear decay after warm-up).
+    #[arg(long, default_value_t = 1e-4, help_heading = "Optimisation")]
+    pub lr: f64,
+    /// Peak learning rate of the text tower (default: --lr), e.g. lower for a pre-trained one.
+    #[arg(long, help_heading = "Optimisation")]
+    pub text_lr: Option<f64>,
+    /// Fraction of the steps spent warming the learning rate up.
+    #[arg(long, default_value_t = 0.1, help_heading = "Optimisation")]
+    pub warmup: f64,
+    /// AdamW decoupled weight decay (not on biases, norms, position tables).
+    #[arg(long, default_value_t = 0.01, help_heading = "Optimisation")]
+    pub weight_decay: f64,
+    /// Clip gradients to this global L2 norm (0 = off).
+    #[arg(long, default_value_t = 1.0, help_heading = "Optimisation")]
+    pub clip_grad: f64,
+    /// Dropout on embeddings and residual branches of both towers and the decoders.
+    #[arg(long, default_value_t = 0.1, help_heading = "Optimisation")]
+    pub dropout: f64,
+    /// Seed of everything random: initial weights, data order, masks, augmentation, dropout.
+    #[arg(long, default_value_t = 42, help_heading = "Optimisation")]
+    pub seed: u64,
+
+    // ---- run
+    /// Output directory: the trained LexLIP model (lexlip.json, text/, image/), train.json and
+    /// checkpoints/. A run whose checkpoint is here resumes from it.
+    #[arg(long, help_heading = "Run")]
+    pub out: PathBuf,
+    /// Write a checkpoint every N steps (and at the end).
+    #[arg(long, default_value_t = 500, help_heading = "Run")]
+    pub checkpoint_every: u64,
+    /// Checkpoints kept (older ones are deleted).
+    #[arg(long, default_value_t = 2, help_heading = "Run")]
+    pub keep_checkpoints: usize,
+    /// Stop after this global step (with a checkpoint); the same command resumes.
+    #[arg(long, help_heading = "Run")]
+    pub stop_at: Option<u64>,
+    /// Log (progress line, --json object) every N steps.
+    #[arg(long, default_value_t = 10, help_heading = "Run")]
+    pub log_every: u64,
+    /// One JSON object per logged step on stdout (and a summary object last), no progress bar.
+    #[arg(long, help_heading = "Run")]
+    pub json: bool,
+    /// Dtype of the saved model's weights (checkpoints are always f32).
+    #[arg(long, value_enum, default_value_t = SaveDtype::F32, help_heading = "Run")]
+    pub save_dtype: SaveDtype,
+    /// Ignore (delete) the checkpoints in --out and start again.
+    #[arg(long, help_heading = "Run")]
+    pub restart: bool,
+    /// Train on the GPU (build with --features cuda).
+    #[arg(long, help_heading = "Run")]
+    pub gpu: bool,
+}
+
+impl TrainOptions {
+    /// Options with the defaults above (for library callers and tests).
+    pub fn new(out: impl Into<PathBuf>) -> Self {
+        Self {
+            tsv: None,
+            images_root: None,
+            manifest: None,
+            webdataset: Vec::new(),
+            max_length: 40,
+            crop_scale: 0.8,
+            color_jitter: 0.1,
+            hflip: false,
+            init: None,
+            text_init: None,
+            image_init: None,
+            tokenizer: None,
+            text_config: Preset::Tiny,
+            image_config: Preset::Small,
+            image_size: None,
+            patch_size: None,
+            image_head_init: HeadInit::Auto,
+            phase: 1,
+            mask_rate: 0.3,
+            decoder_mask_rate: 0.5,
+            decoder_layers: 2,
+            tau: 0.05,
+            flops_lambda: 0.002,
+            momentum: 0.99,
+            queue_size: 1024,
+            batch_size: 32,
+            steps: None,
+            epochs: 10.0,
+            lr: 1e-4,
+            text_lr: None,
+            warmup: 0.1,
+            weight_decay: 0.01,
+            clip_grad: 1.0,
+            dropout: 0.1,
+            seed: 42,
+            out: out.into(),
+            checkpoint_every: 500,
+            keep_checkpoints: 2,
+            stop_at: None,
+            log_every: 10,
+            json: false,
+            save_dtype: SaveDtype::F32,
+            restart: false,
+            gpu: false,
+        }
+    }
+
+    /// The options that change what a run computes (a checkpoint resumes only a run with the
+    /// same ones): everything except where and how often it reports and saves.
+    pub fn fingerprint_json(&self) -> serde_json::Value {
+        let mut o = self.clone();
+        o.checkpoint_every = 0;
+        o.keep_checkpoints = 0;
+        o.stop_at = None;
+        o.log_every = 0;
+        o.json = false;
+        o.save_dtype = SaveDtype::F32;
+        o.restart = false;
+        o.gpu = false;
+        o.out = PathBuf::new();
+        serde_json::to_value(&o).unwrap_or_default()
+    }
+
+    /// Checks values that no type can (rates in range, sizes positive).
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: String| Err(crate::TrainError::Invalid(m));
+        let inputs = usize::from(self.tsv.is_some())
+            + usize::from(self.manifest.is_some())
+            + usize::from(!self.webdataset.is_empty());
+        if inputs != 1 {
+            return bad("give exactly one corpus: --tsv, --manifest or --webdataset".into());
+        }
+        for (name, v) in [
+            ("--mask-rate", self.mask_rate),
+            ("--decoder-mask-rate", self.decoder_mask_rate),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return bad(format!("{name} must be in (0, 1], got {v}"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("--dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if !(self.crop_scale > 0.0 && self.crop_scale <= 1.0) {
+            return bad(format!(
+                "--crop-scale must be in (0, 1], got {}",
+                self.crop_scale
+            ));
+        }
+        if !(0.0..1.0).contains(&self.color_jitter) {
+            return bad(format!(
+                "--color-jitter must be in [0, 1), got {}",
+                self.color_jitter
+            ));
+        }
+        if !(0.0..1.0).contains(&self.warmup) {
+            return bad(format!("--warmup must be in [0, 1), got {}", self.warmup));
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            return bad(format!(
+                "--momentum must be in [0, 1), got {}",
+                self.momentum
+            ));
+        }
+        if self.tau <= 0.0 || !self.tau.is_finite() {
+            return bad(format!("--tau must be positive, got {}", self.tau));
+        }
+        if self.flops_lambda < 0.0 || self.lr <= 0.0 || self.text_lr.is_some_and(|l| l <= 0.0) {
+            return bad("--flops-lambda must be >= 0 and learning rates > 0".into());
+        }
+        if self.batch_size < 2 {
+            return bad("--batch-size must be at least 2 (contrastive negatives)".into());
+        }
+        if self.max_length < 3 {
+            return bad("--max-length must be at least 3 ([CLS], a token, [SEP])".into());
+        }
+        if self.decoder_layers == 0 || self.checkpoint_every == 0 || self.log_every == 0 {
+            return bad(
+                "--decoder-layers, --checkpoint-every and --log-every must be positive".into(),
+            );
+        }
+        if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
+            return bad("--steps / --epochs must be positive".into());
+        }
+        if self.phase == 2 && (self.queue_size == 0 || self.queue_size % self.batch_size != 0) {
+            return bad(format!(
+                "--queue-size {} must be a positive multiple of --batch-size {}",
+                self.queue_size, self.batch_size
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,565 @@
+//! The training loop: prepare (output directory, initial model, corpus), resume from the last
+//! checkpoint of the same run, then steps with a prefetching data thread, logging, periodic
+//! atomic checkpoints and, at the end, the exported model and `train.json`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+use lexlip_pipeline::Input;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::augment::Augment;
+use crate::checkpoint::{self, State};
+use crate::data::{self, Corpus, HostBatch, Masking, Order};
+use crate::error::{Result, TrainError};
+use crate::model::{LexLipModel, Objectives};
+use crate::nn::Dropout;
+use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
+use crate::options::TrainOptions;
+use crate::rng::{Rng, key};
+use crate::text::TextTokenizer;
+
+/// Batches prepared ahead of the step that uses them.
+const PREFETCH: usize = 2;
+
+/// What a caller adds to the options: a stop flag (Ctrl-C) and the command line to record.
+#[derive(Debug, Clone, Default)]
+pub struct RunControl {
+    /// Set to stop after the current step (a checkpoint is written; the same command resumes).
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Recorded in `train.json`.
+    pub command_line: Vec<String>,
+}
+
+/// One logged step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepLog {
+    /// Steps done.
+    pub step: u64,
+    pub total_steps: u64,
+    pub epoch: f64,
+    pub loss: f64,
+    /// Loss components by name (`self_mlm`, `lex_mlm_i2t`, `lex_mlm_t2i`, `baco`, `moco`, …).
+    #[serde(flatten)]
+    pub parts: BTreeMap<String, f64>,
+    /// Mean non-zero terms of the image / text representations.
+    pub nnz_image: f64,
+    pub nnz_text: f64,
+    pub lr: f64,
+    /// Before clipping.
+    pub grad_norm: f64,
+    /// Pairs per second over this run's steps so far.
+    pub samples_per_s: f64,
+    pub elapsed_s: f64,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub out: PathBuf,
+    pub phase: u8,
+    pub steps_done: u64,
+    pub total_steps: u64,
+    pub resumed_from: u64,
+    /// Stopped (flag or `--stop-at`) before the last step; the same command resumes.
+    pub interrupted: bool,
+    /// The run had finished before (nothing was trained).
+    pub already_complete: bool,
+    pub pairs: usize,
+    pub images: usize,
+    pub read: u64,
+    pub skipped: BTreeMap<String, u64>,
+    pub seconds: f64,
+    pub samples_per_s: f64,
+    pub last: Option<StepLog>,
+}
+
+/// Receives progress: the CLI's progress bar and JSON lines, or a test's collector.
+pub trait Observer {
+    /// A line for the user (what was loaded, skipped items, resume).
+    fn message(&mut self, _text: &str) {}
+    /// The corpus image check: `done` of `total` images.
+    fn checking(&mut self, _done: u64, _total: u64) {}
+    /// Training starts (or resumes) at `start` of `total` steps.
+    fn started(&mut self, _start: u64, _total: u64) {}
+    /// After every step.
+    fn progress(&mut self, _done: u64) {}
+    /// Every `--log-every` steps and the last one.
+    fn step(&mut self, log: &StepLog);
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+
+impl Observer for Silent {
+    fn step(&mut self, _log: &StepLog) {}
+}
+
+fn input(opts: &TrainOptions) -> Result<Input> {
+    Ok(if let Some(p) = &opts.tsv {
+        Input::Tsv {
+            path: p.clone(),
+            images_root: opts.images_root.clone(),
+        }
+    } else if let Some(p) = &opts.manifest {
+        Input::Manifest(p.clone())
+    } else if !opts.webdataset.is_empty() {
+        Input::WebDataset(opts.webdataset.clone())
+    } else {
+        return Err(TrainError::invalid(
+            "give a corpus: --tsv, --manifest or --webdataset",
+        ));
+    })
+}
+
+/// Creates the output directory and proves it writable before any work.
+fn prepare_out(out: &Path) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(TrainError::invalid(format!(
+            "--out {} is a file, not a directory",
+            out.display()
+        )));
+    }
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+    let probe = out.join(".write-probe");
+    std::fs::write(&probe, b"").map_err(|e| TrainError::io(&probe, e))?;
+    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
+}
+
+/// The files a corpus reads (for `train.json`): listing files and shards with size and SHA-256.
+fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
+    Ok(match input {
+        Input::Tsv { path, .. } | Input::Manifest(path) => vec![path.clone()],
+        Input::WebDataset(paths) => lexlip_pipeline::sources::webdataset::shards(paths)?,
+        Input::ImageDir(_) => Vec::new(),
+    })
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| TrainError::io(path, e))?;
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// Everything that determines what a run computes.
+fn fingerprint(opts: &TrainOptions, input: &Input, model: &LexLipModel) -> Result<String> {
+    let desc = serde_json::json!({
+        "options": opts.fingerprint_json(),
+        "input": input.signature()?,
+        "text": model.init.text.from,
+        "image": model.init.image.from,
+        "tokenizer": model.init.tokenizer,
+        "vocab": model.init.vocab.term_space().hash,
+    });
+    Ok(format!("{:x}", Sha256::digest(desc.to_string().as_bytes())))
+}
+
+/// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `ctl.stop`
+/// is set (after a checkpoint).
+pub fn train(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    opts.validate()?;
+    let started = Instant::now();
+    prepare_out(&opts.out)?;
+    let input = input(opts)?;
+    let init = crate::init::resolve(opts, &opts.out.join(".init"))?;
+    let tokenizer = TextTokenizer::load(&init.tokenizer, opts.max_length)?;
+    if tokenizer.vocab != init.vocab.len() {
+        return Err(TrainError::invalid(format!(
+            "{}: the tokenizer has {} ids but its vocabulary lists {} tokens",
+            init.tokenizer.display(),
+            tokenizer.vocab,
+            init.vocab.len()
+        )));
+    }
+    observer.message(&format!(
+        "text tower: {}; image tower: {} ({}px, patch {}); image head: {:?}",
+        init.text.from,
+        init.image.from,
+        init.image.config.image_size,
+        init.image.config.patch_size,
+        init.head_init
+    ));
+    let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.batch_size {
+        return Err(TrainError::Corpus(format!(
+            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
+             least one batch (skipped: {:?})",
+            corpus.pairs.len(),
+            opts.batch_size,
+            corpus.skipped
+        )));
+    }
+    let mut order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let spe = order.steps_per_epoch();
+    let total = opts
+        .steps
+        .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
+    let device = lexlip_model::device(opts.gpu)?;
+    let queue = (opts.phase == 2).then_some(opts.queue_size);
+    let mut model = LexLipModel::build(
+        &init,
+        opts.decoder_layers,
+        queue,
+        opts.seed,
+        DType::F32,
+        &device,
+    )?;
+    let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
+    let mut adam = AdamW::new(AdamWConfig {
+        weight_decay: opts.weight_decay,
+        ..AdamWConfig::default()
+    });
+    let fp = fingerprint(opts, &input, &model)?;
+    if opts.restart {
+        checkpoint::clear(&opts.out)?;
+    }
+    let mut start = 0u64;
+    if let Some((dir, state)) = checkpoint::latest(&opts.out)? {
+        if state.fingerprint != fp {
+            return Err(TrainError::Checkpoint {
+                path: dir,
+                message: "this checkpoint belongs to a run with other options, inputs or initial \
+                          model; use another --out or pass --restart to discard it"
+                    .into(),
+            });
+        }
+        restore(&mut model, &mut adam, &params, &dir, &state)?;
+        start = state.step;
+        observer.message(&format!(
+            "resuming from {} (step {start} of {total})",
+            dir.display()
+        ));
+    }
+    let stop_at = opts.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary {
+        out: opts.out.clone(),
+        phase: opts.phase,
+        steps_done: start,
+        total_steps: total,
+        resumed_from: start,
+        interrupted: false,
+        already_complete: start >= total,
+        pairs: corpus.pairs.len(),
+        images: corpus.images.len(),
+        read: corpus.read,
+        skipped: corpus.skipped.clone(),
+        seconds: 0.0,
+        samples_per_s: 0.0,
+        last: None,
+    };
+    let record = |model: &LexLipModel, summary: &Summary, status: &str| {
+        write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
+    };
+    record(
+        &model,
+        &summary,
+        if start >= total {
+            "complete"
+        } else {
+            "running"
+        },
+    )?;
+    if start < stop_at {
+        run_steps(
+            opts,
+            ctl,
+            &corpus,
+            &tokenizer,
+            &mut order,
+            &mut model,
+            &mut adam,
+            &params,
+            &fp,
+            total,
+            start,
+            stop_at,
+            observer,
+            &mut summary,
+        )?;
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    if summary.steps_done >= total {
+        if !summary.already_complete || !opts.out.join("lexlip.json").is_file() {
+            crate::export::export(&model, &opts.out, opts.save_dtype, opts.max_length)?;
+        }
+        record(&model, &summary, "complete")?;
+    } else {
+        summary.interrupted = true;
+        record(&model, &summary, "interrupted")?;
+    }
+    Ok(summary)
+}
+
+/// The loop over steps `start..end`.
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    corpus: &Corpus,
+    tokenizer: &TextTokenizer,
+    order: &mut Order,
+    model: &mut LexLipModel,
+    adam: &mut AdamW,
+    params: &[crate::optim::Param],
+    fp: &str,
+    total: u64,
+    start: u64,
+    end: u64,
+    observer: &mut dyn Observer,
+    summary: &mut Summary,
+) -> Result<()> {
+    let augment = Augment {
+        processor: lexlip_model::ImageProcessor {
+            size: model.image.image_size(),
+            mean: model.init.image.mean,
+            std: model.init.image.std,
+        },
+        crop_scale: opts.crop_scale,
+        jitter: opts.color_jitter,
+        hflip: opts.hflip,
+    };
+    let masking = Masking {
+        rate: opts.mask_rate,
+        decoder_rate: opts.decoder_mask_rate,
+    };
+    let obj = Objectives {
+        tau: opts.tau,
+        flops_lambda: opts.flops_lambda,
+        momentum: opts.momentum,
+    };
+    let spe = order.steps_per_epoch().max(1);
+    let run_start = Instant::now();
+    observer.started(start, total);
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<HostBatch>>(PREFETCH);
+        let seed = opts.seed;
+        let mut order = order.clone();
+        scope.spawn(move || {
+            for step in start..end {
+                let indices = order.batch(step);
+                let b =
+                    data::make_batch(corpus, &indices, step, seed, &augment, tokenizer, masking);
+                if tx.send(b).is_err() {
+                    return;
+                }
+            }
+        });
+        for step in start..end {
+            let host = rx
+                .recv()
+                .map_err(|_| TrainError::invalid("the data thread stopped"))??;
+            let batch = host.to_device(&model.device)?;
+            let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
+            let (losses, keys) = if opts.phase == 1 {
+                (model.phase1(&batch, &drop, &obj)?, None)
+            } else {
+                let (l, pv, pl) = model.phase2(&batch, &drop, &obj)?;
+                (l, Some((pv, pl)))
+            };
+            let loss = scalar(&losses.total)?;
+            if !loss.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the loss".into(),
+                });
+            }
+            let grads = losses.total.backward()?;
+            let norm = grad_norm(params, &grads)?;
+            if !norm.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the gradient norm".into(),
+                });
+            }
+            let lr = learning_rate(opts.lr, step, total, opts.warmup);
+            adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
+            std::mem::drop(grads);
+            if let Some((pv, pl)) = keys {
+                model.enqueue(&pv, &pl)?;
+            }
+            let done = step + 1;
+            summary.steps_done = done;
+            observer.progress(done);
+            let elapsed = run_start.elapsed().as_secs_f64();
+            let stopping = ctl.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+            let last = done == end || stopping;
+            if done % opts.log_every == 0 || last {
+                let mut parts = BTreeMap::new();
+                for (name, t) in &losses.parts {
+                    parts.insert((*name).to_string(), scalar(t)?);
+                }
+                let log = StepLog {
+                    step: done,
+                    total_steps: total,
+                    epoch: done as f64 / spe as f64,
+                    loss,
+                    parts,
+                    nnz_image: losses.nnz_image,
+                    nnz_text: losses.nnz_text,
+                    lr,
+                    grad_norm: norm,
+                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64
+                        / elapsed.max(1e-9),
+                    elapsed_s: elapsed,
+                };
+                observer.step(&log);
+                summary.samples_per_s = log.samples_per_s;
+                summary.last = Some(log);
+            }
+            if done % opts.checkpoint_every == 0 || last {
+                save(model, adam, fp, done, total, opts)?;
+            }
+            if stopping {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
+}
+
+fn save(
+    model: &LexLipModel,
+    adam: &AdamW,
+    fp: &str,
+    step: u64,
+    total: u64,
+    opts: &TrainOptions,
+) -> Result<()> {
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (group, store) in model.stores() {
+        for (name, t) in crate::params::snapshot(store)? {
+            tensors.insert(format!("{group}/{name}"), t);
+        }
+    }
+    for (name, t) in adam.state()? {
+        tensors.insert(format!("adam/{name}"), t);
+    }
+    let (mut ptr, mut fill) = (0, 0);
+    if let Some(m) = &model.momentum {
+        if let Some(rows) = m.queue_image.rows()? {
+            tensors.insert("queue/image".into(), rows.copy()?);
+        }
+        if let Some(rows) = m.queue_text.rows()? {
+            tensors.insert("queue/text".into(), rows.copy()?);
+        }
+        ptr = m.queue_image.ptr;
+        fill = m.queue_image.fill;
+    }
+    let state = State {
+        format: 1,
+        step,
+        total_steps: total,
+        fingerprint: fp.to_string(),
+        adam_t: adam.t,
+        queue_ptr: ptr,
+        queue_fill: fill,
+    };
+    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
+    Ok(())
+}
+
+fn restore(
+    model: &mut LexLipModel,
+    adam: &mut AdamW,
+    params: &[crate::optim::Param],
+    dir: &Path,
+    state: &State,
+) -> Result<()> {
+    let all = checkpoint::tensors(dir)?;
+    let group = |prefix: &str| -> HashMap<String, Tensor> {
+        let p = format!("{prefix}/");
+        all.iter()
+            .filter_map(|(k, t)| k.strip_prefix(&p).map(|n| (n.to_string(), t.clone())))
+            .collect()
+    };
+    for (name, store) in model.stores() {
+        crate::params::restore(store, &group(name), &format!("{} ({name})", dir.display()))?;
+    }
+    adam.restore(state.adam_t, &group("adam"), params)?;
+    if let Some(m) = &mut model.momentum {
+        m.queue_image
+            .restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
+        m.queue_text
+            .restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_train_json(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    input: &Input,
+    corpus: &Corpus,
+    model: &LexLipModel,
+    fp: &str,
+    summary: &Summary,
+    status: &str,
+) -> Result<()> {
+    let mut files = Vec::new();
+    for f in input_files(input)? {
+        let bytes = std::fs::metadata(&f)
+            .map_err(|e| TrainError::io(&f, e))?
+            .len();
+        files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": sha256_file(&f)?}));
+    }
+    let image_bytes: u64 = corpus
+        .images
+        .iter()
+        .map(|r| match r {
+            lexlip_pipeline::ImageRef::File(p) => {
+                std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+            }
+            lexlip_pipeline::ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
+        })
+        .sum();
+    let doc = serde_json::json!({
+        "status": status,
+        "command": ctl.command_line,
+        "seed": opts.seed,
+        "phase": opts.phase,
+        "fingerprint": fp,
+        "options": opts,
+        "init": {
+            "text": model.init.text.from,
+            "image": model.init.image.from,
+            "image_head": format!("{:?}", model.init.head_init).to_lowercase(),
+            "tokenizer": model.init.tokenizer,
+        },
+        "data": {
+            "input": input.describe(),
+            "files": files,
+            "images": corpus.images.len(),
+            "image_bytes": image_bytes,
+            "pairs": corpus.pairs.len(),
+            "read": corpus.read,
+            "skipped": corpus.skipped,
+        },
+        "summary": summary,
+        "updated_unix_s": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+}

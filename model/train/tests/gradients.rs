@@ -1,0 +1,253 @@
+//! Every trainable parameter receives a non-zero gradient in both phases (AdamW would skip one
+//! without, silently), and gradients of the whole phase-1 / phase-2 loss match central finite
+//! differences on a tiny f64 model.
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+use lexlip_model::Vocabulary;
+use lexlip_model::image::HeadConfig;
+use lexlip_train::bert::BertConfig;
+use lexlip_train::init::{ImageInit, Init, TextInit, beit_config};
+use lexlip_train::model::{Batch, LexLipModel, Objectives};
+use lexlip_train::nn::Dropout;
+use lexlip_train::options::HeadInit;
+use lexlip_train::rng::Rng;
+
+const VOCAB: usize = 40;
+
+fn tiny_init(head_init: HeadInit, image_hidden: usize) -> Init {
+    let tokens: Vec<String> = (0..VOCAB).map(|i| format!("t{i}")).collect();
+    Init {
+        text: TextInit {
+            config: BertConfig::sized(VOCAB, 16, 1, 2, 24),
+            weights: None,
+            untied: false,
+            from: "random".into(),
+        },
+        image: ImageInit {
+            config: beit_config(image_hidden, 1, 2, 24, 16, 8),
+            head: HeadConfig::default(),
+            weights: None,
+            has_head: false,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+            from: "random".into(),
+        },
+        tokenizer: PathBuf::from("unused"),
+        vocab: Vocabulary::new("tiny", tokens),
+        head_init,
+    }
+}
+
+/// A batch of 3 pairs, the last caption padded; masked positions never include [CLS] (0).
+fn batch(dtype: DType, dev: &Device) -> Batch {
+    let mut r = Rng::new(&[5]);
+    let pixels: Vec<f32> = (0..3 * 3 * 16 * 16)
+        .map(|_| r.uniform_f32() * 2.0 - 1.0)
+        .collect();
+    let ids: Vec<u32> = vec![1, 7, 9, 12, 2, 1, 5, 30, 8, 2, 1, 33, 2, 0, 0];
+    let mask: Vec<u32> = vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0];
+    let mut enc_ids = ids.clone();
+    enc_ids[2] = 3;
+    enc_ids[7] = 3;
+    let mut dec_ids = ids.clone();
+    for p in [1, 3, 6, 8, 11] {
+        dec_ids[p] = 3;
+    }
+    let t = |v: Vec<u32>| Tensor::from_vec(v.clone(), v.len(), dev).unwrap();
+    let bt = |v: Vec<u32>| Tensor::from_vec(v, (3, 5), dev).unwrap();
+    Batch {
+        pixels: Tensor::from_vec(pixels, (3, 3, 16, 16), dev)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap(),
+        ids: bt(ids),
+        mask: bt(mask),
+        enc_ids: bt(enc_ids),
+        enc_rows: t(vec![2, 7]),
+        enc_targets: t(vec![9, 30]),
+        dec_ids: bt(dec_ids),
+        dec_rows: t(vec![1, 3, 6, 8, 11]),
+        dec_targets: t(vec![7, 12, 5, 8, 33]),
+    }
+}
+
+const OBJ: Objectives = Objectives {
+    tau: 0.5,
+    flops_lambda: 0.01,
+    momentum: 0.9,
+};
+
+fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
+    let off = Dropout::off();
+    if phase == 1 {
+        model.phase1(b, &off, &OBJ).unwrap().total
+    } else {
+        model.phase2(b, &off, &OBJ).unwrap().0.total
+    }
+}
+
+fn every_param_has_a_gradient(phase: u8, head: HeadInit, image_hidden: usize) {
+    let dev = Device::Cpu;
+    let queue = (phase == 2).then_some(6);
+    let mut model = LexLipModel::build(
+        &tiny_init(head, image_hidden),
+        2,
+        queue,
+        1,
+        DType::F32,
+        &dev,
+    )
+    .unwrap();
+    let b = batch(DType::F32, &dev);
+    if phase == 2 {
+        // A queue with entries, so the negatives path runs too.
+        let l = model.phase2(&b, &Dropout::off(), &OBJ).unwrap();
+        model.enqueue(&l.1, &l.2).unwrap();
+    }
+    // With dropout: the training path.
+    let drop = Dropout::new(0.1, Rng::new(&[3]));
+    let total = if phase == 1 {
+        model.phase1(&b, &drop, &OBJ).unwrap().total
+    } else {
+        model.phase2(&b, &drop, &OBJ).unwrap().0.total
+    };
+    let grads = total.backward().unwrap();
+    let params = model.params(phase, 1.0);
+    let expected = if phase == 1 { 4 } else { 2 };
+    let groups: std::collections::BTreeSet<&str> = params
+        .iter()
+        .filter_map(|p| p.name.split('/').next())
+        .collect();
+    assert_eq!(groups.len(), expected, "{groups:?}");
+    for p in &params {
+        let g = grads
+            .get(p.var.as_tensor())
+            .unwrap_or_else(|| panic!("{} has no gradient", p.name));
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(norm > 0.0, "{} has a zero gradient", p.name);
+        assert!(norm.is_finite(), "{} has a non-finite gradient", p.name);
+    }
+    // Nothing else was differentiated into: the momentum encoders stay out of the graph.
+    if let Some(m) = &model.momentum {
+        for store in [&m.text_store, &m.image_store] {
+            for (name, v) in lexlip_train::params::sorted_vars(store) {
+                assert!(
+                    grads.get(v.as_tensor()).is_none(),
+                    "momentum {name} got a gradient"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn phase1_every_parameter_gets_a_gradient() {
+    every_param_has_a_gradient(1, HeadInit::Auto, 24);
+    every_param_has_a_gradient(1, HeadInit::Text, 16);
+}
+
+#[test]
+fn phase2_every_parameter_gets_a_gradient() {
+    every_param_has_a_gradient(2, HeadInit::Random, 24);
+}
+
+/// Analytic gradients of the full loss against central differences in f64.
+fn finite_differences(phase: u8) {
+    let dev = Device::Cpu;
+    let queue = (phase == 2).then_some(6);
+    let mut model = LexLipModel::build(
+        &tiny_init(HeadInit::Auto, 24),
+        2,
+        queue,
+        7,
+        DType::F64,
+        &dev,
+    )
+    .unwrap();
+    let b = batch(DType::F64, &dev);
+    if phase == 2 {
+        let l = model.phase2(&b, &Dropout::off(), &OBJ).unwrap();
+        model.enqueue(&l.1, &l.2).unwrap();
+        // The EMA moves the momentum encoders at each phase-2 call; make it a fixed point so the
+        // loss is a function of the parameters alone.
+    }
+    let obj_m1 = Objectives {
+        momentum: 1.0,
+        ..OBJ
+    };
+    let eval = |model: &mut LexLipModel| -> Tensor {
+        if phase == 1 {
+            loss(model, 1, &b)
+        } else {
+            model.phase2(&b, &Dropout::off(), &obj_m1).unwrap().0.total
+        }
+    };
+    let grads = eval(&mut model).backward().unwrap();
+    let params = model.params(phase, 1.0);
+    let mut r = Rng::new(&[11]);
+    let mut checked = 0;
+    let mut worst = 0f64;
+    for p in &params {
+        let g = grads
+            .get(p.var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        let base = p
+            .var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        // Two coordinates per parameter: the largest gradient and a random one.
+        let largest = (0..g.len())
+            .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
+            .unwrap();
+        for i in [largest, r.below(g.len())] {
+            let h = 1e-6;
+            let mut at = |d: f64| {
+                let mut v = base.clone();
+                v[i] += d;
+                p.var
+                    .set(&Tensor::from_vec(v, p.var.shape(), &dev).unwrap())
+                    .unwrap();
+                let l = eval(&mut model).to_scalar::<f64>().unwrap();
+                l
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            at(0.0);
+            let err = (fd - g[i]).abs() / (fd.abs().max(g[i].abs()).max(1e-4));
+            worst = worst.max(err);
+            assert!(
+                err < 2e-3,
+                "{}[{i}]: analytic {} vs finite difference {fd} (rel err {err})",
+                p.name,
+                g[i]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2 * params.len());
+    eprintln!("phase {phase}: {checked} coordinates, worst relative error {worst:.2e}");
+}
+
+#[test]
+fn phase1_gradients_match_finite_differences() {
+    finite_differences(1);
+}
+
+#[test]
+fn phase2_gradients_match_finite_differences() {
+    finite_differences(2);
+}
