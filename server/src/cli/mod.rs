@@ -11,6 +11,7 @@ pub mod model_args;
 mod search;
 mod serve;
 mod stats;
+mod train;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -55,6 +56,9 @@ pub enum Command {
     /// Model weights: convert an official LexLIP checkpoint into a model directory.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Train a LexLIP model on image-text pairs (phase 1: lexicon-bottlenecked pre-training;
+    /// phase 2: momentum lexicon-contrastive). Resumes from the checkpoint in --out.
+    Train(train::TrainArgs),
     /// Print the HTTP API's OpenAPI document (JSON).
     Openapi,
 }
@@ -81,6 +85,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Model(cmd) => model::run(cmd),
+        Command::Train(args) => train::run(args),
         Command::Openapi => {
             let doc = crate::http::openapi::document();
             println!("{}", serde_json::to_string_pretty(&doc)?);

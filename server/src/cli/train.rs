@@ -1,0 +1,44 @@
+//! `lexlip train`: LexLIP pre-training on the user's image-text pairs (`lexlip-train`), with a
+//! progress bar (or `--json` lines), a clean stop on Ctrl-C and resume from the last checkpoint.
+
+use anyhow::Context;
+use lexlip_train::{Console, RunControl, TrainOptions};
+
+use super::model_args::resolve_model;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example (the emoji corpus of scripts/build-emoji-corpus.sh, text tower from a \
+SPLADE model):\n  lexlip train --tsv data/emoji/train.tsv --text-init splade-tiny \
+--image-config tiny --out models/mine\nKilled or stopped (Ctrl-C), the same command resumes from \
+the last checkpoint in --out."
+)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub options: TrainOptions,
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let mut opts = args.options;
+    for init in [&mut opts.init, &mut opts.text_init, &mut opts.image_init] {
+        if let Some(path) = init.as_mut() {
+            *path = resolve_model(path)?;
+        }
+    }
+    let ctl = RunControl {
+        stop: Some(crate::signal::stop_flag()),
+        command_line: std::env::args().collect(),
+    };
+    let mut console = Console::new(opts.json);
+    let summary = lexlip_train::train(&opts, &ctl, &mut console)
+        .with_context(|| format!("training into {}", opts.out.display()))?;
+    console.finish(&summary);
+    if summary.interrupted && !summary.already_complete && opts.stop_at.is_none() {
+        anyhow::bail!(
+            "stopped at step {} of {}; run the same command to resume",
+            summary.steps_done,
+            summary.total_steps
+        );
+    }
+    Ok(())
+}
