@@ -1,14 +1,15 @@
 //! The LexLIP objectives on tensors (paper sec. 3.2-3.3). Each is checked against a PyTorch
-//! reference on fixed small tensors (`tests/losses.rs`, fixtures made by
-//! `tests/fixtures/make_loss_fixtures.py`).
+//! reference written from the paper, on fixed small tensors (`tests/losses_vs_torch.rs`; the
+//! fixture is made by `scripts/make_train_fixtures.py`).
 //!
 //! Sums over the data set in the paper (`Σ_D`) are means over the batch here (and over the masked
 //! tokens for the MLM losses), as in every implementation that trains with mini-batches.
 
 use candle_core::{D, DType, Tensor};
 
+use crate::bert::Decoder;
 use crate::error::Result;
-use crate::nn::{log_softmax, softmax};
+use crate::nn::{Dropout, log_softmax, softmax};
 
 /// Subtracted from padding logits before max-pooling raw logits (never relu'd, so padding must
 /// lose the max).
@@ -48,6 +49,42 @@ pub fn bottleneck(distribution: &Tensor, word_embeddings: &Tensor) -> Result<Ten
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let picked = log_softmax(logits)?.gather(&targets.unsqueeze(1)?, 1)?;
     Ok(picked.mean_all()?.neg()?)
+}
+
+/// Masked-LM loss (SelfMLM, eq. 7): the cross-entropy of `(batch, tokens, vocab)` logits at the
+/// masked positions `rows` (flattened `b·tokens + t`, u32) against their original ids.
+pub fn masked_lm(logits: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let (b, t, v) = logits.dims3()?;
+    cross_entropy(
+        &logits.reshape((b * t, v))?.index_select(rows, 0)?,
+        targets,
+    )
+}
+
+/// What a LexMLM decoder reconstructs: the heavily masked text.
+#[derive(Debug, Clone, Copy)]
+pub struct DecoderInput<'a> {
+    /// `(batch, tokens, hidden)` embeddings of the decoder's masked text.
+    pub embedded: &'a Tensor,
+    /// `(batch, tokens)` attention mask.
+    pub mask: &'a Tensor,
+    /// Masked positions (flattened `b·tokens + t`) and their original ids.
+    pub rows: &'a Tensor,
+    pub targets: &'a Tensor,
+}
+
+/// LexMLM (eq. 10-14): the CBoW bottleneck of a lexicon-importance `distribution` replaces
+/// `[CLS]` of the masked text, `decoder` reconstructs it; mean cross-entropy at its masks.
+pub fn lex_mlm(
+    decoder: &Decoder,
+    distribution: &Tensor,
+    word_embeddings: &Tensor,
+    input: &DecoderInput<'_>,
+    drop: &Dropout,
+) -> Result<Tensor> {
+    let b = bottleneck(distribution, word_embeddings)?;
+    let logits = decoder.logits(input.embedded, &b, input.mask, input.rows, drop)?;
+    cross_entropy(&logits, input.targets)
 }
 
 /// SPLADE's FLOPS regulariser `Σ_j (mean_i p_ij)²` of `(batch, vocab)` weights.

@@ -298,40 +298,27 @@ impl LexLipModel {
 
     /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
     pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
-        let (b, t) = batch.ids.dims2()?;
         let image_logits = self.image.logits(&batch.pixels, drop)?;
         let pv = losses::splade(&image_logits, None)?;
         let av = losses::lexicon_distribution(&image_logits, None)?;
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
-        let v = masked_logits.dim(2)?;
-        let self_mlm = losses::cross_entropy(
-            &masked_logits
-                .reshape((b * t, v))?
-                .index_select(&batch.enc_rows, 0)?,
-            &batch.enc_targets,
-        )?;
+        let self_mlm = losses::masked_lm(&masked_logits, &batch.enc_rows, &batch.enc_targets)?;
         let al = losses::lexicon_distribution(&masked_logits, Some(&batch.mask))?;
 
         let text_logits = self.text.logits(&batch.ids, &batch.mask, drop)?;
         let pl = losses::splade(&text_logits, Some(&batch.mask))?;
 
         let word = self.text.word_embeddings();
-        let bv = losses::bottleneck(&av, word)?;
-        let bl = losses::bottleneck(&al, word)?;
         let dec_emb = self.text.embeddings.forward(&batch.dec_ids, drop)?;
-        let i2t = losses::cross_entropy(
-            &self
-                .decoder_image
-                .logits(&dec_emb, &bv, &batch.mask, &batch.dec_rows, drop)?,
-            &batch.dec_targets,
-        )?;
-        let t2i = losses::cross_entropy(
-            &self
-                .decoder_text
-                .logits(&dec_emb, &bl, &batch.mask, &batch.dec_rows, drop)?,
-            &batch.dec_targets,
-        )?;
+        let dec = losses::DecoderInput {
+            embedded: &dec_emb,
+            mask: &batch.mask,
+            rows: &batch.dec_rows,
+            targets: &batch.dec_targets,
+        };
+        let i2t = losses::lex_mlm(&self.decoder_image, &av, word, &dec, drop)?;
+        let t2i = losses::lex_mlm(&self.decoder_text, &al, word, &dec, drop)?;
         let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
         let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
         Ok(StepLosses {
