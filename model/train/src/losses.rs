@@ -55,10 +55,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// masked positions `rows` (flattened `b·tokens + t`, u32) against their original ids.
 pub fn masked_lm(logits: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let (b, t, v) = logits.dims3()?;
-    cross_entropy(
-        &logits.reshape((b * t, v))?.index_select(rows, 0)?,
-        targets,
-    )
+    cross_entropy(&logits.reshape((b * t, v))?.index_select(rows, 0)?, targets)
 }
 
 /// What a LexMLM decoder reconstructs: the heavily masked text.

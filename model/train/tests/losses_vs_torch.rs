@@ -158,7 +158,8 @@ fn lex_mlm_equals_torch() {
             &f.get(&format!("expect.{which}")),
         );
         let decoder = f.decoder(group, word.as_tensor());
-        let loss = losses::lex_mlm(&decoder, &a, word.as_tensor(), &input, &Dropout::off()).unwrap();
+        let loss =
+            losses::lex_mlm(&decoder, &a, word.as_tensor(), &input, &Dropout::off()).unwrap();
         let key = format!("expect.lex_mlm_{name}");
         assert_loss(&format!("LexMLM {name}"), &loss, f.scalar(&key));
         let grads = loss.backward().unwrap();
@@ -292,8 +293,18 @@ fn moco_with_queues_equals_torch() {
         }
         let grads = moco.loss.backward().unwrap();
         let want = |k: &str| f.get(&format!("moco.{step}.{k}"));
-        assert_grad(&format!("MoCo {step} d/dp_v"), &grads, &pv, &want("grad_pv"));
-        assert_grad(&format!("MoCo {step} d/dp_l"), &grads, &pl, &want("grad_pl"));
+        assert_grad(
+            &format!("MoCo {step} d/dp_v"),
+            &grads,
+            &pv,
+            &want("grad_pv"),
+        );
+        assert_grad(
+            &format!("MoCo {step} d/dp_l"),
+            &grads,
+            &pl,
+            &want("grad_pl"),
+        );
         // Keys and queued negatives are constants (MoCo's stop-gradient).
         for (what, var) in [("p̂_v", Some(&pv_m)), ("p̂_l", Some(&pl_m))]
             .into_iter()
