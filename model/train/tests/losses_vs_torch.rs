@@ -112,6 +112,23 @@ fn assert_grad(what: &str, grads: &candle_core::backprop::GradStore, var: &Var, 
     assert_tensor(what, got, want);
 }
 
+/// Every part of a BaCo / MoCo loss against the fixture's `{prefix}.{part}`.
+fn assert_contrastive(what: &str, got: &losses::Contrastive, f: &Fixture, prefix: &str) {
+    for (part, t) in [
+        ("i2t", &got.i2t),
+        ("t2i", &got.t2i),
+        ("flops_image", &got.flops_image),
+        ("flops_text", &got.flops_text),
+        ("loss", &got.loss),
+    ] {
+        assert_loss(
+            &format!("{what} {part}"),
+            t,
+            f.scalar(&format!("{prefix}.{part}")),
+        );
+    }
+}
+
 #[test]
 fn self_mlm_equals_torch() {
     let f = Fixture::load();
@@ -197,21 +214,7 @@ fn splade_and_baco_equal_torch() {
     assert_tensor("SPLADE p_v", &pv, &f.get("expect.pv"));
     assert_tensor("SPLADE p_l", &pl, &f.get("expect.pl"));
 
-    let check = |baco: &losses::Contrastive| {
-        for (part, got) in [
-            ("i2t", &baco.i2t),
-            ("t2i", &baco.t2i),
-            ("flops_image", &baco.flops_image),
-            ("flops_text", &baco.flops_text),
-            ("loss", &baco.loss),
-        ] {
-            assert_loss(
-                &format!("BaCo {part}"),
-                got,
-                f.scalar(&format!("expect.baco.{part}")),
-            );
-        }
-    };
+    let check = |baco: &losses::Contrastive| assert_contrastive("BaCo", baco, &f, "expect.baco");
     // Through the pooling: gradients with respect to the logits.
     let baco = losses::baco(&pv, &pl, tau, lambda).unwrap();
     check(&baco);
@@ -278,19 +281,12 @@ fn moco_with_queues_equals_torch() {
             lambda,
         )
         .unwrap();
-        for (part, got) in [
-            ("i2t", &moco.i2t),
-            ("t2i", &moco.t2i),
-            ("flops_image", &moco.flops_image),
-            ("flops_text", &moco.flops_text),
-            ("loss", &moco.loss),
-        ] {
-            assert_loss(
-                &format!("MoCo step {step} {part}"),
-                got,
-                f.scalar(&format!("moco.{step}.{part}")),
-            );
-        }
+        assert_contrastive(
+            &format!("MoCo step {step}"),
+            &moco,
+            &f,
+            &format!("moco.{step}"),
+        );
         let grads = moco.loss.backward().unwrap();
         let want = |k: &str| f.get(&format!("moco.{step}.{k}"));
         assert_grad(
