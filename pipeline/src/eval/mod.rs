@@ -91,7 +91,9 @@ impl EvalOptions {
         let mut ks = self.top_ks.clone();
         ks.sort_unstable_by(|a, b| b.cmp(a));
         ks.dedup();
-        Ok(std::iter::once(None).chain(ks.into_iter().map(Some)).collect())
+        Ok(std::iter::once(None)
+            .chain(ks.into_iter().map(Some))
+            .collect())
     }
 }
 
@@ -212,7 +214,9 @@ pub fn run(
     let encoded = encode(input, encoders, options, observer)?;
     encoded.check()?;
     let work = match &options.work_dir {
-        Some(dir) => tempfile::Builder::new().prefix("lexlip-eval").tempdir_in(dir),
+        Some(dir) => tempfile::Builder::new()
+            .prefix("lexlip-eval")
+            .tempdir_in(dir),
         None => tempfile::Builder::new().prefix("lexlip-eval").tempdir(),
     }
     .map_err(|e| {

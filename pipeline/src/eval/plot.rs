@@ -178,7 +178,9 @@ fn panel(
         let points: Vec<(f64, f64, String)> = settings
             .iter()
             .map(|st| {
-                let k = st.top_k.map_or_else(|| "full".to_string(), |k| k.to_string());
+                let k = st
+                    .top_k
+                    .map_or_else(|| "full".to_string(), |k| k.to_string());
                 (px(x_of(st)), py(100.0 * (s.value)(st)), k)
             })
             .collect();
@@ -353,7 +355,13 @@ mod tests {
             elements.iter().filter(|e| *e == "circle").count(),
             8 * 3 + 4
         );
-        for label in [">full<", ">64<", ">8<", "recall (%)", "index bytes per item"] {
+        for label in [
+            ">full<",
+            ">64<",
+            ">8<",
+            "recall (%)",
+            "index bytes per item",
+        ] {
             assert!(svg.contains(label), "{label}");
         }
         assert!(svg.contains("model &lt;a&gt; &amp; corpus"));

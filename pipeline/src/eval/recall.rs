@@ -89,12 +89,8 @@ mod tests {
         let b = [4, 3];
         let c = [0, 1, 2, 3, 4, 6, 7, 8, 9, 5];
         let d = [0, 1, 2];
-        let queries: Vec<(&[usize], &[usize])> = vec![
-            (&a, &[0, 1, 2]),
-            (&b, &[3, 4]),
-            (&c, &[5]),
-            (&d, &[6, 7]),
-        ];
+        let queries: Vec<(&[usize], &[usize])> =
+            vec![(&a, &[0, 1, 2]), (&b, &[3, 4]), (&c, &[5]), (&d, &[6, 7])];
         // R@1 = 1/4 (B); R@5 = 2/4 (A, B); R@10 = 3/4 (A, B, C).
         assert_eq!(recall(queries), [0.25, 0.5, 0.75]);
     }

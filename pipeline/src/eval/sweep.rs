@@ -223,7 +223,10 @@ impl Searcher<'_> {
                     seconds += started.elapsed().as_secs_f64();
                     found
                         .iter()
-                        .map(|d| self.snapshot.hit_at(d.segment_ord, d.doc, f64::from(d.score)))
+                        .map(|d| {
+                            self.snapshot
+                                .hit_at(d.segment_ord, d.doc, f64::from(d.score))
+                        })
                         .collect::<lexlip_index::Result<_>>()?
                 }
             };

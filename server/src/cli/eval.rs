@@ -97,7 +97,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     progress.finish();
     let report = result?;
     if let Some(path) = &args.plot {
-        let title = format!("{} on {} ({} mode)", report.model, report.corpus, report.mode);
+        let title = format!(
+            "{} on {} ({} mode)",
+            report.model, report.corpus, report.mode
+        );
         std::fs::write(path, eval::plot::svg(&title, &report.settings))
             .with_context(|| format!("writing {}", path.display()))?;
     }
