@@ -132,7 +132,7 @@ impl EvalReport {
         let skipped: u64 = self.skipped.values().sum();
         let mut out = format!(
             "model {} ({} mode)\ncorpus {}: {} images, {} captions ({} text→image and {} image→text \
-             queries); {} items read, {skipped} skipped {:?}; encoded in {:.1} s\n\n",
+             queries); {} items read, {skipped} skipped {:?}; encoded in {:.2} s\n\n",
             self.model,
             self.mode,
             self.corpus,

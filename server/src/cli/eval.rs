@@ -85,7 +85,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
-    input.open()?;
+    drop(input.open()?);
     let load = LoadOptions {
         max_length: args.max_length,
         image_size: args.image_size,
