@@ -17,11 +17,14 @@ const PANEL_HEIGHT: f64 = 300.0;
 const PANEL_LEFT: [f64; 2] = [80.0, 580.0];
 const PANEL_TOP: f64 = 100.0;
 
+/// A number read off a setting (a recall, bytes per item, QPS).
+type Measure = fn(&SettingReport) -> f64;
+
 struct Series {
     name: &'static str,
     colour: &'static str,
     dashed: bool,
-    value: fn(&SettingReport) -> f64,
+    value: Measure,
 }
 
 const SERIES: [Series; 4] = [
@@ -74,7 +77,7 @@ pub fn svg(title: &str, settings: &[SettingReport]) -> String {
         .flat_map(|s| SERIES.iter().map(move |series| 100.0 * (series.value)(s)))
         .collect();
     let y = Axis::new(&recalls, Some((0.0, 100.0)));
-    let panels: [(&str, fn(&SettingReport) -> f64); 2] = [
+    let panels: [(&str, Measure); 2] = [
         ("index bytes per item", |s| s.bytes_per_item),
         ("queries per second (search alone, one thread)", |s| s.qps),
     ];
@@ -134,7 +137,7 @@ fn panel(
     x: &Axis,
     y: &Axis,
     settings: &[SettingReport],
-    x_of: fn(&SettingReport) -> f64,
+    x_of: Measure,
 ) {
     let (top, bottom, right) = (PANEL_TOP, PANEL_TOP + PANEL_HEIGHT, left + PANEL_WIDTH);
     let px = |v: f64| left + PANEL_WIDTH * x.fraction(v);

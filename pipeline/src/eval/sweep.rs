@@ -245,7 +245,7 @@ impl Searcher<'_> {
                 .collect::<Result<Vec<usize>>>()?;
             rankings.push(ranking);
             self.done += 1;
-            if self.done % 64 == 0 || self.done == self.total {
+            if self.done.is_multiple_of(64) || self.done == self.total {
                 self.observer.searching(self.label, self.done, self.total);
             }
         }
