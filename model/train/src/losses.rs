@@ -106,6 +106,7 @@ pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrasti
 /// Momentum lexicon-contrastive loss (eq. 21-23): each image against the momentum encoding of
 /// its text (positive) and the queue of earlier momentum text encodings (negatives), and
 /// symmetrically; empty queues leave only the positive.
+#[allow(clippy::too_many_arguments)] // the equation's eight inputs, each named
 pub fn moco(
     pv: &Tensor,
     pl: &Tensor,
