@@ -298,9 +298,11 @@ impl LexLipModel {
 
     /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
     pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
-        let image_logits = self.image.logits(&batch.pixels, drop)?;
-        let pv = losses::splade(&image_logits, None)?;
-        let av = losses::lexicon_distribution(&image_logits, None)?;
+        // One max-pool of the image logits serves both the lexicon weights and the
+        // distribution of the bottleneck.
+        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let pv = losses::splade_pooled(&image_pooled)?;
+        let av = crate::nn::softmax(&image_pooled)?;
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
         let self_mlm = losses::masked_lm(&masked_logits, &batch.enc_rows, &batch.enc_targets)?;

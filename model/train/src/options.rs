@@ -324,7 +324,9 @@ impl TrainOptions {
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
         }
-        if self.phase == 2 && (self.queue_size == 0 || self.queue_size % self.batch_size != 0) {
+        if self.phase == 2
+            && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))
+        {
             return bad(format!(
                 "--queue-size {} must be a positive multiple of --batch-size {}",
                 self.queue_size, self.batch_size

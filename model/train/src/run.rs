@@ -298,6 +298,11 @@ pub fn train(
         record(&model, &summary, "complete")?;
     } else {
         summary.interrupted = true;
+        // A stopped run leaves a usable model of the weights so far; the finished run
+        // replaces it.
+        if summary.steps_done > 0 {
+            crate::export::export(&model, &opts.out, opts.save_dtype, opts.max_length)?;
+        }
         record(&model, &summary, "interrupted")?;
     }
     Ok(summary)

@@ -222,8 +222,7 @@ fn finite_differences(phase: u8) {
                 p.var
                     .set(&Tensor::from_vec(v, p.var.shape(), &dev).unwrap())
                     .unwrap();
-                let l = eval(&mut model).to_scalar::<f64>().unwrap();
-                l
+                eval(&mut model).to_scalar::<f64>().unwrap()
             };
             let fd = (at(h) - at(-h)) / (2.0 * h);
             at(0.0);
