@@ -66,10 +66,10 @@ pub fn describe(log: &StepLog) -> String {
             s.push_str(&format!(" {k} {v:.3}"));
         }
     }
-    s.push_str(&format!(
-        " | nnz img {:.0} txt {:.0} | lr {:.2e}",
-        log.nnz_image, log.nnz_text, log.lr
-    ));
+    if let (Some(image), Some(text)) = (log.nnz_image, log.nnz_text) {
+        s.push_str(&format!(" | nnz img {image:.0} txt {text:.0}"));
+    }
+    s.push_str(&format!(" | lr {:.2e}", log.lr));
     s
 }
 

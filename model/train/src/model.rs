@@ -117,9 +117,9 @@ pub struct Batch {
 pub struct StepLosses {
     pub total: Tensor,
     pub parts: Vec<(&'static str, Tensor)>,
-    /// Mean non-zero terms per image / text representation.
-    pub nnz_image: f64,
-    pub nnz_text: f64,
+    /// Mean non-zero terms per image / text representation (lexicon representations only).
+    pub nnz_image: Option<f64>,
+    pub nnz_text: Option<f64>,
 }
 
 pub struct LexLipModel {
@@ -319,7 +319,7 @@ impl LexLipModel {
         let word = self.text.word_embeddings();
         let bv = losses::bottleneck(&av, word)?;
         let bl = losses::bottleneck(&al, word)?;
-        let dec_emb = self.text.embeddings.forward(&batch.dec_ids, drop)?;
+        let dec_emb = self.text.embeddings().forward(&batch.dec_ids, drop)?;
         let i2t = losses::cross_entropy(
             &self
                 .decoder_image
@@ -344,8 +344,8 @@ impl LexLipModel {
                 ("flops_image", baco.flops_image),
                 ("flops_text", baco.flops_text),
             ],
-            nnz_image: losses::mean_nonzero(&pv)?,
-            nnz_text: losses::mean_nonzero(&pl)?,
+            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_text: Some(losses::mean_nonzero(&pl)?),
         })
     }
 
@@ -399,8 +399,8 @@ impl LexLipModel {
                     ("flops_image", moco.flops_image),
                     ("flops_text", moco.flops_text),
                 ],
-                nnz_image: losses::mean_nonzero(&pv)?,
-                nnz_text: losses::mean_nonzero(&pl)?,
+                nnz_image: Some(losses::mean_nonzero(&pv)?),
+                nnz_text: Some(losses::mean_nonzero(&pl)?),
             },
             pv_m,
             pl_m,

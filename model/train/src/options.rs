@@ -32,6 +32,21 @@ pub enum HeadInit {
     Random,
 }
 
+/// What a run trains.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// LexLIP: lexicon towers with MLM heads (--phase 1 / 2); writes a LexLIP directory.
+    #[default]
+    Lexlip,
+    /// A CLIP-style dense dual encoder on the same towers ([CLS] → linear projection to
+    /// --dense-dim → L2 norm, symmetric in-batch InfoNCE at --tau); writes a dense model
+    /// directory lexlip loads as --dense-model or --model.
+    Dense,
+}
+
 /// The dtype of the saved model weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -106,6 +121,14 @@ pub struct TrainOptions {
     pub image_head_init: HeadInit,
 
     // ---- objectives
+    /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers.
+    #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
+    #[serde(default)]
+    pub objective: Objective,
+    /// Embedding dimension of the dense objective's projections.
+    #[arg(long, default_value_t = 256, help_heading = "Objectives")]
+    #[serde(default = "default_dense_dim")]
+    pub dense_dim: usize,
     /// 1: lexicon-bottlenecked pre-training (SelfMLM + LexMLM + BaCo); 2: momentum
     /// lexicon-contrastive pre-training (MoCo queues, EMA encoders).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), help_heading = "Objectives")]
@@ -119,7 +142,7 @@ pub struct TrainOptions {
     /// Transformer layers of each weakened LexMLM decoder.
     #[arg(long, default_value_t = 2, help_heading = "Objectives")]
     pub decoder_layers: usize,
-    /// Contrastive temperature τ.
+    /// Contrastive temperature τ (BaCo, MoCo; and the dense objective's InfoNCE).
     #[arg(long, default_value_t = 0.05, help_heading = "Objectives")]
     pub tau: f64,
     /// Weight λ of the FLOPS sparsity regulariser.
@@ -196,6 +219,10 @@ pub struct TrainOptions {
     pub gpu: bool,
 }
 
+fn default_dense_dim() -> usize {
+    256
+}
+
 impl TrainOptions {
     /// Options with the defaults above (for library callers and tests).
     pub fn new(out: impl Into<PathBuf>) -> Self {
@@ -217,6 +244,8 @@ impl TrainOptions {
             image_size: None,
             patch_size: None,
             image_head_init: HeadInit::Auto,
+            objective: Objective::Lexlip,
+            dense_dim: default_dense_dim(),
             phase: 1,
             mask_rate: 0.3,
             decoder_mask_rate: 0.5,
@@ -260,7 +289,16 @@ impl TrainOptions {
         o.restart = false;
         o.gpu = false;
         o.out = PathBuf::new();
-        serde_json::to_value(&o).unwrap_or_default()
+        let mut v = serde_json::to_value(&o).unwrap_or_default();
+        // LexLIP runs hash as they did before the dense objective existed, so their
+        // checkpoints still resume.
+        if self.objective == Objective::Lexlip
+            && let Some(m) = v.as_object_mut()
+        {
+            m.remove("objective");
+            m.remove("dense_dim");
+        }
+        v
     }
 
     /// Checks values that no type can (rates in range, sizes positive).
@@ -323,6 +361,17 @@ impl TrainOptions {
         }
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
+        }
+        if self.objective == Objective::Dense {
+            if self.phase != 1 {
+                return bad(
+                    "--objective dense trains in one phase; --phase 2 (MoCo queues) is LexLIP's"
+                        .into(),
+                );
+            }
+            if self.dense_dim == 0 {
+                return bad("--dense-dim must be positive".into());
+            }
         }
         if self.phase == 2 && (self.queue_size == 0 || self.queue_size % self.batch_size != 0) {
             return bad(format!(
