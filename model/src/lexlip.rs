@@ -224,6 +224,7 @@ impl Encoders {
                     enc.dense = Some(Dense::load(&p, arch, device, dtype)?);
                 }
                 enc.apply(&opts)?;
+                enc.apply_dense(options)?;
                 return Ok(enc);
             }
             ModelSource::Single(dir, arch) => match arch {
@@ -239,6 +240,7 @@ impl Encoders {
             },
         }
         enc.apply(options)?;
+        enc.apply_dense(options)?;
         Ok(enc)
     }
 
@@ -253,9 +255,14 @@ impl Encoders {
         {
             self.image = Some(i.with_image_size(s)?);
         }
-        // Texts of a dual encoder are truncated like the sparse text encoder's; its image size
-        // stays the one it was trained at.
-        if let Some(n) = opts.max_length
+        Ok(())
+    }
+
+    /// A dual encoder reads texts up to its own `max_length` unless the caller gives one (a
+    /// LexLIP directory's `lexlip.json` speaks for its sparse encoders only); its image size
+    /// stays the one it was trained at.
+    fn apply_dense(&mut self, explicit: &LoadOptions) -> Result<()> {
+        if let Some(n) = explicit.max_length
             && matches!(self.dense, Some(Dense::Dual(_)))
             && let Some(Dense::Dual(d)) = self.dense.take()
         {
