@@ -25,7 +25,7 @@ use crate::bert::BertEncoder;
 use crate::error::Result;
 use crate::init::Init;
 use crate::losses;
-use crate::model::{Batch, IMAGE, StepLosses, TEXT};
+use crate::model::{Batch, IMAGE, StepLosses, TEXT, tower_params};
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
 use crate::params::{ParamBuilder, Source, sorted_vars};
@@ -65,21 +65,15 @@ impl DenseModel {
         device: &Device,
     ) -> Result<Self> {
         let text_store = VarMap::new();
-        let text_source = match &init.text.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(TEXT)),
-        };
+        let text_weights = init.text.weights.as_ref();
         let text = BertEncoder::new(
-            &ParamBuilder::new(&text_store, text_source, dtype, device),
+            &tower_params(&text_store, text_weights, seed, TEXT, dtype, device),
             &init.text.config,
         )?;
         let image_store = VarMap::new();
-        let image_source = match &init.image.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(IMAGE)),
-        };
+        let image_weights = init.image.weights.as_ref();
         let image = BeitEncoder::new(
-            &ParamBuilder::new(&image_store, image_source, dtype, device),
+            &tower_params(&image_store, image_weights, seed, IMAGE, dtype, device),
             &init.image.config,
         )?;
         let projection_store = VarMap::new();

@@ -26,6 +26,23 @@ pub const DECODER_TEXT: &str = "decoder_text";
 pub const MOMENTUM_TEXT: &str = "momentum_text";
 pub const MOMENTUM_IMAGE: &str = "momentum_image";
 
+/// The builder of a tower's parameters in `store`: from its initial model's `weights`, or
+/// random ones keyed by the seed and the store's name (the same under both objectives).
+pub fn tower_params<'a>(
+    store: &'a VarMap,
+    weights: Option<&'a Weights>,
+    seed: u64,
+    group: &str,
+    dtype: DType,
+    device: &Device,
+) -> ParamBuilder<'a> {
+    let source = match weights {
+        Some(w) => Source::Weights(w),
+        None => Source::Random(seed ^ key(group)),
+    };
+    ParamBuilder::new(store, source, dtype, device)
+}
+
 /// Hyper-parameters of the objectives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Objectives {
@@ -148,21 +165,15 @@ impl LexLipModel {
         device: &Device,
     ) -> Result<Self> {
         let text_store = VarMap::new();
-        let text_source = match &init.text.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(TEXT)),
-        };
+        let text_weights = init.text.weights.as_ref();
         let text = BertMlm::new(
-            &ParamBuilder::new(&text_store, text_source, dtype, device),
+            &tower_params(&text_store, text_weights, seed, TEXT, dtype, device),
             &init.text.config,
             init.text.untied,
         )?;
         let image_store = VarMap::new();
-        let image_source = match &init.image.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(IMAGE)),
-        };
-        let pb = ParamBuilder::new(&image_store, image_source, dtype, device);
+        let image_weights = init.image.weights.as_ref();
+        let pb = tower_params(&image_store, image_weights, seed, IMAGE, dtype, device);
         let head_weights = text_head_weights(&text_store, init.text.untied)?;
         let bias_only = Weights::from_tensors(
             head_weights

@@ -382,3 +382,24 @@ impl TrainOptions {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LexLIP runs hash without the dense options (their checkpoints from before the dense
+    /// objective still resume); dense runs hash with them.
+    #[test]
+    fn fingerprint_keys_per_objective() {
+        let lexlip = TrainOptions::new("out").fingerprint_json();
+        assert!(lexlip.get("objective").is_none() && lexlip.get("dense_dim").is_none());
+        assert_eq!(lexlip["tau"], 0.05);
+        let mut o = TrainOptions::new("out");
+        o.objective = Objective::Dense;
+        let dense = o.fingerprint_json();
+        assert_eq!(dense["objective"], "dense");
+        assert_eq!(dense["dense_dim"], 256);
+        o.dense_dim = 64;
+        assert_ne!(o.fingerprint_json(), dense);
+    }
+}

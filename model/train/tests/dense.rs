@@ -9,9 +9,12 @@ use lexlip_model::{Encoders, PreprocessedImage};
 use lexlip_train::dense::DenseModel;
 use lexlip_train::nn::Dropout;
 use lexlip_train::text::TextTokenizer;
-use lexlip_train::{Objective, RunControl, SaveDtype, TrainOptions, losses, train};
+use lexlip_train::{Objective, SaveDtype, TrainOptions, losses};
 
-use common::{Collect, fast_options, max_abs_diff, synthetic_tsv};
+use common::{
+    copy_without, err_of, fast_options, forty_steps_lower_the_loss, max_abs_diff, random_images,
+    resume_options, run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
+};
 
 /// `-log softmax` of row `i` at column `i` of `m / tau`, by hand in f64.
 fn hand_ce(m: &[[f64; 3]; 3], tau: f64, i: usize) -> f64 {
@@ -50,17 +53,16 @@ fn info_nce_is_the_hand_computation() {
     assert_eq!(n, vec![vec![0.6, 0.8], vec![0.0, 0.0]]);
 }
 
-/// Normalised pixels in [-1, 1] from a fixed stream.
-fn random_images(n: usize, size: usize, seed: u64) -> Vec<PreprocessedImage> {
-    let mut r = lexlip_train::rng::Rng::new(&[seed]);
-    (0..n)
-        .map(|_| {
-            let data = (0..3 * size * size)
-                .map(|_| r.uniform_f32() * 2.0 - 1.0)
-                .collect();
-            PreprocessedImage::from_chw(size, data).unwrap()
-        })
-        .collect()
+/// Each vector has unit length and is within 1e-4 of its expected row.
+fn assert_unit_and_close(got: &[lexlip_proto::DenseVector], want: &[Vec<f32>], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = max_abs_diff(g.as_slice(), w);
+        assert!(d < 1e-4, "{what} {i}: max abs diff {d}");
+        let norm = g.dot(g).sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{what} {i}: norm {norm}");
+    }
+    eprintln!("{what}: parity within 1e-4 over {} vectors", got.len());
 }
 
 /// The training forward of both towers equals `lexlip_model`'s encoder on the exported
@@ -117,9 +119,8 @@ fn training_forward_equals_the_exported_encoder() {
         .to_vec2::<f32>()
         .unwrap();
     let got = dense.encode_texts(&texts).unwrap();
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let d = max_abs_diff(g.as_slice(), w);
-        assert!(d < 1e-4, "text {i}: max abs diff {d}");
+    assert_unit_and_close(&got, &want, "text");
+    for (i, g) in got.iter().enumerate() {
         let one = &dense.encode_texts(&texts[i..=i]).unwrap()[0];
         let d = max_abs_diff(one.as_slice(), g.as_slice());
         assert!(d < 1e-5, "text {i} alone differs from the batch by {d}");
@@ -135,12 +136,7 @@ fn training_forward_equals_the_exported_encoder() {
         .to_vec2::<f32>()
         .unwrap();
     let got = dense.encode_images(&images).unwrap();
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let d = max_abs_diff(g.as_slice(), w);
-        assert!(d < 1e-4, "image {i}: max abs diff {d}");
-        let norm = g.as_slice().iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() < 1e-5);
-    }
+    assert_unit_and_close(&got, &want, "image");
     // The directory also loads as the dense part of a LexLIP directory (`dense/`).
     let lexlip = tmp.path().join("with-dense");
     std::fs::create_dir_all(&lexlip).unwrap();
@@ -159,10 +155,6 @@ fn training_forward_equals_the_exported_encoder() {
     assert!(e.contains("visual_projection.weight"), "{e}");
 }
 
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
 fn dense_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
     let mut o = fast_options(tsv, out);
     o.objective = Objective::Dense;
@@ -176,18 +168,7 @@ fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let out = tmp.path().join("model");
     let mut o = dense_options(&tsv, &out);
-    o.steps = Some(40);
-    o.warmup = 0.05;
-    let mut seen = Collect::default();
-    let s = train(&o, &RunControl::default(), &mut seen).unwrap();
-    assert_eq!((s.steps_done, s.pairs), (40, 32));
-    let losses: Vec<f64> = seen.logs.iter().map(|l| l.loss).collect();
-    let (first, last) = (mean(&losses[..5]), mean(&losses[35..]));
-    eprintln!("dense loss {first:.3} → {last:.3}");
-    assert!(
-        last < 0.7 * first,
-        "loss {first:.3} → {last:.3}: {losses:?}"
-    );
+    let seen = forty_steps_lower_the_loss(&mut o);
     for l in &seen.logs {
         assert!(l.parts["i2t"].is_finite() && l.parts["t2i"].is_finite());
         assert!(l.nnz_image.is_none() && !l.parts.contains_key("baco"));
@@ -205,13 +186,12 @@ fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
     assert_eq!(img.size(), 16);
     let w = d.encode_images(&[img]).unwrap();
     assert!((w[0].dot(&w[0]) - 1.0).abs() < 1e-5);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    let meta = train_json(&out);
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["options"]["objective"], "dense");
     assert!(meta["init"]["image_head"].is_null());
     // Finished: a second start does nothing.
-    let again = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    let again = run_quietly(&o);
     assert!(again.already_complete);
 }
 
@@ -222,34 +202,16 @@ fn dense_resume_gives_bitwise_the_same_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let base = |out: &std::path::Path| {
-        let mut o = dense_options(&tsv, out);
-        o.steps = Some(6);
-        o.dropout = 0.1;
-        o.crop_scale = 0.6;
-        o.color_jitter = 0.2;
-        o.hflip = true;
-        o.checkpoint_every = 2;
+        let mut o = resume_options(&tsv, out);
+        o.objective = Objective::Dense;
+        o.dense_dim = 32;
         o
     };
     let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
     let whole = tmp.path().join("whole");
-    train(
-        &base(&whole),
-        &RunControl::default(),
-        &mut Collect::default(),
-    )
-    .unwrap();
+    run_quietly(&base(&whole));
     let parts = tmp.path().join("parts");
-    let mut o = base(&parts);
-    o.stop_at = Some(3);
-    let first = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
-    assert!(first.interrupted);
-    assert!(!parts.join("config.json").exists());
-    o.stop_at = None;
-    let mut seen = Collect::default();
-    let second = train(&o, &RunControl::default(), &mut seen).unwrap();
-    assert_eq!((second.resumed_from, second.steps_done), (3, 6));
-    assert!(seen.messages.iter().any(|m| m.contains("resuming")));
+    train_stopped_and_resumed(&base(&parts), 3, "config.json");
     assert_eq!(bytes(&whole), bytes(&parts));
     // Checkpoints hold the projections (and no decoders or heads).
     let (dir, _) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
@@ -259,13 +221,6 @@ fn dense_resume_gives_bitwise_the_same_weights() {
         .collect();
     assert!(names.contains(&"projection/text_projection.weight".to_string()));
     assert!(!names.iter().any(|n| n.starts_with("decoder") || n.contains("/cls.")));
-}
-
-fn err_of(o: &TrainOptions) -> String {
-    train(o, &RunControl::default(), &mut Collect::default())
-        .map(|_| ())
-        .unwrap_err()
-        .to_string()
 }
 
 #[test]
@@ -283,13 +238,13 @@ fn dense_options_and_outputs_are_checked() {
     let lexlip = tmp.path().join("lexlip");
     let mut o = fast_options(&tsv, &lexlip);
     o.steps = Some(1);
-    train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    run_quietly(&o);
     let e = err_of(&dense_options(&tsv, &lexlip));
     assert!(e.contains("holds a LexLIP model"), "{e}");
     let dense = tmp.path().join("dense");
     let mut o = dense_options(&tsv, &dense);
     o.steps = Some(1);
-    train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    run_quietly(&o);
     let e = err_of(&fast_options(&tsv, &dense));
     assert!(e.contains("holds a dense model"), "{e}");
     // A dense model is not an initial model.
@@ -300,20 +255,11 @@ fn dense_options_and_outputs_are_checked() {
     assert!(e.contains("cannot be trained"), "{e}");
     // The text tower may come without an MLM head for the dense objective.
     let no_head = tmp.path().join("bert-no-head");
-    std::fs::create_dir_all(&no_head).unwrap();
-    let splade = common::splade_dir();
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(splade.join(f), no_head.join(f)).unwrap();
-    }
-    let w = candle_core::safetensors::load(splade.join("model.safetensors"), &Device::Cpu).unwrap();
-    let w: std::collections::HashMap<_, _> = w
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("cls."))
-        .collect();
-    candle_core::safetensors::save(&w, no_head.join("model.safetensors")).unwrap();
+    let files = ["config.json", "tokenizer.json"];
+    copy_without(&common::splade_dir(), &no_head, &files, "cls.");
     let mut o = dense_options(&tsv, &tmp.path().join("from-bert"));
     o.text_init = Some(no_head);
     o.tokenizer = None;
     o.steps = Some(1);
-    train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    run_quietly(&o);
 }
