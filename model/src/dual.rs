@@ -232,7 +232,10 @@ impl DualEncoder {
         for chunk in texts.chunks(TEXT_CHUNK) {
             let (ids, mask) = pad_batch(&self.tokenize(chunk)?, self.pad_id, &self.device)?;
             let hidden = self.text.forward(&ids, &ids.zeros_like()?, Some(&mask))?;
-            parts.push(self.text_projection.forward(&pool(&hidden, self.config.pooling)?)?);
+            parts.push(
+                self.text_projection
+                    .forward(&pool(&hidden, self.config.pooling)?)?,
+            );
         }
         if parts.is_empty() {
             let dim = self.config.projection_dim;

@@ -124,18 +124,19 @@ pub struct Encoders {
 /// The dense encoders a model can hold.
 #[derive(Debug)]
 enum Dense {
-    Clip(ClipEncoder),
-    Dual(DualEncoder),
+    // Boxed: both are large, and of different sizes.
+    Clip(Box<ClipEncoder>),
+    Dual(Box<DualEncoder>),
 }
 
 impl Dense {
     /// Loads the dense encoder directory `dir` of architecture `arch`.
     fn load(dir: &Path, arch: Architecture, device: &Device, dtype: DType) -> Result<Self> {
         match arch {
-            Architecture::Clip => Ok(Dense::Clip(ClipEncoder::load(dir, device)?)),
-            Architecture::DualEncoder => Ok(Dense::Dual(DualEncoder::load_with_dtype(
+            Architecture::Clip => Ok(Dense::Clip(Box::new(ClipEncoder::load(dir, device)?))),
+            Architecture::DualEncoder => Ok(Dense::Dual(Box::new(DualEncoder::load_with_dtype(
                 dir, device, dtype,
-            )?)),
+            )?))),
             other => Err(ModelError::UnknownModel {
                 path: dir.to_path_buf(),
                 message: format!(
@@ -148,8 +149,8 @@ impl Dense {
 
     fn as_dyn(&self) -> &dyn DenseEncoder {
         match self {
-            Dense::Clip(c) => c,
-            Dense::Dual(d) => d,
+            Dense::Clip(c) => c.as_ref(),
+            Dense::Dual(d) => d.as_ref(),
         }
     }
 }
@@ -266,7 +267,7 @@ impl Encoders {
             && matches!(self.dense, Some(Dense::Dual(_)))
             && let Some(Dense::Dual(d)) = self.dense.take()
         {
-            self.dense = Some(Dense::Dual(d.with_max_length(n)?));
+            self.dense = Some(Dense::Dual(Box::new((*d).with_max_length(n)?)));
         }
         Ok(())
     }

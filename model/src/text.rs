@@ -234,7 +234,11 @@ pub(crate) fn tokenize(tokenizer: &Tokenizer, texts: &[&str]) -> Result<Vec<Vec<
 
 /// Right-pads token rows with `pad_id` into `(batch, tokens)` ids and an attention mask (1 =
 /// token, 0 = padding).
-pub(crate) fn pad_batch(ids: &[Vec<u32>], pad_id: u32, device: &Device) -> Result<(Tensor, Tensor)> {
+pub(crate) fn pad_batch(
+    ids: &[Vec<u32>],
+    pad_id: u32,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
     let len = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
     let mut flat_ids = Vec::with_capacity(ids.len() * len);
     let mut flat_mask = Vec::with_capacity(ids.len() * len);

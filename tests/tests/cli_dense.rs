@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use lexlip_model::{DenseEncoder, Device, Encoders};
+use lexlip_model::{Device, Encoders};
 use lexlip_tests::{Server, fixtures, lexlip, lexlip_json, lexlip_tiny_args, png};
 use serde_json::{Value, json};
 
@@ -89,13 +89,31 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
 
     // `lexlip encode --model DIR`: a dense-only model prints its dense vector and no terms.
     let m = model.to_str().unwrap();
-    let text = lexlip_json(&["encode", "--model", m, "--text", "picture number 3", "--json"]);
+    let text = lexlip_json(&[
+        "encode",
+        "--model",
+        m,
+        "--text",
+        "picture number 3",
+        "--json",
+    ]);
     assert!(text.get("terms").is_none(), "{text}");
     let got = unit(&text["dense"], 16);
     let query = dense.encode_texts(&["picture number 3"]).unwrap().remove(0);
-    assert!(got.iter().zip(query.as_slice()).all(|(a, b)| (a - b).abs() < 1e-6));
+    assert!(
+        got.iter()
+            .zip(query.as_slice())
+            .all(|(a, b)| (a - b).abs() < 1e-6)
+    );
     let img = tmp.path().join("img3.png");
-    let image = lexlip_json(&["encode", "--model", m, "--image", img.to_str().unwrap(), "--json"]);
+    let image = lexlip_json(&[
+        "encode",
+        "--model",
+        m,
+        "--image",
+        img.to_str().unwrap(),
+        "--json",
+    ]);
     unit(&image["dense"], 16);
 
     // `lexlip index` encodes sparse vectors: a dense-only model is refused, nothing is created.

@@ -184,8 +184,8 @@ pub fn export_dense(
         }
     }
     save_weights(tensors, dtype, &tmp.join("model.safetensors"))?;
-    let mut text_cfg = serde_json::to_value(&model.text.config)
-        .map_err(|e| TrainError::invalid(e.to_string()))?;
+    let mut text_cfg =
+        serde_json::to_value(&model.text.config).map_err(|e| TrainError::invalid(e.to_string()))?;
     if let Some(o) = text_cfg.as_object_mut() {
         o.insert("model_type".into(), json!("bert"));
     }

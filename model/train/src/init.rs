@@ -345,9 +345,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
         (HeadInit::Auto, false) => HeadInit::Auto,
         (other, _) => other,
     };
-    if lexlip
-        && head_init == HeadInit::Text
-        && image.config.hidden_size != text.config.hidden_size
+    if lexlip && head_init == HeadInit::Text && image.config.hidden_size != text.config.hidden_size
     {
         return Err(TrainError::invalid(format!(
             "--image-head-init text needs equal hidden sizes (image {}, text {})",

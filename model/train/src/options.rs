@@ -33,9 +33,7 @@ pub enum HeadInit {
 }
 
 /// What a run trains.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
     /// LexLIP: lexicon towers with MLM heads (--phase 1 / 2); writes a LexLIP directory.

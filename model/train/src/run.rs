@@ -209,10 +209,7 @@ pub fn train(
     };
     observer.message(&format!(
         "text tower: {}; image tower: {} ({}px, patch {}); {head}",
-        init.text.from,
-        init.image.from,
-        init.image.config.image_size,
-        init.image.config.patch_size,
+        init.text.from, init.image.from, init.image.config.image_size, init.image.config.patch_size,
     ));
     let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
@@ -309,8 +306,7 @@ pub fn train(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     if summary.steps_done >= total {
-        if !summary.already_complete || !opts.out.join(exported_marker(opts.objective)).is_file()
-        {
+        if !summary.already_complete || !opts.out.join(exported_marker(opts.objective)).is_file() {
             model.export(&opts.out, opts.save_dtype, opts.max_length)?;
         }
         record(&model, &summary, "complete")?;

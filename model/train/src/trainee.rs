@@ -15,8 +15,9 @@ use crate::optim::Param;
 use crate::options::{Objective, SaveDtype, TrainOptions};
 
 pub enum Trainee {
-    LexLip(LexLipModel),
-    Dense(DenseModel),
+    // Boxed: both are large, and of different sizes.
+    LexLip(Box<LexLipModel>),
+    Dense(Box<DenseModel>),
 }
 
 /// Momentum keys a phase-2 step queues once its update is done.
@@ -28,22 +29,22 @@ impl Trainee {
         Ok(match opts.objective {
             Objective::Lexlip => {
                 let queue = (opts.phase == 2).then_some(opts.queue_size);
-                Trainee::LexLip(LexLipModel::build(
+                Trainee::LexLip(Box::new(LexLipModel::build(
                     init,
                     opts.decoder_layers,
                     queue,
                     opts.seed,
                     dtype,
                     device,
-                )?)
+                )?))
             }
-            Objective::Dense => Trainee::Dense(DenseModel::build(
+            Objective::Dense => Trainee::Dense(Box::new(DenseModel::build(
                 init,
                 opts.dense_dim,
                 opts.seed,
                 dtype,
                 device,
-            )?),
+            )?)),
         })
     }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use lexlip_model::{Encoders, PreprocessedImage};
+use lexlip_model::Encoders;
 use lexlip_train::dense::DenseModel;
 use lexlip_train::nn::Dropout;
 use lexlip_train::text::TextTokenizer;
@@ -33,17 +33,33 @@ fn info_nce_is_the_hand_computation() {
         [s[0][2], s[1][2], s[2][2]],
     ];
     // Images are the unit axes, so image i · text j = text j's i-th component = s[i][j].
-    let image = Tensor::new(&[[1.0f64, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], &dev).unwrap();
+    let image = Tensor::new(
+        &[[1.0f64, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+        &dev,
+    )
+    .unwrap();
     let text = Tensor::new(&st, &dev).unwrap();
     let tau = 0.07;
     let (loss, i2t, t2i) = losses::info_nce(&image, &text, tau).unwrap();
     let want_i2t = (0..3).map(|i| hand_ce(&s, tau, i)).sum::<f64>() / 3.0;
     let want_t2i = (0..3).map(|j| hand_ce(&st, tau, j)).sum::<f64>() / 3.0;
     let got = |t: &Tensor| t.to_scalar::<f64>().unwrap();
-    assert!((got(&i2t) - want_i2t).abs() < 1e-12, "{} vs {want_i2t}", got(&i2t));
-    assert!((got(&t2i) - want_t2i).abs() < 1e-12, "{} vs {want_t2i}", got(&t2i));
+    assert!(
+        (got(&i2t) - want_i2t).abs() < 1e-12,
+        "{} vs {want_i2t}",
+        got(&i2t)
+    );
+    assert!(
+        (got(&t2i) - want_t2i).abs() < 1e-12,
+        "{} vs {want_t2i}",
+        got(&t2i)
+    );
     let want = (want_i2t + want_t2i) / 2.0;
-    assert!((got(&loss) - want).abs() < 1e-12, "{} vs {want}", got(&loss));
+    assert!(
+        (got(&loss) - want).abs() < 1e-12,
+        "{} vs {want}",
+        got(&loss)
+    );
     // The two directions differ on this matrix: the test would catch a transposition.
     assert!((want_i2t - want_t2i).abs() > 1e-3);
 
@@ -220,7 +236,11 @@ fn dense_resume_gives_bitwise_the_same_weights() {
         .into_keys()
         .collect();
     assert!(names.contains(&"projection/text_projection.weight".to_string()));
-    assert!(!names.iter().any(|n| n.starts_with("decoder") || n.contains("/cls.")));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("decoder") || n.contains("/cls."))
+    );
 }
 
 #[test]

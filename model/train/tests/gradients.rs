@@ -8,10 +8,10 @@ use candle_core::{DType, Device, Tensor};
 use lexlip_model::Vocabulary;
 use lexlip_model::image::HeadConfig;
 use lexlip_train::bert::BertConfig;
+use lexlip_train::dense::DenseModel;
 use lexlip_train::init::{ImageInit, Init, TextInit, beit_config};
 use lexlip_train::model::{Batch, LexLipModel, Objectives};
 use lexlip_train::nn::Dropout;
-use lexlip_train::dense::DenseModel;
 use lexlip_train::optim::Param;
 use lexlip_train::options::HeadInit;
 use lexlip_train::rng::Rng;
@@ -267,7 +267,12 @@ fn dense_every_parameter_gets_a_gradient() {
     let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 1, DType::F32, &dev).unwrap();
     let b = batch(DType::F32, &dev);
     let drop = Dropout::new(0.1, Rng::new(&[3]));
-    let grads = model.step(&b, &drop, 0.5).unwrap().total.backward().unwrap();
+    let grads = model
+        .step(&b, &drop, 0.5)
+        .unwrap()
+        .total
+        .backward()
+        .unwrap();
     let params = model.params(1.0);
     let groups: std::collections::BTreeSet<&str> = params
         .iter()
@@ -277,13 +282,26 @@ fn dense_every_parameter_gets_a_gradient() {
         groups.into_iter().collect::<Vec<_>>(),
         ["image", "projection", "text"]
     );
-    assert!(params.iter().all(|p| !p.name.contains("/cls.")), "no MLM head");
+    assert!(
+        params.iter().all(|p| !p.name.contains("/cls.")),
+        "no MLM head"
+    );
     for p in &params {
         let g = grads
             .get(p.var.as_tensor())
             .unwrap_or_else(|| panic!("{} has no gradient", p.name));
-        let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
-        assert!(norm > 0.0 && norm.is_finite(), "{}: gradient norm {norm}", p.name);
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(
+            norm > 0.0 && norm.is_finite(),
+            "{}: gradient norm {norm}",
+            p.name
+        );
     }
 }
 

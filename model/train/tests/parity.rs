@@ -6,7 +6,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use lexlip_model::config::{read_json, with_defaults};
-use lexlip_model::{ImageEncoder, PreprocessedImage, TextEncoder, Weights};
+use lexlip_model::{ImageEncoder, TextEncoder, Weights};
 use lexlip_train::beit::BeitMlm;
 use lexlip_train::bert::{BertConfig, BertMlm};
 use lexlip_train::nn::Dropout;

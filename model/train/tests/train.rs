@@ -153,7 +153,12 @@ fn bad_inputs_get_clear_errors() {
     let mut o = fast_options(&tsv, &out);
     let beit = tmp.path().join("beit-no-head");
     let files = ["config.json", "tokenizer.json", "preprocessor_config.json"];
-    copy_without(&common::model_fixtures().join("beit-tiny"), &beit, &files, "cls.");
+    copy_without(
+        &common::model_fixtures().join("beit-tiny"),
+        &beit,
+        &files,
+        "cls.",
+    );
     o.image_init = Some(beit);
     o.image_size = None;
     o.patch_size = None;

@@ -157,10 +157,14 @@ pub fn model_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// The message of the error `train` stops with (it must stop with one).
 pub fn err_of(o: &lexlip_train::TrainOptions) -> String {
-    lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut Collect::default())
-        .map(|_| ())
-        .unwrap_err()
-        .to_string()
+    lexlip_train::train(
+        o,
+        &lexlip_train::RunControl::default(),
+        &mut Collect::default(),
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string()
 }
 
 /// [`fast_options`] for the resume tests: 6 steps, a checkpoint every 2, dropout and every
@@ -185,7 +189,10 @@ pub fn train_stopped_and_resumed(o: &lexlip_train::TrainOptions, stop: u64, mark
     let s = lexlip_train::train(&first, &ctl, &mut Collect::default()).unwrap();
     assert!(s.interrupted);
     assert_eq!(s.steps_done, stop);
-    assert!(!o.out.join(marker).exists(), "{marker} written before the end");
+    assert!(
+        !o.out.join(marker).exists(),
+        "{marker} written before the end"
+    );
     let mut seen = Collect::default();
     let s = lexlip_train::train(o, &ctl, &mut seen).unwrap();
     assert_eq!((s.resumed_from, s.steps_done), (stop, s.total_steps));
@@ -199,10 +206,13 @@ pub fn copy_without(from: &Path, to: &Path, files: &[&str], prefix: &str) {
     for f in files {
         std::fs::copy(from.join(f), to.join(f)).unwrap();
     }
-    let w = candle_core::safetensors::load(from.join("model.safetensors"), &candle_core::Device::Cpu)
-        .unwrap();
-    let w: std::collections::HashMap<_, _> =
-        w.into_iter().filter(|(k, _)| !k.starts_with(prefix)).collect();
+    let w =
+        candle_core::safetensors::load(from.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    let w: std::collections::HashMap<_, _> = w
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(prefix))
+        .collect();
     candle_core::safetensors::save(&w, to.join("model.safetensors")).unwrap();
 }
 
@@ -248,7 +258,12 @@ pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect
 
 /// Trains `o` to the end (or its `--stop-at`) without looking at the progress.
 pub fn run_quietly(o: &lexlip_train::TrainOptions) -> lexlip_train::Summary {
-    lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut Collect::default()).unwrap()
+    lexlip_train::train(
+        o,
+        &lexlip_train::RunControl::default(),
+        &mut Collect::default(),
+    )
+    .unwrap()
 }
 
 /// The `train.json` of a run into `out`.
