@@ -132,6 +132,12 @@ pub struct TrainOptions {
     /// --batch-size).
     #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
     pub queue_size: usize,
+    /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
+    /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
+    /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
+    /// choice for a small corpus and a pre-trained text model (e.g. a SPLADE model).
+    #[arg(long, help_heading = "Objectives")]
+    pub freeze_text: bool,
 
     // ---- optimisation
     /// Pairs per step.
@@ -225,6 +231,7 @@ impl TrainOptions {
             flops_lambda: 0.002,
             momentum: 0.99,
             queue_size: 1024,
+            freeze_text: false,
             batch_size: 32,
             steps: None,
             epochs: 10.0,
@@ -309,6 +316,16 @@ impl TrainOptions {
         }
         if self.flops_lambda < 0.0 || self.lr <= 0.0 || self.text_lr.is_some_and(|l| l <= 0.0) {
             return bad("--flops-lambda must be >= 0 and learning rates > 0".into());
+        }
+        if self.freeze_text && self.text_lr.is_some() {
+            return bad(
+                "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
+            );
+        }
+        if self.freeze_text && self.init.is_none() && self.text_init.is_none() {
+            return bad(
+                "--freeze-text needs a trained text tower: give --text-init or --init".into(),
+            );
         }
         if self.batch_size < 2 {
             return bad("--batch-size must be at least 2 (contrastive negatives)".into());

@@ -23,6 +23,7 @@ use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
 use crate::options::TrainOptions;
 use crate::rng::{Rng, key};
 use crate::text::TextTokenizer;
+use crate::text_cache::TextCache;
 
 /// Batches prepared ahead of the step that uses them.
 const PREFETCH: usize = 2;
@@ -85,6 +86,8 @@ pub trait Observer {
     fn message(&mut self, _text: &str) {}
     /// The corpus image check: `done` of `total` images.
     fn checking(&mut self, _done: u64, _total: u64) {}
+    /// The frozen text tower's caption cache: `done` of `total` captions encoded.
+    fn encoding(&mut self, _done: u64, _total: u64) {}
     /// Training starts (or resumes) at `start` of `total` steps.
     fn started(&mut self, _start: u64, _total: u64) {}
     /// After every step.
@@ -217,6 +220,15 @@ pub fn train(
         DType::F32,
         &device,
     )?;
+    if opts.freeze_text {
+        if init.text.weights.is_none() {
+            return Err(TrainError::invalid(
+                "--freeze-text needs a trained text tower, but the text tower starts from \
+                 scratch: give --text-init or --init with a text model",
+            ));
+        }
+        model.frozen_text = true;
+    }
     let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
     let mut adam = AdamW::new(AdamWConfig {
         weight_decay: opts.weight_decay,
@@ -345,6 +357,22 @@ fn run_steps(
         flops_lambda: opts.flops_lambda,
         momentum: opts.momentum,
     };
+    let text_cache = if model.frozen_text {
+        observer.message(&format!(
+            "frozen text tower: encoding the {} captions once",
+            corpus.pairs.len()
+        ));
+        let cache = TextCache::build(model, corpus, tokenizer.pad, &mut |d, t| {
+            observer.encoding(d, t)
+        })?;
+        observer.message(&format!(
+            "captions encoded: {:.1} terms per caption",
+            cache.mean_nonzero()
+        ));
+        Some(cache)
+    } else {
+        None
+    };
     let spe = order.steps_per_epoch().max(1);
     let run_start = Instant::now();
     observer.started(start, total);
@@ -366,7 +394,10 @@ fn run_steps(
             let host = rx
                 .recv()
                 .map_err(|_| TrainError::invalid("the data thread stopped"))??;
-            let batch = host.to_device(&model.device)?;
+            let mut batch = host.to_device(&model.device)?;
+            if let Some(cache) = &text_cache {
+                batch.text_lexicon = Some(cache.batch(&host.pairs, &model.device)?);
+            }
             let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
             let (losses, keys) = if opts.phase == 1 {
                 (model.phase1(&batch, &drop, &obj)?, None)
