@@ -121,7 +121,8 @@ fn read_stage(
     let _ = tx.send(Chunk::new(chunk, position.max(resume), true));
 }
 
-fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
+/// Refuses an item whose id is invalid or was seen earlier in the input.
+pub(crate) fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
     if let Err(e) = DocId::new(item.id.clone()) {
         return Err(BadItem::new(Some(item.id), reason::BAD_ID, e.to_string()));
     }
@@ -185,6 +186,16 @@ fn decode(
     id: &str,
     image: &ImageRef,
 ) -> std::result::Result<PreprocessedImage, BadItem> {
+    decode_with(id, image, |bytes, name| enc.preprocess_named(bytes, name))
+}
+
+/// Reads an item's image and preprocesses it with `preprocess` (bytes, name for errors): a file
+/// that cannot be read is a missing file, an image that does not decode a corrupt one.
+pub(crate) fn decode_with(
+    id: &str,
+    image: &ImageRef,
+    preprocess: impl Fn(&[u8], &str) -> lexlip_model::Result<PreprocessedImage>,
+) -> std::result::Result<PreprocessedImage, BadItem> {
     let bytes = match image {
         ImageRef::File(path) => std::fs::read(path).map_err(|e| {
             BadItem::new(
@@ -195,15 +206,15 @@ fn decode(
         })?,
         ImageRef::Bytes { bytes, .. } => bytes.to_vec(),
     };
-    enc.preprocess_named(&bytes, &image.name())
+    preprocess(&bytes, &image.name())
         .map_err(|e| BadItem::new(Some(id.to_string()), reason::CORRUPT_IMAGE, e.to_string()))
 }
 
 /// Encodes a batch; if the batch fails, each item alone so one bad item fails only itself.
-fn encode_batch<T>(
+pub(crate) fn encode_batch<T, V>(
     inputs: &[T],
-    f: impl Fn(&[T]) -> lexlip_model::Result<Vec<SparseVector>>,
-) -> Vec<std::result::Result<SparseVector, String>> {
+    f: impl Fn(&[T]) -> lexlip_model::Result<Vec<V>>,
+) -> Vec<std::result::Result<V, String>> {
     match f(inputs) {
         Ok(v) if v.len() == inputs.len() => v.into_iter().map(Ok).collect(),
         _ => inputs
@@ -316,7 +327,7 @@ fn encode_chunk(
 }
 
 /// The stored fields of an item (its id was checked by the reader).
-fn document(item: Item) -> std::result::Result<Document, BadItem> {
+pub(crate) fn document(item: Item) -> std::result::Result<Document, BadItem> {
     let id = DocId::new(item.id.clone())
         .map_err(|e| BadItem::new(Some(item.id.clone()), reason::BAD_ID, e.to_string()))?;
     let mut doc = Document::new(id, item.modality);

@@ -6,11 +6,13 @@
 //!
 //! both through one writer ([`writer`]) with bounded memory, resume after interruption
 //! ([`progress`]), deterministic shards ([`shard`]) and an end-of-job [`Report`]; and merging
-//! of shard collections ([`merge`]).
+//! of shard collections ([`merge`]); and retrieval evaluation of a model on a test corpus
+//! through real collections ([`eval`]).
 
 pub mod corpus;
 pub mod error;
 pub mod errors_file;
+pub mod eval;
 pub mod item;
 pub mod job;
 pub mod merge;

@@ -90,6 +90,14 @@ impl Observer for Console {
         self.bar.set_position(done);
     }
 
+    fn encoding(&mut self, done: u64, total: u64) {
+        if done == 0 || self.bar.length() != Some(total) {
+            self.bar.set_length(total);
+            self.style("encoding captions {bar:30} {human_pos}/{human_len} {per_sec}");
+        }
+        self.bar.set_position(done);
+    }
+
     fn started(&mut self, start: u64, total: u64) {
         self.bar.set_length(total);
         self.bar.set_position(start);

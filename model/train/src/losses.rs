@@ -14,28 +14,40 @@ use crate::nn::{log_softmax, softmax};
 /// lose the max).
 const PAD_PENALTY: f64 = 1e9;
 
+/// `max_t S_t` of `(batch, tokens, vocab)` logits over the non-padding tokens (`mask = 0` never
+/// wins) → `(batch, vocab)`. The gradient goes to the arg-max token through a gather, which on
+/// vocabulary-sized tensors costs one scatter in the backward pass where a differentiated `max`
+/// costs a compare, a cast, a product and a sum of the whole input.
+pub fn max_pool(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    let arg = match mask {
+        Some(m) => {
+            let off = ((m.to_dtype(logits.dtype())? - 1.0)? * PAD_PENALTY)?;
+            logits
+                .detach()
+                .broadcast_add(&off.unsqueeze(D::Minus1)?)?
+                .argmax_keepdim(1)?
+        }
+        None => logits.detach().argmax_keepdim(1)?,
+    };
+    Ok(logits.gather(&arg, 1)?.squeeze(1)?)
+}
+
+/// Lexicon weights `p = log(1 + relu(m))` of max-pooled logits `m` ([`max_pool`]); equal to
+/// `log(1 + max_t relu(S_t))` (eq. 3, 6) because relu is monotonic.
+pub fn splade_pooled(pooled: &Tensor) -> Result<Tensor> {
+    Ok((pooled.relu()? + 1.0)?.log()?)
+}
+
 /// Lexicon weights `p = log(1 + max_t relu(S_t))` (eq. 3, 6) of `(batch, tokens, vocab)` logits;
 /// padding (`mask = 0`) never contributes. Differentiable: the gradient of the max goes to the
 /// maximising token.
 pub fn splade(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-    let relu = logits.relu()?;
-    let relu = match mask {
-        Some(m) => relu.broadcast_mul(&m.to_dtype(relu.dtype())?.unsqueeze(D::Minus1)?)?,
-        None => relu,
-    };
-    Ok((relu.max(1)? + 1.0)?.log()?)
+    splade_pooled(&max_pool(logits, mask)?)
 }
 
 /// Lexicon-importance distribution `a = softmax(max_t S_t)` over the vocabulary (eq. 8-9).
 pub fn lexicon_distribution(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-    let pooled = match mask {
-        Some(m) => {
-            let off = ((m.to_dtype(logits.dtype())? - 1.0)? * PAD_PENALTY)?;
-            logits.broadcast_add(&off.unsqueeze(D::Minus1)?)?.max(1)?
-        }
-        None => logits.max(1)?,
-    };
-    softmax(&pooled)
+    softmax(&max_pool(logits, mask)?)
 }
 
 /// The CBoW bottleneck `b = a · sg(W_te)` (eq. 10): `(batch, vocab) × (vocab, hidden)`, no
@@ -117,6 +129,7 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
 /// Momentum lexicon-contrastive loss (eq. 21-23): each image against the momentum encoding of
 /// its text (positive) and the queue of earlier momentum text encodings (negatives), and
 /// symmetrically; empty queues leave only the positive.
+#[allow(clippy::too_many_arguments)] // the equation's eight inputs, each named
 pub fn moco(
     pv: &Tensor,
     pl: &Tensor,
@@ -152,4 +165,40 @@ pub fn mean_nonzero(p: &Tensor) -> Result<f64> {
         .sum_all()?
         .to_scalar::<f32>()?;
     Ok(f64::from(nz) / p.dim(0)?.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Var};
+
+    use super::*;
+
+    /// The gather-based pool equals candle's differentiated `max` (the plain form of eq. 3/6:
+    /// relu, padding zeroed, max over tokens), in value and in gradient.
+    #[test]
+    fn max_pool_equals_the_plain_max() -> Result<()> {
+        let dev = Device::Cpu;
+        let logits = Var::from_tensor(&Tensor::randn(0f32, 2.0, (3, 5, 11), &dev)?)?;
+        let mask = Tensor::new(
+            &[[1u32, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]],
+            &dev,
+        )?;
+        let weights = Tensor::randn(0f32, 1.0, (3, 11), &dev)?;
+        let plain = {
+            let m = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
+            (logits.relu()?.broadcast_mul(&m)?.max(1)? + 1.0)?.log()?
+        };
+        let fast = splade(&logits, Some(&mask))?;
+        let diff = (&plain - &fast)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-6, "values differ by {diff}");
+        let g_plain = (&plain * &weights)?.sum_all()?.backward()?;
+        let g_fast = (&fast * &weights)?.sum_all()?.backward()?;
+        let (Some(a), Some(b)) = (g_plain.get(&logits), g_fast.get(&logits)) else {
+            panic!("no gradient reached the logits");
+        };
+        let diff = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-6, "gradients differ by {diff}");
+        assert!(b.abs()?.sum_all()?.to_scalar::<f32>()? > 0.0);
+        Ok(())
+    }
 }

@@ -127,6 +127,9 @@ pub struct Batch {
     pub dec_ids: Tensor,
     pub dec_rows: Tensor,
     pub dec_targets: Tensor,
+    /// The frozen text tower's lexicon of the captions `(batch, vocab)` when cached
+    /// ([`crate::text_cache`]); computed from `ids` otherwise.
+    pub text_lexicon: Option<Tensor>,
 }
 
 /// The losses of one step (scalar tensors; `total` is what is differentiated).
@@ -151,6 +154,8 @@ pub struct LexLipModel {
     pub momentum: Option<Momentum>,
     pub init: Init,
     pub device: Device,
+    /// The text tower is locked (`--freeze-text`): no updates, no dropout, no text-only losses.
+    pub frozen_text: bool,
 }
 
 impl LexLipModel {
@@ -235,6 +240,7 @@ impl LexLipModel {
             momentum: None,
             init,
             device: device.clone(),
+            frozen_text: false,
         };
         if let Some(q) = queue_size {
             model.momentum = Some(model.momentum_copy(q, dtype)?);
@@ -287,15 +293,18 @@ impl LexLipModel {
         out
     }
 
-    /// The parameters the optimizer updates: the towers, and the decoders in phase 1.
+    /// The parameters the optimizer updates: the towers, and the decoders in phase 1; with a
+    /// frozen text tower, neither the text tower nor the decoder only it would train.
     pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
-        let mut groups: Vec<(&str, &VarMap, f64)> = vec![
-            (TEXT, &self.text_store, text_lr_scale),
-            (IMAGE, &self.image_store, 1.0),
-        ];
+        let mut groups: Vec<(&str, &VarMap, f64)> = vec![(IMAGE, &self.image_store, 1.0)];
+        if !self.frozen_text {
+            groups.insert(0, (TEXT, &self.text_store, text_lr_scale));
+        }
         if phase == 1 {
             groups.push((DECODER_IMAGE, &self.decoder_image_store, 1.0));
-            groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
+            if !self.frozen_text {
+                groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
+            }
         }
         groups
             .into_iter()
@@ -307,12 +316,64 @@ impl LexLipModel {
             .collect()
     }
 
+    /// The lexicon of the frozen text tower (no dropout, no gradient).
+    pub fn frozen_text_lexicon(&self, batch: &Batch) -> Result<Tensor> {
+        if let Some(cached) = &batch.text_lexicon {
+            return Ok(cached.clone());
+        }
+        let logits = self.text.logits(&batch.ids, &batch.mask, &Dropout::off())?;
+        Ok(losses::splade(&logits, Some(&batch.mask))?.detach())
+    }
+
+    /// Phase 1 with a frozen text tower: LexMLM i2t + BaCo against the text model's lexicon.
+    fn phase1_frozen_text(
+        &self,
+        batch: &Batch,
+        drop: &Dropout,
+        obj: &Objectives,
+    ) -> Result<StepLosses> {
+        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let pv = losses::splade_pooled(&image_pooled)?;
+        let av = crate::nn::softmax(&image_pooled)?;
+        let pl = self.frozen_text_lexicon(batch)?;
+        let bv = losses::bottleneck(&av, self.text.word_embeddings())?;
+        let dec_emb = self
+            .text
+            .embeddings()
+            .forward(&batch.dec_ids, &Dropout::off())?
+            .detach();
+        let i2t = losses::cross_entropy(
+            &self
+                .decoder_image
+                .logits(&dec_emb, &bv, &batch.mask, &batch.dec_rows, drop)?,
+            &batch.dec_targets,
+        )?;
+        let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
+        let total = (&i2t + &baco.loss)?;
+        Ok(StepLosses {
+            total,
+            parts: vec![
+                ("lex_mlm_i2t", i2t),
+                ("baco", baco.loss),
+                ("flops_image", baco.flops_image),
+                ("flops_text", baco.flops_text),
+            ],
+            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_text: Some(losses::mean_nonzero(&pl)?),
+        })
+    }
+
     /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
     pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
+        if self.frozen_text {
+            return self.phase1_frozen_text(batch, drop, obj);
+        }
         let (b, t) = batch.ids.dims2()?;
-        let image_logits = self.image.logits(&batch.pixels, drop)?;
-        let pv = losses::splade(&image_logits, None)?;
-        let av = losses::lexicon_distribution(&image_logits, None)?;
+        // One max-pool of the image logits serves both the lexicon weights and the
+        // distribution of the bottleneck.
+        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let pv = losses::splade_pooled(&image_pooled)?;
+        let av = crate::nn::softmax(&image_pooled)?;
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
         let v = masked_logits.dim(2)?;
@@ -378,16 +439,23 @@ impl LexLipModel {
             ));
         };
         let pv_m = losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?.detach();
-        let pl_m = losses::splade(
-            &m.text.logits(&batch.ids, &batch.mask, &off)?,
-            Some(&batch.mask),
-        )?
-        .detach();
         let pv = losses::splade(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let pl = losses::splade(
-            &self.text.logits(&batch.ids, &batch.mask, drop)?,
-            Some(&batch.mask),
-        )?;
+        // A frozen text tower is its own momentum encoder.
+        let (pl, pl_m) = if self.frozen_text {
+            let pl = self.frozen_text_lexicon(batch)?;
+            (pl.clone(), pl)
+        } else {
+            let pl_m = losses::splade(
+                &m.text.logits(&batch.ids, &batch.mask, &off)?,
+                Some(&batch.mask),
+            )?
+            .detach();
+            let pl = losses::splade(
+                &self.text.logits(&batch.ids, &batch.mask, drop)?,
+                Some(&batch.mask),
+            )?;
+            (pl, pl_m)
+        };
         let qi = m.queue_image.rows()?;
         let qt = m.queue_text.rows()?;
         let moco = losses::moco(
@@ -423,10 +491,11 @@ impl LexLipModel {
         let Some(mom) = &self.momentum else {
             return Ok(());
         };
-        for (online, momentum) in [
-            (&self.text_store, &mom.text_store),
-            (&self.image_store, &mom.image_store),
-        ] {
+        let mut pairs = vec![(&self.image_store, &mom.image_store)];
+        if !self.frozen_text {
+            pairs.push((&self.text_store, &mom.text_store));
+        }
+        for (online, momentum) in pairs {
             let online: HashMap<String, candle_core::Var> =
                 sorted_vars(online).into_iter().collect();
             for (name, var) in sorted_vars(momentum) {

@@ -153,6 +153,12 @@ pub struct TrainOptions {
     /// --batch-size).
     #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
     pub queue_size: usize,
+    /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
+    /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
+    /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
+    /// choice for a small corpus and a pre-trained text model (e.g. a SPLADE model).
+    #[arg(long, help_heading = "Objectives")]
+    pub freeze_text: bool,
 
     // ---- optimisation
     /// Pairs per step.
@@ -252,6 +258,7 @@ impl TrainOptions {
             flops_lambda: 0.002,
             momentum: 0.99,
             queue_size: 1024,
+            freeze_text: false,
             batch_size: 32,
             steps: None,
             epochs: 10.0,
@@ -346,6 +353,16 @@ impl TrainOptions {
         if self.flops_lambda < 0.0 || self.lr <= 0.0 || self.text_lr.is_some_and(|l| l <= 0.0) {
             return bad("--flops-lambda must be >= 0 and learning rates > 0".into());
         }
+        if self.freeze_text && self.text_lr.is_some() {
+            return bad(
+                "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
+            );
+        }
+        if self.freeze_text && self.init.is_none() && self.text_init.is_none() {
+            return bad(
+                "--freeze-text needs a trained text tower: give --text-init or --init".into(),
+            );
+        }
         if self.batch_size < 2 {
             return bad("--batch-size must be at least 2 (contrastive negatives)".into());
         }
@@ -370,8 +387,17 @@ impl TrainOptions {
             if self.dense_dim == 0 {
                 return bad("--dense-dim must be positive".into());
             }
+            if self.freeze_text {
+                return bad(
+                    "--freeze-text is LexLIP's (a frozen lexicon); --objective dense trains both \
+                     towers"
+                        .into(),
+                );
+            }
         }
-        if self.phase == 2 && (self.queue_size == 0 || self.queue_size % self.batch_size != 0) {
+        if self.phase == 2
+            && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))
+        {
             return bad(format!(
                 "--queue-size {} must be a positive multiple of --batch-size {}",
                 self.queue_size, self.batch_size

@@ -24,6 +24,7 @@ use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
 use crate::options::{Objective, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::text::TextTokenizer;
+use crate::text_cache::TextCache;
 use crate::trainee::{Trainee, exported_marker};
 
 /// Batches prepared ahead of the step that uses them.
@@ -89,6 +90,8 @@ pub trait Observer {
     fn message(&mut self, _text: &str) {}
     /// The corpus image check: `done` of `total` images.
     fn checking(&mut self, _done: u64, _total: u64) {}
+    /// The frozen text tower's caption cache: `done` of `total` captions encoded.
+    fn encoding(&mut self, _done: u64, _total: u64) {}
     /// Training starts (or resumes) at `start` of `total` steps.
     fn started(&mut self, _start: u64, _total: u64) {}
     /// After every step.
@@ -312,6 +315,11 @@ pub fn train(
         record(&model, &summary, "complete")?;
     } else {
         summary.interrupted = true;
+        // A stopped run leaves a usable model of the weights so far; the finished run
+        // replaces it.
+        if summary.steps_done > 0 {
+            model.export(&opts.out, opts.save_dtype, opts.max_length)?;
+        }
         record(&model, &summary, "interrupted")?;
     }
     Ok(summary)
@@ -354,6 +362,22 @@ fn run_steps(
         flops_lambda: opts.flops_lambda,
         momentum: opts.momentum,
     };
+    let text_cache = if let Some(model) = model.frozen_text() {
+        observer.message(&format!(
+            "frozen text tower: encoding the {} captions once",
+            corpus.pairs.len()
+        ));
+        let cache = TextCache::build(model, corpus, tokenizer.pad, &mut |d, t| {
+            observer.encoding(d, t)
+        })?;
+        observer.message(&format!(
+            "captions encoded: {:.1} terms per caption",
+            cache.mean_nonzero()
+        ));
+        Some(cache)
+    } else {
+        None
+    };
     let spe = order.steps_per_epoch().max(1);
     let run_start = Instant::now();
     observer.started(start, total);
@@ -375,7 +399,10 @@ fn run_steps(
             let host = rx
                 .recv()
                 .map_err(|_| TrainError::invalid("the data thread stopped"))??;
-            let batch = host.to_device(model.device())?;
+            let mut batch = host.to_device(model.device())?;
+            if let Some(cache) = &text_cache {
+                batch.text_lexicon = Some(cache.batch(&host.pairs, model.device())?);
+            }
             let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
             let (losses, keys) = model.step(opts.phase, &batch, &drop, &obj)?;
             let loss = scalar(&losses.total)?;

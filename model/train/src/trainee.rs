@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
 use crate::dense::DenseModel;
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::init::Init;
 use crate::model::{Batch, LexLipModel, Momentum, Objectives, StepLosses};
 use crate::nn::Dropout;
@@ -29,14 +29,18 @@ impl Trainee {
         Ok(match opts.objective {
             Objective::Lexlip => {
                 let queue = (opts.phase == 2).then_some(opts.queue_size);
-                Trainee::LexLip(Box::new(LexLipModel::build(
-                    init,
-                    opts.decoder_layers,
-                    queue,
-                    opts.seed,
-                    dtype,
-                    device,
-                )?))
+                let mut m =
+                    LexLipModel::build(init, opts.decoder_layers, queue, opts.seed, dtype, device)?;
+                if opts.freeze_text {
+                    if init.text.weights.is_none() {
+                        return Err(TrainError::invalid(
+                            "--freeze-text needs a trained text tower, but the text tower starts \
+                             from scratch: give --text-init or --init with a text model",
+                        ));
+                    }
+                    m.frozen_text = true;
+                }
+                Trainee::LexLip(Box::new(m))
             }
             Objective::Dense => Trainee::Dense(Box::new(DenseModel::build(
                 init,
@@ -46,6 +50,14 @@ impl Trainee {
                 device,
             )?)),
         })
+    }
+
+    /// The LexLIP model when its text tower is frozen (`--freeze-text`).
+    pub fn frozen_text(&self) -> Option<&LexLipModel> {
+        match self {
+            Trainee::LexLip(m) if m.frozen_text => Some(m),
+            _ => None,
+        }
     }
 
     pub fn init(&self) -> &Init {

@@ -254,6 +254,12 @@ fn dense_options_and_outputs_are_checked() {
     let mut o = dense_options(&tsv, &out);
     o.dense_dim = 0;
     assert!(err_of(&o).contains("--dense-dim"), "{}", err_of(&o));
+    let mut o = dense_options(&tsv, &out);
+    o.freeze_text = true;
+    o.text_init = Some(common::splade_dir());
+    o.tokenizer = None;
+    let e = err_of(&o);
+    assert!(e.contains("--freeze-text") && e.contains("dense"), "{e}");
     // A directory holding a LexLIP model is not overwritten by a dense one, and vice versa.
     let lexlip = tmp.path().join("lexlip");
     let mut o = fast_options(&tsv, &lexlip);

@@ -72,6 +72,7 @@ fn batch(dtype: DType, dev: &Device) -> Batch {
         dec_ids: bt(dec_ids),
         dec_rows: t(vec![1, 3, 6, 8, 11]),
         dec_targets: t(vec![7, 12, 5, 8, 33]),
+        text_lexicon: None,
     }
 }
 

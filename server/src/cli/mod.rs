@@ -4,6 +4,7 @@ mod bench;
 mod bench_encode;
 mod bench_engine;
 mod encode;
+mod eval;
 mod index;
 mod merge;
 mod model;
@@ -50,6 +51,10 @@ pub enum Command {
     Stats(stats::StatsArgs),
     /// Encode a text or an image into sparse lexicon terms.
     Encode(encode::EncodeArgs),
+    /// Evaluate a model on a test corpus: text→image and image→text R@1/5/10, index bytes and
+    /// non-zeros per item and search QPS, for full vectors and a top-K sweep (LexLIP Tables
+    /// 1 and 2), through real collections.
+    Eval(eval::EvalArgs),
     /// Benchmarks: the engine on synthetic data, the encoders.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -82,6 +87,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Search(args) => search::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Encode(args) => encode::run(args),
+        Command::Eval(args) => eval::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Model(cmd) => model::run(cmd),

@@ -1,0 +1,278 @@
+//! Encoding the test corpus once: the corpus readers and item checks of `lexlip index`, images
+//! decoded in parallel, then one encoder batch of images and one of texts per chunk. The
+//! vectors stay in memory; every setting builds its collection from them.
+
+use std::collections::{HashMap, HashSet};
+
+use lexlip_index::Quantizer;
+use lexlip_model::{Encoders, PreprocessedImage};
+use lexlip_proto::{Modality, TermSpace, VectorInput};
+use rayon::prelude::*;
+
+use super::{Encoded, Entry, EvalObserver, EvalOptions, Mode, Vector};
+use crate::corpus::{check_id, decode_with, document, encode_batch};
+use crate::error::{PipelineError, Result};
+use crate::item::{BadItem, Item, SourceItem, reason};
+use crate::sources::Input;
+
+/// Captions whose image was skipped: no answer exists for them, so they are left out.
+pub const IMAGE_SKIPPED: &str = "image_skipped";
+
+/// The encoders one mode uses, checked before the corpus is read.
+enum Encoder<'a> {
+    Sparse {
+        text: &'a lexlip_model::TextEncoder,
+        image: &'a lexlip_model::ImageEncoder,
+        quantizer: Quantizer,
+    },
+    Dense(&'a dyn lexlip_model::DenseEncoder),
+}
+
+impl<'a> Encoder<'a> {
+    fn new(encoders: &'a Encoders, options: &EvalOptions) -> Result<Self> {
+        Ok(match options.mode {
+            Mode::Sparse => Encoder::Sparse {
+                text: encoders.text()?,
+                image: encoders.image()?,
+                // The collections' scale, uncut: each setting cuts documents itself.
+                quantizer: Quantizer::new(options.scale, None, None)?,
+            },
+            Mode::Dense => Encoder::Dense(encoders.dense().ok_or_else(|| {
+                PipelineError::Input(format!(
+                    "the model at {} has no dense encoder (--mode dense needs one, e.g. a CLIP \
+                     directory or a dense dual-encoder directory)",
+                    encoders.path().display()
+                ))
+            })?),
+        })
+    }
+
+    fn preprocess(&self, bytes: &[u8], name: &str) -> lexlip_model::Result<PreprocessedImage> {
+        match self {
+            Encoder::Sparse { image, .. } => image.preprocess_named(bytes, name),
+            Encoder::Dense(d) => d.preprocess_image(bytes, name),
+        }
+    }
+
+    fn images(&self, batch: &[PreprocessedImage]) -> Vec<std::result::Result<Vector, String>> {
+        match self {
+            Encoder::Sparse {
+                image, quantizer, ..
+            } => self.quantize(encode_batch(batch, |b| image.encode(b)), quantizer),
+            Encoder::Dense(d) => encode_batch(batch, |b| d.encode_images(b))
+                .into_iter()
+                .map(|r| r.map(Vector::Dense))
+                .collect(),
+        }
+    }
+
+    fn texts(&self, batch: &[&str]) -> Vec<std::result::Result<Vector, String>> {
+        match self {
+            Encoder::Sparse {
+                text, quantizer, ..
+            } => self.quantize(encode_batch(batch, |b| text.encode(b)), quantizer),
+            Encoder::Dense(d) => encode_batch(batch, |b| d.encode_texts(b))
+                .into_iter()
+                .map(|r| r.map(Vector::Dense))
+                .collect(),
+        }
+    }
+
+    fn quantize(
+        &self,
+        weights: Vec<std::result::Result<lexlip_proto::SparseVector, String>>,
+        quantizer: &Quantizer,
+    ) -> Vec<std::result::Result<Vector, String>> {
+        weights
+            .into_iter()
+            .map(|w| {
+                let w = w?;
+                quantizer
+                    .query(VectorInput::Weights(w))
+                    .map(Vector::Sparse)
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
+    fn term_space(&self) -> (TermSpace, Option<Vec<String>>) {
+        match self {
+            Encoder::Sparse { text, .. } => (
+                text.term_space().clone(),
+                Some(text.vocabulary().tokens().to_vec()),
+            ),
+            Encoder::Dense(_) => (TermSpace::free("dense"), None),
+        }
+    }
+}
+
+/// Reads and encodes every item of `input` (bad items are skipped and counted), then leaves out
+/// the captions of skipped images.
+pub fn encode(
+    input: &Input,
+    encoders: &Encoders,
+    options: &EvalOptions,
+    observer: &mut dyn EvalObserver,
+) -> Result<Encoded> {
+    let started = std::time::Instant::now();
+    let encoder = Encoder::new(encoders, options)?;
+    // A total for the progress bar where counting is cheap (not for tar shards).
+    let total = match input {
+        Input::WebDataset(_) => None,
+        other => Some(other.open()?.count() as u64),
+    };
+    let (term_space, tokens) = encoder.term_space();
+    let mut out = Encoded {
+        mode: options.mode,
+        images: Vec::new(),
+        texts: Vec::new(),
+        text_image: Vec::new(),
+        term_space,
+        tokens,
+        read: 0,
+        skipped: Default::default(),
+        encode_seconds: 0.0,
+    };
+    let mut seen = HashSet::new();
+    let mut source = input.open()?;
+    let batch = options.batch_size.max(1);
+    loop {
+        let chunk: Vec<SourceItem> = source.by_ref().take(batch).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        out.read += chunk.len() as u64;
+        let items: Vec<Item> = chunk
+            .into_iter()
+            .filter_map(|item| match item.and_then(|i| check_id(i, &mut seen)) {
+                Ok(item) => Some(item),
+                Err(bad) => {
+                    skip(&mut out, observer, bad);
+                    None
+                }
+            })
+            .collect();
+        for result in encode_chunk(&encoder, items) {
+            match result {
+                Ok(entry) if entry.doc.modality == Modality::Image => out.images.push(entry),
+                Ok(entry) => out.texts.push(entry),
+                Err(bad) => skip(&mut out, observer, bad),
+            }
+        }
+        observer.encoding(out.read, total);
+    }
+    // Link captions to their images; a caption of an image that was skipped has no answer.
+    let positions: HashMap<&str, usize> = out
+        .images
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.doc.id.as_str(), i))
+        .collect();
+    let mut texts = Vec::with_capacity(out.texts.len());
+    let mut text_image = Vec::with_capacity(out.texts.len());
+    let mut orphans = Vec::new();
+    for entry in std::mem::take(&mut out.texts) {
+        match image_of(&entry) {
+            None => {
+                texts.push(entry);
+                text_image.push(None);
+            }
+            Some(image) => match positions.get(image) {
+                Some(&i) => {
+                    texts.push(entry);
+                    text_image.push(Some(i));
+                }
+                None => orphans.push(BadItem::new(
+                    Some(entry.doc.id.to_string()),
+                    IMAGE_SKIPPED,
+                    format!("its image {image:?} was skipped"),
+                )),
+            },
+        }
+    }
+    out.texts = texts;
+    out.text_image = text_image;
+    for bad in orphans {
+        skip(&mut out, observer, bad);
+    }
+    out.encode_seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+fn skip(out: &mut Encoded, observer: &mut dyn EvalObserver, bad: BadItem) {
+    *out.skipped.entry(bad.reason.to_string()).or_default() += 1;
+    observer.skipped(&bad);
+}
+
+/// The image a text document belongs to (`metadata.image_id`, set by the corpus readers).
+fn image_of(entry: &Entry) -> Option<&str> {
+    entry.doc.metadata.get("image_id").and_then(|v| v.as_str())
+}
+
+/// Decodes the chunk's images in parallel, then encodes its images and its texts, one batch
+/// each. Results keep the chunk's order.
+fn encode_chunk(encoder: &Encoder, items: Vec<Item>) -> Vec<std::result::Result<Entry, BadItem>> {
+    let decoded: Vec<std::result::Result<Option<PreprocessedImage>, BadItem>> = items
+        .par_iter()
+        .map(|item| match &item.image {
+            Some(image) => {
+                decode_with(&item.id, image, |b, name| encoder.preprocess(b, name)).map(Some)
+            }
+            None => Ok(None),
+        })
+        .collect();
+    let mut images = Vec::new();
+    let mut image_slots = Vec::new();
+    let mut texts = Vec::new();
+    let mut text_slots = Vec::new();
+    let mut vectors: Vec<Option<std::result::Result<Vector, BadItem>>> = Vec::new();
+    for (slot, (item, image)) in items.iter().zip(decoded).enumerate() {
+        match image {
+            Ok(Some(img)) => {
+                image_slots.push(slot);
+                images.push(img);
+                vectors.push(None);
+            }
+            Ok(None) => match item.text.as_deref() {
+                Some(text) => {
+                    text_slots.push(slot);
+                    texts.push(text);
+                    vectors.push(None);
+                }
+                None => vectors.push(Some(Err(BadItem::new(
+                    Some(item.id.clone()),
+                    reason::ENCODE,
+                    "nothing to encode",
+                )))),
+            },
+            Err(bad) => vectors.push(Some(Err(bad))),
+        }
+    }
+    let encoded = |slots: &[usize], results: Vec<std::result::Result<Vector, String>>| {
+        slots.iter().copied().zip(results).collect::<Vec<_>>()
+    };
+    let mut done = encoded(&image_slots, encoder.images(&images));
+    done.extend(encoded(&text_slots, encoder.texts(&texts)));
+    for (slot, result) in done {
+        let id = || Some(items[slot].id.clone());
+        vectors[slot] = Some(result.map_err(|e| BadItem::new(id(), reason::ENCODE, e)));
+    }
+    items
+        .into_iter()
+        .zip(vectors)
+        .map(|(item, vector)| {
+            let id = item.id.clone();
+            let vector = vector.unwrap_or_else(|| {
+                Err(BadItem::new(
+                    Some(id.clone()),
+                    reason::ENCODE,
+                    "the encoder returned no vector",
+                ))
+            })?;
+            Ok(Entry {
+                doc: document(item)?,
+                vector,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,271 @@
+//! Retrieval evaluation of a model on a test corpus, as LexLIP's Tables 1 and 2 report it:
+//! text → image and image → text recall at 1, 5 and 10, with what the index costs (bytes and
+//! non-zeros per item) and how fast it answers (queries per second), for full vectors and for
+//! documents cut to their K largest terms.
+//!
+//! ```text
+//! corpus ──▶ encode every image and caption once ([`encode`]) ──▶ vectors in memory
+//!        ──▶ per setting: a real collection in a temporary directory, searched like the
+//!            server searches it ([`sweep`]) ──▶ rankings ──▶ R@K ([`recall`])
+//! ```
+//!
+//! Every caption is a text → image query whose answer is its image; every image with captions
+//! is an image → text query, answered when any of its captions is retrieved.
+
+pub mod encode;
+pub mod plot;
+pub mod recall;
+pub mod report;
+pub mod sweep;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use lexlip_model::Encoders;
+use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, QuantizedVector, TermSpace};
+
+use crate::error::{PipelineError, Result};
+use crate::item::BadItem;
+use crate::sources::Input;
+
+pub use encode::encode;
+pub use report::{EvalReport, SettingReport};
+pub use sweep::evaluate;
+
+/// Which of the model's encoders is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The lexicon encoders (text and image), through the sparse index.
+    #[default]
+    Sparse,
+    /// The dense encoder, through the dense index (cosine similarity, exact scan).
+    Dense,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sparse => "sparse",
+            Mode::Dense => "dense",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    pub mode: Mode,
+    /// Document top-K cuts to evaluate after the full vectors (sparse mode only).
+    pub top_ks: Vec<usize>,
+    /// Quantization scale of the collections: impact = floor(scale · w).
+    pub scale: f32,
+    /// Items per encoder batch.
+    pub batch_size: usize,
+    /// Where the temporary collections are built (default: the system's temporary directory).
+    pub work_dir: Option<PathBuf>,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Sparse,
+            top_ks: Vec::new(),
+            scale: DEFAULT_SCALE,
+            batch_size: 32,
+            work_dir: None,
+        }
+    }
+}
+
+impl EvalOptions {
+    /// The settings to evaluate: full vectors first, then each top-K once (largest first).
+    pub fn settings(&self) -> Result<Vec<Option<usize>>> {
+        if self.mode == Mode::Dense && !self.top_ks.is_empty() {
+            return Err(PipelineError::Input(
+                "a top-K sweep cuts lexicon vectors; the dense mode has one setting (leave out --top-k)"
+                    .into(),
+            ));
+        }
+        if self.top_ks.contains(&0) {
+            return Err(PipelineError::Input("a top-K must be at least 1".into()));
+        }
+        let mut ks = self.top_ks.clone();
+        ks.sort_unstable_by(|a, b| b.cmp(a));
+        ks.dedup();
+        Ok(std::iter::once(None)
+            .chain(ks.into_iter().map(Some))
+            .collect())
+    }
+}
+
+/// An item's vector, kept in memory between the encoders and the collections.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Vector {
+    /// Lexicon impacts quantized with the evaluation's scale, uncut (each setting cuts them
+    /// with its collection's quantizer).
+    Sparse(QuantizedVector),
+    Dense(DenseVector),
+}
+
+impl Vector {
+    /// Non-zero entries.
+    pub fn nnz(&self) -> usize {
+        match self {
+            Vector::Sparse(q) => q.len(),
+            Vector::Dense(d) => d.as_slice().iter().filter(|x| **x != 0.0).count(),
+        }
+    }
+}
+
+/// One encoded item: the document a collection stores (as `lexlip index` stores it) and its
+/// vector.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub doc: Document,
+    pub vector: Vector,
+}
+
+/// Every item of the corpus, encoded once.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub mode: Mode,
+    pub images: Vec<Entry>,
+    /// Captions and other texts.
+    pub texts: Vec<Entry>,
+    /// For each text, the position in `images` of its image (None: a text of no image, which
+    /// is a candidate for image → text queries but no query itself).
+    pub text_image: Vec<Option<usize>>,
+    /// The term space of the sparse collections (free for dense).
+    pub term_space: TermSpace,
+    /// Its tokens, which sparse collections are bound to.
+    pub tokens: Option<Vec<String>>,
+    /// Items read from the input (good and bad).
+    pub read: u64,
+    /// Skipped items by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// Seconds spent reading, decoding and encoding.
+    pub encode_seconds: f64,
+}
+
+impl Encoded {
+    /// The image → text queries: each image with at least one caption, and its captions.
+    pub fn captions_of_images(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new(); self.images.len()];
+        for (t, image) in self.text_image.iter().enumerate() {
+            if let Some(i) = image {
+                out[*i].push(t);
+            }
+        }
+        out
+    }
+
+    /// Text → image queries (captions with an image).
+    pub fn t2i_queries(&self) -> usize {
+        self.text_image.iter().flatten().count()
+    }
+
+    /// Image → text queries (images with a caption).
+    pub fn i2t_queries(&self) -> usize {
+        self.captions_of_images()
+            .iter()
+            .filter(|c| !c.is_empty())
+            .count()
+    }
+
+    /// Fails when nothing can be evaluated: no image-caption pair survived.
+    pub fn check(&self) -> Result<()> {
+        if self.t2i_queries() == 0 {
+            let skipped: u64 = self.skipped.values().sum();
+            return Err(PipelineError::Input(format!(
+                "nothing to evaluate: {} items read, {} images and {} texts encoded, no caption \
+                 of an encoded image ({skipped} skipped: {:?})",
+                self.read,
+                self.images.len(),
+                self.texts.len(),
+                self.skipped
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Hears about the evaluation's progress (a progress bar).
+pub trait EvalObserver {
+    /// `done` of `total` input items encoded (`total` when cheap to count).
+    fn encoding(&mut self, _done: u64, _total: Option<u64>) {}
+    /// An item was skipped (missing or corrupt image, empty caption, …).
+    fn skipped(&mut self, _bad: &BadItem) {}
+    /// Setting `label` is being evaluated: `done` of `total` queries searched (0 while its
+    /// collection is built).
+    fn searching(&mut self, _label: &str, _done: u64, _total: u64) {}
+}
+
+/// An observer that ignores everything.
+impl EvalObserver for () {}
+
+/// Encodes `input` once with `encoders`, then evaluates every setting of `options`.
+pub fn run(
+    input: &Input,
+    encoders: &Encoders,
+    options: &EvalOptions,
+    observer: &mut dyn EvalObserver,
+) -> Result<EvalReport> {
+    let started = std::time::Instant::now();
+    let settings = options.settings()?;
+    let encoded = encode(input, encoders, options, observer)?;
+    encoded.check()?;
+    let work = match &options.work_dir {
+        Some(dir) => tempfile::Builder::new()
+            .prefix("lexlip-eval")
+            .tempdir_in(dir),
+        None => tempfile::Builder::new().prefix("lexlip-eval").tempdir(),
+    }
+    .map_err(|e| {
+        PipelineError::io(
+            options.work_dir.clone().unwrap_or_else(std::env::temp_dir),
+            e,
+        )
+    })?;
+    let mut results = Vec::with_capacity(settings.len());
+    for (n, top_k) in settings.into_iter().enumerate() {
+        let dir = work.path().join(format!("setting-{n}"));
+        results.push(evaluate(&encoded, top_k, options.scale, &dir, observer)?);
+        // Each collection is measured and searched, then removed: one on disk at a time.
+        std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+    }
+    Ok(EvalReport::new(
+        encoders.path().display().to_string(),
+        input,
+        &encoded,
+        results,
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_put_full_first_then_each_k_once() {
+        let o = EvalOptions {
+            top_ks: vec![8, 64, 16, 8, 32],
+            ..EvalOptions::default()
+        };
+        assert_eq!(
+            o.settings().unwrap(),
+            [None, Some(64), Some(32), Some(16), Some(8)]
+        );
+        assert_eq!(EvalOptions::default().settings().unwrap(), [None]);
+        let zero = EvalOptions {
+            top_ks: vec![0],
+            ..EvalOptions::default()
+        };
+        assert!(zero.settings().is_err());
+        let dense = EvalOptions {
+            mode: Mode::Dense,
+            top_ks: vec![8],
+            ..EvalOptions::default()
+        };
+        assert!(dense.settings().unwrap_err().to_string().contains("dense"));
+    }
+}

@@ -1,0 +1,185 @@
+//! What `lexlip eval` prints: one object for `--json` (keys named plainly, one entry per
+//! setting) and a table for people.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::Encoded;
+use crate::sources::Input;
+
+/// The measures of one setting (full vectors, or documents cut to their top K terms).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SettingReport {
+    /// None: full vectors.
+    pub top_k: Option<usize>,
+    /// Text → image R@1, R@5, R@10.
+    #[serde(skip)]
+    pub t2i: [f64; 3],
+    /// Image → text R@1, R@5, R@10.
+    #[serde(skip)]
+    pub i2t: [f64; 3],
+    /// Bytes of the collection on disk per document (image or text).
+    pub bytes_per_item: f64,
+    /// Stored non-zeros (impacts; dense: vector entries) per document.
+    pub nnz_per_item: f64,
+    pub nnz_per_image: f64,
+    pub nnz_per_text: f64,
+    /// Queries per second of the search calls alone (both directions, one thread).
+    pub qps: f64,
+    #[serde(rename = "t2i.qps")]
+    pub t2i_qps: f64,
+    #[serde(rename = "i2t.qps")]
+    pub i2t_qps: f64,
+    pub index_bytes: u64,
+    /// Seconds to build, commit and load the collection.
+    pub index_seconds: f64,
+}
+
+impl SettingReport {
+    /// "full" or "top-K".
+    pub fn label(&self) -> String {
+        self.top_k
+            .map_or_else(|| "full".to_string(), |k| format!("top-{k}"))
+    }
+
+    /// The JSON object: the recalls under "t2i.r@1" … "i2t.r@10", then the other fields.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        out.insert("top_k".into(), serde_json::json!(self.top_k));
+        for (dir, r) in [("t2i", self.t2i), ("i2t", self.i2t)] {
+            for (k, v) in super::recall::KS.iter().zip(r) {
+                out.insert(format!("{dir}.r@{k}"), serde_json::json!(v));
+            }
+        }
+        if let Ok(serde_json::Value::Object(rest)) = serde_json::to_value(self) {
+            out.extend(rest);
+        }
+        serde_json::Value::Object(out)
+    }
+}
+
+/// The whole evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalReport {
+    pub model: String,
+    pub corpus: String,
+    pub mode: &'static str,
+    /// Images and texts evaluated (encoded, and for texts, with their image unless they have
+    /// none).
+    pub images: usize,
+    pub captions: usize,
+    pub t2i_queries: usize,
+    pub i2t_queries: usize,
+    pub read: u64,
+    pub skipped: BTreeMap<String, u64>,
+    #[serde(skip)]
+    pub settings: Vec<SettingReport>,
+    /// Reading, decoding and encoding every item once.
+    pub encode_seconds: f64,
+    pub seconds: f64,
+}
+
+impl EvalReport {
+    pub fn new(
+        model: String,
+        input: &Input,
+        encoded: &Encoded,
+        settings: Vec<SettingReport>,
+        seconds: f64,
+    ) -> Self {
+        let corpus = match input {
+            Input::Tsv { path, .. } | Input::Manifest(path) | Input::ImageDir(path) => {
+                path.display().to_string()
+            }
+            Input::WebDataset(paths) => paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        Self {
+            model,
+            corpus,
+            mode: encoded.mode.as_str(),
+            images: encoded.images.len(),
+            captions: encoded.texts.len(),
+            t2i_queries: encoded.t2i_queries(),
+            i2t_queries: encoded.i2t_queries(),
+            read: encoded.read,
+            skipped: encoded.skipped.clone(),
+            settings,
+            encode_seconds: encoded.encode_seconds,
+            seconds,
+        }
+    }
+
+    /// `--json`: `{"model", "corpus", "images", "captions", "settings": [...], ...}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut out = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        out.insert(
+            "settings".into(),
+            self.settings.iter().map(SettingReport::to_json).collect(),
+        );
+        serde_json::Value::Object(out)
+    }
+
+    /// A table for people.
+    pub fn human(&self) -> String {
+        let skipped: u64 = self.skipped.values().sum();
+        let mut out = format!(
+            "model {} ({} mode)\ncorpus {}: {} images, {} captions ({} text→image and {} image→text \
+             queries); {} items read, {skipped} skipped {:?}; encoded in {:.2} s\n\n",
+            self.model,
+            self.mode,
+            self.corpus,
+            self.images,
+            self.captions,
+            self.t2i_queries,
+            self.i2t_queries,
+            self.read,
+            self.skipped,
+            self.encode_seconds,
+        );
+        out.push_str(&format!(
+            "{:<8} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10} {:>8} {:>8} {:>8} {:>9}\n",
+            "setting",
+            "T2I R@1",
+            "R@5",
+            "R@10",
+            "I2T R@1",
+            "R@5",
+            "R@10",
+            "bytes/item",
+            "nnz/item",
+            "nnz/img",
+            "nnz/txt",
+            "QPS"
+        ));
+        for s in &self.settings {
+            let pct = |x: f64| format!("{:.1}", 100.0 * x);
+            out.push_str(&format!(
+                "{:<8} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0}\n",
+                s.label(),
+                pct(s.t2i[0]),
+                pct(s.t2i[1]),
+                pct(s.t2i[2]),
+                pct(s.i2t[0]),
+                pct(s.i2t[1]),
+                pct(s.i2t[2]),
+                s.bytes_per_item,
+                s.nnz_per_item,
+                s.nnz_per_image,
+                s.nnz_per_text,
+                s.qps
+            ));
+        }
+        out.push_str(
+            "\nrecall in %; QPS of the search calls alone (queries encoded beforehand, one thread)",
+        );
+        out
+    }
+}

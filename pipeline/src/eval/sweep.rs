@@ -1,0 +1,254 @@
+//! One setting of the evaluation: a real collection (tantivy, in a temporary directory) built
+//! from the encoded corpus, measured, then searched with every query exactly as the server
+//! searches (`Snapshot::search` with a modality filter for the sparse index,
+//! `Snapshot::search_dense` for the dense one), one query at a time on this thread.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use lexlip_index::dense::DenseParams;
+use lexlip_index::{Collection, CollectionSettings, SearchOptions, Snapshot};
+use lexlip_proto::api::{Filter, Hit};
+use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+
+use super::recall::{DEPTH, recall};
+use super::{Encoded, Entry, EvalObserver, Mode, SettingReport, Vector};
+use crate::error::{PipelineError, Result};
+
+/// A query ready to search: impacts (quantized like the server quantizes) or a dense vector.
+enum Query {
+    Sparse(QuantizedVector),
+    Dense(DenseVector),
+}
+
+/// Builds the collection of setting `top_k` (documents cut to their K largest impacts by the
+/// collection's own quantizer) in `dir`, then answers every query of `encoded` against it.
+pub fn evaluate(
+    encoded: &Encoded,
+    top_k: Option<usize>,
+    scale: f32,
+    dir: &Path,
+    observer: &mut dyn EvalObserver,
+) -> Result<SettingReport> {
+    let label = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
+    let queries = encoded.t2i_queries() + encoded.i2t_queries();
+    observer.searching(&label, 0, queries as u64);
+    let built = Instant::now();
+    let dense_dim = match encoded.mode {
+        Mode::Dense => encoded.images.first().map(|e| match &e.vector {
+            Vector::Dense(d) => d.dim(),
+            Vector::Sparse(_) => 0,
+        }),
+        Mode::Sparse => None,
+    };
+    let settings = CollectionSettings {
+        scale,
+        top_k_terms: top_k,
+        dense_dim,
+    };
+    let mut collection = Collection::create(
+        dir,
+        encoded.term_space.clone(),
+        settings,
+        encoded.tokens.as_deref(),
+    )?;
+    // Queries scan every dense vector (the server's exact dense search): no graphs to build.
+    collection.set_dense_params(DenseParams {
+        hnsw_min_docs: usize::MAX,
+        ..DenseParams::default()
+    });
+    let image_nnz = add_all(&collection, &encoded.images)?;
+    let text_nnz = add_all(&collection, &encoded.texts)?;
+    collection.commit()?;
+    collection.wait_merges()?;
+    let stats = collection.stats()?;
+    let snapshot = collection.snapshot()?;
+    snapshot.warm_dense()?;
+    let index_seconds = built.elapsed().as_secs_f64();
+
+    let mut searcher = Searcher {
+        collection: &collection,
+        snapshot: &snapshot,
+        observer,
+        label: &label,
+        done: 0,
+        total: queries as u64,
+    };
+    // Text → image: every caption of an encoded image, against the images.
+    let image_ids = positions(&encoded.images);
+    let t2i: Vec<(usize, usize)> = encoded
+        .text_image
+        .iter()
+        .enumerate()
+        .filter_map(|(t, i)| i.map(|i| (t, i)))
+        .collect();
+    let (t2i_rankings, t2i_seconds) = searcher.run(
+        t2i.iter().map(|(t, _)| &encoded.texts[*t]),
+        Modality::Image,
+        &image_ids,
+    )?;
+    let t2i_relevant: Vec<[usize; 1]> = t2i.iter().map(|(_, i)| [*i]).collect();
+    let t2i_recall = recall(
+        t2i_rankings
+            .iter()
+            .zip(&t2i_relevant)
+            .map(|(r, rel)| (r.as_slice(), rel.as_slice())),
+    );
+    // Image → text: every image with captions, against the texts; any caption answers.
+    let text_ids = positions(&encoded.texts);
+    let captions = encoded.captions_of_images();
+    let i2t: Vec<usize> = (0..encoded.images.len())
+        .filter(|i| !captions[*i].is_empty())
+        .collect();
+    let (i2t_rankings, i2t_seconds) = searcher.run(
+        i2t.iter().map(|i| &encoded.images[*i]),
+        Modality::Text,
+        &text_ids,
+    )?;
+    let i2t_recall = recall(
+        i2t_rankings
+            .iter()
+            .zip(&i2t)
+            .map(|(r, i)| (r.as_slice(), captions[*i].as_slice())),
+    );
+
+    let documents = (encoded.images.len() + encoded.texts.len()).max(1) as f64;
+    let per = |n: usize, of: usize| n as f64 / of.max(1) as f64;
+    let qps = |n: usize, seconds: f64| n as f64 / seconds.max(1e-9);
+    Ok(SettingReport {
+        top_k,
+        t2i: t2i_recall,
+        i2t: i2t_recall,
+        bytes_per_item: stats.bytes as f64 / documents,
+        nnz_per_item: (image_nnz + text_nnz) as f64 / documents,
+        nnz_per_image: per(image_nnz, encoded.images.len()),
+        nnz_per_text: per(text_nnz, encoded.texts.len()),
+        qps: qps(t2i.len() + i2t.len(), t2i_seconds + i2t_seconds),
+        t2i_qps: qps(t2i.len(), t2i_seconds),
+        i2t_qps: qps(i2t.len(), i2t_seconds),
+        index_bytes: stats.bytes,
+        index_seconds,
+    })
+}
+
+/// Adds every entry (its impacts cut by the collection's quantizer); returns the non-zeros
+/// stored.
+fn add_all(collection: &Collection, entries: &[Entry]) -> Result<usize> {
+    let mut nnz = 0;
+    for e in entries {
+        match &e.vector {
+            Vector::Sparse(q) => {
+                let impacts = collection
+                    .quantizer()
+                    .document(VectorInput::Impacts(q.clone()))?;
+                nnz += impacts.len();
+                collection.add(e.doc.clone(), impacts)?;
+            }
+            Vector::Dense(d) => {
+                nnz += e.vector.nnz();
+                collection.add_with_dense(
+                    e.doc.clone(),
+                    QuantizedVector::default(),
+                    Some(d.clone()),
+                )?;
+            }
+        }
+    }
+    Ok(nnz)
+}
+
+/// Document id → position in `entries`.
+fn positions(entries: &[Entry]) -> HashMap<&str, usize> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.doc.id.as_str(), i))
+        .collect()
+}
+
+/// Runs queries against one snapshot and reports progress.
+struct Searcher<'a> {
+    collection: &'a Collection,
+    snapshot: &'a Snapshot,
+    observer: &'a mut dyn EvalObserver,
+    label: &'a str,
+    done: u64,
+    total: u64,
+}
+
+impl Searcher<'_> {
+    /// Searches each entry's vector among the documents of modality `target`; returns each
+    /// query's ranking (positions given by `ids`) and the seconds spent in the search calls
+    /// alone (queries are prepared before the clock starts, hits read back after it stops).
+    fn run<'e>(
+        &mut self,
+        queries: impl Iterator<Item = &'e Entry>,
+        target: Modality,
+        ids: &HashMap<&str, usize>,
+    ) -> Result<(Vec<Vec<usize>>, f64)> {
+        let filter = Filter {
+            modality: Some(target),
+            ..Filter::default()
+        };
+        let options = SearchOptions {
+            filter: filter.clone(),
+            ..SearchOptions::top(DEPTH)
+        };
+        let mut seconds = 0.0;
+        let mut rankings = Vec::new();
+        for entry in queries {
+            let query = match &entry.vector {
+                Vector::Sparse(q) => Query::Sparse(
+                    self.collection
+                        .quantizer()
+                        .query(VectorInput::Impacts(q.clone()))?,
+                ),
+                Vector::Dense(d) => Query::Dense(d.clone()),
+            };
+            let started = Instant::now();
+            let hits: Vec<Hit> = match &query {
+                // The server answers an empty query with no hits, without searching.
+                Query::Sparse(q) if q.is_empty() => Vec::new(),
+                Query::Sparse(q) => {
+                    let found = self.snapshot.search(q, &options)?.hits;
+                    seconds += started.elapsed().as_secs_f64();
+                    found
+                        .iter()
+                        .map(|s| self.snapshot.hit(s, None))
+                        .collect::<lexlip_index::Result<_>>()?
+                }
+                Query::Dense(v) => {
+                    let found = self.snapshot.search_dense(v, DEPTH, true, &filter)?;
+                    seconds += started.elapsed().as_secs_f64();
+                    found
+                        .iter()
+                        .map(|d| {
+                            self.snapshot
+                                .hit_at(d.segment_ord, d.doc, f64::from(d.score))
+                        })
+                        .collect::<lexlip_index::Result<_>>()?
+                }
+            };
+            let ranking = hits
+                .iter()
+                .map(|h| {
+                    ids.get(h.id.as_str()).copied().ok_or_else(|| {
+                        PipelineError::Stage(format!(
+                            "the {} search returned {:?}, which is no {} of the corpus",
+                            target.as_str(),
+                            h.id,
+                            target.as_str()
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<usize>>>()?;
+            rankings.push(ranking);
+            self.done += 1;
+            if self.done.is_multiple_of(64) || self.done == self.total {
+                self.observer.searching(self.label, self.done, self.total);
+            }
+        }
+        Ok((rankings, seconds))
+    }
+}

@@ -1,0 +1,173 @@
+//! `lexlip eval`: text ↔ image retrieval of a model on a test corpus (R@1/5/10, index size,
+//! speed) over full vectors and a top-K sweep, around `lexlip_pipeline::eval`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use lexlip_model::LoadOptions;
+use lexlip_pipeline::eval::{self, EvalObserver, EvalOptions};
+use lexlip_pipeline::{BadItem, Input};
+use lexlip_proto::DEFAULT_SCALE;
+
+use super::model_args::ModelArgs;
+
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest"])))]
+#[command(mut_arg("model", |a| a.required(true)))]
+pub struct EvalArgs {
+    /// Test corpus as a LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header).
+    #[arg(long)]
+    pub tsv: Option<PathBuf>,
+    /// Directory the TSV's file paths are relative to (default: the TSV's directory).
+    #[arg(long, requires = "tsv")]
+    pub images_root: Option<PathBuf>,
+    /// Test corpus as a JSONL manifest `{"id", "image", "text"}` (one caption per image line).
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
+    /// through the dense index.
+    #[arg(long, value_enum, default_value_t = ModeArg::Sparse)]
+    pub mode: ModeArg,
+    /// Also evaluate documents cut to their K largest terms, for each K (e.g. 64,32,16,8); full
+    /// vectors are always evaluated first. Sparse mode only.
+    #[arg(long, value_delimiter = ',')]
+    pub top_k: Vec<usize>,
+    /// Quantization scale of the collections: impact = floor(scale · weight).
+    #[arg(long, default_value_t = DEFAULT_SCALE)]
+    pub scale: f32,
+    /// Items per encoder batch.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Maximum tokens per text (default 40, LexLIP's caption length).
+    #[arg(long)]
+    pub max_length: Option<usize>,
+    /// Image input size (default: the model's; e.g. 384 for LexLIP's fine-tuned checkpoints).
+    #[arg(long)]
+    pub image_size: Option<usize>,
+    /// Directory for the temporary collections (default: the system's temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Write recall against bytes per item and against QPS across the settings as an SVG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum ModeArg {
+    Sparse,
+    Dense,
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let input = match (&args.tsv, &args.manifest) {
+        (Some(path), _) => Input::Tsv {
+            path: path.clone(),
+            images_root: args.images_root.clone(),
+        },
+        (None, Some(path)) => Input::Manifest(path.clone()),
+        (None, None) => anyhow::bail!("give the test corpus: --tsv or --manifest"),
+    };
+    let options = EvalOptions {
+        mode: match args.mode {
+            ModeArg::Sparse => eval::Mode::Sparse,
+            ModeArg::Dense => eval::Mode::Dense,
+        },
+        top_ks: args.top_k.clone(),
+        scale: args.scale,
+        batch_size: args.batch_size,
+        work_dir: args.work_dir.clone(),
+    };
+    // Bad options and a missing corpus are reported before the model loads.
+    options.settings()?;
+    drop(input.open()?);
+    let load = LoadOptions {
+        max_length: args.max_length,
+        image_size: args.image_size,
+        ..Default::default()
+    };
+    let (_, encoders) = args.model.load("lexlip eval", load)?;
+    let mut progress = Progress::new();
+    let result = eval::run(&input, &encoders, &options, &mut progress);
+    progress.finish();
+    let report = result?;
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "{} on {} ({} mode)",
+            report.model, report.corpus, report.mode
+        );
+        std::fs::write(path, eval::plot::svg(&title, &report.settings))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.human());
+    }
+    Ok(())
+}
+
+/// Progress bars on stderr: encoding the corpus, then searching each setting.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    label: String,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            bar: indicatif::ProgressBar::hidden(),
+            label: String::new(),
+        }
+    }
+
+    fn restart(&mut self, total: Option<u64>, template: &str) {
+        self.bar.finish_and_clear();
+        self.bar = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        self.bar.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl EvalObserver for Progress {
+    fn encoding(&mut self, done: u64, total: Option<u64>) {
+        if self.label != "encode" {
+            self.label = "encode".into();
+            let template = match total {
+                Some(_) => "encoding {bar:30} {human_pos}/{human_len} items, {per_sec}, ETA {eta}",
+                None => "encoding {spinner} {human_pos} items, {per_sec}, {elapsed}",
+            };
+            self.restart(total, template);
+        }
+        self.bar.set_position(done);
+    }
+
+    fn skipped(&mut self, bad: &BadItem) {
+        tracing::info!(id = ?bad.id, reason = bad.reason, "skipped: {}", bad.message);
+    }
+
+    fn searching(&mut self, label: &str, done: u64, total: u64) {
+        if self.label != label {
+            self.label = label.to_string();
+            let template = format!(
+                "{label:>8} {{bar:30}} {{human_pos}}/{{human_len}} queries, {{per_sec}}, ETA {{eta}}"
+            );
+            self.restart(Some(total), &template);
+        }
+        self.bar.set_position(done);
+    }
+}

@@ -1,0 +1,401 @@
+//! `lexlip eval` with the real binary: its recalls and non-zeros equal an oracle computed here by
+//! brute-force dot products over `lexlip encode --json` outputs (sparse: the tiny LexLIP
+//! checkpoint, quantized with scale 100 and cut to each top-K; dense: the tiny CLIP), a case
+//! whose answer is obvious, and bad inputs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lexlip_tests::{fixtures, lexlip, lexlip_json, lexlip_tiny_args, png, splade_dir};
+use serde_json::Value;
+
+const WORDS: &[&str] = &[
+    "dog", "cat", "red", "car", "grass", "man", "woman", "table", "street", "blue", "ball", "tree",
+];
+
+/// A TSV corpus of `images` generated PNGs with `captions` captions each; image `missing`
+/// (if any) has rows but no file.
+struct Corpus {
+    tsv: PathBuf,
+    /// (path, id) of each image row group.
+    images: Vec<(PathBuf, String)>,
+    /// (caption, image position).
+    captions: Vec<(String, usize)>,
+}
+
+fn corpus(dir: &Path, images: usize, captions: usize, missing: Option<usize>) -> Corpus {
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    let mut out = Corpus {
+        tsv: dir.join("test.tsv"),
+        images: Vec::new(),
+        captions: Vec::new(),
+    };
+    for i in 0..images {
+        let rel = format!("img/{i}.png");
+        if missing != Some(i) {
+            std::fs::write(dir.join(&rel), png(i as u32 * 7 + 1, 32)).unwrap();
+        }
+        let id = format!("im{i}");
+        for j in 0..captions {
+            let n = WORDS.len();
+            let text = format!(
+                "a {} {} with a {}",
+                WORDS[(i + j) % n],
+                WORDS[(3 * i + 5 * j + 1) % n],
+                WORDS[(7 * i + j + 2) % n]
+            );
+            tsv.push_str(&format!("{text}\t{rel}\t{id}\n"));
+            out.captions.push((text, i));
+        }
+        out.images.push((dir.join(&rel), id));
+    }
+    std::fs::write(&out.tsv, tsv).unwrap();
+    out
+}
+
+fn eval(model: &[String], corpus: &Path, extra: &[&str]) -> Value {
+    let mut args: Vec<String> = vec!["eval".into(), "--tsv".into(), corpus.display().to_string()];
+    args.extend(model.iter().cloned());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("--json".into());
+    lexlip_json(&args)
+}
+
+fn encode(model: &[String], what: &[&str]) -> Value {
+    let mut args: Vec<String> = vec!["encode".into(), "--json".into()];
+    args.extend(model.iter().cloned());
+    args.extend(what.iter().map(|s| s.to_string()));
+    lexlip_json(&args)
+}
+
+/// The impacts a collection with scale 100 stores: floor(100·w) in f32, zeros dropped.
+fn impacts(terms: &Value) -> BTreeMap<String, u64> {
+    terms
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter_map(|(t, w)| {
+            let impact = (w.as_f64().unwrap() as f32 * 100f32).floor();
+            (impact >= 1.0).then(|| (t.clone(), impact as u64))
+        })
+        .collect()
+}
+
+/// The K largest impacts (ties: the smaller term first).
+fn cut(v: &BTreeMap<String, u64>, k: Option<usize>) -> BTreeMap<String, u64> {
+    let mut by_impact: Vec<(&String, &u64)> = v.iter().collect();
+    by_impact.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    by_impact
+        .into_iter()
+        .take(k.unwrap_or(usize::MAX))
+        .map(|(t, i)| (t.clone(), *i))
+        .collect()
+}
+
+fn dot(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> f64 {
+    a.iter()
+        .filter_map(|(t, x)| b.get(t).map(|y| (x * y) as f64))
+        .sum()
+}
+
+/// For R@1, R@5, R@10 of a set of queries: how many are found for sure and how many may be
+/// found, depending on how ties (scores within `eps`) are ordered. `scores[q][d]`: query q,
+/// candidate d; `relevant[q]`: q's answers. Candidates scoring 0 are not returned (sparse).
+fn oracle(
+    scores: &[Vec<f64>],
+    relevant: &[Vec<usize>],
+    eps: f64,
+    zero_is_miss: bool,
+) -> [(usize, usize); 3] {
+    let mut out = [(0, 0); 3];
+    for (q, row) in scores.iter().enumerate() {
+        let best = relevant[q]
+            .iter()
+            .map(|d| row[*d])
+            .fold(f64::NEG_INFINITY, f64::max);
+        if zero_is_miss && best <= 0.0 {
+            continue;
+        }
+        let others = (0..row.len()).filter(|d| !relevant[q].contains(d));
+        let (mut above, mut tied) = (0, 0);
+        for d in others {
+            if row[d] > best + eps {
+                above += 1;
+            } else if row[d] >= best - eps {
+                tied += 1;
+            }
+        }
+        for (slot, k) in out.iter_mut().zip([1, 5, 10]) {
+            slot.0 += usize::from(above + tied < k);
+            slot.1 += usize::from(above < k);
+        }
+    }
+    out
+}
+
+/// The engine's counts (recall × queries) lie within the oracle's bounds.
+fn check(report: &Value, dir: &str, bounds: [(usize, usize); 3], queries: usize) -> usize {
+    let mut ambiguous = 0;
+    for ((lo, hi), k) in bounds.into_iter().zip([1, 5, 10]) {
+        let r = report[format!("{dir}.r@{k}")].as_f64().unwrap();
+        let found = (r * queries as f64).round() as usize;
+        assert!(
+            (lo..=hi).contains(&found),
+            "{dir} R@{k}: the engine found {found} of {queries}, the oracle {lo}..={hi}: {report}"
+        );
+        ambiguous += hi - lo;
+    }
+    ambiguous
+}
+
+fn texts_and_images(model: &[String], c: &Corpus, key: &str) -> (Vec<Value>, Vec<Value>) {
+    let texts = c
+        .captions
+        .iter()
+        .map(|(t, _)| encode(model, &["--text", t])[key].clone())
+        .collect();
+    let images = c
+        .images
+        .iter()
+        .map(|(p, _)| encode(model, &["--image", p.to_str().unwrap()])[key].clone())
+        .collect();
+    (texts, images)
+}
+
+#[test]
+fn sparse_sweep_equals_brute_force_over_encode_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(tmp.path(), 6, 2, None);
+    let model = lexlip_tiny_args();
+    let plot = tmp.path().join("sweep.svg");
+    let report = eval(
+        &model,
+        &c.tsv,
+        &[
+            "--top-k",
+            "16,4",
+            "--batch-size",
+            "4",
+            "--plot",
+            plot.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(report["images"], 6, "{report}");
+    assert_eq!(report["captions"], 12);
+    assert_eq!(report["t2i_queries"], 12);
+    assert_eq!(report["i2t_queries"], 6);
+    assert_eq!(report["mode"], "sparse");
+    assert!(
+        report["model"]
+            .as_str()
+            .unwrap()
+            .ends_with("lexlip-tiny.ckpt")
+    );
+    assert!(report["corpus"].as_str().unwrap().ends_with("test.tsv"));
+    assert!(report["encode_seconds"].as_f64().unwrap() > 0.0);
+    let settings = report["settings"].as_array().unwrap();
+    let ks: Vec<Value> = settings.iter().map(|s| s["top_k"].clone()).collect();
+    assert_eq!(ks, [Value::Null, 16.into(), 4.into()]);
+
+    let (texts, images) = texts_and_images(&model, &c, "terms");
+    let texts: Vec<_> = texts.iter().map(impacts).collect();
+    let images: Vec<_> = images.iter().map(impacts).collect();
+    let mut ambiguous = 0;
+    for (s, k) in settings.iter().zip([None, Some(16), Some(4)]) {
+        // Documents are cut; queries are not.
+        let image_docs: Vec<_> = images.iter().map(|v| cut(v, k)).collect();
+        let text_docs: Vec<_> = texts.iter().map(|v| cut(v, k)).collect();
+        let t2i: Vec<Vec<f64>> = texts
+            .iter()
+            .map(|q| image_docs.iter().map(|d| dot(q, d)).collect())
+            .collect();
+        let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+        ambiguous += check(s, "t2i", oracle(&t2i, &t2i_relevant, 0.0, true), 12);
+        let i2t: Vec<Vec<f64>> = images
+            .iter()
+            .map(|q| text_docs.iter().map(|d| dot(q, d)).collect())
+            .collect();
+        let i2t_relevant: Vec<Vec<usize>> = (0..6)
+            .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
+            .collect();
+        ambiguous += check(s, "i2t", oracle(&i2t, &i2t_relevant, 0.0, true), 6);
+        // Non-zeros stored per image, per text and per item.
+        let nnz = |docs: &[BTreeMap<String, u64>]| docs.iter().map(|d| d.len()).sum::<usize>();
+        let (ni, nt) = (nnz(&image_docs), nnz(&text_docs));
+        let close = |key: &str, want: f64| {
+            let got = s[key].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-9, "{key}: {got} != {want}: {s}");
+        };
+        close("nnz_per_image", ni as f64 / 6.0);
+        close("nnz_per_text", nt as f64 / 12.0);
+        close("nnz_per_item", (ni + nt) as f64 / 18.0);
+        for key in ["bytes_per_item", "qps"] {
+            assert!(s[key].as_f64().unwrap() > 0.0, "{key}: {s}");
+        }
+    }
+    // The cut is real: top-4 documents hold 4 terms at most, fewer than the full vectors.
+    assert!(settings[2]["nnz_per_image"].as_f64().unwrap() <= 4.0);
+    assert!(
+        settings[0]["nnz_per_item"].as_f64().unwrap()
+            > settings[2]["nnz_per_item"].as_f64().unwrap()
+    );
+    // With this corpus no tie straddles a cut-off: the engine's counts are the oracle's.
+    assert_eq!(ambiguous, 0, "ties made some counts ambiguous");
+
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for label in [
+        ">full<",
+        ">16<",
+        ">4<",
+        "recall (%)",
+        "index bytes per item",
+    ] {
+        assert!(svg.contains(label), "{label} not in the plot");
+    }
+}
+
+#[test]
+fn dense_mode_equals_brute_force_cosine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(tmp.path(), 5, 2, None);
+    let model = vec![
+        "--model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ];
+    let report = eval(&model, &c.tsv, &["--mode", "dense"]);
+    assert_eq!(report["mode"], "dense");
+    let settings = report["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 1);
+    assert_eq!(settings[0]["top_k"], Value::Null);
+    let s = &settings[0];
+
+    let (texts, images) = texts_and_images(&model, &c, "dense");
+    let unit = |v: &Value| {
+        let v: Vec<f64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.into_iter().map(|x| x / n).collect::<Vec<f64>>()
+    };
+    let texts: Vec<Vec<f64>> = texts.iter().map(unit).collect();
+    let images: Vec<Vec<f64>> = images.iter().map(unit).collect();
+    let cos = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let t2i: Vec<Vec<f64>> = texts
+        .iter()
+        .map(|q| images.iter().map(|d| cos(q, d)).collect())
+        .collect();
+    let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+    // f32 in the engine, f64 here: scores within 1e-5 count as ties.
+    check(s, "t2i", oracle(&t2i, &t2i_relevant, 1e-5, false), 10);
+    let i2t: Vec<Vec<f64>> = images
+        .iter()
+        .map(|q| texts.iter().map(|d| cos(q, d)).collect())
+        .collect();
+    let i2t_relevant: Vec<Vec<usize>> = (0..5)
+        .map(|i| (0..10).filter(|t| c.captions[*t].1 == i).collect())
+        .collect();
+    check(s, "i2t", oracle(&i2t, &i2t_relevant, 1e-5, false), 5);
+    let dim = texts[0].len() as f64;
+    assert!(s["nnz_per_item"].as_f64().unwrap() <= dim);
+    assert!(s["nnz_per_item"].as_f64().unwrap() > 0.0);
+    // A dense collection stores dim floats per item at least.
+    assert!(s["bytes_per_item"].as_f64().unwrap() > 4.0 * dim, "{s}");
+    // No sweep for dense vectors.
+    let out = lexlip(&[
+        "eval",
+        "--tsv",
+        c.tsv.to_str().unwrap(),
+        "--model",
+        model[1].as_str(),
+        "--mode",
+        "dense",
+        "--top-k",
+        "8",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dense mode has one setting"));
+}
+
+/// One image and its two captions: every query has exactly one possible answer, so every
+/// recall is 1 (the image and its captions share terms, as the tiny model's dense-ish vectors
+/// always do). Also the table printed without --json.
+#[test]
+fn one_image_is_always_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(tmp.path(), 1, 2, None);
+    let report = eval(&lexlip_tiny_args(), &c.tsv, &[]);
+    let s = &report["settings"][0];
+    for key in [
+        "t2i.r@1", "t2i.r@5", "t2i.r@10", "i2t.r@1", "i2t.r@5", "i2t.r@10",
+    ] {
+        assert_eq!(s[key], 1.0, "{key}: {report}");
+    }
+    let mut args: Vec<String> = vec!["eval".into(), "--tsv".into(), c.tsv.display().to_string()];
+    args.extend(lexlip_tiny_args());
+    let out = lexlip(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("T2I R@1") && table.contains("I2T R@1"),
+        "{table}"
+    );
+    let full = table
+        .lines()
+        .find(|l| l.starts_with("full"))
+        .expect("a full row");
+    assert!(full.contains("100.0"), "{full}");
+}
+
+fn fails(args: &[String], message: &str) {
+    let out = lexlip(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "lexlip {args:?} succeeded");
+    assert!(stderr.contains(message), "{message:?} not in: {stderr}");
+}
+
+fn eval_args(corpus: &Path, model: Vec<String>) -> Vec<String> {
+    let mut args = vec!["eval".into(), "--tsv".into(), corpus.display().to_string()];
+    args.extend(model);
+    args
+}
+
+#[test]
+fn bad_inputs_are_clear_errors_or_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A missing corpus file: an error naming it.
+    let nowhere = tmp.path().join("nowhere.tsv");
+    fails(&eval_args(&nowhere, lexlip_tiny_args()), "nowhere.tsv");
+    // A corpus with no rows: nothing to evaluate.
+    let empty = tmp.path().join("empty.tsv");
+    std::fs::write(&empty, "title\tfilepath\timage_id\n").unwrap();
+    fails(
+        &eval_args(&empty, lexlip_tiny_args()),
+        "nothing to evaluate",
+    );
+    // A text-only model cannot encode the images.
+    let c = corpus(&tmp.path().join("c"), 4, 2, Some(2));
+    let splade = vec!["--model".to_string(), splade_dir().display().to_string()];
+    fails(&eval_args(&c.tsv, splade), "no image encoder");
+    // A model without a dense encoder in dense mode.
+    let mut dense = eval_args(&c.tsv, lexlip_tiny_args());
+    dense.extend(["--mode".into(), "dense".into()]);
+    fails(&dense, "no dense encoder");
+    // A missing image is skipped and counted like `lexlip index` counts it; its captions have
+    // no answer and are left out (counted too); the rest is evaluated.
+    let report = eval(&lexlip_tiny_args(), &c.tsv, &[]);
+    assert_eq!(report["skipped"]["missing_file"], 1, "{report}");
+    assert_eq!(report["skipped"]["image_skipped"], 2, "{report}");
+    assert_eq!(report["read"], 4 + 8);
+    assert_eq!(report["images"], 3);
+    assert_eq!(report["captions"], 6);
+    assert_eq!(report["t2i_queries"], 6);
+}
