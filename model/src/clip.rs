@@ -12,13 +12,13 @@ use candle_transformers::models::clip::{
 use lexlip_proto::DenseVector;
 use serde::Deserialize;
 use serde_json::json;
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::DenseEncoder;
+use crate::dense::{DenseEncoder, unit_rows};
 use crate::error::{ModelError, Result};
 use crate::image::{ImageProcessor, PreprocessedImage, stack};
-use crate::text::load_tokenizer;
+use crate::text::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -138,13 +138,7 @@ impl ClipEncoder {
         let vb = weights.var_builder(DType::F32, device);
         let model = ClipModel::new(vb, &config).map_err(|e| weights.load_error(e))?;
         let mut tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: config.text_config.max_position_embeddings,
-                ..Default::default()
-            }))
-            .map_err(|e| ModelError::Invalid(format!("cannot set truncation: {e}")))?;
+        truncate_to(&mut tokenizer, config.text_config.max_position_embeddings)?;
         let processor = ImageProcessor::clip(config.image_size).with_preprocessor_config(dir)?;
         Ok(Self {
             model,
@@ -157,25 +151,7 @@ impl ClipEncoder {
 
     /// Token ids per text (truncated to the model's context length).
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        texts
-            .iter()
-            .map(|t| {
-                self.tokenizer
-                    .encode(*t, true)
-                    .map(|e| e.get_ids().to_vec())
-                    .map_err(|e| ModelError::Tokenize {
-                        text: t.chars().take(80).collect(),
-                        message: e.to_string(),
-                    })
-            })
-            .collect()
-    }
-
-    fn normalized_rows(t: &Tensor) -> Result<Vec<DenseVector>> {
-        let rows = t.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        rows.into_iter()
-            .map(|r| Ok(DenseVector::new(r)?.normalized()))
-            .collect()
+        tokenize(&self.tokenizer, texts)
     }
 }
 
@@ -201,7 +177,7 @@ impl DenseEncoder for ClipEncoder {
             })
             .collect();
         let input = Tensor::from_vec(flat, (ids.len(), len), &self.device)?;
-        Self::normalized_rows(&self.model.get_text_features(&input)?)
+        unit_rows(&self.model.get_text_features(&input)?)
     }
 
     fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
@@ -213,6 +189,6 @@ impl DenseEncoder for ClipEncoder {
             return Ok(Vec::new());
         }
         let pixels = stack(images, self.processor.size, &self.device)?;
-        Self::normalized_rows(&self.model.get_image_features(&pixels)?)
+        unit_rows(&self.model.get_image_features(&pixels)?)
     }
 }

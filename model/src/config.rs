@@ -42,6 +42,8 @@ pub enum Architecture {
     Beit,
     /// CLIP (dense fallback encoder).
     Clip,
+    /// The dense dual encoder `lexlip train --objective dense` writes ([`crate::dual`]).
+    DualEncoder,
 }
 
 /// Detects the architecture from `model_type`, falling back to `architectures`.
@@ -60,13 +62,16 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "bert" | "distilbert" => Ok(Architecture::Bert),
         "beit" => Ok(Architecture::Beit),
         "clip" => Ok(Architecture::Clip),
+        crate::dual::MODEL_TYPE => Ok(Architecture::DualEncoder),
+        _ if has(crate::dual::ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
         _ if has("Beit") => Ok(Architecture::Beit),
         _ if has("CLIP") => Ok(Architecture::Clip),
         other => Err(ModelError::UnknownModel {
             path: path.to_path_buf(),
             message: format!(
-                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit or clip"
+                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip or {}",
+                crate::dual::MODEL_TYPE
             ),
         }),
     }

@@ -1,5 +1,6 @@
 //! Dense encoders for the fallback index: texts and images into one embedding space.
 
+use candle_core::{DType, Tensor};
 use lexlip_proto::DenseVector;
 
 use crate::error::Result;
@@ -16,4 +17,12 @@ pub trait DenseEncoder: Send + Sync {
     fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage>;
     /// One unit-length vector per image, in input order.
     fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>>;
+}
+
+/// The rows of a `(batch, dim)` embedding tensor as unit-length vectors (in f32).
+pub(crate) fn unit_rows(t: &Tensor) -> Result<Vec<DenseVector>> {
+    let rows = t.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    rows.into_iter()
+        .map(|r| Ok(DenseVector::new(r)?.normalized()))
+        .collect()
 }

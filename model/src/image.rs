@@ -95,8 +95,7 @@ impl ImageProcessor {
                 "unrecognised image format (expected JPEG, PNG, WebP or GIF)".into(),
             ));
         }
-        let decoded = reader.decode().map_err(|e| err(e.to_string()))?;
-        let rgb = decoded.to_rgb8();
+        let rgb = rgb_on_white(reader.decode().map_err(|e| err(e.to_string()))?);
         let (w, h) = rgb.dimensions();
         if w == 0 || h == 0 {
             return Err(err("the image is empty".into()));
@@ -138,6 +137,23 @@ impl ImageProcessor {
     pub fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
         self.preprocess_named(bytes, &format!("<{} bytes>", bytes.len()))
     }
+}
+
+/// The RGB pixels of a decoded image, transparent pixels composited over white as a viewer
+/// shows them: emoji, clip art and logos are mostly transparent PNGs, and the colour hidden
+/// under alpha 0 is arbitrary (often black), so dropping alpha would show the model another
+/// picture than the user sees. Training decodes the same way.
+pub fn rgb_on_white(image: image::DynamicImage) -> image::RgbImage {
+    if !image.color().has_alpha() {
+        return image.to_rgb8();
+    }
+    let rgba = image.to_rgba8();
+    image::RgbImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+        let [r, g, b, a] = rgba.get_pixel(x, y).0;
+        let over =
+            |c: u8| ((u32::from(c) * u32::from(a) + 255 * (255 - u32::from(a)) + 127) / 255) as u8;
+        image::Rgb([over(r), over(g), over(b)])
+    })
 }
 
 /// Normalised pixels of one image, channel-first, ready for an encoder.
@@ -548,4 +564,47 @@ fn random_weights(cfg: &beit::Config, vocab: usize, seed: u64) -> Result<Weights
         tensors.insert(name, Tensor::from_vec(data, shape, &Device::Cpu)?);
     }
     Ok(Weights::from_tensors(tensors, "<random BEiT-B/16>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png(img: image::DynamicImage) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+        out.into_inner()
+    }
+
+    /// A transparent PNG whose hidden colour is black is seen as the same picture on white;
+    /// half-transparent pixels are blended.
+    #[test]
+    fn transparency_is_composited_over_white() {
+        let rgba = image::RgbaImage::from_fn(8, 8, |x, _| match x {
+            0..3 => image::Rgba([0, 0, 0, 0]),
+            3..6 => image::Rgba([200, 20, 20, 255]),
+            _ => image::Rgba([0, 0, 100, 128]),
+        });
+        let on_white = image::RgbImage::from_fn(8, 8, |x, _| match x {
+            0..3 => image::Rgb([255, 255, 255]),
+            3..6 => image::Rgb([200, 20, 20]),
+            _ => image::Rgb([127, 127, 177]),
+        });
+        assert_eq!(
+            rgb_on_white(image::DynamicImage::ImageRgba8(rgba.clone())),
+            on_white
+        );
+        let p = ImageProcessor {
+            size: 8,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+        };
+        let a = p
+            .preprocess(&png(image::DynamicImage::ImageRgba8(rgba)))
+            .unwrap();
+        let b = p
+            .preprocess(&png(image::DynamicImage::ImageRgb8(on_white)))
+            .unwrap();
+        assert_eq!(a.data, b.data);
+    }
 }

@@ -7,8 +7,12 @@
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
-//! dense/               optional CLIP directory for the dense fallback
+//! dense/               optional dense encoder for the fallback: a CLIP directory or a dual
+//!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
 //! ```
+//!
+//! A dual encoder directory given on its own is a dense-only model: its texts and images are
+//! encoded by [`Encoders::dense`] only.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +26,7 @@ use crate::beit;
 use crate::clip::ClipEncoder;
 use crate::config::{Architecture, architecture, read_json, with_defaults};
 use crate::dense::DenseEncoder;
+use crate::dual::DualEncoder;
 use crate::error::{ModelError, Result};
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
 use crate::text::{TextEncoder, bert_defaults};
@@ -113,7 +118,41 @@ pub struct Encoders {
     path: PathBuf,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
-    dense: Option<ClipEncoder>,
+    dense: Option<Dense>,
+}
+
+/// The dense encoders a model can hold.
+#[derive(Debug)]
+enum Dense {
+    // Boxed: both are large, and of different sizes.
+    Clip(Box<ClipEncoder>),
+    Dual(Box<DualEncoder>),
+}
+
+impl Dense {
+    /// Loads the dense encoder directory `dir` of architecture `arch`.
+    fn load(dir: &Path, arch: Architecture, device: &Device, dtype: DType) -> Result<Self> {
+        match arch {
+            Architecture::Clip => Ok(Dense::Clip(Box::new(ClipEncoder::load(dir, device)?))),
+            Architecture::DualEncoder => Ok(Dense::Dual(Box::new(DualEncoder::load_with_dtype(
+                dir, device, dtype,
+            )?))),
+            other => Err(ModelError::UnknownModel {
+                path: dir.to_path_buf(),
+                message: format!(
+                    "a {other:?} model is not a dense encoder (expected CLIP or {})",
+                    crate::dual::MODEL_TYPE
+                ),
+            }),
+        }
+    }
+
+    fn as_dyn(&self) -> &dyn DenseEncoder {
+        match self {
+            Dense::Clip(c) => c.as_ref(),
+            Dense::Dual(d) => d.as_ref(),
+        }
+    }
 }
 
 /// The name the issue uses for a loaded LexLIP model.
@@ -180,9 +219,13 @@ impl Encoders {
                     enc.image = Some(ImageEncoder::load_with_dtype(&p, device, dtype)?);
                 }
                 if let Some(p) = load_sub("dense")? {
-                    enc.dense = Some(ClipEncoder::load(&p, device)?);
+                    let cfg = p.join("config.json");
+                    let arch = architecture(&cfg, &read_json(&cfg)?)?;
+                    let dtype = opts.dtype.unwrap_or_else(|| default_dtype(device));
+                    enc.dense = Some(Dense::load(&p, arch, device, dtype)?);
                 }
                 enc.apply(&opts)?;
+                enc.apply_dense(options)?;
                 return Ok(enc);
             }
             ModelSource::Single(dir, arch) => match arch {
@@ -191,10 +234,14 @@ impl Encoders {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
                 }
-                Architecture::Clip => enc.dense = Some(ClipEncoder::load(&dir, device)?),
+                Architecture::Clip | Architecture::DualEncoder => {
+                    let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
+                    enc.dense = Some(Dense::load(&dir, arch, device, dtype)?)
+                }
             },
         }
         enc.apply(options)?;
+        enc.apply_dense(options)?;
         Ok(enc)
     }
 
@@ -208,6 +255,19 @@ impl Encoders {
             && let Some(i) = self.image.take()
         {
             self.image = Some(i.with_image_size(s)?);
+        }
+        Ok(())
+    }
+
+    /// A dual encoder reads texts up to its own `max_length` unless the caller gives one (a
+    /// LexLIP directory's `lexlip.json` speaks for its sparse encoders only); its image size
+    /// stays the one it was trained at.
+    fn apply_dense(&mut self, explicit: &LoadOptions) -> Result<()> {
+        if let Some(n) = explicit.max_length
+            && matches!(self.dense, Some(Dense::Dual(_)))
+            && let Some(Dense::Dual(d)) = self.dense.take()
+        {
+            self.dense = Some(Dense::Dual(Box::new((*d).with_max_length(n)?)));
         }
         Ok(())
     }
@@ -242,7 +302,7 @@ impl Encoders {
 
     /// The dense encoder, if the model has one.
     pub fn dense(&self) -> Option<&dyn DenseEncoder> {
-        self.dense.as_ref().map(|d| d as &dyn DenseEncoder)
+        self.dense.as_ref().map(Dense::as_dyn)
     }
 
     /// The lexicon term space (text and image encoders of one model share it).

@@ -6,7 +6,8 @@
 //!
 //! - [`TextEncoder`]: BERT masked LM (Hugging Face `BertForMaskedLM` layout) + tokenizer.
 //! - [`ImageEncoder`]: BEiT ([`beit`], HF layout) + BERT-style MLM head over every token.
-//! - [`DenseEncoder`] / [`ClipEncoder`]: CLIP embeddings for the dense fallback.
+//! - [`DenseEncoder`]: embeddings for the dense fallback, from CLIP ([`ClipEncoder`]) or from the
+//!   dense dual encoder `lexlip train --objective dense` writes ([`DualEncoder`]).
 //! - [`Encoders`]: loads a LexLIP Lightning checkpoint, a LexLIP directory or a single HF encoder
 //!   directory, detecting which; [`convert_checkpoint`] turns a checkpoint into a directory.
 //!
@@ -18,6 +19,7 @@ pub mod clip;
 pub mod config;
 pub mod dense;
 pub mod device;
+pub mod dual;
 pub mod error;
 #[cfg(feature = "hub")]
 pub mod hub;
@@ -33,6 +35,7 @@ pub use clip::ClipEncoder;
 pub use config::Architecture;
 pub use dense::DenseEncoder;
 pub use device::{describe as describe_device, device};
+pub use dual::DualEncoder;
 pub use error::{ModelError, Result};
 pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};
 pub use lexlip::{Encoders, LexLipModel, LoadOptions, ModelSource, convert_checkpoint, detect};

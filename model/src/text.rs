@@ -107,11 +107,7 @@ impl TextEncoder {
             });
         }
         let tokenizer = load_tokenizer(tokenizer_json)?;
-        let pad_id = tokenizer
-            .get_padding()
-            .map(|p| p.pad_id)
-            .or_else(|| tokenizer.token_to_id("[PAD]"))
-            .unwrap_or(config.pad_token_id as u32);
+        let pad_id = pad_id(&tokenizer, config.pad_token_id);
         let mut enc = Self {
             model,
             tokenizer,
@@ -155,47 +151,18 @@ impl TextEncoder {
     }
 
     fn configure_tokenizer(&mut self) -> Result<()> {
-        self.tokenizer.with_padding(None);
-        self.tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: self.max_length,
-                ..Default::default()
-            }))
-            .map_err(|e| ModelError::Invalid(format!("cannot set truncation: {e}")))?;
-        Ok(())
+        truncate_to(&mut self.tokenizer, self.max_length)
     }
 
     /// Token ids of each text (with `[CLS]`/`[SEP]`, truncated to `max_length`).
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        texts
-            .iter()
-            .map(|t| {
-                self.tokenizer
-                    .encode(*t, true)
-                    .map(|e| e.get_ids().to_vec())
-                    .map_err(|e| ModelError::Tokenize {
-                        text: truncate_for_error(t),
-                        message: e.to_string(),
-                    })
-            })
-            .collect()
+        tokenize(&self.tokenizer, texts)
     }
 
     /// MLM logits `(batch, tokens, vocab)` of a padded batch and its mask `(batch, tokens)`.
     pub fn logits(&self, texts: &[&str]) -> Result<(Tensor, Tensor)> {
         let ids = self.tokenize(texts)?;
-        let len = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let mut flat_ids = Vec::with_capacity(ids.len() * len);
-        let mut flat_mask = Vec::with_capacity(ids.len() * len);
-        for row in &ids {
-            flat_ids.extend(row.iter().copied());
-            flat_ids.extend(std::iter::repeat_n(self.pad_id, len - row.len()));
-            flat_mask.extend(std::iter::repeat_n(1u32, row.len()));
-            flat_mask.extend(std::iter::repeat_n(0u32, len - row.len()));
-        }
-        let shape = (ids.len(), len);
-        let input_ids = Tensor::from_vec(flat_ids, shape, &self.device)?;
-        let mask = Tensor::from_vec(flat_mask, shape, &self.device)?;
+        let (input_ids, mask) = pad_batch(&ids, self.pad_id, &self.device)?;
         let token_types = input_ids.zeros_like()?;
         let logits = self.model.forward(&input_ids, &token_types, Some(&mask))?;
         Ok((logits, mask))
@@ -225,6 +192,67 @@ impl TextEncoder {
         }
         to_sparse(&self.pooled(texts)?, &self.vocab)
     }
+}
+
+/// The id padding uses: the tokenizer's own padding id, else `[PAD]`, else `fallback` (the
+/// config's `pad_token_id`).
+pub(crate) fn pad_id(tokenizer: &Tokenizer, fallback: usize) -> u32 {
+    tokenizer
+        .get_padding()
+        .map(|p| p.pad_id)
+        .or_else(|| tokenizer.token_to_id("[PAD]"))
+        .unwrap_or(fallback as u32)
+}
+
+/// No padding (batches are padded by [`pad_batch`]), truncation to `max_length` tokens.
+pub(crate) fn truncate_to(tokenizer: &mut Tokenizer, max_length: usize) -> Result<()> {
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length,
+            ..Default::default()
+        }))
+        .map_err(|e| ModelError::Invalid(format!("cannot set truncation: {e}")))?;
+    Ok(())
+}
+
+/// Token ids of each text, with the special tokens the tokenizer adds.
+pub(crate) fn tokenize(tokenizer: &Tokenizer, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+    texts
+        .iter()
+        .map(|t| {
+            tokenizer
+                .encode(*t, true)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| ModelError::Tokenize {
+                    text: truncate_for_error(t),
+                    message: e.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// Right-pads token rows with `pad_id` into `(batch, tokens)` ids and an attention mask (1 =
+/// token, 0 = padding).
+pub(crate) fn pad_batch(
+    ids: &[Vec<u32>],
+    pad_id: u32,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let len = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let mut flat_ids = Vec::with_capacity(ids.len() * len);
+    let mut flat_mask = Vec::with_capacity(ids.len() * len);
+    for row in ids {
+        flat_ids.extend(row.iter().copied());
+        flat_ids.extend(std::iter::repeat_n(pad_id, len - row.len()));
+        flat_mask.extend(std::iter::repeat_n(1u32, row.len()));
+        flat_mask.extend(std::iter::repeat_n(0u32, len - row.len()));
+    }
+    let shape = (ids.len(), len);
+    Ok((
+        Tensor::from_vec(flat_ids, shape, device)?,
+        Tensor::from_vec(flat_mask, shape, device)?,
+    ))
 }
 
 pub(crate) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {

@@ -12,7 +12,8 @@ use lexlip_model::ImageProcessor;
 
 use crate::rng::Rng;
 
-/// Decodes an image (JPEG, PNG, WebP, GIF) to RGB; the error says why not.
+/// Decodes an image (JPEG, PNG, WebP, GIF) to RGB, transparency over white as at inference
+/// ([`lexlip_model::image::rgb_on_white`]); the error says why not.
 pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, String> {
     let reader = image::ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
@@ -20,7 +21,7 @@ pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, String> {
     if reader.format().is_none() {
         return Err("unrecognised image format (expected JPEG, PNG, WebP or GIF)".into());
     }
-    let rgb = reader.decode().map_err(|e| e.to_string())?.to_rgb8();
+    let rgb = lexlip_model::image::rgb_on_white(reader.decode().map_err(|e| e.to_string())?);
     if rgb.width() == 0 || rgb.height() == 0 {
         return Err("the image is empty".into());
     }

@@ -1,6 +1,7 @@
 //! The trainable image tower: BEiT (`BeitForMaskedImageModeling` layout: `beit.*`, `layernorm.*`)
 //! plus LexLIP's BERT-style MLM head over every token (`cls.*`), the names
-//! `lexlip_model::ImageEncoder` loads. Runs at the config's native image size.
+//! `lexlip_model::ImageEncoder` loads (the dense objective uses the BEiT without the head). Runs
+//! at the config's native image size.
 //!
 //! The patch embedding is a reshape into non-overlapping patch vectors and one matmul, which is
 //! the stride-p convolution exactly and much faster than Candle's CPU conv2d (tested against
@@ -139,9 +140,9 @@ impl BeitLayer {
     }
 }
 
-/// BEiT + MLM head.
+/// BEiT (`beit.*`, `layernorm.*`): the image tower of both objectives.
 #[derive(Debug, Clone)]
-pub struct BeitMlm {
+pub struct BeitEncoder {
     cls_token: Tensor,
     /// `(hidden, channels, p, p)` as stored; flattened at each forward (the variable is updated
     /// in place by the optimizer, so nothing derived from it may be cached).
@@ -152,20 +153,12 @@ pub struct BeitMlm {
     layers: Vec<BeitLayer>,
     inner_norm: Option<LayerNorm>,
     final_norm: LayerNorm,
-    pub head: MlmHead,
     pub config: BeitConfig,
 }
 
-impl BeitMlm {
-    /// `pb`: the tower root for `beit.*` and `layernorm.*`; `head_pb`: the builder for `cls`
-    /// (the same store, maybe another source, e.g. the text model's head).
-    pub fn new(
-        pb: &ParamBuilder,
-        head_pb: &ParamBuilder,
-        cfg: &BeitConfig,
-        head: &HeadConfig,
-        vocab: usize,
-    ) -> Result<Self> {
+impl BeitEncoder {
+    /// `pb`: the tower root for `beit.*` and `layernorm.*`.
+    pub fn new(pb: &ParamBuilder, cfg: &BeitConfig) -> Result<Self> {
         check_config(cfg)?;
         let act = match cfg.hidden_act {
             candle_nn::Activation::Gelu => Act::Gelu,
@@ -179,7 +172,6 @@ impl BeitMlm {
                 )));
             }
         };
-        let head_act = act_of(&head.hidden_act)?;
         let h = cfg.hidden_size;
         let p = cfg.patch_size;
         let emb = pb.pp("beit").pp("embeddings");
@@ -221,7 +213,6 @@ impl BeitMlm {
                 )?)
             },
             final_norm: LayerNorm::new(&pb.pp("layernorm"), h, cfg.layer_norm_eps)?,
-            head: MlmHead::new(head_pb, h, vocab, head_act, head.layer_norm_eps, None)?,
             config: cfg.clone(),
         })
     }
@@ -276,6 +267,59 @@ impl BeitMlm {
             xs = norm.forward(&xs)?;
         }
         self.final_norm.forward(&xs)
+    }
+}
+
+/// BEiT + LexLIP's MLM head.
+#[derive(Debug, Clone)]
+pub struct BeitMlm {
+    pub encoder: BeitEncoder,
+    pub head: MlmHead,
+    pub config: BeitConfig,
+}
+
+impl BeitMlm {
+    /// `pb`: the tower root for `beit.*` and `layernorm.*`; `head_pb`: the builder for `cls`
+    /// (the same store, maybe another source, e.g. the text model's head).
+    pub fn new(
+        pb: &ParamBuilder,
+        head_pb: &ParamBuilder,
+        cfg: &BeitConfig,
+        head: &HeadConfig,
+        vocab: usize,
+    ) -> Result<Self> {
+        let encoder = BeitEncoder::new(pb, cfg)?;
+        let head_act = act_of(&head.hidden_act)?;
+        Ok(Self {
+            encoder,
+            head: MlmHead::new(
+                head_pb,
+                cfg.hidden_size,
+                vocab,
+                head_act,
+                head.layer_norm_eps,
+                None,
+            )?,
+            config: cfg.clone(),
+        })
+    }
+
+    pub fn image_size(&self) -> usize {
+        self.encoder.image_size()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.encoder.device()
+    }
+
+    /// See [`BeitEncoder::patch_embed`].
+    pub fn patch_embed(&self, pixels: &Tensor) -> Result<Tensor> {
+        self.encoder.patch_embed(pixels)
+    }
+
+    /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
+    pub fn hidden(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        self.encoder.hidden(pixels, drop)
     }
 
     /// MLM logits `(batch, 1 + patches, vocab)`.

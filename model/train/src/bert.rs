@@ -1,6 +1,6 @@
 //! The trainable text tower: BERT masked LM in the Hugging Face `BertForMaskedLM` layout (the
-//! names `lexlip_model::TextEncoder` loads), and the weakened 2-layer decoders of LexMLM, which
-//! reuse its layer type.
+//! names `lexlip_model::TextEncoder` loads; the dense objective uses its encoder without the head),
+//! and the weakened 2-layer decoders of LexMLM, which reuse its layer type.
 
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -227,38 +227,25 @@ impl BertEmbeddings {
     }
 }
 
-/// `BertForMaskedLM`: embeddings, encoder layers, MLM head.
+/// `BertModel` (embeddings and encoder layers) under `bert.*`: the text tower of both
+/// objectives.
 #[derive(Debug, Clone)]
-pub struct BertMlm {
+pub struct BertEncoder {
     pub embeddings: BertEmbeddings,
     layers: Vec<BertLayer>,
-    pub head: MlmHead,
     pub config: BertConfig,
 }
 
-impl BertMlm {
-    /// Builds the tower under `pb` (the model root: `bert.*`, `cls.*`). The decoder is tied to
-    /// the word embeddings unless the source has `cls.predictions.decoder.weight` (`untied`).
-    pub fn new(pb: &ParamBuilder, cfg: &BertConfig, untied: bool) -> Result<Self> {
+impl BertEncoder {
+    /// Builds the encoder under `pb` (the model root; parameters are `bert.*`).
+    pub fn new(pb: &ParamBuilder, cfg: &BertConfig) -> Result<Self> {
         cfg.validate()?;
         let bert = pb.pp("bert");
-        let embeddings = BertEmbeddings::new(&bert.pp("embeddings"), cfg)?;
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| BertLayer::new(&bert.pp("encoder").pp("layer").pp(i), cfg))
-            .collect::<Result<Vec<_>>>()?;
-        let tied = (!untied).then_some(&embeddings.word);
-        let head = MlmHead::new(
-            &pb.pp("cls"),
-            cfg.hidden_size,
-            cfg.vocab_size,
-            cfg.act()?,
-            cfg.layer_norm_eps,
-            tied,
-        )?;
         Ok(Self {
-            embeddings,
-            layers,
-            head,
+            embeddings: BertEmbeddings::new(&bert.pp("embeddings"), cfg)?,
+            layers: (0..cfg.num_hidden_layers)
+                .map(|i| BertLayer::new(&bert.pp("encoder").pp("layer").pp(i), cfg))
+                .collect::<Result<Vec<_>>>()?,
             config: cfg.clone(),
         })
     }
@@ -272,18 +259,57 @@ impl BertMlm {
         }
         Ok(xs)
     }
+}
+
+/// `BertForMaskedLM`: the encoder and the MLM head.
+#[derive(Debug, Clone)]
+pub struct BertMlm {
+    pub encoder: BertEncoder,
+    pub head: MlmHead,
+    pub config: BertConfig,
+}
+
+impl BertMlm {
+    /// Builds the tower under `pb` (the model root: `bert.*`, `cls.*`). The decoder is tied to
+    /// the word embeddings unless the source has `cls.predictions.decoder.weight` (`untied`).
+    pub fn new(pb: &ParamBuilder, cfg: &BertConfig, untied: bool) -> Result<Self> {
+        let encoder = BertEncoder::new(pb, cfg)?;
+        let tied = (!untied).then_some(&encoder.embeddings.word);
+        let head = MlmHead::new(
+            &pb.pp("cls"),
+            cfg.hidden_size,
+            cfg.vocab_size,
+            cfg.act()?,
+            cfg.layer_norm_eps,
+            tied,
+        )?;
+        Ok(Self {
+            encoder,
+            head,
+            config: cfg.clone(),
+        })
+    }
+
+    /// Final hidden states `(batch, tokens, hidden)` of `ids` with attention `mask` (1 = token).
+    pub fn hidden(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        self.encoder.hidden(ids, mask, drop)
+    }
 
     /// MLM logits `(batch, tokens, vocab)`.
     pub fn logits(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
         self.head.forward(&self.hidden(ids, mask, drop)?)
     }
 
+    pub fn embeddings(&self) -> &BertEmbeddings {
+        &self.encoder.embeddings
+    }
+
     pub fn word_embeddings(&self) -> &Tensor {
-        &self.embeddings.word
+        &self.encoder.embeddings.word
     }
 
     pub fn dtype(&self) -> DType {
-        self.embeddings.word.dtype()
+        self.encoder.embeddings.word.dtype()
     }
 }
 

@@ -66,10 +66,10 @@ pub fn describe(log: &StepLog) -> String {
             s.push_str(&format!(" {k} {v:.3}"));
         }
     }
-    s.push_str(&format!(
-        " | nnz img {:.0} txt {:.0} | lr {:.2e}",
-        log.nnz_image, log.nnz_text, log.lr
-    ));
+    if let (Some(image), Some(text)) = (log.nnz_image, log.nnz_text) {
+        s.push_str(&format!(" | nnz img {image:.0} txt {text:.0}"));
+    }
+    s.push_str(&format!(" | lr {:.2e}", log.lr));
     s
 }
 
@@ -86,6 +86,14 @@ impl Observer for Console {
         if done == 0 || self.bar.length() != Some(total) {
             self.bar.set_length(total);
             self.style("checking images {bar:30} {human_pos}/{human_len} {per_sec}");
+        }
+        self.bar.set_position(done);
+    }
+
+    fn encoding(&mut self, done: u64, total: u64) {
+        if done == 0 || self.bar.length() != Some(total) {
+            self.bar.set_length(total);
+            self.style("encoding captions {bar:30} {human_pos}/{human_len} {per_sec}");
         }
         self.bar.set_position(done);
     }

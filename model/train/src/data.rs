@@ -226,6 +226,8 @@ pub struct Masking {
 #[derive(Debug, Clone)]
 pub struct HostBatch {
     pub step: u64,
+    /// The pairs of the batch (indices into [`Corpus::pairs`]).
+    pub pairs: Vec<usize>,
     size: usize,
     pixels: Vec<f32>,
     tokens: usize,
@@ -276,6 +278,7 @@ pub fn make_batch(
         .unwrap_or(0);
     let mut b = HostBatch {
         step,
+        pairs: indices.to_vec(),
         size,
         pixels,
         tokens,
@@ -344,6 +347,7 @@ impl HostBatch {
             dec_ids: v(&self.dec_ids, bt)?,
             dec_rows: r(&self.dec_rows)?,
             dec_targets: r(&self.dec_targets)?,
+            text_lexicon: None,
         })
     }
 }

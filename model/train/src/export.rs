@@ -1,13 +1,21 @@
-//! Writing the trained model as a LexLIP directory that `lexlip encode/index/serve --model DIR`
-//! loads unchanged:
+//! Writing the trained model as a directory lexlip loads unchanged. LexLIP (`lexlip
+//! encode/index/serve --model DIR`):
 //!
 //! ```text
 //! lexlip.json   text/{config.json, model.safetensors, tokenizer.json}
 //!               image/{config.json, model.safetensors, tokenizer.json, preprocessor_config.json}
 //! ```
 //!
-//! Only the towers are exported (decoders and momentum encoders stay in checkpoints). Each
-//! part is written into a temporary directory and renamed into place.
+//! The dense baseline, a dual encoder directory (`lexlip_model::dual`; `--dense-model DIR` or
+//! `--model DIR`):
+//!
+//! ```text
+//! config.json  model.safetensors  tokenizer.json  preprocessor_config.json
+//! ```
+//!
+//! Only the towers (and the dense projections) are exported; decoders and momentum encoders stay
+//! in checkpoints. Each part is written into a temporary directory and renamed into place, the
+//! file that marks the directory as a model (`lexlip.json`, `config.json`) last.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,8 +23,12 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 use serde_json::json;
 
+use lexlip_model::dual::{ARCHITECTURE, MODEL_TYPE, TEXT_PREFIX, VISION_PREFIX};
+
 use crate::checkpoint::write_atomic;
+use crate::dense::DenseModel;
 use crate::error::{Result, TrainError};
+use crate::init::Init;
 use crate::model::LexLipModel;
 use crate::options::SaveDtype;
 use crate::params::snapshot;
@@ -50,12 +62,42 @@ fn save_weights(tensors: HashMap<String, Tensor>, dtype: SaveDtype, path: &Path)
     })
 }
 
-/// Writes the towers of `model` into `out` as a LexLIP model directory.
-pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usize) -> Result<()> {
+/// An empty temporary directory under `out` to write an export into.
+fn fresh_tmp(out: &Path) -> Result<std::path::PathBuf> {
     let tmp = out.join(TMP);
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
     }
+    std::fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+    Ok(tmp)
+}
+
+/// The image tower's `preprocessor_config.json`: its normalisation at its input size.
+fn preprocessor_json(init: &Init, size: usize) -> Vec<u8> {
+    json_bytes(&json!({
+        "image_mean": init.image.mean, "image_std": init.image.std,
+        "size": {"height": size, "width": size},
+    }))
+}
+
+/// The image tower's `config.json` (BEiT keys), with `extra` keys added.
+fn beit_json(
+    cfg: &lexlip_model::beit::Config,
+    extra: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("model_type".into(), json!("beit"));
+        if let Some(extra) = extra.as_object() {
+            o.extend(extra.clone());
+        }
+    }
+    Ok(v)
+}
+
+/// Writes the towers of `model` into `out` as a LexLIP model directory.
+pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usize) -> Result<()> {
+    let tmp = fresh_tmp(out)?;
     let init = &model.init;
     let text = tmp.join("text");
     let image = tmp.join("image");
@@ -73,17 +115,14 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
     )?;
 
     let cfg = &model.image.config;
-    let mut image_cfg =
-        serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
-    if let Some(o) = image_cfg.as_object_mut() {
-        o.insert("model_type".into(), json!("beit"));
-        o.insert(
-            "architectures".into(),
-            json!(["BeitForMaskedImageModeling"]),
-        );
-        o.insert("vocab_size".into(), json!(init.vocab.len()));
-        o.insert("lexlip_mlm_head".into(), json!(init.image.head));
-    }
+    let image_cfg = beit_json(
+        cfg,
+        json!({
+            "architectures": ["BeitForMaskedImageModeling"],
+            "vocab_size": init.vocab.len(),
+            "lexlip_mlm_head": init.image.head,
+        }),
+    )?;
     write(&image.join("config.json"), &json_bytes(&image_cfg))?;
     save_weights(
         snapshot(&model.image_store)?,
@@ -92,10 +131,7 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
     )?;
     write(
         &image.join("preprocessor_config.json"),
-        &json_bytes(&json!({
-            "image_mean": init.image.mean, "image_std": init.image.std,
-            "size": {"height": cfg.image_size, "width": cfg.image_size},
-        })),
+        &preprocessor_json(init, cfg.image_size),
     )?;
     for d in [&text, &image] {
         let to = d.join("tokenizer.json");
@@ -125,4 +161,59 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
             "max_length": max_length,
         })),
     )
+}
+
+/// Writes the dense model into `out` as a dual encoder directory (`lexlip_model::dual`): the
+/// towers' parameters under `text_model.` / `vision_model.`, the projections by their own names.
+pub fn export_dense(
+    model: &DenseModel,
+    out: &Path,
+    dtype: SaveDtype,
+    max_length: usize,
+) -> Result<()> {
+    let tmp = fresh_tmp(out)?;
+    let init = &model.init;
+    let mut tensors = HashMap::new();
+    for (prefix, store) in [
+        (TEXT_PREFIX, &model.text_store),
+        (VISION_PREFIX, &model.image_store),
+        ("", &model.projection_store),
+    ] {
+        for (name, t) in snapshot(store)? {
+            tensors.insert(format!("{prefix}{name}"), t);
+        }
+    }
+    save_weights(tensors, dtype, &tmp.join("model.safetensors"))?;
+    let mut text_cfg =
+        serde_json::to_value(&model.text.config).map_err(|e| TrainError::invalid(e.to_string()))?;
+    if let Some(o) = text_cfg.as_object_mut() {
+        o.insert("model_type".into(), json!("bert"));
+    }
+    let cfg = &model.image.config;
+    let config = json!({
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURE],
+        "projection_dim": model.dim,
+        "pooling": "cls",
+        "max_length": max_length,
+        "text_config": text_cfg,
+        "vision_config": beit_json(cfg, json!({}))?,
+    });
+    write(&tmp.join("config.json"), &json_bytes(&config))?;
+    write(
+        &tmp.join("preprocessor_config.json"),
+        &preprocessor_json(init, cfg.image_size),
+    )?;
+    let tok = tmp.join("tokenizer.json");
+    std::fs::copy(&init.tokenizer, &tok).map_err(|e| TrainError::io(&tok, e))?;
+    for name in [
+        "model.safetensors",
+        "tokenizer.json",
+        "preprocessor_config.json",
+        "config.json",
+    ] {
+        let dest = out.join(name);
+        std::fs::rename(tmp.join(name), &dest).map_err(|e| TrainError::io(&dest, e))?;
+    }
+    std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))
 }

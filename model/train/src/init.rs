@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::bert::BertConfig;
 use crate::error::{Result, TrainError};
-use crate::options::{HeadInit, Preset, TrainOptions};
+use crate::options::{HeadInit, Objective, Preset, TrainOptions};
 
 /// The MLM head's first tensor: its absence means "no head".
 pub const HEAD_PROBE: &str = "cls.predictions.transform.dense.weight";
@@ -143,6 +143,14 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
                 message: "a CLIP model is a dense encoder, not a LexLIP tower".into(),
             });
         }
+        ModelSource::Single(dir, Architecture::DualEncoder) => {
+            return Err(TrainError::Untrainable {
+                path: dir,
+                message: "a dense dual encoder is not an initial model; start its towers from \
+                          the models it was trained from (--text-init, --image-init)"
+                    .into(),
+            });
+        }
     })
 }
 
@@ -161,11 +169,12 @@ fn tower_dir(path: &Path, what: &str, tokenizer: Option<&Path>, scratch: &Path) 
     })
 }
 
-fn load_text(dir: &Path) -> Result<(TextInit, PathBuf)> {
+/// A text tower directory; `need_head`: the objective trains the MLM head (LexLIP).
+fn load_text(dir: &Path, need_head: bool) -> Result<(TextInit, PathBuf)> {
     let cfg_path = dir.join("config.json");
     let config: BertConfig = with_defaults(&cfg_path, &read_json(&cfg_path)?, json!({}))?;
     let mut weights = Weights::from_safetensors_dir(dir)?;
-    if !weights.contains(HEAD_PROBE) {
+    if need_head && !weights.contains(HEAD_PROBE) {
         return Err(TrainError::Untrainable {
             path: dir.to_path_buf(),
             message: format!(
@@ -220,6 +229,7 @@ fn load_image(dir: &Path) -> Result<(ImageInit, PathBuf)> {
 /// checkpoints (inside the output directory).
 pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
     let tok_opt = opts.tokenizer.as_deref();
+    let lexlip = opts.objective == Objective::Lexlip;
     let (mut text_dir, mut image_dir) = (None, None);
     if let Some(p) = &opts.init {
         let found = locate(p, tok_opt, scratch)?;
@@ -235,7 +245,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
     let mut tokenizers: Vec<PathBuf> = Vec::new();
     let text = match &text_dir {
         Some(d) => {
-            let (t, tok) = load_text(d)?;
+            let (t, tok) = load_text(d, lexlip)?;
             tokenizers.push(tok);
             Some(t)
         }
@@ -300,7 +310,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
                     i.from, i.config.image_size, i.config.patch_size
                 )));
             }
-            if !i.has_head && opts.image_head_init == HeadInit::Auto {
+            if lexlip && !i.has_head && opts.image_head_init == HeadInit::Auto {
                 return Err(TrainError::Untrainable {
                     path: PathBuf::from(&i.from),
                     message: format!(
@@ -335,7 +345,8 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
         (HeadInit::Auto, false) => HeadInit::Auto,
         (other, _) => other,
     };
-    if head_init == HeadInit::Text && image.config.hidden_size != text.config.hidden_size {
+    if lexlip && head_init == HeadInit::Text && image.config.hidden_size != text.config.hidden_size
+    {
         return Err(TrainError::invalid(format!(
             "--image-head-init text needs equal hidden sizes (image {}, text {})",
             image.config.hidden_size, text.config.hidden_size

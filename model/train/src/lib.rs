@@ -2,12 +2,16 @@
 //!
 //! - [`bert`], [`beit`], [`head`]: differentiable towers whose weights live in `VarMap`s under
 //!   the Hugging Face names `lexlip-model` loads, so a trained model needs no conversion.
-//! - [`losses`]: the phase-1 (SelfMLM, LexMLM, BaCo + FLOPS) and phase-2 (MoCo) objectives.
+//! - [`losses`]: the phase-1 (SelfMLM, LexMLM, BaCo + FLOPS) and phase-2 (MoCo) objectives, and
+//!   the dense baseline's InfoNCE.
 //! - [`model`]: towers, decoders, momentum encoders and queues; one step's losses.
+//! - [`dense`]: the CLIP-style dense baseline on the same towers (`--objective dense`).
+//! - [`trainee`]: either model behind the one interface the loop, checkpoints and export use.
 //! - [`optim`]: AdamW with savable moments, warm-up/decay schedule, gradient clipping.
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
+//! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
 //! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
 //!   [`export`] of the model directory.
 //!
@@ -20,6 +24,7 @@ pub mod bert;
 pub mod checkpoint;
 pub mod console;
 pub mod data;
+pub mod dense;
 pub mod error;
 pub mod export;
 pub mod head;
@@ -33,8 +38,10 @@ pub mod params;
 pub mod rng;
 pub mod run;
 pub mod text;
+pub mod text_cache;
+pub mod trainee;
 
 pub use console::Console;
 pub use error::{Result, TrainError};
-pub use options::{HeadInit, Preset, SaveDtype, TrainOptions};
+pub use options::{HeadInit, Objective, Preset, SaveDtype, TrainOptions};
 pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};

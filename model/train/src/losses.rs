@@ -126,15 +126,38 @@ fn combine(i2t: Tensor, t2i: Tensor, pv: &Tensor, pl: &Tensor, lambda: f64) -> R
     })
 }
 
-/// In-batch lexicon-contrastive loss with the FLOPS regulariser (BaCo, eq. 15-17): image `i`
-/// and text `i` are the positive pair, the other texts/images of the batch the negatives.
-pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrastive> {
-    let b = pv.dim(0)?;
-    let sim = (pv.matmul(&pl.t()?)? / tau)?;
-    let diag = Tensor::arange(0u32, b as u32, pv.device())?;
+/// The two directions of an in-batch contrastive loss over `(batch, dim)` image and text
+/// representations: image `i` and text `i` are the positive pair, the other texts (images) of the
+/// batch the negatives; logits are the inner products divided by `tau`. Returns the mean
+/// image→text and text→image cross-entropies.
+pub fn in_batch(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor)> {
+    let b = image.dim(0)?;
+    let sim = (image.matmul(&text.t()?)? / tau)?;
+    let diag = Tensor::arange(0u32, b as u32, image.device())?;
     let i2t = cross_entropy(&sim, &diag)?;
     let t2i = cross_entropy(&sim.t()?.contiguous()?, &diag)?;
+    Ok((i2t, t2i))
+}
+
+/// In-batch lexicon-contrastive loss with the FLOPS regulariser (BaCo, eq. 15-17).
+pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrastive> {
+    let (i2t, t2i) = in_batch(pv, pl, tau)?;
     combine(i2t, t2i, pv, pl, lambda)
+}
+
+/// CLIP's symmetric InfoNCE of L2-normalised `(batch, dim)` embeddings at temperature `tau`:
+/// `(i2t + t2i) / 2`, with the two directions.
+pub fn info_nce(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
+    let (i2t, t2i) = in_batch(image, text, tau)?;
+    let loss = ((&i2t + &t2i)? * 0.5)?;
+    Ok((loss, i2t, t2i))
+}
+
+/// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
+/// PyTorch's `F.normalize`).
+pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.maximum(1e-12)?;
+    Ok(x.broadcast_div(&norm)?)
 }
 
 /// Momentum lexicon-contrastive loss (eq. 21-23): each image against the momentum encoding of

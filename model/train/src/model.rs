@@ -26,6 +26,23 @@ pub const DECODER_TEXT: &str = "decoder_text";
 pub const MOMENTUM_TEXT: &str = "momentum_text";
 pub const MOMENTUM_IMAGE: &str = "momentum_image";
 
+/// The builder of a tower's parameters in `store`: from its initial model's `weights`, or
+/// random ones keyed by the seed and the store's name (the same under both objectives).
+pub fn tower_params<'a>(
+    store: &'a VarMap,
+    weights: Option<&'a Weights>,
+    seed: u64,
+    group: &str,
+    dtype: DType,
+    device: &Device,
+) -> ParamBuilder<'a> {
+    let source = match weights {
+        Some(w) => Source::Weights(w),
+        None => Source::Random(seed ^ key(group)),
+    };
+    ParamBuilder::new(store, source, dtype, device)
+}
+
 /// Hyper-parameters of the objectives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Objectives {
@@ -110,6 +127,9 @@ pub struct Batch {
     pub dec_ids: Tensor,
     pub dec_rows: Tensor,
     pub dec_targets: Tensor,
+    /// The frozen text tower's lexicon of the captions `(batch, vocab)` when cached
+    /// ([`crate::text_cache`]); computed from `ids` otherwise.
+    pub text_lexicon: Option<Tensor>,
 }
 
 /// The losses of one step (scalar tensors; `total` is what is differentiated).
@@ -117,9 +137,9 @@ pub struct Batch {
 pub struct StepLosses {
     pub total: Tensor,
     pub parts: Vec<(&'static str, Tensor)>,
-    /// Mean non-zero terms per image / text representation.
-    pub nnz_image: f64,
-    pub nnz_text: f64,
+    /// Mean non-zero terms per image / text representation (lexicon representations only).
+    pub nnz_image: Option<f64>,
+    pub nnz_text: Option<f64>,
 }
 
 pub struct LexLipModel {
@@ -134,6 +154,8 @@ pub struct LexLipModel {
     pub momentum: Option<Momentum>,
     pub init: Init,
     pub device: Device,
+    /// The text tower is locked (`--freeze-text`): no updates, no dropout, no text-only losses.
+    pub frozen_text: bool,
 }
 
 impl LexLipModel {
@@ -148,21 +170,15 @@ impl LexLipModel {
         device: &Device,
     ) -> Result<Self> {
         let text_store = VarMap::new();
-        let text_source = match &init.text.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(TEXT)),
-        };
+        let text_weights = init.text.weights.as_ref();
         let text = BertMlm::new(
-            &ParamBuilder::new(&text_store, text_source, dtype, device),
+            &tower_params(&text_store, text_weights, seed, TEXT, dtype, device),
             &init.text.config,
             init.text.untied,
         )?;
         let image_store = VarMap::new();
-        let image_source = match &init.image.weights {
-            Some(w) => Source::Weights(w),
-            None => Source::Random(seed ^ key(IMAGE)),
-        };
-        let pb = ParamBuilder::new(&image_store, image_source, dtype, device);
+        let image_weights = init.image.weights.as_ref();
+        let pb = tower_params(&image_store, image_weights, seed, IMAGE, dtype, device);
         let head_weights = text_head_weights(&text_store, init.text.untied)?;
         let bias_only = Weights::from_tensors(
             head_weights
@@ -224,6 +240,7 @@ impl LexLipModel {
             momentum: None,
             init,
             device: device.clone(),
+            frozen_text: false,
         };
         if let Some(q) = queue_size {
             model.momentum = Some(model.momentum_copy(q, dtype)?);
@@ -276,15 +293,18 @@ impl LexLipModel {
         out
     }
 
-    /// The parameters the optimizer updates: the towers, and the decoders in phase 1.
+    /// The parameters the optimizer updates: the towers, and the decoders in phase 1; with a
+    /// frozen text tower, neither the text tower nor the decoder only it would train.
     pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
-        let mut groups: Vec<(&str, &VarMap, f64)> = vec![
-            (TEXT, &self.text_store, text_lr_scale),
-            (IMAGE, &self.image_store, 1.0),
-        ];
+        let mut groups: Vec<(&str, &VarMap, f64)> = vec![(IMAGE, &self.image_store, 1.0)];
+        if !self.frozen_text {
+            groups.insert(0, (TEXT, &self.text_store, text_lr_scale));
+        }
         if phase == 1 {
             groups.push((DECODER_IMAGE, &self.decoder_image_store, 1.0));
-            groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
+            if !self.frozen_text {
+                groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
+            }
         }
         groups
             .into_iter()
@@ -296,8 +316,59 @@ impl LexLipModel {
             .collect()
     }
 
+    /// The lexicon of the frozen text tower (no dropout, no gradient).
+    pub fn frozen_text_lexicon(&self, batch: &Batch) -> Result<Tensor> {
+        if let Some(cached) = &batch.text_lexicon {
+            return Ok(cached.clone());
+        }
+        let logits = self.text.logits(&batch.ids, &batch.mask, &Dropout::off())?;
+        Ok(losses::splade(&logits, Some(&batch.mask))?.detach())
+    }
+
+    /// Phase 1 with a frozen text tower: LexMLM i2t + BaCo against the text model's lexicon.
+    fn phase1_frozen_text(
+        &self,
+        batch: &Batch,
+        drop: &Dropout,
+        obj: &Objectives,
+    ) -> Result<StepLosses> {
+        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let pv = losses::splade_pooled(&image_pooled)?;
+        let av = crate::nn::softmax(&image_pooled)?;
+        let pl = self.frozen_text_lexicon(batch)?;
+        let dec_emb = self
+            .text
+            .embeddings()
+            .forward(&batch.dec_ids, &Dropout::off())?
+            .detach();
+        let dec = losses::DecoderInput {
+            embedded: &dec_emb,
+            mask: &batch.mask,
+            rows: &batch.dec_rows,
+            targets: &batch.dec_targets,
+        };
+        let word = self.text.word_embeddings();
+        let i2t = losses::lex_mlm(&self.decoder_image, &av, word, &dec, drop)?;
+        let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
+        let total = (&i2t + &baco.loss)?;
+        Ok(StepLosses {
+            total,
+            parts: vec![
+                ("lex_mlm_i2t", i2t),
+                ("baco", baco.loss),
+                ("flops_image", baco.flops_image),
+                ("flops_text", baco.flops_text),
+            ],
+            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_text: Some(losses::mean_nonzero(&pl)?),
+        })
+    }
+
     /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
     pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
+        if self.frozen_text {
+            return self.phase1_frozen_text(batch, drop, obj);
+        }
         // One max-pool of the image logits serves both the lexicon weights and the
         // distribution of the bottleneck.
         let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
@@ -312,7 +383,7 @@ impl LexLipModel {
         let pl = losses::splade(&text_logits, Some(&batch.mask))?;
 
         let word = self.text.word_embeddings();
-        let dec_emb = self.text.embeddings.forward(&batch.dec_ids, drop)?;
+        let dec_emb = self.text.embeddings().forward(&batch.dec_ids, drop)?;
         let dec = losses::DecoderInput {
             embedded: &dec_emb,
             mask: &batch.mask,
@@ -333,8 +404,8 @@ impl LexLipModel {
                 ("flops_image", baco.flops_image),
                 ("flops_text", baco.flops_text),
             ],
-            nnz_image: losses::mean_nonzero(&pv)?,
-            nnz_text: losses::mean_nonzero(&pl)?,
+            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_text: Some(losses::mean_nonzero(&pl)?),
         })
     }
 
@@ -356,16 +427,23 @@ impl LexLipModel {
             ));
         };
         let pv_m = losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?.detach();
-        let pl_m = losses::splade(
-            &m.text.logits(&batch.ids, &batch.mask, &off)?,
-            Some(&batch.mask),
-        )?
-        .detach();
         let pv = losses::splade(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let pl = losses::splade(
-            &self.text.logits(&batch.ids, &batch.mask, drop)?,
-            Some(&batch.mask),
-        )?;
+        // A frozen text tower is its own momentum encoder.
+        let (pl, pl_m) = if self.frozen_text {
+            let pl = self.frozen_text_lexicon(batch)?;
+            (pl.clone(), pl)
+        } else {
+            let pl_m = losses::splade(
+                &m.text.logits(&batch.ids, &batch.mask, &off)?,
+                Some(&batch.mask),
+            )?
+            .detach();
+            let pl = losses::splade(
+                &self.text.logits(&batch.ids, &batch.mask, drop)?,
+                Some(&batch.mask),
+            )?;
+            (pl, pl_m)
+        };
         let qi = m.queue_image.rows()?;
         let qt = m.queue_text.rows()?;
         let moco = losses::moco(
@@ -388,8 +466,8 @@ impl LexLipModel {
                     ("flops_image", moco.flops_image),
                     ("flops_text", moco.flops_text),
                 ],
-                nnz_image: losses::mean_nonzero(&pv)?,
-                nnz_text: losses::mean_nonzero(&pl)?,
+                nnz_image: Some(losses::mean_nonzero(&pv)?),
+                nnz_text: Some(losses::mean_nonzero(&pl)?),
             },
             pv_m,
             pl_m,
@@ -401,10 +479,11 @@ impl LexLipModel {
         let Some(mom) = &self.momentum else {
             return Ok(());
         };
-        for (online, momentum) in [
-            (&self.text_store, &mom.text_store),
-            (&self.image_store, &mom.image_store),
-        ] {
+        let mut pairs = vec![(&self.image_store, &mom.image_store)];
+        if !self.frozen_text {
+            pairs.push((&self.text_store, &mom.text_store));
+        }
+        for (online, momentum) in pairs {
             let online: HashMap<String, candle_core::Var> =
                 sorted_vars(online).into_iter().collect();
             for (name, var) in sorted_vars(momentum) {

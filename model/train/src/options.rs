@@ -32,6 +32,19 @@ pub enum HeadInit {
     Random,
 }
 
+/// What a run trains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// LexLIP: lexicon towers with MLM heads (--phase 1 / 2); writes a LexLIP directory.
+    #[default]
+    Lexlip,
+    /// A CLIP-style dense dual encoder on the same towers ([CLS] → linear projection to
+    /// --dense-dim → L2 norm, symmetric in-batch InfoNCE at --tau); writes a dense model
+    /// directory lexlip loads as --dense-model or --model.
+    Dense,
+}
+
 /// The dtype of the saved model weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -106,6 +119,14 @@ pub struct TrainOptions {
     pub image_head_init: HeadInit,
 
     // ---- objectives
+    /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers.
+    #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
+    #[serde(default)]
+    pub objective: Objective,
+    /// Embedding dimension of the dense objective's projections.
+    #[arg(long, default_value_t = 256, help_heading = "Objectives")]
+    #[serde(default = "default_dense_dim")]
+    pub dense_dim: usize,
     /// 1: lexicon-bottlenecked pre-training (SelfMLM + LexMLM + BaCo); 2: momentum
     /// lexicon-contrastive pre-training (MoCo queues, EMA encoders).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), help_heading = "Objectives")]
@@ -119,7 +140,7 @@ pub struct TrainOptions {
     /// Transformer layers of each weakened LexMLM decoder.
     #[arg(long, default_value_t = 2, help_heading = "Objectives")]
     pub decoder_layers: usize,
-    /// Contrastive temperature τ.
+    /// Contrastive temperature τ (BaCo, MoCo; and the dense objective's InfoNCE).
     #[arg(long, default_value_t = 0.05, help_heading = "Objectives")]
     pub tau: f64,
     /// Weight λ of the FLOPS sparsity regulariser.
@@ -132,6 +153,12 @@ pub struct TrainOptions {
     /// --batch-size).
     #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
     pub queue_size: usize,
+    /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
+    /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
+    /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
+    /// choice for a small corpus and a pre-trained text model (e.g. a SPLADE model).
+    #[arg(long, help_heading = "Objectives")]
+    pub freeze_text: bool,
 
     // ---- optimisation
     /// Pairs per step.
@@ -196,6 +223,10 @@ pub struct TrainOptions {
     pub gpu: bool,
 }
 
+fn default_dense_dim() -> usize {
+    256
+}
+
 impl TrainOptions {
     /// Options with the defaults above (for library callers and tests).
     pub fn new(out: impl Into<PathBuf>) -> Self {
@@ -217,6 +248,8 @@ impl TrainOptions {
             image_size: None,
             patch_size: None,
             image_head_init: HeadInit::Auto,
+            objective: Objective::Lexlip,
+            dense_dim: default_dense_dim(),
             phase: 1,
             mask_rate: 0.3,
             decoder_mask_rate: 0.5,
@@ -225,6 +258,7 @@ impl TrainOptions {
             flops_lambda: 0.002,
             momentum: 0.99,
             queue_size: 1024,
+            freeze_text: false,
             batch_size: 32,
             steps: None,
             epochs: 10.0,
@@ -260,7 +294,16 @@ impl TrainOptions {
         o.restart = false;
         o.gpu = false;
         o.out = PathBuf::new();
-        serde_json::to_value(&o).unwrap_or_default()
+        let mut v = serde_json::to_value(&o).unwrap_or_default();
+        // LexLIP runs hash as they did before the dense objective existed, so their
+        // checkpoints still resume.
+        if self.objective == Objective::Lexlip
+            && let Some(m) = v.as_object_mut()
+        {
+            m.remove("objective");
+            m.remove("dense_dim");
+        }
+        v
     }
 
     /// Checks values that no type can (rates in range, sizes positive).
@@ -310,6 +353,16 @@ impl TrainOptions {
         if self.flops_lambda < 0.0 || self.lr <= 0.0 || self.text_lr.is_some_and(|l| l <= 0.0) {
             return bad("--flops-lambda must be >= 0 and learning rates > 0".into());
         }
+        if self.freeze_text && self.text_lr.is_some() {
+            return bad(
+                "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
+            );
+        }
+        if self.freeze_text && self.init.is_none() && self.text_init.is_none() {
+            return bad(
+                "--freeze-text needs a trained text tower: give --text-init or --init".into(),
+            );
+        }
         if self.batch_size < 2 {
             return bad("--batch-size must be at least 2 (contrastive negatives)".into());
         }
@@ -324,6 +377,24 @@ impl TrainOptions {
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
         }
+        if self.objective == Objective::Dense {
+            if self.phase != 1 {
+                return bad(
+                    "--objective dense trains in one phase; --phase 2 (MoCo queues) is LexLIP's"
+                        .into(),
+                );
+            }
+            if self.dense_dim == 0 {
+                return bad("--dense-dim must be positive".into());
+            }
+            if self.freeze_text {
+                return bad(
+                    "--freeze-text is LexLIP's (a frozen lexicon); --objective dense trains both \
+                     towers"
+                        .into(),
+                );
+            }
+        }
         if self.phase == 2
             && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))
         {
@@ -333,5 +404,26 @@ impl TrainOptions {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LexLIP runs hash without the dense options (their checkpoints from before the dense
+    /// objective still resume); dense runs hash with them.
+    #[test]
+    fn fingerprint_keys_per_objective() {
+        let lexlip = TrainOptions::new("out").fingerprint_json();
+        assert!(lexlip.get("objective").is_none() && lexlip.get("dense_dim").is_none());
+        assert_eq!(lexlip["tau"], 0.05);
+        let mut o = TrainOptions::new("out");
+        o.objective = Objective::Dense;
+        let dense = o.fingerprint_json();
+        assert_eq!(dense["objective"], "dense");
+        assert_eq!(dense["dense_dim"], 256);
+        o.dense_dim = 64;
+        assert_ne!(o.fingerprint_json(), dense);
     }
 }

@@ -17,12 +17,15 @@ use crate::augment::Augment;
 use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, HostBatch, Masking, Order};
 use crate::error::{Result, TrainError};
-use crate::model::{LexLipModel, Objectives};
+use crate::init::Init;
+use crate::model::Objectives;
 use crate::nn::Dropout;
 use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
-use crate::options::TrainOptions;
+use crate::options::{Objective, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::text::TextTokenizer;
+use crate::text_cache::TextCache;
+use crate::trainee::{Trainee, exported_marker};
 
 /// Batches prepared ahead of the step that uses them.
 const PREFETCH: usize = 2;
@@ -47,9 +50,11 @@ pub struct StepLog {
     /// Loss components by name (`self_mlm`, `lex_mlm_i2t`, `lex_mlm_t2i`, `baco`, `moco`, …).
     #[serde(flatten)]
     pub parts: BTreeMap<String, f64>,
-    /// Mean non-zero terms of the image / text representations.
-    pub nnz_image: f64,
-    pub nnz_text: f64,
+    /// Mean non-zero terms of the image / text representations (LexLIP only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nnz_image: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nnz_text: Option<f64>,
     pub lr: f64,
     /// Before clipping.
     pub grad_norm: f64,
@@ -85,6 +90,8 @@ pub trait Observer {
     fn message(&mut self, _text: &str) {}
     /// The corpus image check: `done` of `total` images.
     fn checking(&mut self, _done: u64, _total: u64) {}
+    /// The frozen text tower's caption cache: `done` of `total` captions encoded.
+    fn encoding(&mut self, _done: u64, _total: u64) {}
     /// Training starts (or resumes) at `start` of `total` steps.
     fn started(&mut self, _start: u64, _total: u64) {}
     /// After every step.
@@ -131,6 +138,23 @@ fn prepare_out(out: &Path) -> Result<()> {
     std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
 }
 
+/// Refuses an output directory that holds the exported model of the other objective (a LexLIP
+/// directory and a dense one cannot share a directory: loaders would read the wrong one).
+fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
+    let (other, marker) = match opts.objective {
+        Objective::Lexlip => ("a dense model", exported_marker(Objective::Dense)),
+        Objective::Dense => ("a LexLIP model", exported_marker(Objective::Lexlip)),
+    };
+    if opts.out.join(marker).is_file() {
+        return Err(TrainError::invalid(format!(
+            "--out {} holds {other} ({marker}); train --objective {} into another directory",
+            opts.out.display(),
+            format!("{:?}", opts.objective).to_lowercase()
+        )));
+    }
+    Ok(())
+}
+
 /// The files a corpus reads (for `train.json`): listing files and shards with size and SHA-256.
 fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
     Ok(match input {
@@ -148,14 +172,14 @@ fn sha256_file(path: &Path) -> Result<String> {
 }
 
 /// Everything that determines what a run computes.
-fn fingerprint(opts: &TrainOptions, input: &Input, model: &LexLipModel) -> Result<String> {
+fn fingerprint(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
     let desc = serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
-        "text": model.init.text.from,
-        "image": model.init.image.from,
-        "tokenizer": model.init.tokenizer,
-        "vocab": model.init.vocab.term_space().hash,
+        "text": init.text.from,
+        "image": init.image.from,
+        "tokenizer": init.tokenizer,
+        "vocab": init.vocab.term_space().hash,
     });
     Ok(format!("{:x}", Sha256::digest(desc.to_string().as_bytes())))
 }
@@ -170,6 +194,7 @@ pub fn train(
     opts.validate()?;
     let started = Instant::now();
     prepare_out(&opts.out)?;
+    refuse_other_model(opts)?;
     let input = input(opts)?;
     let init = crate::init::resolve(opts, &opts.out.join(".init"))?;
     let tokenizer = TextTokenizer::load(&init.tokenizer, opts.max_length)?;
@@ -181,13 +206,13 @@ pub fn train(
             init.vocab.len()
         )));
     }
+    let head = match opts.objective {
+        Objective::Lexlip => format!("image head: {:?}", init.head_init),
+        Objective::Dense => format!("dense: [CLS] → {} dims", opts.dense_dim),
+    };
     observer.message(&format!(
-        "text tower: {}; image tower: {} ({}px, patch {}); image head: {:?}",
-        init.text.from,
-        init.image.from,
-        init.image.config.image_size,
-        init.image.config.patch_size,
-        init.head_init
+        "text tower: {}; image tower: {} ({}px, patch {}); {head}",
+        init.text.from, init.image.from, init.image.config.image_size, init.image.config.patch_size,
     ));
     let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
@@ -208,21 +233,13 @@ pub fn train(
         .steps
         .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
     let device = lexlip_model::device(opts.gpu)?;
-    let queue = (opts.phase == 2).then_some(opts.queue_size);
-    let mut model = LexLipModel::build(
-        &init,
-        opts.decoder_layers,
-        queue,
-        opts.seed,
-        DType::F32,
-        &device,
-    )?;
+    let mut model = Trainee::build(opts, &init, DType::F32, &device)?;
     let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
     let mut adam = AdamW::new(AdamWConfig {
         weight_decay: opts.weight_decay,
         ..AdamWConfig::default()
     });
-    let fp = fingerprint(opts, &input, &model)?;
+    let fp = fingerprint(opts, &input, model.init())?;
     if opts.restart {
         checkpoint::clear(&opts.out)?;
     }
@@ -260,7 +277,7 @@ pub fn train(
         samples_per_s: 0.0,
         last: None,
     };
-    let record = |model: &LexLipModel, summary: &Summary, status: &str| {
+    let record = |model: &Trainee, summary: &Summary, status: &str| {
         write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
     };
     record(
@@ -292,8 +309,8 @@ pub fn train(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     if summary.steps_done >= total {
-        if !summary.already_complete || !opts.out.join("lexlip.json").is_file() {
-            crate::export::export(&model, &opts.out, opts.save_dtype, opts.max_length)?;
+        if !summary.already_complete || !opts.out.join(exported_marker(opts.objective)).is_file() {
+            model.export(&opts.out, opts.save_dtype, opts.max_length)?;
         }
         record(&model, &summary, "complete")?;
     } else {
@@ -301,7 +318,7 @@ pub fn train(
         // A stopped run leaves a usable model of the weights so far; the finished run
         // replaces it.
         if summary.steps_done > 0 {
-            crate::export::export(&model, &opts.out, opts.save_dtype, opts.max_length)?;
+            model.export(&opts.out, opts.save_dtype, opts.max_length)?;
         }
         record(&model, &summary, "interrupted")?;
     }
@@ -316,7 +333,7 @@ fn run_steps(
     corpus: &Corpus,
     tokenizer: &TextTokenizer,
     order: &mut Order,
-    model: &mut LexLipModel,
+    model: &mut Trainee,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
     fp: &str,
@@ -328,9 +345,9 @@ fn run_steps(
 ) -> Result<()> {
     let augment = Augment {
         processor: lexlip_model::ImageProcessor {
-            size: model.image.image_size(),
-            mean: model.init.image.mean,
-            std: model.init.image.std,
+            size: model.image_size(),
+            mean: model.init().image.mean,
+            std: model.init().image.std,
         },
         crop_scale: opts.crop_scale,
         jitter: opts.color_jitter,
@@ -344,6 +361,22 @@ fn run_steps(
         tau: opts.tau,
         flops_lambda: opts.flops_lambda,
         momentum: opts.momentum,
+    };
+    let text_cache = if let Some(model) = model.frozen_text() {
+        observer.message(&format!(
+            "frozen text tower: encoding the {} captions once",
+            corpus.pairs.len()
+        ));
+        let cache = TextCache::build(model, corpus, tokenizer.pad, &mut |d, t| {
+            observer.encoding(d, t)
+        })?;
+        observer.message(&format!(
+            "captions encoded: {:.1} terms per caption",
+            cache.mean_nonzero()
+        ));
+        Some(cache)
+    } else {
+        None
     };
     let spe = order.steps_per_epoch().max(1);
     let run_start = Instant::now();
@@ -366,14 +399,12 @@ fn run_steps(
             let host = rx
                 .recv()
                 .map_err(|_| TrainError::invalid("the data thread stopped"))??;
-            let batch = host.to_device(&model.device)?;
+            let mut batch = host.to_device(model.device())?;
+            if let Some(cache) = &text_cache {
+                batch.text_lexicon = Some(cache.batch(&host.pairs, model.device())?);
+            }
             let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
-            let (losses, keys) = if opts.phase == 1 {
-                (model.phase1(&batch, &drop, &obj)?, None)
-            } else {
-                let (l, pv, pl) = model.phase2(&batch, &drop, &obj)?;
-                (l, Some((pv, pl)))
-            };
+            let (losses, keys) = model.step(opts.phase, &batch, &drop, &obj)?;
             let loss = scalar(&losses.total)?;
             if !loss.is_finite() {
                 return Err(TrainError::Diverged {
@@ -392,9 +423,7 @@ fn run_steps(
             let lr = learning_rate(opts.lr, step, total, opts.warmup);
             adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
             std::mem::drop(grads);
-            if let Some((pv, pl)) = keys {
-                model.enqueue(&pv, &pl)?;
-            }
+            model.enqueue(keys)?;
             let done = step + 1;
             summary.steps_done = done;
             observer.progress(done);
@@ -440,7 +469,7 @@ fn scalar(t: &Tensor) -> Result<f64> {
 }
 
 fn save(
-    model: &LexLipModel,
+    model: &Trainee,
     adam: &AdamW,
     fp: &str,
     step: u64,
@@ -457,7 +486,7 @@ fn save(
         tensors.insert(format!("adam/{name}"), t);
     }
     let (mut ptr, mut fill) = (0, 0);
-    if let Some(m) = &model.momentum {
+    if let Some(m) = model.momentum() {
         if let Some(rows) = m.queue_image.rows()? {
             tensors.insert("queue/image".into(), rows.copy()?);
         }
@@ -481,7 +510,7 @@ fn save(
 }
 
 fn restore(
-    model: &mut LexLipModel,
+    model: &mut Trainee,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
     dir: &Path,
@@ -498,7 +527,7 @@ fn restore(
         crate::params::restore(store, &group(name), &format!("{} ({name})", dir.display()))?;
     }
     adam.restore(state.adam_t, &group("adam"), params)?;
-    if let Some(m) = &mut model.momentum {
+    if let Some(m) = model.momentum_mut() {
         m.queue_image
             .restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
         m.queue_text
@@ -513,11 +542,16 @@ fn write_train_json(
     ctl: &RunControl,
     input: &Input,
     corpus: &Corpus,
-    model: &LexLipModel,
+    model: &Trainee,
     fp: &str,
     summary: &Summary,
     status: &str,
 ) -> Result<()> {
+    let init = model.init();
+    let image_head = match opts.objective {
+        Objective::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
+        Objective::Dense => None,
+    };
     let mut files = Vec::new();
     for f in input_files(input)? {
         let bytes = std::fs::metadata(&f)
@@ -543,10 +577,10 @@ fn write_train_json(
         "fingerprint": fp,
         "options": opts,
         "init": {
-            "text": model.init.text.from,
-            "image": model.init.image.from,
-            "image_head": format!("{:?}", model.init.head_init).to_lowercase(),
-            "tokenizer": model.init.tokenizer,
+            "text": init.text.from,
+            "image": init.image.from,
+            "image_head": image_head,
+            "tokenizer": init.tokenizer,
         },
         "data": {
             "input": input.describe(),

@@ -1,6 +1,6 @@
-//! Every trainable parameter receives a non-zero gradient in both phases (AdamW would skip one
-//! without, silently), and gradients of the whole phase-1 / phase-2 loss match central finite
-//! differences on a tiny f64 model.
+//! Every trainable parameter receives a non-zero gradient in both phases and under the dense
+//! objective (AdamW would skip one without, silently), and gradients of the whole phase-1 /
+//! phase-2 / dense loss match central finite differences on a tiny f64 model.
 
 use std::path::PathBuf;
 
@@ -8,9 +8,11 @@ use candle_core::{DType, Device, Tensor};
 use lexlip_model::Vocabulary;
 use lexlip_model::image::HeadConfig;
 use lexlip_train::bert::BertConfig;
+use lexlip_train::dense::DenseModel;
 use lexlip_train::init::{ImageInit, Init, TextInit, beit_config};
 use lexlip_train::model::{Batch, LexLipModel, Objectives};
 use lexlip_train::nn::Dropout;
+use lexlip_train::optim::Param;
 use lexlip_train::options::HeadInit;
 use lexlip_train::rng::Rng;
 
@@ -70,6 +72,7 @@ fn batch(dtype: DType, dev: &Device) -> Batch {
         dec_ids: bt(dec_ids),
         dec_rows: t(vec![1, 3, 6, 8, 11]),
         dec_targets: t(vec![7, 12, 5, 8, 33]),
+        text_lexicon: None,
     }
 }
 
@@ -190,12 +193,20 @@ fn finite_differences(phase: u8) {
             model.phase2(&b, &Dropout::off(), &obj_m1).unwrap().0.total
         }
     };
-    let grads = eval(&mut model).backward().unwrap();
     let params = model.params(phase, 1.0);
+    let worst = check_gradients(&params, &mut || eval(&mut model), &dev);
+    eprintln!("phase {phase}: worst relative error {worst:.2e}");
+}
+
+/// Analytic gradients of `eval` (the loss, a function of `params`) against central differences
+/// at two coordinates per parameter: its largest gradient and a random one. Returns the worst
+/// relative error.
+fn check_gradients(params: &[Param], eval: &mut dyn FnMut() -> Tensor, dev: &Device) -> f64 {
+    let grads = eval().backward().unwrap();
     let mut r = Rng::new(&[11]);
     let mut checked = 0;
     let mut worst = 0f64;
-    for p in &params {
+    for p in params {
         let g = grads
             .get(p.var.as_tensor())
             .unwrap()
@@ -220,9 +231,9 @@ fn finite_differences(phase: u8) {
                 let mut v = base.clone();
                 v[i] += d;
                 p.var
-                    .set(&Tensor::from_vec(v, p.var.shape(), &dev).unwrap())
+                    .set(&Tensor::from_vec(v, p.var.shape(), dev).unwrap())
                     .unwrap();
-                eval(&mut model).to_scalar::<f64>().unwrap()
+                eval().to_scalar::<f64>().unwrap()
             };
             let fd = (at(h) - at(-h)) / (2.0 * h);
             at(0.0);
@@ -238,7 +249,7 @@ fn finite_differences(phase: u8) {
         }
     }
     assert!(checked >= 2 * params.len());
-    eprintln!("phase {phase}: {checked} coordinates, worst relative error {worst:.2e}");
+    worst
 }
 
 #[test]
@@ -249,4 +260,62 @@ fn phase1_gradients_match_finite_differences() {
 #[test]
 fn phase2_gradients_match_finite_differences() {
     finite_differences(2);
+}
+
+#[test]
+fn dense_every_parameter_gets_a_gradient() {
+    let dev = Device::Cpu;
+    let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 1, DType::F32, &dev).unwrap();
+    let b = batch(DType::F32, &dev);
+    let drop = Dropout::new(0.1, Rng::new(&[3]));
+    let grads = model
+        .step(&b, &drop, 0.5)
+        .unwrap()
+        .total
+        .backward()
+        .unwrap();
+    let params = model.params(1.0);
+    let groups: std::collections::BTreeSet<&str> = params
+        .iter()
+        .filter_map(|p| p.name.split('/').next())
+        .collect();
+    assert_eq!(
+        groups.into_iter().collect::<Vec<_>>(),
+        ["image", "projection", "text"]
+    );
+    assert!(
+        params.iter().all(|p| !p.name.contains("/cls.")),
+        "no MLM head"
+    );
+    for p in &params {
+        let g = grads
+            .get(p.var.as_tensor())
+            .unwrap_or_else(|| panic!("{} has no gradient", p.name));
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(
+            norm > 0.0 && norm.is_finite(),
+            "{}: gradient norm {norm}",
+            p.name
+        );
+    }
+}
+
+#[test]
+fn dense_gradients_match_finite_differences() {
+    let dev = Device::Cpu;
+    let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 7, DType::F64, &dev).unwrap();
+    let b = batch(DType::F64, &dev);
+    let params = model.params(1.0);
+    let worst = check_gradients(
+        &params,
+        &mut || model.step(&b, &Dropout::off(), 0.5).unwrap().total,
+        &dev,
+    );
+    eprintln!("dense: worst relative error {worst:.2e}");
 }

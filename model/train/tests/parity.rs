@@ -6,13 +6,13 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use lexlip_model::config::{read_json, with_defaults};
-use lexlip_model::{ImageEncoder, PreprocessedImage, TextEncoder, Weights};
+use lexlip_model::{ImageEncoder, TextEncoder, Weights};
 use lexlip_train::beit::BeitMlm;
 use lexlip_train::bert::{BertConfig, BertMlm};
 use lexlip_train::nn::Dropout;
 use lexlip_train::params::{ParamBuilder, Source};
 
-use common::{max_abs_diff, model_fixtures, splade_dir};
+use common::{max_abs_diff, model_fixtures, random_images, splade_dir};
 
 const TOL: f32 = 1e-4;
 
@@ -102,18 +102,6 @@ fn beit_tower(dir: &std::path::Path, dev: &Device) -> (BeitMlm, VarMap) {
     (tower, store)
 }
 
-fn random_pixels(n: usize, size: usize, seed: u64) -> Vec<PreprocessedImage> {
-    let mut r = lexlip_train::rng::Rng::new(&[seed]);
-    (0..n)
-        .map(|_| {
-            let data = (0..3 * size * size)
-                .map(|_| r.uniform_f32() * 2.0 - 1.0)
-                .collect();
-            PreprocessedImage::from_chw(size, data).unwrap()
-        })
-        .collect()
-}
-
 #[test]
 fn image_tower_equals_image_encoder() {
     let dir = model_fixtures().join("beit-tiny");
@@ -121,7 +109,7 @@ fn image_tower_equals_image_encoder() {
     let enc = ImageEncoder::load_with_dtype(&dir, &dev, DType::F32).unwrap();
     let (tower, _) = beit_tower(&dir, &dev);
     let size = enc.image_size();
-    let images = random_pixels(3, size, 1);
+    let images = random_images(3, size, 1);
     let want = enc.logits(&images).unwrap();
     let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
     let pixels = Tensor::from_vec(flat, (3, 3, size, size), &dev).unwrap();
@@ -140,7 +128,7 @@ fn patch_embedding_is_the_convolution() {
     let dev = Device::Cpu;
     let (tower, store) = beit_tower(&dir, &dev);
     let size = tower.image_size();
-    let images = random_pixels(2, size, 2);
+    let images = random_images(2, size, 2);
     let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
     let pixels = Tensor::from_vec(flat, (2, 3, size, size), &dev).unwrap();
     let got = tower.patch_embed(&pixels).unwrap();

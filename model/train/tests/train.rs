@@ -5,13 +5,11 @@
 mod common;
 
 use lexlip_model::{Encoders, LoadOptions};
-use lexlip_train::{RunControl, train};
 
-use common::{Collect, fast_options, model_bytes, synthetic_tsv};
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
+use common::{
+    copy_without, err_of, fast_options, forty_steps_lower_the_loss, model_bytes, resume_options,
+    run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
+};
 
 #[test]
 fn a_few_steps_lower_the_loss_and_the_model_loads() {
@@ -19,22 +17,7 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let out = tmp.path().join("model");
     let mut o = fast_options(&tsv, &out);
-    o.steps = Some(40);
-    o.warmup = 0.05;
-    let mut seen = Collect::default();
-    let s = train(&o, &RunControl::default(), &mut seen).unwrap();
-    assert_eq!(
-        (s.steps_done, s.total_steps, s.pairs, s.images),
-        (40, 40, 32, 16)
-    );
-    assert!(!s.interrupted);
-    let losses: Vec<f64> = seen.logs.iter().map(|l| l.loss).collect();
-    assert_eq!(losses.len(), 40);
-    let (first, last) = (mean(&losses[..5]), mean(&losses[35..]));
-    assert!(
-        last < 0.7 * first,
-        "loss {first:.3} → {last:.3}: {losses:?}"
-    );
+    let seen = forty_steps_lower_the_loss(&mut o);
     for l in &seen.logs {
         for k in [
             "self_mlm",
@@ -57,8 +40,7 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
     let v = image.encode(&[image.preprocess(&img).unwrap()]).unwrap();
     assert!(!v[0].is_empty());
     assert_eq!(enc.term_space().unwrap().size, 1000);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    let meta = train_json(&out);
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["data"]["pairs"], 32);
     assert_eq!(
@@ -66,7 +48,7 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
         64
     );
     // A finished run does nothing when started again.
-    let again = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    let again = run_quietly(&o);
     assert!(again.already_complete);
 }
 
@@ -76,39 +58,11 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
 fn resume_gives_bitwise_the_same_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
-    let base = |out: &std::path::Path| {
-        let mut o = fast_options(&tsv, out);
-        o.steps = Some(6);
-        o.dropout = 0.1;
-        o.crop_scale = 0.6;
-        o.color_jitter = 0.2;
-        o.hflip = true;
-        o.checkpoint_every = 2;
-        o
-    };
+    let base = |out: &std::path::Path| resume_options(&tsv, out);
     let whole = tmp.path().join("whole");
-    train(
-        &base(&whole),
-        &RunControl::default(),
-        &mut Collect::default(),
-    )
-    .unwrap();
-
+    run_quietly(&base(&whole));
     let parts = tmp.path().join("parts");
-    let mut o = base(&parts);
-    o.stop_at = Some(3);
-    let first = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
-    assert!(first.interrupted);
-    assert_eq!(first.steps_done, 3);
-    assert!(
-        parts.join("lexlip.json").is_file(),
-        "a stopped run leaves a usable model"
-    );
-    o.stop_at = None;
-    let mut seen = Collect::default();
-    let second = train(&o, &RunControl::default(), &mut seen).unwrap();
-    assert_eq!((second.resumed_from, second.steps_done), (3, 6));
-    assert!(seen.messages.iter().any(|m| m.contains("resuming")));
+    train_stopped_and_resumed(&base(&parts), 3, "lexlip.json");
     assert_eq!(model_bytes(&whole), model_bytes(&parts));
 
     // Phase 2 from the phase-1 model: momentum encoders and queues resume too.
@@ -123,27 +77,18 @@ fn resume_gives_bitwise_the_same_weights() {
         o
     };
     let whole2 = tmp.path().join("whole2");
-    let s = train(
-        &p2(&whole2),
-        &RunControl::default(),
-        &mut Collect::default(),
-    )
-    .unwrap();
+    let s = run_quietly(&p2(&whole2));
     assert!(s.last.as_ref().unwrap().parts.contains_key("moco"));
     let parts2 = tmp.path().join("parts2");
-    let mut o = p2(&parts2);
-    o.stop_at = Some(4);
-    train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
-    o.stop_at = None;
-    train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    train_stopped_and_resumed(&p2(&parts2), 4, "lexlip.json");
     assert_eq!(model_bytes(&whole2), model_bytes(&parts2));
     // And a resumed run with other options is refused.
     let mut other = p2(&parts2);
     other.lr = 5e-4;
     other.restart = false;
     std::fs::remove_file(parts2.join("lexlip.json")).unwrap();
-    let err = train(&other, &RunControl::default(), &mut Collect::default()).unwrap_err();
-    assert!(err.to_string().contains("--restart"), "{err}");
+    let err = err_of(&other);
+    assert!(err.contains("--restart"), "{err}");
 }
 
 #[test]
@@ -163,20 +108,13 @@ fn bad_items_are_skipped_and_counted() {
     );
     let mut o = fast_options(&tsv, &tmp.path().join("out"));
     o.steps = Some(1);
-    let s = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    let s = run_quietly(&o);
     assert_eq!(s.pairs, 32);
     assert_eq!(s.skipped["missing_file"], 1);
     assert_eq!(s.skipped["corrupt_image"], 1);
     assert_eq!(s.skipped["empty_caption"], 1);
     assert_eq!(s.skipped["bad_line"], 1);
     assert_eq!(s.skipped["no_image"], 2, "{:?}", s.skipped);
-}
-
-fn err_of(o: &lexlip_train::TrainOptions) -> String {
-    train(o, &RunControl::default(), &mut Collect::default())
-        .map(|_| ())
-        .unwrap_err()
-        .to_string()
 }
 
 #[test]
@@ -200,19 +138,8 @@ fn bad_inputs_get_clear_errors() {
 
     // A text model without an MLM head cannot be trained.
     let no_head = tmp.path().join("bert-no-head");
-    std::fs::create_dir_all(&no_head).unwrap();
-    let splade = common::splade_dir();
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(splade.join(f), no_head.join(f)).unwrap();
-    }
-    let w =
-        candle_core::safetensors::load(splade.join("model.safetensors"), &candle_core::Device::Cpu)
-            .unwrap();
-    let w: std::collections::HashMap<_, _> = w
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("cls."))
-        .collect();
-    candle_core::safetensors::save(&w, no_head.join("model.safetensors")).unwrap();
+    let files = ["config.json", "tokenizer.json"];
+    copy_without(&common::splade_dir(), &no_head, &files, "cls.");
     let mut o = fast_options(&tsv, &out);
     o.text_init = Some(no_head.clone());
     o.tokenizer = None;
@@ -225,18 +152,13 @@ fn bad_inputs_get_clear_errors() {
     // A BEiT without a vocabulary head needs --image-head-init.
     let mut o = fast_options(&tsv, &out);
     let beit = tmp.path().join("beit-no-head");
-    std::fs::create_dir_all(&beit).unwrap();
-    let fx = common::model_fixtures().join("beit-tiny");
-    for f in ["config.json", "tokenizer.json", "preprocessor_config.json"] {
-        std::fs::copy(fx.join(f), beit.join(f)).unwrap();
-    }
-    let w = candle_core::safetensors::load(fx.join("model.safetensors"), &candle_core::Device::Cpu)
-        .unwrap();
-    let w: std::collections::HashMap<_, _> = w
-        .into_iter()
-        .filter(|(k, _)| !k.starts_with("cls."))
-        .collect();
-    candle_core::safetensors::save(&w, beit.join("model.safetensors")).unwrap();
+    let files = ["config.json", "tokenizer.json", "preprocessor_config.json"];
+    copy_without(
+        &common::model_fixtures().join("beit-tiny"),
+        &beit,
+        &files,
+        "cls.",
+    );
     o.image_init = Some(beit);
     o.image_size = None;
     o.patch_size = None;
@@ -272,10 +194,9 @@ fn init_from_splade_and_save_f16() {
     o.steps = Some(2);
     o.lr = 1e-7;
     o.save_dtype = lexlip_train::SaveDtype::F16;
-    let s = train(&o, &RunControl::default(), &mut Collect::default()).unwrap();
+    let s = run_quietly(&o);
     assert_eq!(s.steps_done, 2);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap();
+    let meta = train_json(&out);
     assert_eq!(meta["init"]["image_head"], "text");
     let st = candle_core::safetensors::load(
         out.join("text/model.safetensors"),

@@ -29,7 +29,8 @@ pub struct ServeArgs {
     /// An image encoder directory (BEiT + MLM head), overriding --model's.
     #[arg(long)]
     pub image_model: Option<PathBuf>,
-    /// A dense encoder directory (CLIP) for the fallback and hybrid search.
+    /// A dense encoder directory for the fallback and hybrid search: CLIP, or a dense dual
+    /// encoder from `lexlip train --objective dense`.
     #[arg(long)]
     pub dense_model: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).

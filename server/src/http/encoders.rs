@@ -96,7 +96,11 @@ impl EncoderService {
         };
         let text_src = pick(&paths.text_model, Encoders::has_text, "text")?;
         let image_src = pick(&paths.image_model, Encoders::has_image, "image")?;
-        let dense_src = pick(&paths.dense_model, |e| e.dense().is_some(), "dense (CLIP)")?;
+        let dense_src = pick(
+            &paths.dense_model,
+            |e| e.dense().is_some(),
+            "dense (CLIP or lexlip train --objective dense)",
+        )?;
 
         let text_space = text_src
             .as_ref()
@@ -298,8 +302,8 @@ impl EncoderService {
     fn dense_side(&self) -> ApiResult<&DenseSide> {
         self.dense.as_ref().ok_or_else(|| {
             ApiError::unprocessable(
-                "this server has no dense encoder: start it with --dense-model (a CLIP directory), \
-                 or send a precomputed dense vector",
+                "this server has no dense encoder: start it with --dense-model (a CLIP directory \
+                 or a lexlip train --objective dense model), or send a precomputed dense vector",
             )
         })
     }

@@ -154,3 +154,119 @@ pub fn model_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap()))
         .collect()
 }
+
+/// The message of the error `train` stops with (it must stop with one).
+pub fn err_of(o: &lexlip_train::TrainOptions) -> String {
+    lexlip_train::train(
+        o,
+        &lexlip_train::RunControl::default(),
+        &mut Collect::default(),
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string()
+}
+
+/// [`fast_options`] for the resume tests: 6 steps, a checkpoint every 2, dropout and every
+/// augmentation on (all of them must resume bit for bit).
+pub fn resume_options(tsv: &Path, out: &Path) -> lexlip_train::TrainOptions {
+    let mut o = fast_options(tsv, out);
+    o.steps = Some(6);
+    o.dropout = 0.1;
+    o.crop_scale = 0.6;
+    o.color_jitter = 0.2;
+    o.hflip = true;
+    o.checkpoint_every = 2;
+    o
+}
+
+/// Runs `o` stopped after `stop` steps (which exports the model so far: `marker` in `--out`),
+/// then the same options again, which must resume there and finish.
+pub fn train_stopped_and_resumed(o: &lexlip_train::TrainOptions, stop: u64, marker: &str) {
+    let ctl = lexlip_train::RunControl::default();
+    let mut first = o.clone();
+    first.stop_at = Some(stop);
+    let s = lexlip_train::train(&first, &ctl, &mut Collect::default()).unwrap();
+    assert!(s.interrupted);
+    assert_eq!(s.steps_done, stop);
+    assert!(
+        o.out.join(marker).is_file(),
+        "a stopped run leaves a usable model ({marker})"
+    );
+    let mut seen = Collect::default();
+    let s = lexlip_train::train(o, &ctl, &mut seen).unwrap();
+    assert_eq!((s.resumed_from, s.steps_done), (stop, s.total_steps));
+    assert!(seen.messages.iter().any(|m| m.contains("resuming")));
+}
+
+/// Copies the model directory `from` (its `files` and `model.safetensors`) into `to`, leaving
+/// out the tensors whose names start with `prefix` (e.g. `cls.`: a model without its MLM head).
+pub fn copy_without(from: &Path, to: &Path, files: &[&str], prefix: &str) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in files {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    let w =
+        candle_core::safetensors::load(from.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    let w: std::collections::HashMap<_, _> = w
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(prefix))
+        .collect();
+    candle_core::safetensors::save(&w, to.join("model.safetensors")).unwrap();
+}
+
+/// `n` images of normalised pixels in [-1, 1] from a fixed stream.
+pub fn random_images(n: usize, size: usize, seed: u64) -> Vec<lexlip_model::PreprocessedImage> {
+    let mut r = lexlip_train::rng::Rng::new(&[seed]);
+    (0..n)
+        .map(|_| {
+            let data = (0..3 * size * size)
+                .map(|_| r.uniform_f32() * 2.0 - 1.0)
+                .collect();
+            lexlip_model::PreprocessedImage::from_chw(size, data).unwrap()
+        })
+        .collect()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Sets `o` to 40 steps, runs it on the 32 pairs of [`synthetic_tsv`] and checks that the mean
+/// loss of the last 5 steps is under 0.7 times that of the first 5; returns what was logged.
+pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect {
+    o.steps = Some(40);
+    o.warmup = 0.05;
+    let mut seen = Collect::default();
+    let s = lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    assert_eq!(
+        (s.steps_done, s.total_steps, s.pairs, s.images),
+        (40, 40, 32, 16)
+    );
+    assert!(!s.interrupted);
+    let losses: Vec<f64> = seen.logs.iter().map(|l| l.loss).collect();
+    assert_eq!(losses.len(), 40);
+    let (first, last) = (mean(&losses[..5]), mean(&losses[35..]));
+    eprintln!("{:?} loss {first:.3} → {last:.3}", o.objective);
+    assert!(
+        last < 0.7 * first,
+        "loss {first:.3} → {last:.3}: {losses:?}"
+    );
+    seen
+}
+
+/// Trains `o` to the end (or its `--stop-at`) without looking at the progress.
+pub fn run_quietly(o: &lexlip_train::TrainOptions) -> lexlip_train::Summary {
+    lexlip_train::train(
+        o,
+        &lexlip_train::RunControl::default(),
+        &mut Collect::default(),
+    )
+    .unwrap()
+}
+
+/// The `train.json` of a run into `out`.
+pub fn train_json(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap()
+}

@@ -1,0 +1,157 @@
+//! The model a run trains, LexLIP's or the dense baseline's, behind the one interface the loop,
+//! checkpoints and export use.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+
+use crate::dense::DenseModel;
+use crate::error::{Result, TrainError};
+use crate::init::Init;
+use crate::model::{Batch, LexLipModel, Momentum, Objectives, StepLosses};
+use crate::nn::Dropout;
+use crate::optim::Param;
+use crate::options::{Objective, SaveDtype, TrainOptions};
+
+pub enum Trainee {
+    // Boxed: both are large, and of different sizes.
+    LexLip(Box<LexLipModel>),
+    Dense(Box<DenseModel>),
+}
+
+/// Momentum keys a phase-2 step queues once its update is done.
+pub type Keys = Option<(Tensor, Tensor)>;
+
+impl Trainee {
+    /// Builds what `opts.objective` trains from `init`.
+    pub fn build(opts: &TrainOptions, init: &Init, dtype: DType, device: &Device) -> Result<Self> {
+        Ok(match opts.objective {
+            Objective::Lexlip => {
+                let queue = (opts.phase == 2).then_some(opts.queue_size);
+                let mut m =
+                    LexLipModel::build(init, opts.decoder_layers, queue, opts.seed, dtype, device)?;
+                if opts.freeze_text {
+                    if init.text.weights.is_none() {
+                        return Err(TrainError::invalid(
+                            "--freeze-text needs a trained text tower, but the text tower starts \
+                             from scratch: give --text-init or --init with a text model",
+                        ));
+                    }
+                    m.frozen_text = true;
+                }
+                Trainee::LexLip(Box::new(m))
+            }
+            Objective::Dense => Trainee::Dense(Box::new(DenseModel::build(
+                init,
+                opts.dense_dim,
+                opts.seed,
+                dtype,
+                device,
+            )?)),
+        })
+    }
+
+    /// The LexLIP model when its text tower is frozen (`--freeze-text`).
+    pub fn frozen_text(&self) -> Option<&LexLipModel> {
+        match self {
+            Trainee::LexLip(m) if m.frozen_text => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn init(&self) -> &Init {
+        match self {
+            Trainee::LexLip(m) => &m.init,
+            Trainee::Dense(m) => &m.init,
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        match self {
+            Trainee::LexLip(m) => &m.device,
+            Trainee::Dense(m) => &m.device,
+        }
+    }
+
+    /// The side of the square images the image tower reads.
+    pub fn image_size(&self) -> usize {
+        match self {
+            Trainee::LexLip(m) => m.image.image_size(),
+            Trainee::Dense(m) => m.image.image_size(),
+        }
+    }
+
+    /// The stores by group name (what checkpoints hold).
+    pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
+        match self {
+            Trainee::LexLip(m) => m.stores(),
+            Trainee::Dense(m) => m.stores(),
+        }
+    }
+
+    /// The parameters the optimizer updates in `phase`.
+    pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
+        match self {
+            Trainee::LexLip(m) => m.params(phase, text_lr_scale),
+            Trainee::Dense(m) => m.params(text_lr_scale),
+        }
+    }
+
+    /// One step's losses, and the momentum keys to queue after the update (LexLIP phase 2).
+    pub fn step(
+        &mut self,
+        phase: u8,
+        batch: &Batch,
+        drop: &Dropout,
+        obj: &Objectives,
+    ) -> Result<(StepLosses, Keys)> {
+        match self {
+            Trainee::LexLip(m) if phase == 1 => Ok((m.phase1(batch, drop, obj)?, None)),
+            Trainee::LexLip(m) => {
+                let (losses, pv, pl) = m.phase2(batch, drop, obj)?;
+                Ok((losses, Some((pv, pl))))
+            }
+            Trainee::Dense(m) => Ok((m.step(batch, drop, obj.tau)?, None)),
+        }
+    }
+
+    /// Queues the momentum keys of the step just done.
+    pub fn enqueue(&mut self, keys: Keys) -> Result<()> {
+        match (self, keys) {
+            (Trainee::LexLip(m), Some((pv, pl))) => m.enqueue(&pv, &pl),
+            _ => Ok(()),
+        }
+    }
+
+    /// The momentum encoders and queues (LexLIP phase 2).
+    pub fn momentum(&self) -> Option<&Momentum> {
+        match self {
+            Trainee::LexLip(m) => m.momentum.as_ref(),
+            Trainee::Dense(_) => None,
+        }
+    }
+
+    pub fn momentum_mut(&mut self) -> Option<&mut Momentum> {
+        match self {
+            Trainee::LexLip(m) => m.momentum.as_mut(),
+            Trainee::Dense(_) => None,
+        }
+    }
+
+    /// Writes the trained model into `out`.
+    pub fn export(&self, out: &Path, dtype: SaveDtype, max_length: usize) -> Result<()> {
+        match self {
+            Trainee::LexLip(m) => crate::export::export(m, out, dtype, max_length),
+            Trainee::Dense(m) => crate::export::export_dense(m, out, dtype, max_length),
+        }
+    }
+}
+
+/// The file whose presence says `out` holds the exported model of `objective` (written last).
+pub fn exported_marker(objective: Objective) -> &'static str {
+    match objective {
+        Objective::Lexlip => "lexlip.json",
+        Objective::Dense => "config.json",
+    }
+}

@@ -1,0 +1,291 @@
+//! The dense baseline (`--objective dense`): InfoNCE against a hand computation, the training
+//! forward against the exported directory loaded by lexlip-model, whole runs (the loss goes down,
+//! the output is a dense-only model, resume is bitwise) and clear errors.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use lexlip_model::Encoders;
+use lexlip_train::dense::DenseModel;
+use lexlip_train::nn::Dropout;
+use lexlip_train::text::TextTokenizer;
+use lexlip_train::{Objective, SaveDtype, TrainOptions, losses};
+
+use common::{
+    copy_without, err_of, fast_options, forty_steps_lower_the_loss, max_abs_diff, random_images,
+    resume_options, run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
+};
+
+/// `-log softmax` of row `i` at column `i` of `m / tau`, by hand in f64.
+fn hand_ce(m: &[[f64; 3]; 3], tau: f64, i: usize) -> f64 {
+    let lse = m[i].iter().map(|s| (s / tau).exp()).sum::<f64>().ln();
+    lse - m[i][i] / tau
+}
+
+#[test]
+fn info_nce_is_the_hand_computation() {
+    let dev = Device::Cpu;
+    // Similarities of 3 images (rows) with 3 texts (columns); image i is text i's pair.
+    let s = [[0.9, 0.1, -0.3], [0.2, 0.4, 0.5], [-0.1, 0.7, 0.6]];
+    let st = [
+        [s[0][0], s[1][0], s[2][0]],
+        [s[0][1], s[1][1], s[2][1]],
+        [s[0][2], s[1][2], s[2][2]],
+    ];
+    // Images are the unit axes, so image i · text j = text j's i-th component = s[i][j].
+    let image = Tensor::new(
+        &[[1.0f64, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+        &dev,
+    )
+    .unwrap();
+    let text = Tensor::new(&st, &dev).unwrap();
+    let tau = 0.07;
+    let (loss, i2t, t2i) = losses::info_nce(&image, &text, tau).unwrap();
+    let want_i2t = (0..3).map(|i| hand_ce(&s, tau, i)).sum::<f64>() / 3.0;
+    let want_t2i = (0..3).map(|j| hand_ce(&st, tau, j)).sum::<f64>() / 3.0;
+    let got = |t: &Tensor| t.to_scalar::<f64>().unwrap();
+    assert!(
+        (got(&i2t) - want_i2t).abs() < 1e-12,
+        "{} vs {want_i2t}",
+        got(&i2t)
+    );
+    assert!(
+        (got(&t2i) - want_t2i).abs() < 1e-12,
+        "{} vs {want_t2i}",
+        got(&t2i)
+    );
+    let want = (want_i2t + want_t2i) / 2.0;
+    assert!(
+        (got(&loss) - want).abs() < 1e-12,
+        "{} vs {want}",
+        got(&loss)
+    );
+    // The two directions differ on this matrix: the test would catch a transposition.
+    assert!((want_i2t - want_t2i).abs() > 1e-3);
+
+    // Normalisation: rows of unit length, direction kept; a zero row stays finite.
+    let x = Tensor::new(&[[3.0f64, 4.0], [0.0, 0.0]], &dev).unwrap();
+    let n = losses::l2_normalize(&x).unwrap().to_vec2::<f64>().unwrap();
+    assert_eq!(n, vec![vec![0.6, 0.8], vec![0.0, 0.0]]);
+}
+
+/// Each vector has unit length and is within 1e-4 of its expected row.
+fn assert_unit_and_close(got: &[lexlip_proto::DenseVector], want: &[Vec<f32>], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = max_abs_diff(g.as_slice(), w);
+        assert!(d < 1e-4, "{what} {i}: max abs diff {d}");
+        let norm = g.dot(g).sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{what} {i}: norm {norm}");
+    }
+    eprintln!("{what}: parity within 1e-4 over {} vectors", got.len());
+}
+
+/// The training forward of both towers equals `lexlip_model`'s encoder on the exported
+/// directory (text: the real tiny SPLADE BERT; image: the tiny BEiT fixture, which has the inner
+/// layer norm), batched and one by one.
+#[test]
+fn training_forward_equals_the_exported_encoder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = Device::Cpu;
+    let mut o = TrainOptions::new(tmp.path().join("out"));
+    o.objective = Objective::Dense;
+    o.dense_dim = 24;
+    o.text_init = Some(common::splade_dir());
+    o.image_init = Some(common::model_fixtures().join("beit-tiny"));
+    o.max_length = 16;
+    let init = lexlip_train::init::resolve(&o, tmp.path()).unwrap();
+    let model = DenseModel::build(&init, o.dense_dim, 3, DType::F32, &dev).unwrap();
+    // No MLM head was built: nothing under `cls.` in any store.
+    for (group, store) in model.stores() {
+        for (name, _) in lexlip_train::params::sorted_vars(store) {
+            assert!(!name.starts_with("cls."), "{group}/{name}");
+        }
+    }
+    let out = tmp.path().join("dense");
+    std::fs::create_dir_all(&out).unwrap();
+    lexlip_train::export::export_dense(&model, &out, SaveDtype::F32, o.max_length).unwrap();
+    let enc = Encoders::load(&out, &dev).unwrap();
+    assert!(!enc.has_text() && !enc.has_image() && enc.term_space().is_none());
+    let dense = enc.dense().expect("a dense encoder");
+    assert_eq!(dense.dim(), 24);
+
+    let texts = [
+        "a brown dog runs on the grass",
+        "smiling face with heart-eyes",
+        "red apple",
+        "a very long caption that goes on and on past the sixteen tokens the model reads here",
+    ];
+    let tok = TextTokenizer::load(&init.tokenizer, o.max_length).unwrap();
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t).unwrap()).collect();
+    let t = ids.iter().map(Vec::len).max().unwrap();
+    assert_eq!(t, 16, "the long caption is truncated");
+    let (mut flat, mut mask) = (Vec::new(), Vec::new());
+    for row in &ids {
+        flat.extend(row.iter().copied());
+        flat.extend(std::iter::repeat_n(tok.pad, t - row.len()));
+        mask.extend(std::iter::repeat_n(1u32, row.len()));
+        mask.extend(std::iter::repeat_n(0u32, t - row.len()));
+    }
+    let ids_t = Tensor::from_vec(flat, (ids.len(), t), &dev).unwrap();
+    let mask_t = Tensor::from_vec(mask, (ids.len(), t), &dev).unwrap();
+    let want = model
+        .embed_texts(&ids_t, &mask_t, &Dropout::off())
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let got = dense.encode_texts(&texts).unwrap();
+    assert_unit_and_close(&got, &want, "text");
+    for (i, g) in got.iter().enumerate() {
+        let one = &dense.encode_texts(&texts[i..=i]).unwrap()[0];
+        let d = max_abs_diff(one.as_slice(), g.as_slice());
+        assert!(d < 1e-5, "text {i} alone differs from the batch by {d}");
+    }
+
+    let size = model.image.image_size();
+    let images = random_images(3, size, 7);
+    let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
+    let pixels = Tensor::from_vec(flat, (3, 3, size, size), &dev).unwrap();
+    let want = model
+        .embed_images(&pixels, &Dropout::off())
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let got = dense.encode_images(&images).unwrap();
+    assert_unit_and_close(&got, &want, "image");
+    // The directory also loads as the dense part of a LexLIP directory (`dense/`).
+    let lexlip = tmp.path().join("with-dense");
+    std::fs::create_dir_all(&lexlip).unwrap();
+    std::fs::write(lexlip.join("lexlip.json"), r#"{"format": "lexlip"}"#).unwrap();
+    std::fs::rename(&out, lexlip.join("dense")).unwrap();
+    let enc = Encoders::load(&lexlip, &dev).unwrap();
+    let again = enc.dense().unwrap().encode_images(&images).unwrap();
+    assert_eq!(again, got);
+
+    // A missing projection is an error that names it.
+    let st = lexlip.join("dense/model.safetensors");
+    let mut w = candle_core::safetensors::load(&st, &dev).unwrap();
+    w.remove("visual_projection.weight").unwrap();
+    candle_core::safetensors::save(&w, &st).unwrap();
+    let e = Encoders::load(&lexlip, &dev).unwrap_err().to_string();
+    assert!(e.contains("visual_projection.weight"), "{e}");
+}
+
+fn dense_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
+    let mut o = fast_options(tsv, out);
+    o.objective = Objective::Dense;
+    o.dense_dim = 32;
+    o
+}
+
+#[test]
+fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let out = tmp.path().join("model");
+    let mut o = dense_options(&tsv, &out);
+    let seen = forty_steps_lower_the_loss(&mut o);
+    for l in &seen.logs {
+        assert!(l.parts["i2t"].is_finite() && l.parts["t2i"].is_finite());
+        assert!(l.nnz_image.is_none() && !l.parts.contains_key("baco"));
+    }
+    // The output directory is a dense-only model: a dual encoder at --dense-dim.
+    assert!(!out.join("lexlip.json").exists());
+    let enc = Encoders::load(&out, &Device::Cpu).unwrap();
+    assert!(enc.text().is_err() && enc.image().is_err());
+    let d = enc.dense().unwrap();
+    assert_eq!(d.dim(), 32);
+    let v = d.encode_texts(&["a red square"]).unwrap();
+    assert_eq!(v[0].dim(), 32);
+    let png = common::shape_png([220, 30, 30], "square", 24);
+    let img = d.preprocess_image(&png, "red-square").unwrap();
+    assert_eq!(img.size(), 16);
+    let w = d.encode_images(&[img]).unwrap();
+    assert!((w[0].dot(&w[0]) - 1.0).abs() < 1e-5);
+    let meta = train_json(&out);
+    assert_eq!(meta["status"], "complete");
+    assert_eq!(meta["options"]["objective"], "dense");
+    assert!(meta["init"]["image_head"].is_null());
+    // Finished: a second start does nothing.
+    let again = run_quietly(&o);
+    assert!(again.already_complete);
+}
+
+/// N steps in one go and k steps, stop, resume to N give bitwise the same model (with dropout
+/// and augmentation on).
+#[test]
+fn dense_resume_gives_bitwise_the_same_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let base = |out: &std::path::Path| {
+        let mut o = resume_options(&tsv, out);
+        o.objective = Objective::Dense;
+        o.dense_dim = 32;
+        o
+    };
+    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+    let whole = tmp.path().join("whole");
+    run_quietly(&base(&whole));
+    let parts = tmp.path().join("parts");
+    train_stopped_and_resumed(&base(&parts), 3, "config.json");
+    assert_eq!(bytes(&whole), bytes(&parts));
+    // Checkpoints hold the projections (and no decoders or heads).
+    let (dir, _) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
+    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
+        .unwrap()
+        .into_keys()
+        .collect();
+    assert!(names.contains(&"projection/text_projection.weight".to_string()));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("decoder") || n.contains("/cls."))
+    );
+}
+
+#[test]
+fn dense_options_and_outputs_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let out = tmp.path().join("out");
+    let mut o = dense_options(&tsv, &out);
+    o.phase = 2;
+    assert!(err_of(&o).contains("--phase 2"), "{}", err_of(&o));
+    let mut o = dense_options(&tsv, &out);
+    o.dense_dim = 0;
+    assert!(err_of(&o).contains("--dense-dim"), "{}", err_of(&o));
+    let mut o = dense_options(&tsv, &out);
+    o.freeze_text = true;
+    o.text_init = Some(common::splade_dir());
+    o.tokenizer = None;
+    let e = err_of(&o);
+    assert!(e.contains("--freeze-text") && e.contains("dense"), "{e}");
+    // A directory holding a LexLIP model is not overwritten by a dense one, and vice versa.
+    let lexlip = tmp.path().join("lexlip");
+    let mut o = fast_options(&tsv, &lexlip);
+    o.steps = Some(1);
+    run_quietly(&o);
+    let e = err_of(&dense_options(&tsv, &lexlip));
+    assert!(e.contains("holds a LexLIP model"), "{e}");
+    let dense = tmp.path().join("dense");
+    let mut o = dense_options(&tsv, &dense);
+    o.steps = Some(1);
+    run_quietly(&o);
+    let e = err_of(&fast_options(&tsv, &dense));
+    assert!(e.contains("holds a dense model"), "{e}");
+    // A dense model is not an initial model.
+    let mut o = dense_options(&tsv, &out);
+    o.init = Some(dense.clone());
+    o.tokenizer = None;
+    let e = err_of(&o);
+    assert!(e.contains("cannot be trained"), "{e}");
+    // The text tower may come without an MLM head for the dense objective.
+    let no_head = tmp.path().join("bert-no-head");
+    let files = ["config.json", "tokenizer.json"];
+    copy_without(&common::splade_dir(), &no_head, &files, "cls.");
+    let mut o = dense_options(&tsv, &tmp.path().join("from-bert"));
+    o.text_init = Some(no_head);
+    o.tokenizer = None;
+    o.steps = Some(1);
+    run_quietly(&o);
+}

@@ -1,0 +1,191 @@
+//! The dense baseline end to end: `lexlip train --objective dense` writes a directory that
+//! `lexlip encode --model DIR` encodes into dense vectors (and no terms), that `lexlip serve`
+//! uses as `--dense-model` beside a LexLIP model (dense search ranks as brute-force cosine over
+//! the same encoder's vectors), and that `lexlip index` refuses clearly as a sparse model.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use lexlip_model::{Device, Encoders};
+use lexlip_tests::{Server, fixtures, lexlip, lexlip_json, lexlip_tiny_args, png};
+use serde_json::{Value, json};
+
+/// 8 generated images with two captions each, as a caption TSV; returns the TSV.
+fn corpus(dir: &Path) -> PathBuf {
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    for i in 0..8u32 {
+        let rel = format!("img{i}.png");
+        std::fs::write(dir.join(&rel), png(i, 20)).unwrap();
+        tsv.push_str(&format!("picture number {i}\t{rel}\timg{i}\n"));
+        tsv.push_str(&format!("the image called {i}\t{rel}\timg{i}\n"));
+    }
+    let path = dir.join("captions.tsv");
+    std::fs::write(&path, tsv).unwrap();
+    path
+}
+
+/// A few steps of dense training through the command line; returns the model directory.
+fn train_dense(dir: &Path) -> PathBuf {
+    let tsv = corpus(dir);
+    let out = dir.join("dense");
+    let tokenizer = fixtures().join("vocab1000/tokenizer.json");
+    let args: Vec<String> = [
+        "train",
+        "--objective",
+        "dense",
+        "--dense-dim",
+        "16",
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--image-config",
+        "tiny",
+        "--image-size",
+        "16",
+        "--patch-size",
+        "8",
+        "--max-length",
+        "12",
+        "--batch-size",
+        "4",
+        "--steps",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = lexlip(&args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["summary"]["steps_done"], 3, "{stdout}");
+    let step: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert!(step["info_nce"].as_f64().unwrap().is_finite(), "{step}");
+    out
+}
+
+fn unit(v: &Value, dim: usize) -> Vec<f32> {
+    let v: Vec<f32> = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(v.len(), dim);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    v
+}
+
+#[test]
+fn a_trained_dense_model_encodes_indexes_and_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = train_dense(tmp.path());
+    let enc = Encoders::load(&model, &Device::Cpu).unwrap();
+    let dense = enc.dense().unwrap();
+
+    // `lexlip encode --model DIR`: a dense-only model prints its dense vector and no terms.
+    let m = model.to_str().unwrap();
+    let text = lexlip_json(&[
+        "encode",
+        "--model",
+        m,
+        "--text",
+        "picture number 3",
+        "--json",
+    ]);
+    assert!(text.get("terms").is_none(), "{text}");
+    let got = unit(&text["dense"], 16);
+    let query = dense.encode_texts(&["picture number 3"]).unwrap().remove(0);
+    assert!(
+        got.iter()
+            .zip(query.as_slice())
+            .all(|(a, b)| (a - b).abs() < 1e-6)
+    );
+    let img = tmp.path().join("img3.png");
+    let image = lexlip_json(&[
+        "encode",
+        "--model",
+        m,
+        "--image",
+        img.to_str().unwrap(),
+        "--json",
+    ]);
+    unit(&image["dense"], 16);
+
+    // `lexlip index` encodes sparse vectors: a dense-only model is refused, nothing is created.
+    let collection = tmp.path().join("c");
+    let tsv = tmp.path().join("captions.tsv");
+    let out = lexlip(&[
+        "index",
+        "--collection",
+        collection.to_str().unwrap(),
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--model",
+        m,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no sparse"), "{err}");
+
+    // `lexlip serve --model LEXLIP --dense-model DIR`: documents get this model's vectors and a
+    // dense search ranks images by cosine with the query's vector.
+    let data = tempfile::tempdir().unwrap();
+    let mut args = lexlip_tiny_args();
+    args.extend(["--dense-model".to_string(), m.to_string()]);
+    let s = Server::start(data.path(), &args);
+    let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({"dense": true})));
+    assert_eq!(st, 201, "{info}");
+    assert_eq!(info["dense_dim"], 16);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let docs: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("img{i}"), "image": b64.encode(png(i, 20))}))
+        .collect();
+    let (st, body) = s.call(
+        "POST",
+        "/v1/collections/c/documents",
+        Some(&json!({"documents": docs})),
+    );
+    assert_eq!(st, 200, "{body}");
+    let q = json!({"query": {"text": "picture number 3"}, "target": "image", "k": 8,
+                   "mode": "dense", "exact": true});
+    let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["path"], "dense");
+    let hits: Vec<(String, f64)> = r["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap().to_string(),
+                h["score"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    // The oracle: cosine of the query with every image, by the same encoder in-process.
+    let images: Vec<_> = (0..8)
+        .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())
+        .collect();
+    let vectors = dense.encode_images(&images).unwrap();
+    let mut want: Vec<(String, f64)> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (format!("img{i}"), f64::from(v.dot(&query))))
+        .collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1));
+    assert_eq!(hits.len(), 8);
+    for ((gid, gs), (wid, ws)) in hits.iter().zip(&want) {
+        assert!((gs - ws).abs() < 1e-4, "{hits:?} vs {want:?}");
+        if gid != wid {
+            // Only a tie may swap two ids.
+            let other = want.iter().find(|(id, _)| id == gid).unwrap().1;
+            assert!((other - ws).abs() < 1e-5, "{hits:?} vs {want:?}");
+        }
+    }
+    s.stop();
+}
