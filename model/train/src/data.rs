@@ -271,19 +271,19 @@ pub fn make_batch(
             ))
         })?);
     }
-    let tokens = indices
+    let rows: Vec<&[u32]> = indices
         .iter()
-        .map(|&p| corpus.pairs[p].tokens.len())
-        .max()
-        .unwrap_or(0);
+        .map(|&p| corpus.pairs[p].tokens.as_slice())
+        .collect();
+    let (ids, mask, tokens) = padded(&rows, tokenizer.pad);
     let mut b = HostBatch {
         step,
         pairs: indices.to_vec(),
         size,
         pixels,
         tokens,
-        ids: Vec::new(),
-        mask: Vec::new(),
+        ids,
+        mask,
         enc_ids: Vec::new(),
         enc_rows: Vec::new(),
         enc_targets: Vec::new(),
@@ -291,15 +291,7 @@ pub fn make_batch(
         dec_rows: Vec::new(),
         dec_targets: Vec::new(),
     };
-    let pad = |v: &mut Vec<u32>, row: &[u32], with: u32| {
-        v.extend_from_slice(row);
-        v.extend(std::iter::repeat_n(with, tokens - row.len()));
-    };
-    for (i, &p) in indices.iter().enumerate() {
-        let row = &corpus.pairs[p].tokens;
-        pad(&mut b.ids, row, tokenizer.pad);
-        b.mask.extend(std::iter::repeat_n(1u32, row.len()));
-        b.mask.extend(std::iter::repeat_n(0u32, tokens - row.len()));
+    for (i, row) in rows.into_iter().enumerate() {
         let enc = tokenizer.mask_tokens(
             row,
             masking.rate,
@@ -310,8 +302,8 @@ pub fn make_batch(
             masking.decoder_rate,
             &mut Rng::new(&[seed, key("decoder-mask"), step, i as u64]),
         );
-        pad(&mut b.enc_ids, &enc.ids, tokenizer.pad);
-        pad(&mut b.dec_ids, &dec.ids, tokenizer.pad);
+        pad_row(&mut b.enc_ids, &enc.ids, tokens, tokenizer.pad);
+        pad_row(&mut b.dec_ids, &dec.ids, tokens, tokenizer.pad);
         let base = (i * tokens) as u32;
         b.enc_rows
             .extend(enc.positions.iter().map(|&q| base + q as u32));
@@ -321,6 +313,25 @@ pub fn make_batch(
         b.dec_targets.extend(dec.targets);
     }
     Ok(b)
+}
+
+/// Token rows padded with `pad` to the longest, flattened, with their attention mask (1 on
+/// tokens, 0 on padding) and the padded length.
+pub fn padded(rows: &[&[u32]], pad: u32) -> (Vec<u32>, Vec<u32>, usize) {
+    let tokens = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(rows.len() * tokens);
+    let mut mask = Vec::with_capacity(rows.len() * tokens);
+    for row in rows {
+        pad_row(&mut ids, row, tokens, pad);
+        mask.extend(std::iter::repeat_n(1u32, row.len()));
+        mask.extend(std::iter::repeat_n(0u32, tokens - row.len()));
+    }
+    (ids, mask, tokens)
+}
+
+fn pad_row(out: &mut Vec<u32>, row: &[u32], tokens: usize, pad: u32) {
+    out.extend_from_slice(row);
+    out.extend(std::iter::repeat_n(pad, tokens - row.len()));
 }
 
 impl HostBatch {

@@ -316,13 +316,29 @@ impl LexLipModel {
             .collect()
     }
 
-    /// The lexicon of the frozen text tower (no dropout, no gradient).
+    /// The text tower's lexicon of `(rows, tokens)` ids as a frozen tower gives it: no
+    /// dropout, no gradient. The caption cache ([`crate::text_cache`]) is built with it.
+    pub fn frozen_lexicon(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let logits = self.text.logits(ids, mask, &Dropout::off())?;
+        Ok(losses::splade(&logits, Some(mask))?.detach())
+    }
+
+    /// The frozen text tower's lexicon of the batch's captions: cached, or computed.
     pub fn frozen_text_lexicon(&self, batch: &Batch) -> Result<Tensor> {
-        if let Some(cached) = &batch.text_lexicon {
-            return Ok(cached.clone());
+        match &batch.text_lexicon {
+            Some(cached) => Ok(cached.clone()),
+            None => self.frozen_lexicon(&batch.ids, &batch.mask),
         }
-        let logits = self.text.logits(&batch.ids, &batch.mask, &Dropout::off())?;
-        Ok(losses::splade(&logits, Some(&batch.mask))?.detach())
+    }
+
+    /// The image lexicon `p_v` and its distribution `a_v` (eq. 6, 8). One max-pool of the
+    /// image logits serves both.
+    fn image_lexicon(&self, batch: &Batch, drop: &Dropout) -> Result<(Tensor, Tensor)> {
+        let pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        Ok((
+            losses::splade_pooled(&pooled)?,
+            crate::nn::softmax(&pooled)?,
+        ))
     }
 
     /// Phase 1 with a frozen text tower: LexMLM i2t + BaCo against the text model's lexicon.
@@ -332,9 +348,7 @@ impl LexLipModel {
         drop: &Dropout,
         obj: &Objectives,
     ) -> Result<StepLosses> {
-        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let pv = losses::splade_pooled(&image_pooled)?;
-        let av = crate::nn::softmax(&image_pooled)?;
+        let (pv, av) = self.image_lexicon(batch, drop)?;
         let pl = self.frozen_text_lexicon(batch)?;
         let dec_emb = self
             .text
@@ -369,11 +383,7 @@ impl LexLipModel {
         if self.frozen_text {
             return self.phase1_frozen_text(batch, drop, obj);
         }
-        // One max-pool of the image logits serves both the lexicon weights and the
-        // distribution of the bottleneck.
-        let image_pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let pv = losses::splade_pooled(&image_pooled)?;
-        let av = crate::nn::softmax(&image_pooled)?;
+        let (pv, av) = self.image_lexicon(batch, drop)?;
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
         let self_mlm = losses::masked_lm(&masked_logits, &batch.enc_rows, &batch.enc_targets)?;

@@ -358,6 +358,8 @@ impl TrainOptions {
                 "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
             );
         }
+        // Seen from the options alone, before anything touches the disk; an --init without a
+        // text tower is refused once it is resolved (`run::train`).
         if self.freeze_text && self.init.is_none() && self.text_init.is_none() {
             return bad(
                 "--freeze-text needs a trained text tower: give --text-init or --init".into(),

@@ -197,6 +197,12 @@ pub fn train(
     refuse_other_model(opts)?;
     let input = input(opts)?;
     let init = crate::init::resolve(opts, &opts.out.join(".init"))?;
+    if opts.freeze_text && init.text.weights.is_none() {
+        return Err(TrainError::invalid(
+            "--freeze-text needs a trained text tower, but the text tower starts from scratch: \
+             give --text-init or --init with a text model",
+        ));
+    }
     let tokenizer = TextTokenizer::load(&init.tokenizer, opts.max_length)?;
     if tokenizer.vocab != init.vocab.len() {
         return Err(TrainError::invalid(format!(

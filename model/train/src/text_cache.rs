@@ -8,11 +8,9 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::data::Corpus;
+use crate::data::{self, Corpus};
 use crate::error::Result;
-use crate::losses;
 use crate::model::LexLipModel;
-use crate::nn::Dropout;
 
 /// Captions encoded per forward pass while building.
 const CHUNK: usize = 128;
@@ -38,20 +36,12 @@ impl TextCache {
         let mut vocab = 0;
         progress(0, total as u64);
         for chunk in corpus.pairs.chunks(CHUNK) {
-            let tokens = chunk.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
-            let mut ids = Vec::with_capacity(chunk.len() * tokens);
-            let mut mask = Vec::with_capacity(chunk.len() * tokens);
-            for p in chunk {
-                ids.extend_from_slice(&p.tokens);
-                ids.extend(std::iter::repeat_n(pad, tokens - p.tokens.len()));
-                mask.extend(std::iter::repeat_n(1u32, p.tokens.len()));
-                mask.extend(std::iter::repeat_n(0u32, tokens - p.tokens.len()));
-            }
+            let captions: Vec<&[u32]> = chunk.iter().map(|p| p.tokens.as_slice()).collect();
+            let (ids, mask, tokens) = data::padded(&captions, pad);
             let shape = (chunk.len(), tokens);
             let ids = Tensor::from_vec(ids, shape, &model.device)?;
             let mask = Tensor::from_vec(mask, shape, &model.device)?;
-            let logits = model.text.logits(&ids, &mask, &Dropout::off())?;
-            let lexicon = losses::splade(&logits, Some(&mask))?.detach();
+            let lexicon = model.frozen_lexicon(&ids, &mask)?;
             vocab = lexicon.dim(1)?;
             for row in lexicon
                 .to_dtype(candle_core::DType::F32)?

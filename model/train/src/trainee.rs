@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
 use crate::dense::DenseModel;
-use crate::error::{Result, TrainError};
+use crate::error::Result;
 use crate::init::Init;
 use crate::model::{Batch, LexLipModel, Momentum, Objectives, StepLosses};
 use crate::nn::Dropout;
@@ -31,15 +31,7 @@ impl Trainee {
                 let queue = (opts.phase == 2).then_some(opts.queue_size);
                 let mut m =
                     LexLipModel::build(init, opts.decoder_layers, queue, opts.seed, dtype, device)?;
-                if opts.freeze_text {
-                    if init.text.weights.is_none() {
-                        return Err(TrainError::invalid(
-                            "--freeze-text needs a trained text tower, but the text tower starts \
-                             from scratch: give --text-init or --init with a text model",
-                        ));
-                    }
-                    m.frozen_text = true;
-                }
+                m.frozen_text = opts.freeze_text;
                 Trainee::LexLip(Box::new(m))
             }
             Objective::Dense => Trainee::Dense(Box::new(DenseModel::build(

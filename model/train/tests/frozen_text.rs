@@ -11,7 +11,7 @@ use lexlip_train::text::TextTokenizer;
 use lexlip_train::text_cache::TextCache;
 use lexlip_train::{RunControl, train};
 
-use common::{Collect, fast_options, synthetic_tsv};
+use common::{Collect, err_of, fast_options, mean, synthetic_tsv};
 
 fn frozen_options(tsv: &std::path::Path, out: &std::path::Path) -> lexlip_train::TrainOptions {
     let mut o = fast_options(tsv, out);
@@ -35,7 +35,6 @@ fn a_frozen_text_tower_keeps_its_weights_while_the_image_side_learns() {
     let s = train(&o, &RunControl::default(), &mut seen).unwrap();
     assert_eq!(s.steps_done, 30);
     let baco: Vec<f64> = seen.logs.iter().map(|l| l.parts["baco"]).collect();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (first, last) = (mean(&baco[..5]), mean(&baco[25..]));
     assert!(last < 0.8 * first, "BaCo {first:.3} → {last:.3}: {baco:?}");
     for l in &seen.logs {
@@ -70,12 +69,12 @@ fn frozen_text_needs_a_trained_text_tower_and_no_text_lr() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let mut o = fast_options(&tsv, &tmp.path().join("a"));
     o.freeze_text = true;
-    let e = train(&o, &RunControl::default(), &mut Collect::default()).unwrap_err();
-    assert!(e.to_string().contains("--text-init"), "{e}");
+    let e = err_of(&o);
+    assert!(e.contains("--text-init"), "{e}");
     let mut o = frozen_options(&tsv, &tmp.path().join("b"));
     o.text_lr = Some(1e-5);
-    let e = train(&o, &RunControl::default(), &mut Collect::default()).unwrap_err();
-    assert!(e.to_string().contains("--text-lr"), "{e}");
+    let e = err_of(&o);
+    assert!(e.contains("--text-lr"), "{e}");
 }
 
 /// The cache (captions encoded in chunks of the corpus order) gives the lexicon the text

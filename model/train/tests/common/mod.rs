@@ -229,7 +229,8 @@ pub fn random_images(n: usize, size: usize, seed: u64) -> Vec<lexlip_model::Prep
         .collect()
 }
 
-fn mean(v: &[f64]) -> f64 {
+/// The arithmetic mean.
+pub fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
