@@ -11,13 +11,16 @@
 #   torch:  scripts/bench_train_torch.py, fixed synthetic batches, STEPS steps timed after WARMUP.
 #
 # Usage: scripts/bench-train.sh [STEPS [WARMUP]]            (defaults 20 and 2)
+#   SIZE=tiny|base          tower presets of both (default tiny; base = BERT-base + BEiT-B/16 at
+#                           224 px, random init); BATCH=N the batch size (default 32)
 #   LEXLIP=path/to/lexlip   a release binary (default: cargo build --release, target/release/lexlip)
 #   PYTHON=path/to/python   with torch (default: .venv-torch/bin/python; see make_train_fixtures.py)
 # Prints one JSON object: both rates and lexlip/torch ratios. Nothing is kept (a temp directory).
 set -euo pipefail
 steps=${1:-20}
 warmup=${2:-2}
-batch=32
+size=${SIZE:-tiny}
+batch=${BATCH:-32}
 max_length=40
 threads=2
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -60,14 +63,14 @@ PY
 
 echo "== lexlip train ($warmup + $steps steps)" >&2
 RAYON_NUM_THREADS=$threads "$LEXLIP" train --manifest "$work/corpus/corpus.jsonl" \
-  --tokenizer "$tokenizer" --text-config tiny --image-config tiny \
+  --tokenizer "$tokenizer" --text-config "$size" --image-config "$size" \
   --batch-size $batch --max-length $max_length --steps $((warmup + steps)) \
   --log-every 1 --checkpoint-every $((warmup + steps)) --json --out "$work/out" \
   > "$work/lexlip.jsonl"
 
 echo "== pytorch ($warmup + $steps steps)" >&2
 "$python" "$root/scripts/bench_train_torch.py" --steps "$steps" --warmup "$warmup" \
-  --batch-size $batch --max-length $max_length --threads $threads > "$work/torch.json"
+  --batch-size $batch --max-length $max_length --threads $threads --size "$size" > "$work/torch.json"
 
 python3 - "$work/lexlip.jsonl" "$work/torch.json" "$warmup" "$steps" "$batch" <<'PY'
 import json, sys
@@ -88,6 +91,7 @@ lexlip = {
     "loss_last": summary["last"]["loss"],
 }
 print(json.dumps({
+    "size": torch.get("size"),
     "steps": steps, "warmup_steps": warmup, "batch_size": batch,
     "lexlip": lexlip,
     "torch": torch,

@@ -30,8 +30,14 @@ import torch.nn.functional as F
 
 VOCAB = 30522
 CLS, SEP, MASK = 101, 102, 103  # BERT's ids
-TEXT = dict(hidden=128, layers=2, heads=2, inter=512)  # init.rs text_preset(Tiny)
-IMAGE = dict(hidden=128, layers=4, heads=2, inter=512, size=64, patch=8)  # image_preset(Tiny)
+# init.rs text_preset / image_preset; --size picks one pair (the towers are filled in main()).
+PRESETS = {
+    "tiny": (dict(hidden=128, layers=2, heads=2, inter=512),
+             dict(hidden=128, layers=4, heads=2, inter=512, size=64, patch=8)),
+    "base": (dict(hidden=768, layers=12, heads=12, inter=3072),
+             dict(hidden=768, layers=12, heads=12, inter=3072, size=224, patch=16)),
+}
+TEXT, IMAGE = (dict(d) for d in PRESETS["tiny"])
 EPS = 1e-12
 STD = 0.02
 
@@ -252,7 +258,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batches", type=int, default=4, help="distinct synthetic batches, cycled")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--size", choices=sorted(PRESETS), default="tiny",
+                    help="tower sizes (lexlip train --text-config/--image-config)")
     args = ap.parse_args()
+    TEXT.update(PRESETS[args.size][0])
+    IMAGE.update(PRESETS[args.size][1])
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
@@ -290,6 +300,7 @@ def main():
     seconds = time.perf_counter() - start
     print(json.dumps({
         "framework": "pytorch",
+        "size": args.size,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "batch_size": args.batch_size,

@@ -7,6 +7,7 @@ pub mod encoders;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
+pub mod page;
 pub mod routes;
 pub mod state;
 
@@ -67,6 +68,8 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes));
     let mut app = Router::new()
+        .route("/", get(page::index))
+        .route("/assets/{file}", get(page::asset))
         .route("/healthz", get(routes::system::healthz))
         .route("/readyz", get(routes::system::readyz))
         .route("/metrics", get(routes::system::metrics))

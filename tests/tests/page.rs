@@ -1,0 +1,190 @@
+//! The search page served by `GET /`, in-process: every asset the page names is served with
+//! its type, a Content-Security-Policy and a validator; nothing points off the server; the
+//! script only looks up elements the page has. (tests/tests/browser.rs drives it in Chromium.)
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use lexlip_server::http::batcher::BatchConfig;
+use lexlip_server::http::encoders::{EncoderService, ModelPaths};
+use lexlip_server::http::metrics::Metrics;
+use lexlip_server::http::page;
+use lexlip_server::http::state::{AppState, Limits};
+use lexlip_server::http::{ServerConfig, router, shared};
+use tower::ServiceExt;
+
+fn app(data: &std::path::Path) -> Router {
+    let metrics = Metrics::new();
+    let batch = BatchConfig {
+        max_batch: 8,
+        max_wait: Duration::from_millis(1),
+        queue: 16,
+    };
+    let encoders = EncoderService::load(&ModelPaths::default(), batch, &metrics).unwrap();
+    let limits = Limits {
+        max_body_bytes: 1 << 20,
+        request_timeout: Duration::from_secs(30),
+        max_in_flight: 8,
+        max_batch_docs: 100,
+        api_keys: vec!["secret".into()],
+        protect_reads: true,
+    };
+    let state = shared(AppState::open(data, encoders, metrics.clone(), limits).unwrap());
+    let config = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        cors_origins: Vec::new(),
+    };
+    router(state, &config)
+}
+
+async fn get(app: &Router, path: &str, etag: Option<&str>) -> (StatusCode, HeaderMap, String) {
+    let mut req = Request::builder().uri(path);
+    if let Some(e) = etag {
+        req = req.header(header::IF_NONE_MATCH, e);
+    }
+    let response = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+/// `id="…"` attributes of the page.
+fn ids(html: &str) -> BTreeSet<String> {
+    html.split("id=\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_page_and_its_assets_are_served_from_the_binary() {
+    let data = tempfile::tempdir().unwrap();
+    // API keys protecting reads must not hide the page itself (only the API calls need one).
+    let app = app(data.path());
+    let (status, headers, html) = get(&app, "/", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(headers[header::CACHE_CONTROL], "no-cache");
+    assert!(html.contains("<title>lexlip search</title>"));
+
+    let wanted = [
+        ("/assets/app.js", "text/javascript"),
+        ("/assets/app.css", "text/css"),
+        ("/assets/icon.svg", "image/svg+xml"),
+    ];
+    let mut total = html.len();
+    for (path, kind) in wanted {
+        assert!(html.contains(path), "the page does not name {path}");
+        let (status, headers, body) = get(&app, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(
+            headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with(kind)
+        );
+        assert!(headers.contains_key(header::CONTENT_SECURITY_POLICY));
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        total += body.len();
+        // Revalidation: the same validator gives 304 without a body.
+        let etag = headers[header::ETAG].to_str().unwrap().to_string();
+        let (status, _, body) = get(&app, path, Some(&etag)).await;
+        assert_eq!(status, StatusCode::NOT_MODIFIED, "{path}");
+        assert!(body.is_empty());
+        let (status, _, _) = get(&app, path, Some("\"stale\"")).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    assert_eq!(total, page::assets_bytes());
+    assert!(
+        total <= 150 * 1024,
+        "the page weighs {total} bytes (budget 150 KB)"
+    );
+}
+
+#[tokio::test]
+async fn nothing_else_is_served_as_an_asset() {
+    let data = tempfile::tempdir().unwrap();
+    let app = app(data.path());
+    for path in [
+        "/assets/index.html",
+        "/assets/..%2FCargo.toml",
+        "/assets/mod.rs",
+        "/assets/",
+        "/index.html",
+    ] {
+        let (status, headers, body) = get(&app, path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(
+            headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .contains("json"),
+            "{path}"
+        );
+        assert!(body.contains("\"not_found\""), "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn the_page_names_no_other_origin_and_the_script_finds_its_elements() {
+    let data = tempfile::tempdir().unwrap();
+    let app = app(data.path());
+    let (_, _, html) = get(&app, "/", None).await;
+    let (_, _, js) = get(&app, "/assets/app.js", None).await;
+    let (_, _, css) = get(&app, "/assets/app.css", None).await;
+    for (name, text) in [("index.html", &html), ("app.js", &js), ("app.css", &css)] {
+        for scheme in ["http://", "https://", "//fonts.", "@import"] {
+            assert!(!text.contains(scheme), "{name} names {scheme}");
+        }
+    }
+    // Inline scripts, styles and handlers would be refused by the policy: none may exist.
+    assert!(!html.contains("<script>") && !html.contains("style="));
+    for handler in [
+        "onclick=",
+        "onload=",
+        "onerror=",
+        "onsubmit=",
+        "onchange=",
+        "oninput=",
+    ] {
+        assert!(!html.contains(handler), "inline {handler}");
+    }
+    let present = ids(&html);
+    let looked_up: BTreeSet<String> = js
+        .split("$(\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .map(str::to_string)
+        .collect();
+    assert!(looked_up.len() > 20, "{looked_up:?}");
+    let missing: Vec<_> = looked_up.difference(&present).collect();
+    assert!(
+        missing.is_empty(),
+        "app.js looks up ids the page lacks: {missing:?}"
+    );
+}
