@@ -34,6 +34,11 @@ pub fn stop_flag() -> Arc<AtomicBool> {
                     if interrupted().await.is_err() {
                         return; // no signal handling: the default (exit) stays
                     }
+                    if Arc::strong_count(&set) == 1 {
+                        // The job is over (`lexlip demo` goes on to serve, which handles
+                        // its own signals): nothing to stop here.
+                        return;
+                    }
                     if set.swap(true, Ordering::Relaxed) {
                         eprintln!("interrupted again: exiting (the last commit is kept)");
                         std::process::exit(130);

@@ -15,24 +15,35 @@ pub struct Server {
 
 impl Server {
     pub fn start(data: &Path, extra: &[String]) -> Server {
+        let mut args = vec![
+            "serve".to_string(),
+            "--data".into(),
+            data.display().to_string(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+        ];
+        args.extend_from_slice(extra);
+        Server::spawn(&args)
+    }
+
+    /// Runs `lexlip ARGS` (a command that ends up serving, on `--addr 127.0.0.1:0`) and waits
+    /// for its "lexlip listening on" line; what it prints on stdout before is skipped.
+    pub fn spawn(args: &[String]) -> Server {
         let mut child = Command::new(crate::lexlip_bin())
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--addr", "127.0.0.1:0"])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("starting lexlip serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("lexlip listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
+            .expect("starting lexlip");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let base = loop {
+            let mut line = String::new();
+            let n = stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "lexlip {args:?} ended before it listened");
+            if let Some(url) = line.trim().strip_prefix("lexlip listening on ") {
+                break url.to_string();
+            }
+        };
         Server { child, base }
     }
 

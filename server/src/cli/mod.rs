@@ -3,6 +3,7 @@
 mod bench;
 mod bench_encode;
 mod bench_engine;
+mod demo;
 mod encode;
 mod eval;
 mod index;
@@ -38,6 +39,9 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Build the emoji demo collection with the shipped model (models/emoji-tiny) and serve
+    /// the search page: the one command to try lexlip.
+    Demo(demo::DemoArgs),
     /// Serve the HTTP API: collections under --data, queries encoded with the given models.
     Serve(serve::ServeArgs),
     /// Build or extend a collection: precomputed vectors, or a corpus (TSV, JSONL manifest,
@@ -82,6 +86,7 @@ pub fn init_logging(format: LogFormat) {
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Demo(args) => demo::run(args),
         Command::Index(args) => index::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Search(args) => search::run(args),

@@ -1,0 +1,129 @@
+//! `lexlip demo`: the emoji collection built with the shipped model, then the search page.
+//!
+//! It runs the same code as the commands it prints (`lexlip index --manifest …`, `lexlip
+//! serve …`), so what a newcomer sees is what those commands give. Every step is kept on
+//! disk under `--data`, so a second run reuses them and starts serving at once.
+
+mod emoji;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Parser;
+
+use super::index::{self, IndexArgs};
+use super::serve::{self, ServeArgs};
+
+/// The collection the demo builds and serves.
+const COLLECTION: &str = "emoji";
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Working directory: downloads, the extracted emoji and the collection
+    /// (DATA/collections/emoji). Reused by the next run.
+    #[arg(long, default_value = "lexlip-demo")]
+    pub data: PathBuf,
+    /// The LexLIP model that encodes images and captions (and queries).
+    #[arg(long, default_value = "models/emoji-tiny", env = "LEXLIP_MODEL")]
+    pub model: PathBuf,
+    /// A directory holding the npm tarballs emoji-datasource-google-16.0.0.tgz and
+    /// emojibase-data-17.0.0.tgz, instead of downloading them from the npm registry.
+    #[arg(long)]
+    pub packages: Option<PathBuf>,
+    /// Address to serve the page on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Build the collection and stop, without serving.
+    #[arg(long)]
+    pub no_serve: bool,
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if !args.model.is_dir() {
+        bail!(
+            "no model at {}: run `lexlip demo` from the root of a lexlip checkout (the model \
+             ships in models/emoji-tiny) or give --model DIR",
+            args.model.display()
+        );
+    }
+    let source = args.data.join("emoji");
+    let manifest = source.join("manifest.jsonl");
+    eprintln!("[1/3] emoji images and labels → {}", source.display());
+    if manifest.is_file() {
+        eprintln!("  reusing {}", manifest.display());
+    } else {
+        let cache = args.data.join("downloads");
+        let packages = args.packages.as_deref();
+        let images = emoji::tarball(&emoji::IMAGES, packages, &cache)?;
+        let labels = emoji::tarball(&emoji::LABELS, packages, &cache)?;
+        let written = emoji::write_manifest(&images, &labels, &source)?;
+        eprintln!(
+            "  {} emoji with their labels in {}",
+            written.emoji,
+            written.manifest.display()
+        );
+    }
+
+    let collections = args.data.join("collections");
+    let collection = collections.join(COLLECTION);
+    let model = args.model.display().to_string();
+    let index_cmd = [
+        "--manifest".to_string(),
+        manifest.display().to_string(),
+        "--model".into(),
+        model.clone(),
+        "--collection".into(),
+        collection.display().to_string(),
+    ];
+    eprintln!(
+        "[2/3] indexing images and captions with {model}: lexlip index {}",
+        index_cmd.join(" ")
+    );
+    index::run(parse::<IndexArgs>(&index_cmd)?)?;
+
+    let serve_cmd = [
+        "--data".to_string(),
+        args.data.display().to_string(),
+        "--model".into(),
+        model,
+        "--addr".into(),
+        args.addr.to_string(),
+    ];
+    if args.no_serve {
+        eprintln!(
+            "[3/3] built; serve it with: lexlip serve {}",
+            serve_cmd.join(" ")
+        );
+        return Ok(());
+    }
+    eprintln!(
+        "[3/3] serving: lexlip serve {}\n  open {} in a browser and search, e.g. \"a dog\" (Ctrl-C stops)",
+        serve_cmd.join(" "),
+        browsable(args.addr)
+    );
+    serve::run(parse::<ServeArgs>(&serve_cmd)?)
+}
+
+/// The address to type into a browser: a wildcard listen address is reached on localhost; a
+/// port chosen by the system is only known from the "lexlip listening on" line.
+fn browsable(addr: SocketAddr) -> String {
+    if addr.port() == 0 {
+        "the address on the \"lexlip listening on\" line".to_string()
+    } else if addr.ip().is_unspecified() {
+        format!("http://localhost:{}", addr.port())
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+/// Parses a subcommand's arguments exactly as the command line would.
+fn parse<A: clap::Args>(argv: &[String]) -> anyhow::Result<A> {
+    #[derive(Parser)]
+    struct Wrapper<A: clap::Args> {
+        #[command(flatten)]
+        inner: A,
+    }
+    let argv = std::iter::once("lexlip").chain(argv.iter().map(String::as_str));
+    Ok(Wrapper::<A>::try_parse_from(argv)?.inner)
+}
