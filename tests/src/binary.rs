@@ -30,6 +30,26 @@ fn build() -> PathBuf {
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
+    // What cargo sets for the running test only (its package's manifest, name, ...): build
+    // scripts that watch such a variable (ring watches CARGO_MANIFEST_DIR) would otherwise
+    // see it change and rebuild half the tree on every test run.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            cmd.env_remove(name.as_ref());
+        }
+    }
     let status = cmd
         .status()
         .expect("running cargo build for the lexlip binary");

@@ -4,18 +4,21 @@
 //! - [`server`]: `lexlip serve` on a free loopback port, and requests to it;
 //! - [`models`]: the test models (the tiny SPLADE from PyPI, the committed tiny LexLIP);
 //! - [`collections`]: every live document of a collection, to compare two of them;
-//! - [`images`]: small generated PNGs.
+//! - [`images`]: small generated PNGs;
+//! - [`emoji`]: the twelve committed Noto emoji and a collection of them.
 //!
 //! The suites live in `tests/tests/`; other crates' tests use the harness as a dev-dependency.
 
 pub mod binary;
 pub mod collections;
+pub mod emoji;
 pub mod images;
 pub mod models;
 pub mod server;
 
 pub use binary::{lexlip, lexlip_bin, lexlip_json, success_json};
 pub use collections::{contents, documents, impacts};
+pub use emoji::{EMOJI, b64, emoji_model, emoji_png, index_emoji};
 pub use images::png;
 pub use models::{fixtures, lexlip_tiny_args, lexlip_tiny_checkpoint, splade_dir, workspace};
 pub use server::{Server, response};

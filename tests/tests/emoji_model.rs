@@ -3,31 +3,8 @@
 //! concepts, as users have them (transparent 64-px PNGs), put the right item near the top, and
 //! every hit says which terms matched.
 
-use std::path::Path;
-
-use base64::Engine;
-use lexlip_tests::{Server, workspace};
+use lexlip_tests::{EMOJI, Server, b64, emoji_model, emoji_png, index_emoji};
 use serde_json::{Value, json};
-
-/// `tests/fixtures/emoji/<file>.png` and its CLDR label.
-const EMOJI: [(&str, &str); 12] = [
-    ("1f436", "dog face"),
-    ("1f431", "cat face"),
-    ("2764-fe0f", "red heart"),
-    ("1f525", "fire"),
-    ("2744-fe0f", "snowflake"),
-    ("1f34c", "banana"),
-    ("26bd", "soccer ball"),
-    ("2600-fe0f", "sun"),
-    ("1f438", "frog"),
-    ("1f345", "tomato"),
-    ("1f697", "automobile"),
-    ("1f384", "Christmas tree"),
-];
-
-fn b64(path: &Path) -> String {
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
-}
 
 /// 1-based rank of `want` among the hits (`None`: not returned).
 fn rank(r: &Value, want: &str) -> Option<usize> {
@@ -57,32 +34,12 @@ impl Ranks {
 
 #[test]
 fn the_shipped_emoji_model_finds_emoji_by_text_and_text_by_emoji() {
-    let model = workspace().join("models/emoji-tiny");
-    let images = workspace().join("tests/fixtures/emoji");
     let data = tempfile::tempdir().unwrap();
     let s = Server::start(
         data.path(),
-        &["--model".into(), model.display().to_string()],
+        &["--model".into(), emoji_model().display().to_string()],
     );
-    assert_eq!(
-        s.call("PUT", "/v1/collections/emoji", Some(&json!({}))).0,
-        201
-    );
-    let mut docs: Vec<Value> = EMOJI
-        .iter()
-        .map(|(file, _)| json!({"id": file, "image": b64(&images.join(format!("{file}.png")))}))
-        .collect();
-    docs.extend(
-        EMOJI
-            .iter()
-            .map(|(file, label)| json!({"id": format!("text:{file}"), "text": label})),
-    );
-    let (st, body) = s.call(
-        "POST",
-        "/v1/collections/emoji/documents",
-        Some(&json!({"documents": docs})),
-    );
-    assert_eq!(st, 200, "{body}");
+    index_emoji(&s, "emoji");
 
     let mut t2i = Ranks(Vec::new());
     let mut i2t = Ranks(Vec::new());
@@ -101,7 +58,7 @@ fn the_shipped_emoji_model_finds_emoji_by_text_and_text_by_emoji() {
                 .all(|h| h["modality"] == "image")
         );
         t2i.0.push(rank(&r, file));
-        let query = b64(&images.join(format!("{file}.png")));
+        let query = b64(&emoji_png(file));
         let (st, r) = s.call(
             "POST",
             "/v1/search/image-to-text",

@@ -6,6 +6,9 @@ const $ = (id) => document.getElementById(id);
 const PARAMS = ["c", "q", "k", "t", "m", "x", "f"];
 let collections = [];
 let queryImage = null; // base64 of the query image, when one is chosen
+// Whether the user (or the address) chose what to find; if not, a text query finds images and
+// an image query finds texts.
+let targetChosen = false;
 
 // ---- the API ---------------------------------------------------------------------------
 
@@ -126,13 +129,14 @@ function writeUrl() {
     c: $("collection").value,
     q: queryImage ? "" : $("q").value.trim(),
     k: $("k").value,
-    t: $("target").value,
+    t: targetChosen ? $("target").value : "",
     m: $("mode").value,
     x: $("exact").value,
     f: $("filter").value.trim(),
   };
   for (const p of PARAMS) {
-    if (values[p]) url.searchParams.set(p, values[p]);
+    // A chosen target is kept even when it is "all" (the empty value).
+    if (values[p] || (p === "t" && targetChosen)) url.searchParams.set(p, values[p]);
     else url.searchParams.delete(p);
   }
   history.replaceState(null, "", url);
@@ -142,7 +146,10 @@ function readUrl() {
   const s = new URL(location.href).searchParams;
   if (s.has("q")) $("q").value = s.get("q");
   if (s.has("k")) $("k").value = s.get("k");
-  if (s.has("t")) $("target").value = s.get("t");
+  if (s.has("t")) {
+    $("target").value = s.get("t");
+    targetChosen = true;
+  }
   if (s.has("m")) $("mode").value = s.get("m");
   if (s.has("x")) $("exact").value = s.get("x");
   if (s.has("f")) $("filter").value = s.get("f");
@@ -311,8 +318,8 @@ async function setQueryImage(file) {
   preview.src = URL.createObjectURL(file);
   $("drop-hint").hidden = true;
   $("drop-preview").hidden = false;
-  // An image usually looks for texts (image→text); keep "images" if the user chose it.
-  if (!new URL(location.href).searchParams.has("t")) $("target").value = "text";
+  // An image usually looks for texts (image→text); keep the target if the user chose one.
+  if (!targetChosen) $("target").value = "text";
   search();
 }
 
@@ -321,6 +328,7 @@ function clearQueryImage() {
   $("file").value = "";
   $("drop-hint").hidden = false;
   $("drop-preview").hidden = true;
+  if (!targetChosen) $("target").value = "image";
 }
 
 // ---- what the model sees ---------------------------------------------------------------
@@ -345,7 +353,8 @@ async function showLexicon(event) {
   $("lex-status").textContent = "Encoding…";
   try {
     const r = await api("/v1/encode", body);
-    const terms = Object.entries(r.terms || {});
+    // Heaviest first: the table shows the top 50 (JSON objects come back in key order).
+    const terms = Object.entries(r.terms || {}).sort((a, b) => b[1] - a[1]);
     $("lex-status").textContent =
       `${terms.length} non-zero terms` + (file ? " for the image" : ` for “${text}”`) + " (sizes follow the weights).";
     drawCloud($("lex-cloud"), terms, (t, w) => `${t}: weight ${w.toFixed(3)}`);
@@ -386,6 +395,9 @@ function wire() {
   $("collection").addEventListener("change", () => {
     collectionChanged();
     if ($("q").value.trim() || queryImage) search();
+  });
+  $("target").addEventListener("change", () => {
+    targetChosen = true;
   });
   for (const id of ["target", "mode", "exact"]) {
     $(id).addEventListener("change", () => {
