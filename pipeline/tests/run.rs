@@ -21,6 +21,7 @@ fn settings(scale: f32) -> CollectionSettings {
         scale,
         top_k_terms: None,
         dense_dim: None,
+        ..CollectionSettings::default()
     }
 }
 
