@@ -1,5 +1,5 @@
-//! Reading every live document back out of a collection — stored fields, impacts and dense
-//! vector — for merging collections and for comparing two of them.
+//! Reading every live document back out of a collection — stored fields, impacts, dense vector
+//! and thumbnail — for merging collections and for comparing two of them.
 //!
 //! Impacts live in the postings, so they are gathered per window of doc ids: one pass over the
 //! segment's terms per window (each term's postings skip to the window), so memory is bounded by
@@ -11,7 +11,7 @@ use lexlip_proto::{DenseVector, QuantizedVector};
 use tantivy::postings::Postings;
 use tantivy::postings::TermInfo;
 use tantivy::schema::IndexRecordOption;
-use tantivy::{DocAddress, DocSet, TERMINATED, TantivyDocument};
+use tantivy::{DocAddress, DocSet, TERMINATED};
 
 use crate::collection::Snapshot;
 use crate::error::{IndexError, Result};
@@ -68,25 +68,16 @@ impl Snapshot {
                         continue;
                     }
                     let address = DocAddress::new(ord as u32, doc);
-                    let stored = self.document_at(address)?;
-                    let impacts = QuantizedVector::new(
-                        pairs
-                            .into_iter()
-                            .map(|(t, i)| (terms[t as usize].0.as_str(), u64::from(i))),
-                    )
-                    .map_err(|e| IndexError::CorruptDocument(e.to_string()))?;
-                    let dense = match fields.dense {
-                        Some(_) => {
-                            let raw: TantivyDocument = self.searcher().doc(address)?;
-                            crate::dense::from_doc(&raw, &fields)
-                        }
-                        None => None,
-                    };
-                    f(StoredDocument {
-                        doc: stored,
-                        impacts: Some(impacts),
-                        dense,
-                    })?;
+                    let mut stored = self.stored_at(address)?;
+                    stored.impacts = Some(
+                        QuantizedVector::new(
+                            pairs
+                                .into_iter()
+                                .map(|(t, i)| (terms[t as usize].0.as_str(), u64::from(i))),
+                        )
+                        .map_err(|e| IndexError::CorruptDocument(e.to_string()))?,
+                    );
+                    f(stored)?;
                 }
                 lo = hi;
             }

@@ -22,7 +22,7 @@ pub mod segment_builder;
 pub mod synth;
 
 pub use catalog::Catalog;
-pub use collection::{Collection, SearchOutcome, Snapshot};
+pub use collection::{Collection, DocExtras, SearchOutcome, Snapshot};
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;

@@ -28,10 +28,22 @@ pub struct CollectionSettings {
     /// Dimension of the dense fallback vectors; `None` when dense search is off.
     #[serde(default)]
     pub dense_dim: Option<usize>,
+    /// Store a small JPEG thumbnail with each image document (default on). Written to the
+    /// manifest only when off, so manifests of collections with the default stay as before.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub thumbnails: bool,
 }
 
 fn default_scale() -> f32 {
     DEFAULT_SCALE
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Default for CollectionSettings {
@@ -40,6 +52,7 @@ impl Default for CollectionSettings {
             scale: DEFAULT_SCALE,
             top_k_terms: None,
             dense_dim: None,
+            thumbnails: true,
         }
     }
 }

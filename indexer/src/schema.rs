@@ -2,7 +2,8 @@
 //!
 //! One tantivy document per item. The impacts of its terms are the *term frequencies* of the
 //! `impacts` field: no positions, no field norms, nothing stored — exactly the information the
-//! dot product needs and nothing else (LexLIP sec. 3.4).
+//! dot product needs and nothing else (LexLIP sec. 3.4). Stored alongside, never indexed: the
+//! document's fields, its dense vector and its image thumbnail.
 
 use tantivy::schema::{
     Field, IndexRecordOption, JsonObjectOptions, STORED, Schema, TextFieldIndexing, TextOptions,
@@ -19,6 +20,9 @@ pub struct Fields {
     pub impacts: Field,
     /// Dense fallback vectors (stored bytes); absent in collections made before it existed.
     pub dense: Option<Field>,
+    /// Image thumbnails (stored bytes, see `lexlip_model::thumbnail`); absent in collections made
+    /// before it existed, which keep working without thumbnails.
+    pub thumbnail: Option<Field>,
 }
 
 pub const ID: &str = "id";
@@ -28,6 +32,7 @@ pub const TEXT: &str = "text";
 pub const METADATA: &str = "metadata";
 pub const IMPACTS: &str = "impacts";
 pub const DENSE: &str = "dense";
+pub const THUMBNAIL: &str = "thumbnail";
 
 fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
     TextFieldIndexing::default()
@@ -38,6 +43,17 @@ fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
 
 /// Builds the schema and its field handles.
 pub fn build() -> (Schema, Fields) {
+    build_with(true, true)
+}
+
+/// The schema of a collection made before the optional stored fields existed (`dense`,
+/// `thumbnail` when false): such collections must keep opening and working, and tests build
+/// them with this.
+pub fn build_legacy(dense: bool, thumbnail: bool) -> Schema {
+    build_with(dense, thumbnail).0
+}
+
+fn build_with(with_dense: bool, with_thumbnail: bool) -> (Schema, Fields) {
     let mut b = Schema::builder();
     let keyword =
         TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::Basic));
@@ -55,7 +71,8 @@ pub fn build() -> (Schema, Fields) {
         IMPACTS,
         TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::WithFreqs)),
     );
-    let dense = b.add_bytes_field(DENSE, STORED);
+    let dense = with_dense.then(|| b.add_bytes_field(DENSE, STORED));
+    let thumbnail = with_thumbnail.then(|| b.add_bytes_field(THUMBNAIL, STORED));
     let schema = b.build();
     (
         schema,
@@ -66,7 +83,8 @@ pub fn build() -> (Schema, Fields) {
             text,
             metadata,
             impacts,
-            dense: Some(dense),
+            dense,
+            thumbnail,
         },
     )
 }
@@ -82,5 +100,6 @@ pub fn fields_of(schema: &Schema) -> tantivy::Result<Fields> {
         metadata: get(METADATA)?,
         impacts: get(IMPACTS)?,
         dense: get(DENSE).ok(),
+        thumbnail: get(THUMBNAIL).ok(),
     })
 }

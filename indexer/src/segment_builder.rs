@@ -35,6 +35,8 @@ pub struct PendingDoc {
     pub impacts: QuantizedVector,
     /// Dense fallback vector (collections with dense search on).
     pub dense: Option<lexlip_proto::DenseVector>,
+    /// Image thumbnail (collections that store them).
+    pub thumbnail: Option<Vec<u8>>,
 }
 
 /// Terms per document used to cluster documents (see `reorder`).
@@ -65,6 +67,17 @@ pub(crate) fn small_fields_doc(fields: &Fields, doc: &Document) -> TantivyDocume
     t
 }
 
+/// Everything of a pending document but its impacts: the small fields, the dense vector and
+/// the thumbnail (each where the schema has its field).
+pub(crate) fn stored_doc(fields: &Fields, d: &PendingDoc) -> TantivyDocument {
+    let mut t = small_fields_doc(fields, &d.doc);
+    crate::dense::add_to_doc(&mut t, fields, d.dense.as_ref());
+    if let (Some(field), Some(bytes)) = (fields.thumbnail, &d.thumbnail) {
+        t.add_bytes(field, bytes);
+    }
+    t
+}
+
 /// Writes `docs` as a new segment of `index` and returns its meta, ready for
 /// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
 /// [`reorder::cluster_order`], not the order of `docs`.
@@ -86,9 +99,7 @@ pub(crate) fn write_segment(
             .schema(schema.clone())
             .single_segment_index_writer(RamDirectory::create(), SMALL_FIELDS_BUDGET)?;
         for d in order.iter().map(|&i| &docs[i as usize]) {
-            let mut t = small_fields_doc(fields, &d.doc);
-            crate::dense::add_to_doc(&mut t, fields, d.dense.as_ref());
-            small.add_document(t)?;
+            small.add_document(stored_doc(fields, d))?;
         }
         Ok(small.finalize()?)
     };
@@ -442,7 +453,7 @@ mod tests {
     use tantivy::schema::{IndexRecordOption, Value};
     use tantivy::{DocSet, Index, IndexWriter, TERMINATED, TantivyDocument, Term};
 
-    use super::{PendingDoc, small_fields_doc, write_segment};
+    use super::{PendingDoc, stored_doc, write_segment};
     use crate::schema::{self, Fields};
 
     /// What a test reads back of one document: its stored fields (as JSON), its impacts
@@ -478,6 +489,7 @@ mod tests {
                     doc,
                     impacts,
                     dense: None,
+                    thumbnail: (i % 6 == 0).then(|| vec![0xff, 0xd8, i as u8, 0xff, 0xd9]),
                 }
             })
             .collect()
@@ -575,7 +587,7 @@ mod tests {
         let plain = Index::create_in_ram(schema.clone());
         let mut writer: IndexWriter = plain.writer_with_num_threads(1, 20_000_000).unwrap();
         for d in &docs {
-            let mut t = small_fields_doc(&fields, &d.doc);
+            let mut t = stored_doc(&fields, d);
             for (term, impact) in d.impacts.iter() {
                 for _ in 0..impact {
                     t.add_text(fields.impacts, term);

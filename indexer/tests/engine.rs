@@ -215,6 +215,7 @@ fn settings_vocabulary_and_term_space_are_enforced() {
         scale: 100.0,
         top_k_terms: Some(1),
         dense_dim: None,
+        ..CollectionSettings::default()
     };
     let c = Collection::create(dir.path(), space.clone(), settings, Some(&vocab)).unwrap();
     // Floats are quantized with the scale, then only the top-1 term is kept.

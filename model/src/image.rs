@@ -83,22 +83,18 @@ impl ImageProcessor {
     /// `size` (bicubic), centre-crops to `size × size` and normalises. `input` names the image in
     /// errors. Pure CPU work with no shared state: call it from as many threads as you like.
     pub fn preprocess_named(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
-        let err = |message: String| ModelError::Image {
-            input: input.to_string(),
-            message,
-        };
-        let reader = image::ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(|e| err(e.to_string()))?;
-        if reader.format().is_none() {
-            return Err(err(
-                "unrecognised image format (expected JPEG, PNG, WebP or GIF)".into(),
-            ));
-        }
-        let rgb = rgb_on_white(reader.decode().map_err(|e| err(e.to_string()))?);
+        self.preprocess_rgb(decode_rgb(bytes, input)?, input)
+    }
+
+    /// [`ImageProcessor::preprocess_named`] of pixels already decoded with [`decode_rgb`] (so that
+    /// one decode also serves a thumbnail).
+    pub fn preprocess_rgb(&self, rgb: image::RgbImage, input: &str) -> Result<PreprocessedImage> {
         let (w, h) = rgb.dimensions();
         if w == 0 || h == 0 {
-            return Err(err("the image is empty".into()));
+            return Err(ModelError::Image {
+                input: input.to_string(),
+                message: "the image is empty".into(),
+            });
         }
         let size = self.size as u32;
         let rgb = if (w, h) == (size, size) {
@@ -137,6 +133,30 @@ impl ImageProcessor {
     pub fn preprocess(&self, bytes: &[u8]) -> Result<PreprocessedImage> {
         self.preprocess_named(bytes, &format!("<{} bytes>", bytes.len()))
     }
+}
+
+/// Decodes an image (JPEG, PNG, WebP, GIF: first frame) to RGB pixels, transparency composited
+/// over white ([`rgb_on_white`]). `input` names the image in errors; an empty image is an error,
+/// so every later step can rely on at least one pixel.
+pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
+    let err = |message: String| ModelError::Image {
+        input: input.to_string(),
+        message,
+    };
+    let reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| err(e.to_string()))?;
+    if reader.format().is_none() {
+        return Err(err(
+            "unrecognised image format (expected JPEG, PNG, WebP or GIF)".into(),
+        ));
+    }
+    let rgb = rgb_on_white(reader.decode().map_err(|e| err(e.to_string()))?);
+    let (w, h) = rgb.dimensions();
+    if w == 0 || h == 0 {
+        return Err(err("the image is empty".into()));
+    }
+    Ok(rgb)
 }
 
 /// The RGB pixels of a decoded image, transparent pixels composited over white as a viewer

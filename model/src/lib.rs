@@ -27,6 +27,7 @@ pub mod image;
 pub mod lexlip;
 pub mod pooling;
 pub mod text;
+pub mod thumbnail;
 pub mod vocab;
 pub mod weights;
 

@@ -27,7 +27,7 @@ use crate::job::{Observer, Options, Summary};
 use crate::progress::fingerprint;
 use crate::shard::Shard;
 use crate::sources::Input;
-use crate::writer::{Chunk, Prepared, Resume};
+use crate::writer::{Chunk, Prepared, PreparedDoc, Resume};
 
 /// Chunks in flight between two stages.
 const CHANNEL_CHUNKS: usize = 4;
@@ -36,6 +36,8 @@ const CHANNEL_CHUNKS: usize = 4;
 struct Ready {
     item: Item,
     image: Option<PreprocessedImage>,
+    /// The thumbnail to store with an image document.
+    thumbnail: Option<Vec<u8>>,
 }
 
 /// The fingerprint of a run: inputs (paths, sizes, modification times), shard and context.
@@ -65,6 +67,7 @@ pub fn index_corpus(
     let batch = options.batch_size.max(1);
     let shard = options.shard;
     let stop = options.stop.clone();
+    let thumbnails = options.thumbnails && collection.stores_thumbnails();
 
     std::thread::scope(|scope| -> Result<Summary> {
         let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
@@ -73,7 +76,7 @@ pub fn index_corpus(
         let (encoded_tx, encoded_rx) = sync_channel::<Result<Chunk<Prepared>>>(CHANNEL_CHUNKS);
         let resume = saved.as_ref().map_or(0, |p| p.position);
         scope.spawn(move || read_stage(source, resume, shard, batch, stop, read_tx));
-        scope.spawn(move || decode_stage(encoders, read_rx, ready_tx));
+        scope.spawn(move || decode_stage(encoders, thumbnails, read_rx, ready_tx));
         scope.spawn(move || encode_stage(encoders, collection, ready_rx, encoded_tx));
         let summary = crate::writer::write(
             collection, options, &fp, saved, "item", encoded_rx, observer,
@@ -136,8 +139,11 @@ pub(crate) fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
     Ok(item)
 }
 
+/// Reads and decodes each chunk's images in parallel: the encoder's input and, with
+/// `thumbnails`, the thumbnail from the same decode.
 fn decode_stage(
     encoders: &Encoders,
+    thumbnails: bool,
     rx: Receiver<Chunk<SourceItem>>,
     tx: SyncSender<Result<Chunk<Result<Ready, BadItem>>>>,
 ) {
@@ -160,11 +166,18 @@ fn decode_stage(
             .into_par_iter()
             .map(|(pos, item)| {
                 let ready = item.and_then(|item| {
-                    let image = match (&item.image, image_encoder) {
-                        (Some(r), Some(enc)) => Some(decode(enc, &item.id, r)?),
-                        _ => None,
+                    let (image, thumbnail) = match (&item.image, image_encoder) {
+                        (Some(r), Some(enc)) => {
+                            let (image, thumbnail) = decode(enc, &item.id, r, thumbnails)?;
+                            (Some(image), thumbnail)
+                        }
+                        _ => (None, None),
                     };
-                    Ok(Ready { item, image })
+                    Ok(Ready {
+                        item,
+                        image,
+                        thumbnail,
+                    })
                 });
                 (pos, ready)
             })
@@ -181,32 +194,51 @@ fn decode_stage(
     }
 }
 
+/// The encoder's input and, with `thumbnail`, the thumbnail, from one read and one decode. An
+/// image that decodes always has a thumbnail; should encoding one fail all the same, the item is
+/// indexed without it rather than skipped.
 fn decode(
     enc: &lexlip_model::ImageEncoder,
     id: &str,
     image: &ImageRef,
-) -> std::result::Result<PreprocessedImage, BadItem> {
-    decode_with(id, image, |bytes, name| enc.preprocess_named(bytes, name))
+    thumbnail: bool,
+) -> std::result::Result<(PreprocessedImage, Option<Vec<u8>>), BadItem> {
+    decode_with(id, image, |bytes, name| {
+        let rgb = lexlip_model::image::decode_rgb(bytes, name)?;
+        let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, name)) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                tracing::warn!(id, error = %e, "indexed without a thumbnail");
+                None
+            }
+            None => None,
+        };
+        Ok((enc.processor().preprocess_rgb(rgb, name)?, thumbnail))
+    })
 }
 
 /// Reads an item's image and preprocesses it with `preprocess` (bytes, name for errors): a file
 /// that cannot be read is a missing file, an image that does not decode a corrupt one.
-pub(crate) fn decode_with(
+pub(crate) fn decode_with<T>(
     id: &str,
     image: &ImageRef,
-    preprocess: impl Fn(&[u8], &str) -> lexlip_model::Result<PreprocessedImage>,
-) -> std::result::Result<PreprocessedImage, BadItem> {
-    let bytes = match image {
-        ImageRef::File(path) => std::fs::read(path).map_err(|e| {
-            BadItem::new(
-                Some(id.to_string()),
-                reason::MISSING_FILE,
-                format!("{}: {e}", path.display()),
-            )
-        })?,
-        ImageRef::Bytes { bytes, .. } => bytes.to_vec(),
+    preprocess: impl Fn(&[u8], &str) -> lexlip_model::Result<T>,
+) -> std::result::Result<T, BadItem> {
+    let read;
+    let bytes: &[u8] = match image {
+        ImageRef::File(path) => {
+            read = std::fs::read(path).map_err(|e| {
+                BadItem::new(
+                    Some(id.to_string()),
+                    reason::MISSING_FILE,
+                    format!("{}: {e}", path.display()),
+                )
+            })?;
+            &read
+        }
+        ImageRef::Bytes { bytes, .. } => bytes,
     };
-    preprocess(&bytes, &image.name())
+    preprocess(bytes, &image.name())
         .map_err(|e| BadItem::new(Some(id.to_string()), reason::CORRUPT_IMAGE, e.to_string()))
 }
 
@@ -319,7 +351,11 @@ fn encode_chunk(
                     .quantizer()
                     .document(VectorInput::Weights(v))
                     .map_err(|e| BadItem::new(Some(id.clone()), reason::VECTOR, e.to_string()))?;
-                Ok((document(r.item)?, impacts))
+                Ok(PreparedDoc {
+                    doc: document(r.item)?,
+                    impacts,
+                    thumbnail: r.thumbnail,
+                })
             });
             (pos, encoded)
         })

@@ -25,6 +25,9 @@ pub struct Options {
     /// Set (e.g. on Ctrl-C) to stop after the chunk being written: it is committed, the chunks
     /// still queued are dropped, and a re-run resumes with them.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Store a thumbnail with each image document (made from the decode the encoder needs
+    /// anyway), where the collection keeps thumbnails. Default on.
+    pub thumbnails: bool,
 }
 
 impl Default for Options {
@@ -37,6 +40,7 @@ impl Default for Options {
             context: String::new(),
             restart: false,
             stop: None,
+            thumbnails: true,
         }
     }
 }

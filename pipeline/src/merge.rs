@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::mpsc::sync_channel;
 
 use lexlip_index::export::dense_of;
-use lexlip_index::{Collection, IndexError};
-use lexlip_proto::{DenseVector, Document, QuantizedVector};
+use lexlip_index::{Collection, DocExtras, IndexError};
+use lexlip_proto::{Document, QuantizedVector};
 
 use crate::error::{PipelineError, Result};
 
@@ -87,10 +87,11 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
 /// Documents handed from the reading thread to the writing one at a time.
 const BATCH: usize = 512;
 
-type Batch = Vec<(Document, QuantizedVector, Option<DenseVector>)>;
+type Batch = Vec<(Document, QuantizedVector, DocExtras)>;
 
 /// Copies every live document of `from` into `to`: a thread reads them back (stored fields,
-/// impacts from the postings, dense vector) while this one adds them.
+/// impacts from the postings, dense vector, thumbnail) while this one adds them. Thumbnails are
+/// copied where `to` keeps them (an input made before thumbnails existed has none to copy).
 fn copy_documents(from: &Collection, to: &Collection) -> Result<u64> {
     let (tx, rx) = sync_channel::<Batch>(1);
     std::thread::scope(|scope| -> Result<u64> {
@@ -98,8 +99,11 @@ fn copy_documents(from: &Collection, to: &Collection) -> Result<u64> {
             let mut batch: Batch = Vec::with_capacity(BATCH);
             let mut writer_gone = false;
             let read = from.snapshot()?.for_each_document(|d| {
-                let dense = dense_of(&d)?;
-                batch.push((d.doc, d.impacts.unwrap_or_default(), dense));
+                let extras = DocExtras {
+                    dense: dense_of(&d)?,
+                    thumbnail: d.thumbnail,
+                };
+                batch.push((d.doc, d.impacts.unwrap_or_default(), extras));
                 if batch.len() == BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                     if tx.send(full).is_err() {
@@ -121,8 +125,8 @@ fn copy_documents(from: &Collection, to: &Collection) -> Result<u64> {
         });
         let mut n = 0u64;
         for batch in rx {
-            for (doc, impacts, dense) in batch {
-                to.add_with_dense(doc, impacts, dense)?;
+            for (doc, impacts, extras) in batch {
+                to.add_with(doc, impacts, extras)?;
                 n += 1;
             }
         }

@@ -18,7 +18,7 @@ use crate::job::{Observer, Options, Summary};
 use crate::progress::fingerprint;
 use crate::sources::Input;
 use crate::sources::vectors::{LineError, open_lines, parse_line};
-use crate::writer::{Chunk, Prepared, Resume};
+use crate::writer::{Chunk, Prepared, PreparedDoc, Resume};
 
 /// Lines per chunk.
 const CHUNK: usize = 20_000;
@@ -180,7 +180,7 @@ fn parse_chunk(
             let prepared = collection
                 .quantizer()
                 .document(record.vector)
-                .map(|v| (record.doc, v))
+                .map(|v| PreparedDoc::new(record.doc, v))
                 .map_err(|e| BadItem::new(None, "vector", e.to_string()));
             Some((*n, prepared))
         })

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 
-use lexlip_index::Collection;
+use lexlip_index::{Collection, DocExtras};
 use lexlip_proto::{Document, QuantizedVector};
 
 use crate::error::{PipelineError, Result};
@@ -16,8 +16,25 @@ use crate::item::BadItem;
 use crate::job::{Observer, Options, Summary};
 use crate::progress::{Counts, Progress};
 
+/// A document ready to add: its stored fields, its impacts, and the thumbnail of its image.
+pub(crate) struct PreparedDoc {
+    pub doc: Document,
+    pub impacts: QuantizedVector,
+    pub thumbnail: Option<Vec<u8>>,
+}
+
+impl PreparedDoc {
+    pub fn new(doc: Document, impacts: QuantizedVector) -> Self {
+        Self {
+            doc,
+            impacts,
+            thumbnail: None,
+        }
+    }
+}
+
 /// A document ready to add, or why its item is skipped.
-pub(crate) type Prepared = std::result::Result<(Document, QuantizedVector), BadItem>;
+pub(crate) type Prepared = std::result::Result<PreparedDoc, BadItem>;
 
 /// Consecutive items of the input on their way to the writer.
 pub(crate) struct Chunk<T> {
@@ -124,8 +141,12 @@ pub(crate) fn write(
             counts.read += 1;
             summary.processed += 1;
             match prepared {
-                Ok((doc, impacts)) => {
-                    collection.add(doc, impacts)?;
+                Ok(p) => {
+                    let extras = DocExtras {
+                        dense: None,
+                        thumbnail: p.thumbnail,
+                    };
+                    collection.add_with(p.doc, p.impacts, extras)?;
                     counts.indexed += 1;
                     since_commit += 1;
                 }

@@ -21,6 +21,7 @@ fn settings(scale: f32) -> CollectionSettings {
         scale,
         top_k_terms: None,
         dense_dim: None,
+        ..CollectionSettings::default()
     }
 }
 
@@ -455,4 +456,111 @@ fn documents_read_back_in_windows_match_get() {
     for window in [1, 2, 3, 7, 64] {
         assert_eq!(read(window), whole, "window {window}");
     }
+}
+
+/// The thumbnail stored with a document, if any.
+fn thumbnail(c: &Collection, id: &str) -> Option<Vec<u8>> {
+    c.snapshot()
+        .unwrap()
+        .get(id, false)
+        .unwrap()
+        .unwrap()
+        .thumbnail
+}
+
+/// Width and height of a stored JPEG thumbnail.
+fn jpeg_size(bytes: &[u8]) -> (u32, u32) {
+    let img = image::load_from_memory_with_format(bytes, image::ImageFormat::Jpeg).unwrap();
+    (img.width(), img.height())
+}
+
+#[test]
+fn corpus_images_get_thumbnails_merge_keeps_them_and_old_collections_take_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = encoders();
+    let (manifest, items, indexed, skipped) = corpus(tmp.path(), 6);
+    // A 600 × 300 image, transparent but for a red square: 256 × 128 on white.
+    let wide = image::RgbaImage::from_fn(600, 300, |x, y| {
+        if (250..350).contains(&x) && (100..200).contains(&y) {
+            image::Rgba([220, 10, 10, 255])
+        } else {
+            image::Rgba([0, 0, 0, 0])
+        }
+    });
+    wide.save(tmp.path().join("img/wide.png")).unwrap();
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str("{\"id\": \"wide\", \"image\": \"img/wide.png\"}\n");
+    std::fs::write(&manifest, text).unwrap();
+    let input = Input::Manifest(manifest);
+
+    let on = collection(&tmp.path().join("on"), &enc, 100.0);
+    let s = lexlip_pipeline::index_corpus(
+        &input,
+        &enc,
+        &on,
+        &options(4, 1000),
+        &mut Recorder::default(),
+    )
+    .unwrap();
+    // Thumbnails change nothing about what is indexed or skipped.
+    assert_eq!(counts(&s), (items + 1, indexed + 1, skipped));
+    assert_eq!(jpeg_size(&thumbnail(&on, "p2").unwrap()), (24, 24));
+    let wide_jpeg = thumbnail(&on, "wide").unwrap();
+    assert_eq!(jpeg_size(&wide_jpeg), (256, 128));
+    let rgb = image::load_from_memory(&wide_jpeg).unwrap().to_rgb8();
+    assert!(
+        rgb.get_pixel(3, 3).0.iter().all(|&c| c > 240),
+        "composited over white"
+    );
+    assert_eq!(thumbnail(&on, "p2#text"), None, "captions have none");
+
+    // Turned off for a run: none stored, the same documents otherwise.
+    let off = collection(&tmp.path().join("off"), &enc, 100.0);
+    let no_thumbnails = Options {
+        thumbnails: false,
+        ..options(4, 1000)
+    };
+    lexlip_pipeline::index_corpus(&input, &enc, &off, &no_thumbnails, &mut Recorder::default())
+        .unwrap();
+    assert_eq!(thumbnail(&off, "wide"), None);
+    assert_eq!(contents(&off), contents(&on));
+
+    // A collection made before thumbnails existed indexes the corpus as before, without them.
+    let old_dir = tmp.path().join("old");
+    let tokens = enc.text().unwrap().vocabulary().tokens().to_vec();
+    lexlip_tests::legacy_without_thumbnails(
+        &old_dir,
+        enc.term_space().unwrap().clone(),
+        Some(&tokens),
+    );
+    let old = Collection::open(&old_dir).unwrap();
+    let s_old = lexlip_pipeline::index_corpus(
+        &input,
+        &enc,
+        &old,
+        &options(4, 1000),
+        &mut Recorder::default(),
+    )
+    .unwrap();
+    assert_eq!(counts(&s_old), counts(&s));
+    assert_eq!(thumbnail(&old, "wide"), None);
+    assert_eq!(contents(&old), contents(&on));
+
+    // Merging copies thumbnails; an old input has none to give, an old output keeps none.
+    let merged = tmp.path().join("merged");
+    let report = lexlip_pipeline::merge(&merged, &[old.dir(), on.dir()]).unwrap();
+    assert_eq!(report.documents, indexed + 1);
+    let m = Collection::open(&merged).unwrap();
+    assert_eq!(thumbnail(&m, "wide"), Some(wide_jpeg.clone()));
+    assert_eq!(contents(&m), contents(&on));
+    let from_old = tmp.path().join("from-old");
+    lexlip_pipeline::merge(&from_old, &[old.dir()]).unwrap();
+    let m = Collection::open(&from_old).unwrap();
+    assert!(m.stores_thumbnails(), "a new output has the field");
+    assert_eq!(thumbnail(&m, "wide"), None);
+    drop(old);
+    lexlip_pipeline::merge(&old_dir, &[on.dir()]).unwrap();
+    let old = Collection::open(&old_dir).unwrap();
+    assert_eq!(thumbnail(&old, "wide"), None);
+    assert_eq!(contents(&old), contents(&on));
 }

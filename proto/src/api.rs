@@ -118,7 +118,8 @@ pub struct CollectionStats {
 }
 
 /// A stored document read back from a collection (`GET …/documents/{id}`): its fields, its
-/// impacts when asked for (`terms`, largest first), and whether it has a dense vector.
+/// impacts when asked for (`terms`, largest first), and whether it has a dense vector and a
+/// thumbnail.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredDocument {
@@ -136,6 +137,11 @@ pub struct StoredDocument {
     #[serde(serialize_with = "is_some")]
     #[cfg_attr(feature = "openapi", schema(value_type = bool))]
     pub dense: Option<Vec<f32>>,
+    /// Its image thumbnail (JPEG bytes), when it has one; the API says only whether it has one
+    /// (`GET …/documents/{id}/thumbnail` serves it).
+    #[serde(serialize_with = "is_some")]
+    #[cfg_attr(feature = "openapi", schema(value_type = bool))]
+    pub thumbnail: Option<Vec<u8>>,
 }
 
 /// Impacts as `[term, impact]` pairs, largest first (ties by term).
@@ -146,6 +152,6 @@ fn largest_first<S: Serializer>(v: &Option<QuantizedVector>, s: S) -> Result<S::
     }
 }
 
-fn is_some<S: Serializer>(v: &Option<Vec<f32>>, s: S) -> Result<S::Ok, S::Error> {
+fn is_some<T, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_bool(v.is_some())
 }

@@ -1,11 +1,12 @@
 //! Every live document of a collection, read back through the engine, to compare collections
-//! (a resumed run with a clean one, merged shards with one run).
+//! (a resumed run with a clean one, merged shards with one run); and collections as older
+//! versions made them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use lexlip_index::Collection;
-use lexlip_proto::Document;
+use lexlip_index::{Collection, CollectionSettings};
+use lexlip_proto::{Document, TermSpace};
 
 /// Every live document of the collection at `dir`: id → `describe(document, sorted impacts)`.
 pub fn documents<T>(
@@ -44,4 +45,18 @@ pub fn contents(dir: &Path) -> BTreeMap<String, String> {
 /// Every live document's sorted impacts.
 pub fn impacts(dir: &Path) -> BTreeMap<String, Vec<(String, u32)>> {
     documents(dir, |_, impacts| impacts)
+}
+
+/// Creates at `dir` a collection as versions before image thumbnails made it: the same layout
+/// and manifest, a tantivy schema without the `thumbnail` field.
+pub fn legacy_without_thumbnails(dir: &Path, term_space: TermSpace, vocab: Option<&[String]>) {
+    drop(
+        Collection::create(dir, term_space, CollectionSettings::default(), vocab)
+            .expect("creating the collection"),
+    );
+    let index = dir.join("index");
+    std::fs::remove_dir_all(&index).expect("removing the new index");
+    std::fs::create_dir_all(&index).expect("creating the index directory");
+    tantivy::Index::create_in_dir(&index, lexlip_index::schema::build_legacy(true, false))
+        .expect("creating the old index");
 }

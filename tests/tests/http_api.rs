@@ -580,6 +580,7 @@ fn openapi_document_is_in_sync() {
         "/v1/search/text-to-image",
         "/v1/search/image-to-text",
         "/v1/collections/{name}/documents",
+        "/v1/collections/{name}/documents/{id}/thumbnail",
         "/v1/encode",
     ] {
         assert!(generated["paths"][path].is_object(), "{path} missing");

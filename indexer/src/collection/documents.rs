@@ -65,6 +65,27 @@ impl Snapshot {
 
     pub(crate) fn document_at(&self, address: DocAddress) -> Result<Document> {
         let stored: TantivyDocument = self.searcher.doc(address)?;
+        self.document_of(&stored)
+    }
+
+    /// Everything stored of the document at `address` (fields, dense vector, thumbnail) from one
+    /// read of the store; impacts are left for the caller (they live in the postings).
+    pub(crate) fn stored_at(&self, address: DocAddress) -> Result<StoredDocument> {
+        let stored: TantivyDocument = self.searcher.doc(address)?;
+        Ok(StoredDocument {
+            doc: self.document_of(&stored)?,
+            impacts: None,
+            dense: crate::dense::from_doc(&stored, &self.fields),
+            thumbnail: self.fields.thumbnail.and_then(|field| {
+                stored
+                    .get_first(field)
+                    .and_then(|v| v.as_bytes())
+                    .map(<[u8]>::to_vec)
+            }),
+        })
+    }
+
+    fn document_of(&self, stored: &TantivyDocument) -> Result<Document> {
         let text_of = |field| {
             stored
                 .get_first(field)
@@ -120,19 +141,17 @@ impl Snapshot {
         let Some(address) = self.address_of(id)? else {
             return Ok(None);
         };
-        let doc = self.document_at(address)?;
-        let impacts = if with_impacts {
-            Some(self.impacts_at(address)?)
-        } else {
-            None
-        };
-        let stored: TantivyDocument = self.searcher.doc(address)?;
-        let dense = crate::dense::from_doc(&stored, &self.fields);
-        Ok(Some(StoredDocument {
-            doc,
-            impacts,
-            dense,
-        }))
+        let mut found = self.stored_at(address)?;
+        if with_impacts {
+            found.impacts = Some(self.impacts_at(address)?);
+        }
+        Ok(Some(found))
+    }
+
+    /// Whether this collection's schema has the thumbnail field (false: made before thumbnails
+    /// existed, so none of its documents has one).
+    pub fn has_thumbnail_field(&self) -> bool {
+        self.fields.thumbnail.is_some()
     }
 
     fn impacts_at(&self, address: DocAddress) -> Result<QuantizedVector> {

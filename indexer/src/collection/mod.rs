@@ -33,6 +33,7 @@ use tantivy::index::SegmentId;
 use tantivy::{Index, IndexReader, ReloadPolicy};
 
 pub use snapshot::{SearchOutcome, Snapshot};
+pub use writer::DocExtras;
 
 use crate::dense::{DenseCache, DenseParams};
 use crate::error::{IndexError, Result};
@@ -219,6 +220,18 @@ impl Collection {
             ))),
             Some(_) => Ok(()),
         }
+    }
+
+    /// Whether documents added now keep their thumbnails: the collection's `thumbnails` setting
+    /// is on and its schema has the field (collections made before thumbnails existed do not).
+    pub fn stores_thumbnails(&self) -> bool {
+        self.manifest.settings.thumbnails && self.fields.thumbnail.is_some()
+    }
+
+    /// Whether the schema has the thumbnail field at all (false: made before thumbnails
+    /// existed; its documents can never have one).
+    pub fn has_thumbnail_field(&self) -> bool {
+        self.fields.thumbnail.is_some()
     }
 
     /// Documents written into a segment once this many are pending (default 100,000).

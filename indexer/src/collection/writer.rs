@@ -16,6 +16,18 @@ use crate::schema::Fields;
 use crate::segment_builder::{PendingDoc, write_segment};
 
 const WRITER_HEAP: usize = 64 << 20;
+/// Pending documents are also written as a segment once their thumbnails reach this many bytes,
+/// so a batch of image documents holds bounded memory (100,000 thumbnails would be ~1 GB).
+const FLUSH_THUMBNAIL_BYTES: usize = 128 << 20;
+
+/// What a document may carry besides its stored fields and impacts ([`Collection::add_with`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DocExtras {
+    /// Dense fallback vector (collections with dense search on); L2-normalised before storing.
+    pub dense: Option<DenseVector>,
+    /// Image thumbnail bytes (`lexlip_model::thumbnail`: a small JPEG), stored as given.
+    pub thumbnail: Option<Vec<u8>>,
+}
 
 /// The writer and what it has buffered since the last commit.
 pub(super) struct WriterState {
@@ -23,6 +35,8 @@ pub(super) struct WriterState {
     pending: Vec<PendingDoc>,
     /// Position in `pending` of each pending id (a re-add replaces in place).
     pending_ids: HashMap<String, usize>,
+    /// Bytes of the pending documents' thumbnails.
+    pending_thumbnail_bytes: usize,
     /// Ids written into segments since the reader last reloaded (so `committed_contains`,
     /// which looks at the reader's view, cannot see them).
     flushed_ids: HashSet<String>,
@@ -44,6 +58,7 @@ impl Collection {
                 writer,
                 pending: Vec::new(),
                 pending_ids: HashMap::new(),
+                pending_thumbnail_bytes: 0,
                 flushed_ids: HashSet::new(),
                 deleted_ids: HashSet::new(),
                 deletes_queued: false,
@@ -54,7 +69,7 @@ impl Collection {
 
     /// Adds a document, replacing any document with the same id. Visible after [`Self::commit`].
     pub fn add(&self, doc: Document, impacts: QuantizedVector) -> Result<()> {
-        self.add_with_dense(doc, impacts, None)
+        self.add_with(doc, impacts, DocExtras::default())
     }
 
     /// [`Self::add`] with the document's dense vector (L2-normalised before it is stored), for
@@ -65,22 +80,50 @@ impl Collection {
         impacts: QuantizedVector,
         dense: Option<DenseVector>,
     ) -> Result<()> {
+        self.add_with(
+            doc,
+            impacts,
+            DocExtras {
+                dense,
+                thumbnail: None,
+            },
+        )
+    }
+
+    /// [`Self::add`] with what a document may carry besides its fields and impacts. A thumbnail
+    /// is dropped, not refused, where the collection keeps none ([`Self::stores_thumbnails`]):
+    /// a collection made before thumbnails existed takes the same documents as a new one.
+    pub fn add_with(
+        &self,
+        doc: Document,
+        impacts: QuantizedVector,
+        extras: DocExtras,
+    ) -> Result<()> {
+        let DocExtras { dense, thumbnail } = extras;
         self.quantizer.check_vocabulary(&impacts)?;
         if let Some(v) = &dense {
             self.check_dense(v)?;
         }
         let dense = dense.map(|v| v.normalized());
+        let thumbnail = thumbnail.filter(|_| self.stores_thumbnails());
         let mut guard = self.writer()?;
         let Some(state) = guard.as_mut() else {
             return Err(IndexError::ReadOnly);
         };
         let id = doc.id.as_str().to_string();
+        let thumbnail_bytes = thumbnail.as_ref().map_or(0, Vec::len);
         if let Some(&i) = state.pending_ids.get(&id) {
-            state.pending[i] = PendingDoc {
-                doc,
-                impacts,
-                dense,
-            };
+            let replaced = std::mem::replace(
+                &mut state.pending[i],
+                PendingDoc {
+                    doc,
+                    impacts,
+                    dense,
+                    thumbnail,
+                },
+            );
+            state.pending_thumbnail_bytes = (state.pending_thumbnail_bytes + thumbnail_bytes)
+                .saturating_sub(replaced.thumbnail.as_ref().map_or(0, Vec::len));
             return Ok(());
         }
         if state.flushed_ids.contains(&id) || self.committed_contains(state, &id)? {
@@ -91,8 +134,12 @@ impl Collection {
             doc,
             impacts,
             dense,
+            thumbnail,
         });
-        if state.pending.len() >= self.flush_docs {
+        state.pending_thumbnail_bytes += thumbnail_bytes;
+        if state.pending.len() >= self.flush_docs
+            || state.pending_thumbnail_bytes >= FLUSH_THUMBNAIL_BYTES
+        {
             self.flush(state)?;
         }
         Ok(())
@@ -106,7 +153,10 @@ impl Collection {
         };
         let mut existed = false;
         if let Some(i) = state.pending_ids.remove(id.as_str()) {
-            state.pending.swap_remove(i);
+            let removed = state.pending.swap_remove(i);
+            state.pending_thumbnail_bytes = state
+                .pending_thumbnail_bytes
+                .saturating_sub(removed.thumbnail.as_ref().map_or(0, Vec::len));
             if let Some(moved) = state.pending.get(i) {
                 state
                     .pending_ids
@@ -142,6 +192,7 @@ impl Collection {
         }
         let pending = std::mem::take(&mut state.pending);
         state.pending_ids.clear();
+        state.pending_thumbnail_bytes = 0;
         if let Some(meta) = write_segment(&self.index, &self.fields, &pending)? {
             state.writer.add_segment(meta)?;
             state

@@ -46,6 +46,8 @@ pub fn evaluate(
         scale,
         top_k_terms: top_k,
         dense_dim,
+        // Evaluation measures the index of vectors alone: no thumbnails are given anyway.
+        thumbnails: false,
     };
     let mut collection = Collection::create(
         dir,

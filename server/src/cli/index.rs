@@ -78,6 +78,11 @@ pub struct IndexArgs {
     /// indexed") and index the input from the start (same ids replace).
     #[arg(long)]
     pub restart: bool,
+    /// Store no image thumbnails (they are on by default: a small JPEG per image document,
+    /// served by `GET …/documents/{id}/thumbnail`). A collection this run creates keeps
+    /// thumbnails off for later adds too.
+    #[arg(long)]
+    pub no_thumbnails: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -94,6 +99,7 @@ impl IndexArgs {
             scale: self.scale,
             top_k_terms: self.top_k_terms,
             dense_dim: None,
+            thumbnails: !self.no_thumbnails,
         }
     }
 
@@ -106,6 +112,7 @@ impl IndexArgs {
             context,
             restart: self.restart,
             stop: Some(crate::signal::stop_flag()),
+            thumbnails: !self.no_thumbnails,
         }
     }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `PUT /v1/collections/{name}`. Every field is optional: `{}` creates a collection bound to the
-/// server's encoder vocabulary with scale 100, all terms kept, dense search off.
+/// server's encoder vocabulary with scale 100, all terms kept, dense search off, thumbnails on.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCollection {
@@ -22,6 +22,9 @@ pub struct CreateCollection {
     pub dense: bool,
     /// Dense dimension when vectors are supplied precomputed (implies `dense`).
     pub dense_dim: Option<usize>,
+    /// Store a small JPEG thumbnail with each image document added with image bytes, served by
+    /// `GET …/documents/{id}/thumbnail`. Default true.
+    pub thumbnails: Option<bool>,
 }
 
 /// A collection and its figures.
@@ -34,6 +37,9 @@ pub struct CollectionInfo {
     pub top_k_terms: Option<usize>,
     /// Dense dimension, when dense search is on.
     pub dense_dim: Option<usize>,
+    /// Whether image documents added now keep a thumbnail (false when turned off, or for a
+    /// collection made before thumbnails existed).
+    pub thumbnails: bool,
     /// The vocabulary the collection is bound to.
     pub term_space: String,
 }

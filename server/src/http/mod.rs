@@ -51,6 +51,10 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
             get(routes::documents::get).delete(routes::documents::delete),
         )
         .route(
+            "/v1/collections/{name}/documents/{id}/thumbnail",
+            get(routes::documents::thumbnail),
+        )
+        .route(
             "/v1/collections/{name}/search",
             post(routes::search::search),
         )

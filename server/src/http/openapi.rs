@@ -20,6 +20,7 @@ use super::routes::{collections, documents, encode, search};
         collections::delete,
         documents::add,
         documents::get,
+        documents::thumbnail,
         documents::delete,
         search::search,
         search::text_to_image,

@@ -19,6 +19,7 @@ fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
         scale: settings.scale,
         top_k_terms: settings.top_k_terms,
         dense_dim: settings.dense_dim,
+        thumbnails: c.stores_thumbnails(),
         term_space: c.manifest().term_space.to_string(),
     })
 }
@@ -56,6 +57,7 @@ pub async fn create(
         scale: req.scale.unwrap_or(lexlip_proto::DEFAULT_SCALE),
         top_k_terms: req.top_k_terms,
         dense_dim,
+        thumbnails: req.thumbnails.unwrap_or(true),
     };
     settings.validate()?;
     let st = state.clone();

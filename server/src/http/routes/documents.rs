@@ -1,4 +1,5 @@
-//! Documents: add/replace (JSON batch or one multipart upload), get, delete.
+//! Documents: add/replace (JSON batch or one multipart upload), get, delete, and an image
+//! document's stored thumbnail.
 //!
 //! An add request is all-or-nothing: every document is validated and encoded first; only then
 //! are they written and committed, so a bad document changes nothing and a successful call
@@ -11,9 +12,12 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::multipart::MultipartError;
 use axum::extract::{FromRequest, Multipart, Path, Query, State};
-use axum::http::Request;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use lexlip_index::DocExtras;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, VectorInput};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
 use lexlip_proto::api::StoredDocument;
@@ -34,7 +38,7 @@ pub fn multipart_error(e: MultipartError) -> ApiError {
 struct Prepared {
     doc: Document,
     impacts: QuantizedVector,
-    dense: Option<DenseVector>,
+    extras: DocExtras,
 }
 
 /// A document as received, with its image already decoded from base64 / read from multipart.
@@ -66,28 +70,52 @@ async fn prepare(
     doc.uri = d.uri.clone();
     doc.text = d.text.clone();
     doc.metadata = d.metadata.clone().unwrap_or_default();
-    let scale_input = match (&d.vector, &incoming.image, &d.text) {
-        (Some(v), _, _) => VectorInput::from_json(v.clone())
-            .map_err(|e| at(ApiError::unprocessable(format!("vector: {e}"))))?,
+    // Image documents keep a thumbnail where the collection stores them: from the decode the
+    // encoder makes anyway, or from the image alone when the vector is precomputed.
+    let want_thumbnail =
+        modality == Modality::Image && incoming.image.is_some() && c.stores_thumbnails();
+    let (scale_input, thumbnail) = match (&d.vector, &incoming.image, &d.text) {
+        (Some(v), _, _) => (
+            VectorInput::from_json(v.clone())
+                .map_err(|e| at(ApiError::unprocessable(format!("vector: {e}"))))?,
+            None,
+        ),
         (None, Some(bytes), _) if modality == Modality::Image => {
             state.check_encodable(name, c).map_err(at)?;
-            VectorInput::Weights(
-                state
-                    .encoders
-                    .image(bytes.clone(), format!("document {n} ({})", d.id))
-                    .await
-                    .map_err(at)?,
-            )
+            let (v, thumbnail) = state
+                .encoders
+                .image_with_thumbnail(
+                    bytes.clone(),
+                    format!("document {n} ({})", d.id),
+                    want_thumbnail,
+                )
+                .await
+                .map_err(at)?;
+            (VectorInput::Weights(v), thumbnail)
         }
         (None, _, Some(text)) => {
             state.check_encodable(name, c).map_err(at)?;
-            VectorInput::Weights(state.encoders.text(text.clone()).await.map_err(at)?)
+            (
+                VectorInput::Weights(state.encoders.text(text.clone()).await.map_err(at)?),
+                None,
+            )
         }
         _ => {
             return Err(at(ApiError::unprocessable(
                 "give text, image or a precomputed vector",
             )));
         }
+    };
+    let thumbnail = match (thumbnail, &incoming.image) {
+        (None, Some(bytes)) if want_thumbnail && d.vector.is_some() => {
+            // Image bytes that do not decode are refused as when they are encoded (422).
+            Some(
+                thumbnail_of(bytes.clone(), format!("document {n} ({})", d.id))
+                    .await
+                    .map_err(at)?,
+            )
+        }
+        (t, _) => t,
     };
     let impacts = c
         .quantizer()
@@ -121,8 +149,14 @@ async fn prepare(
     Ok(Prepared {
         doc,
         impacts,
-        dense,
+        extras: DocExtras { dense, thumbnail },
     })
+}
+
+/// The thumbnail of image bytes, decoded on a blocking thread (documents with a precomputed
+/// vector: no encoder decodes their image).
+async fn thumbnail_of(bytes: Arc<Vec<u8>>, name: String) -> ApiResult<Vec<u8>> {
+    blocking(move || Ok(lexlip_model::thumbnail::from_bytes(&bytes, &name)?)).await
 }
 
 /// Reads one document from a multipart form: fields `id`, `modality`, `text`, `uri`,
@@ -235,7 +269,7 @@ pub async fn add(
     let c = open.collection.clone();
     let documents = blocking(move || {
         for p in prepared {
-            c.add_with_dense(p.doc, p.impacts, p.dense)?;
+            c.add_with(p.doc, p.impacts, p.extras)?;
         }
         c.commit()?;
         Ok(c.snapshot()?.num_docs())
@@ -305,4 +339,103 @@ pub async fn delete(
     }
     state.metrics.set_documents(&name, documents);
     Ok(Json(Deleted { deleted: true }))
+}
+
+/// How long browsers and proxies may reuse a thumbnail without asking again. A replaced
+/// document's new thumbnail shows after at most this long (sooner on a reload, which revalidates
+/// with the ETag).
+const THUMBNAIL_MAX_AGE_S: u32 = 3600;
+
+/// `GET /v1/collections/{name}/documents/{id}/thumbnail`: the image document's stored thumbnail
+/// (never a file from disk), with an ETag of its bytes so a page revalidates with a 304.
+#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}/thumbnail", tag = "documents",
+    params(("name" = String, Path, description = "collection"), ("id" = String, Path, description = "document id"),
+        ("If-None-Match" = Option<String>, Header, description = "ETags the client holds: 304 when one is current")),
+    responses(
+        (status = 200, description = "The thumbnail: a JPEG whose longest side is at most 256 px, the image composited over white. Cacheable (Cache-Control max-age 3600; private with --protect-reads).",
+            content(("image/jpeg")),
+            headers(("ETag" = String, description = "hash of the bytes"), ("Cache-Control" = String))),
+        (status = 304, description = "Not modified: the If-None-Match ETag is current",
+            headers(("ETag" = String), ("Cache-Control" = String))),
+        (status = 404, description = "No such collection or document, or the document has no thumbnail (a text document, an image added without image bytes or with thumbnails off, or a collection made before thumbnails existed)",
+            body = lexlip_proto::api::ErrorResponse)))]
+pub async fn thumbnail(
+    State(state): State<SharedState>,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let open = state.get(&name)?;
+    let c = open.collection.clone();
+    let lookup = id.clone();
+    let (found, has_field) = blocking(move || {
+        let snapshot = c.snapshot()?;
+        Ok((
+            snapshot.get(&lookup, false)?,
+            snapshot.has_thumbnail_field(),
+        ))
+    })
+    .await?;
+    let Some(found) = found else {
+        return Err(ApiError::not_found(format!(
+            "no document {id:?} in collection {name:?}"
+        )));
+    };
+    let Some(bytes) = found.thumbnail else {
+        return Err(ApiError::not_found(if !has_field {
+            format!(
+                "collection {name:?} was created before thumbnails were stored: none of its \
+                 documents has one (index its images again into a new collection to get them)"
+            )
+        } else if found.doc.modality != Modality::Image {
+            format!(
+                "document {id:?} is a {} document: only images have thumbnails",
+                found.doc.modality
+            )
+        } else {
+            format!(
+                "document {id:?} has no thumbnail (added without image bytes, or while \
+                 thumbnails were off)"
+            )
+        }));
+    };
+    let etag = etag_of(&bytes);
+    let cache = if state.limits.protect_reads && !state.limits.api_keys.is_empty() {
+        format!("private, max-age={THUMBNAIL_MAX_AGE_S}")
+    } else {
+        format!("public, max-age={THUMBNAIL_MAX_AGE_S}")
+    };
+    let common = [(header::ETAG, etag.clone()), (header::CACHE_CONTROL, cache)];
+    if matches_etag(&headers, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, common).into_response());
+    }
+    Ok((
+        StatusCode::OK,
+        common,
+        [
+            (header::CONTENT_TYPE, lexlip_model::thumbnail::CONTENT_TYPE),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+/// A strong ETag of the thumbnail's bytes (128 bits of their SHA-256): the same document
+/// replaced by another image gets another tag.
+fn etag_of(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}
+
+/// Whether `If-None-Match` names `etag` (or is `*`). Comparison is weak, as RFC 9110 asks for
+/// this header: a `W/` prefix is ignored.
+fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
 }
