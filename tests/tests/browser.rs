@@ -601,24 +601,20 @@ impl Page {
         .await;
     }
 
-    /// Waits until the first image card shows its thumbnail, or the fallback where the server
-    /// has none, so that screenshots show what a user sees.
+    /// Waits until the first image card shows its thumbnail (stored at indexing, served by
+    /// `GET …/documents/{id}/thumbnail`), so that screenshots show what a user sees.
     async fn thumbnail_settled(&self) {
         self.wait(
-            "the first thumbnail has loaded or fallen back",
+            "the first image card shows its thumbnail",
             "const c = document.querySelector('#results li.card.image');
-             if (!c) return true;
-             const img = c.querySelector('img');
-             return !!c.querySelector('.no-thumb') || (img && img.complete && img.naturalWidth > 0)",
+             const img = c && c.querySelector('img');
+             return !!(img && img.complete && img.naturalWidth > 0)",
         )
         .await;
     }
 
     /// No error in the console since the last check: no script error, no failed request, no
-    /// CSP violation. Two kinds of failed load are expected, and only those are let through:
-    /// thumbnails (`/v1/collections/C/documents/ID/thumbnail`: a server without stored
-    /// thumbnails answers 404 and the card shows a placeholder instead) and the requests
-    /// whose paths `expected` names.
+    /// CSP violation. Only the failed loads whose paths `expected` names are let through.
     async fn console_is_clean(&self, expected: &[&str]) {
         let log = self
             .client
@@ -635,14 +631,11 @@ impl Page {
                 let message = e["message"].as_str().unwrap_or_default();
                 let url = message.split_whitespace().next().unwrap_or_default();
                 let path = url.strip_prefix(&self.base).unwrap_or(url);
-                let thumbnail = path.starts_with("/v1/collections/")
-                    && path.ends_with("/thumbnail")
-                    && message.contains("status of 404");
                 let failed_load = e["source"] == "network";
                 if failed_load && expected.contains(&path) {
                     seen.push(path);
                 }
-                !(failed_load && (thumbnail || expected.contains(&path)))
+                !(failed_load && expected.contains(&path))
             })
             .collect();
         self.ensure(errors.is_empty(), format!("console errors: {errors:#?}"))
