@@ -274,9 +274,9 @@ function formatScore(score) {
   return Number.isInteger(score) ? String(score) : score.toFixed(4);
 }
 
-/** A word cloud: terms sized by weight, heaviest first. */
+/** A word cloud: the 48 heaviest terms sized by weight (an image lexicon has hundreds). */
 function drawCloud(box, entries, describe) {
-  const sorted = entries.slice().sort((a, b) => b[1] - a[1]).slice(0, 80);
+  const sorted = entries.slice().sort((a, b) => b[1] - a[1]).slice(0, 48);
   const max = sorted.length ? sorted[0][1] : 1;
   box.replaceChildren(
     ...sorted.map(([term, weight]) => {
