@@ -3,58 +3,28 @@
 //! script only looks up elements the page has. (tests/tests/browser.rs drives it in Chromium.)
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode, header};
-use lexlip_server::http::batcher::BatchConfig;
-use lexlip_server::http::encoders::{EncoderService, ModelPaths};
-use lexlip_server::http::metrics::Metrics;
+use axum::http::{HeaderMap, StatusCode, header};
 use lexlip_server::http::page;
-use lexlip_server::http::state::{AppState, Limits};
-use lexlip_server::http::{ServerConfig, router, shared};
-use tower::ServiceExt;
+use lexlip_server::http::state::Limits;
 
+mod in_process;
+
+/// The router over `data`, without encoders, API keys protecting reads too.
 fn app(data: &std::path::Path) -> Router {
-    let metrics = Metrics::new();
-    let batch = BatchConfig {
-        max_batch: 8,
-        max_wait: Duration::from_millis(1),
-        queue: 16,
-    };
-    let encoders = EncoderService::load(&ModelPaths::default(), batch, &metrics).unwrap();
     let limits = Limits {
-        max_body_bytes: 1 << 20,
-        request_timeout: Duration::from_secs(30),
-        max_in_flight: 8,
-        max_batch_docs: 100,
         api_keys: vec!["secret".into()],
         protect_reads: true,
+        ..in_process::limits()
     };
-    let state = shared(AppState::open(data, encoders, metrics.clone(), limits).unwrap());
-    let config = ServerConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        cors_origins: Vec::new(),
-    };
-    router(state, &config)
+    in_process::app(data, None, limits).0
 }
 
+/// GET `path` (with `If-None-Match: etag` when given): status, headers, body as text.
 async fn get(app: &Router, path: &str, etag: Option<&str>) -> (StatusCode, HeaderMap, String) {
-    let mut req = Request::builder().uri(path);
-    if let Some(e) = etag {
-        req = req.header(header::IF_NONE_MATCH, e);
-    }
-    let response = app
-        .clone()
-        .oneshot(req.body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
+    let headers: Vec<(&str, &str)> = etag.map(|e| ("if-none-match", e)).into_iter().collect();
+    let (status, headers, bytes) = in_process::send(app, "GET", path, None, &headers).await;
     (
         status,
         headers,

@@ -10,55 +10,24 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use lexlip_index::{Collection, CollectionSettings};
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
-use lexlip_server::http::batcher::BatchConfig;
-use lexlip_server::http::encoders::{EncoderService, ModelPaths};
 use lexlip_server::http::metrics::Metrics;
-use lexlip_server::http::state::{AppState, Limits};
-use lexlip_server::http::{ServerConfig, router, shared};
+use lexlip_server::http::state::Limits;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-/// The router of a server without encoders over `data`, requests timing out after `timeout`.
+mod in_process;
+
+use in_process::call;
+
+/// The router of a server without encoders over `data`, requests timing out after `timeout`
+/// (bodies up to 1 MiB).
 fn app(data: &Path, timeout: Duration) -> (Router, Metrics) {
-    let metrics = Metrics::new();
-    let batch = BatchConfig {
-        max_batch: 8,
-        max_wait: Duration::from_millis(1),
-        queue: 16,
-    };
-    let encoders = EncoderService::load(&ModelPaths::default(), batch, &metrics).unwrap();
     let limits = Limits {
         max_body_bytes: 1 << 20,
         request_timeout: timeout,
-        max_in_flight: 8,
-        max_batch_docs: 100,
-        api_keys: Vec::new(),
-        protect_reads: false,
+        ..in_process::limits()
     };
-    let state = shared(AppState::open(data, encoders, metrics.clone(), limits).unwrap());
-    let config = ServerConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        cors_origins: Vec::new(),
-    };
-    (router(state, &config), metrics)
-}
-
-async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(path);
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Body::from(b.to_string())
-        }
-        None => Body::empty(),
-    };
-    let response = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (status, value)
+    in_process::app(data, None, limits)
 }
 
 #[tokio::test]

@@ -5,81 +5,27 @@
 //! served. The router runs in-process (`oneshot`), the binary for `lexlip index` and `serve`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use base64::Engine;
-use lexlip_server::http::batcher::BatchConfig;
-use lexlip_server::http::encoders::{EncoderService, ModelPaths};
-use lexlip_server::http::metrics::Metrics;
-use lexlip_server::http::state::{AppState, Limits};
-use lexlip_server::http::{ServerConfig, router, shared};
 use lexlip_tests::{Server, lexlip_json, lexlip_tiny_args, lexlip_tiny_checkpoint};
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::ServiceExt;
+
+mod in_process;
+
+use in_process::{call, send};
 
 /// The router over `data`, with the tiny LexLIP encoders or none.
 fn app(data: &Path, model: bool) -> Router {
-    let metrics = Metrics::new();
-    let batch = BatchConfig {
-        max_batch: 8,
-        max_wait: Duration::from_millis(1),
-        queue: 16,
-    };
-    let paths = ModelPaths {
-        model: model.then(lexlip_tiny_checkpoint),
-        ..ModelPaths::default()
-    };
-    let encoders = EncoderService::load(&paths, batch, &metrics).unwrap();
-    let limits = Limits {
-        max_body_bytes: 8 << 20,
-        request_timeout: Duration::from_secs(60),
-        max_in_flight: 8,
-        max_batch_docs: 100,
-        api_keys: Vec::new(),
-        protect_reads: false,
-    };
-    let state = shared(AppState::open(data, encoders, metrics, limits).unwrap());
-    let config = ServerConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        cors_origins: Vec::new(),
-    };
-    router(state, &config)
-}
-
-/// Sends a request; returns the status, the headers and the body bytes.
-async fn send(
-    app: &Router,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    headers: &[(&str, &str)],
-) -> (StatusCode, HeaderMap, Vec<u8>) {
-    let mut req = Request::builder().method(method).uri(path);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Body::from(b.to_string())
-        }
-        None => Body::empty(),
-    };
-    let response = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let bytes = axum::body::to_bytes(body, 16 << 20).await.unwrap();
-    (parts.status, parts.headers, bytes.to_vec())
-}
-
-async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let (status, _, bytes) = send(app, method, path, body, &[]).await;
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    in_process::app(
+        data,
+        model.then(lexlip_tiny_checkpoint),
+        in_process::limits(),
     )
+    .0
 }
 
 fn encode_png(img: image::DynamicImage) -> Vec<u8> {
