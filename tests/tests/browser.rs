@@ -125,13 +125,7 @@ async fn the_search_page_works_in_chromium() {
     // among the first).
     let (file, label) = EMOJI[1];
     page.mark_results_seen().await;
-    page.client
-        .find(Locator::Id("file"))
-        .await
-        .unwrap()
-        .send_keys(emoji_png(file).to_str().unwrap())
-        .await
-        .unwrap();
+    page.choose_file("file", &emoji_png(file)).await;
     let hits = page.results("the results of the image query").await;
     eprintln!("{file}.png → {:?}", brief(&hits));
     page.ensure(
@@ -176,7 +170,7 @@ async fn the_search_page_works_in_chromium() {
     page.console_is_clean(&[]).await;
 
     // "What the model sees": the lexicon of a text as a word cloud and a table.
-    page.click("tab-lexicon").await;
+    page.click("#tab-lexicon").await;
     page.wait(
         "the lexicon view is shown",
         "return !document.getElementById('view-lexicon').hidden
@@ -184,13 +178,7 @@ async fn the_search_page_works_in_chromium() {
     )
     .await;
     page.type_into("lex-text", "a cat face").await;
-    page.client
-        .find(Locator::Css("#lexicon-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    page.click("#lexicon-form button[type=submit]").await;
     page.wait(
         "the lexicon's word cloud is drawn",
         "return document.querySelectorAll('#lex-cloud span').length > 0
@@ -207,20 +195,8 @@ async fn the_search_page_works_in_chromium() {
     page.lexicon_table_is_heaviest_first(&cloud).await;
     page.screenshot("3-lexicon").await;
     // An image's lexicon has more terms than the table shows: the heaviest ones.
-    page.client
-        .find(Locator::Id("lex-file"))
-        .await
-        .unwrap()
-        .send_keys(emoji_png(EMOJI[3].0).to_str().unwrap())
-        .await
-        .unwrap();
-    page.client
-        .find(Locator::Css("#lexicon-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    page.choose_file("lex-file", &emoji_png(EMOJI[3].0)).await;
+    page.click("#lexicon-form button[type=submit]").await;
     page.wait(
         "the image's lexicon is drawn",
         "return /non-zero terms for the image/.test(document.getElementById('lex-status').textContent)
@@ -232,7 +208,7 @@ async fn the_search_page_works_in_chromium() {
     page.console_is_clean(&[]).await;
 
     // An API error (the collection was deleted under the page) shows as a message.
-    page.click("tab-search").await;
+    page.click("#tab-search").await;
     let (status, body) = server.call("DELETE", "/v1/collections/emoji", None);
     assert!(status == 200 || status == 204, "{status} {body}");
     page.search_text("fire").await;
@@ -508,14 +484,26 @@ impl Page {
         path
     }
 
-    async fn click(&self, id: &str) {
+    /// Clicks the element the CSS selector `css` finds.
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+    }
+
+    /// Chooses `file` in the file input `#id`, as a user picking it would.
+    async fn choose_file(&self, id: &str, file: &Path) {
         self.client
             .find(Locator::Id(id))
             .await
             .unwrap_or_else(|e| panic!("#{id}: {e}"))
-            .click()
+            .send_keys(file.to_str().unwrap())
             .await
-            .unwrap_or_else(|e| panic!("clicking #{id}: {e}"));
+            .unwrap_or_else(|e| panic!("choosing {} in #{id}: {e}", file.display()));
     }
 
     async fn type_into(&self, id: &str, text: &str) {
@@ -557,7 +545,7 @@ impl Page {
     async fn search_text(&self, text: &str) {
         self.mark_results_seen().await;
         self.type_into("q", text).await;
-        self.click("go").await;
+        self.click("#go").await;
     }
 
     /// Marks the cards on the page, so that `results` waits for the next ones.
