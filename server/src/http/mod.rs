@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -104,6 +104,18 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
         );
     }
     app
+}
+
+/// Whether `If-None-Match` names `etag` (or is `*`). Comparison is weak, as RFC 9110 asks for
+/// this header: a `W/` prefix is ignored.
+pub(crate) fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
 }
 
 async fn not_found() -> ApiError {

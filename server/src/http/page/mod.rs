@@ -90,11 +90,7 @@ pub async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
 fn serve(i: usize, headers: &HeaderMap, cache: &'static str) -> Response {
     let asset = &ASSETS[i];
     let etag = &ETAGS[i];
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-    let mut response = if fresh {
+    let mut response = if crate::http::matches_etag(headers, etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         ([(header::CONTENT_TYPE, asset.content_type)], asset.body).into_response()

@@ -405,7 +405,7 @@ pub async fn thumbnail(
         format!("public, max-age={THUMBNAIL_MAX_AGE_S}")
     };
     let common = [(header::ETAG, etag.clone()), (header::CACHE_CONTROL, cache)];
-    if matches_etag(&headers, &etag) {
+    if crate::http::matches_etag(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, common).into_response());
     }
     Ok((
@@ -426,16 +426,4 @@ fn etag_of(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!("\"{hex}\"")
-}
-
-/// Whether `If-None-Match` names `etag` (or is `*`). Comparison is weak, as RFC 9110 asks for
-/// this header: a `W/` prefix is ignored.
-fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
 }
