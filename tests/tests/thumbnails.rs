@@ -8,7 +8,7 @@ use std::path::Path;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{HeaderMap, Request, StatusCode, header};
 use base64::Engine;
 use lexlip_tests::{Server, lexlip_json, lexlip_tiny_args, lexlip_tiny_checkpoint};
 use serde_json::json;
@@ -61,6 +61,11 @@ fn jpeg(bytes: &[u8]) -> image::RgbImage {
     image::load_from_memory(bytes).unwrap().to_rgb8()
 }
 
+/// GET `path`: the status, the headers and the body bytes.
+async fn get(app: &Router, path: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
+    send(app, "GET", path, None, &[]).await
+}
+
 /// The 404 of a thumbnail request: a JSON error whose message contains `says`.
 async fn not_found(app: &Router, path: &str, says: &str) {
     let (status, err) = call(app, "GET", path, None).await;
@@ -90,7 +95,7 @@ async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     assert_eq!(status, StatusCode::OK, "{added}");
 
     let path = "/v1/collections/c/documents/emoji/thumbnail";
-    let (status, headers, body) = send(&app, "GET", path, None, &[]).await;
+    let (status, headers, body) = get(&app, path).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "image/jpeg");
     assert_eq!(headers[header::CACHE_CONTROL], "public, max-age=3600");
@@ -127,23 +132,9 @@ async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     assert_eq!(again, body);
 
     // Longest side 256, aspect kept.
-    let (_, _, wide) = send(
-        &app,
-        "GET",
-        "/v1/collections/c/documents/wide/thumbnail",
-        None,
-        &[],
-    )
-    .await;
+    let (_, _, wide) = get(&app, "/v1/collections/c/documents/wide/thumbnail").await;
     assert_eq!(jpeg(&wide).dimensions(), (256, 128));
-    let (_, _, tall) = send(
-        &app,
-        "GET",
-        "/v1/collections/c/documents/tall/thumbnail",
-        None,
-        &[],
-    )
-    .await;
+    let (_, _, tall) = get(&app, "/v1/collections/c/documents/tall/thumbnail").await;
     assert_eq!(jpeg(&tall).dimensions(), (33, 256));
     // The stored document says whether it has one.
     let (_, got) = call(&app, "GET", "/v1/collections/c/documents/emoji", None).await;
@@ -285,26 +276,12 @@ async fn encoded_images_get_thumbnails() {
     ]});
     let (status, added) = call(&app, "POST", "/v1/collections/c/documents", Some(docs)).await;
     assert_eq!(status, StatusCode::OK, "{added}");
-    let (status, _, body) = send(
-        &app,
-        "GET",
-        "/v1/collections/c/documents/emoji/thumbnail",
-        None,
-        &[],
-    )
-    .await;
+    let (status, _, body) = get(&app, "/v1/collections/c/documents/emoji/thumbnail").await;
     assert_eq!(status, StatusCode::OK);
     let img = jpeg(&body);
     assert_eq!(img.dimensions(), (72, 72));
     assert!(img.get_pixel(0, 0).0.iter().all(|&c| c > 240));
-    let (_, _, wide) = send(
-        &app,
-        "GET",
-        "/v1/collections/c/documents/wide/thumbnail",
-        None,
-        &[],
-    )
-    .await;
+    let (_, _, wide) = get(&app, "/v1/collections/c/documents/wide/thumbnail").await;
     assert_eq!(jpeg(&wide).dimensions(), (256, 128));
     not_found(
         &app,
@@ -332,14 +309,7 @@ async fn encoded_images_get_thumbnails() {
         .unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let (_, _, up) = send(
-        &app,
-        "GET",
-        "/v1/collections/c/documents/upload/thumbnail",
-        None,
-        &[],
-    )
-    .await;
+    let (_, _, up) = get(&app, "/v1/collections/c/documents/upload/thumbnail").await;
     assert_eq!(jpeg(&up).dimensions(), (128, 256));
 
     // A corrupt image is the 422 it always was.
