@@ -15,6 +15,8 @@
 #                           224 px, random init); BATCH=N the batch size (default 32)
 #   LEXLIP=path/to/lexlip   a release binary (default: cargo build --release, target/release/lexlip)
 #   PYTHON=path/to/python   with torch (default: .venv-torch/bin/python; see make_train_fixtures.py)
+#   GPU=1                   both on the GPU (lexlip --gpu from scripts/build-cuda.sh, torch cuda)
+#   TOKENIZER=tokenizer.json  instead of the tiny SPLADE model's (offline machines)
 # Prints one JSON object: both rates and lexlip/torch ratios. Nothing is kept (a temp directory).
 set -euo pipefail
 steps=${1:-20}
@@ -33,7 +35,9 @@ if [ -z "${LEXLIP:-}" ]; then
   (cd "$root" && cargo build --release -p lexlip-server --bin lexlip >&2)
   LEXLIP="$root/target/release/lexlip"
 fi
-tokenizer="$(bash "$root/scripts/fetch-test-model.sh")/tokenizer.json"
+tokenizer="${TOKENIZER:-$(bash "$root/scripts/fetch-test-model.sh")/tokenizer.json}"
+gpu=() device=cpu
+[ "${GPU:-0}" = 1 ] && gpu=(--gpu) device=cuda
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -65,12 +69,12 @@ echo "== lexlip train ($warmup + $steps steps)" >&2
 RAYON_NUM_THREADS=$threads "$LEXLIP" train --manifest "$work/corpus/corpus.jsonl" \
   --tokenizer "$tokenizer" --text-config "$size" --image-config "$size" \
   --batch-size $batch --max-length $max_length --steps $((warmup + steps)) \
-  --log-every 1 --checkpoint-every $((warmup + steps)) --json --out "$work/out" \
+  --log-every 1 --checkpoint-every $((warmup + steps)) --json "${gpu[@]}" --out "$work/out" \
   > "$work/lexlip.jsonl"
 
 echo "== pytorch ($warmup + $steps steps)" >&2
 "$python" "$root/scripts/bench_train_torch.py" --steps "$steps" --warmup "$warmup" \
-  --batch-size $batch --max-length $max_length --threads $threads --size "$size" > "$work/torch.json"
+  --batch-size $batch --max-length $max_length --threads $threads --size "$size" --device $device > "$work/torch.json"
 
 python3 - "$work/lexlip.jsonl" "$work/torch.json" "$warmup" "$steps" "$batch" <<'PY'
 import json, sys

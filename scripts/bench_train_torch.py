@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline of `lexlip train` phase 1: the same tiny model and step, timed on the CPU.
+"""PyTorch baseline of `lexlip train` phase 1: the same model and step, timed on the CPU or a GPU.
 
 The model is the one `lexlip train --text-config tiny --image-config tiny` builds (random init):
   text   BERT masked LM, 2 layers × 128, 2 heads, FFN 512, vocabulary 30,522, MLM head tied to
@@ -207,7 +207,7 @@ class LexLip(nn.Module):
         i2t = F.cross_entropy(self.decoder_image(emb, av @ word, *args), b["dec_targets"])
         t2i = F.cross_entropy(self.decoder_text(emb, al @ word, *args), b["dec_targets"])
         sim = pv @ pl.T / tau
-        diag = torch.arange(sim.shape[0])
+        diag = torch.arange(sim.shape[0], device=sim.device)
         flops = lambda p: (p.mean(0) ** 2).sum()  # noqa: E731
         baco = (F.cross_entropy(sim, diag) + lam * flops(pv) + F.cross_entropy(sim.T, diag) + lam * flops(pl)) / 2
         return self_mlm + i2t + t2i + baco
@@ -260,16 +260,20 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--size", choices=sorted(PRESETS), default="tiny",
                     help="tower sizes (lexlip train --text-config/--image-config)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (f32, no TF32: as lexlip --gpu)")
     args = ap.parse_args()
+    device = torch.device(args.device)
     TEXT.update(PRESETS[args.size][0])
     IMAGE.update(PRESETS[args.size][1])
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     batches = [synthetic_batch(gen, args.batch_size, args.max_length) for _ in range(args.batches)]
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
 
     model = LexLip(p=0.1)
     init_weights(model)
+    model.to(device)
     model.train()
     no_decay = ("bias", "norm", "position", "table", "lambda_", "cls")
     params = list(model.named_parameters())
@@ -303,6 +307,7 @@ def main():
         "size": args.size,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "batch_size": args.batch_size,
         "max_length": args.max_length,
         "parameters": sum(p.numel() for p in model.parameters()),
