@@ -23,6 +23,10 @@ pub struct Fields {
     /// Image thumbnails (stored bytes, see `lexlip_model::thumbnail`); absent in collections made
     /// before it existed, which keep working without thumbnails.
     pub thumbnail: Option<Field>,
+    /// One term per written segment, shared by its documents (indexed, not stored): a replace
+    /// deletes "this id, not in the new segment's batch", so the deletes and the new segment go
+    /// in one commit. Absent in collections made before it existed, which replace in two commits.
+    pub batch: Option<Field>,
 }
 
 pub const ID: &str = "id";
@@ -33,6 +37,7 @@ pub const METADATA: &str = "metadata";
 pub const IMPACTS: &str = "impacts";
 pub const DENSE: &str = "dense";
 pub const THUMBNAIL: &str = "thumbnail";
+pub const BATCH: &str = "batch";
 
 fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
     TextFieldIndexing::default()
@@ -43,17 +48,17 @@ fn raw_indexing(option: IndexRecordOption) -> TextFieldIndexing {
 
 /// Builds the schema and its field handles.
 pub fn build() -> (Schema, Fields) {
-    build_with(true, true)
+    build_with(true, true, true)
 }
 
-/// The schema of a collection made before the optional stored fields existed (`dense`,
-/// `thumbnail` when false): such collections must keep opening and working, and tests build
+/// The schema of a collection made before the optional fields existed (`dense`, `thumbnail`
+/// when false; never `batch`): such collections must keep opening and working, and tests build
 /// them with this.
 pub fn build_legacy(dense: bool, thumbnail: bool) -> Schema {
-    build_with(dense, thumbnail).0
+    build_with(dense, thumbnail, false).0
 }
 
-fn build_with(with_dense: bool, with_thumbnail: bool) -> (Schema, Fields) {
+fn build_with(with_dense: bool, with_thumbnail: bool, with_batch: bool) -> (Schema, Fields) {
     let mut b = Schema::builder();
     let keyword =
         TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::Basic));
@@ -73,6 +78,12 @@ fn build_with(with_dense: bool, with_thumbnail: bool) -> (Schema, Fields) {
     );
     let dense = with_dense.then(|| b.add_bytes_field(DENSE, STORED));
     let thumbnail = with_thumbnail.then(|| b.add_bytes_field(THUMBNAIL, STORED));
+    let batch = with_batch.then(|| {
+        b.add_text_field(
+            BATCH,
+            TextOptions::default().set_indexing_options(raw_indexing(IndexRecordOption::Basic)),
+        )
+    });
     let schema = b.build();
     (
         schema,
@@ -85,6 +96,7 @@ fn build_with(with_dense: bool, with_thumbnail: bool) -> (Schema, Fields) {
             impacts,
             dense,
             thumbnail,
+            batch,
         },
     )
 }
@@ -101,5 +113,6 @@ pub fn fields_of(schema: &Schema) -> tantivy::Result<Fields> {
         impacts: get(IMPACTS)?,
         dense: get(DENSE).ok(),
         thumbnail: get(THUMBNAIL).ok(),
+        batch: get(BATCH).ok(),
     })
 }

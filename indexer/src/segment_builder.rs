@@ -80,11 +80,13 @@ pub(crate) fn stored_doc(fields: &Fields, d: &PendingDoc) -> TantivyDocument {
 
 /// Writes `docs` as a new segment of `index` and returns its meta, ready for
 /// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
-/// [`reorder::cluster_order`], not the order of `docs`.
+/// [`reorder::cluster_order`], not the order of `docs`. Where the schema has the `batch` field,
+/// every document gets the term `batch` there (see [`Fields::batch`]).
 pub(crate) fn write_segment(
     index: &Index,
     fields: &Fields,
     docs: &[PendingDoc],
+    batch: &str,
 ) -> Result<Option<SegmentMeta>> {
     if docs.is_empty() {
         return Ok(None);
@@ -129,6 +131,8 @@ pub(crate) fn write_segment(
         }
         if field == fields.impacts {
             buckets.write(&mut serializer, field)?;
+        } else if Some(field) == fields.batch {
+            write_batch_term(&mut serializer, field, batch, docs.len() as u32)?;
         } else {
             copy_postings(&mut serializer, &ram_reader, field)?;
         }
@@ -417,6 +421,23 @@ impl ImpactBuckets {
 }
 
 /// Copies one field's postings (doc ids only: the small fields are indexed without frequencies).
+/// The `batch` field of a new segment: one term, every document.
+fn write_batch_term(
+    serializer: &mut InvertedIndexSerializer,
+    field: tantivy::schema::Field,
+    batch: &str,
+    num_docs: u32,
+) -> Result<()> {
+    let mut fs = serializer.new_field(field, u64::from(num_docs), None)?;
+    fs.new_term(batch.as_bytes(), num_docs, false)?;
+    for doc in 0..num_docs {
+        fs.write_doc(doc, 0, &[]);
+    }
+    fs.close_term()?;
+    fs.close()?;
+    Ok(())
+}
+
 fn copy_postings(
     serializer: &mut InvertedIndexSerializer,
     reader: &SegmentReader,
@@ -512,6 +533,7 @@ mod tests {
                 t.append_type_and_fast_value(3i64);
                 t
             },
+            Term::from_field_text(fields.batch.unwrap(), "b1"),
         ];
         let matches: Vec<std::collections::HashSet<tantivy::DocAddress>> = probes
             .iter()
@@ -588,6 +610,7 @@ mod tests {
         let mut writer: IndexWriter = plain.writer_with_num_threads(1, 20_000_000).unwrap();
         for d in &docs {
             let mut t = stored_doc(&fields, d);
+            t.add_text(fields.batch.unwrap(), "b1");
             for (term, impact) in d.impacts.iter() {
                 for _ in 0..impact {
                     t.add_text(fields.impacts, term);
@@ -600,7 +623,9 @@ mod tests {
         // Ours: one segment written directly, handed over with `add_segment`.
         let direct = Index::create_in_ram(schema);
         let mut writer: IndexWriter = direct.writer_with_num_threads(1, 20_000_000).unwrap();
-        let meta = write_segment(&direct, &fields, &docs).unwrap().unwrap();
+        let meta = write_segment(&direct, &fields, &docs, "b1")
+            .unwrap()
+            .unwrap();
         writer.add_segment(meta).unwrap();
         writer.commit().unwrap();
 

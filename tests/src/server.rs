@@ -81,6 +81,12 @@ impl Server {
         response(req.send_bytes(body))
     }
 
+    /// Kills the process with SIGKILL (no shutdown, no flush) and waits for it.
+    pub fn kill(mut self) {
+        self.child.kill().expect("sending SIGKILL");
+        let _ = self.child.wait();
+    }
+
     /// Graceful stop (SIGTERM): must exit 0.
     pub fn stop(mut self) {
         let pid = self.child.id().to_string();

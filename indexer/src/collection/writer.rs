@@ -1,18 +1,25 @@
 //! Writing: adds, replaces and deletes go to a single tantivy writer; documents are buffered
 //! and written as whole segments (see [`crate::segment_builder`]); a commit makes them durable
-//! and visible to new snapshots.
+//! and visible to new snapshots — all of them or, if the process dies first, none.
+//!
+//! Deletes wait for the commit. A queued tantivy delete also hits segments added after it (they
+//! carry no per-document opstamps), so a replace deletes "this id, but not in the batch that
+//! holds its newest version" ([`crate::schema::Fields::batch`]): old versions and the new segment then change
+//! in one commit. Collections made before the `batch` field commit the deletes first and the
+//! new segment second, as they always did.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::MutexGuard;
 
 use lexlip_proto::{DenseVector, DocId, Document, QuantizedVector};
 use tantivy::merge_policy::LogMergePolicy;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocSet, IndexWriter, TERMINATED, Term};
 
 use super::Collection;
 use crate::error::{IndexError, Result};
-use crate::schema::Fields;
 use crate::segment_builder::{PendingDoc, write_segment};
 
 const WRITER_HEAP: usize = 64 << 20;
@@ -37,15 +44,30 @@ pub(super) struct WriterState {
     pending_ids: HashMap<String, usize>,
     /// Bytes of the pending documents' thumbnails.
     pending_thumbnail_bytes: usize,
-    /// Ids written into segments since the reader last reloaded (so `committed_contains`,
-    /// which looks at the reader's view, cannot see them).
+    /// The `batch` term the pending documents will be written with.
+    batch: String,
+    /// Ids written into segments since the last commit (the reader, which `committed_contains`
+    /// looks at, cannot see them).
     flushed_ids: HashSet<String>,
-    /// Ids whose committed version was deleted since the reader last reloaded.
+    /// Ids whose older versions the next commit deletes, each with the batch that holds the
+    /// version to keep (`None`: deleted, no version kept).
+    doomed: HashMap<String, Option<String>>,
+    /// Ids whose committed version an intermediate commit already deleted (collections without
+    /// the `batch` field only).
     deleted_ids: HashSet<String>,
-    /// A delete was issued since the last commit. tantivy applies a queued delete to every
-    /// segment added with `add_segment` after it (such segments carry no per-document
-    /// opstamps), so a new segment is only added once queued deletes are committed.
-    deletes_queued: bool,
+}
+
+/// A `batch` term no other segment of the collection has: time, a per-process random key and
+/// a counter.
+fn new_batch() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{:016x}", h.finish())
 }
 
 impl Collection {
@@ -59,9 +81,10 @@ impl Collection {
                 pending: Vec::new(),
                 pending_ids: HashMap::new(),
                 pending_thumbnail_bytes: 0,
+                batch: new_batch(),
                 flushed_ids: HashSet::new(),
+                doomed: HashMap::new(),
                 deleted_ids: HashSet::new(),
-                deletes_queued: false,
             });
         }
         Ok(guard)
@@ -126,8 +149,12 @@ impl Collection {
                 .saturating_sub(replaced.thumbnail.as_ref().map_or(0, Vec::len));
             return Ok(());
         }
-        if state.flushed_ids.contains(&id) || self.committed_contains(state, &id)? {
-            Self::queue_delete(state, self.fields, &id);
+        if state.doomed.contains_key(&id)
+            || state.flushed_ids.contains(&id)
+            || self.committed_contains(state, &id)?
+        {
+            // Older versions go at the commit; this one, in the pending batch, stays.
+            state.doomed.insert(id.clone(), Some(state.batch.clone()));
         }
         state.pending_ids.insert(id, state.pending.len());
         state.pending.push(PendingDoc {
@@ -151,8 +178,9 @@ impl Collection {
         let Some(state) = guard.as_mut() else {
             return Err(IndexError::ReadOnly);
         };
+        let id = id.as_str();
         let mut existed = false;
-        if let Some(i) = state.pending_ids.remove(id.as_str()) {
+        if let Some(i) = state.pending_ids.remove(id) {
             let removed = state.pending.swap_remove(i);
             state.pending_thumbnail_bytes = state
                 .pending_thumbnail_bytes
@@ -164,36 +192,65 @@ impl Collection {
             }
             existed = true;
         }
-        if state.flushed_ids.remove(id.as_str()) || self.committed_contains(state, id.as_str())? {
-            Self::queue_delete(state, self.fields, id.as_str());
-            existed = true;
+        // A version kept by an earlier replace (`Some`), flushed or committed: all go.
+        let kept = matches!(state.doomed.get(id), Some(Some(_)));
+        let flushed = state.flushed_ids.remove(id);
+        let older = kept || flushed || self.committed_contains(state, id)?;
+        if older || state.doomed.contains_key(id) {
+            state.doomed.insert(id.to_string(), None);
         }
-        Ok(existed)
+        Ok(existed || older)
     }
 
-    /// Deletes every written version of `id` at the next commit.
-    fn queue_delete(state: &mut WriterState, fields: Fields, id: &str) {
-        state
-            .writer
-            .delete_term(Term::from_field_text(fields.id, id));
-        state.deleted_ids.insert(id.to_string());
-        state.deletes_queued = true;
+    /// Queues the deletes of `doomed` in the tantivy writer: each id everywhere but in the
+    /// batch that keeps its newest version. Queued last, they reach every segment added before.
+    fn queue_deletes(&self, state: &mut WriterState) -> Result<()> {
+        for (id, keep) in state.doomed.drain() {
+            let term = Term::from_field_text(self.fields.id, &id);
+            match (keep, self.fields.batch) {
+                (Some(batch), Some(field)) => {
+                    let clauses: Vec<(Occur, Box<dyn Query>)> = vec![
+                        (
+                            Occur::Must,
+                            Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
+                        ),
+                        (
+                            Occur::MustNot,
+                            Box::new(TermQuery::new(
+                                Term::from_field_text(field, &batch),
+                                IndexRecordOption::Basic,
+                            )),
+                        ),
+                    ];
+                    state
+                        .writer
+                        .delete_query(Box::new(BooleanQuery::new(clauses)))?;
+                }
+                _ => {
+                    state.writer.delete_term(term);
+                }
+            }
+            state.deleted_ids.insert(id);
+        }
+        Ok(())
     }
 
     fn flush(&self, state: &mut WriterState) -> Result<()> {
         if state.pending.is_empty() {
             return Ok(());
         }
-        if state.deletes_queued {
-            // Apply queued deletes before the new segment exists (see `deletes_queued`). Readers
-            // reload manually, so none sees this intermediate commit.
+        if self.fields.batch.is_none() && !state.doomed.is_empty() {
+            // No `batch` field: the deletes must be committed before the new segment exists
+            // (a queued delete would hit it). Readers reload manually, so none sees this
+            // intermediate commit; a crash right after it loses the replaced documents.
+            self.queue_deletes(state)?;
             state.writer.commit()?;
-            state.deletes_queued = false;
         }
         let pending = std::mem::take(&mut state.pending);
         state.pending_ids.clear();
         state.pending_thumbnail_bytes = 0;
-        if let Some(meta) = write_segment(&self.index, &self.fields, &pending)? {
+        let batch = std::mem::replace(&mut state.batch, new_batch());
+        if let Some(meta) = write_segment(&self.index, &self.fields, &pending, &batch)? {
             state.writer.add_segment(meta)?;
             state
                 .flushed_ids
@@ -206,6 +263,32 @@ impl Collection {
         Ok(())
     }
 
+    /// Runs `f` (adds and deletes), then commits: all of it becomes durable and visible, or —
+    /// when `f` or the commit fails — none of it is ever written (the writer is rolled back, so
+    /// a later commit cannot publish half of a failed write).
+    pub fn transaction<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        let result = f(self).and_then(|value| self.commit().map(|()| value));
+        if result.is_err() {
+            // The writer state is dropped even when tantivy's rollback itself fails, so nothing
+            // of the failed write survives either way; the first error is the one to report.
+            let _ = self.rollback();
+        }
+        result
+    }
+
+    /// Drops every add and delete since the last commit: nothing of them is ever written to
+    /// the collection (call it when a write fails half-way, so that the next commit does not
+    /// publish it).
+    pub fn rollback(&self) -> Result<()> {
+        let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut state) = guard.take() {
+            state.writer.rollback()?;
+            // A fresh state on the next write; the rolled-back writer is released here.
+            drop(state);
+        }
+        Ok(())
+    }
+
     /// Makes every add and delete so far durable and visible to new snapshots.
     pub fn commit(&self) -> Result<()> {
         let mut guard = self.writer()?;
@@ -213,10 +296,10 @@ impl Collection {
             return Err(IndexError::ReadOnly);
         };
         self.flush(state)?;
+        self.queue_deletes(state)?;
         state.writer.commit()?;
         state.flushed_ids.clear();
         state.deleted_ids.clear();
-        state.deletes_queued = false;
         drop(guard);
         self.reload()
     }
@@ -268,7 +351,7 @@ impl Collection {
 
     /// Whether the last reloaded commit holds a live document `id` not deleted since.
     fn committed_contains(&self, state: &WriterState, id: &str) -> Result<bool> {
-        if state.deleted_ids.contains(id) {
+        if state.deleted_ids.contains(id) || state.doomed.contains_key(id) {
             return Ok(false);
         }
         let searcher = self.reader.searcher();

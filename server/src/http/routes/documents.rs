@@ -268,10 +268,12 @@ pub async fn add(
     let _writer = open.write.lock().await;
     let c = open.collection.clone();
     let documents = blocking(move || {
-        for p in prepared {
-            c.add_with(p.doc, p.impacts, p.extras)?;
-        }
-        c.commit()?;
+        c.transaction(|c| {
+            for p in prepared {
+                c.add_with(p.doc, p.impacts, p.extras)?;
+            }
+            Ok(())
+        })?;
         Ok(c.snapshot()?.num_docs())
     })
     .await?;
@@ -325,10 +327,7 @@ pub async fn delete(
     let _writer = open.write.lock().await;
     let c = open.collection.clone();
     let (existed, documents) = blocking(move || {
-        let existed = c.delete(&doc_id)?;
-        if existed {
-            c.commit()?;
-        }
+        let existed = c.transaction(|c| c.delete(&doc_id))?;
         Ok((existed, c.snapshot()?.num_docs()))
     })
     .await?;
