@@ -3,6 +3,7 @@
 
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::Module;
@@ -135,23 +136,60 @@ impl ImageProcessor {
     }
 }
 
+/// The default of [`set_max_image_pixels`]: 40 megapixels, more than any camera photo.
+pub const DEFAULT_MAX_IMAGE_PIXELS: u64 = 40_000_000;
+
+static MAX_IMAGE_PIXELS: AtomicU64 = AtomicU64::new(DEFAULT_MAX_IMAGE_PIXELS);
+
+/// Sets the largest image (width × height) [`decode_rgb`] decodes, for the whole process (the
+/// `--max-image-pixels` option). A small file can declare a huge picture (a 500 KB PNG of
+/// 13,000 × 13,000 pixels decodes to 500 MB), so the size is checked from the header, before
+/// any pixel is decoded.
+pub fn set_max_image_pixels(pixels: u64) {
+    MAX_IMAGE_PIXELS.store(pixels.max(1), Ordering::Relaxed);
+}
+
+/// The current limit of [`set_max_image_pixels`].
+pub fn max_image_pixels() -> u64 {
+    MAX_IMAGE_PIXELS.load(Ordering::Relaxed)
+}
+
 /// Decodes an image (JPEG, PNG, WebP, GIF: first frame) to RGB pixels, transparency composited
 /// over white ([`rgb_on_white`]). `input` names the image in errors; an empty image is an error,
-/// so every later step can rely on at least one pixel.
+/// so every later step can rely on at least one pixel, and so is one larger than
+/// [`max_image_pixels`] (checked before decoding; the decoder's allocations are bounded too).
 pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
     let err = |message: String| ModelError::Image {
         input: input.to_string(),
         message,
     };
-    let reader = image::ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| err(e.to_string()))?;
-    if reader.format().is_none() {
+    let reader = || {
+        image::ImageReader::new(Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| err(e.to_string()))
+    };
+    let mut header = reader()?;
+    if header.format().is_none() {
         return Err(err(
             "unrecognised image format (expected JPEG, PNG, WebP or GIF)".into(),
         ));
     }
-    let rgb = rgb_on_white(reader.decode().map_err(|e| err(e.to_string()))?);
+    let max = max_image_pixels();
+    header.no_limits();
+    let (w, h) = header.into_dimensions().map_err(|e| err(e.to_string()))?;
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > max {
+        return Err(err(format!(
+            "the image is {w} × {h} = {pixels} pixels, more than the {max} this server decodes \
+             (--max-image-pixels); send a smaller image"
+        )));
+    }
+    let mut limits = image::Limits::default();
+    // 16-bit RGBA is the widest buffer a decoder fills, plus its working memory.
+    limits.max_alloc = Some(max.saturating_mul(8).saturating_add(64 << 20));
+    let mut decoder = reader()?;
+    decoder.limits(limits);
+    let rgb = rgb_on_white(decoder.decode().map_err(|e| err(e.to_string()))?);
     let (w, h) = rgb.dimensions();
     if w == 0 || h == 0 {
         return Err(err("the image is empty".into()));
@@ -594,6 +632,60 @@ mod tests {
         let mut out = Cursor::new(Vec::new());
         img.write_to(&mut out, image::ImageFormat::Png).unwrap();
         out.into_inner()
+    }
+
+    /// A PNG that declares `w × h` RGB pixels and carries almost no data: what a
+    /// decompression bomb's header looks like.
+    fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+        fn crc32(bytes: &[u8]) -> u32 {
+            let mut crc = 0xffff_ffffu32;
+            for &b in bytes {
+                crc ^= u32::from(b);
+                for _ in 0..8 {
+                    crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
+                }
+            }
+            !crc
+        }
+        let chunk = |kind: &[u8], data: &[u8]| {
+            let mut c = (data.len() as u32).to_be_bytes().to_vec();
+            let body = [kind, data].concat();
+            c.extend_from_slice(&body);
+            c.extend_from_slice(&crc32(&body).to_be_bytes());
+            c
+        };
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&h.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        let empty_zlib = [0x78, 0x01, 0x01, 0x00, 0x00, 0xff, 0xff, 0, 0, 0, 1];
+        [
+            b"\x89PNG\r\n\x1a\n".to_vec(),
+            chunk(b"IHDR", &ihdr),
+            chunk(b"IDAT", &empty_zlib),
+            chunk(b"IEND", &[]),
+        ]
+        .concat()
+    }
+
+    /// A 13,000 × 13,000 PNG of a few dozen bytes is refused from its header, naming the limit,
+    /// instead of allocating half a gigabyte; a real image under the limit decodes.
+    #[test]
+    fn images_over_the_pixel_limit_are_refused_before_decoding() {
+        let bomb = png_header_only(13_000, 13_000);
+        assert!(bomb.len() < 100);
+        let e = decode_rgb(&bomb, "bomb.png").unwrap_err().to_string();
+        assert!(e.contains("13000 × 13000 = 169000000 pixels"), "{e}");
+        assert!(e.contains("--max-image-pixels"), "{e}");
+        assert!(e.contains("bomb.png"), "{e}");
+        // Under the limit, the same (broken) file gets to the decoder, which reports its own error.
+        let small = png_header_only(64, 64);
+        let e = decode_rgb(&small, "small.png").unwrap_err().to_string();
+        assert!(!e.contains("--max-image-pixels"), "{e}");
+        let real = png(image::DynamicImage::new_rgb8(64, 48));
+        assert_eq!(
+            decode_rgb(&real, "real.png").unwrap().dimensions(),
+            (64, 48)
+        );
     }
 
     /// A transparent PNG whose hidden colour is black is seen as the same picture on white;

@@ -81,6 +81,33 @@ impl Server {
         response(req.send_bytes(body))
     }
 
+    /// Sends a body the server refuses before reading it all (over `--max-body-mb`) and returns
+    /// the status it answers. A plain socket, because the server may answer and close while the
+    /// body is still going out: an HTTP client then reports the broken pipe, not the answer.
+    pub fn status_of_oversized(&self, method: &str, path: &str, body: &[u8]) -> u16 {
+        use std::io::{Read, Write};
+        let host = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(host).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        // Either write may fail once the server has answered and closed: the answer is read next.
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        let status = text.split_whitespace().nth(1).unwrap_or_default();
+        status
+            .parse()
+            .unwrap_or_else(|_| panic!("no HTTP status in {text:?}"))
+    }
+
     /// Kills the process with SIGKILL (no shutdown, no flush) and waits for it.
     pub fn kill(mut self) {
         self.child.kill().expect("sending SIGKILL");

@@ -20,9 +20,22 @@ pub struct ModelArgs {
     /// Run the encoders on the GPU (build with --features cuda).
     #[arg(long)]
     pub gpu: bool,
+    /// Largest image, in pixels (width × height), decoded; larger ones are refused from their
+    /// header before decoding [default: 40000000].
+    #[arg(long, value_name = "PIXELS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_image_pixels: Option<u64>,
 }
 
 impl ModelArgs {
+    /// Applies the process-wide limits these options set (image decoding); call once, before
+    /// any image is read.
+    pub fn apply_limits(&self) {
+        lexlip_model::image::set_max_image_pixels(
+            self.max_image_pixels
+                .unwrap_or(lexlip_model::image::DEFAULT_MAX_IMAGE_PIXELS),
+        );
+    }
+
     /// The model path, resolving `hf:` ids; an error naming `what` needs it when none is given.
     pub fn path(&self, what: &str) -> anyhow::Result<PathBuf> {
         let Some(model) = &self.model else {
@@ -34,6 +47,7 @@ impl ModelArgs {
     /// Loads the encoders, with `options` for what only some commands set (max length, image
     /// size); the tokenizer comes from `--tokenizer`.
     pub fn load(&self, what: &str, options: LoadOptions) -> anyhow::Result<(PathBuf, Encoders)> {
+        self.apply_limits();
         let path = self.path(what)?;
         let device = lexlip_model::device(self.gpu)?;
         let options = LoadOptions {

@@ -69,6 +69,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    args.model.apply_limits();
     anyhow::ensure!(
         args.max_body_mb > 0 && args.max_in_flight > 0 && args.max_batch > 0 && args.queue > 0,
         "--max-body-mb, --max-in-flight, --max-batch and --queue must be at least 1"
