@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use lexlip_index::{Catalog, Collection, CollectionSettings};
@@ -18,7 +19,32 @@ use super::metrics::Metrics;
 /// commit) atomic with respect to other writers.
 pub struct Open {
     pub collection: Arc<Collection>,
-    pub write: tokio::sync::Mutex<()>,
+    write: tokio::sync::Mutex<()>,
+    /// Set, under `write`, when the collection is deleted: a request that looked it up before
+    /// and waited for `write` must not write through it (its files are gone, and a collection
+    /// of the same name may already live there).
+    deleted: AtomicBool,
+}
+
+impl Open {
+    fn new(collection: Collection) -> Arc<Self> {
+        Arc::new(Self {
+            collection: Arc::new(collection),
+            write: tokio::sync::Mutex::new(()),
+            deleted: AtomicBool::new(false),
+        })
+    }
+
+    /// Waits for the other writers of this collection; 404 when it was deleted meanwhile.
+    pub async fn lock_for_write(&self, name: &str) -> ApiResult<tokio::sync::MutexGuard<'_, ()>> {
+        let guard = self.write.lock().await;
+        if self.deleted.load(Ordering::Acquire) {
+            return Err(ApiError::not_found(format!(
+                "collection {name:?} was deleted while this request waited; nothing was written"
+            )));
+        }
+        Ok(guard)
+    }
 }
 
 /// Limits and switches of one server.
@@ -38,6 +64,11 @@ pub struct Limits {
 pub struct AppState {
     catalog: Catalog,
     collections: RwLock<BTreeMap<String, Arc<Open>>>,
+    /// Collections on disk that did not open at startup, with the reason: reported by
+    /// `/readyz`, refused by name, removable with DELETE.
+    broken: RwLock<BTreeMap<String, String>>,
+    /// Held by create and delete, so that the files of one name change one operation at a time.
+    lifecycle: Mutex<()>,
     pub encoders: Arc<EncoderService>,
     pub metrics: Metrics,
     pub limits: Limits,
@@ -56,10 +87,20 @@ impl AppState {
     ) -> anyhow::Result<Self> {
         let catalog = Catalog::open(data_dir)?;
         let mut collections = BTreeMap::new();
+        let mut broken = BTreeMap::new();
         for name in catalog.names()? {
-            let c = catalog
-                .open_collection(&name)
-                .map_err(|e| anyhow::anyhow!("cannot open collection {name}: {e}"))?;
+            let c = match catalog.open_collection(&name) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(
+                        collection = %name,
+                        "cannot open collection {name:?} ({e}); serving the others. \
+                         DELETE /v1/collections/{name} removes its directory"
+                    );
+                    broken.insert(name, e.to_string());
+                    continue;
+                }
+            };
             if let (Some(ts), false) = (encoders.term_space(), c.manifest().term_space.is_free())
                 && !c.manifest().term_space.same_vocabulary(ts)
             {
@@ -70,18 +111,14 @@ impl AppState {
                 );
             }
             metrics.set_documents(&name, c.snapshot()?.num_docs());
-            collections.insert(
-                name,
-                Arc::new(Open {
-                    collection: Arc::new(c),
-                    write: tokio::sync::Mutex::new(()),
-                }),
-            );
+            collections.insert(name, Open::new(c));
         }
         let admission = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
         Ok(Self {
             catalog,
             collections: RwLock::new(collections),
+            broken: RwLock::new(broken),
+            lifecycle: Mutex::new(()),
             encoders: Arc::new(encoders),
             metrics,
             limits,
@@ -90,16 +127,39 @@ impl AppState {
     }
 
     pub fn get(&self, name: &str) -> ApiResult<Arc<Open>> {
-        self.collections
+        if let Some(open) = self
+            .collections
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Ok(open.clone());
+        }
+        if let Some(reason) = self.broken_reason(name) {
+            return Err(ApiError::internal(format!(
+                "collection {name:?} is on disk but could not be opened ({reason}); \
+                 DELETE /v1/collections/{name} removes it"
+            )));
+        }
+        Err(ApiError::not_found(format!(
+            "no collection named {name:?}; create it with PUT /v1/collections/{name}"
+        )))
+    }
+
+    fn broken_reason(&self, name: &str) -> Option<String> {
+        self.broken
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
             .cloned()
-            .ok_or_else(|| {
-                ApiError::not_found(format!(
-                    "no collection named {name:?}; create it with PUT /v1/collections/{name}"
-                ))
-            })
+    }
+
+    /// Collections that did not open at startup, with the reason.
+    pub fn broken(&self) -> BTreeMap<String, String> {
+        self.broken
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn names(&self) -> Vec<(String, Arc<Open>)> {
@@ -115,6 +175,13 @@ impl AppState {
     /// sparse encoder). Returns whether it was created (false: it existed with these settings).
     pub fn create(&self, name: &str, settings: CollectionSettings) -> ApiResult<bool> {
         Catalog::validate_name(name)?;
+        let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reason) = self.broken_reason(name) {
+            return Err(ApiError::conflict(format!(
+                "collection {name:?} exists on disk but could not be opened ({reason}); \
+                 DELETE /v1/collections/{name} removes it first"
+            )));
+        }
         let mut map = self.collections.write().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = map.get(name) {
             let have = &existing.collection.manifest().settings;
@@ -133,25 +200,38 @@ impl AppState {
         };
         let c = self.catalog.create(name, space, settings, vocab)?;
         self.metrics.set_documents(name, 0);
-        map.insert(
-            name.to_string(),
-            Arc::new(Open {
-                collection: Arc::new(c),
-                write: tokio::sync::Mutex::new(()),
-            }),
-        );
+        map.insert(name.to_string(), Open::new(c));
         Ok(true)
     }
 
-    /// Removes a collection and its files. Searches already running finish on their snapshot.
+    /// Removes a collection and its files (a collection that did not open at startup too).
+    /// Searches already running finish on their snapshot; a write running now finishes first,
+    /// and one waiting for it gets 404 (blocking: call it off the async runtime).
     pub fn delete(&self, name: &str) -> ApiResult<()> {
+        let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
         let removed = self
             .collections
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
-        if removed.is_none() {
-            return Err(ApiError::not_found(format!("no collection named {name:?}")));
+        match removed {
+            Some(open) => {
+                let _writer = open.write.blocking_lock();
+                open.deleted.store(true, Ordering::Release);
+                // Releases its tantivy writer (and lock file) before the files go.
+                open.collection.rollback()?;
+            }
+            None => {
+                let was_broken = self
+                    .broken
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(name)
+                    .is_some();
+                if !was_broken {
+                    return Err(ApiError::not_found(format!("no collection named {name:?}")));
+                }
+            }
         }
         self.metrics.forget_collection(name);
         Ok(self.catalog.delete(name)?)

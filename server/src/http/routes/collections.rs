@@ -110,9 +110,7 @@ pub async fn delete(
     State(state): State<SharedState>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Deleted>> {
-    let open = state.get(&name)?;
-    // Wait for a running write to finish before the files go.
-    let _writer = open.write.lock().await;
+    // `delete` waits for a running write to finish before the files go.
     let st = state.clone();
     blocking(move || st.delete(&name)).await?;
     Ok(Json(Deleted { deleted: true }))

@@ -265,7 +265,7 @@ pub async fn add(
         .map(|(n, d)| prepare(&state, &name, &open, n, d));
     let prepared: Vec<Prepared> = futures_util::future::try_join_all(futures).await?;
     let n = prepared.len();
-    let _writer = open.write.lock().await;
+    let _writer = open.lock_for_write(&name).await?;
     let c = open.collection.clone();
     let documents = blocking(move || {
         c.transaction(|c| {
@@ -324,7 +324,7 @@ pub async fn delete(
 ) -> ApiResult<Json<Deleted>> {
     let open = state.get(&name)?;
     let doc_id = DocId::new(id.clone())?;
-    let _writer = open.write.lock().await;
+    let _writer = open.lock_for_write(&name).await?;
     let c = open.collection.clone();
     let (existed, documents) = blocking(move || {
         let existed = c.transaction(|c| c.delete(&doc_id))?;

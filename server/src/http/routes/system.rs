@@ -22,6 +22,7 @@ pub async fn readyz(State(state): State<SharedState>) -> impl IntoResponse {
             "status": "ready",
             "models": state.encoders.describe(),
             "collections": collections,
+            "broken_collections": state.broken(),
         })),
     )
 }
