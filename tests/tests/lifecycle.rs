@@ -49,7 +49,7 @@ async fn a_write_that_waited_through_a_delete_and_recreate_writes_nothing() {
     // The name is free again, and a new collection takes it.
     assert!(state.create("c", CollectionSettings::default()).unwrap());
     // A second request had looked up the old collection before the delete: it must not write.
-    let refused = stale.lock_for_write("c").await.err().expect("refused");
+    let refused = stale.lock_for_write("c").await.expect_err("refused");
     assert_eq!(refused.into_response().status(), StatusCode::NOT_FOUND);
     // The new collection is untouched and writable.
     let fresh = state.get("c").unwrap();
