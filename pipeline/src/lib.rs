@@ -15,6 +15,7 @@ pub mod errors_file;
 pub mod eval;
 pub mod item;
 pub mod job;
+pub mod line_limit;
 pub mod merge;
 pub mod progress;
 pub mod report;

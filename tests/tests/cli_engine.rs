@@ -194,6 +194,28 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         1
     );
 
+    // A small gzip that expands to one 20 MB line: refused at 16 MiB, collection unchanged.
+    let bomb = dir.path().join("bomb.jsonl.gz");
+    write_gz(&bomb, &format!("{{\"id\":\"{}\"}}\n", "0".repeat(20 << 20)));
+    assert!(std::fs::metadata(&bomb).unwrap().len() < 200_000);
+    let out = lexlip(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        bomb.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 1 is longer than 16777216 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        lexlip_json(&["stats", "--collection", col_s, "--json"])["documents"],
+        1
+    );
+
     for q in ["{\"dog\": -1}", "{\"dog\": \"x\"}", "not json"] {
         let out = lexlip(&["search", "--collection", col_s, "--vector", q]);
         assert!(!out.status.success(), "{q}");

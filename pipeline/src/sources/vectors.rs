@@ -13,6 +13,7 @@ use lexlip_proto::{DocId, Document, Modality, VectorInput};
 use serde::Deserialize;
 
 use crate::error::{PipelineError, Result};
+use crate::line_limit::{LineLimit, MAX_LINE_BYTES};
 
 #[derive(Deserialize)]
 struct RawLine {
@@ -74,12 +75,15 @@ pub fn open_lines(path: &Path) -> Result<Box<dyn BufRead + Send>> {
         .map_err(|e| PipelineError::io(path, e))?;
     let file = File::open(path).map_err(|e| PipelineError::io(path, e))?;
     if n == 2 && magic == [0x1f, 0x8b] {
-        Ok(Box::new(BufReader::with_capacity(
-            1 << 20,
-            flate2::read::MultiGzDecoder::new(file),
+        Ok(Box::new(LineLimit::new(
+            BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)),
+            MAX_LINE_BYTES,
         )))
     } else {
-        Ok(Box::new(BufReader::with_capacity(1 << 20, file)))
+        Ok(Box::new(LineLimit::new(
+            BufReader::with_capacity(1 << 20, file),
+            MAX_LINE_BYTES,
+        )))
     }
 }
 
