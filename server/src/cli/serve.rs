@@ -11,7 +11,7 @@ use crate::http::batcher::BatchConfig;
 use crate::http::encoders::{EncoderService, ModelPaths};
 use crate::http::metrics::Metrics;
 use crate::http::state::{AppState, Limits};
-use crate::http::{ServerConfig, serve, shared};
+use crate::http::{ConnectionLimits, ServerConfig, serve, shared};
 
 /// `--model` gives text and image encoders together (a LexLIP .ckpt or directory); every model
 /// flag also takes `hf:OWNER/NAME` (Hugging Face Hub, cached).
@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// Seconds before a request is abandoned with 503.
     #[arg(long, default_value_t = 30)]
     pub request_timeout_s: u64,
+    /// Seconds a client has to send a request's headers (and an idle kept-alive connection to
+    /// start the next request) before its connection is closed.
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout_s: u64,
+    /// Connections open at once; more wait until one closes (keep it under the process's
+    /// file-descriptor limit, `ulimit -n`).
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
     /// Requests handled at once; more are refused with 503 + Retry-After.
     #[arg(long, default_value_t = 64)]
     pub max_in_flight: usize,
@@ -114,5 +122,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .thread_name("lexlip-http")
         .build()?;
-    runtime.block_on(serve(state, config))
+    let connections = ConnectionLimits {
+        header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+        max_connections: args.max_connections.max(1),
+    };
+    runtime.block_on(serve(state, config, connections))
 }

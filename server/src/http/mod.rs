@@ -13,6 +13,7 @@ pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -193,8 +194,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// How connections are accepted: what a slow or idle client may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A client must send a request's headers within this time, or its connection is closed
+    /// (also between requests of a kept-alive connection).
+    pub header_timeout: Duration,
+    /// Connections open at once; the next one waits in the listen queue until one closes.
+    pub max_connections: usize,
+}
+
 /// Serves until Ctrl-C or SIGTERM, then stops accepting and finishes in-flight requests.
-pub async fn serve(state: SharedState, config: ServerConfig) -> anyhow::Result<()> {
+///
+/// Each connection is served by hyper's HTTP/1 with a header-read timeout (axum's own `serve`
+/// runs without a timer, so a client that sends headers slowly held its connection forever),
+/// and at most `max_connections` are open at once.
+pub async fn serve(
+    state: SharedState,
+    config: ServerConfig,
+    limits: ConnectionLimits,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.addr))?;
@@ -203,9 +222,47 @@ pub async fn serve(state: SharedState, config: ServerConfig) -> anyhow::Result<(
     println!("lexlip listening on http://{local}");
     tracing::info!(%local, "listening");
     let app = router(state.clone(), &config);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = slots.clone().acquire_owned() => slot?,
+        };
+        let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(
+                hyper_util::rt::TokioIo::new(stream),
+                hyper_util::service::TowerToHyperService::new(app.clone()),
+            );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }

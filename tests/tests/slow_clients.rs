@@ -1,0 +1,66 @@
+//! Slow clients cannot hold the server: a connection that does not finish sending its headers
+//! within `--header-timeout-s` is closed, which frees its slot of `--max-connections` for the
+//! clients behind it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use lexlip_tests::Server;
+
+#[test]
+fn connections_that_never_finish_their_headers_are_closed() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        data.path(),
+        &[
+            "--header-timeout-s".into(),
+            "1".into(),
+            "--max-connections".into(),
+            "4".into(),
+        ],
+    );
+    let url = s.url("");
+    let host = url.trim_start_matches("http://").to_string();
+    // Every connection slot taken by a client that stops half-way through its headers.
+    let mut slow: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = TcpStream::connect(&host).unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: lexlip\r\n")
+                .unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c
+        })
+        .collect();
+
+    // A client behind them is served once the header timeout has closed them.
+    let start = Instant::now();
+    let answer = ureq::get(&s.url("/healthz"))
+        .timeout(Duration::from_secs(20))
+        .call()
+        .expect("served after the slow connections were closed");
+    assert_eq!(answer.status(), 200);
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "waited {waited:?} for a connection slot"
+    );
+
+    // And the slow ones were closed by the server (end of stream, or a reset).
+    for c in &mut slow {
+        let mut rest = Vec::new();
+        let closed = match c.read_to_end(&mut rest) {
+            Ok(_) => true,
+            Err(e) => {
+                e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut
+            }
+        };
+        assert!(closed, "a slow connection is still open");
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("200 OK"),
+            "an unfinished request was answered"
+        );
+    }
+    s.stop();
+}
