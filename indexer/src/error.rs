@@ -62,6 +62,26 @@ impl IndexError {
             source,
         }
     }
+
+    /// Whether the cause is a full disk or an exhausted quota (ENOSPC, EDQUOT), wherever in
+    /// the chain of sources the I/O error sits (tantivy wraps it in its own errors).
+    pub fn is_storage_full(&self) -> bool {
+        const ENOSPC: i32 = 28;
+        const EDQUOT: i32 = 122;
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && matches!(io.raw_os_error(), Some(ENOSPC | EDQUOT))
+            {
+                return true;
+            }
+            if e.to_string().contains("No space left on device") {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
 }
 
 impl From<std::io::Error> for IndexError {
@@ -74,3 +94,20 @@ impl From<std::io::Error> for IndexError {
 }
 
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_recognised_through_tantivy_errors() {
+        let full = || std::io::Error::from_raw_os_error(28);
+        assert!(IndexError::io("/x", full()).is_storage_full());
+        let wrapped =
+            IndexError::Tantivy(tantivy::TantivyError::IoError(std::sync::Arc::new(full())));
+        assert!(wrapped.is_storage_full());
+        let other = IndexError::io("/x", std::io::Error::from_raw_os_error(13));
+        assert!(!other.is_storage_full());
+        assert!(!IndexError::ReadOnly.is_storage_full());
+    }
+}

@@ -78,6 +78,8 @@ pub enum ErrorCode {
     Unprocessable,
     TooManyRequests,
     Unavailable,
+    /// The disk is full (507): nothing of the write was stored; reads keep working.
+    InsufficientStorage,
     Unauthorized,
     Internal,
 }

@@ -65,6 +65,14 @@ impl ApiError {
     pub fn internal(m: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, m)
     }
+    /// The disk is full: the write was rolled back; reads keep working.
+    pub fn storage_full(m: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            ErrorCode::InsufficientStorage,
+            m,
+        )
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -103,6 +111,12 @@ fn chain(e: &dyn std::error::Error) -> String {
 impl From<IndexError> for ApiError {
     fn from(e: IndexError) -> Self {
         let message = chain(&e);
+        if e.is_storage_full() {
+            return ApiError::storage_full(format!(
+                "the data directory's disk is full; nothing of this write was stored (free space \
+                 and retry): {message}"
+            ));
+        }
         match &e {
             IndexError::InvalidQuery(_)
             | IndexError::InvalidSetting(_)
