@@ -267,7 +267,24 @@ impl Collection {
     /// when `f` or the commit fails — none of it is ever written (the writer is rolled back, so
     /// a later commit cannot publish half of a failed write).
     pub fn transaction<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
-        let result = f(self).and_then(|value| self.commit().map(|()| value));
+        self.transaction_unless_abandoned(f, || true)
+    }
+
+    /// [`Self::transaction`] that asks `may_commit` right before committing: `false` (the
+    /// request was abandoned: timed out, client gone) rolls everything back and returns
+    /// [`IndexError::Cancelled`], so a write never commits after its caller gave up on it.
+    pub fn transaction_unless_abandoned<T>(
+        &self,
+        f: impl FnOnce(&Self) -> Result<T>,
+        may_commit: impl FnOnce() -> bool,
+    ) -> Result<T> {
+        let result = f(self).and_then(|value| {
+            if may_commit() {
+                self.commit().map(|()| value)
+            } else {
+                Err(IndexError::Cancelled)
+            }
+        });
         if result.is_err() {
             // The writer state is dropped even when tantivy's rollback itself fails, so nothing
             // of the failed write survives either way; the first error is the one to report.

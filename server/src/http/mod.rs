@@ -5,6 +5,7 @@ pub mod api;
 pub mod batcher;
 pub mod encoders;
 pub mod error;
+pub mod gate;
 pub mod metrics;
 pub mod openapi;
 pub mod page;
@@ -125,8 +126,9 @@ async fn not_found() -> ApiError {
 
 /// Admission control and the per-request timeout: at most `max_in_flight` requests run at
 /// once (more get 503 + Retry-After at once, so memory stays flat under overload), and each
-/// must finish within `request_timeout`.
-async fn admit(State(state): State<SharedState>, req: Request, next: Next) -> Response {
+/// must finish within `request_timeout` — except a write that has begun to commit, which is
+/// waited for and answered (see [`gate`]): a 503 always means nothing was written.
+async fn admit(State(state): State<SharedState>, mut req: Request, next: Next) -> Response {
     let Ok(permit) = state.admission.clone().try_acquire_owned() else {
         state.metrics.rejected();
         return ApiError::unavailable(
@@ -135,17 +137,29 @@ async fn admit(State(state): State<SharedState>, req: Request, next: Next) -> Re
         )
         .into_response();
     };
+    let gate = gate::CommitGate::default();
+    req.extensions_mut().insert(gate.clone());
+    // A client that goes away abandons its request too.
+    let _abandon_on_drop = gate.abandon_on_drop();
     let timeout = state.limits.request_timeout;
-    let response = match tokio::time::timeout(timeout, next.run(req)).await {
-        Ok(r) => r,
-        Err(_) => ApiError::unavailable(
-            format!(
-                "the request took longer than {} s (--request-timeout-s)",
-                timeout.as_secs_f64()
-            ),
-            1,
-        )
-        .into_response(),
+    let run = next.run(req);
+    tokio::pin!(run);
+    let response = tokio::select! {
+        response = &mut run => response,
+        () = tokio::time::sleep(timeout) => {
+            if gate.abandon() {
+                ApiError::unavailable(
+                    format!(
+                        "the request took longer than {} s (--request-timeout-s); nothing was written",
+                        timeout.as_secs_f64()
+                    ),
+                    1,
+                )
+                .into_response()
+            } else {
+                run.await
+            }
+        }
     };
     drop(permit);
     response

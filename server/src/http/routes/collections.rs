@@ -1,14 +1,15 @@
 //! Collections: create, list with figures, show, delete.
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
 use lexlip_index::{Collection, CollectionSettings};
 
 use super::{blocking, parse_json, read_body};
 use crate::http::api::{CollectionInfo, CollectionList, CreateCollection, Deleted};
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::gate::CommitGate;
 use crate::http::state::SharedState;
 
 fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
@@ -34,9 +35,11 @@ fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
 pub async fn create(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    gate: Option<Extension<CommitGate>>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<CollectionInfo>)> {
+    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     let bytes = read_body(body, state.limits.max_body_bytes).await?;
     let req: CreateCollection = if bytes.iter().all(u8::is_ascii_whitespace) {
         CreateCollection::default()
@@ -62,7 +65,13 @@ pub async fn create(
     settings.validate()?;
     let st = state.clone();
     let name2 = name.clone();
-    let created = blocking(move || st.create(&name2, settings)).await?;
+    let created = blocking(move || {
+        if !gate.begin_commit() {
+            return Err(abandoned());
+        }
+        st.create(&name2, settings)
+    })
+    .await?;
     let open = state.get(&name)?;
     let c = open.collection.clone();
     let n = name.clone();
@@ -109,9 +118,22 @@ pub async fn show(
 pub async fn delete(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    gate: Option<Extension<CommitGate>>,
 ) -> ApiResult<Json<Deleted>> {
+    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     // `delete` waits for a running write to finish before the files go.
     let st = state.clone();
-    blocking(move || st.delete(&name)).await?;
+    blocking(move || {
+        if !gate.begin_commit() {
+            return Err(abandoned());
+        }
+        st.delete(&name)
+    })
+    .await?;
     Ok(Json(Deleted { deleted: true }))
+}
+
+/// The error of a request abandoned before its change began (the client already has its 503).
+fn abandoned() -> ApiError {
+    ApiError::unavailable("the request was abandoned before it changed anything", 1)
 }

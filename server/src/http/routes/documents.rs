@@ -8,12 +8,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::multipart::MultipartError;
 use axum::extract::{FromRequest, Multipart, Path, Query, State};
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use lexlip_index::DocExtras;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, VectorInput};
 use serde::Deserialize;
@@ -24,6 +24,7 @@ use lexlip_proto::api::StoredDocument;
 
 use crate::http::api::{AddDocuments, AddedDocuments, Deleted, NewDocument};
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::gate::CommitGate;
 use crate::http::state::{Open, SharedState};
 
 pub fn multipart_error(e: MultipartError) -> ApiError {
@@ -217,6 +218,12 @@ pub async fn add(
     request: Request<Body>,
 ) -> ApiResult<Json<AddedDocuments>> {
     let open = state.get(&name)?;
+    // Outside the admission middleware (never in the router), a gate nobody abandons.
+    let gate = request
+        .extensions()
+        .get::<CommitGate>()
+        .cloned()
+        .unwrap_or_default();
     let incoming: Vec<Incoming> = if is_multipart(request.headers()) {
         let form = Multipart::from_request(request, &state)
             .await
@@ -268,12 +275,15 @@ pub async fn add(
     let _writer = open.lock_for_write(&name).await?;
     let c = open.collection.clone();
     let documents = blocking(move || {
-        c.transaction(|c| {
-            for p in prepared {
-                c.add_with(p.doc, p.impacts, p.extras)?;
-            }
-            Ok(())
-        })?;
+        c.transaction_unless_abandoned(
+            |c| {
+                for p in prepared {
+                    c.add_with(p.doc, p.impacts, p.extras)?;
+                }
+                Ok(())
+            },
+            || gate.begin_commit(),
+        )?;
         Ok(c.snapshot()?.num_docs())
     })
     .await?;
@@ -321,13 +331,16 @@ pub async fn get(
 pub async fn delete(
     State(state): State<SharedState>,
     Path((name, id)): Path<(String, String)>,
+    gate: Option<Extension<CommitGate>>,
 ) -> ApiResult<Json<Deleted>> {
+    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     let open = state.get(&name)?;
     let doc_id = DocId::new(id.clone())?;
     let _writer = open.lock_for_write(&name).await?;
     let c = open.collection.clone();
     let (existed, documents) = blocking(move || {
-        let existed = c.transaction(|c| c.delete(&doc_id))?;
+        let existed =
+            c.transaction_unless_abandoned(|c| c.delete(&doc_id), || gate.begin_commit())?;
         Ok((existed, c.snapshot()?.num_docs()))
     })
     .await?;
