@@ -217,3 +217,24 @@ fn collections_without_dense_refuse_dense_vectors_and_queries() {
             .is_err()
     );
 }
+
+/// A zero vector has no direction: refused as a document and as a query, nothing stored.
+#[test]
+fn zero_vectors_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = create(dir.path(), 100, DenseParams::default());
+    let zero = DenseVector::new(vec![0.0; DIM]).unwrap();
+    let e = c
+        .add_with_dense(doc("z", Modality::Text), sparse(), Some(zero.clone()))
+        .unwrap_err();
+    assert!(e.to_string().contains("all zeros"), "{e}");
+    c.add_with_dense(doc("a", Modality::Text), sparse(), Some(unit(1)))
+        .unwrap();
+    c.commit().unwrap();
+    let snapshot = c.snapshot().unwrap();
+    assert_eq!(snapshot.num_docs(), 1);
+    let e = snapshot
+        .search_dense(&zero, 3, true, &Filter::default())
+        .unwrap_err();
+    assert!(e.to_string().contains("all zeros"), "{e}");
+}

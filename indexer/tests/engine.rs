@@ -149,6 +149,10 @@ fn filters_by_modality_and_metadata() {
         d.metadata.insert("split".into(), split.into());
         d.metadata.insert("year".into(), year.into());
         d.metadata.insert("ok".into(), ok.into());
+        // Keys with dots and backslashes are matched whole.
+        d.metadata
+            .insert("source.name".into(), format!("s{}", i % 2).into());
+        d.metadata.insert("a\\b".into(), "y".into());
         c.add(d, q(&[("x", 10 - i as u64)])).unwrap();
     }
     c.commit().unwrap();
@@ -189,6 +193,9 @@ fn filters_by_modality_and_metadata() {
     assert_eq!(with(meta("split", "train".into())), ["d0", "d2"]);
     assert_eq!(with(meta("year", 2021.into())), ["d1", "d2"]);
     assert_eq!(with(meta("ok", false.into())), ["d1"]);
+    assert_eq!(with(meta("source.name", "s0".into())), ["d0", "d2"]);
+    assert_eq!(with(meta("a\\b", "y".into())), ["d0", "d1", "d2"]);
+    assert!(with(meta("source", "s0".into())).is_empty());
     let mut both = meta("split", "train".into());
     both.modality = Some(Modality::Image);
     assert_eq!(with(both), ["d0"]);

@@ -218,6 +218,9 @@ impl Collection {
                 "dense vector has dimension {}, the collection expects {dim}",
                 v.dim()
             ))),
+            Some(_) if v.norm() == 0.0 => Err(IndexError::InvalidSetting(
+                "the dense vector is all zeros: it has no direction to compare (cosine)".into(),
+            )),
             Some(_) => Ok(()),
         }
     }

@@ -145,6 +145,11 @@ impl Snapshot {
                 query.dim()
             )));
         }
+        if query.norm() == 0.0 {
+            return Err(IndexError::InvalidQuery(
+                "the dense query is all zeros: it has no direction to compare (cosine)".into(),
+            ));
+        }
         if k == 0 || k > crate::MAX_K {
             return Err(IndexError::InvalidQuery(format!(
                 "k must be between 1 and {}, got {k}",

@@ -40,7 +40,10 @@ impl CompiledFilter {
             ));
         }
         for (key, value) in &filter.metadata {
-            let mut term = Term::from_field_json_path(fields.metadata, key, false);
+            // tantivy splits a JSON path at '.': a key's own dots (and backslashes) are escaped,
+            // as the key was stored whole.
+            let path = key.replace('\\', "\\\\").replace('.', "\\.");
+            let mut term = Term::from_field_json_path(fields.metadata, &path, false);
             match value {
                 serde_json::Value::String(s) => term.append_type_and_str(s),
                 serde_json::Value::Bool(b) => term.append_type_and_fast_value(*b),
