@@ -199,7 +199,19 @@ fn commit(
     observer: &mut dyn Observer,
 ) -> Result<()> {
     let mark = observer.checkpoint()?;
-    collection.commit()?;
+    collection.commit().map_err(|e| {
+        if e.is_storage_full() {
+            // tantivy's error names a temporary file at best: say which disk, and what is kept.
+            PipelineError::Input(format!(
+                "the disk holding {} is full; the batch being written was not committed (the \
+                 collection keeps its last commit). Free space and run the same command to \
+                 resume: {e}",
+                collection.dir().display()
+            ))
+        } else {
+            e.into()
+        }
+    })?;
     Progress {
         fingerprint: fp.to_string(),
         position,

@@ -81,6 +81,8 @@ pub enum ErrorCode {
     /// The disk is full (507): nothing of the write was stored; reads keep working.
     InsufficientStorage,
     Unauthorized,
+    /// A write from a web page of another origin (403).
+    Forbidden,
     Internal,
 }
 

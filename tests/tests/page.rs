@@ -158,3 +158,35 @@ async fn the_page_names_no_other_origin_and_the_script_finds_its_elements() {
         "app.js looks up ids the page lacks: {missing:?}"
     );
 }
+
+/// With `--protect-reads`, `/readyz` tells anyone that the server is ready but shows what it
+/// holds (collections, models) only with a key, and `/metrics` needs one; `/healthz` is open.
+#[tokio::test]
+async fn protected_reads_cover_readyz_and_metrics() {
+    let data = tempfile::tempdir().unwrap();
+    let app = app(data.path());
+    let key = [("x-api-key", "secret")];
+    let (st, _, body) = in_process::send(&app, "PUT", "/v1/collections/private", None, &key).await;
+    assert_eq!(
+        st,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (st, _, body) = get(&app, "/readyz", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(
+        body.contains("ready") && !body.contains("private"),
+        "{body}"
+    );
+    let (st, _, body) = in_process::send(&app, "GET", "/readyz", None, &key).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("private"));
+    let (st, _, _) = get(&app, "/metrics", None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    let (st, _, body) = in_process::send(&app, "GET", "/metrics", None, &key).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("private"));
+    let (st, _, _) = get(&app, "/healthz", None).await;
+    assert_eq!(st, StatusCode::OK);
+}

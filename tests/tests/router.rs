@@ -231,3 +231,86 @@ async fn abandoned_searches_stop_and_free_the_cpu() {
         "a search of {full_time:?} ran on for {left_running:?} after its client went away"
     );
 }
+
+/// A web page of another origin cannot write (a cross-origin multipart POST needs no CORS
+/// preflight); the server's own page and clients that send no `Origin` can.
+#[tokio::test]
+async fn cross_origin_writes_are_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let (app, _) = in_process::app(data.path(), None, in_process::limits());
+    let (st, _) = call(&app, "PUT", "/v1/collections/c", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let doc = |id: &str| json!({"documents": [{"id": id, "text": "x", "vector": {"x": 1.0}}]});
+    let post = |id: &str, origin: Option<&'static str>| {
+        let mut headers = vec![("host", "lexlip.local:8080")];
+        if let Some(o) = origin {
+            headers.push(("origin", o));
+        }
+        let app = app.clone();
+        let body = doc(id);
+        async move {
+            let (st, _, body) = in_process::send(
+                &app,
+                "POST",
+                "/v1/collections/c/documents",
+                Some(body),
+                &headers,
+            )
+            .await;
+            (st, String::from_utf8_lossy(&body).to_string())
+        }
+    };
+    let (st, body) = post("evil", Some("http://evil.example")).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("--cors-origin http://evil.example"), "{body}");
+    let (st, body) = post("page", Some("http://lexlip.local:8080")).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (st, body) = post("curl", None).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (_, info) = call(&app, "GET", "/v1/collections/c", None).await;
+    assert_eq!(info["documents"], 2, "{info}");
+}
+
+/// Counts are whole numbers in the published schema (`integer`, which admits `2.0`): the
+/// server takes what the schema admits and refuses fractions.
+#[tokio::test]
+async fn counts_written_as_whole_floats_are_accepted() {
+    let data = tempfile::tempdir().unwrap();
+    let (app, _) = in_process::app(data.path(), None, in_process::limits());
+    let (st, body) = call(
+        &app,
+        "PUT",
+        "/v1/collections/c",
+        Some(json!({"top_k_terms": 8.0})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    assert_eq!(body["top_k_terms"], 8);
+    let docs = json!({"documents": [
+        {"id": "a", "text": "x", "vector": {"x": 1.0}},
+        {"id": "b", "text": "x", "vector": {"x": 2.0}},
+        {"id": "c", "text": "x", "vector": {"x": 3.0}},
+    ]});
+    let (st, body) = call(&app, "POST", "/v1/collections/c/documents", Some(docs)).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let search = |k: Value| json!({"query": {"sparse": {"x": 1.0}}, "k": k});
+    let (st, body) = call(
+        &app,
+        "POST",
+        "/v1/collections/c/search",
+        Some(search(json!(2.0))),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert_eq!(body["hits"].as_array().unwrap().len(), 2);
+    for bad in [json!(2.5), json!(-1), json!("2")] {
+        let (st, body) = call(
+            &app,
+            "POST",
+            "/v1/collections/c/search",
+            Some(search(bad.clone())),
+        )
+        .await;
+        assert!(st.is_client_error(), "k = {bad}: {st} {body}");
+    }
+}

@@ -15,12 +15,16 @@ pub struct CreateCollection {
     /// Quantization scale: impact = floor(scale · weight). Default 100 (LexLIP).
     pub scale: Option<f32>,
     /// Keep only the K largest weights of each document (LexLIP Table 2: 64, 32, 16, …).
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 1)]
     pub top_k_terms: Option<usize>,
     /// Keep dense vectors for the fallback/hybrid search (dimension of the server's dense
     /// encoder, or `dense_dim`).
     #[serde(default)]
     pub dense: bool,
     /// Dense dimension when vectors are supplied precomputed (implies `dense`).
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 1)]
     pub dense_dim: Option<usize>,
     /// Store a small JPEG thumbnail with each image document added with image bytes, served by
     /// `GET …/documents/{id}/thumbnail`. Default true.
@@ -158,7 +162,8 @@ macro_rules! search_request {
         pub struct $name {
             $($(#[$fmeta])* pub $field: $ty,)*
             /// Number of hits (1-10000).
-            #[serde(default = "default_k")]
+            #[serde(default = "default_k", deserialize_with = "whole_number")]
+            #[schema(minimum = 1, maximum = 10000)]
             pub k: usize,
             #[serde(default)]
             pub mode: Mode,
@@ -202,6 +207,30 @@ search_request! {
 
 pub fn default_k() -> usize {
     10
+}
+
+/// A count: a JSON integer, or a number with no fractional part (`35.0`), which JSON Schema's
+/// `integer` also admits — so a body that passes the published schema is not refused here.
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(u) = n.as_u64() {
+        return usize::try_from(u).map_err(serde::de::Error::custom);
+    }
+    match n.as_f64() {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= u32::MAX as f64 => Ok(f as usize),
+        _ => Err(serde::de::Error::custom(format!(
+            "expected a whole number ≥ 0, got {n}"
+        ))),
+    }
+}
+
+/// [`whole_number`] for an optional field (`null` or absent: none).
+pub fn optional_whole_number<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    struct Whole(#[serde(deserialize_with = "whole_number")] usize);
+    Ok(Option::<Whole>::deserialize(d)?.map(|Whole(n)| n))
 }
 
 /// Which index answered.

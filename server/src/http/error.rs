@@ -52,6 +52,9 @@ impl ApiError {
     pub fn too_large(m: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge, m)
     }
+    pub fn forbidden(m: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, m)
+    }
     pub fn unauthorized(m: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, m)
     }

@@ -72,6 +72,10 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), admit))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(config.cors_origins.clone()),
+            same_origin_writes,
+        ))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes));
     let mut app = Router::new()
         .route("/", get(page::index))
@@ -165,6 +169,45 @@ async fn admit(State(state): State<SharedState>, mut req: Request, next: Next) -
     response
 }
 
+/// Writes from a web page of another origin are refused unless `--cors-origin` allows it.
+/// CORS alone does not stop them: a cross-origin `multipart/form-data` POST is a "simple"
+/// request that browsers send without asking first, so any page a user visits could add
+/// documents to a server without an API key. Browsers send `Origin` with such requests; other
+/// clients (curl, SDKs) send none and are not affected.
+async fn same_origin_writes(
+    State(allowed): State<Arc<Vec<String>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let Some(origin) = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return next.run(req).await;
+    };
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let same = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|rest| !host.is_empty() && rest == host);
+    if same || allowed.iter().any(|o| o == "*" || o == origin) {
+        return next.run(req).await;
+    }
+    ApiError::forbidden(format!(
+        "a write from a web page of another origin ({origin}) is refused; allow it with \
+         --cors-origin {origin}"
+    ))
+    .into_response()
+}
+
 /// API keys: required on write routes when any is configured, and on reads with
 /// `--protect-reads`. Sent as `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
 async fn authorize(State(state): State<SharedState>, req: Request, next: Next) -> Response {
@@ -182,7 +225,19 @@ async fn authorize(State(state): State<SharedState>, req: Request, next: Next) -
     if is_read && !state.limits.protect_reads {
         return next.run(req).await;
     }
-    let headers = req.headers();
+    match key_check(&state, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Whether `headers` carry one of the server's API keys (`Authorization: Bearer KEY` or
+/// `X-Api-Key: KEY`); always true on a server without keys.
+pub(crate) fn key_check(state: &state::AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let keys = &state.limits.api_keys;
+    if keys.is_empty() {
+        return Ok(());
+    }
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -194,13 +249,12 @@ async fn authorize(State(state): State<SharedState>, req: Request, next: Next) -
                 .iter()
                 .any(|key| constant_time_eq(key.as_bytes(), k.as_bytes())) =>
         {
-            next.run(req).await
+            Ok(())
         }
-        Some(_) => ApiError::unauthorized("invalid API key").into_response(),
-        None => ApiError::unauthorized(
+        Some(_) => Err(ApiError::unauthorized("invalid API key")),
+        None => Err(ApiError::unauthorized(
             "this route needs an API key: send Authorization: Bearer KEY or X-Api-Key: KEY",
-        )
-        .into_response(),
+        )),
     }
 }
 

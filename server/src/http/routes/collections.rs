@@ -30,7 +30,8 @@ fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
 #[utoipa::path(put, path = "/v1/collections/{name}", tag = "collections",
     params(("name" = String, Path, description = "collection name: 1-64 of A-Z a-z 0-9 _ - .")),
     request_body = CreateCollection,
-    responses((status = 201, body = CollectionInfo), (status = 200, body = CollectionInfo),
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 201, body = CollectionInfo), (status = 200, body = CollectionInfo),
         (status = 409, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn create(
     State(state): State<SharedState>,

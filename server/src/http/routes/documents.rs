@@ -210,7 +210,8 @@ async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
 #[utoipa::path(post, path = "/v1/collections/{name}/documents", tag = "documents",
     params(("name" = String, Path, description = "collection")),
     request_body = AddDocuments,
-    responses((status = 200, body = AddedDocuments), (status = 404, body = lexlip_proto::api::ErrorResponse),
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 200, body = AddedDocuments), (status = 404, body = lexlip_proto::api::ErrorResponse),
         (status = 413, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn add(
     State(state): State<SharedState>,

@@ -17,7 +17,8 @@ use crate::http::state::SharedState;
 
 #[utoipa::path(post, path = "/v1/encode", tag = "encode",
     request_body = EncodeRequest,
-    responses((status = 200, body = EncodeResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 200, body = EncodeResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn encode(
     State(state): State<SharedState>,
     headers: HeaderMap,

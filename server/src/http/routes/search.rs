@@ -341,7 +341,8 @@ enum DenseSource {
 #[utoipa::path(post, path = "/v1/collections/{name}/search", tag = "search",
     params(("name" = String, Path, description = "collection")),
     request_body = SearchRequest,
-    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
         (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn search(
     State(state): State<SharedState>,
@@ -359,7 +360,8 @@ pub async fn search(
 /// `POST /v1/search/text-to-image`
 #[utoipa::path(post, path = "/v1/search/text-to-image", tag = "search",
     request_body = TextToImage,
-    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
         (status = 422, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn text_to_image(
     State(state): State<SharedState>,
@@ -377,7 +379,8 @@ pub async fn text_to_image(
 /// `POST /v1/search/image-to-text` (JSON with base64, or multipart with an `image` file part).
 #[utoipa::path(post, path = "/v1/search/image-to-text", tag = "search",
     request_body = ImageToText,
-    responses((status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
+    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
+        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
         (status = 422, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn image_to_text(
     State(state): State<SharedState>,

@@ -2,9 +2,10 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
+use crate::http::key_check;
 use crate::http::state::SharedState;
 
 /// `GET /healthz`: the process is up.
@@ -13,8 +14,12 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// `GET /readyz`: models loaded and collections open (both happen before the server listens;
-/// this reports what is loaded).
-pub async fn readyz(State(state): State<SharedState>) -> impl IntoResponse {
+/// this reports what is loaded). With `--protect-reads`, what is loaded (collection names,
+/// model paths) is shown only to a request with an API key; the status to anyone.
+pub async fn readyz(State(state): State<SharedState>, headers: HeaderMap) -> impl IntoResponse {
+    if state.limits.protect_reads && key_check(&state, &headers).is_err() {
+        return (StatusCode::OK, Json(serde_json::json!({"status": "ready"})));
+    }
     let collections: Vec<String> = state.names().into_iter().map(|(n, _)| n).collect();
     (
         StatusCode::OK,
@@ -27,8 +32,14 @@ pub async fn readyz(State(state): State<SharedState>) -> impl IntoResponse {
     )
 }
 
-/// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(state): State<SharedState>) -> impl IntoResponse {
+/// `GET /metrics`: Prometheus text format (per-collection document counts included, so it
+/// needs an API key with `--protect-reads`).
+pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    if state.limits.protect_reads
+        && let Err(e) = key_check(&state, &headers)
+    {
+        return e.into_response();
+    }
     for (queue, depth) in state.encoders.queue_depths() {
         state.metrics.set_queue_depth(queue, depth);
     }
@@ -39,6 +50,7 @@ pub async fn metrics(State(state): State<SharedState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
+        .into_response()
 }
 
 /// `GET /openapi.json`
