@@ -128,6 +128,11 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route; see GET /openapi.json")
 }
 
+tokio::task_local! {
+    /// The admission permit of the request this task serves.
+    pub(crate) static ADMISSION: Arc<tokio::sync::OwnedSemaphorePermit>;
+}
+
 /// Admission control and the per-request timeout: at most `max_in_flight` requests run at
 /// once (more get 503 + Retry-After at once, so memory stays flat under overload), and each
 /// must finish within `request_timeout` — except a write that has begun to commit, which is
@@ -146,7 +151,9 @@ async fn admit(State(state): State<SharedState>, mut req: Request, next: Next) -
     // A client that goes away abandons its request too.
     let _abandon_on_drop = gate.abandon_on_drop();
     let timeout = state.limits.request_timeout;
-    let run = next.run(req);
+    // The blocking work the request starts holds the permit too (see `routes::blocking`).
+    let permit = Arc::new(permit);
+    let run = ADMISSION.scope(permit.clone(), next.run(req));
     tokio::pin!(run);
     let response = tokio::select! {
         response = &mut run => response,

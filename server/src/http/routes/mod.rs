@@ -10,6 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 use super::error::{ApiError, ApiResult};
 
@@ -74,11 +75,19 @@ pub fn decode_base64(field: &str, text: &str) -> ApiResult<Vec<u8>> {
         .map_err(|e| ApiError::unprocessable(format!("{field}: not valid base64: {e}")))
 }
 
-/// Runs blocking work (index reads and writes) off the async runtime.
+/// Runs blocking work (index reads and writes, image decoding) off the async runtime. The
+/// work holds its request's admission permit ([`crate::http::ADMISSION`]) until it ends: a
+/// request abandoned by its timeout frees its `--max-in-flight` slot only when the work it
+/// started has stopped, so abandoned work cannot pile up behind new requests.
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
+    let permit = crate::http::ADMISSION.try_with(Arc::clone).ok();
+    tokio::task::spawn_blocking(move || {
+        let out = f();
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
 }
