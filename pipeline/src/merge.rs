@@ -44,7 +44,10 @@ fn compatible(a: &Collection, b: &Collection) -> Result<()> {
 }
 
 /// Merges `inputs` into `out` (created with the first input's term space and settings when it
-/// holds no collection yet). Everything is checked before anything is written.
+/// holds no collection yet). Everything is checked before anything is written, and the result
+/// appears whole or not at all: into an existing collection, everything lands in one commit;
+/// a new one is built in a temporary directory beside `out` and renamed into place at the end,
+/// so a killed merge leaves no `out` (rather than a partial one that looks complete).
 pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
     let Some(first) = inputs.first() else {
         return Err(PipelineError::Input(
@@ -58,18 +61,45 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
     for c in &opened[1..] {
         compatible(&opened[0], c)?;
     }
-    let target = if lexlip_index::Manifest::path(out).exists() {
+    let existing = lexlip_index::Manifest::path(out).exists();
+    let building = if existing {
+        None
+    } else {
+        if out.exists() && std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(PipelineError::Input(format!(
+                "{} exists and is not a collection; merge into a new path or an existing collection",
+                out.display()
+            )));
+        }
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| PipelineError::io(parent, e))?;
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "merged".into());
+        Some(
+            tempfile::Builder::new()
+                .prefix(&format!(".{name}.merging-"))
+                .tempdir_in(parent)
+                .map_err(|e| PipelineError::io(parent, e))?,
+        )
+    };
+    let target = if existing {
         let t = Collection::open(out)?;
         compatible(&t, &opened[0])?;
         t
     } else {
+        let dir = building.as_ref().map_or(out, |b| b.path());
         let m = opened[0].manifest();
         let vocab_path = first.join(lexlip_index::collection::VOCAB_FILE);
         let vocab: Option<Vec<String>> = std::fs::read_to_string(&vocab_path)
             .ok()
             .map(|t| t.lines().map(str::to_string).collect());
         Collection::create(
-            out,
+            dir,
             m.term_space.clone(),
             m.settings.clone(),
             vocab.as_deref(),
@@ -81,6 +111,12 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
     }
     target.commit()?;
     let documents = target.snapshot()?.num_docs();
+    drop(target);
+    if let Some(building) = building {
+        // Renaming onto an empty directory replaces it; the temporary one is gone afterwards.
+        let tmp = building.keep();
+        std::fs::rename(&tmp, out).map_err(|e| PipelineError::io(out, e))?;
+    }
     Ok(MergeReport { copied, documents })
 }
 

@@ -308,6 +308,22 @@ fn shards_merge_into_the_whole() {
     assert_eq!(report.documents, s.indexed);
     assert_eq!(report.copied.iter().sum::<u64>(), s.indexed);
     assert_eq!(contents(&Collection::open(&out).unwrap()), contents(&whole));
+    // A new output is built aside and renamed into place: nothing else is left beside it.
+    let beside: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("merging"))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
+    // A directory that holds something else is not merged into.
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "mine").unwrap();
+    let e = lexlip_pipeline::merge(&other, &inputs)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not a collection"), "{e}");
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
 }
 
 #[test]
