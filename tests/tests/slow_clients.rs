@@ -64,3 +64,49 @@ fn connections_that_never_finish_their_headers_are_closed() {
     }
     s.stop();
 }
+
+/// A client that sends its body slowly holds no request slot: with `--max-in-flight 1`, other
+/// requests are served while it trickles, and it gets 408 after `--body-timeout-s`.
+#[test]
+fn slow_bodies_do_not_hold_request_slots() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        data.path(),
+        &[
+            "--body-timeout-s".into(),
+            "2".into(),
+            "--max-in-flight".into(),
+            "1".into(),
+        ],
+    );
+    let (status, body) = s.call("PUT", "/v1/collections/c", Some(&serde_json::json!({})));
+    assert_eq!(status, 201, "{body}");
+    let url = s.url("");
+    let host = url.trim_start_matches("http://").to_string();
+    let mut slow = TcpStream::connect(&host).unwrap();
+    slow.write_all(
+        format!(
+            "POST /v1/collections/c/search HTTP/1.1\r\nHost: {host}\r\n\
+             Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"query\""
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // The only request slot is free for others meanwhile.
+    for _ in 0..3 {
+        let (status, body) = s.call(
+            "POST",
+            "/v1/collections/c/search",
+            Some(&serde_json::json!({"query": {"sparse": {"x": 1.0}}})),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("--body-timeout-s"), "{answer}");
+    s.stop();
+}

@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// Seconds before a request is abandoned with 503.
     #[arg(long, default_value_t = 30)]
     pub request_timeout_s: u64,
+    /// Seconds a client has to send a request's body (read before the request takes one of
+    /// --max-in-flight, so slow uploads do not starve other requests).
+    #[arg(long, default_value_t = 10)]
+    pub body_timeout_s: u64,
     /// Seconds a client has to send a request's headers (and an idle kept-alive connection to
     /// start the next request) before its connection is closed.
     #[arg(long, default_value_t = 10)]
@@ -108,6 +112,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits {
         max_body_bytes: args.max_body_mb << 20,
         request_timeout: Duration::from_secs(args.request_timeout_s.max(1)),
+        body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
         max_in_flight: args.max_in_flight,
         max_batch_docs: args.max_batch_docs.max(1),
         api_keys: args.api_key.into_iter().filter(|k| !k.is_empty()).collect(),

@@ -71,6 +71,7 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
         .route("/v1/encode", post(routes::encode::encode))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), admit))
+        .layer(middleware::from_fn_with_state(state.clone(), receive_body))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(middleware::from_fn_with_state(
             Arc::new(config.cors_origins.clone()),
@@ -126,6 +127,52 @@ pub(crate) fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such route; see GET /openapi.json")
+}
+
+/// Receives a request's whole body before the request is admitted: a client that sends its
+/// body slowly holds one of `4 × max_in_flight` upload slots for at most `body_timeout` (408),
+/// never one of the `max_in_flight` slots that requests run in.
+async fn receive_body(State(state): State<SharedState>, req: Request, next: Next) -> Response {
+    if matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
+    ) {
+        return next.run(req).await;
+    }
+    let Ok(slot) = state.uploads.clone().try_acquire_owned() else {
+        state.metrics.rejected();
+        return ApiError::unavailable(
+            "too many request bodies are being received at once; retry shortly",
+            1,
+        )
+        .into_response();
+    };
+    let limit = state.limits.max_body_bytes;
+    let timeout = state.limits.body_timeout;
+    let (parts, body) = req.into_parts();
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return ApiError::too_large(format!(
+                "request body larger than {limit} bytes (the server's --max-body-mb)"
+            ))
+            .into_response();
+        }
+        Err(_) => {
+            return ApiError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                lexlip_proto::api::ErrorCode::BadRequest,
+                format!(
+                    "the request body did not arrive within {} s (--body-timeout-s)",
+                    timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+        }
+    };
+    drop(slot);
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 tokio::task_local! {

@@ -52,6 +52,9 @@ impl Open {
 pub struct Limits {
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// A request body must arrive within this time (it is read before the request is admitted,
+    /// so a client that sends slowly holds no `max_in_flight` slot).
+    pub body_timeout: Duration,
     /// Requests admitted at once (encoding + searching + writing); more get 503.
     pub max_in_flight: usize,
     /// Documents per add request.
@@ -73,6 +76,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub limits: Limits,
     pub admission: Arc<Semaphore>,
+    /// Bodies being received at once (4 × `max_in_flight`): more get 503.
+    pub uploads: Arc<Semaphore>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -114,6 +119,7 @@ impl AppState {
             collections.insert(name, Open::new(c));
         }
         let admission = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
+        let uploads = Arc::new(Semaphore::new(4 * limits.max_in_flight.max(1)));
         Ok(Self {
             catalog,
             collections: RwLock::new(collections),
@@ -123,6 +129,7 @@ impl AppState {
             metrics,
             limits,
             admission,
+            uploads,
         })
     }
 

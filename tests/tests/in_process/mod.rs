@@ -22,6 +22,7 @@ pub fn limits() -> Limits {
     Limits {
         max_body_bytes: 8 << 20,
         request_timeout: Duration::from_secs(60),
+        body_timeout: Duration::from_secs(60),
         max_in_flight: 8,
         max_batch_docs: 100,
         api_keys: Vec::new(),
