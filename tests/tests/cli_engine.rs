@@ -215,6 +215,17 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         lexlip_json(&["stats", "--collection", col_s, "--json"])["documents"],
         1
     );
+    // Into a new collection: the failed run leaves no empty collection behind.
+    let fresh = dir.path().join("fresh");
+    let out = lexlip(&[
+        "index",
+        "--collection",
+        fresh.to_str().unwrap(),
+        "--vectors",
+        bomb.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(!fresh.exists(), "an empty collection was left behind");
 
     for q in ["{\"dog\": -1}", "{\"dog\": \"x\"}", "not json"] {
         let out = lexlip(&["search", "--collection", col_s, "--vector", q]);

@@ -140,3 +140,62 @@ fn acknowledged_writes_survive_sigkill_and_no_write_is_half_visible() {
         "kills all on one side of the commit"
     );
 }
+
+/// Create, delete and add on one collection name from several clients at once: every answer is
+/// one a user can act on (created, exists, added, no such collection), never a 500, and the
+/// server restarts on what is left.
+#[test]
+fn concurrent_create_delete_and_add_on_one_name_never_fail() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(data.path(), &[]);
+    let base = s.url("/v1/collections/c");
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let mut x = 0x2545_f491_4f6c_dd1d ^ (w + 1);
+                let mut statuses = Vec::new();
+                for i in 0..60 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let agent = ureq::AgentBuilder::new()
+                        .timeout(Duration::from_secs(30))
+                        .build();
+                    let result = match x % 3 {
+                        0 => agent.put(&base).send_json(json!({})),
+                        1 => agent.delete(&base).call(),
+                        _ => agent.post(&format!("{base}/documents")).send_json(json!({
+                            "documents": [{"id": format!("w{w}-{i}"), "text": "x", "vector": {"x": 1.0}}]
+                        })),
+                    };
+                    let status = match result {
+                        Ok(r) => r.status(),
+                        Err(ureq::Error::Status(code, r)) => {
+                            let body = r.into_string().unwrap_or_default();
+                            assert!(code < 500, "{code}: {body}");
+                            code
+                        }
+                        Err(e) => panic!("transport error: {e}"),
+                    };
+                    statuses.push(status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut seen = std::collections::BTreeMap::new();
+    for w in workers {
+        for status in w.join().unwrap() {
+            *seen.entry(status).or_insert(0) += 1;
+        }
+    }
+    eprintln!("statuses: {seen:?}");
+    assert!(seen.keys().all(|s| [200, 201, 404].contains(s)), "{seen:?}");
+    s.stop();
+    let s = Server::start(data.path(), &[]);
+    let (status, ready) = s.call("GET", "/readyz", None);
+    assert_eq!(status, 200);
+    assert_eq!(ready["broken_collections"], json!({}), "{ready}");
+    s.stop();
+}

@@ -185,6 +185,8 @@ fn vectors(
         }
         None => (TermSpace::free("unspecified"), None),
     };
+    // Only a directory this run makes is removed again on failure.
+    let created = !args.collection.exists();
     let collection =
         Collection::open_or_create(&args.collection, space, tokens.as_deref(), args.settings())?;
     let total = file.plain_size();
@@ -198,7 +200,17 @@ fn vectors(
         &mut progress,
     );
     progress.bar.finish_and_clear();
-    let summary = result?;
+    let summary = match result {
+        Ok(summary) => summary,
+        Err(e) => {
+            // A collection this run created and never committed to is not left behind empty.
+            if created && collection.snapshot().is_ok_and(|s| s.num_docs() == 0) {
+                drop(collection);
+                let _ = std::fs::remove_dir_all(&args.collection);
+            }
+            return Err(e.into());
+        }
+    };
     let seconds = start.elapsed().as_secs_f64();
     Ok((
         Report::new(&collection, &summary, seconds, false)?,
