@@ -71,16 +71,19 @@ fn on_disk(dir: &Path) -> BTreeMap<u8, u32> {
     all_contents(&Collection::open(dir).unwrap())
 }
 
+fn new_collection(dir: &Path) -> Collection {
+    Collection::create(
+        dir,
+        TermSpace::free("t"),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap()
+}
+
+/// A collection whose schema predates the `batch` field.
 fn legacy_collection(dir: &Path) -> Collection {
-    drop(
-        Collection::create(
-            dir,
-            TermSpace::free("t"),
-            CollectionSettings::default(),
-            None,
-        )
-        .unwrap(),
-    );
+    drop(new_collection(dir));
     let index_dir = dir.join("index");
     std::fs::remove_dir_all(&index_dir).unwrap();
     std::fs::create_dir_all(&index_dir).unwrap();
@@ -132,7 +135,7 @@ proptest! {
     #[test]
     fn disk_holds_the_last_commit_at_every_step(ops in prop::collection::vec(op(), 1..28)) {
         let tmp = tempfile::tempdir().unwrap();
-        let mut c = Collection::create(tmp.path(), TermSpace::free("t"), CollectionSettings::default(), None).unwrap();
+        let mut c = new_collection(tmp.path());
         run(&mut c, tmp.path(), &ops, true);
     }
 
@@ -152,13 +155,7 @@ proptest! {
 #[test]
 fn a_large_replacing_batch_is_invisible_on_disk_until_its_commit() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut c = Collection::create(
-        tmp.path(),
-        TermSpace::free("t"),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let mut c = new_collection(tmp.path());
     let (d, impacts) = doc(0, 1);
     c.add(d, impacts).unwrap();
     c.commit().unwrap();
@@ -187,13 +184,7 @@ fn a_large_replacing_batch_is_invisible_on_disk_until_its_commit() {
 #[test]
 fn a_failed_transaction_is_never_published() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut c = Collection::create(
-        tmp.path(),
-        TermSpace::free("t"),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let mut c = new_collection(tmp.path());
     c.set_flush_docs(2);
     c.transaction(|c| {
         let (d, impacts) = doc(0, 1);
