@@ -13,6 +13,7 @@ pub mod corpus;
 pub mod error;
 pub mod errors_file;
 pub mod eval;
+pub mod export;
 pub mod item;
 pub mod job;
 pub mod line_limit;

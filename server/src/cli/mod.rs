@@ -6,6 +6,7 @@ mod bench_engine;
 mod demo;
 mod encode;
 mod eval;
+mod export;
 mod index;
 mod merge;
 mod model;
@@ -49,6 +50,9 @@ pub enum Command {
     Index(index::IndexArgs),
     /// Combine compatible collections (e.g. the parts of --shard runs) into one.
     Merge(merge::MergeArgs),
+    /// Write a collection's documents and impacts for another engine: Anserini JSONL,
+    /// OpenSearch / Elasticsearch bulk, Qdrant points.
+    Export(export::ExportArgs),
     /// Search a collection with a query vector, or a batch of queries into a TREC run.
     Search(search::SearchArgs),
     /// Documents, terms and bytes of a collection.
@@ -89,6 +93,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Index(args) => index::run(args),
         Command::Merge(args) => merge::run(args),
+        Command::Export(args) => export::run(args),
         Command::Search(args) => search::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Encode(args) => encode::run(args),

@@ -1,0 +1,181 @@
+//! `lexlip export`: the JSONL export re-indexes into the same collection (the oracle of the
+//! format), and the OpenSearch / Elasticsearch / Qdrant exports carry every document's impacts
+//! in the documented shape (escaped feature names, term ids of the vocabulary).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use lexlip_tests::{contents, impacts, lexlip, lexlip_json};
+use serde_json::Value;
+
+const VOCAB: &str = "[PAD]\ndog\ncat\ngrass\n.\n50%\n";
+
+const VECTORS: &str = r#"{"id":"a","contents":"a dog","vector":{"dog":200,"grass":30,".":7}}
+{"id":"b","contents":"a cat","vector":{"cat":150,"50%":2},"metadata":{"split":"val","n":3}}
+{"id":"img/c.jpg","modality":"image","uri":"img/c.jpg","vector":{"dog":50,"grass":120}}
+"#;
+
+fn build(dir: &Path) -> std::path::PathBuf {
+    let vectors = dir.join("v.jsonl");
+    std::fs::write(&vectors, VECTORS).unwrap();
+    let vocab = dir.join("vocab.txt");
+    std::fs::write(&vocab, VOCAB).unwrap();
+    let col = dir.join("col");
+    let s = lexlip_json(&[
+        "index",
+        "--collection",
+        col.to_str().unwrap(),
+        "--vectors",
+        vectors.to_str().unwrap(),
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(s["indexed"], 3, "{s}");
+    col
+}
+
+fn export(col: &Path, format: &str) -> Vec<Value> {
+    let out = lexlip(&[
+        "export",
+        "--collection",
+        col.to_str().unwrap(),
+        "--format",
+        format,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn jsonl_export_reindexes_to_the_same_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let col = build(dir.path());
+    let out = dir.path().join("export.jsonl");
+    let run = lexlip(&[
+        "export",
+        "--collection",
+        col.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("exported 3 documents"));
+    let again = dir.path().join("again");
+    let s = lexlip_json(&[
+        "index",
+        "--collection",
+        again.to_str().unwrap(),
+        "--vectors",
+        out.to_str().unwrap(),
+        "--vocab",
+        dir.path().join("vocab.txt").to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(s["indexed"], 3, "{s}");
+    assert_eq!(contents(&again), contents(&col));
+}
+
+#[test]
+fn bulk_exports_carry_every_impact_in_the_documented_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let col = build(dir.path());
+    let stored = impacts(&col);
+    for format in ["opensearch", "elasticsearch"] {
+        let lines = export(&col, format);
+        assert_eq!(lines.len(), 2 * stored.len(), "{format}");
+        for pair in lines.chunks(2) {
+            let (action, source) = (&pair[0], &pair[1]);
+            assert_eq!(action["index"]["_index"], "col", "{action}");
+            let id = action["index"]["_id"].as_str().unwrap();
+            assert_eq!(source["id"], id);
+            let terms: BTreeMap<String, u32> = source["terms"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap() as u32))
+                .collect();
+            let want: BTreeMap<String, u32> = stored[id]
+                .iter()
+                .map(|(t, i)| (t.replace('%', "%25").replace('.', "%2E"), *i))
+                .collect();
+            assert_eq!(terms, want, "{format} {id}");
+            assert!(terms.keys().all(|k| !k.contains('.')));
+        }
+    }
+    let b = export(&col, "opensearch")
+        .into_iter()
+        .find(|v| v["id"] == "b")
+        .unwrap();
+    assert_eq!(b["metadata"]["split"], "val");
+    assert_eq!(b["text"], "a cat");
+
+    let vocab: Vec<&str> = VOCAB.lines().collect();
+    let points = export(&col, "qdrant");
+    assert_eq!(points.len(), stored.len());
+    for p in &points {
+        let id = p["payload"]["id"].as_str().unwrap();
+        let uuid = p["id"].as_str().unwrap();
+        assert_eq!(uuid.len(), 36);
+        assert_eq!(&uuid[14..15], "8", "UUID version 8: {uuid}");
+        let sparse = &p["vector"]["lexlip"];
+        let indices: Vec<usize> = sparse["indices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .collect();
+        assert!(
+            indices.windows(2).all(|w| w[0] < w[1]),
+            "sorted: {indices:?}"
+        );
+        let got: BTreeMap<String, u32> = indices
+            .iter()
+            .zip(sparse["values"].as_array().unwrap())
+            .map(|(&i, v)| (vocab[i].to_string(), v.as_f64().unwrap() as u32))
+            .collect();
+        let want: BTreeMap<String, u32> = stored[id].iter().cloned().collect();
+        assert_eq!(got, want, "{id}");
+    }
+    // Ids map to the same point on every export.
+    assert_eq!(points, export(&col, "qdrant"));
+}
+
+#[test]
+fn qdrant_needs_a_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = dir.path().join("v.jsonl");
+    std::fs::write(&vectors, VECTORS).unwrap();
+    let col = dir.path().join("free");
+    lexlip_json(&[
+        "index",
+        "--collection",
+        col.to_str().unwrap(),
+        "--vectors",
+        vectors.to_str().unwrap(),
+        "--json",
+    ]);
+    let out = lexlip(&[
+        "export",
+        "--collection",
+        col.to_str().unwrap(),
+        "--format",
+        "qdrant",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs term ids") && err.contains("--vocab"),
+        "{err}"
+    );
+}
