@@ -74,10 +74,7 @@ pub fn export(
             written += 1;
             Ok(())
         })
-        .or_else(|e| match io_error.take() {
-            Some(stop) => Err(stop),
-            None => Err(e.into()),
-        })?;
+        .map_err(|e| io_error.take().unwrap_or_else(|| e.into()))?;
     out.flush()
         .map_err(|e| PipelineError::Input(format!("writing the export: {e}")))?;
     Ok(written)
