@@ -49,3 +49,61 @@ fn the_systemd_unit_verifies_and_names_real_options() {
         "systemd-analyze warns about the unit: {stderr}"
     );
 }
+
+/// Runs `tool args…` when it is installed (`.ci/run` installs it); None when it is not.
+fn run_if_installed(tool: &str, args: &[&std::ffi::OsStr]) -> Option<std::process::Output> {
+    match Command::new(tool).args(args).output() {
+        Ok(out) => Some(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: {tool} is not installed (.ci/run installs it from PyPI)");
+            None
+        }
+        Err(e) => panic!("running {tool}: {e}"),
+    }
+}
+
+#[test]
+fn the_dockerfiles_pass_hadolint() {
+    for file in ["deploy/docker/Dockerfile", "deploy/docker/Dockerfile.cuda"] {
+        let path = workspace().join(file);
+        let Some(out) = run_if_installed("hadolint", &[path.as_os_str()]) else {
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // The image builds the binary as the README does.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("cargo build --release -p lexlip-server"),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn the_kubernetes_manifests_validate_against_the_schemas() {
+    let dir = workspace().join("deploy/k8s");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--strict".as_ref()];
+    args.extend(files.iter().map(|p| p.as_os_str()));
+    let Some(out) = run_if_installed("kubernetes-validate", &args) else {
+        return;
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // Every document was checked (a file that is not Kubernetes YAML fails loudly above).
+    assert!(text.matches("passed").count() >= 4, "{text}");
+}
