@@ -179,3 +179,122 @@ fn qdrant_needs_a_vocabulary() {
         "{err}"
     );
 }
+
+/// The Qdrant export in a real engine (Qdrant's local mode, from PyPI): the same query finds
+/// the same top 10 with the same scores as `lexlip search`. Skipped where the Python package is
+/// not installed (`.ci/run` installs it into target/deploy-tools).
+#[test]
+fn qdrant_ranks_the_export_as_lexlip_does() {
+    let python = lexlip_tests::workspace().join("target/deploy-tools/bin/python");
+    let has_qdrant = std::process::Command::new(&python)
+        .args(["-c", "import qdrant_client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_qdrant {
+        eprintln!("skipped: no qdrant-client in target/deploy-tools (.ci/run installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let terms: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    let vocab = dir.path().join("vocab.txt");
+    std::fs::write(&vocab, format!("[PAD]\n{}\n", terms.join("\n"))).unwrap();
+    let mut x: u64 = 0x853c_49e6_748f_ea9b;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut lines = String::new();
+    for d in 0..300 {
+        let vector: serde_json::Map<String, Value> = (0..12)
+            .map(|_| {
+                let t = &terms[(next() % 60) as usize];
+                (t.clone(), Value::from(1 + next() % 200))
+            })
+            .collect();
+        lines.push_str(&serde_json::json!({"id": format!("d{d}"), "vector": vector}).to_string());
+        lines.push('\n');
+    }
+    let vectors = dir.path().join("v.jsonl");
+    std::fs::write(&vectors, lines).unwrap();
+    let col = dir.path().join("col");
+    lexlip_json(&[
+        "index",
+        "--collection",
+        col.to_str().unwrap(),
+        "--vectors",
+        vectors.to_str().unwrap(),
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--json",
+    ]);
+    let points = dir.path().join("points.jsonl");
+    let out = lexlip(&[
+        "export",
+        "--collection",
+        col.to_str().unwrap(),
+        "--format",
+        "qdrant",
+        "--out",
+        points.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let query = r#"{"t3": 40, "t17": 25, "t42": 9, "t5": 3}"#;
+    let ours = lexlip_json(&[
+        "search",
+        "--collection",
+        col.to_str().unwrap(),
+        "--vector",
+        query,
+        "-k",
+        "10",
+        "--json",
+    ]);
+    let script = lexlip_tests::workspace().join("scripts/qdrant_export_search.py");
+    let theirs = std::process::Command::new(&python)
+        .arg(script)
+        .args([
+            points.to_str().unwrap(),
+            vocab.to_str().unwrap(),
+            query,
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        theirs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&theirs.stderr)
+    );
+    let theirs: Value = serde_json::from_slice(&theirs.stdout).unwrap();
+    let ours: Vec<(String, f64)> = ours["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap().to_string(),
+                h["score"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let theirs: Vec<(String, f64)> = theirs["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h[0].as_str().unwrap().to_string(), h[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(ours.len(), 10);
+    let scores = |v: &[(String, f64)]| v.iter().map(|h| h.1).collect::<Vec<_>>();
+    assert_eq!(scores(&ours), scores(&theirs), "{ours:?}\n{theirs:?}");
+    // Ids agree wherever the score does not tie with the 10th.
+    let tenth = ours[9].1;
+    let above = |v: &[(String, f64)]| {
+        v.iter()
+            .filter(|h| h.1 > tenth)
+            .map(|h| h.0.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(above(&ours), above(&theirs));
+}
