@@ -15,22 +15,29 @@ const VECTORS: &str = r#"{"id":"a","contents":"a dog","vector":{"dog":200,"grass
 {"id":"img/c.jpg","modality":"image","uri":"img/c.jpg","vector":{"dog":50,"grass":120}}
 "#;
 
+/// `lexlip index --vectors FILE [--vocab V] --json` into `col`; its summary.
+fn index_vectors(col: &Path, vectors: &Path, vocab: Option<&Path>) -> Value {
+    let mut args = vec![
+        "index",
+        "--collection",
+        col.to_str().unwrap(),
+        "--vectors",
+        vectors.to_str().unwrap(),
+        "--json",
+    ];
+    if let Some(v) = vocab {
+        args.extend(["--vocab", v.to_str().unwrap()]);
+    }
+    lexlip_json(&args)
+}
+
 fn build(dir: &Path) -> std::path::PathBuf {
     let vectors = dir.join("v.jsonl");
     std::fs::write(&vectors, VECTORS).unwrap();
     let vocab = dir.join("vocab.txt");
     std::fs::write(&vocab, VOCAB).unwrap();
     let col = dir.join("col");
-    let s = lexlip_json(&[
-        "index",
-        "--collection",
-        col.to_str().unwrap(),
-        "--vectors",
-        vectors.to_str().unwrap(),
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--json",
-    ]);
+    let s = index_vectors(&col, &vectors, Some(&vocab));
     assert_eq!(s["indexed"], 3, "{s}");
     col
 }
@@ -72,16 +79,7 @@ fn jsonl_export_reindexes_to_the_same_collection() {
     assert!(run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("exported 3 documents"));
     let again = dir.path().join("again");
-    let s = lexlip_json(&[
-        "index",
-        "--collection",
-        again.to_str().unwrap(),
-        "--vectors",
-        out.to_str().unwrap(),
-        "--vocab",
-        dir.path().join("vocab.txt").to_str().unwrap(),
-        "--json",
-    ]);
+    let s = index_vectors(&again, &out, Some(&dir.path().join("vocab.txt")));
     assert_eq!(s["indexed"], 3, "{s}");
     assert_eq!(contents(&again), contents(&col));
 }
@@ -157,14 +155,7 @@ fn qdrant_needs_a_vocabulary() {
     let vectors = dir.path().join("v.jsonl");
     std::fs::write(&vectors, VECTORS).unwrap();
     let col = dir.path().join("free");
-    lexlip_json(&[
-        "index",
-        "--collection",
-        col.to_str().unwrap(),
-        "--vectors",
-        vectors.to_str().unwrap(),
-        "--json",
-    ]);
+    index_vectors(&col, &vectors, None);
     let out = lexlip(&[
         "export",
         "--collection",
@@ -219,16 +210,7 @@ fn qdrant_ranks_the_export_as_lexlip_does() {
     let vectors = dir.path().join("v.jsonl");
     std::fs::write(&vectors, lines).unwrap();
     let col = dir.path().join("col");
-    lexlip_json(&[
-        "index",
-        "--collection",
-        col.to_str().unwrap(),
-        "--vectors",
-        vectors.to_str().unwrap(),
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--json",
-    ]);
+    index_vectors(&col, &vectors, Some(&vocab));
     let points = dir.path().join("points.jsonl");
     let out = lexlip(&[
         "export",
