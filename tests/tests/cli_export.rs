@@ -42,6 +42,19 @@ fn build(dir: &Path) -> std::path::PathBuf {
     col
 }
 
+/// `lexlip export … --out FILE`; the run's output.
+fn export_to(col: &Path, format: &str, out: &Path) -> std::process::Output {
+    lexlip(&[
+        "export",
+        "--collection",
+        col.to_str().unwrap(),
+        "--format",
+        format,
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
 fn export(col: &Path, format: &str) -> Vec<Value> {
     let out = lexlip(&[
         "export",
@@ -67,15 +80,7 @@ fn jsonl_export_reindexes_to_the_same_collection() {
     let dir = tempfile::tempdir().unwrap();
     let col = build(dir.path());
     let out = dir.path().join("export.jsonl");
-    let run = lexlip(&[
-        "export",
-        "--collection",
-        col.to_str().unwrap(),
-        "--format",
-        "jsonl",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = export_to(&col, "jsonl", &out);
     assert!(run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("exported 3 documents"));
     let again = dir.path().join("again");
@@ -212,15 +217,7 @@ fn qdrant_ranks_the_export_as_lexlip_does() {
     let col = dir.path().join("col");
     index_vectors(&col, &vectors, Some(&vocab));
     let points = dir.path().join("points.jsonl");
-    let out = lexlip(&[
-        "export",
-        "--collection",
-        col.to_str().unwrap(),
-        "--format",
-        "qdrant",
-        "--out",
-        points.to_str().unwrap(),
-    ]);
+    let out = export_to(&col, "qdrant", &points);
     assert!(out.status.success());
     let query = r#"{"t3": 40, "t17": 25, "t42": 9, "t5": 3}"#;
     let ours = lexlip_json(&[
