@@ -196,7 +196,7 @@ impl Collection {
         let kept = matches!(state.doomed.get(id), Some(Some(_)));
         let flushed = state.flushed_ids.remove(id);
         let older = kept || flushed || self.committed_contains(state, id)?;
-        if older || state.doomed.contains_key(id) {
+        if older {
             state.doomed.insert(id.to_string(), None);
         }
         Ok(existed || older)

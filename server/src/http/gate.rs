@@ -42,6 +42,23 @@ impl CommitGate {
     }
 }
 
+/// A handler takes its request's gate as an argument. Outside the admission middleware (a
+/// router built without it) that is a gate nobody abandons.
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for CommitGate {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<CommitGate>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
 /// See [`CommitGate::abandon_on_drop`].
 pub struct AbandonOnDrop(CommitGate);
 

@@ -150,14 +150,9 @@ async fn receive_body(State(state): State<SharedState>, req: Request, next: Next
     let limit = state.limits.max_body_bytes;
     let timeout = state.limits.body_timeout;
     let (parts, body) = req.into_parts();
-    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+    let bytes = match tokio::time::timeout(timeout, routes::read_body(body, limit)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => {
-            return ApiError::too_large(format!(
-                "request body larger than {limit} bytes (the server's --max-body-mb)"
-            ))
-            .into_response();
-        }
+        Ok(Err(too_large)) => return too_large.into_response(),
         Err(_) => {
             return ApiError::new(
                 axum::http::StatusCode::REQUEST_TIMEOUT,

@@ -1,9 +1,9 @@
 //! Collections: create, list with figures, show, delete.
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::{Extension, Json};
 use lexlip_index::{Collection, CollectionSettings};
 
 use super::{blocking, parse_json, read_body};
@@ -36,11 +36,10 @@ fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
 pub async fn create(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    gate: Option<Extension<CommitGate>>,
+    gate: CommitGate,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<CollectionInfo>)> {
-    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     let bytes = read_body(body, state.limits.max_body_bytes).await?;
     let req: CreateCollection = if bytes.iter().all(u8::is_ascii_whitespace) {
         CreateCollection::default()
@@ -119,9 +118,8 @@ pub async fn show(
 pub async fn delete(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    gate: Option<Extension<CommitGate>>,
+    gate: CommitGate,
 ) -> ApiResult<Json<Deleted>> {
-    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     // `delete` waits for a running write to finish before the files go.
     let st = state.clone();
     blocking(move || {

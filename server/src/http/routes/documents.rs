@@ -8,12 +8,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::multipart::MultipartError;
 use axum::extract::{FromRequest, Multipart, Path, Query, State};
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use lexlip_index::DocExtras;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, VectorInput};
 use serde::Deserialize;
@@ -216,15 +216,10 @@ async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
 pub async fn add(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    gate: CommitGate,
     request: Request<Body>,
 ) -> ApiResult<Json<AddedDocuments>> {
     let open = state.get(&name)?;
-    // Outside the admission middleware (never in the router), a gate nobody abandons.
-    let gate = request
-        .extensions()
-        .get::<CommitGate>()
-        .cloned()
-        .unwrap_or_default();
     let incoming: Vec<Incoming> = if is_multipart(request.headers()) {
         let form = Multipart::from_request(request, &state)
             .await
@@ -332,9 +327,8 @@ pub async fn get(
 pub async fn delete(
     State(state): State<SharedState>,
     Path((name, id)): Path<(String, String)>,
-    gate: Option<Extension<CommitGate>>,
+    gate: CommitGate,
 ) -> ApiResult<Json<Deleted>> {
-    let gate = gate.map(|Extension(g)| g).unwrap_or_default();
     let open = state.get(&name)?;
     let doc_id = DocId::new(id.clone())?;
     let _writer = open.lock_for_write(&name).await?;
