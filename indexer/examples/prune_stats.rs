@@ -32,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let snap = c.snapshot()?;
     let field = snap.searcher().schema().get_field("impacts")?;
     let reader = &snap.searcher().segment_readers()[0];
-    let m = SegmentMaxima::compute(reader, field)?;
+    let m = SegmentMaxima::compute(reader, field, lexlip_index::maxima::DEFAULT_RANGE_SHIFT)?;
     let mut fr = 0.0;
     let nq = 50;
     for _ in 0..nq {

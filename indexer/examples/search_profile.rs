@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let exh = opts(Algorithm::Exhaustive, Precision::Exact);
     let pr = opts(
-        Algorithm::Pruned,
+        Algorithm::BlockMax,
         if factor == 1.0 {
             Precision::Exact
         } else {

@@ -13,6 +13,7 @@ pub mod collection;
 pub mod dense;
 pub mod error;
 pub mod export;
+pub mod forward;
 pub mod manifest;
 pub mod maxima;
 pub mod quantizer;

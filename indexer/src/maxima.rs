@@ -1,10 +1,12 @@
-//! Upper bounds for pruning: per term, the maximum impact in every range of document ids.
+//! Upper bounds for pruning: per term, the maximum impact in every range (block) of document
+//! ids; and, built in the same pass, the segment's block forward index ([`crate::forward`]).
 //!
 //! tantivy keeps no usable per-term or per-block maximum term frequency (its block-max data is
 //! BM25-specific), so lexlip computes them when a segment is first searched and caches them by
-//! segment id. A *range* is [`RANGE_SIZE`] consecutive doc ids of a segment. For a query `q`,
-//! `Σ_t q_t · max_t(range)` bounds the score of every document in the range, which lets the
-//! search skip whole ranges (block-max pruning over doc-id ranges, as in BMP).
+//! segment id. A *range* is `2^shift` consecutive doc ids of a segment ([`DEFAULT_RANGE_SHIFT`]
+//! unless the collection says otherwise). For a query `q`, `Σ_t q_t · max_t(range)` bounds the
+//! score of every document in the range, which lets the search skip whole ranges (block-max
+//! pruning, as in BMP).
 //!
 //! Maxima are stored in one byte per range: `ceil(max / step)` with a per-term `step` chosen so
 //! the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the bound is exact).
@@ -16,11 +18,13 @@ use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{SegmentReader, TERMINATED};
 
 use crate::error::Result;
+use crate::forward::{ForwardIndex, ForwardShape};
 
-/// log2 of the number of doc ids per range.
-pub const RANGE_SHIFT: u32 = 6;
-/// Doc ids per range.
-pub const RANGE_SIZE: u32 = 1 << RANGE_SHIFT;
+/// log2 of the number of doc ids per range unless the collection sets another.
+pub const DEFAULT_RANGE_SHIFT: u32 = 5;
+/// Smallest and largest range shift (8 and 64 documents): a doc offset within a range fits a
+/// byte in the forward index.
+pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=6;
 
 /// Range maxima of one term, dense (one byte per range) when the term covers many ranges.
 #[derive(Debug)]
@@ -36,6 +40,8 @@ pub enum RangeMaxima {
 #[derive(Debug)]
 pub struct TermMaxima {
     pub term_info: TermInfo,
+    /// The term's ordinal in the segment's term dictionary (its id in the forward index).
+    pub ord: u32,
     /// Largest impact of the term in the segment.
     pub max: u32,
     /// Multiply a stored byte by `step` to get a bound on the impact.
@@ -107,20 +113,28 @@ pub(crate) fn for_each_posting(
 /// Range maxima of every term of the impacts field of one segment.
 #[derive(Debug)]
 pub struct SegmentMaxima {
+    /// log2 of the documents per range.
+    pub shift: u32,
     pub num_ranges: u32,
     terms: HashMap<Box<[u8]>, TermMaxima>,
+    /// The same postings, range by range.
+    pub forward: ForwardIndex,
     heap_bytes: usize,
 }
 
 impl SegmentMaxima {
-    /// Reads every posting of the impacts field once (~ns per posting).
-    pub fn compute(reader: &SegmentReader, impacts: Field) -> Result<Self> {
-        let num_ranges = reader.max_doc().div_ceil(RANGE_SIZE).max(1);
+    /// Reads every posting of the impacts field twice (~ns per posting): once for the maxima
+    /// and the forward index's shape, once to fill the forward index.
+    pub fn compute(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
+        let shift = shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end());
+        let num_ranges = reader.max_doc().div_ceil(1 << shift).max(1);
         let inverted = reader.inverted_index(impacts)?;
         let mut terms = HashMap::with_capacity(inverted.terms().num_terms());
         let mut stream = inverted.terms().stream()?;
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut pairs: Vec<(u32, u32, u32)> = Vec::new();
+        let mut shape = ForwardShape::new(num_ranges);
         let mut heap_bytes = 0;
+        let mut ord = 0u32;
         while stream.advance() {
             let term_info = stream.value().clone();
             let block = inverted
@@ -128,18 +142,24 @@ impl SegmentMaxima {
             pairs.clear();
             let mut max = 0u32;
             for_each_posting(block, |doc, freq| {
-                let range = doc >> RANGE_SHIFT;
+                let range = doc >> shift;
                 max = max.max(freq);
                 match pairs.last_mut() {
-                    Some((r, m)) if *r == range => *m = (*m).max(freq),
-                    _ => pairs.push((range, freq)),
+                    Some((r, m, n)) if *r == range => {
+                        *m = (*m).max(freq);
+                        *n += 1;
+                    }
+                    _ => pairs.push((range, freq, 1)),
                 }
             });
+            for &(r, _, n) in &pairs {
+                shape.count(r, n);
+            }
             let step = max.div_ceil(255).max(1);
             let to_byte = |m: u32| m.div_ceil(step) as u8;
             let ranges = if pairs.len() * 5 >= num_ranges as usize {
                 let mut dense = vec![0u8; num_ranges as usize];
-                for &(r, m) in &pairs {
+                for &(r, m, _) in &pairs {
                     dense[r as usize] = to_byte(m);
                 }
                 RangeMaxima::Dense(dense.into_boxed_slice())
@@ -151,16 +171,22 @@ impl SegmentMaxima {
             };
             let tm = TermMaxima {
                 term_info,
+                ord,
                 max,
                 step,
                 ranges,
             };
             heap_bytes += tm.heap_bytes() + stream.key().len() + 64;
             terms.insert(stream.key().into(), tm);
+            ord += 1;
         }
+        let forward = shape.fill(&inverted, shift)?;
+        heap_bytes += forward.heap_bytes();
         Ok(Self {
+            shift,
             num_ranges,
             terms,
+            forward,
             heap_bytes,
         })
     }

@@ -315,7 +315,8 @@ fn a_cancelled_search_stops_and_an_uncancelled_one_is_unchanged() {
     c.commit().unwrap();
     let query = q(&[("dog", 3), ("cat", 5)]);
     for algorithm in [
-        lexlip_index::Algorithm::Pruned,
+        lexlip_index::Algorithm::BlockMax,
+        lexlip_index::Algorithm::Postings,
         lexlip_index::Algorithm::Exhaustive,
     ] {
         let plain = SearchOptions {

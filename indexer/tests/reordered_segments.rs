@@ -63,10 +63,12 @@ proptest! {
             let modality = match n % 3 { 0 => None, 1 => Some(true), _ => Some(false) };
             let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
             let opts = |algorithm, precision| SearchOptions { k, precision, filter: filter.clone(), algorithm, ..SearchOptions::default() };
-            let pruned = snap.search(&q, &opts(Algorithm::Pruned, Precision::Exact)).unwrap().hits;
+            let pruned = snap.search(&q, &opts(Algorithm::BlockMax, Precision::Exact)).unwrap().hits;
             let exhaustive = snap.search(&q, &opts(Algorithm::Exhaustive, Precision::Exact)).unwrap().hits;
             prop_assert_eq!(&pruned, &exhaustive);
-            let approx_one = snap.search(&q, &opts(Algorithm::Pruned, Precision::Approx(1.0))).unwrap().hits;
+            let postings = snap.search(&q, &opts(Algorithm::Postings, Precision::Exact)).unwrap().hits;
+            prop_assert_eq!(&postings, &exhaustive);
+            let approx_one = snap.search(&q, &opts(Algorithm::BlockMax, Precision::Approx(1.0))).unwrap().hits;
             prop_assert_eq!(&approx_one, &pruned);
 
             let mut want: Vec<(usize, u64)> = model

@@ -64,6 +64,8 @@ pub struct Collection {
     dense: Arc<DenseCache>,
     dense_params: DenseParams,
     flush_docs: usize,
+    /// log2 of the documents per pruning range (block).
+    range_shift: u32,
 }
 
 impl std::fmt::Debug for Collection {
@@ -145,6 +147,7 @@ impl Collection {
             dense: Arc::new(DenseCache::default()),
             dense_params: DenseParams::default(),
             flush_docs: DEFAULT_FLUSH_DOCS,
+            range_shift: crate::maxima::DEFAULT_RANGE_SHIFT,
         })
     }
 
@@ -240,6 +243,25 @@ impl Collection {
     /// Documents written into a segment once this many are pending (default 100,000).
     pub fn set_flush_docs(&mut self, n: usize) {
         self.flush_docs = n.max(1);
+    }
+
+    /// Documents per pruning block: a power of two from 8 to 64 (default 32). Smaller blocks
+    /// bound tighter and cost more memory; the bounds and the forward index are rebuilt.
+    pub fn set_block_size(&mut self, docs: u32) -> Result<()> {
+        let shift = docs.trailing_zeros();
+        if !docs.is_power_of_two() || !crate::maxima::RANGE_SHIFTS.contains(&shift) {
+            return Err(IndexError::InvalidSetting(format!(
+                "the block size must be 8, 16, 32 or 64 documents, got {docs}"
+            )));
+        }
+        if shift != self.range_shift {
+            self.range_shift = shift;
+            self.maxima
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+        }
+        Ok(())
     }
 
     /// Ids of the segments of the last commit.

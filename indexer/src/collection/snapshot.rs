@@ -51,7 +51,11 @@ impl Collection {
             let m = match cached {
                 Some(m) => m,
                 None => {
-                    let m = Arc::new(SegmentMaxima::compute(reader, self.fields.impacts)?);
+                    let m = Arc::new(SegmentMaxima::compute(
+                        reader,
+                        self.fields.impacts,
+                        self.range_shift,
+                    )?);
                     self.maxima
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())

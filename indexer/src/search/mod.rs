@@ -3,15 +3,19 @@
 //! `score(q, d) = Σ_{t ∈ q ∩ d} q_t · d_t` over integer impacts, accumulated in `u64`.
 //! Only documents that share at least one term with the query (score > 0) are returned.
 //!
-//! Two algorithms compute it:
+//! Three algorithms compute it:
 //! - [`exhaustive`]: term-at-a-time accumulation of every posting of every query term into a
-//!   dense score array, then top-k selection. The baseline, and the oracle of the pruned one.
-//! - [`pruned`]: block-max pruning over doc-id ranges; exact by default, approximate with an
+//!   dense score array, then top-k selection. The baseline, and the oracle of the pruned ones.
+//! - [`blocks`] (the default): block-max pruning over doc-id ranges, ranges visited best bound
+//!   first and scored through the forward index; exact by default, approximate with an
 //!   explicit knob.
+//! - [`pruned`]: the same bounds, ranges visited in doc order and scored through tantivy's
+//!   postings cursors; the previous default, kept as a fallback and a second oracle.
 //!
 //! Both score one segment at a time for a [`SparseSearch`], the per-query object that holds the
 //! top k, the counters, the buffers and the [`Cancel`] flag across segments.
 
+pub mod blocks;
 pub mod cancel;
 pub mod exhaustive;
 pub mod filter;
@@ -31,8 +35,12 @@ pub const MAX_K: usize = 10_000;
 /// Which algorithm answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Algorithm {
+    /// Block-max pruning over the forward index ([`blocks`]).
     #[default]
-    Pruned,
+    BlockMax,
+    /// Range pruning over tantivy's postings ([`pruned`]).
+    Postings,
+    /// No pruning ([`exhaustive`]).
     Exhaustive,
 }
 

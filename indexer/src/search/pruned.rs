@@ -11,7 +11,7 @@
 //!    `≤ ub[r] < θ`, and ties at θ are never skipped, so the result equals the exhaustive one,
 //!    ties included.
 //!
-//! Scoring a range is term-at-a-time into a [`RANGE_SIZE`]-entry accumulator, reading each
+//! Scoring a range is term-at-a-time into a range-sized accumulator, reading each
 //! term's postings forward from the range start with tantivy's block postings.
 //!
 //! When the bounds are too loose to skip much (more than [`FALLBACK_FRACTION`] of the ranges
@@ -35,7 +35,7 @@ use tantivy::schema::IndexRecordOption;
 use super::ScoredDoc;
 use super::sparse::{Segment, SparseSearch};
 use crate::error::Result;
-use crate::maxima::{RANGE_SHIFT, RANGE_SIZE, TermMaxima};
+use crate::maxima::TermMaxima;
 
 /// Ranges scored first, best bound first, to raise the threshold early.
 const FIRST_PASS_RANGES: usize = 8;
@@ -51,7 +51,7 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    /// Adds `q · impact` of every posting in `[start, start + RANGE_SIZE)` into `acc`.
+    /// Adds `q · impact` of every posting in `[start, start + acc.len())` into `acc`.
     fn score_range(
         &mut self,
         inverted: &InvertedIndexReader,
@@ -67,7 +67,7 @@ impl Cursor<'_> {
         let Some(block) = self.block.as_mut() else {
             return Ok(0);
         };
-        let end = start + RANGE_SIZE;
+        let end = start + acc.len() as u32;
         let mut i = block.seek(start);
         let mut read = 0u64;
         loop {
@@ -155,7 +155,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         .count();
     if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges) {
         search.stats.ranges_scored += left as u64;
-        let not_done = |doc: u32| head.binary_search(&(doc >> RANGE_SHIFT)).is_err();
+        let not_done = |doc: u32| head.binary_search(&(doc >> maxima.shift)).is_err();
         return super::exhaustive::score_segment(search, segment, not_done);
     }
     tail.sort_unstable();
@@ -185,7 +185,8 @@ impl RangeScorer<'_> {
             })
             .collect();
         let mut acc = std::mem::take(&mut search.range_scores);
-        acc.resize(RANGE_SIZE as usize, 0);
+        acc.clear();
+        acc.resize(1 << self.segment.maxima.shift, 0);
         let mut result = Ok(());
         for &r in ranges {
             if search.skips(self.ub[r as usize]) {
@@ -210,7 +211,7 @@ impl RangeScorer<'_> {
         cursors: &mut [Cursor],
         acc: &mut [u64],
     ) -> Result<()> {
-        let start = range << RANGE_SHIFT;
+        let start = range << self.segment.maxima.shift;
         for c in cursors.iter_mut() {
             if c.maxima.bound_in(range) > 0 {
                 search.stats.postings_scored += c.score_range(self.inverted, start, acc)?;

@@ -8,7 +8,7 @@
 //!   SparseSearch::new(query, options)        validate once
 //!   for every segment of the snapshot:
 //!     Segment { reader, maxima, allowed }
-//!     pruned::search_segment(&mut search, &segment)   (or exhaustive::)
+//!     blocks::search_segment(&mut search, &segment)   (or pruned::, exhaustive::)
 //!   search.finish()                          hits best first, counters
 //! ```
 
@@ -33,6 +33,8 @@ pub struct SparseSearch<'q> {
     pub(crate) doc_scores: Vec<u64>,
     /// One score per document of a range (range-at-a-time), reused across ranges.
     pub(crate) range_scores: Vec<u64>,
+    /// One score bound per range of a segment, reused across segments.
+    pub(crate) range_bounds: Vec<u64>,
     cancel: Cancel,
 }
 
@@ -66,6 +68,7 @@ impl<'q> SparseSearch<'q> {
             stats: SearchStats::default(),
             doc_scores: Vec::new(),
             range_scores: Vec::new(),
+            range_bounds: Vec::new(),
             cancel: options.cancel.clone(),
         })
     }
@@ -75,7 +78,8 @@ impl<'q> SparseSearch<'q> {
         self.check()?;
         self.stats.segments += 1;
         match self.algorithm {
-            Algorithm::Pruned => super::pruned::search_segment(self, segment),
+            Algorithm::BlockMax => super::blocks::search_segment(self, segment),
+            Algorithm::Postings => super::pruned::search_segment(self, segment),
             Algorithm::Exhaustive => super::exhaustive::search_segment(self, segment),
         }
     }
