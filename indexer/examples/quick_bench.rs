@@ -1,5 +1,5 @@
 //! Runs the engine benchmark with the library defaults and prints JSON (`lexlip bench engine`
-//! is the user-facing form). `quick_bench [docs] [topical|independent]`.
+//! is the user-facing form). `quick_bench [docs] [topical|independent] [block size]`.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let docs = std::env::args()
         .nth(1)
@@ -17,6 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|s| s.parse())
             .transpose()?
             .unwrap_or_default(),
+        block_size: std::env::args()
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(32),
     };
     let r = lexlip_index::bench::run(&cfg, dir.path(), &mut |p, f| eprintln!("{p} {f:.2}"))?;
     println!("{}", serde_json::to_string_pretty(&r)?);

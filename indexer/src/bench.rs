@@ -23,6 +23,8 @@ pub struct EngineBenchConfig {
     pub approx: Vec<f32>,
     /// Which synthetic corpus.
     pub corpus: Corpus,
+    /// Documents per pruning block (8-64).
+    pub block_size: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,8 +66,12 @@ pub struct EngineBenchReport {
     pub bytes: u64,
     pub bytes_per_nnz: f64,
     pub pruning_memory_bytes: u64,
+    pub block_size: u32,
     pub exhaustive: Throughput,
+    /// The default: block-max over the forward index.
     pub exact: ExactFigures,
+    /// The previous default: range pruning over tantivy's postings cursors.
+    pub exact_postings: ExactFigures,
     pub approx: Vec<ApproxFigures>,
 }
 
@@ -103,6 +109,22 @@ fn run_queries(
         ranges_candidate,
         ranges_scored,
     })
+}
+
+fn exact_figures(run: &Timed, exhaustive: &Timed) -> ExactFigures {
+    let qps = run.results.len() as f64 / run.total_s;
+    ExactFigures {
+        qps,
+        p50_ms: percentile(&run.latencies_ms, 0.5),
+        p99_ms: percentile(&run.latencies_ms, 0.99),
+        speedup: qps * exhaustive.total_s / exhaustive.results.len() as f64,
+        recall_at_10: recall_at_10(&run.results, &exhaustive.results),
+        ranges_scored_fraction: if run.ranges_candidate == 0 {
+            0.0
+        } else {
+            run.ranges_scored as f64 / run.ranges_candidate as f64
+        },
+    }
 }
 
 /// The `p`-th percentile of sorted values.
@@ -148,7 +170,8 @@ pub fn run(
     let mut rng = Rng::new(config.seed);
     let vocab = generator.vocabulary();
     let space = TermSpace::from_tokens("synthetic-bert-30522", vocab.iter().map(String::as_str));
-    let collection = Collection::create(dir, space, CollectionSettings::default(), None)?;
+    let mut collection = Collection::create(dir, space, CollectionSettings::default(), None)?;
+    collection.set_block_size(config.block_size)?;
 
     // Vectors are generated before timing: ingest measures the engine, not the generator.
     let chunk = 100_000;
@@ -206,7 +229,15 @@ pub fn run(
         ..SearchOptions::default()
     };
     let exact = run_queries(&snap, &queries, &exact_opts)?;
-    let exact_qps = queries.len() as f64 / exact.total_s;
+    progress("exact (postings)", 0.0);
+    let postings = run_queries(
+        &snap,
+        &queries,
+        &SearchOptions {
+            algorithm: Algorithm::Postings,
+            ..exact_opts.clone()
+        },
+    )?;
 
     let mut approx = Vec::new();
     for &knob in &config.approx {
@@ -242,18 +273,9 @@ pub fn run(
         exhaustive: Throughput {
             qps: exhaustive_qps,
         },
-        exact: ExactFigures {
-            qps: exact_qps,
-            p50_ms: percentile(&exact.latencies_ms, 0.5),
-            p99_ms: percentile(&exact.latencies_ms, 0.99),
-            speedup: exact_qps / exhaustive_qps,
-            recall_at_10: recall_at_10(&exact.results, &exhaustive.results),
-            ranges_scored_fraction: if exact.ranges_candidate == 0 {
-                0.0
-            } else {
-                exact.ranges_scored as f64 / exact.ranges_candidate as f64
-            },
-        },
+        block_size: config.block_size,
+        exact: exact_figures(&exact, &exhaustive),
+        exact_postings: exact_figures(&postings, &exhaustive),
         approx,
     })
 }

@@ -1,197 +1,145 @@
-//! The block forward index of a segment: its postings regrouped range by range, so that scoring
-//! one range of `2^shift` documents reads only that range's postings of the query's terms.
+//! The block forward index: each term's postings grouped by block (a range of `2^shift` doc
+//! ids) and addressed directly by block, so scoring one block reads only that block's
+//! postings of the query's terms.
 //!
-//! tantivy's postings are term-major: scoring a range through them means opening a cursor per
-//! term, walking its skip list and decoding a 128-posting block to use a few postings. Here each
-//! range holds its terms (by term-dictionary ordinal, ascending) and, per term, the postings of
-//! the range as `(doc offset, impact)`:
+//! tantivy's postings serve a whole-list traversal well, but scoring one block through them
+//! means opening a cursor per term, walking a skip list and decoding a 128-posting block to use
+//! a few postings. Here a term's postings for block `b` are found in O(1) (terms present in many
+//! blocks: a start per block) or by a binary search over the term's own block list (the others),
+//! and read as `(doc offset in block, impact)`:
 //!
 //! ```text
-//! range r:  terms     [ 12,      407,          9_113 ]
-//!           postings  [ (3, 80) | (0, 12) (5, 9) | (3, 150) ]
-//! query {407: 2, 9_113: 1} → acc[0] += 24, acc[5] += 18, acc[3] += 150
+//! term "dog", sparse: blocks [4, 17, 90]  starts [0, 2, 3, 5]
+//!                     postings (offset, impact) [(3, 80) (9, 12) | (0, 7) | (1, 30) (2, 5)]
+//! block 17 → postings 2..3 → doc 17·32 + 0 scores q · 7
 //! ```
 //!
-//! Built from the tantivy postings when a segment is first searched (two passes, see
-//! [`crate::maxima::SegmentMaxima::compute`]) and cached with the range maxima, so it follows
-//! the segment's life: never stale (deleted documents are filtered at collection time, as on
-//! every path), dropped with the segment. tantivy stays the store of record.
+//! Built with the range maxima ([`crate::maxima::SegmentMaxima::compute`], one pass over the
+//! postings) when a segment is first searched and cached with them, so it follows the segment's
+//! life: never stale (deleted documents are filtered at collection time, as on every path),
+//! dropped with the segment. tantivy stays the store of record.
 
-use tantivy::InvertedIndexReader;
-use tantivy::schema::IndexRecordOption;
-
-use crate::error::Result;
-use crate::maxima::for_each_posting;
-
-/// Term ordinals: two bytes when the segment's dictionary allows it (word-piece vocabularies
-/// have ~30k terms), four otherwise.
+/// One term's postings, block by block.
 #[derive(Debug)]
-enum TermIds {
-    Narrow(Box<[u16]>),
-    Wide(Box<[u32]>),
+pub struct TermBlocks {
+    /// Entry `i`'s postings are `starts[i]..starts[i + 1]`; entry `i` is block `i` for a term
+    /// with dense maxima, the term's `i`-th block otherwise.
+    starts: Box<[u32]>,
+    docs: Box<[u8]>,
+    impacts: Box<[u16]>,
 }
 
-/// Postings of one segment, range-major.
-#[derive(Debug)]
-pub struct ForwardIndex {
-    /// Range `r`'s (term, postings) pairs are `range_pairs[r]..range_pairs[r + 1]`.
-    range_pairs: Box<[u32]>,
-    /// Term ordinal of every pair, ascending within a range.
-    pair_term: TermIds,
-    /// Pair `p`'s postings are `pair_post[p]..pair_post[p + 1]`.
-    pair_post: Box<[u32]>,
-    /// Document offset within its range.
-    post_doc: Box<[u8]>,
-    post_impact: Box<[u16]>,
-}
-
-/// First pass: how many pairs and postings each range holds.
-#[derive(Debug)]
-pub(crate) struct ForwardShape {
-    pairs: Vec<u32>,
-    postings: Vec<u32>,
-}
-
-impl ForwardShape {
-    pub(crate) fn new(num_ranges: u32) -> Self {
-        Self {
-            pairs: vec![0; num_ranges as usize],
-            postings: vec![0; num_ranges as usize],
-        }
-    }
-
-    /// One term has `postings` postings in `range`.
-    pub(crate) fn count(&mut self, range: u32, postings: u32) {
-        self.pairs[range as usize] += 1;
-        self.postings[range as usize] += postings;
-    }
-
-    /// Second pass: reads every term's postings again, in dictionary order, into their ranges.
-    pub(crate) fn fill(self, inverted: &InvertedIndexReader, shift: u32) -> Result<ForwardIndex> {
-        let starts = |counts: &[u32]| {
-            let mut s = Vec::with_capacity(counts.len() + 1);
-            let mut total = 0u32;
-            s.push(0);
-            for &c in counts {
-                total += c;
-                s.push(total);
-            }
-            s
-        };
-        let range_pairs = starts(&self.pairs);
-        let range_posts = starts(&self.postings);
-        let num_pairs = *range_pairs.last().unwrap_or(&0) as usize;
-        let num_posts = *range_posts.last().unwrap_or(&0) as usize;
-        let mut pair_cursor = range_pairs.clone();
-        let mut post_cursor = range_posts;
-        let mut pair_term = vec![0u32; num_pairs];
-        let mut pair_post = vec![0u32; num_pairs + 1];
-        pair_post[num_pairs] = num_posts as u32;
-        let mut post_doc = vec![0u8; num_posts];
-        let mut post_impact = vec![0u16; num_posts];
+impl TermBlocks {
+    /// Groups `postings` (doc, impact), in doc order, into blocks; `dense` gives every block of
+    /// the segment an entry, otherwise only the blocks the term occurs in have one.
+    pub(crate) fn build(postings: &[(u32, u32)], shift: u32, dense: bool, num_blocks: u32) -> Self {
         let mask = (1u32 << shift) - 1;
-
-        let mut stream = inverted.terms().stream()?;
-        let mut ord = 0u32;
-        while stream.advance() {
-            let block = inverted
-                .read_block_postings_from_terminfo(stream.value(), IndexRecordOption::WithFreqs)?;
-            let mut last = u32::MAX;
-            for_each_posting(block, |doc, impact| {
-                let r = (doc >> shift) as usize;
-                if r as u32 != last {
-                    last = r as u32;
-                    let p = pair_cursor[r] as usize;
-                    pair_cursor[r] += 1;
-                    pair_term[p] = ord;
-                    pair_post[p] = post_cursor[r];
+        let n = postings.len() as u32;
+        let starts = if dense {
+            // starts[b] = index of the first posting in block b or later.
+            let mut starts = vec![n; num_blocks as usize + 1];
+            let mut b = 0usize;
+            for (i, &(doc, _)) in postings.iter().enumerate() {
+                while b <= (doc >> shift) as usize {
+                    starts[b] = i as u32;
+                    b += 1;
                 }
-                let i = post_cursor[r] as usize;
-                post_cursor[r] += 1;
-                post_doc[i] = (doc & mask) as u8;
-                post_impact[i] = impact.min(u32::from(u16::MAX)) as u16;
-            });
-            ord += 1;
-        }
-        let pair_term = if ord <= u32::from(u16::MAX) + 1 {
-            TermIds::Narrow(pair_term.iter().map(|&t| t as u16).collect())
+            }
+            starts
         } else {
-            TermIds::Wide(pair_term.into_boxed_slice())
+            let mut starts = Vec::new();
+            let mut current = None;
+            for (i, &(doc, _)) in postings.iter().enumerate() {
+                if current != Some(doc >> shift) {
+                    current = Some(doc >> shift);
+                    starts.push(i as u32);
+                }
+            }
+            starts.push(n);
+            starts
         };
-        Ok(ForwardIndex {
-            range_pairs: range_pairs.into_boxed_slice(),
-            pair_term,
-            pair_post: pair_post.into_boxed_slice(),
-            post_doc: post_doc.into_boxed_slice(),
-            post_impact: post_impact.into_boxed_slice(),
-        })
-    }
-}
-
-impl ForwardIndex {
-    /// Adds `q · impact` of every posting of `range` whose term is in `query` into
-    /// `acc[doc offset]`; returns the number of postings read. `query` holds
-    /// `(term ordinal, q)` sorted by ordinal.
-    #[inline]
-    pub fn score_range(&self, range: u32, query: &[(u32, u64)], acc: &mut [u64]) -> u64 {
-        let (a, b) = (
-            self.range_pairs[range as usize] as usize,
-            self.range_pairs[range as usize + 1] as usize,
-        );
-        match &self.pair_term {
-            TermIds::Narrow(t) => self.score_pairs(&t[a..b], a, query, acc),
-            TermIds::Wide(t) => self.score_pairs(&t[a..b], a, query, acc),
+        Self {
+            starts: starts.into_boxed_slice(),
+            docs: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),
+            impacts: postings
+                .iter()
+                .map(|&(_, w)| w.min(u32::from(u16::MAX)) as u16)
+                .collect(),
         }
     }
 
-    /// Intersects the range's sorted terms with the query's (each query term's position is
-    /// searched after the previous one's), then accumulates the matches' postings.
+    /// Where entry `i`'s postings lie.
     #[inline]
-    fn score_pairs<T: Copy + Into<u32>>(
-        &self,
-        terms: &[T],
-        first_pair: usize,
-        query: &[(u32, u64)],
-        acc: &mut [u64],
-    ) -> u64 {
-        let mut lo = 0;
-        let mut read = 0u64;
-        for &(ord, q) in query {
-            let rest = &terms[lo..];
-            let i = lo + rest.partition_point(|&t| t.into() < ord);
-            if i == terms.len() {
-                break;
+    pub fn span(&self, i: usize) -> (u32, u32) {
+        (self.starts[i], self.starts[i + 1])
+    }
+
+    /// Asks the CPU to start loading a span's postings, so that the loads of many terms and
+    /// blocks overlap instead of waiting one after the other.
+    #[inline]
+    pub fn prefetch(&self, (s, e): (u32, u32)) {
+        #[cfg(target_arch = "x86_64")]
+        if s < e {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let (s, e) = (s as usize, e as usize);
+            // SAFETY: prefetching is only a hint and never faults; the pointers are in bounds.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(self.docs[s..e].as_ptr().cast());
+                _mm_prefetch::<_MM_HINT_T0>(self.impacts[s..e].as_ptr().cast());
             }
-            lo = i;
-            if terms[i].into() != ord {
-                continue;
-            }
-            lo = i + 1;
-            let p = first_pair + i;
-            let (s, e) = (self.pair_post[p] as usize, self.pair_post[p + 1] as usize);
-            for (&d, &w) in self.post_doc[s..e].iter().zip(&self.post_impact[s..e]) {
-                acc[d as usize] += q * u64::from(w);
-            }
-            read += (e - s) as u64;
         }
-        read
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (s, e);
+    }
+
+    /// Adds `q · impact` of a span's postings into `acc[doc offset]`; returns how many.
+    #[inline]
+    pub fn accumulate(&self, (s, e): (u32, u32), q: u64, acc: &mut [u64]) -> u64 {
+        let (s, e) = (s as usize, e as usize);
+        for (&d, &w) in self.docs[s..e].iter().zip(&self.impacts[s..e]) {
+            acc[d as usize] += q * u64::from(w);
+        }
+        (e - s) as u64
     }
 
     /// Memory held.
     pub fn heap_bytes(&self) -> usize {
-        let terms = match &self.pair_term {
-            TermIds::Narrow(t) => t.len() * 2,
-            TermIds::Wide(t) => t.len() * 4,
-        };
-        self.range_pairs.len() * 4
-            + terms
-            + self.pair_post.len() * 4
-            + self.post_doc.len()
-            + self.post_impact.len() * 2
+        self.starts.len() * 4 + self.docs.len() + self.impacts.len() * 2
     }
+}
 
-    /// Stored postings.
-    pub fn num_postings(&self) -> usize {
-        self.post_doc.len()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every block's span holds exactly that block's postings, dense or sparse.
+    #[test]
+    fn spans_hold_each_blocks_postings() {
+        let postings = [(1, 5), (3, 7), (40, 2), (70, 9), (71, 1), (200, 4)];
+        let shift = 5;
+        let num_blocks = 7;
+        let dense = TermBlocks::build(&postings, shift, true, num_blocks);
+        let sparse = TermBlocks::build(&postings, shift, false, num_blocks);
+        let blocks_present = [0u32, 1, 2, 6];
+        for b in 0..num_blocks {
+            let want: Vec<(u8, u16)> = postings
+                .iter()
+                .filter(|(d, _)| d >> shift == b)
+                .map(|&(d, w)| ((d & 31) as u8, w as u16))
+                .collect();
+            let read = |t: &TermBlocks, entry: Option<usize>| -> Vec<(u8, u16)> {
+                let Some(i) = entry else { return Vec::new() };
+                let (s, e) = t.span(i);
+                (s as usize..e as usize)
+                    .map(|j| (t.docs[j], t.impacts[j]))
+                    .collect()
+            };
+            assert_eq!(read(&dense, Some(b as usize)), want, "dense block {b}");
+            let entry = blocks_present.iter().position(|&p| p == b);
+            assert_eq!(read(&sparse, entry), want, "sparse block {b}");
+        }
+        let mut acc = vec![0u64; 32];
+        assert_eq!(dense.accumulate(dense.span(2), 3, &mut acc), 2);
+        assert_eq!((acc[6], acc[7]), (27, 3));
     }
 }

@@ -11,14 +11,12 @@
 //! Maxima are stored in one byte per range: `ceil(max / step)` with a per-term `step` chosen so
 //! the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the bound is exact).
 
-use std::collections::HashMap;
-
 use tantivy::postings::{BlockSegmentPostings, TermInfo};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{SegmentReader, TERMINATED};
 
 use crate::error::Result;
-use crate::forward::{ForwardIndex, ForwardShape};
+use crate::forward::TermBlocks;
 
 /// log2 of the number of doc ids per range unless the collection sets another.
 pub const DEFAULT_RANGE_SHIFT: u32 = 5;
@@ -40,13 +38,13 @@ pub enum RangeMaxima {
 #[derive(Debug)]
 pub struct TermMaxima {
     pub term_info: TermInfo,
-    /// The term's ordinal in the segment's term dictionary (its id in the forward index).
-    pub ord: u32,
     /// Largest impact of the term in the segment.
     pub max: u32,
     /// Multiply a stored byte by `step` to get a bound on the impact.
     pub step: u32,
     pub ranges: RangeMaxima,
+    /// The term's postings, addressed by range.
+    pub blocks: TermBlocks,
 }
 
 impl TermMaxima {
@@ -60,6 +58,18 @@ impl TermMaxima {
             },
         };
         u32::from(b) * self.step
+    }
+
+    /// Where the term's postings in `range` lie in [`Self::blocks`] (empty when absent).
+    #[inline]
+    pub fn span_in(&self, range: u32) -> (u32, u32) {
+        match &self.ranges {
+            RangeMaxima::Dense(_) => self.blocks.span(range as usize),
+            RangeMaxima::Sparse { ranges, .. } => match ranges.binary_search(&range) {
+                Ok(i) => self.blocks.span(i),
+                Err(_) => (0, 0),
+            },
+        }
     }
 
     /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
@@ -79,12 +89,53 @@ impl TermMaxima {
         }
     }
 
-    fn heap_bytes(&self) -> usize {
+    /// [`Self::add_bounds`] into 32-bit bounds, for queries whose bounds fit 32 bits (the
+    /// caller checks `Σ q_t · max_t ≤ u32::MAX`). `f = q · step` must fit too. Dense maxima
+    /// go through a vectorized kernel where the CPU has one.
+    pub fn add_bounds_u32(&self, q: u32, ub: &mut [u32]) {
+        let f = q * self.step;
         match &self.ranges {
-            RangeMaxima::Dense(m) => m.len(),
-            RangeMaxima::Sparse { ranges, .. } => ranges.len() * 5,
+            RangeMaxima::Dense(m) => add_scaled(f, m, ub),
+            RangeMaxima::Sparse { ranges, maxima } => {
+                for (&r, &b) in ranges.iter().zip(maxima.iter()) {
+                    ub[r as usize] += f * u32::from(b);
+                }
+            }
         }
     }
+
+    fn heap_bytes(&self) -> usize {
+        let maxima = match &self.ranges {
+            RangeMaxima::Dense(m) => m.len(),
+            RangeMaxima::Sparse { ranges, .. } => ranges.len() * 5,
+        };
+        maxima + self.blocks.heap_bytes()
+    }
+}
+
+/// `ub[i] += f · m[i]` over equal-length prefixes.
+fn add_scaled(f: u32, m: &[u8], ub: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { add_scaled_avx2(f, m, ub) };
+        return;
+    }
+    add_scaled_plain(f, m, ub);
+}
+
+#[inline(always)]
+fn add_scaled_plain(f: u32, m: &[u8], ub: &mut [u32]) {
+    for (u, &b) in ub.iter_mut().zip(m) {
+        *u += f * u32::from(b);
+    }
+}
+
+/// The same loop compiled for AVX2 (8 lanes of 32-bit multiply-add).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_avx2(f: u32, m: &[u8], ub: &mut [u32]) {
+    add_scaled_plain(f, m, ub);
 }
 
 /// Calls `f(doc, impact)` for every posting of a list, block by block (tantivy's fastest
@@ -116,50 +167,45 @@ pub struct SegmentMaxima {
     /// log2 of the documents per range.
     pub shift: u32,
     pub num_ranges: u32,
-    terms: HashMap<Box<[u8]>, TermMaxima>,
-    /// The same postings, range by range.
-    pub forward: ForwardIndex,
+    /// By term bytes; a fast non-cryptographic hash (keys are the segment's own terms).
+    terms: rustc_hash::FxHashMap<Box<[u8]>, TermMaxima>,
     heap_bytes: usize,
 }
 
 impl SegmentMaxima {
-    /// Reads every posting of the impacts field twice (~ns per posting): once for the maxima
-    /// and the forward index's shape, once to fill the forward index.
+    /// Reads every posting of the impacts field once (~ns per posting).
     pub fn compute(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
         let shift = shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end());
         let num_ranges = reader.max_doc().div_ceil(1 << shift).max(1);
         let inverted = reader.inverted_index(impacts)?;
-        let mut terms = HashMap::with_capacity(inverted.terms().num_terms());
+        let mut terms = rustc_hash::FxHashMap::default();
+        terms.reserve(inverted.terms().num_terms());
         let mut stream = inverted.terms().stream()?;
-        let mut pairs: Vec<(u32, u32, u32)> = Vec::new();
-        let mut shape = ForwardShape::new(num_ranges);
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut postings: Vec<(u32, u32)> = Vec::new();
         let mut heap_bytes = 0;
-        let mut ord = 0u32;
         while stream.advance() {
             let term_info = stream.value().clone();
             let block = inverted
                 .read_block_postings_from_terminfo(&term_info, IndexRecordOption::WithFreqs)?;
             pairs.clear();
+            postings.clear();
             let mut max = 0u32;
             for_each_posting(block, |doc, freq| {
                 let range = doc >> shift;
                 max = max.max(freq);
+                postings.push((doc, freq));
                 match pairs.last_mut() {
-                    Some((r, m, n)) if *r == range => {
-                        *m = (*m).max(freq);
-                        *n += 1;
-                    }
-                    _ => pairs.push((range, freq, 1)),
+                    Some((r, m)) if *r == range => *m = (*m).max(freq),
+                    _ => pairs.push((range, freq)),
                 }
             });
-            for &(r, _, n) in &pairs {
-                shape.count(r, n);
-            }
             let step = max.div_ceil(255).max(1);
             let to_byte = |m: u32| m.div_ceil(step) as u8;
-            let ranges = if pairs.len() * 5 >= num_ranges as usize {
+            let dense = pairs.len() * 5 >= num_ranges as usize;
+            let ranges = if dense {
                 let mut dense = vec![0u8; num_ranges as usize];
-                for &(r, m, _) in &pairs {
+                for &(r, m) in &pairs {
                     dense[r as usize] = to_byte(m);
                 }
                 RangeMaxima::Dense(dense.into_boxed_slice())
@@ -171,22 +217,18 @@ impl SegmentMaxima {
             };
             let tm = TermMaxima {
                 term_info,
-                ord,
                 max,
                 step,
                 ranges,
+                blocks: TermBlocks::build(&postings, shift, dense, num_ranges),
             };
             heap_bytes += tm.heap_bytes() + stream.key().len() + 64;
             terms.insert(stream.key().into(), tm);
-            ord += 1;
         }
-        let forward = shape.fill(&inverted, shift)?;
-        heap_bytes += forward.heap_bytes();
         Ok(Self {
             shift,
             num_ranges,
             terms,
-            forward,
             heap_bytes,
         })
     }

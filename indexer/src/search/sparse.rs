@@ -34,7 +34,7 @@ pub struct SparseSearch<'q> {
     /// One score per document of a range (range-at-a-time), reused across ranges.
     pub(crate) range_scores: Vec<u64>,
     /// One score bound per range of a segment, reused across segments.
-    pub(crate) range_bounds: Vec<u64>,
+    pub(crate) range_bounds: Vec<u32>,
     cancel: Cancel,
 }
 

@@ -22,6 +22,9 @@ pub struct BenchEngineArgs {
     /// LexLIP vectors) or `independent` (every term drawn independently; no structure).
     #[arg(long, default_value = "topical")]
     pub corpus: lexlip_index::synth::Corpus,
+    /// Documents per pruning block: 8, 16, 32 or 64.
+    #[arg(long, default_value_t = 32)]
+    pub block_size: u32,
     /// Build the collection here instead of a temporary directory.
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -40,6 +43,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         k: args.k,
         approx: args.approx,
         corpus: args.corpus,
+        block_size: args.block_size,
     };
     let quiet = args.json;
     let r = run_bench(&config, &dir, &mut |phase, f| {
@@ -60,8 +64,21 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     );
     println!("exhaustive baseline  {:.1} QPS", r.exhaustive.qps);
     println!(
-        "exact                {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
+        "exact (block-max)    {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
         r.exact.qps, r.exact.p50_ms, r.exact.p99_ms, r.exact.speedup, r.exact.recall_at_10
+    );
+    println!(
+        "exact (postings)     {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
+        r.exact_postings.qps,
+        r.exact_postings.p50_ms,
+        r.exact_postings.p99_ms,
+        r.exact_postings.speedup,
+        r.exact_postings.recall_at_10
+    );
+    println!(
+        "pruning memory       {:.1} MB (bounds and forward index, blocks of {})",
+        r.pruning_memory_bytes as f64 / 1e6,
+        r.block_size
     );
     for a in &r.approx {
         println!(
