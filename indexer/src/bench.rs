@@ -30,11 +30,13 @@ pub struct EngineBenchConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct Throughput {
     pub qps: f64,
+    pub mean_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ExactFigures {
     pub qps: f64,
+    pub mean_ms: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub speedup: f64,
@@ -47,6 +49,7 @@ pub struct ExactFigures {
 pub struct ApproxFigures {
     pub knob: f32,
     pub qps: f64,
+    pub mean_ms: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub speedup: f64,
@@ -111,10 +114,89 @@ fn run_queries(
     })
 }
 
+/// Search figures of one set of queries against one snapshot, every algorithm in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchFigures {
+    pub exhaustive: Throughput,
+    /// The default: block-max over the forward index.
+    pub exact: ExactFigures,
+    /// The previous default: range pruning over tantivy's postings cursors.
+    pub exact_postings: ExactFigures,
+    pub approx: Vec<ApproxFigures>,
+    /// The exhaustive (= exact) top k of every query: the ground truth.
+    #[serde(skip)]
+    pub truth: Vec<Vec<ScoredDoc>>,
+}
+
+/// Runs `queries` one at a time on this thread with the exhaustive baseline, both exact
+/// algorithms and every approximation factor; recall is against the exhaustive results.
+pub fn measure(
+    snap: &Snapshot,
+    queries: &[QuantizedVector],
+    k: usize,
+    approx_factors: &[f32],
+    progress: &mut dyn FnMut(&str, f64),
+) -> Result<SearchFigures> {
+    progress("exhaustive", 0.0);
+    let base = SearchOptions {
+        k,
+        algorithm: Algorithm::Exhaustive,
+        ..SearchOptions::default()
+    };
+    let exhaustive = run_queries(snap, queries, &base)?;
+    progress("exact", 0.0);
+    let exact_opts = SearchOptions {
+        k,
+        ..SearchOptions::default()
+    };
+    let exact = run_queries(snap, queries, &exact_opts)?;
+    progress("exact (postings)", 0.0);
+    let postings = run_queries(
+        snap,
+        queries,
+        &SearchOptions {
+            algorithm: Algorithm::Postings,
+            ..exact_opts.clone()
+        },
+    )?;
+    let mut approx = Vec::new();
+    for &knob in approx_factors {
+        progress("approx", f64::from(knob));
+        let o = SearchOptions {
+            k,
+            precision: Precision::Approx(knob),
+            ..SearchOptions::default()
+        };
+        let a = run_queries(snap, queries, &o)?;
+        let f = exact_figures(&a, &exhaustive);
+        approx.push(ApproxFigures {
+            knob,
+            qps: f.qps,
+            mean_ms: f.mean_ms,
+            p50_ms: f.p50_ms,
+            p99_ms: f.p99_ms,
+            speedup: f.speedup,
+            recall_at_10: f.recall_at_10,
+        });
+    }
+    let n = queries.len().max(1) as f64;
+    Ok(SearchFigures {
+        exhaustive: Throughput {
+            qps: n / exhaustive.total_s,
+            mean_ms: exhaustive.total_s * 1e3 / n,
+        },
+        exact: exact_figures(&exact, &exhaustive),
+        exact_postings: exact_figures(&postings, &exhaustive),
+        approx,
+        truth: exhaustive.results,
+    })
+}
+
 fn exact_figures(run: &Timed, exhaustive: &Timed) -> ExactFigures {
     let qps = run.results.len() as f64 / run.total_s;
     ExactFigures {
         qps,
+        mean_ms: run.total_s * 1e3 / run.results.len().max(1) as f64,
         p50_ms: percentile(&run.latencies_ms, 0.5),
         p99_ms: percentile(&run.latencies_ms, 0.99),
         speedup: qps * exhaustive.total_s / exhaustive.results.len() as f64,
@@ -214,51 +296,7 @@ pub fn run(
     let queries: Vec<QuantizedVector> = (0..config.queries)
         .map(|_| generator.query_of(config.corpus, &mut rng))
         .collect();
-    progress("exhaustive", 0.0);
-    let base = SearchOptions {
-        k: config.k,
-        algorithm: Algorithm::Exhaustive,
-        ..SearchOptions::default()
-    };
-    let exhaustive = run_queries(&snap, &queries, &base)?;
-    let exhaustive_qps = queries.len() as f64 / exhaustive.total_s;
-
-    progress("exact", 0.0);
-    let exact_opts = SearchOptions {
-        k: config.k,
-        ..SearchOptions::default()
-    };
-    let exact = run_queries(&snap, &queries, &exact_opts)?;
-    progress("exact (postings)", 0.0);
-    let postings = run_queries(
-        &snap,
-        &queries,
-        &SearchOptions {
-            algorithm: Algorithm::Postings,
-            ..exact_opts.clone()
-        },
-    )?;
-
-    let mut approx = Vec::new();
-    for &knob in &config.approx {
-        progress("approx", knob as f64);
-        let o = SearchOptions {
-            k: config.k,
-            precision: Precision::Approx(knob),
-            ..SearchOptions::default()
-        };
-        let a = run_queries(&snap, &queries, &o)?;
-        let qps = queries.len() as f64 / a.total_s;
-        approx.push(ApproxFigures {
-            knob,
-            qps,
-            p50_ms: percentile(&a.latencies_ms, 0.5),
-            p99_ms: percentile(&a.latencies_ms, 0.99),
-            speedup: qps / exhaustive_qps,
-            recall_at_10: recall_at_10(&a.results, &exhaustive.results),
-        });
-    }
-
+    let m = measure(&snap, &queries, config.k, &config.approx, progress)?;
     Ok(EngineBenchReport {
         corpus: config.corpus,
         docs: config.docs,
@@ -270,12 +308,10 @@ pub fn run(
         bytes: stats.bytes,
         bytes_per_nnz: stats.bytes_per_nnz,
         pruning_memory_bytes: stats.pruning_memory_bytes,
-        exhaustive: Throughput {
-            qps: exhaustive_qps,
-        },
         block_size: config.block_size,
-        exact: exact_figures(&exact, &exhaustive),
-        exact_postings: exact_figures(&postings, &exhaustive),
-        approx,
+        exhaustive: m.exhaustive,
+        exact: m.exact,
+        exact_postings: m.exact_postings,
+        approx: m.approx,
     })
 }

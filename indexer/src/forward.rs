@@ -1,145 +1,294 @@
-//! The block forward index: each term's postings grouped by block (a range of `2^shift` doc
-//! ids) and addressed directly by block, so scoring one block reads only that block's
-//! postings of the query's terms.
+//! Each term's postings kept in memory in the two layouts block-max search needs: scoring one
+//! block (a range of `2^shift` doc ids) reads only that block's postings of the query's terms,
+//! and bounding every block reads one byte per block for common terms.
 //!
 //! tantivy's postings serve a whole-list traversal well, but scoring one block through them
 //! means opening a cursor per term, walking a skip list and decoding a 128-posting block to use
-//! a few postings. Here a term's postings for block `b` are found in O(1) (terms present in many
-//! blocks: a start per block) or by a binary search over the term's own block list (the others),
-//! and read as `(doc offset in block, impact)`:
+//! a few postings. Here a term is stored one of two ways, whichever takes fewer bytes:
+//!
+//! - **dense** (a term with more postings than ~1.7 per block): per block, a bound byte and the
+//!   start of its postings; the postings as (doc offset in block, impact). A block's postings
+//!   are found in O(1) and all block bounds are one vectorized pass over the bytes.
+//! - **sparse** (the others): the postings as (doc, impact), found by binary search; a block's
+//!   bound is the exact largest impact among its postings.
 //!
 //! ```text
-//! term "dog", sparse: blocks [4, 17, 90]  starts [0, 2, 3, 5]
-//!                     postings (offset, impact) [(3, 80) (9, 12) | (0, 7) | (1, 30) (2, 5)]
-//! block 17 → postings 2..3 → doc 17·32 + 0 scores q · 7
+//! dense "the":  maxima [80, 0, 12, …]  starts [0, 3, 3, 5, …]
+//!               postings (offset, impact) [(1, 80) (4, 9) (30, 2) | | (0, 12) (7, 12) | …]
+//! sparse "yak": postings (doc, impact) [(70, 31) (71, 4) (900, 18)]
+//! block 2 (docs 64..96), query {yak: 2} → docs 70, 71 score 62, 8
 //! ```
 //!
-//! Built with the range maxima ([`crate::maxima::SegmentMaxima::compute`], one pass over the
-//! postings) when a segment is first searched and cached with them, so it follows the segment's
-//! life: never stale (deleted documents are filtered at collection time, as on every path),
-//! dropped with the segment. tantivy stays the store of record.
+//! Impacts take one byte when the term's largest fits, two otherwise. Built from the tantivy
+//! postings when a segment is first searched ([`crate::maxima::SegmentMaxima::compute`]) and
+//! cached with the segment, so it follows the segment's life: never stale (deleted documents
+//! are filtered when hits are collected, as on every path), dropped with the segment. tantivy
+//! stays the store of record.
 
-/// One term's postings, block by block.
+/// Impacts of a term's postings.
 #[derive(Debug)]
-pub struct TermBlocks {
-    /// Entry `i`'s postings are `starts[i]..starts[i + 1]`; entry `i` is block `i` for a term
-    /// with dense maxima, the term's `i`-th block otherwise.
-    starts: Box<[u32]>,
-    docs: Box<[u8]>,
-    impacts: Box<[u16]>,
+pub enum Impacts {
+    Narrow(Box<[u8]>),
+    Wide(Box<[u16]>),
 }
 
-impl TermBlocks {
-    /// Groups `postings` (doc, impact), in doc order, into blocks; `dense` gives every block of
-    /// the segment an entry, otherwise only the blocks the term occurs in have one.
-    pub(crate) fn build(postings: &[(u32, u32)], shift: u32, dense: bool, num_blocks: u32) -> Self {
-        let mask = (1u32 << shift) - 1;
-        let n = postings.len() as u32;
-        let starts = if dense {
-            // starts[b] = index of the first posting in block b or later.
-            let mut starts = vec![n; num_blocks as usize + 1];
-            let mut b = 0usize;
-            for (i, &(doc, _)) in postings.iter().enumerate() {
-                while b <= (doc >> shift) as usize {
-                    starts[b] = i as u32;
-                    b += 1;
-                }
-            }
-            starts
+impl Impacts {
+    fn new(postings: &[(u32, u32)], max: u32) -> Self {
+        if max <= u32::from(u8::MAX) {
+            Self::Narrow(postings.iter().map(|&(_, w)| w as u8).collect())
         } else {
-            let mut starts = Vec::new();
-            let mut current = None;
-            for (i, &(doc, _)) in postings.iter().enumerate() {
-                if current != Some(doc >> shift) {
-                    current = Some(doc >> shift);
-                    starts.push(i as u32);
-                }
-            }
-            starts.push(n);
-            starts
-        };
-        Self {
-            starts: starts.into_boxed_slice(),
-            docs: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),
-            impacts: postings
-                .iter()
-                .map(|&(_, w)| w.min(u32::from(u16::MAX)) as u16)
-                .collect(),
+            Self::Wide(
+                postings
+                    .iter()
+                    .map(|&(_, w)| w.min(u32::from(u16::MAX)) as u16)
+                    .collect(),
+            )
         }
     }
 
-    /// Where entry `i`'s postings lie.
     #[inline]
-    pub fn span(&self, i: usize) -> (u32, u32) {
-        (self.starts[i], self.starts[i + 1])
+    fn get(&self, i: usize) -> u32 {
+        match self {
+            Self::Narrow(w) => u32::from(w[i]),
+            Self::Wide(w) => u32::from(w[i]),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Narrow(w) => w.len(),
+            Self::Wide(w) => w.len() * 2,
+        }
+    }
+
+    fn prefetch(&self, i: usize) {
+        match self {
+            Self::Narrow(w) => prefetch(w[i..].as_ptr().cast()),
+            Self::Wide(w) => prefetch(w[i..].as_ptr().cast()),
+        }
+    }
+}
+
+/// One term's postings and block bounds.
+#[derive(Debug)]
+pub enum TermPostings {
+    Dense {
+        /// `ceil(max impact in block / step)`, one byte per block.
+        maxima: Box<[u8]>,
+        step: u32,
+        /// Block `b`'s postings are `starts[b]..starts[b + 1]`.
+        starts: Box<[u32]>,
+        offsets: Box<[u8]>,
+        impacts: Impacts,
+    },
+    Sparse {
+        docs: Box<[u32]>,
+        impacts: Impacts,
+    },
+}
+
+impl TermPostings {
+    /// Stores `postings` (doc, impact), in doc order, whose largest impact is `max`, in the
+    /// smaller layout for a segment of `num_blocks` blocks.
+    pub(crate) fn build(postings: &[(u32, u32)], max: u32, shift: u32, num_blocks: u32) -> Self {
+        let n = postings.len();
+        let impacts = Impacts::new(postings, max);
+        // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
+        // posting.
+        if 5 * num_blocks as usize >= 3 * n {
+            return Self::Sparse {
+                docs: postings.iter().map(|&(d, _)| d).collect(),
+                impacts,
+            };
+        }
+        let step = max.div_ceil(255).max(1);
+        let mut maxima = vec![0u8; num_blocks as usize];
+        let mut starts = vec![n as u32; num_blocks as usize + 1];
+        let mut b = 0usize;
+        for (i, &(doc, w)) in postings.iter().enumerate() {
+            let block = (doc >> shift) as usize;
+            while b <= block {
+                starts[b] = i as u32;
+                b += 1;
+            }
+            maxima[block] = maxima[block].max(w.div_ceil(step) as u8);
+        }
+        let mask = (1u32 << shift) - 1;
+        Self::Dense {
+            maxima: maxima.into_boxed_slice(),
+            step,
+            starts: starts.into_boxed_slice(),
+            offsets: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),
+            impacts,
+        }
+    }
+
+    /// Where the postings of `block` lie (an empty span when there are none).
+    #[inline]
+    pub fn span(&self, block: u32, shift: u32) -> (u32, u32) {
+        match self {
+            Self::Dense { starts, .. } => (starts[block as usize], starts[block as usize + 1]),
+            Self::Sparse { docs, .. } => {
+                let first = block << shift;
+                let s = docs.partition_point(|&d| d < first);
+                let e = s + docs[s..]
+                    .iter()
+                    .take_while(|&&d| d >> shift == block)
+                    .count();
+                (s as u32, e as u32)
+            }
+        }
     }
 
     /// Asks the CPU to start loading a span's postings, so that the loads of many terms and
     /// blocks overlap instead of waiting one after the other.
     #[inline]
     pub fn prefetch(&self, (s, e): (u32, u32)) {
-        #[cfg(target_arch = "x86_64")]
-        if s < e {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let (s, e) = (s as usize, e as usize);
-            // SAFETY: prefetching is only a hint and never faults; the pointers are in bounds.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(self.docs[s..e].as_ptr().cast());
-                _mm_prefetch::<_MM_HINT_T0>(self.impacts[s..e].as_ptr().cast());
+        if s >= e {
+            return;
+        }
+        let s = s as usize;
+        match self {
+            Self::Dense {
+                offsets, impacts, ..
+            } => {
+                prefetch(offsets[s..].as_ptr());
+                impacts.prefetch(s);
+            }
+            Self::Sparse { docs, impacts } => {
+                prefetch(docs[s..].as_ptr().cast());
+                impacts.prefetch(s);
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (s, e);
     }
 
     /// Adds `q · impact` of a span's postings into `acc[doc offset]`; returns how many.
     #[inline]
-    pub fn accumulate(&self, (s, e): (u32, u32), q: u64, acc: &mut [u64]) -> u64 {
+    pub fn accumulate(&self, (s, e): (u32, u32), q: u64, mask: u32, acc: &mut [u64]) -> u64 {
         let (s, e) = (s as usize, e as usize);
-        for (&d, &w) in self.docs[s..e].iter().zip(&self.impacts[s..e]) {
-            acc[d as usize] += q * u64::from(w);
+        match self {
+            Self::Dense {
+                offsets, impacts, ..
+            } => {
+                for i in s..e {
+                    acc[offsets[i] as usize] += q * u64::from(impacts.get(i));
+                }
+            }
+            Self::Sparse { docs, impacts } => {
+                for i in s..e {
+                    acc[(docs[i] & mask) as usize] += q * u64::from(impacts.get(i));
+                }
+            }
         }
         (e - s) as u64
     }
 
+    /// Largest impact of a span's postings (0 for an empty span).
+    pub fn max_in(&self, (s, e): (u32, u32)) -> u32 {
+        let impacts = match self {
+            Self::Dense { impacts, .. } | Self::Sparse { impacts, .. } => impacts,
+        };
+        (s as usize..e as usize)
+            .map(|i| impacts.get(i))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Calls `f(block, bound)`, in block order, for every block holding the term.
+    pub fn for_each_bound(&self, shift: u32, mut f: impl FnMut(u32, u32)) {
+        match self {
+            Self::Dense { maxima, step, .. } => {
+                for (b, &m) in maxima.iter().enumerate() {
+                    if m > 0 {
+                        f(b as u32, u32::from(m) * step);
+                    }
+                }
+            }
+            Self::Sparse { docs, impacts } => {
+                let mut i = 0;
+                while i < docs.len() {
+                    let block = docs[i] >> shift;
+                    let mut m = impacts.get(i);
+                    i += 1;
+                    while i < docs.len() && docs[i] >> shift == block {
+                        m = m.max(impacts.get(i));
+                        i += 1;
+                    }
+                    f(block, m);
+                }
+            }
+        }
+    }
+
+    /// Largest bound any block can have.
+    pub fn largest_bound(&self, max: u32) -> u32 {
+        match self {
+            Self::Dense { step, .. } => max.div_ceil(*step) * step,
+            Self::Sparse { .. } => max,
+        }
+    }
+
     /// Memory held.
     pub fn heap_bytes(&self) -> usize {
-        self.starts.len() * 4 + self.docs.len() + self.impacts.len() * 2
+        match self {
+            Self::Dense {
+                maxima,
+                starts,
+                offsets,
+                impacts,
+                ..
+            } => maxima.len() + starts.len() * 4 + offsets.len() + impacts.bytes(),
+            Self::Sparse { docs, impacts } => docs.len() * 4 + impacts.bytes(),
+        }
     }
+}
+
+#[inline]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is only a hint: it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every block's span holds exactly that block's postings, dense or sparse.
+    /// Every block's span holds exactly that block's postings and its bound is their largest
+    /// impact (rounded up to the step), in both layouts.
     #[test]
-    fn spans_hold_each_blocks_postings() {
+    fn spans_and_bounds_hold_each_blocks_postings() {
         let postings = [(1, 5), (3, 7), (40, 2), (70, 9), (71, 1), (200, 4)];
-        let shift = 5;
-        let num_blocks = 7;
-        let dense = TermBlocks::build(&postings, shift, true, num_blocks);
-        let sparse = TermBlocks::build(&postings, shift, false, num_blocks);
-        let blocks_present = [0u32, 1, 2, 6];
-        for b in 0..num_blocks {
-            let want: Vec<(u8, u16)> = postings
-                .iter()
-                .filter(|(d, _)| d >> shift == b)
-                .map(|&(d, w)| ((d & 31) as u8, w as u16))
-                .collect();
-            let read = |t: &TermBlocks, entry: Option<usize>| -> Vec<(u8, u16)> {
-                let Some(i) = entry else { return Vec::new() };
-                let (s, e) = t.span(i);
-                (s as usize..e as usize)
-                    .map(|j| (t.docs[j], t.impacts[j]))
-                    .collect()
-            };
-            assert_eq!(read(&dense, Some(b as usize)), want, "dense block {b}");
-            let entry = blocks_present.iter().position(|&p| p == b);
-            assert_eq!(read(&sparse, entry), want, "sparse block {b}");
+        let (shift, num_blocks, mask) = (5, 7, 31);
+        let sparse = TermPostings::build(&postings, 9, shift, num_blocks);
+        assert!(matches!(sparse, TermPostings::Sparse { .. }));
+        // Many postings per block: dense.
+        let many: Vec<(u32, u32)> = (0..200).map(|d| (d, 1 + d % 300)).collect();
+        let dense = TermPostings::build(&many, 299, shift, num_blocks);
+        assert!(matches!(dense, TermPostings::Dense { .. }));
+        for (t, postings) in [(&sparse, &postings[..]), (&dense, &many[..])] {
+            let mut bounds = vec![0u32; num_blocks as usize];
+            t.for_each_bound(shift, |b, m| bounds[b as usize] = m);
+            for b in 0..num_blocks {
+                let want: Vec<(u32, u32)> = postings
+                    .iter()
+                    .copied()
+                    .filter(|(d, _)| d >> shift == b)
+                    .collect();
+                let mut acc = vec![0u64; 32];
+                let n = t.accumulate(t.span(b, shift), 2, mask, &mut acc);
+                assert_eq!(n as usize, want.len(), "block {b}");
+                for &(d, w) in &want {
+                    assert_eq!(acc[(d & mask) as usize], 2 * u64::from(w));
+                }
+                let max = want.iter().map(|p| p.1).max().unwrap_or(0);
+                assert!(bounds[b as usize] >= max, "block {b}");
+                assert_eq!(bounds[b as usize] == 0, max == 0, "block {b}");
+            }
         }
-        let mut acc = vec![0u64; 32];
-        assert_eq!(dense.accumulate(dense.span(2), 3, &mut acc), 2);
-        assert_eq!((acc[6], acc[7]), (27, 3));
     }
 }

@@ -1,5 +1,5 @@
 //! Upper bounds for pruning: per term, the maximum impact in every range (block) of document
-//! ids; and, built in the same pass, the segment's block forward index ([`crate::forward`]).
+//! ids, kept with the term's postings in the layout of [`crate::forward`].
 //!
 //! tantivy keeps no usable per-term or per-block maximum term frequency (its block-max data is
 //! BM25-specific), so lexlip computes them when a segment is first searched and caches them by
@@ -8,15 +8,16 @@
 //! score of every document in the range, which lets the search skip whole ranges (block-max
 //! pruning, as in BMP).
 //!
-//! Maxima are stored in one byte per range: `ceil(max / step)` with a per-term `step` chosen so
-//! the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the bound is exact).
+//! Common terms store their maxima in one byte per range: `ceil(max / step)` with a per-term
+//! `step` chosen so the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the
+//! bound is exact); the others compute exact maxima from their postings.
 
 use tantivy::postings::{BlockSegmentPostings, TermInfo};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{SegmentReader, TERMINATED};
 
 use crate::error::Result;
-use crate::forward::TermBlocks;
+use crate::forward::TermPostings;
 
 /// log2 of the number of doc ids per range unless the collection sets another.
 pub const DEFAULT_RANGE_SHIFT: u32 = 5;
@@ -24,92 +25,78 @@ pub const DEFAULT_RANGE_SHIFT: u32 = 5;
 /// byte in the forward index.
 pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=6;
 
-/// Range maxima of one term, dense (one byte per range) when the term covers many ranges.
-#[derive(Debug)]
-pub enum RangeMaxima {
-    Dense(Box<[u8]>),
-    Sparse {
-        ranges: Box<[u32]>,
-        maxima: Box<[u8]>,
-    },
-}
-
 /// What the search needs to know about one term of one segment.
 #[derive(Debug)]
 pub struct TermMaxima {
     pub term_info: TermInfo,
     /// Largest impact of the term in the segment.
     pub max: u32,
-    /// Multiply a stored byte by `step` to get a bound on the impact.
-    pub step: u32,
-    pub ranges: RangeMaxima,
-    /// The term's postings, addressed by range.
-    pub blocks: TermBlocks,
+    /// log2 of the documents per range.
+    shift: u32,
+    /// The term's postings with their range bounds.
+    pub postings: TermPostings,
 }
 
 impl TermMaxima {
     /// Bound on the impact of this term in `range` (0 when absent).
     pub fn bound_in(&self, range: u32) -> u32 {
-        let b = match &self.ranges {
-            RangeMaxima::Dense(m) => m.get(range as usize).copied().unwrap_or(0),
-            RangeMaxima::Sparse { ranges, maxima } => match ranges.binary_search(&range) {
-                Ok(i) => maxima[i],
-                Err(_) => 0,
-            },
-        };
-        u32::from(b) * self.step
+        match &self.postings {
+            TermPostings::Dense { maxima, step, .. } => {
+                u32::from(maxima.get(range as usize).copied().unwrap_or(0)) * step
+            }
+            TermPostings::Sparse { .. } => {
+                self.postings.max_in(self.postings.span(range, self.shift))
+            }
+        }
     }
 
-    /// Where the term's postings in `range` lie in [`Self::blocks`] (empty when absent).
+    /// Largest value [`Self::bound_in`] can return.
+    pub fn largest_bound(&self) -> u32 {
+        self.postings.largest_bound(self.max)
+    }
+
+    /// Where the term's postings in `range` lie (empty when absent).
     #[inline]
     pub fn span_in(&self, range: u32) -> (u32, u32) {
-        match &self.ranges {
-            RangeMaxima::Dense(_) => self.blocks.span(range as usize),
-            RangeMaxima::Sparse { ranges, .. } => match ranges.binary_search(&range) {
-                Ok(i) => self.blocks.span(i),
-                Err(_) => (0, 0),
-            },
-        }
+        self.postings.span(range, self.shift)
+    }
+
+    /// Adds `q · impact` of a span's postings into `acc[doc offset]`; returns how many.
+    #[inline]
+    pub fn accumulate(&self, span: (u32, u32), q: u64, acc: &mut [u64]) -> u64 {
+        self.postings
+            .accumulate(span, q, (1 << self.shift) - 1, acc)
     }
 
     /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
     pub fn add_bounds(&self, q: u64, ub: &mut [u64]) {
-        let f = q * u64::from(self.step);
-        match &self.ranges {
-            RangeMaxima::Dense(m) => {
-                for (u, &b) in ub.iter_mut().zip(m.iter()) {
+        match &self.postings {
+            TermPostings::Dense { maxima, step, .. } => {
+                let f = q * u64::from(*step);
+                for (u, &b) in ub.iter_mut().zip(maxima.iter()) {
                     *u += f * u64::from(b);
                 }
             }
-            RangeMaxima::Sparse { ranges, maxima } => {
-                for (&r, &b) in ranges.iter().zip(maxima.iter()) {
-                    ub[r as usize] += f * u64::from(b);
-                }
-            }
+            TermPostings::Sparse { .. } => self
+                .postings
+                .for_each_bound(self.shift, |r, m| ub[r as usize] += q * u64::from(m)),
         }
     }
 
     /// [`Self::add_bounds`] into 32-bit bounds, for queries whose bounds fit 32 bits (the
-    /// caller checks `Σ q_t · max_t ≤ u32::MAX`). `f = q · step` must fit too. Dense maxima
-    /// go through a vectorized kernel where the CPU has one.
+    /// caller checks `Σ q_t · largest_bound_t ≤ u32::MAX`). Dense maxima go through a
+    /// vectorized kernel where the CPU has one.
     pub fn add_bounds_u32(&self, q: u32, ub: &mut [u32]) {
-        let f = q * self.step;
-        match &self.ranges {
-            RangeMaxima::Dense(m) => add_scaled(f, m, ub),
-            RangeMaxima::Sparse { ranges, maxima } => {
-                for (&r, &b) in ranges.iter().zip(maxima.iter()) {
-                    ub[r as usize] += f * u32::from(b);
-                }
-            }
+        match &self.postings {
+            TermPostings::Dense { maxima, step, .. } => add_scaled(q * step, maxima, ub),
+            TermPostings::Sparse { .. } => self
+                .postings
+                .for_each_bound(self.shift, |r, m| ub[r as usize] += q * m),
         }
     }
 
     fn heap_bytes(&self) -> usize {
-        let maxima = match &self.ranges {
-            RangeMaxima::Dense(m) => m.len(),
-            RangeMaxima::Sparse { ranges, .. } => ranges.len() * 5,
-        };
-        maxima + self.blocks.heap_bytes()
+        self.postings.heap_bytes()
     }
 }
 
@@ -181,46 +168,23 @@ impl SegmentMaxima {
         let mut terms = rustc_hash::FxHashMap::default();
         terms.reserve(inverted.terms().num_terms());
         let mut stream = inverted.terms().stream()?;
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut postings: Vec<(u32, u32)> = Vec::new();
         let mut heap_bytes = 0;
         while stream.advance() {
             let term_info = stream.value().clone();
             let block = inverted
                 .read_block_postings_from_terminfo(&term_info, IndexRecordOption::WithFreqs)?;
-            pairs.clear();
             postings.clear();
             let mut max = 0u32;
             for_each_posting(block, |doc, freq| {
-                let range = doc >> shift;
                 max = max.max(freq);
                 postings.push((doc, freq));
-                match pairs.last_mut() {
-                    Some((r, m)) if *r == range => *m = (*m).max(freq),
-                    _ => pairs.push((range, freq)),
-                }
             });
-            let step = max.div_ceil(255).max(1);
-            let to_byte = |m: u32| m.div_ceil(step) as u8;
-            let dense = pairs.len() * 5 >= num_ranges as usize;
-            let ranges = if dense {
-                let mut dense = vec![0u8; num_ranges as usize];
-                for &(r, m) in &pairs {
-                    dense[r as usize] = to_byte(m);
-                }
-                RangeMaxima::Dense(dense.into_boxed_slice())
-            } else {
-                RangeMaxima::Sparse {
-                    ranges: pairs.iter().map(|p| p.0).collect(),
-                    maxima: pairs.iter().map(|p| to_byte(p.1)).collect(),
-                }
-            };
             let tm = TermMaxima {
                 term_info,
                 max,
-                step,
-                ranges,
-                blocks: TermBlocks::build(&postings, shift, dense, num_ranges),
+                shift,
+                postings: TermPostings::build(&postings, max, shift, num_ranges),
             };
             heap_bytes += tm.heap_bytes() + stream.key().len() + 64;
             terms.insert(stream.key().into(), tm);

@@ -55,7 +55,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     // overflow that (impacts in the tens of thousands on both sides) takes the 64-bit path.
     let largest: u64 = found
         .iter()
-        .map(|(q, m)| u64::from(*q) * u64::from(m.max.div_ceil(m.step) * m.step))
+        .map(|(q, m)| u64::from(*q) * u64::from(m.largest_bound()))
         .sum();
     if largest > u64::from(u32::MAX) {
         return super::pruned::search_segment(search, segment);
@@ -155,7 +155,7 @@ impl RangeScorer<'_, '_, '_> {
         for &r in ranges {
             for &(_, m) in self.terms {
                 let span = m.span_in(r);
-                m.blocks.prefetch(span);
+                m.postings.prefetch(span);
                 self.spans.push(span);
             }
         }
@@ -165,7 +165,7 @@ impl RangeScorer<'_, '_, '_> {
         for (i, &range) in ranges.iter().enumerate() {
             let spans = &self.spans[i * per_range..(i + 1) * per_range];
             for (&(q, m), &span) in self.terms.iter().zip(spans) {
-                self.search.stats.postings_scored += m.blocks.accumulate(span, q, self.acc);
+                self.search.stats.postings_scored += m.accumulate(span, q, self.acc);
             }
             self.search.stats.ranges_scored += 1;
             let start = range << maxima.shift;

@@ -2,13 +2,17 @@
 
 use clap::Subcommand;
 
-use super::{bench_encode, bench_engine};
+use super::{bench_encode, bench_engine, bench_search};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// The engine on LexLIP-shaped synthetic data: ingest, bytes per non-zero, exhaustive vs
     /// exact vs approximate search.
     Engine(bench_engine::BenchEngineArgs),
+    /// Search on a real collection with real queries: exhaustive vs exact (block-max and
+    /// postings) vs approximate, one query at a time on one thread; writes the exact ground
+    /// truth as a TREC run for comparing other engines.
+    Search(bench_search::BenchSearchArgs),
     /// Encoder throughput (texts/s, images/s) for several batch sizes.
     Encode(bench_encode::BenchEncodeArgs),
     /// Write a BEiT-B/16 + MLM head model directory with random weights (for timing
@@ -26,6 +30,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Engine(args) => bench_engine::run(args),
         BenchCommand::Encode(args) => bench_encode::run(args),
+        BenchCommand::Search(args) => bench_search::run(args),
         BenchCommand::RandomBeitBase { out, tokenizer } => {
             lexlip_model::image::write_random_beit_base(&out, &tokenizer, 42)?;
             println!("wrote {}", out.display());

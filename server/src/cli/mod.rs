@@ -3,6 +3,7 @@
 mod bench;
 mod bench_encode;
 mod bench_engine;
+mod bench_search;
 mod demo;
 mod encode;
 mod eval;

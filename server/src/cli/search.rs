@@ -124,12 +124,12 @@ fn single(
     Ok(())
 }
 
-fn batch(
+/// (query id, query vector) of every line of a JsonVectorCollection file, quantized as the
+/// collection quantizes queries.
+pub(crate) fn read_queries(
     c: &Collection,
-    args: &SearchArgs,
-    opts: &SearchOptions,
     path: &std::path::Path,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<(String, QuantizedVector)>> {
     let mut queries = Vec::new();
     for (i, line) in open_lines(path)?.lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -140,6 +140,16 @@ fn batch(
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         queries.push((r.doc.id.to_string(), c.quantizer().query(r.vector)?));
     }
+    Ok(queries)
+}
+
+fn batch(
+    c: &Collection,
+    args: &SearchArgs,
+    opts: &SearchOptions,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let queries = read_queries(c, path)?;
     let snap = c.snapshot()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads.unwrap_or(0))

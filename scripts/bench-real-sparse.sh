@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The engine on real learned-sparse vectors, against Seismic, BMP and a brute-force product.
+#
+#   scripts/bench-real-sparse.sh [WORK_DIR]      (default target/real-sparse)
+#
+# 1. Corpus: ~244k distinct real English texts — sentences of Debian bookworm's package
+#    descriptions (main/i18n/Translation-en.xz from deb.debian.org) and WordNet 3.0 glosses
+#    (Debian's wordnet-base) — and 2,000 package synopses not in the corpus as queries
+#    (scripts/real_sparse_corpus.py; nothing is committed).
+# 2. Both encoded with the real tiny SPLADE model (scripts/fetch-test-model.sh) by
+#    `lexlip index --manifest` (documents: ~25 min on 2 cores; resumes if interrupted), then
+#    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order).
+# 3. `lexlip bench search` (release build): exhaustive vs exact (block-max, postings) vs
+#    approximate, one query at a time on one thread, for blocks of 16, 32 and 64; the exact top
+#    10 is written as a TREC run — the ground truth.
+# 4. scripts/real_sparse_bench.py on the same vectors: scipy brute force, Seismic
+#    (pyseismic-lsr 0.5.4) knob sweep, BMP (bmp 0.2.8) on lexlip's document order, in a
+#    virtualenv under WORK_DIR.
+# Results: WORK_DIR/lexlip-B*.json, WORK_DIR/others.json (and the tables on stdout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-target/real-sparse}
+mkdir -p "$work"
+model=target/test-models/splade-tiny
+[ -d "$model" ] || bash scripts/fetch-test-model.sh
+cargo build --release -p lexlip-server --bin lexlip
+lexlip=target/release/lexlip
+
+if [ ! -s "$work/docs.jsonl" ]; then
+    curl -fsSL -o "$work/Translation-en.xz" \
+        http://deb.debian.org/debian/dists/bookworm/main/i18n/Translation-en.xz
+    (cd "$work" && apt-get download wordnet-base && rm -rf wordnet && mkdir wordnet &&
+        dpkg-deb -x wordnet-base_*.deb wordnet)
+    python3 scripts/real_sparse_corpus.py "$work/Translation-en.xz" \
+        "$work/wordnet/usr/share/wordnet" "$work"
+    sha256sum "$work/Translation-en.xz" "$work"/wordnet-base_*.deb > "$work/sources.sha256"
+fi
+
+for part in queries docs; do
+    "$lexlip" index --collection "$work/$part-col" --manifest "$work/$part.jsonl" --model "$model"
+    [ -s "$work/$part.export.jsonl" ] ||
+        "$lexlip" export --collection "$work/$part-col" --format jsonl --out "$work/$part.export.jsonl"
+done
+
+for b in 16 32 64; do
+    "$lexlip" bench search --collection "$work/docs-col" --queries "$work/queries.export.jsonl" \
+        --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
+        --json > "$work/lexlip-B$b.json"
+    "$lexlip" bench search --collection "$work/docs-col" --queries "$work/queries.export.jsonl" \
+        --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 2>/dev/null | sed "s/^/[blocks of $b] /"
+done
+
+venv=$work/venv
+[ -x "$venv/bin/python" ] || {
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q pyseismic-lsr==0.5.4 bmp==0.2.8 scipy numpy
+}
+"$venv/bin/python" scripts/real_sparse_bench.py "$work/docs.export.jsonl" \
+    "$work/queries.export.jsonl" "$work/truth.run" "$work/others.json"
