@@ -21,6 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .nth(3)
             .and_then(|s| s.parse().ok())
             .unwrap_or(32),
+        threads: vec![2],
     };
     let r = lexlip_index::bench::run(&cfg, dir.path(), &mut |p, f| eprintln!("{p} {f:.2}"))?;
     println!("{}", serde_json::to_string_pretty(&r)?);

@@ -25,6 +25,8 @@ pub struct EngineBenchConfig {
     pub corpus: Corpus,
     /// Documents per pruning block (8-64).
     pub block_size: u32,
+    /// Thread counts per query to measure exact search with (besides one).
+    pub threads: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +78,7 @@ pub struct EngineBenchReport {
     /// The previous default: range pruning over tantivy's postings cursors.
     pub exact_postings: ExactFigures,
     pub approx: Vec<ApproxFigures>,
+    pub exact_threads: Vec<ThreadFigures>,
 }
 
 struct Timed {
@@ -123,18 +126,28 @@ pub struct SearchFigures {
     /// The previous default: range pruning over tantivy's postings cursors.
     pub exact_postings: ExactFigures,
     pub approx: Vec<ApproxFigures>,
+    /// Exact block-max search with several threads per query.
+    pub exact_threads: Vec<ThreadFigures>,
     /// The exhaustive (= exact) top k of every query: the ground truth.
     #[serde(skip)]
     pub truth: Vec<Vec<ScoredDoc>>,
 }
 
-/// Runs `queries` one at a time on this thread with the exhaustive baseline, both exact
-/// algorithms and every approximation factor; recall is against the exhaustive results.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadFigures {
+    pub threads: usize,
+    pub figures: ExactFigures,
+}
+
+/// Runs `queries` one at a time with the exhaustive baseline, both exact algorithms and every
+/// approximation factor on this thread, then exact block-max with each count of `threads` per
+/// query; recall is against the exhaustive results.
 pub fn measure(
     snap: &Snapshot,
     queries: &[QuantizedVector],
     k: usize,
     approx_factors: &[f32],
+    threads: &[usize],
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<SearchFigures> {
     progress("exhaustive", 0.0);
@@ -179,6 +192,19 @@ pub fn measure(
             recall_at_10: f.recall_at_10,
         });
     }
+    let mut exact_threads = Vec::new();
+    for &t in threads.iter().filter(|&&t| t > 1) {
+        progress("exact (threads)", t as f64);
+        let o = SearchOptions {
+            threads: t,
+            ..exact_opts.clone()
+        };
+        let run = run_queries(snap, queries, &o)?;
+        exact_threads.push(ThreadFigures {
+            threads: t,
+            figures: exact_figures(&run, &exhaustive),
+        });
+    }
     let n = queries.len().max(1) as f64;
     Ok(SearchFigures {
         exhaustive: Throughput {
@@ -188,6 +214,7 @@ pub fn measure(
         exact: exact_figures(&exact, &exhaustive),
         exact_postings: exact_figures(&postings, &exhaustive),
         approx,
+        exact_threads,
         truth: exhaustive.results,
     })
 }
@@ -296,7 +323,14 @@ pub fn run(
     let queries: Vec<QuantizedVector> = (0..config.queries)
         .map(|_| generator.query_of(config.corpus, &mut rng))
         .collect();
-    let m = measure(&snap, &queries, config.k, &config.approx, progress)?;
+    let m = measure(
+        &snap,
+        &queries,
+        config.k,
+        &config.approx,
+        &config.threads,
+        progress,
+    )?;
     Ok(EngineBenchReport {
         corpus: config.corpus,
         docs: config.docs,
@@ -313,5 +347,6 @@ pub fn run(
         exact: m.exact,
         exact_postings: m.exact_postings,
         approx: m.approx,
+        exact_threads: m.exact_threads,
     })
 }

@@ -84,6 +84,9 @@ pub enum TermPostings {
     Sparse {
         docs: Box<[u32]>,
         impacts: Impacts,
+        /// For a term in many blocks: its block maxima as bytes too (`ceil(max / step)`), so
+        /// bounding costs a vectorized pass over the blocks instead of one per posting.
+        maxima: Option<(Box<[u8]>, u32)>,
     },
 }
 
@@ -95,13 +98,24 @@ impl TermPostings {
         let impacts = Impacts::new(postings, max);
         // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
         // posting.
+        let step = max.div_ceil(255).max(1);
+        let block_maxima = || {
+            let mut maxima = vec![0u8; num_blocks as usize];
+            for &(doc, w) in postings {
+                let block = (doc >> shift) as usize;
+                maxima[block] = maxima[block].max(w.div_ceil(step) as u8);
+            }
+            maxima.into_boxed_slice()
+        };
         if 5 * num_blocks as usize >= 3 * n {
+            // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
+            let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
             return Self::Sparse {
                 docs: postings.iter().map(|&(d, _)| d).collect(),
                 impacts,
+                maxima,
             };
         }
-        let step = max.div_ceil(255).max(1);
         let mut maxima = vec![0u8; num_blocks as usize];
         let mut starts = vec![n as u32; num_blocks as usize + 1];
         let mut b = 0usize;
@@ -128,7 +142,12 @@ impl TermPostings {
     pub fn span(&self, block: u32, shift: u32) -> (u32, u32) {
         match self {
             Self::Dense { starts, .. } => (starts[block as usize], starts[block as usize + 1]),
-            Self::Sparse { docs, .. } => {
+            Self::Sparse { docs, maxima, .. } => {
+                if let Some((m, _)) = maxima
+                    && m[block as usize] == 0
+                {
+                    return (0, 0);
+                }
                 let first = block << shift;
                 let s = docs.partition_point(|&d| d < first);
                 let e = s + docs[s..]
@@ -155,7 +174,7 @@ impl TermPostings {
                 prefetch(offsets[s..].as_ptr());
                 impacts.prefetch(s);
             }
-            Self::Sparse { docs, impacts } => {
+            Self::Sparse { docs, impacts, .. } => {
                 prefetch(docs[s..].as_ptr().cast());
                 impacts.prefetch(s);
             }
@@ -174,7 +193,7 @@ impl TermPostings {
                     acc[offsets[i] as usize] += q * u64::from(impacts.get(i));
                 }
             }
-            Self::Sparse { docs, impacts } => {
+            Self::Sparse { docs, impacts, .. } => {
                 for i in s..e {
                     acc[(docs[i] & mask) as usize] += q * u64::from(impacts.get(i));
                 }
@@ -197,14 +216,18 @@ impl TermPostings {
     /// Calls `f(block, bound)`, in block order, for every block holding the term.
     pub fn for_each_bound(&self, shift: u32, mut f: impl FnMut(u32, u32)) {
         match self {
-            Self::Dense { maxima, step, .. } => {
+            Self::Dense { maxima, step, .. }
+            | Self::Sparse {
+                maxima: Some((maxima, step)),
+                ..
+            } => {
                 for (b, &m) in maxima.iter().enumerate() {
                     if m > 0 {
                         f(b as u32, u32::from(m) * step);
                     }
                 }
             }
-            Self::Sparse { docs, impacts } => {
+            Self::Sparse { docs, impacts, .. } => {
                 let mut i = 0;
                 while i < docs.len() {
                     let block = docs[i] >> shift;
@@ -223,8 +246,24 @@ impl TermPostings {
     /// Largest bound any block can have.
     pub fn largest_bound(&self, max: u32) -> u32 {
         match self {
-            Self::Dense { step, .. } => max.div_ceil(*step) * step,
+            Self::Dense { step, .. }
+            | Self::Sparse {
+                maxima: Some((_, step)),
+                ..
+            } => max.div_ceil(*step) * step,
             Self::Sparse { .. } => max,
+        }
+    }
+
+    /// The block maxima bytes and their step, where the term keeps them.
+    pub fn block_maxima(&self) -> Option<(&[u8], u32)> {
+        match self {
+            Self::Dense { maxima, step, .. }
+            | Self::Sparse {
+                maxima: Some((maxima, step)),
+                ..
+            } => Some((maxima, *step)),
+            Self::Sparse { .. } => None,
         }
     }
 
@@ -238,7 +277,11 @@ impl TermPostings {
                 impacts,
                 ..
             } => maxima.len() + starts.len() * 4 + offsets.len() + impacts.bytes(),
-            Self::Sparse { docs, impacts } => docs.len() * 4 + impacts.bytes(),
+            Self::Sparse {
+                docs,
+                impacts,
+                maxima,
+            } => docs.len() * 4 + impacts.bytes() + maxima.as_ref().map_or(0, |m| m.0.len()),
         }
     }
 }

@@ -70,14 +70,14 @@ impl TermMaxima {
 
     /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
     pub fn add_bounds(&self, q: u64, ub: &mut [u64]) {
-        match &self.postings {
-            TermPostings::Dense { maxima, step, .. } => {
-                let f = q * u64::from(*step);
+        match self.postings.block_maxima() {
+            Some((maxima, step)) => {
+                let f = q * u64::from(step);
                 for (u, &b) in ub.iter_mut().zip(maxima.iter()) {
                     *u += f * u64::from(b);
                 }
             }
-            TermPostings::Sparse { .. } => self
+            None => self
                 .postings
                 .for_each_bound(self.shift, |r, m| ub[r as usize] += q * u64::from(m)),
         }
@@ -87,9 +87,9 @@ impl TermMaxima {
     /// caller checks `Σ q_t · largest_bound_t ≤ u32::MAX`). Dense maxima go through a
     /// vectorized kernel where the CPU has one.
     pub fn add_bounds_u32(&self, q: u32, ub: &mut [u32]) {
-        match &self.postings {
-            TermPostings::Dense { maxima, step, .. } => add_scaled(q * step, maxima, ub),
-            TermPostings::Sparse { .. } => self
+        match self.postings.block_maxima() {
+            Some((maxima, step)) => add_scaled(q * step, maxima, ub),
+            None => self
                 .postings
                 .for_each_bound(self.shift, |r, m| ub[r as usize] += q * m),
         }

@@ -234,3 +234,39 @@ fn ranges_below_the_threshold_are_skipped() {
         pruned.stats
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// One query on several threads (large segment, flat bounds: many blocks left after the
+    /// first ones, so the threads share the work) returns exactly the one-thread result.
+    #[test]
+    fn threads_share_one_query_and_stay_exact(seed in any::<u64>(), k in 1usize..200, threads in 2usize..5) {
+        use lexlip_index::synth::{Corpus, Generator, Rng};
+        let g = Generator::new(3000, 0.8, seed);
+        let mut rng = Rng::new(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        for i in 0..12_000 {
+            c.add(Document::new(DocId::new(format!("d{i}")).unwrap(), Modality::Image), g.document_of(Corpus::Independent, &mut rng)).unwrap();
+        }
+        for i in (0..12_000).step_by(11) {
+            c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
+        }
+        c.commit().unwrap();
+        let snap = c.snapshot().unwrap();
+        let mut busy = 0;
+        for _ in 0..8 {
+            let q = g.query_of(Corpus::Independent, &mut rng);
+            let one = snap.search(&q, &SearchOptions::top(k)).unwrap();
+            let many = snap.search(&q, &SearchOptions { k, threads, ..SearchOptions::default() }).unwrap();
+            let exhaustive = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Exhaustive, ..SearchOptions::default() }).unwrap();
+            prop_assert_eq!(&many.hits, &exhaustive.hits);
+            prop_assert_eq!(&one.hits, &exhaustive.hits);
+            if one.stats.ranges_scored > 16 + 64 {
+                busy += 1;
+            }
+        }
+        prop_assert!(busy > 0, "no query left enough blocks to share");
+    }
+}

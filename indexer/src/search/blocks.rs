@@ -16,6 +16,10 @@
 //! scoring θ may win its tie on document order), so the result equals the exhaustive search's,
 //! ties included. Approximate mode stops when a bound falls below `f · θ` (`f ≥ 1`).
 //!
+//! Several threads can share one segment (step 3): they pop ranges from the same heap, each
+//! into its own top k, and share the best k-th score (a valid θ for all: the final one can only
+//! be higher); the tops are merged at the end.
+//!
 //! ```text
 //! query {dog: 120, grass: 80}; after step 2, θ = 30_000
 //! ranges sorted by bound: r17 (31_200) → scored, θ rises to 31_000
@@ -25,8 +29,13 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::ScoredDoc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+
 use super::sparse::{Segment, SparseSearch};
+use super::{Cancel, ScoredDoc, SearchStats, TopK};
 use crate::error::Result;
 use crate::maxima::TermMaxima;
 
@@ -38,6 +47,10 @@ const FIRST_RANGES: usize = 16;
 /// loads of a batch overlap. A batch may score a few ranges a finished search would have
 /// skipped; the result is the same.
 const BATCH: usize = 8;
+
+/// Below this many ranges left after the first ones, one thread finishes the segment: starting
+/// another costs more than it saves.
+const PARALLEL_RANGES: usize = 64;
 
 /// Searches one segment, pushing into the search's top k (which may already hold other
 /// segments' hits).
@@ -92,65 +105,140 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         .map(|Reverse((_, Reverse(r)))| r)
         .collect();
 
-    let mut acc = std::mem::take(&mut search.range_scores);
-    acc.clear();
-    acc.resize(1 << maxima.shift, 0);
-    let mut scorer = RangeScorer {
-        search,
+    let shared = AtomicU64::new(0);
+    let mut main = Worker {
         segment,
         terms: &terms,
-        acc: &mut acc,
+        factor: search.factor,
+        cancel: &search.cancel,
+        top: std::mem::replace(&mut search.top, TopK::new(0)),
+        stats: SearchStats::default(),
+        acc: std::mem::take(&mut search.range_scores),
         spans: Vec::with_capacity(BATCH * terms.len()),
+        shared: None,
     };
+    main.acc.clear();
+    main.acc.resize(1 << maxima.shift, 0);
     let result = (|| {
         for batch in head.chunks(BATCH) {
-            scorer.score(batch)?;
+            main.score(batch)?;
         }
         for &r in &head {
             ub[r as usize] = 0;
         }
         // The others that can still reach θ, popped best bound first until one cannot.
-        let mut rest: BinaryHeap<(u32, Reverse<u32>)> = ub
+        let rest: BinaryHeap<(u32, Reverse<u32>)> = ub
             .iter()
             .enumerate()
-            .filter(|&(_, &u)| u > 0 && !scorer.search.skips(u64::from(u)))
+            .filter(|&(_, &u)| u > 0 && !main.skips(u64::from(u)))
             .map(|(r, &u)| (u, Reverse(r as u32)))
             .collect();
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            batch.clear();
-            while batch.len() < BATCH
-                && let Some(&(u, Reverse(r))) = rest.peek()
-                && !scorer.search.skips(u64::from(u))
-            {
-                rest.pop();
-                batch.push(r);
-            }
-            if batch.is_empty() {
-                return Ok(());
-            }
-            scorer.score(&batch)?;
+        let rest = Mutex::new(rest);
+        if search.threads <= 1 || rest.lock().map_or(0, |h| h.len()) < PARALLEL_RANGES {
+            return main.drain(&rest);
         }
+        // Several threads pop from the same heap, each into its own top k; the best k-th
+        // score any of them holds is shared (a valid threshold for all: the final k-th score
+        // can only be higher), and the tops are merged at the end.
+        shared.store(main.top.threshold().unwrap_or(0), Ordering::Relaxed);
+        main.shared = Some(&shared);
+        let k = main.top.k();
+        let mut workers: Vec<Worker> = (1..search.threads)
+            .map(|_| Worker {
+                top: TopK::new(k),
+                acc: vec![0; 1 << maxima.shift],
+                spans: Vec::with_capacity(BATCH * terms.len()),
+                ..main.fork()
+            })
+            .collect();
+        let results: Vec<Result<()>> = std::iter::once(&mut main)
+            .chain(workers.iter_mut())
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|w| w.drain(&rest))
+            .collect();
+        for w in workers {
+            main.stats.add(&w.stats);
+            for d in w.top.into_sorted() {
+                main.top.push(d);
+            }
+        }
+        results.into_iter().collect()
     })();
-    search.range_scores = acc;
+    search.stats.add(&main.stats);
+    search.top = main.top;
+    search.range_scores = main.acc;
     search.range_bounds = ub;
     result
 }
 
-/// Range-at-a-time scoring through the forward index.
-struct RangeScorer<'s, 'q, 'a> {
-    search: &'s mut SparseSearch<'q>,
+/// One thread's share of a segment's search: its own top k, counters and buffers.
+struct Worker<'a> {
     segment: &'a Segment<'a>,
     /// Query terms present in the segment, with their weights.
     terms: &'a [(u64, &'a TermMaxima)],
-    acc: &'a mut Vec<u64>,
+    factor: f64,
+    cancel: &'a Cancel,
+    top: TopK,
+    stats: SearchStats,
+    /// One score per document of a range.
+    acc: Vec<u64>,
     /// Postings spans of the batch being scored, range-major.
     spans: Vec<(u32, u32)>,
+    /// The best k-th score of all workers, when several run.
+    shared: Option<&'a AtomicU64>,
 }
 
-impl RangeScorer<'_, '_, '_> {
+impl<'a> Worker<'a> {
+    /// A worker for the same segment and query, with empty buffers.
+    fn fork(&self) -> Self {
+        Worker {
+            segment: self.segment,
+            terms: self.terms,
+            factor: self.factor,
+            cancel: self.cancel,
+            top: TopK::new(0),
+            stats: SearchStats::default(),
+            acc: Vec::new(),
+            spans: Vec::new(),
+            shared: self.shared,
+        }
+    }
+
+    /// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
+    fn skips(&self, bound: u64) -> bool {
+        let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
+        let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
+        theta > 0 && (bound as f64) < theta as f64 * self.factor
+    }
+
+    /// Scores ranges popped from `heap`, best bound first, until the best left cannot enter
+    /// the top k.
+    fn drain(&mut self, heap: &Mutex<BinaryHeap<(u32, Reverse<u32>)>>) -> Result<()> {
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            batch.clear();
+            {
+                let mut heap = heap.lock().unwrap_or_else(|p| p.into_inner());
+                while batch.len() < BATCH
+                    && let Some(&(u, Reverse(r))) = heap.peek()
+                    && !self.skips(u64::from(u))
+                {
+                    heap.pop();
+                    batch.push(r);
+                }
+            }
+            if batch.is_empty() {
+                return Ok(());
+            }
+            self.score(&batch)?;
+        }
+    }
+
+    /// Scores a batch of ranges through the forward index: locates and prefetches every
+    /// (range, term) span first, then accumulates and collects range by range.
     fn score(&mut self, ranges: &[u32]) -> Result<()> {
-        self.search.check()?;
+        self.cancel.check()?;
         self.spans.clear();
         for &r in ranges {
             for &(_, m) in self.terms {
@@ -165,25 +253,28 @@ impl RangeScorer<'_, '_, '_> {
         for (i, &range) in ranges.iter().enumerate() {
             let spans = &self.spans[i * per_range..(i + 1) * per_range];
             for (&(q, m), &span) in self.terms.iter().zip(spans) {
-                self.search.stats.postings_scored += m.accumulate(span, q, self.acc);
+                self.stats.postings_scored += m.accumulate(span, q, &mut self.acc);
             }
-            self.search.stats.ranges_scored += 1;
+            self.stats.ranges_scored += 1;
             let start = range << maxima.shift;
             for (i, slot) in self.acc.iter_mut().enumerate() {
                 let score = std::mem::take(slot);
-                if score == 0 || self.search.top.threshold().is_some_and(|t| score < t) {
+                if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
                     continue;
                 }
                 let doc = start + i as u32;
                 if doc >= max_doc || !self.segment.returns(doc) {
                     continue;
                 }
-                self.search.top.push(ScoredDoc {
+                self.top.push(ScoredDoc {
                     segment_ord: self.segment.ord,
                     doc,
                     score,
                 });
             }
+        }
+        if let (Some(shared), Some(t)) = (self.shared, self.top.threshold()) {
+            shared.fetch_max(t, Ordering::Relaxed);
         }
         Ok(())
     }

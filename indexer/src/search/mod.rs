@@ -53,6 +53,9 @@ pub struct SearchOptions {
     pub algorithm: Algorithm,
     /// Set from outside to stop the search (it then fails with `Cancelled`).
     pub cancel: Cancel,
+    /// Threads one query may use (block-max search of a large segment; 0 or 1: the calling
+    /// thread only). Extra threads come from rayon's global pool.
+    pub threads: usize,
 }
 
 impl SearchOptions {
@@ -66,6 +69,9 @@ impl SearchOptions {
     pub fn validate(&self) -> Result<(), String> {
         if self.k == 0 || self.k > MAX_K {
             return Err(format!("k must be between 1 and {MAX_K}, got {}", self.k));
+        }
+        if self.threads > 64 {
+            return Err(format!("threads must be at most 64, got {}", self.threads));
         }
         if let Precision::Approx(f) = self.precision
             && !(f.is_finite() && f >= 1.0)
@@ -96,4 +102,13 @@ pub struct SearchStats {
     pub ranges_scored: u64,
     /// Postings read while scoring.
     pub postings_scored: u64,
+}
+
+impl SearchStats {
+    /// Adds another part's counters (segments excepted).
+    pub(crate) fn add(&mut self, other: &SearchStats) {
+        self.ranges_candidate += other.ranges_candidate;
+        self.ranges_scored += other.ranges_scored;
+        self.postings_scored += other.postings_scored;
+    }
 }

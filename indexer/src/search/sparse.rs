@@ -35,7 +35,9 @@ pub struct SparseSearch<'q> {
     pub(crate) range_scores: Vec<u64>,
     /// One score bound per range of a segment, reused across segments.
     pub(crate) range_bounds: Vec<u32>,
-    cancel: Cancel,
+    pub(crate) cancel: Cancel,
+    /// Threads one segment's search may use.
+    pub(crate) threads: usize,
 }
 
 /// One segment as the scorers see it.
@@ -70,6 +72,7 @@ impl<'q> SparseSearch<'q> {
             range_scores: Vec::new(),
             range_bounds: Vec::new(),
             cancel: options.cancel.clone(),
+            threads: options.threads.max(1),
         })
     }
 

@@ -49,6 +49,11 @@ impl TopK {
         }
     }
 
+    /// How many documents it keeps.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
     /// Score of the k-th best document once k are held: a document must score at least this to
     /// enter (and beat it on document order when equal).
     #[inline]

@@ -22,6 +22,9 @@ pub struct BenchEngineArgs {
     /// LexLIP vectors) or `independent` (every term drawn independently; no structure).
     #[arg(long, default_value = "topical")]
     pub corpus: lexlip_index::synth::Corpus,
+    /// Threads per query to also measure exact search with (one is always measured).
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    pub threads: Vec<usize>,
     /// Documents per pruning block: 8, 16, 32 or 64.
     #[arg(long, default_value_t = 32)]
     pub block_size: u32,
@@ -44,6 +47,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         approx: args.approx,
         corpus: args.corpus,
         block_size: args.block_size,
+        threads: args.threads,
     };
     let quiet = args.json;
     let r = run_bench(&config, &dir, &mut |phase, f| {
@@ -75,6 +79,12 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         r.exact_postings.speedup,
         r.exact_postings.recall_at_10
     );
+    for t in &r.exact_threads {
+        println!(
+            "exact, {} threads    {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive",
+            t.threads, t.figures.qps, t.figures.p50_ms, t.figures.p99_ms, t.figures.speedup
+        );
+    }
     println!(
         "pruning memory       {:.1} MB (bounds and forward index, blocks of {})",
         r.pruning_memory_bytes as f64 / 1e6,

@@ -25,6 +25,9 @@ pub struct BenchSearchArgs {
     /// Approximation factors to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1.1,1.2,1.3,1.5")]
     pub approx: Vec<f32>,
+    /// Threads per query to also measure exact search with (one is always measured).
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    pub threads: Vec<usize>,
     /// Documents per pruning block: 8, 16, 32 or 64.
     #[arg(long, default_value_t = 32)]
     pub block_size: u32,
@@ -47,11 +50,18 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
     let warm_seconds = t.elapsed().as_secs_f64();
     let vectors: Vec<_> = queries.iter().map(|(_, q)| q.clone()).collect();
     let quiet = args.json;
-    let m = measure(&snap, &vectors, args.k, &args.approx, &mut |phase, f| {
-        if !quiet {
-            eprintln!("[bench] {phase} {f:.2}");
-        }
-    })?;
+    let m = measure(
+        &snap,
+        &vectors,
+        args.k,
+        &args.approx,
+        &args.threads,
+        &mut |phase, f| {
+            if !quiet {
+                eprintln!("[bench] {phase} {f:.2}");
+            }
+        },
+    )?;
     if let Some(path) = &args.truth_run {
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -111,6 +121,13 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
             f.speedup,
             args.k.min(10),
             f.recall_at_10
+        );
+    }
+    for t in &m.exact_threads {
+        let f = &t.figures;
+        println!(
+            "exact, {} threads     {:.3} ms/query, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
+            t.threads, f.mean_ms, f.p99_ms, f.speedup, f.recall_at_10
         );
     }
     for a in &m.approx {
