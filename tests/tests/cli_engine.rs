@@ -258,9 +258,118 @@ fn bench_engine_reports_ratios() {
     ]);
     assert_eq!(out["docs"], 3000);
     assert_eq!(out["exact"]["recall_at_10"], 1.0);
+    assert_eq!(out["exact_postings"]["recall_at_10"], 1.0);
+    assert_eq!(out["exact_threads"][0]["threads"], 2);
+    assert_eq!(out["exact_threads"][0]["figures"]["recall_at_10"], 1.0);
     assert!(out["bytes_per_nnz"].as_f64().unwrap() > 0.5);
     assert_eq!(out["approx"].as_array().unwrap().len(), 2);
     for key in ["ingest_docs_per_s", "exhaustive", "exact"] {
         assert!(out.get(key).is_some(), "{key}");
+    }
+}
+
+/// `lexlip bench search` on a real collection and query file: every exact algorithm finds the
+/// exhaustive top k, and the ground truth written as a TREC run is the brute-force ranking.
+#[test]
+fn bench_search_on_a_collection_and_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs.jsonl");
+    let queries = dir.path().join("queries.jsonl");
+    // 600 documents over 40 terms; impacts from a fixed pseudo-random sequence.
+    let mut x = 7u64;
+    let mut next = move || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let mut vectors: Vec<Vec<(u64, u64)>> = Vec::new();
+    let mut text = String::new();
+    for i in 0..600 {
+        let terms: Vec<(u64, u64)> = (0..6).map(|_| (next() % 40, 1 + next() % 200)).collect();
+        let v: serde_json::Map<String, serde_json::Value> = terms
+            .iter()
+            .map(|&(t, w)| (format!("t{t}"), w.into()))
+            .collect();
+        text += &format!(
+            "{}\n",
+            serde_json::json!({"id": format!("d{i}"), "vector": v})
+        );
+        let mut dedup = std::collections::BTreeMap::new();
+        for (t, w) in terms {
+            dedup.insert(t, w);
+        }
+        vectors.push(dedup.into_iter().collect());
+    }
+    std::fs::write(&docs, text).unwrap();
+    let query_terms = [
+        vec![(3u64, 5u64), (17, 2)],
+        vec![(8, 9)],
+        vec![(1, 1), (2, 3), (39, 4)],
+    ];
+    let mut qtext = String::new();
+    for (i, q) in query_terms.iter().enumerate() {
+        let v: serde_json::Map<String, serde_json::Value> = q
+            .iter()
+            .map(|&(t, w)| (format!("t{t}"), w.into()))
+            .collect();
+        qtext += &format!(
+            "{}\n",
+            serde_json::json!({"id": format!("q{i}"), "vector": v})
+        );
+    }
+    std::fs::write(&queries, qtext).unwrap();
+    let col = dir.path().join("col");
+    let truth = dir.path().join("truth.run");
+    let (col_s, docs_s) = (col.to_str().unwrap(), docs.to_str().unwrap());
+    lexlip_json(&[
+        "index",
+        "--collection",
+        col_s,
+        "--vectors",
+        docs_s,
+        "--json",
+    ]);
+    let out = lexlip_json(&[
+        "bench",
+        "search",
+        "--collection",
+        col_s,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--block-size",
+        "8",
+        "--approx",
+        "1.5",
+        "--truth-run",
+        truth.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out["queries"], 3);
+    assert_eq!(out["search"]["exact"]["recall_at_10"], 1.0);
+    assert_eq!(out["search"]["exact_postings"]["recall_at_10"], 1.0);
+    assert_eq!(
+        out["search"]["exact_threads"][0]["figures"]["recall_at_10"],
+        1.0
+    );
+    let run = std::fs::read_to_string(&truth).unwrap();
+    for (i, q) in query_terms.iter().enumerate() {
+        let mut want: Vec<u64> = vectors
+            .iter()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|(t, w)| q.iter().find(|(qt, _)| qt == t).map(|(_, qw)| w * qw))
+                    .sum()
+            })
+            .filter(|&s| s > 0)
+            .collect();
+        want.sort_unstable_by(|a, b| b.cmp(a));
+        want.truncate(10);
+        let got: Vec<u64> = run
+            .lines()
+            .filter(|l| l.starts_with(&format!("q{i} ")))
+            .map(|l| l.split(' ').nth(4).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(got, want, "query {i}");
     }
 }

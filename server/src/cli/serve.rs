@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// Requests handled at once; more are refused with 503 + Retry-After.
     #[arg(long, default_value_t = 64)]
     pub max_in_flight: usize,
+    /// Threads one search may use while no other search runs (default: all cores; 1 keeps
+    /// every search on one thread). Under concurrent load each search uses one.
+    #[arg(long)]
+    pub query_threads: Option<usize>,
     /// Largest encoder batch.
     #[arg(long, default_value_t = 32)]
     pub max_batch: usize,
@@ -117,6 +121,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_batch_docs: args.max_batch_docs.max(1),
         api_keys: args.api_key.into_iter().filter(|k| !k.is_empty()).collect(),
         protect_reads: args.protect_reads,
+        query_threads: args
+            .query_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .clamp(1, 64),
     };
     let state = shared(AppState::open(&args.data, encoders, metrics, limits)?);
     let config = ServerConfig {

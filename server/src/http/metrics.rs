@@ -161,6 +161,11 @@ impl Metrics {
         SearchRunning(self.clone())
     }
 
+    /// Searches running now.
+    pub fn searches_running(&self) -> i64 {
+        self.inner.searches_running.get()
+    }
+
     pub fn search_cancelled(&self) {
         self.inner.searches_cancelled.inc();
     }

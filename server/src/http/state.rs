@@ -62,6 +62,8 @@ pub struct Limits {
     pub api_keys: Vec<String>,
     /// Require a key on read routes too (always on write routes when keys are set).
     pub protect_reads: bool,
+    /// Threads a search may use when it is the only one running (1: never more than one).
+    pub query_threads: usize,
 }
 
 pub struct AppState {

@@ -27,6 +27,7 @@ pub fn limits() -> Limits {
         max_batch_docs: 100,
         api_keys: Vec::new(),
         protect_reads: false,
+        query_threads: 2,
     }
 }
 

@@ -202,7 +202,7 @@ pub async fn execute(
     let run_sparse = |n: usize| {
         let snapshot = snapshot.clone();
         let q = sparse.clone();
-        let options = SearchOptions {
+        let mut options = SearchOptions {
             k: n,
             precision,
             filter: filter.clone(),
@@ -210,12 +210,17 @@ pub async fn execute(
             ..SearchOptions::top(n)
         };
         let metrics = state.metrics.clone();
+        let query_threads = state.limits.query_threads;
         blocking(move || {
             let Some(q) = q else { return Ok(Vec::new()) };
             if q.is_empty() {
                 return Ok(Vec::new());
             }
             let _running = metrics.search_running();
+            // Alone on the machine: this search may use the idle cores too.
+            if metrics.searches_running() == 1 {
+                options.threads = query_threads;
+            }
             match snapshot.search(&q, &options) {
                 Ok(out) => Ok(out.hits),
                 Err(IndexError::Cancelled) => {
