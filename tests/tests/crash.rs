@@ -199,3 +199,87 @@ fn concurrent_create_delete_and_add_on_one_name_never_fail() {
     assert_eq!(ready["broken_collections"], json!({}), "{ready}");
     s.stop();
 }
+
+/// `lexlip index` killed with SIGKILL at spread moments while it commits every 500 documents
+/// (tantivy merges the small segments in the background meanwhile): after every kill the
+/// collection opens, and block-max search over the forward index rebuilt from the surviving
+/// segments returns exactly the exhaustive results.
+#[test]
+fn block_max_search_is_exact_after_sigkill_during_indexing_and_merges() {
+    const DOCS: u64 = 40_000;
+    use lexlip_index::{Algorithm, Collection, SearchOptions};
+    use lexlip_proto::QuantizedVector;
+
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = dir.path().join("v.jsonl");
+    let mut x = 11u64;
+    let mut next = move || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        x >> 33
+    };
+    let mut text = String::new();
+    for i in 0..DOCS {
+        let v: serde_json::Map<String, Value> = (0..8)
+            .map(|_| (format!("t{}", next() % 300), (1 + next() % 250).into()))
+            .collect();
+        text += &format!("{}\n", json!({"id": format!("d{i}"), "vector": v}));
+    }
+    std::fs::write(&vectors, text).unwrap();
+    let queries: Vec<QuantizedVector> = (0..20)
+        .map(|_| {
+            QuantizedVector::new((0..4).map(|_| (format!("t{}", next() % 300), 1 + next() % 99)))
+                .unwrap()
+        })
+        .collect();
+    let index = |col: &std::path::Path| {
+        std::process::Command::new(lexlip_tests::lexlip_bin())
+            .args(["index", "--collection"])
+            .arg(col)
+            .arg("--vectors")
+            .arg(&vectors)
+            .args(["--commit-every", "500"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // One whole run gives the time scale; the kills land at spread fractions of it.
+    let start = Instant::now();
+    assert!(index(&dir.path().join("full")).wait().unwrap().success());
+    let whole = start.elapsed();
+    let mut partial = 0;
+    for round in 0..8u32 {
+        let col = dir.path().join(format!("col{round}"));
+        let mut child = index(&col);
+        thread::sleep(whole * (2 * round + 1) / 16);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let Ok(c) = Collection::open(&col) else {
+            continue; // killed before the collection was created
+        };
+        let snap = c.snapshot().unwrap();
+        if (1..DOCS).contains(&snap.num_docs()) {
+            partial += 1;
+        }
+        for q in &queries {
+            let block_max = snap.search(q, &SearchOptions::top(10)).unwrap();
+            let exhaustive = snap
+                .search(
+                    q,
+                    &SearchOptions {
+                        k: 10,
+                        algorithm: Algorithm::Exhaustive,
+                        ..SearchOptions::default()
+                    },
+                )
+                .unwrap();
+            assert_eq!(block_max.hits, exhaustive.hits, "round {round}");
+        }
+    }
+    assert!(
+        partial >= 2,
+        "only {partial} kills landed while documents were being committed"
+    );
+}
