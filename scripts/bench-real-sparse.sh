@@ -46,8 +46,19 @@ for b in 16 32 64; do
     "$lexlip" bench search --collection "$work/docs-col" --queries "$work/queries.export.jsonl" \
         --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
         --json > "$work/lexlip-B$b.json"
-    "$lexlip" bench search --collection "$work/docs-col" --queries "$work/queries.export.jsonl" \
-        --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 2>/dev/null | sed "s/^/[blocks of $b] /"
+    python3 - "$work/lexlip-B$b.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); s = r["search"]
+print(f"lexlip, blocks of {r['block_size']}: {r['docs']} docs, {r['nnz']} non-zeros, "
+      f"{r['bytes_per_nnz']:.2f} B/nnz on disk, {r['pruning_memory_bytes'] / r['nnz']:.2f} B/nnz pruning memory")
+rows = [("exhaustive", s["exhaustive"]["mean_ms"], 1.0),
+        ("exact block-max", s["exact"]["mean_ms"], s["exact"]["recall_at_10"]),
+        ("exact postings", s["exact_postings"]["mean_ms"], s["exact_postings"]["recall_at_10"])]
+rows += [(f"exact, {t['threads']} threads", t["figures"]["mean_ms"], t["figures"]["recall_at_10"]) for t in s["exact_threads"]]
+rows += [(f"approx {a['knob']}", a["mean_ms"], a["recall_at_10"]) for a in s["approx"]]
+for name, ms, rec in rows:
+    print(f"  {name:<18} {ms:7.3f} ms/query  recall@10 {rec:.3f}")
+PY
 done
 
 venv=$work/venv
