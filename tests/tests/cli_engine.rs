@@ -268,6 +268,15 @@ fn bench_engine_reports_ratios() {
     }
 }
 
+/// One JsonVectorCollection line: terms `t{n}` with integer impacts.
+fn vector_line(id: &str, terms: &[(u64, u64)]) -> String {
+    let v: serde_json::Map<String, serde_json::Value> = terms
+        .iter()
+        .map(|&(t, w)| (format!("t{t}"), w.into()))
+        .collect();
+    format!("{}\n", serde_json::json!({"id": id, "vector": v}))
+}
+
 /// `lexlip bench search` on a real collection and query file: every exact algorithm finds the
 /// exhaustive top k, and the ground truth written as a TREC run is the brute-force ranking.
 #[test]
@@ -286,20 +295,12 @@ fn bench_search_on_a_collection_and_queries() {
     let mut vectors: Vec<Vec<(u64, u64)>> = Vec::new();
     let mut text = String::new();
     for i in 0..600 {
-        let terms: Vec<(u64, u64)> = (0..6).map(|_| (next() % 40, 1 + next() % 200)).collect();
-        let v: serde_json::Map<String, serde_json::Value> = terms
-            .iter()
-            .map(|&(t, w)| (format!("t{t}"), w.into()))
-            .collect();
-        text += &format!(
-            "{}\n",
-            serde_json::json!({"id": format!("d{i}"), "vector": v})
-        );
-        let mut dedup = std::collections::BTreeMap::new();
-        for (t, w) in terms {
-            dedup.insert(t, w);
-        }
-        vectors.push(dedup.into_iter().collect());
+        // A term drawn twice keeps its last impact, in the file and in the oracle alike.
+        let terms: std::collections::BTreeMap<u64, u64> =
+            (0..6).map(|_| (next() % 40, 1 + next() % 200)).collect();
+        let terms: Vec<(u64, u64)> = terms.into_iter().collect();
+        text += &vector_line(&format!("d{i}"), &terms);
+        vectors.push(terms);
     }
     std::fs::write(&docs, text).unwrap();
     let query_terms = [
@@ -309,14 +310,7 @@ fn bench_search_on_a_collection_and_queries() {
     ];
     let mut qtext = String::new();
     for (i, q) in query_terms.iter().enumerate() {
-        let v: serde_json::Map<String, serde_json::Value> = q
-            .iter()
-            .map(|&(t, w)| (format!("t{t}"), w.into()))
-            .collect();
-        qtext += &format!(
-            "{}\n",
-            serde_json::json!({"id": format!("q{i}"), "vector": v})
-        );
+        qtext += &vector_line(&format!("q{i}"), q);
     }
     std::fs::write(&queries, qtext).unwrap();
     let col = dir.path().join("col");
