@@ -10,7 +10,8 @@
 //!   start of its postings; the postings as (doc offset in block, impact). A block's postings
 //!   are found in O(1) and all block bounds are one vectorized pass over the bytes.
 //! - **sparse** (the others): the postings as (doc, impact), found by binary search; a block's
-//!   bound is the exact largest impact among its postings.
+//!   bound is the exact largest impact among its postings, or, for a term in ≥ 1/4 of the
+//!   blocks, a bound byte per block as well (one vectorized pass instead of one per posting).
 //!
 //! ```text
 //! dense "the":  maxima [80, 0, 12, …]  starts [0, 3, 3, 5, …]
@@ -96,8 +97,6 @@ impl TermPostings {
     pub(crate) fn build(postings: &[(u32, u32)], max: u32, shift: u32, num_blocks: u32) -> Self {
         let n = postings.len();
         let impacts = Impacts::new(postings, max);
-        // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
-        // posting.
         let step = max.div_ceil(255).max(1);
         let block_maxima = || {
             let mut maxima = vec![0u8; num_blocks as usize];
@@ -107,6 +106,8 @@ impl TermPostings {
             }
             maxima.into_boxed_slice()
         };
+        // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
+        // posting.
         if 5 * num_blocks as usize >= 3 * n {
             // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
             let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
@@ -116,20 +117,17 @@ impl TermPostings {
                 maxima,
             };
         }
-        let mut maxima = vec![0u8; num_blocks as usize];
         let mut starts = vec![n as u32; num_blocks as usize + 1];
         let mut b = 0usize;
-        for (i, &(doc, w)) in postings.iter().enumerate() {
-            let block = (doc >> shift) as usize;
-            while b <= block {
+        for (i, &(doc, _)) in postings.iter().enumerate() {
+            while b <= (doc >> shift) as usize {
                 starts[b] = i as u32;
                 b += 1;
             }
-            maxima[block] = maxima[block].max(w.div_ceil(step) as u8);
         }
         let mask = (1u32 << shift) - 1;
         Self::Dense {
-            maxima: maxima.into_boxed_slice(),
+            maxima: block_maxima(),
             step,
             starts: starts.into_boxed_slice(),
             offsets: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),

@@ -40,13 +40,11 @@ pub struct TermMaxima {
 impl TermMaxima {
     /// Bound on the impact of this term in `range` (0 when absent).
     pub fn bound_in(&self, range: u32) -> u32 {
-        match &self.postings {
-            TermPostings::Dense { maxima, step, .. } => {
+        match self.postings.block_maxima() {
+            Some((maxima, step)) => {
                 u32::from(maxima.get(range as usize).copied().unwrap_or(0)) * step
             }
-            TermPostings::Sparse { .. } => {
-                self.postings.max_in(self.postings.span(range, self.shift))
-            }
+            None => self.postings.max_in(self.postings.span(range, self.shift)),
         }
     }
 

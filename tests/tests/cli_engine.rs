@@ -285,13 +285,8 @@ fn bench_search_on_a_collection_and_queries() {
     let docs = dir.path().join("docs.jsonl");
     let queries = dir.path().join("queries.jsonl");
     // 600 documents over 40 terms; impacts from a fixed pseudo-random sequence.
-    let mut x = 7u64;
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        x >> 33
-    };
+    let mut rng = lexlip_index::synth::Rng::new(7);
+    let mut next = move || rng.next_u64();
     let mut vectors: Vec<Vec<(u64, u64)>> = Vec::new();
     let mut text = String::new();
     for i in 0..600 {

@@ -212,13 +212,8 @@ fn block_max_search_is_exact_after_sigkill_during_indexing_and_merges() {
 
     let dir = tempfile::tempdir().unwrap();
     let vectors = dir.path().join("v.jsonl");
-    let mut x = 11u64;
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        x >> 33
-    };
+    let mut rng = lexlip_index::synth::Rng::new(11);
+    let mut next = move || rng.next_u64();
     let mut text = String::new();
     for i in 0..DOCS {
         let v: serde_json::Map<String, Value> = (0..8)

@@ -7,9 +7,9 @@
 //! 1. bound every range: `ub[r] = Σ_t q_t · max_t(r)` from the range maxima of
 //!    [`crate::maxima`] (one pass over the query terms' maxima, no posting read);
 //! 2. score the [`FIRST_RANGES`] best-bounded ranges, which raises the k-th best score θ;
-//! 3. keep the other ranges whose bound reaches θ, sort them by bound, best first, and score
-//!    them in that order until a bound falls below θ: every later range is bounded lower still,
-//!    so none of their documents can enter the top k.
+//! 3. put the other ranges whose bound reaches θ in a heap by bound and pop them, best first,
+//!    until a bound falls below θ: every later range is bounded lower still, so none of their
+//!    documents can enter the top k.
 //!
 //! Scoring a range reads only that range's postings of the query terms from the
 //! block forward index ([`crate::forward`]). A range whose bound *equals* θ is scored (a document
@@ -39,8 +39,8 @@ use super::{Cancel, ScoredDoc, SearchStats, TopK};
 use crate::error::Result;
 use crate::maxima::TermMaxima;
 
-/// Ranges scored before the bounds are sorted: enough to make θ meaningful, so that most ranges
-/// are dropped before the sort.
+/// Ranges scored before the others go into the heap: enough to make θ meaningful, so that most
+/// ranges are dropped before the heap is built.
 const FIRST_RANGES: usize = 16;
 
 /// Ranges scored together: their postings are located and prefetched first, so the memory
@@ -79,7 +79,6 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     for (q, m) in &found {
         m.add_bounds_u32(*q, &mut ub);
     }
-    let terms: Vec<(u64, &TermMaxima)> = found.iter().map(|&(q, m)| (u64::from(q), m)).collect();
 
     // The FIRST_RANGES best bounds (ties: lower range first), in one pass.
     let mut head: BinaryHeap<Reverse<(u32, Reverse<u32>)>> =
@@ -108,13 +107,13 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     let shared = AtomicU64::new(0);
     let mut main = Worker {
         segment,
-        terms: &terms,
+        terms: &found,
         factor: search.factor,
         cancel: &search.cancel,
         top: std::mem::replace(&mut search.top, TopK::new(0)),
         stats: SearchStats::default(),
         acc: std::mem::take(&mut search.range_scores),
-        spans: Vec::with_capacity(BATCH * terms.len()),
+        spans: Vec::with_capacity(BATCH * found.len()),
         shared: None,
     };
     main.acc.clear();
@@ -147,7 +146,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
             .map(|_| Worker {
                 top: TopK::new(k),
                 acc: vec![0; 1 << maxima.shift],
-                spans: Vec::with_capacity(BATCH * terms.len()),
+                spans: Vec::with_capacity(BATCH * found.len()),
                 ..main.fork()
             })
             .collect();
@@ -176,7 +175,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
 struct Worker<'a> {
     segment: &'a Segment<'a>,
     /// Query terms present in the segment, with their weights.
-    terms: &'a [(u64, &'a TermMaxima)],
+    terms: &'a [(u32, &'a TermMaxima)],
     factor: f64,
     cancel: &'a Cancel,
     top: TopK,
@@ -253,7 +252,7 @@ impl<'a> Worker<'a> {
         for (i, &range) in ranges.iter().enumerate() {
             let spans = &self.spans[i * per_range..(i + 1) * per_range];
             for (&(q, m), &span) in self.terms.iter().zip(spans) {
-                self.stats.postings_scored += m.accumulate(span, q, &mut self.acc);
+                self.stats.postings_scored += m.accumulate(span, u64::from(q), &mut self.acc);
             }
             self.stats.ranges_scored += 1;
             let start = range << maxima.shift;
