@@ -21,4 +21,4 @@ pub use collections::{contents, documents, impacts, legacy_without_thumbnails};
 pub use emoji::{EMOJI, b64, emoji_model, emoji_png, index_emoji};
 pub use images::png;
 pub use models::{fixtures, lexlip_tiny_args, lexlip_tiny_checkpoint, splade_dir, workspace};
-pub use server::{Server, response};
+pub use server::{Server, hit_scores, response};

@@ -142,3 +142,19 @@ pub fn response(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
     let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, value)
 }
+
+/// `(id, score)` of every hit of a search answer (`{"hits": [{"id", "score", …}]}`), from the
+/// server or `lexlip search --json`.
+pub fn hit_scores(answer: &Value) -> Vec<(String, f64)> {
+    answer["hits"]
+        .as_array()
+        .expect("a search answer has hits")
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().expect("a hit has an id").to_string(),
+                h["score"].as_f64().expect("a hit has a score"),
+            )
+        })
+        .collect()
+}

@@ -156,17 +156,7 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["path"], "dense");
-    let hits: Vec<(String, f64)> = r["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            (
-                h["id"].as_str().unwrap().to_string(),
-                h["score"].as_f64().unwrap(),
-            )
-        })
-        .collect();
+    let hits = lexlip_tests::hit_scores(&r);
     // The oracle: cosine of the query with every image, by the same encoder in-process.
     let images: Vec<_> = (0..8)
         .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())

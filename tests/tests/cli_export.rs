@@ -247,17 +247,7 @@ fn qdrant_ranks_the_export_as_lexlip_does() {
         String::from_utf8_lossy(&theirs.stderr)
     );
     let theirs: Value = serde_json::from_slice(&theirs.stdout).unwrap();
-    let ours: Vec<(String, f64)> = ours["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            (
-                h["id"].as_str().unwrap().to_string(),
-                h["score"].as_f64().unwrap(),
-            )
-        })
-        .collect();
+    let ours = lexlip_tests::hit_scores(&ours);
     let theirs: Vec<(String, f64)> = theirs["hits"]
         .as_array()
         .unwrap()
