@@ -199,7 +199,18 @@ impl Order {
         (self.pairs / self.batch) as u64
     }
 
-    /// The pair indices of `step`.
+    /// Whether epoch `epoch`'s order is set ([`Order::set`]) rather than drawn.
+    pub fn has(&self, epoch: u64) -> bool {
+        self.cached.as_ref().is_some_and(|(e, _)| *e == epoch)
+    }
+
+    /// Uses `order` (a permutation of the pairs, e.g. the grouped sampler's) for `epoch`.
+    pub fn set(&mut self, epoch: u64, order: &[u32]) {
+        self.cached = Some((epoch, order.iter().map(|&p| p as usize).collect()));
+    }
+
+    /// The pair indices of `step`: a slice of epoch `step / steps_per_epoch`'s order, set or
+    /// (when none is) a uniform permutation of the seed and the epoch.
     pub fn batch(&mut self, step: u64) -> Vec<usize> {
         let spe = self.steps_per_epoch().max(1);
         let epoch = step / spe;

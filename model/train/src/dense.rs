@@ -25,7 +25,7 @@ use crate::bert::BertEncoder;
 use crate::error::Result;
 use crate::init::Init;
 use crate::losses;
-use crate::model::{Batch, IMAGE, StepLosses, TEXT, tower_params};
+use crate::model::{Batch, IMAGE, Objectives, StepLosses, TEXT, tower_params};
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
 use crate::params::{ParamBuilder, Source, sorted_vars};
@@ -143,16 +143,20 @@ impl DenseModel {
         losses::l2_normalize(&self.visual_projection.forward(&pooled)?)
     }
 
-    /// One step's loss: symmetric InfoNCE of the batch's image and caption embeddings.
-    pub fn step(&self, batch: &Batch, drop: &Dropout, tau: f64) -> Result<StepLosses> {
+    /// One step's loss: symmetric InfoNCE of the batch's image and caption embeddings at
+    /// `obj.tau` (plus the ITC consistency when `obj.consistency` is on).
+    pub fn step(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
         let image = self.embed_images(&batch.pixels, drop)?;
         let text = self.embed_texts(&batch.ids, &batch.mask, drop)?;
-        let (loss, i2t, t2i) = losses::info_nce(&image, &text, tau)?;
+        let (loss, i2t, t2i) = losses::info_nce(&image, &text, obj.tau)?;
+        let mut parts = vec![("info_nce", loss.clone()), ("i2t", i2t), ("t2i", t2i)];
+        let total = obj.with_consistency(loss, &mut parts, &image, &text)?;
         Ok(StepLosses {
-            total: loss.clone(),
-            parts: vec![("info_nce", loss), ("i2t", i2t), ("t2i", t2i)],
+            total,
+            parts,
             nnz_image: None,
             nnz_text: None,
+            features: Some((image.detach(), text.detach())),
         })
     }
 }

@@ -11,6 +11,7 @@
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
+//! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`).
 //! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
 //! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
 //!   [`export`] of the model directory.
@@ -37,6 +38,7 @@ pub mod options;
 pub mod params;
 pub mod rng;
 pub mod run;
+pub mod sampler;
 pub mod text;
 pub mod text_cache;
 pub mod trainee;
@@ -45,3 +47,4 @@ pub use console::Console;
 pub use error::{Result, TrainError};
 pub use options::{HeadInit, Objective, Preset, SaveDtype, TrainOptions};
 pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};
+pub use sampler::Sampler;

@@ -153,6 +153,23 @@ pub fn info_nce(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tens
     Ok((loss, i2t, t2i))
 }
 
+/// GRIT-VLP's ITC consistency (paper 004, eq. 6, without its λ): pair `i`'s image→text
+/// distribution over the batch, `p_v2t(i) = softmax_j(s_ij / τ)`, and its text→image one,
+/// `p_t2v(i) = softmax_j(s_ji / τ)`, should agree, since image and caption mean the same:
+/// `(KL(sg(p_v2t) ‖ p_t2v) + KL(sg(p_t2v) ‖ p_v2t)) / 2`, mean over the batch. Pulling the two
+/// together keeps similar pairs, which the grouped sampler puts in one batch, from being
+/// pushed apart as if unrelated.
+pub fn itc_consistency(image: &Tensor, text: &Tensor, tau: f64) -> Result<Tensor> {
+    let sim = (image.matmul(&text.t()?)? / tau)?;
+    let v2t = log_softmax(&sim)?;
+    let t2v = log_softmax(&sim.t()?.contiguous()?)?;
+    let kl = |target: &Tensor, log_q: &Tensor| -> Result<Tensor> {
+        let target = target.detach();
+        Ok((target.exp()? * (&target - log_q)?)?.sum(1)?.mean_all()?)
+    };
+    Ok(((kl(&v2t, &t2v)? + kl(&t2v, &v2t)?)? * 0.5)?)
+}
+
 /// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
 /// PyTorch's `F.normalize`).
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {

@@ -49,6 +49,27 @@ pub struct Objectives {
     pub tau: f64,
     pub flops_lambda: f64,
     pub momentum: f64,
+    /// Weight of the ITC consistency loss ([`losses::itc_consistency`]; 0 = off).
+    pub consistency: f64,
+}
+
+impl Objectives {
+    /// Adds `λ_cons · consistency(image, text)` to `total` (and to `parts`) when it is on.
+    pub fn with_consistency(
+        &self,
+        total: Tensor,
+        parts: &mut Vec<(&'static str, Tensor)>,
+        image: &Tensor,
+        text: &Tensor,
+    ) -> Result<Tensor> {
+        if self.consistency <= 0.0 {
+            return Ok(total);
+        }
+        let c = losses::itc_consistency(image, text, self.tau)?;
+        let total = (total + (&c * self.consistency)?)?;
+        parts.push(("itc_consistency", c));
+        Ok(total)
+    }
 }
 
 /// A FIFO of momentum representations `(capacity, vocab)`; rows past `fill` are unused.
@@ -140,6 +161,8 @@ pub struct StepLosses {
     /// Mean non-zero terms per image / text representation (lexicon representations only).
     pub nnz_image: Option<f64>,
     pub nnz_text: Option<f64>,
+    /// The batch's image and text representations, detached (what the grouped sampler keeps).
+    pub features: Option<(Tensor, Tensor)>,
 }
 
 pub struct LexLipModel {
@@ -364,17 +387,19 @@ impl LexLipModel {
         let word = self.text.word_embeddings();
         let i2t = losses::lex_mlm(&self.decoder_image, &av, word, &dec, drop)?;
         let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
-        let total = (&i2t + &baco.loss)?;
+        let mut parts = vec![
+            ("lex_mlm_i2t", i2t.clone()),
+            ("baco", baco.loss.clone()),
+            ("flops_image", baco.flops_image),
+            ("flops_text", baco.flops_text),
+        ];
+        let total = obj.with_consistency((&i2t + &baco.loss)?, &mut parts, &pv, &pl)?;
         Ok(StepLosses {
             total,
-            parts: vec![
-                ("lex_mlm_i2t", i2t),
-                ("baco", baco.loss),
-                ("flops_image", baco.flops_image),
-                ("flops_text", baco.flops_text),
-            ],
+            parts,
             nnz_image: Some(losses::mean_nonzero(&pv)?),
             nnz_text: Some(losses::mean_nonzero(&pl)?),
+            features: Some((pv.detach(), pl.detach())),
         })
     }
 
@@ -404,18 +429,21 @@ impl LexLipModel {
         let t2i = losses::lex_mlm(&self.decoder_text, &al, word, &dec, drop)?;
         let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
         let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
+        let mut parts = vec![
+            ("self_mlm", self_mlm),
+            ("lex_mlm_i2t", i2t),
+            ("lex_mlm_t2i", t2i),
+            ("baco", baco.loss),
+            ("flops_image", baco.flops_image),
+            ("flops_text", baco.flops_text),
+        ];
+        let total = obj.with_consistency(total, &mut parts, &pv, &pl)?;
         Ok(StepLosses {
             total,
-            parts: vec![
-                ("self_mlm", self_mlm),
-                ("lex_mlm_i2t", i2t),
-                ("lex_mlm_t2i", t2i),
-                ("baco", baco.loss),
-                ("flops_image", baco.flops_image),
-                ("flops_text", baco.flops_text),
-            ],
+            parts,
             nnz_image: Some(losses::mean_nonzero(&pv)?),
             nnz_text: Some(losses::mean_nonzero(&pl)?),
+            features: Some((pv.detach(), pl.detach())),
         })
     }
 
@@ -478,6 +506,7 @@ impl LexLipModel {
                 ],
                 nnz_image: Some(losses::mean_nonzero(&pv)?),
                 nnz_text: Some(losses::mean_nonzero(&pl)?),
+                features: Some((pv.detach(), pl.detach())),
             },
             pv_m,
             pl_m,

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::sampler::Sampler;
+
 /// Size presets of a tower trained from scratch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -153,6 +155,13 @@ pub struct TrainOptions {
     /// --batch-size).
     #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
     pub queue_size: usize,
+    /// Weight λ_cons of GRIT-VLP's ITC consistency loss (paper 004, eq. 6; 0.2 there): each
+    /// pair's image→text and text→image in-batch distributions are pulled together (KL both
+    /// ways, stop-gradient on the target), so similar pairs are not pushed apart as hard
+    /// negatives. Phase 1 and the dense objective; 0 = off.
+    #[arg(long, default_value_t = 0.0, help_heading = "Objectives")]
+    #[serde(default)]
+    pub itc_consistency: f64,
     /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
     /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
     /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
@@ -164,6 +173,17 @@ pub struct TrainOptions {
     /// Pairs per step.
     #[arg(long, default_value_t = 32, help_heading = "Optimisation")]
     pub batch_size: usize,
+    /// How each epoch's mini-batches are drawn. random: a fresh permutation. grouped: GRIT-VLP
+    /// (paper 004): from the second epoch on, pairs whose representations were similar in the
+    /// previous epoch share a mini-batch, so in-batch negatives are hard; no extra forward pass.
+    #[arg(long, value_enum, default_value_t = Sampler::Random, help_heading = "Optimisation")]
+    #[serde(default)]
+    pub sampler: Sampler,
+    /// Pairs per search space of the grouped sampler (GRIT-VLP's M; it found 960-1,920 enough
+    /// at batch 128): larger finds harder negatives, costs O(M) per pair at each epoch's end.
+    #[arg(long, default_value_t = 1024, help_heading = "Optimisation")]
+    #[serde(default = "default_group_size")]
+    pub group_size: usize,
     /// Optimisation steps (default: --epochs passes over the pairs).
     #[arg(long, help_heading = "Optimisation")]
     pub steps: Option<u64>,
@@ -227,6 +247,10 @@ fn default_dense_dim() -> usize {
     256
 }
 
+fn default_group_size() -> usize {
+    1024
+}
+
 impl TrainOptions {
     /// Options with the defaults above (for library callers and tests).
     pub fn new(out: impl Into<PathBuf>) -> Self {
@@ -258,8 +282,11 @@ impl TrainOptions {
             flops_lambda: 0.002,
             momentum: 0.99,
             queue_size: 1024,
+            itc_consistency: 0.0,
             freeze_text: false,
             batch_size: 32,
+            sampler: Sampler::Random,
+            group_size: default_group_size(),
             steps: None,
             epochs: 10.0,
             lr: 1e-4,
@@ -302,6 +329,16 @@ impl TrainOptions {
         {
             m.remove("objective");
             m.remove("dense_dim");
+        }
+        // Options added later hash only when set, so older runs' checkpoints still resume.
+        if let Some(m) = v.as_object_mut() {
+            if self.sampler == Sampler::Random {
+                m.remove("sampler");
+                m.remove("group_size");
+            }
+            if self.itc_consistency == 0.0 {
+                m.remove("itc_consistency");
+            }
         }
         v
     }
@@ -378,6 +415,26 @@ impl TrainOptions {
         }
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
+        }
+        if !(self.itc_consistency >= 0.0 && self.itc_consistency.is_finite()) {
+            return bad(format!(
+                "--itc-consistency must be >= 0, got {}",
+                self.itc_consistency
+            ));
+        }
+        if self.itc_consistency > 0.0 && self.phase == 2 {
+            return bad(
+                "--itc-consistency compares the in-batch distributions of phase 1 (and the dense \
+                 objective); phase 2 contrasts against queues"
+                    .into(),
+            );
+        }
+        if self.sampler == Sampler::Grouped && self.group_size < self.batch_size {
+            return bad(format!(
+                "--group-size {} must be at least --batch-size {} (a search space fills \
+                 mini-batches)",
+                self.group_size, self.batch_size
+            ));
         }
         if self.objective == Objective::Dense {
             if self.phase != 1 {

@@ -23,6 +23,7 @@ use crate::nn::Dropout;
 use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
 use crate::options::{Objective, TrainOptions};
 use crate::rng::{Rng, key};
+use crate::sampler::{GroupState, Sampler};
 use crate::text::TextTokenizer;
 use crate::text_cache::TextCache;
 use crate::trainee::{Trainee, exported_marker};
@@ -250,6 +251,7 @@ pub fn train(
         checkpoint::clear(&opts.out)?;
     }
     let mut start = 0u64;
+    let mut group = GroupState::default();
     if let Some((dir, state)) = checkpoint::latest(&opts.out)? {
         if state.fingerprint != fp {
             return Err(TrainError::Checkpoint {
@@ -259,8 +261,23 @@ pub fn train(
                     .into(),
             });
         }
-        restore(&mut model, &mut adam, &params, &dir, &state)?;
+        group = restore(&mut model, &mut adam, &params, &dir, &state)?;
         start = state.step;
+        let epoch = start / spe.max(1);
+        if opts.sampler == Sampler::Grouped && epoch > 0 {
+            match &group.current {
+                Some((e, o)) if *e == epoch => order.set(epoch, o),
+                _ => {
+                    return Err(TrainError::Checkpoint {
+                        path: dir,
+                        message: format!(
+                            "this checkpoint lacks the grouped order of epoch {epoch}; pass \
+                             --restart to train again from the start"
+                        ),
+                    });
+                }
+            }
+        }
         observer.message(&format!(
             "resuming from {} (step {start} of {total})",
             dir.display()
@@ -302,6 +319,7 @@ pub fn train(
             &corpus,
             &tokenizer,
             &mut order,
+            &mut group,
             &mut model,
             &mut adam,
             &params,
@@ -339,6 +357,7 @@ fn run_steps(
     corpus: &Corpus,
     tokenizer: &TextTokenizer,
     order: &mut Order,
+    group: &mut GroupState,
     model: &mut Trainee,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
@@ -367,6 +386,7 @@ fn run_steps(
         tau: opts.tau,
         flops_lambda: opts.flops_lambda,
         momentum: opts.momentum,
+        consistency: opts.itc_consistency,
     };
     let text_cache = if let Some(model) = model.frozen_text() {
         observer.message(&format!(
@@ -387,12 +407,22 @@ fn run_steps(
     let spe = order.steps_per_epoch().max(1);
     let run_start = Instant::now();
     observer.started(start, total);
+    let grouped = opts.sampler == Sampler::Grouped;
     std::thread::scope(|scope| -> Result<()> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<HostBatch>>(PREFETCH);
+        // The grouped order of each epoch, made at the end of the one before (below).
+        let (order_tx, order_rx) = std::sync::mpsc::channel::<(u64, Vec<u32>)>();
         let seed = opts.seed;
         let mut order = order.clone();
         scope.spawn(move || {
             for step in start..end {
+                let epoch = step / spe;
+                while grouped && epoch > 0 && !order.has(epoch) {
+                    match order_rx.recv() {
+                        Ok((e, o)) => order.set(e, &o),
+                        Err(_) => return,
+                    }
+                }
                 let indices = order.batch(step);
                 let b =
                     data::make_batch(corpus, &indices, step, seed, &augment, tokenizer, masking);
@@ -411,6 +441,13 @@ fn run_steps(
             }
             let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
             let (losses, keys) = model.step(opts.phase, &batch, &drop, &obj)?;
+            // Representations are kept only for an epoch that a grouped one follows.
+            if grouped
+                && (step / spe + 1) * spe < total
+                && let Some((image, text)) = &losses.features
+            {
+                group.collect(&host.pairs, image, text)?;
+            }
             let loss = scalar(&losses.total)?;
             if !loss.is_finite() {
                 return Err(TrainError::Diverged {
@@ -431,6 +468,30 @@ fn run_steps(
             std::mem::drop(grads);
             model.enqueue(keys)?;
             let done = step + 1;
+            if grouped && done % spe == 0 && done < total {
+                let t = Instant::now();
+                let epoch = done / spe - 1;
+                let next = group.next_epoch(
+                    epoch,
+                    opts.seed,
+                    corpus.pairs.len(),
+                    opts.batch_size,
+                    opts.group_size,
+                )?;
+                observer.message(&format!(
+                    "grouped sampler: epoch {}'s mini-batches from {} pairs in {:.1} s; mean \
+                     similarity of in-batch negatives {:.3} (epoch {} had {:.3})",
+                    epoch + 2,
+                    corpus.pairs.len(),
+                    t.elapsed().as_secs_f64(),
+                    next.after,
+                    epoch + 1,
+                    next.before
+                ));
+                // The data thread is gone when this run stops here; the next one reads the
+                // order from the checkpoint.
+                let _ = order_tx.send((epoch + 1, next.order));
+            }
             summary.steps_done = done;
             observer.progress(done);
             let elapsed = run_start.elapsed().as_secs_f64();
@@ -460,7 +521,7 @@ fn run_steps(
                 summary.last = Some(log);
             }
             if done % opts.checkpoint_every == 0 || last {
-                save(model, adam, fp, done, total, opts)?;
+                save(model, adam, group, fp, done, total, opts)?;
             }
             if stopping {
                 break;
@@ -477,6 +538,7 @@ fn scalar(t: &Tensor) -> Result<f64> {
 fn save(
     model: &Trainee,
     adam: &AdamW,
+    group: &GroupState,
     fp: &str,
     step: u64,
     total: u64,
@@ -491,6 +553,7 @@ fn save(
     for (name, t) in adam.state()? {
         tensors.insert(format!("adam/{name}"), t);
     }
+    tensors.extend(group.tensors()?);
     let (mut ptr, mut fill) = (0, 0);
     if let Some(m) = model.momentum() {
         if let Some(rows) = m.queue_image.rows()? {
@@ -521,7 +584,7 @@ fn restore(
     params: &[crate::optim::Param],
     dir: &Path,
     state: &State,
-) -> Result<()> {
+) -> Result<GroupState> {
     let all = checkpoint::tensors(dir)?;
     let group = |prefix: &str| -> HashMap<String, Tensor> {
         let p = format!("{prefix}/");
@@ -539,7 +602,7 @@ fn restore(
         m.queue_text
             .restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
     }
-    Ok(())
+    GroupState::from_tensors(&all)
 }
 
 #[allow(clippy::too_many_arguments)]

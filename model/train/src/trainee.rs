@@ -104,7 +104,7 @@ impl Trainee {
                 let (losses, pv, pl) = m.phase2(batch, drop, obj)?;
                 Ok((losses, Some((pv, pl))))
             }
-            Trainee::Dense(m) => Ok((m.step(batch, drop, obj.tau)?, None)),
+            Trainee::Dense(m) => Ok((m.step(batch, drop, obj)?, None)),
         }
     }
 

@@ -78,10 +78,13 @@ fn batch(dtype: DType, dev: &Device) -> Batch {
     }
 }
 
+/// With the ITC consistency on, so its gradient is checked too (phase 1 and dense; phase 2
+/// has none).
 const OBJ: Objectives = Objectives {
     tau: 0.5,
     flops_lambda: 0.01,
     momentum: 0.9,
+    consistency: 0.3,
 };
 
 fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
@@ -277,7 +280,7 @@ fn dense_every_parameter_gets_a_gradient() {
     let b = batch(DType::F32, &dev);
     let drop = Dropout::new(0.1, Rng::new(&[3]));
     let grads = model
-        .step(&b, &drop, 0.5)
+        .step(&b, &drop, &OBJ)
         .unwrap()
         .total
         .backward()
@@ -302,7 +305,7 @@ fn dense_gradients_match_finite_differences() {
     let params = model.params(1.0);
     let worst = check_gradients(
         &params,
-        &mut || model.step(&b, &Dropout::off(), 0.5).unwrap().total,
+        &mut || model.step(&b, &Dropout::off(), &OBJ).unwrap().total,
         &dev,
     );
     eprintln!("dense: worst relative error {worst:.2e}");

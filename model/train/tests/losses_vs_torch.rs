@@ -2,7 +2,8 @@
 //! SelfMLM, LexMLM i2t/t2i (importance distribution, CBoW bottleneck with stop-gradient, decoder),
 //! SPLADE pooling, BaCo + FLOPS, and MoCo over several steps with its queues. Losses and the
 //! gradients with respect to the inputs, in f32, to a relative 1e-5. The fixture is committed;
-//! `scripts/make_train_fixtures.py` regenerates it (torch is needed there only).
+//! `scripts/make_train_fixtures.py` regenerates it (torch is needed there only). GRIT-VLP's ITC
+//! consistency loss has its own fixture, from `scripts/make_grit_fixtures.py`.
 
 use std::collections::HashMap;
 
@@ -23,7 +24,11 @@ struct Fixture(HashMap<String, Tensor>);
 
 impl Fixture {
     fn load() -> Self {
-        let path = common::fixtures().join("losses_vs_torch.safetensors");
+        Self::named("losses_vs_torch.safetensors")
+    }
+
+    fn named(file: &str) -> Self {
+        let path = common::fixtures().join(file);
         let tensors = candle_core::safetensors::load(&path, &Device::Cpu)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Self(tensors)
@@ -332,4 +337,32 @@ fn moco_with_queues_equals_torch() {
         &oldest_first(&queue_text),
         &f.get("moco.queue_text"),
     );
+}
+
+/// GRIT-VLP's ITC consistency (eq. 6) on lexicon rows and on unit-length dense rows: the loss
+/// and the gradients into both sides (each side's distribution is a stop-gradient target in
+/// one KL term and a prediction in the other).
+#[test]
+fn itc_consistency_equals_torch() {
+    let f = Fixture::named("grit_vs_torch.safetensors");
+    for case in ["lexicon", "dense"] {
+        let image = f.var(&format!("{case}.image"));
+        let text = f.var(&format!("{case}.text"));
+        let tau = f.scalar(&format!("{case}.tau"));
+        let loss = losses::itc_consistency(image.as_tensor(), text.as_tensor(), tau).unwrap();
+        assert_loss(case, &loss, f.scalar(&format!("{case}.loss")));
+        let grads = loss.backward().unwrap();
+        assert_grad(
+            &format!("{case} image gradient"),
+            &grads,
+            &image,
+            &f.get(&format!("{case}.grad_image")),
+        );
+        assert_grad(
+            &format!("{case} text gradient"),
+            &grads,
+            &text,
+            &f.get(&format!("{case}.grad_text")),
+        );
+    }
 }

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""PyTorch reference of GRIT-VLP's ITC consistency loss for `model/train/tests/losses_vs_torch.rs`.
+
+Written from the paper (GRIT-VLP, ECCV 2022, sec. 4.2 eq. 6), not from the Rust code: for a batch
+of image and text representations, p_v2t(i) = softmax_j(v_i . t_j / tau) and
+p_t2v(i) = softmax_j(t_i . v_j / tau); the loss (without its lambda) is
+(KL(sg(p_v2t) || p_t2v) + KL(sg(p_t2v) || p_v2t)) / 2, averaged over the batch. Evaluated in
+float64 on fixed random tensors (seeded): non-negative lexicon-like rows (LexLIP) and unit-length
+dense rows (the dense objective). CI never runs this.
+
+Regenerate (torch is only needed here; the CPU build is enough):
+
+    python3 -m venv .venv-torch        # git-ignored (/.venv*/)
+    .venv-torch/bin/pip install torch safetensors numpy
+    .venv-torch/bin/python scripts/make_grit_fixtures.py
+
+Writes model/train/tests/fixtures/grit_vs_torch.safetensors. Names, for CASE in lexicon, dense:
+  CASE.image, CASE.text    (batch, dim) inputs, float32
+  CASE.tau                 float64 scalar
+  CASE.loss                float64 scalar
+  CASE.grad_image, CASE.grad_text   gradients of the loss, float32
+"""
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "grit_vs_torch.safetensors"
+
+gen = torch.Generator().manual_seed(20220722)
+
+
+def consistency(image, text, tau):
+    """Eq. 6 without lambda: the two KL terms with stop-gradient targets, mean over pairs."""
+    sim = image @ text.t() / tau
+    p_v2t = F.softmax(sim, dim=1)  # row i: image i over the texts
+    p_t2v = F.softmax(sim.t(), dim=1)  # row i: text i over the images
+    log_v2t = F.log_softmax(sim, dim=1)
+    log_t2v = F.log_softmax(sim.t(), dim=1)
+
+    def kl(target, log_target, log_q):
+        target, log_target = target.detach(), log_target.detach()
+        return (target * (log_target - log_q)).sum(dim=1)
+
+    per_pair = kl(p_v2t, log_v2t, log_t2v) + kl(p_t2v, log_t2v, log_v2t)
+    return per_pair.mean() / 2
+
+
+def case(name, image, text, tau, out):
+    image = image.float().double().requires_grad_(True)
+    text = text.float().double().requires_grad_(True)
+    loss = consistency(image, text, tau)
+    gi, gt = torch.autograd.grad(loss, (image, text))
+    out[f"{name}.image"] = image.detach().float()
+    out[f"{name}.text"] = text.detach().float()
+    out[f"{name}.tau"] = torch.tensor(tau, dtype=torch.float64)
+    out[f"{name}.loss"] = loss.detach()
+    out[f"{name}.grad_image"] = gi.float()
+    out[f"{name}.grad_text"] = gt.float()
+
+
+def main():
+    out = {}
+    b, v = 6, 20
+    # Lexicon rows: sparse, non-negative (relu'd, log(1 + .)), as LexLIP's p_v and p_l.
+    lex = lambda: torch.log1p(torch.relu(torch.randn(b, v, generator=gen) * 1.5 - 0.5))
+    case("lexicon", lex(), lex(), 0.5, out)
+    d = 8
+    dense = lambda: F.normalize(torch.randn(b, d, generator=gen), dim=1)
+    case("dense", dense(), dense(), 0.05, out)
+    save_file(out, str(OUT))
+    print(f"wrote {OUT}: " + ", ".join(f"{k}={float(out[k]):.6f}" for k in out if k.endswith(".loss")))
+
+
+if __name__ == "__main__":
+    main()
