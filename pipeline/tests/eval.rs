@@ -51,7 +51,7 @@ fn encoded(
 
 fn run(e: &Encoded, top_k: Option<usize>) -> SettingReport {
     let tmp = tempfile::tempdir().unwrap();
-    evaluate(e, top_k, 100.0, &tmp.path().join("c"), &mut ()).unwrap()
+    evaluate(e, top_k, 100.0, false, &tmp.path().join("c"), &mut ()).unwrap()
 }
 
 fn close(a: [f64; 3], b: [f64; 3]) -> bool {
@@ -155,4 +155,71 @@ fn dense_recall_by_hand() {
     // Non-zero entries: images 1 each, texts 2 + 3 + 1.
     assert_eq!((s.nnz_per_image, s.nnz_per_text), (1.0, 2.0));
     assert!(s.bytes_per_item > 0.0 && s.qps > 0.0);
+}
+
+/// Image → image and text → text recall (`--single-modal`). Images sharing a caption wording
+/// form a concept: A = {a0, a1} ("dog face" twice, the second with other case and spaces),
+/// B = {b0, b1} ("cat face"), C = {c} (no sibling: no image query, and its one caption has no
+/// differently worded caption in its concept: no text query).
+///
+/// ```text
+/// a0 {dog 90, red 10}   a1 {dog 80, blue 10}   b0 {cat 90}   b1 {cat 50, dog 60}   c {car 90}
+/// t0 → a0 "dog face" {dog 100, face 50}     t1 → a1 "Dog  face" {dog 90, face 60}
+/// t2 → a0 "a puppy" {puppy 100, dog 31}     t3 → b0 "cat face" {cat 100, face 50}
+/// t4 → b1 "cat face" {cat 90, face 60}      t5 → b1 "kitty" {kitty 100, cat 20}
+/// t6 → c "car" {car 100}
+/// ```
+#[test]
+fn single_modal_recall_by_hand() {
+    let e = encoded(
+        Mode::Sparse,
+        vec![
+            ("a0", sparse(&[("dog", 90), ("red", 10)])),
+            ("a1", sparse(&[("dog", 80), ("blue", 10)])),
+            ("b0", sparse(&[("cat", 90)])),
+            ("b1", sparse(&[("cat", 50), ("dog", 60)])),
+            ("c", sparse(&[("car", 90)])),
+        ],
+        vec![
+            ("t0", Some(0), sparse(&[("dog", 100), ("face", 50)])),
+            ("t1", Some(1), sparse(&[("dog", 90), ("face", 60)])),
+            ("t2", Some(0), sparse(&[("puppy", 100), ("dog", 31)])),
+            ("t3", Some(2), sparse(&[("cat", 100), ("face", 50)])),
+            ("t4", Some(3), sparse(&[("cat", 90), ("face", 60)])),
+            ("t5", Some(3), sparse(&[("kitty", 100), ("cat", 20)])),
+            ("t6", Some(4), sparse(&[("car", 100)])),
+        ],
+    );
+    let mut e = e;
+    let words = [
+        "dog face",
+        "Dog  face",
+        "a puppy",
+        "cat face",
+        "cat face",
+        "kitty",
+        "car",
+    ];
+    for (t, w) in e.texts.iter_mut().zip(words) {
+        t.doc.text = Some(w.to_string());
+    }
+    assert_eq!(e.image_concepts(), [0, 0, 1, 1, 2]);
+    let tmp = tempfile::tempdir().unwrap();
+    let r = evaluate(&e, None, 100.0, true, &tmp.path().join("c"), &mut ()).unwrap();
+    // I2I (the query itself dropped): a0 → a1 7200, b1 5400: 1st. a1 → a0 7200: 1st.
+    // b0 → b1 4500: 1st. b1 → a0 5400, a1 4800, b0 4500: 3rd.   R@1 3/4, R@5 = R@10 = 1.
+    assert_eq!(r.i2i_queries, Some(4));
+    assert!(close(r.i2i.unwrap(), [0.75, 1.0, 1.0]), "{r:?}");
+    // T2T (the query and captions worded like it dropped; relevant: the other wordings of its
+    // concept): t0 → t2 3100, t4 3000: 1st. t1 → t4 3600, t3 3000, t2 2790: 3rd.
+    // t2 → t0 3100: 1st. t3 → t1 3000, t0 2500, t5 2000: 3rd. t4 → t1 3600, t0 3000, t5 1800:
+    // 3rd. t5 → t3 2000: 1st.   R@1 3/6, R@5 = R@10 = 1.
+    assert_eq!(r.t2t_queries, Some(6));
+    assert!(close(r.t2t.unwrap(), [0.5, 1.0, 1.0]), "{r:?}");
+    let json = r.to_json();
+    assert_eq!(json["i2i.r@1"], 0.75);
+    assert_eq!(json["t2t.queries"], 6);
+    // Off by default: no single-modal figures.
+    let off = run(&e, None);
+    assert!(off.i2i.is_none() && off.to_json().get("i2i.r@1").is_none());
 }

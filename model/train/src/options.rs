@@ -484,5 +484,14 @@ mod tests {
         assert_eq!(dense["dense_dim"], 256);
         o.dense_dim = 64;
         assert_ne!(o.fingerprint_json(), dense);
+        // The sampler and the consistency weight hash only when set.
+        assert!(lexlip.get("sampler").is_none() && lexlip.get("itc_consistency").is_none());
+        let mut g = TrainOptions::new("out");
+        g.sampler = Sampler::Grouped;
+        g.itc_consistency = 0.2;
+        let grouped = g.fingerprint_json();
+        assert_eq!(grouped["sampler"], "grouped");
+        assert_eq!(grouped["group_size"], 1024);
+        assert_eq!(grouped["itc_consistency"], 0.2);
     }
 }

@@ -11,6 +11,13 @@
 //!
 //! Every caption is a text → image query whose answer is its image; every image with captions
 //! is an image → text query, answered when any of its captions is retrieved.
+//!
+//! With `single_modal` (COOKIE's image retrieval and text matching), images that share a
+//! caption (the same text up to case and spaces, e.g. one emoji in two art styles) show one
+//! concept: every image with another image of its concept is an image → image query answered by
+//! those images, and every caption is a text → text query answered by the other, differently
+//! worded captions of its concept. The query itself, and captions worded exactly like it, are
+//! left out of its ranking.
 
 pub mod encode;
 pub mod plot;
@@ -18,7 +25,7 @@ pub mod recall;
 pub mod report;
 pub mod sweep;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use lexlip_model::Encoders;
@@ -62,6 +69,8 @@ pub struct EvalOptions {
     pub batch_size: usize,
     /// Where the temporary collections are built (default: the system's temporary directory).
     pub work_dir: Option<PathBuf>,
+    /// Also image → image and text → text recall (see the module doc).
+    pub single_modal: bool,
 }
 
 impl Default for EvalOptions {
@@ -72,6 +81,7 @@ impl Default for EvalOptions {
             scale: DEFAULT_SCALE,
             batch_size: 32,
             work_dir: None,
+            single_modal: false,
         }
     }
 }
@@ -171,6 +181,44 @@ impl Encoded {
             .count()
     }
 
+    /// The concept of each image (numbered from 0): images linked by a shared caption text
+    /// (case and runs of spaces ignored), transitively.
+    pub fn image_concepts(&self) -> Vec<usize> {
+        let mut parent: Vec<usize> = (0..self.images.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let mut first_with: HashMap<String, usize> = HashMap::new();
+        for (t, image) in self.text_image.iter().enumerate() {
+            let Some(i) = *image else { continue };
+            let key = self.normalized_text(t);
+            let j = *first_with.entry(key).or_insert(i);
+            let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+            parent[a.max(b)] = a.min(b);
+        }
+        let mut ids: HashMap<usize, usize> = HashMap::new();
+        (0..self.images.len())
+            .map(|i| {
+                let r = root(&mut parent, i);
+                let next = ids.len();
+                *ids.entry(r).or_insert(next)
+            })
+            .collect()
+    }
+
+    /// Text `t` lower-cased with runs of white space made one space (how concepts compare).
+    pub fn normalized_text(&self, t: usize) -> String {
+        let text = self.texts[t].doc.text.as_deref().unwrap_or_default();
+        text.split_whitespace()
+            .map(str::to_lowercase)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Fails when nothing can be evaluated: no image-caption pair survived.
     pub fn check(&self) -> Result<()> {
         if self.t2i_queries() == 0 {
@@ -228,7 +276,14 @@ pub fn run(
     let mut results = Vec::with_capacity(settings.len());
     for (n, top_k) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
-        results.push(evaluate(&encoded, top_k, options.scale, &dir, observer)?);
+        results.push(evaluate(
+            &encoded,
+            top_k,
+            options.scale,
+            options.single_modal,
+            &dir,
+            observer,
+        )?);
         // Each collection is measured and searched, then removed: one on disk at a time.
         std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
     }

@@ -19,6 +19,15 @@ pub struct SettingReport {
     /// Image → text R@1, R@5, R@10.
     #[serde(skip)]
     pub i2t: [f64; 3],
+    /// Image → image and text → text R@1, R@5, R@10, with their query counts (`--single-modal`).
+    #[serde(skip)]
+    pub i2i: Option<[f64; 3]>,
+    #[serde(skip)]
+    pub t2t: Option<[f64; 3]>,
+    #[serde(rename = "i2i.queries", skip_serializing_if = "Option::is_none")]
+    pub i2i_queries: Option<usize>,
+    #[serde(rename = "t2t.queries", skip_serializing_if = "Option::is_none")]
+    pub t2t_queries: Option<usize>,
     /// Bytes of the collection on disk per document (image or text).
     pub bytes_per_item: f64,
     /// Stored non-zeros (impacts; dense: vector entries) per document.
@@ -47,7 +56,13 @@ impl SettingReport {
     pub fn to_json(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
         out.insert("top_k".into(), serde_json::json!(self.top_k));
-        for (dir, r) in [("t2i", self.t2i), ("i2t", self.i2t)] {
+        let single = [("i2i", self.i2i), ("t2t", self.t2t)]
+            .into_iter()
+            .filter_map(|(d, r)| r.map(|r| (d, r)));
+        for (dir, r) in [("t2i", self.t2i), ("i2t", self.i2t)]
+            .into_iter()
+            .chain(single)
+        {
             for (k, v) in super::recall::KS.iter().zip(r) {
                 out.insert(format!("{dir}.r@{k}"), serde_json::json!(v));
             }
@@ -176,6 +191,19 @@ impl EvalReport {
                 s.nnz_per_text,
                 s.qps
             ));
+        }
+        for s in &self.settings {
+            if let (Some(i2i), Some(t2t)) = (s.i2i, s.t2t) {
+                let pct = |r: [f64; 3]| r.map(|x| format!("{:.1}", 100.0 * x)).join(" / ");
+                out.push_str(&format!(
+                    "{:<8} I2I R@1/5/10 {} ({} queries)   T2T R@1/5/10 {} ({} queries)\n",
+                    s.label(),
+                    pct(i2i),
+                    s.i2i_queries.unwrap_or(0),
+                    pct(t2t),
+                    s.t2t_queries.unwrap_or(0),
+                ));
+            }
         }
         out.push_str(
             "\nrecall in %; QPS of the search calls alone (queries encoded beforehand, one thread)",

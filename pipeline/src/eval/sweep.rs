@@ -28,11 +28,16 @@ pub fn evaluate(
     encoded: &Encoded,
     top_k: Option<usize>,
     scale: f32,
+    single_modal: bool,
     dir: &Path,
     observer: &mut dyn EvalObserver,
 ) -> Result<SettingReport> {
     let label = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
-    let queries = encoded.t2i_queries() + encoded.i2t_queries();
+    let mut queries = encoded.t2i_queries() + encoded.i2t_queries();
+    if single_modal {
+        // At most one image → image query per image and one text → text query per caption.
+        queries += encoded.images.len() + encoded.t2i_queries();
+    }
     observer.searching(&label, 0, queries as u64);
     let built = Instant::now();
     let dense_dim = match encoded.mode {
@@ -89,6 +94,7 @@ pub fn evaluate(
         t2i.iter().map(|(t, _)| &encoded.texts[*t]),
         Modality::Image,
         &image_ids,
+        DEPTH,
     )?;
     let t2i_relevant: Vec<[usize; 1]> = t2i.iter().map(|(_, i)| [*i]).collect();
     let t2i_recall = recall(
@@ -107,6 +113,7 @@ pub fn evaluate(
         i2t.iter().map(|i| &encoded.images[*i]),
         Modality::Text,
         &text_ids,
+        DEPTH,
     )?;
     let i2t_recall = recall(
         i2t_rankings
@@ -115,6 +122,17 @@ pub fn evaluate(
             .map(|(r, i)| (r.as_slice(), captions[*i].as_slice())),
     );
 
+    let single = if single_modal {
+        Some(single_modal_recall(
+            encoded,
+            &mut searcher,
+            &image_ids,
+            &text_ids,
+        )?)
+    } else {
+        None
+    };
+
     let documents = (encoded.images.len() + encoded.texts.len()).max(1) as f64;
     let per = |n: usize, of: usize| n as f64 / of.max(1) as f64;
     let qps = |n: usize, seconds: f64| n as f64 / seconds.max(1e-9);
@@ -122,6 +140,10 @@ pub fn evaluate(
         top_k,
         t2i: t2i_recall,
         i2t: i2t_recall,
+        i2i: single.map(|s| s.i2i),
+        t2t: single.map(|s| s.t2t),
+        i2i_queries: single.map(|s| s.i2i_queries),
+        t2t_queries: single.map(|s| s.t2t_queries),
         bytes_per_item: stats.bytes as f64 / documents,
         nnz_per_item: (image_nnz + text_nnz) as f64 / documents,
         nnz_per_image: per(image_nnz, encoded.images.len()),
@@ -131,6 +153,115 @@ pub fn evaluate(
         i2t_qps: qps(i2t.len(), i2t_seconds),
         index_bytes: stats.bytes,
         index_seconds,
+    })
+}
+
+/// Image → image and text → text recall and their query counts.
+#[derive(Debug, Clone, Copy)]
+struct SingleModal {
+    i2i: [f64; 3],
+    t2t: [f64; 3],
+    i2i_queries: usize,
+    t2t_queries: usize,
+}
+
+/// The single-modal queries of the module doc (`super`): images against images, captions
+/// against captions, by concept; the query and captions worded like it are dropped from each
+/// ranking before it is cut to [`DEPTH`].
+fn single_modal_recall(
+    encoded: &Encoded,
+    searcher: &mut Searcher<'_>,
+    image_ids: &HashMap<&str, usize>,
+    text_ids: &HashMap<&str, usize>,
+) -> Result<SingleModal> {
+    let concept = encoded.image_concepts();
+    let concepts = concept.iter().copied().max().map_or(0, |m| m + 1);
+    let mut images_of = vec![Vec::new(); concepts];
+    for (i, &c) in concept.iter().enumerate() {
+        images_of[c].push(i);
+    }
+    let i2i: Vec<(usize, Vec<usize>)> = (0..encoded.images.len())
+        .map(|i| {
+            let others = images_of[concept[i]].iter().copied().filter(|&j| j != i);
+            (i, others.collect::<Vec<_>>())
+        })
+        .filter(|(_, rel)| !rel.is_empty())
+        .collect();
+    let (rankings, _) = searcher.run(
+        i2i.iter().map(|(i, _)| &encoded.images[*i]),
+        Modality::Image,
+        image_ids,
+        DEPTH + 1,
+    )?;
+    let cut = |ranking: &[usize], drop: &dyn Fn(usize) -> bool| -> Vec<usize> {
+        ranking
+            .iter()
+            .copied()
+            .filter(|&x| !drop(x))
+            .take(DEPTH)
+            .collect()
+    };
+    let i2i_rankings: Vec<Vec<usize>> = rankings
+        .iter()
+        .zip(&i2i)
+        .map(|(r, (q, _))| cut(r, &|x| x == *q))
+        .collect();
+    let i2i_recall = recall(
+        i2i_rankings
+            .iter()
+            .zip(&i2i)
+            .map(|(r, (_, rel))| (r.as_slice(), rel.as_slice())),
+    );
+
+    let wording: Vec<String> = (0..encoded.texts.len())
+        .map(|t| encoded.normalized_text(t))
+        .collect();
+    let mut captions_of = vec![Vec::new(); concepts];
+    let mut same_wording: HashMap<&str, usize> = HashMap::new();
+    for (t, image) in encoded.text_image.iter().enumerate() {
+        if let Some(i) = image {
+            captions_of[concept[*i]].push(t);
+        }
+        *same_wording.entry(wording[t].as_str()).or_default() += 1;
+    }
+    let t2t: Vec<(usize, Vec<usize>)> = encoded
+        .text_image
+        .iter()
+        .enumerate()
+        .filter_map(|(t, i)| i.map(|i| (t, i)))
+        .map(|(t, i)| {
+            let rel = captions_of[concept[i]]
+                .iter()
+                .copied()
+                .filter(|&u| wording[u] != wording[t]);
+            (t, rel.collect::<Vec<_>>())
+        })
+        .filter(|(_, rel)| !rel.is_empty())
+        .collect();
+    // Deep enough that dropping every caption worded like the query leaves DEPTH.
+    let extra = same_wording.values().copied().max().unwrap_or(1);
+    let (rankings, _) = searcher.run(
+        t2t.iter().map(|(t, _)| &encoded.texts[*t]),
+        Modality::Text,
+        text_ids,
+        DEPTH + extra,
+    )?;
+    let t2t_rankings: Vec<Vec<usize>> = rankings
+        .iter()
+        .zip(&t2t)
+        .map(|(r, (q, _))| cut(r, &|x| wording[x] == wording[*q]))
+        .collect();
+    let t2t_recall = recall(
+        t2t_rankings
+            .iter()
+            .zip(&t2t)
+            .map(|(r, (_, rel))| (r.as_slice(), rel.as_slice())),
+    );
+    Ok(SingleModal {
+        i2i: i2i_recall,
+        t2t: t2t_recall,
+        i2i_queries: i2i.len(),
+        t2t_queries: t2t.len(),
     })
 }
 
@@ -180,14 +311,15 @@ struct Searcher<'a> {
 }
 
 impl Searcher<'_> {
-    /// Searches each entry's vector among the documents of modality `target`; returns each
-    /// query's ranking (positions given by `ids`) and the seconds spent in the search calls
+    /// Searches each entry's vector among the documents of modality `target` (the first
+    /// `depth` hits); returns each query's ranking (positions given by `ids`) and the seconds spent in the search calls
     /// alone (queries are prepared before the clock starts, hits read back after it stops).
     fn run<'e>(
         &mut self,
         queries: impl Iterator<Item = &'e Entry>,
         target: Modality,
         ids: &HashMap<&str, usize>,
+        depth: usize,
     ) -> Result<(Vec<Vec<usize>>, f64)> {
         let filter = Filter {
             modality: Some(target),
@@ -195,7 +327,7 @@ impl Searcher<'_> {
         };
         let options = SearchOptions {
             filter: filter.clone(),
-            ..SearchOptions::top(DEPTH)
+            ..SearchOptions::top(depth)
         };
         let mut seconds = 0.0;
         let mut rankings = Vec::new();
@@ -221,7 +353,7 @@ impl Searcher<'_> {
                         .collect::<lexlip_index::Result<_>>()?
                 }
                 Query::Dense(v) => {
-                    let found = self.snapshot.search_dense(v, DEPTH, true, &filter)?;
+                    let found = self.snapshot.search_dense(v, depth, true, &filter)?;
                     seconds += started.elapsed().as_secs_f64();
                     found
                         .iter()

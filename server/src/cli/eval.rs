@@ -53,6 +53,12 @@ pub struct EvalArgs {
     /// Write recall against bytes per item and against QPS across the settings as an SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Also image → image and text → text recall (COOKIE's single-modal retrieval): images that
+    /// share a caption (same words, case and spaces aside) show one concept; an image query is
+    /// answered by another image of its concept, a caption by a differently worded caption of
+    /// it.
+    #[arg(long)]
+    pub single_modal: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -82,6 +88,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         scale: args.scale,
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
+        single_modal: args.single_modal,
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;

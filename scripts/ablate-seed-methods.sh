@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Ablation of the seed papers' training options (issue 16) on the emoji corpus, in the shape of
+# LexLIP's Table 3. Every arm starts from models/emoji-tiny, fine-tunes its image tower (the text
+# tower frozen, which a 2-core CPU can afford) on the same quarter of the training images, for
+# the same epochs, steps and seed, and is evaluated on the unseen-concept test split; "start" is
+# models/emoji-tiny itself. Killed, it resumes (each run resumes from its checkpoint, finished
+# arms are skipped).
+#
+#   scripts/ablate-seed-methods.sh [OUT]               (default OUT: target/ablation)
+#   ARMS="random grouped" EPOCHS=3 FRACTION=0.25 scripts/ablate-seed-methods.sh
+#
+# Arms: start, random (the baseline), grouped (--sampler grouped, GRIT-VLP), grouped-cons
+# (grouped + --itc-consistency 0.2, GRIT-VLP's λ), cons (random + --itc-consistency 0.2).
+# Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md (recall, training time).
+# Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
+# (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-$root/target/ablation}"
+lexlip="${LEXLIP:-$root/target/release/lexlip}"
+corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
+arms="${ARMS:-start random grouped grouped-cons}"
+epochs="${EPOCHS:-3}"
+fraction="${FRACTION:-0.25}"
+model="$root/models/emoji-tiny"
+if [ ! -x "$lexlip" ]; then
+  echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
+  exit 1
+fi
+[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+mkdir -p "$out"
+
+# The subset: every caption of a seeded random FRACTION of the training images.
+subset="$out/train-subset.tsv"
+python3 - "$corpus/train.tsv" "$subset" "$fraction" <<'EOF'
+import random, sys
+src, dst, fraction = sys.argv[1], sys.argv[2], float(sys.argv[3])
+lines = open(src, encoding="utf-8").read().splitlines()
+header, rows = lines[0], [l for l in lines[1:] if l]
+images = sorted({r.split("\t")[2] for r in rows})
+keep = set(random.Random(42).sample(images, round(len(images) * fraction)))
+kept = [r for r in rows if r.split("\t")[2] in keep]
+with open(dst, "w", encoding="utf-8") as f:
+    f.write("\n".join([header] + kept) + "\n")
+print(f"subset: {len(keep)} of {len(images)} images, {len(kept)} pairs -> {dst}", file=sys.stderr)
+EOF
+
+for arm in $arms; do
+  dir="$out/$arm"
+  extra=()
+  case "$arm" in
+    start) ;;
+    random) ;;
+    grouped) extra=(--sampler grouped) ;;
+    grouped-cons) extra=(--sampler grouped --itc-consistency 0.2) ;;
+    cons) extra=(--itc-consistency 0.2) ;;
+    *) echo "error: unknown arm $arm (start, random, grouped, grouped-cons, cons)" >&2; exit 1 ;;
+  esac
+  evaluated="$model"
+  if [ "$arm" != start ]; then
+    "$lexlip" train --tsv "$subset" --images-root "$corpus" --init "$model" --freeze-text \
+      --max-length 24 --batch-size 32 --epochs "$epochs" --lr 1e-4 --tau 0.5 --seed 42 \
+      --checkpoint-every 100 --log-every 50 --save-dtype f16 "${extra[@]}" --out "$dir"
+    evaluated="$dir"
+  fi
+  mkdir -p "$dir"
+  [ -s "$dir/eval.json" ] || "$lexlip" eval --model "$evaluated" --tsv "$corpus/test.tsv" \
+    --max-length 24 --json > "$dir/eval.json"
+done
+
+python3 - "$out" $arms <<'EOF'
+import json, sys
+from pathlib import Path
+out, arms = Path(sys.argv[1]), sys.argv[2:]
+rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | nnz image | training s | pairs/s |",
+        "|---|---|---|---|---|---|"]
+for arm in arms:
+    e = json.loads((out / arm / "eval.json").read_text())["settings"][0]
+    pct = lambda d: " / ".join(f"{100 * e[f'{d}.r@{k}']:.1f}" for k in (1, 5, 10))
+    t = out / arm / "train.json"
+    s = json.loads(t.read_text())["summary"] if t.exists() else {}
+    secs = f"{s['seconds']:.0f}" if s else "-"
+    rate = f"{s['samples_per_s']:.1f}" if s else "-"
+    rows.append(f"| {arm} | {pct('t2i')} | {pct('i2t')} | {e['nnz_per_image']:.0f} | {secs} | {rate} |")
+(out / "summary.md").write_text("\n".join(rows) + "\n")
+print("\n".join(rows))
+EOF
