@@ -10,7 +10,9 @@
 #   ARMS="random grouped" EPOCHS=3 FRACTION=0.25 scripts/ablate-seed-methods.sh
 #
 # Arms: start, random (the baseline), grouped (--sampler grouped, GRIT-VLP), grouped-cons
-# (grouped + --itc-consistency 0.2, GRIT-VLP's λ), cons (random + --itc-consistency 0.2).
+# (grouped + --itc-consistency 0.2, GRIT-VLP's λ), cons (random + --itc-consistency 0.2),
+# vcl (COOKIE's --image-contrastive 1; its text loss needs a trained text tower).
+# Evaluation includes image→image and text→text recall (--single-modal).
 # Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md (recall, training time).
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
@@ -19,7 +21,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation}"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
 corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
-arms="${ARMS:-start random grouped grouped-cons}"
+arms="${ARMS:-start random grouped grouped-cons vcl}"
 epochs="${EPOCHS:-3}"
 fraction="${FRACTION:-0.25}"
 model="$root/models/emoji-tiny"
@@ -54,7 +56,8 @@ for arm in $arms; do
     grouped) extra=(--sampler grouped) ;;
     grouped-cons) extra=(--sampler grouped --itc-consistency 0.2) ;;
     cons) extra=(--itc-consistency 0.2) ;;
-    *) echo "error: unknown arm $arm (start, random, grouped, grouped-cons, cons)" >&2; exit 1 ;;
+    vcl) extra=(--image-contrastive 1) ;;
+    *) echo "error: unknown arm $arm (start, random, grouped, grouped-cons, cons, vcl)" >&2; exit 1 ;;
   esac
   evaluated="$model"
   if [ "$arm" != start ]; then
@@ -65,15 +68,15 @@ for arm in $arms; do
   fi
   mkdir -p "$dir"
   [ -s "$dir/eval.json" ] || "$lexlip" eval --model "$evaluated" --tsv "$corpus/test.tsv" \
-    --max-length 24 --json > "$dir/eval.json"
+    --max-length 24 --single-modal --json > "$dir/eval.json"
 done
 
 python3 - "$out" $arms <<'EOF'
 import json, sys
 from pathlib import Path
 out, arms = Path(sys.argv[1]), sys.argv[2:]
-rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | nnz image | training s | pairs/s |",
-        "|---|---|---|---|---|---|"]
+rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | I2I R@1 / R@5 / R@10 | T2T R@1 / R@5 / R@10 | nnz image | training s | pairs/s |",
+        "|---|---|---|---|---|---|---|---|"]
 for arm in arms:
     e = json.loads((out / arm / "eval.json").read_text())["settings"][0]
     pct = lambda d: " / ".join(f"{100 * e[f'{d}.r@{k}']:.1f}" for k in (1, 5, 10))
@@ -81,7 +84,7 @@ for arm in arms:
     s = json.loads(t.read_text())["summary"] if t.exists() else {}
     secs = f"{s['seconds']:.0f}" if s else "-"
     rate = f"{s['samples_per_s']:.1f}" if s else "-"
-    rows.append(f"| {arm} | {pct('t2i')} | {pct('i2t')} | {e['nnz_per_image']:.0f} | {secs} | {rate} |")
+    rows.append(f"| {arm} | {pct('t2i')} | {pct('i2t')} | {pct('i2i')} | {pct('t2t')} | {e['nnz_per_image']:.0f} | {secs} | {rate} |")
 (out / "summary.md").write_text("\n".join(rows) + "\n")
 print("\n".join(rows))
 EOF

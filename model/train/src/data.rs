@@ -226,11 +226,13 @@ impl Order {
     }
 }
 
-/// Masking settings of a batch.
+/// Masking settings of a batch, and whether it carries a second view of each image.
 #[derive(Debug, Clone, Copy)]
 pub struct Masking {
     pub rate: f64,
     pub decoder_rate: f64,
+    /// A second augmented view of every image (COOKIE's visual contrastive loss).
+    pub second_view: bool,
 }
 
 /// A batch built on the host (in the prefetch thread), ready to move to the device.
@@ -241,6 +243,8 @@ pub struct HostBatch {
     pub pairs: Vec<usize>,
     size: usize,
     pixels: Vec<f32>,
+    /// The second views (empty without them).
+    pixels_view: Vec<f32>,
     tokens: usize,
     ids: Vec<u32>,
     mask: Vec<u32>,
@@ -264,24 +268,33 @@ pub fn make_batch(
     masking: Masking,
 ) -> Result<HostBatch> {
     let size = augment.processor.size;
-    let images: Vec<std::result::Result<Vec<f32>, String>> = indices
-        .par_iter()
-        .enumerate()
-        .map(|(i, &p)| {
-            let r = &corpus.images[corpus.pairs[p].image as usize];
-            let bytes = read_image(r).map_err(|(_, m)| m)?;
-            let mut rng = Rng::new(&[seed, key("augment"), step, i as u64]);
-            augment.pixels(&bytes, &r.name(), &mut rng)
-        })
-        .collect();
-    let mut pixels = Vec::with_capacity(indices.len() * 3 * size * size);
-    for img in images {
-        pixels.extend(img.map_err(|m| {
-            TrainError::Corpus(format!(
-                "step {step}: an image checked at the start fails now: {m}"
-            ))
-        })?);
-    }
+    let views = |stream: &str| -> Result<Vec<f32>> {
+        let images: Vec<std::result::Result<Vec<f32>, String>> = indices
+            .par_iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                let r = &corpus.images[corpus.pairs[p].image as usize];
+                let bytes = read_image(r).map_err(|(_, m)| m)?;
+                let mut rng = Rng::new(&[seed, key(stream), step, i as u64]);
+                augment.pixels(&bytes, &r.name(), &mut rng)
+            })
+            .collect();
+        let mut pixels = Vec::with_capacity(indices.len() * 3 * size * size);
+        for img in images {
+            pixels.extend(img.map_err(|m| {
+                TrainError::Corpus(format!(
+                    "step {step}: an image checked at the start fails now: {m}"
+                ))
+            })?);
+        }
+        Ok(pixels)
+    };
+    let pixels = views("augment")?;
+    let pixels_view = if masking.second_view {
+        views("augment-view")?
+    } else {
+        Vec::new()
+    };
     let rows: Vec<&[u32]> = indices
         .iter()
         .map(|&p| corpus.pairs[p].tokens.as_slice())
@@ -292,6 +305,7 @@ pub fn make_batch(
         pairs: indices.to_vec(),
         size,
         pixels,
+        pixels_view,
         tokens,
         ids,
         mask,
@@ -359,8 +373,12 @@ impl HostBatch {
         let bt = (n, self.tokens);
         let v = |x: &[u32], shape: (usize, usize)| Tensor::from_slice(x, shape, device);
         let r = |x: &[u32]| Tensor::from_slice(x, x.len(), device);
+        let image_shape = (n, 3, self.size, self.size);
         Ok(Batch {
-            pixels: Tensor::from_slice(&self.pixels, (n, 3, self.size, self.size), device)?,
+            pixels: Tensor::from_slice(&self.pixels, image_shape, device)?,
+            pixels_view: (!self.pixels_view.is_empty())
+                .then(|| Tensor::from_slice(&self.pixels_view, image_shape, device))
+                .transpose()?,
             ids: v(&self.ids, bt)?,
             mask: v(&self.mask, bt)?,
             enc_ids: v(&self.enc_ids, bt)?,

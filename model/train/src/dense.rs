@@ -151,6 +151,29 @@ impl DenseModel {
         let (loss, i2t, t2i) = losses::info_nce(&image, &text, obj.tau)?;
         let mut parts = vec![("info_nce", loss.clone()), ("i2t", i2t), ("t2i", t2i)];
         let total = obj.with_consistency(loss, &mut parts, &image, &text)?;
+        let image2 = match &batch.pixels_view {
+            Some(view) if obj.image_contrastive > 0.0 => Some(self.embed_images(view, drop)?),
+            _ => None,
+        };
+        let total = obj.with_single_modal(
+            total,
+            &mut parts,
+            "image_contrastive",
+            obj.image_contrastive,
+            image2.as_ref().map(|v| (&image, v)),
+        )?;
+        let text2 = if obj.text_contrastive > 0.0 {
+            Some(self.embed_texts(&batch.enc_ids, &batch.mask, drop)?)
+        } else {
+            None
+        };
+        let total = obj.with_single_modal(
+            total,
+            &mut parts,
+            "text_contrastive",
+            obj.text_contrastive,
+            text2.as_ref().map(|v| (&text, v)),
+        )?;
         Ok(StepLosses {
             total,
             parts,

@@ -170,6 +170,15 @@ pub fn itc_consistency(image: &Tensor, text: &Tensor, tau: f64) -> Result<Tensor
     Ok(((kl(&v2t, &t2v)? + kl(&t2v, &v2t)?)? * 0.5)?)
 }
 
+/// COOKIE's single-modal contrastive loss (paper 003, eq. 8-10): two views of the same items
+/// (two augmentations of an image; a caption and its masked copy), `(batch, dim)` each, as the
+/// positive pairs of a symmetric in-batch InfoNCE at `tau`; the other items of the batch are
+/// the negatives. The same form as the cross-modal loss ([`in_batch`]), within one modality.
+pub fn single_modal(a: &Tensor, b: &Tensor, tau: f64) -> Result<Tensor> {
+    let (ab, ba) = in_batch(a, b, tau)?;
+    Ok(((ab + ba)? * 0.5)?)
+}
+
 /// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
 /// PyTorch's `F.normalize`).
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {

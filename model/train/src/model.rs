@@ -51,6 +51,10 @@ pub struct Objectives {
     pub momentum: f64,
     /// Weight of the ITC consistency loss ([`losses::itc_consistency`]; 0 = off).
     pub consistency: f64,
+    /// Weights of COOKIE's single-modal losses (0 = off): image view against image view,
+    /// caption against its masked copy ([`losses::single_modal`]).
+    pub image_contrastive: f64,
+    pub text_contrastive: f64,
 }
 
 impl Objectives {
@@ -68,6 +72,25 @@ impl Objectives {
         let c = losses::itc_consistency(image, text, self.tau)?;
         let total = (total + (&c * self.consistency)?)?;
         parts.push(("itc_consistency", c));
+        Ok(total)
+    }
+
+    /// Adds `weight · single_modal(a, b)` to `total` (and to `parts` as `name`) when both
+    /// views are there.
+    pub fn with_single_modal(
+        &self,
+        total: Tensor,
+        parts: &mut Vec<(&'static str, Tensor)>,
+        name: &'static str,
+        weight: f64,
+        views: Option<(&Tensor, &Tensor)>,
+    ) -> Result<Tensor> {
+        let Some((a, b)) = views.filter(|_| weight > 0.0) else {
+            return Ok(total);
+        };
+        let l = losses::single_modal(a, b, self.tau)?;
+        let total = (total + (&l * weight)?)?;
+        parts.push((name, l));
         Ok(total)
     }
 }
@@ -136,6 +159,8 @@ pub struct Momentum {
 pub struct Batch {
     /// `(batch, 3, size, size)` normalised pixels.
     pub pixels: Tensor,
+    /// A second augmented view of the same images (COOKIE's visual contrastive loss).
+    pub pixels_view: Option<Tensor>,
     /// `(batch, tokens)` original token ids and attention mask.
     pub ids: Tensor,
     pub mask: Tensor,
@@ -364,6 +389,22 @@ impl LexLipModel {
         ))
     }
 
+    /// The image lexicon of the batch's second views, when it has them and COOKIE's visual
+    /// contrastive loss is on.
+    fn second_view(
+        &self,
+        batch: &Batch,
+        obj: &Objectives,
+        drop: &Dropout,
+    ) -> Result<Option<Tensor>> {
+        match &batch.pixels_view {
+            Some(view) if obj.image_contrastive > 0.0 => {
+                Ok(Some(losses::splade(&self.image.logits(view, drop)?, None)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Phase 1 with a frozen text tower: LexMLM i2t + BaCo against the text model's lexicon.
     fn phase1_frozen_text(
         &self,
@@ -394,6 +435,14 @@ impl LexLipModel {
             ("flops_text", baco.flops_text),
         ];
         let total = obj.with_consistency((&i2t + &baco.loss)?, &mut parts, &pv, &pl)?;
+        let pv2 = self.second_view(batch, obj, drop)?;
+        let total = obj.with_single_modal(
+            total,
+            &mut parts,
+            "image_contrastive",
+            obj.image_contrastive,
+            pv2.as_ref().map(|v| (&pv, v)),
+        )?;
         Ok(StepLosses {
             total,
             parts,
@@ -438,6 +487,26 @@ impl LexLipModel {
             ("flops_text", baco.flops_text),
         ];
         let total = obj.with_consistency(total, &mut parts, &pv, &pl)?;
+        let pv2 = self.second_view(batch, obj, drop)?;
+        let total = obj.with_single_modal(
+            total,
+            &mut parts,
+            "image_contrastive",
+            obj.image_contrastive,
+            pv2.as_ref().map(|v| (&pv, v)),
+        )?;
+        let pl_masked = if obj.text_contrastive > 0.0 {
+            Some(losses::splade(&masked_logits, Some(&batch.mask))?)
+        } else {
+            None
+        };
+        let total = obj.with_single_modal(
+            total,
+            &mut parts,
+            "text_contrastive",
+            obj.text_contrastive,
+            pl_masked.as_ref().map(|m| (&pl, m)),
+        )?;
         Ok(StepLosses {
             total,
             parts,

@@ -162,6 +162,19 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 0.0, help_heading = "Objectives")]
     #[serde(default)]
     pub itc_consistency: f64,
+    /// Weight of COOKIE's visual contrastive loss (paper 003, sec. 3.3; 0 = off): a second
+    /// augmented view of every image (another crop and jitter draw) and symmetric in-batch
+    /// InfoNCE between the two views' representations at --tau, so image→image search is
+    /// trained for. Costs a second image forward pass. Phase 1 and the dense objective.
+    #[arg(long, default_value_t = 0.0, help_heading = "Objectives")]
+    #[serde(default)]
+    pub image_contrastive: f64,
+    /// Weight of COOKIE's textual contrastive loss (0 = off): each caption against its masked
+    /// copy (the SelfMLM input, --mask-rate), symmetric in-batch InfoNCE at --tau, so
+    /// text→text search is trained for. Needs a trained text tower (not --freeze-text).
+    #[arg(long, default_value_t = 0.0, help_heading = "Objectives")]
+    #[serde(default)]
+    pub text_contrastive: f64,
     /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
     /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
     /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
@@ -283,6 +296,8 @@ impl TrainOptions {
             momentum: 0.99,
             queue_size: 1024,
             itc_consistency: 0.0,
+            image_contrastive: 0.0,
+            text_contrastive: 0.0,
             freeze_text: false,
             batch_size: 32,
             sampler: Sampler::Random,
@@ -336,8 +351,14 @@ impl TrainOptions {
                 m.remove("sampler");
                 m.remove("group_size");
             }
-            if self.itc_consistency == 0.0 {
-                m.remove("itc_consistency");
+            for (key, v) in [
+                ("itc_consistency", self.itc_consistency),
+                ("image_contrastive", self.image_contrastive),
+                ("text_contrastive", self.text_contrastive),
+            ] {
+                if v == 0.0 {
+                    m.remove(key);
+                }
             }
         }
         v
@@ -416,17 +437,24 @@ impl TrainOptions {
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
         }
-        if !(self.itc_consistency >= 0.0 && self.itc_consistency.is_finite()) {
-            return bad(format!(
-                "--itc-consistency must be >= 0, got {}",
-                self.itc_consistency
-            ));
+        for (name, v) in [
+            ("--itc-consistency", self.itc_consistency),
+            ("--image-contrastive", self.image_contrastive),
+            ("--text-contrastive", self.text_contrastive),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(format!("{name} must be >= 0, got {v}"));
+            }
+            if v > 0.0 && self.phase == 2 {
+                return bad(format!(
+                    "{name} adds an in-batch loss to phase 1 (and the dense objective); phase 2 \
+                     contrasts against queues"
+                ));
+            }
         }
-        if self.itc_consistency > 0.0 && self.phase == 2 {
+        if self.text_contrastive > 0.0 && self.freeze_text {
             return bad(
-                "--itc-consistency compares the in-batch distributions of phase 1 (and the dense \
-                 objective); phase 2 contrasts against queues"
-                    .into(),
+                "--text-contrastive trains the text tower, which --freeze-text locks".into(),
             );
         }
         if self.sampler == Sampler::Grouped && self.group_size < self.batch_size {

@@ -381,12 +381,15 @@ fn run_steps(
     let masking = Masking {
         rate: opts.mask_rate,
         decoder_rate: opts.decoder_mask_rate,
+        second_view: opts.image_contrastive > 0.0,
     };
     let obj = Objectives {
         tau: opts.tau,
         flops_lambda: opts.flops_lambda,
         momentum: opts.momentum,
         consistency: opts.itc_consistency,
+        image_contrastive: opts.image_contrastive,
+        text_contrastive: opts.text_contrastive,
     };
     let text_cache = if let Some(model) = model.frozen_text() {
         observer.message(&format!(

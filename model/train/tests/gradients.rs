@@ -59,13 +59,18 @@ fn batch(dtype: DType, dev: &Device) -> Batch {
     for p in [1, 3, 6, 8, 11] {
         dec_ids[p] = 3;
     }
+    let view: Vec<f32> = pixels.iter().map(|p| p * 0.8 + 0.05).collect();
     let t = |v: Vec<u32>| Tensor::from_vec(v.clone(), v.len(), dev).unwrap();
     let bt = |v: Vec<u32>| Tensor::from_vec(v, (3, 5), dev).unwrap();
-    Batch {
-        pixels: Tensor::from_vec(pixels, (3, 3, 16, 16), dev)
+    let image = |v: Vec<f32>| {
+        Tensor::from_vec(v, (3, 3, 16, 16), dev)
             .unwrap()
             .to_dtype(dtype)
-            .unwrap(),
+            .unwrap()
+    };
+    Batch {
+        pixels: image(pixels),
+        pixels_view: Some(image(view)),
         ids: bt(ids),
         mask: bt(mask),
         enc_ids: bt(enc_ids),
@@ -78,13 +83,17 @@ fn batch(dtype: DType, dev: &Device) -> Batch {
     }
 }
 
-/// With the ITC consistency on, so its gradient is checked too (phase 1 and dense; phase 2
-/// has none).
+/// With COOKIE's single-modal losses on, so their gradients are checked too (phase 1 and
+/// dense; phase 2 has none). Not the ITC consistency: its targets are stop-gradients, so its
+/// gradient is by design not the derivative of its value (it is checked against PyTorch's in
+/// `losses_vs_torch.rs`).
 const OBJ: Objectives = Objectives {
     tau: 0.5,
     flops_lambda: 0.01,
     momentum: 0.9,
-    consistency: 0.3,
+    consistency: 0.0,
+    image_contrastive: 0.4,
+    text_contrastive: 0.2,
 };
 
 fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {

@@ -3,7 +3,8 @@
 //! SPLADE pooling, BaCo + FLOPS, and MoCo over several steps with its queues. Losses and the
 //! gradients with respect to the inputs, in f32, to a relative 1e-5. The fixture is committed;
 //! `scripts/make_train_fixtures.py` regenerates it (torch is needed there only). GRIT-VLP's ITC
-//! consistency loss has its own fixture, from `scripts/make_grit_fixtures.py`.
+//! consistency loss and COOKIE's single-modal loss have their own fixture, from
+//! `scripts/make_seed_fixtures.py`.
 
 use std::collections::HashMap;
 
@@ -344,12 +345,25 @@ fn moco_with_queues_equals_torch() {
 /// one KL term and a prediction in the other).
 #[test]
 fn itc_consistency_equals_torch() {
-    let f = Fixture::named("grit_vs_torch.safetensors");
-    for case in ["lexicon", "dense"] {
+    seed_loss_equals_torch(&["lexicon", "dense"], losses::itc_consistency);
+}
+
+/// COOKIE's single-modal InfoNCE between two views (eq. 8-10), on lexicon and dense rows.
+#[test]
+fn single_modal_contrastive_equals_torch() {
+    seed_loss_equals_torch(&["cookie_lexicon", "cookie_dense"], losses::single_modal);
+}
+
+type SeedLoss = fn(&Tensor, &Tensor, f64) -> lexlip_train::Result<Tensor>;
+
+/// `loss` on each case of the seed-methods fixture: value and both gradients.
+fn seed_loss_equals_torch(cases: &[&str], loss: SeedLoss) {
+    let f = Fixture::named("seeds_vs_torch.safetensors");
+    for case in cases {
         let image = f.var(&format!("{case}.image"));
         let text = f.var(&format!("{case}.text"));
         let tau = f.scalar(&format!("{case}.tau"));
-        let loss = losses::itc_consistency(image.as_tensor(), text.as_tensor(), tau).unwrap();
+        let loss = loss(image.as_tensor(), text.as_tensor(), tau).unwrap();
         assert_loss(case, &loss, f.scalar(&format!("{case}.loss")));
         let grads = loss.backward().unwrap();
         assert_grad(

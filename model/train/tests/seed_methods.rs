@@ -1,7 +1,13 @@
+//! The seed papers' training options.
+//!
 //! GRIT-VLP's grouped sampler (`--sampler grouped`): every epoch's order is a permutation of
 //! the pairs, deterministic for a seed; the pairs an epoch leaves out lead the next one; on
 //! clustered representations the grouped mini-batches hold much harder negatives than random
 //! ones; and a grouped run resumes bit for bit, mid-epoch and at an epoch's end.
+//!
+//! COOKIE's single-modal losses (`--image-contrastive`, `--text-contrastive`) train and resume
+//! bit for bit. (Their values and gradients against PyTorch: `losses_vs_torch.rs`; against
+//! finite differences: `gradients.rs`.)
 
 use std::collections::HashSet;
 
@@ -207,6 +213,37 @@ fn grouped_training_regroups_and_resumes_bitwise() {
     }
 }
 
+/// Both of COOKIE's single-modal losses show in the log, change what is trained, and resume
+/// bit for bit (the second image views are drawn from their own stream, keyed by the step).
+#[test]
+fn single_modal_losses_train_and_resume_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let cookie = |out: &std::path::Path| {
+        let mut o = resume_options(&tsv, out);
+        o.image_contrastive = 0.5;
+        o.text_contrastive = 0.5;
+        o
+    };
+    let whole = tmp.path().join("whole");
+    let mut seen = Collect::default();
+    lexlip_train::train(
+        &cookie(&whole),
+        &lexlip_train::RunControl::default(),
+        &mut seen,
+    )
+    .unwrap();
+    assert!(seen.logs.iter().all(|l| {
+        l.parts.contains_key("image_contrastive") && l.parts.contains_key("text_contrastive")
+    }));
+    let plain = tmp.path().join("plain");
+    run_quietly(&resume_options(&tsv, &plain));
+    assert_ne!(model_bytes(&whole), model_bytes(&plain));
+    let parts = tmp.path().join("parts");
+    train_stopped_and_resumed(&cookie(&parts), 3, "lexlip.json");
+    assert_eq!(model_bytes(&whole), model_bytes(&parts));
+}
+
 #[test]
 fn bad_sampler_options_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
@@ -220,5 +257,14 @@ fn bad_sampler_options_are_clear_errors() {
     o.itc_consistency = 0.2;
     o.phase = 2;
     assert!(err_of(&o).contains("phase 2 contrasts against queues"));
+    o.phase = 1;
+    o.itc_consistency = 0.0;
+    o.image_contrastive = f64::NAN;
+    assert!(err_of(&o).contains("--image-contrastive must be >= 0"));
+    o.image_contrastive = 0.0;
+    o.text_contrastive = 0.5;
+    o.freeze_text = true;
+    o.text_init = Some(tmp.path().join("a-text-model")); // checked before it is read
+    assert!(err_of(&o).contains("--text-contrastive trains the text tower"));
     assert!(!tmp.path().join("out").exists(), "nothing written");
 }

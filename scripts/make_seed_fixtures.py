@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""PyTorch reference of GRIT-VLP's ITC consistency loss for `model/train/tests/losses_vs_torch.rs`.
+"""PyTorch references of the seed papers' extra losses for `model/train/tests/losses_vs_torch.rs`:
+GRIT-VLP's ITC consistency loss and COOKIE's single-modal contrastive loss.
 
 Written from the paper (GRIT-VLP, ECCV 2022, sec. 4.2 eq. 6), not from the Rust code: for a batch
 of image and text representations, p_v2t(i) = softmax_j(v_i . t_j / tau) and
 p_t2v(i) = softmax_j(t_i . v_j / tau); the loss (without its lambda) is
 (KL(sg(p_v2t) || p_t2v) + KL(sg(p_t2v) || p_v2t)) / 2, averaged over the batch. Evaluated in
 float64 on fixed random tensors (seeded): non-negative lexicon-like rows (LexLIP) and unit-length
-dense rows (the dense objective). CI never runs this.
+dense rows (the dense objective). COOKIE (ICCV 2021, sec. 3.3 eq. 8-10): two views of the same
+items (two augmentations of an image; a caption and its masked copy) as the positives of a
+symmetric in-batch InfoNCE at tau, (CE(a b^T / tau) + CE(b a^T / tau)) / 2 with the diagonal as
+the targets. CI never runs this.
 
 Regenerate (torch is only needed here; the CPU build is enough):
 
     python3 -m venv .venv-torch        # git-ignored (/.venv*/)
     .venv-torch/bin/pip install torch safetensors numpy
-    .venv-torch/bin/python scripts/make_grit_fixtures.py
+    .venv-torch/bin/python scripts/make_seed_fixtures.py
 
-Writes model/train/tests/fixtures/grit_vs_torch.safetensors. Names, for CASE in lexicon, dense:
+Writes model/train/tests/fixtures/seeds_vs_torch.safetensors. Names, for CASE in lexicon, dense
+(ITC consistency) and cookie_lexicon, cookie_dense (single-modal InfoNCE):
   CASE.image, CASE.text    (batch, dim) inputs, float32
   CASE.tau                 float64 scalar
   CASE.loss                float64 scalar
@@ -28,7 +33,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "grit_vs_torch.safetensors"
+OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "seeds_vs_torch.safetensors"
 
 gen = torch.Generator().manual_seed(20220722)
 
@@ -49,10 +54,17 @@ def consistency(image, text, tau):
     return per_pair.mean() / 2
 
 
-def case(name, image, text, tau, out):
+def single_modal(a, b, tau):
+    """COOKIE eq. 8-10: symmetric in-batch InfoNCE between two views; row i of each is a pair."""
+    logits = a @ b.t() / tau
+    target = torch.arange(a.shape[0])
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
+
+
+def case(name, image, text, tau, out, loss_fn=consistency):
     image = image.float().double().requires_grad_(True)
     text = text.float().double().requires_grad_(True)
-    loss = consistency(image, text, tau)
+    loss = loss_fn(image, text, tau)
     gi, gt = torch.autograd.grad(loss, (image, text))
     out[f"{name}.image"] = image.detach().float()
     out[f"{name}.text"] = text.detach().float()
@@ -71,6 +83,8 @@ def main():
     d = 8
     dense = lambda: F.normalize(torch.randn(b, d, generator=gen), dim=1)
     case("dense", dense(), dense(), 0.05, out)
+    case("cookie_lexicon", lex(), lex(), 0.5, out, single_modal)
+    case("cookie_dense", dense(), dense(), 0.05, out, single_modal)
     save_file(out, str(OUT))
     print(f"wrote {OUT}: " + ", ".join(f"{k}={float(out[k]):.6f}" for k in out if k.endswith(".loss")))
 
