@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch references of the seed papers' extra losses for `model/train/tests/losses_vs_torch.rs`:
-GRIT-VLP's ITC consistency loss and COOKIE's single-modal contrastive loss.
+GRIT-VLP's ITC consistency loss, COOKIE's single-modal contrastive loss and ConLIP's decoupled
+contrastive loss.
 
 Written from the paper (GRIT-VLP, ECCV 2022, sec. 4.2 eq. 6), not from the Rust code: for a batch
 of image and text representations, p_v2t(i) = softmax_j(v_i . t_j / tau) and
@@ -19,7 +20,8 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/python scripts/make_seed_fixtures.py
 
 Writes model/train/tests/fixtures/seeds_vs_torch.safetensors. Names, for CASE in lexicon, dense
-(ITC consistency) and cookie_lexicon, cookie_dense (single-modal InfoNCE):
+(ITC consistency), cookie_lexicon, cookie_dense (single-modal InfoNCE) and dcl_dense (ConLIP's
+decoupled contrastive loss, ConLIP eq. 10-12, in-batch):
   CASE.image, CASE.text    (batch, dim) inputs, float32
   CASE.tau                 float64 scalar
   CASE.loss                float64 scalar
@@ -61,6 +63,20 @@ def single_modal(a, b, tau):
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
 
 
+def dcl(image, text, tau):
+    """ConLIP eq. 10-12 (DCL): -s_ii/tau + log sum_{j != i} exp(s_ij/tau) in both directions,
+    mean over the batch; the two directions averaged (ConLIP sums them)."""
+    sim = image @ text.t() / tau
+    eye = torch.eye(sim.shape[0], dtype=torch.bool)
+
+    def side(s):
+        positive = s.diagonal()
+        negatives = torch.logsumexp(s.masked_fill(eye, float("-inf")), dim=1)
+        return (negatives - positive).mean()
+
+    return (side(sim) + side(sim.t())) / 2
+
+
 def case(name, image, text, tau, out, loss_fn=consistency):
     image = image.float().double().requires_grad_(True)
     text = text.float().double().requires_grad_(True)
@@ -85,6 +101,7 @@ def main():
     case("dense", dense(), dense(), 0.05, out)
     case("cookie_lexicon", lex(), lex(), 0.5, out, single_modal)
     case("cookie_dense", dense(), dense(), 0.05, out, single_modal)
+    case("dcl_dense", dense(), dense(), 0.05, out, dcl)
     save_file(out, str(OUT))
     print(f"wrote {OUT}: " + ", ".join(f"{k}={float(out[k]):.6f}" for k in out if k.endswith(".loss")))
 

@@ -28,6 +28,7 @@ use crate::losses;
 use crate::model::{Batch, IMAGE, Objectives, StepLosses, TEXT, tower_params};
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
+use crate::options::DenseLoss;
 use crate::params::{ParamBuilder, Source, sorted_vars};
 use crate::rng::key;
 
@@ -143,13 +144,17 @@ impl DenseModel {
         losses::l2_normalize(&self.visual_projection.forward(&pooled)?)
     }
 
-    /// One step's loss: symmetric InfoNCE of the batch's image and caption embeddings at
-    /// `obj.tau` (plus the ITC consistency when `obj.consistency` is on).
+    /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `obj.dense_loss`) of the batch's
+    /// image and caption embeddings at `obj.tau`, plus the ITC consistency and COOKIE's
+    /// single-modal losses when they are on.
     pub fn step(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
         let image = self.embed_images(&batch.pixels, drop)?;
         let text = self.embed_texts(&batch.ids, &batch.mask, drop)?;
-        let (loss, i2t, t2i) = losses::info_nce(&image, &text, obj.tau)?;
-        let mut parts = vec![("info_nce", loss.clone()), ("i2t", i2t), ("t2i", t2i)];
+        let (name, (loss, i2t, t2i)) = match obj.dense_loss {
+            DenseLoss::Infonce => ("info_nce", losses::info_nce(&image, &text, obj.tau)?),
+            DenseLoss::Dcl => ("dcl", losses::dcl(&image, &text, obj.tau)?),
+        };
+        let mut parts = vec![(name, loss.clone()), ("i2t", i2t), ("t2i", t2i)];
         let total = obj.with_consistency(loss, &mut parts, &image, &text)?;
         let image2 = match &batch.pixels_view {
             Some(view) if obj.image_contrastive > 0.0 => Some(self.embed_images(view, drop)?),

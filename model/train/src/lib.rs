@@ -45,6 +45,6 @@ pub mod trainee;
 
 pub use console::Console;
 pub use error::{Result, TrainError};
-pub use options::{HeadInit, Objective, Preset, SaveDtype, TrainOptions};
+pub use options::{DenseLoss, HeadInit, Objective, Preset, SaveDtype, TrainOptions};
 pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};
 pub use sampler::Sampler;

@@ -179,6 +179,37 @@ pub fn single_modal(a: &Tensor, b: &Tensor, tau: f64) -> Result<Tensor> {
     Ok(((ab + ba)? * 0.5)?)
 }
 
+/// ConLIP's decoupled contrastive loss (paper 000, eq. 10-12, after DCL by Yeh et al.): the
+/// in-batch InfoNCE of [`info_nce`] without the positive in the denominator, so an easy positive
+/// no longer damps the gradient of the negatives: for pair `i`,
+/// `-s_ii / τ + log Σ_{j≠i} exp(s_ij / τ)` in each direction, mean over the batch. Returns
+/// `((i2t + t2i) / 2, i2t, t2i)` (ConLIP sums the two; halved here to share the scale of
+/// [`info_nce`]). Needs at least two pairs.
+pub fn dcl(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
+    let b = image.dim(0)?;
+    let sim = (image.matmul(&text.t()?)? / tau)?;
+    let eye = Tensor::eye(b, sim.dtype(), sim.device())?;
+    // The positives leave the log-sum-exp: a large negative on the diagonal.
+    let off_diagonal = (&eye * -1e9)?;
+    let side = |s: &Tensor| -> Result<Tensor> {
+        let positive = (s * &eye)?.sum(1)?;
+        let negatives = (s + &off_diagonal)?;
+        let max = negatives.max_keepdim(D::Minus1)?.detach();
+        let lse = (negatives
+            .broadcast_sub(&max)?
+            .exp()?
+            .sum_keepdim(D::Minus1)?
+            .log()?
+            + max)?
+            .squeeze(1)?;
+        Ok((lse - positive)?.mean_all()?)
+    };
+    let i2t = side(&sim)?;
+    let t2i = side(&sim.t()?.contiguous()?)?;
+    let loss = ((&i2t + &t2i)? * 0.5)?;
+    Ok((loss, i2t, t2i))
+}
+
 /// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
 /// PyTorch's `F.normalize`).
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {

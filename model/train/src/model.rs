@@ -55,6 +55,8 @@ pub struct Objectives {
     /// caption against its masked copy ([`losses::single_modal`]).
     pub image_contrastive: f64,
     pub text_contrastive: f64,
+    /// The dense objective's contrastive loss.
+    pub dense_loss: crate::options::DenseLoss,
 }
 
 impl Objectives {

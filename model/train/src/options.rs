@@ -47,6 +47,17 @@ pub enum Objective {
     Dense,
 }
 
+/// The dense objective's in-batch contrastive loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseLoss {
+    /// CLIP's symmetric InfoNCE.
+    #[default]
+    Infonce,
+    /// ConLIP's decoupled contrastive loss: the positive leaves the denominator.
+    Dcl,
+}
+
 /// The dtype of the saved model weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -125,6 +136,12 @@ pub struct TrainOptions {
     #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
     #[serde(default)]
     pub objective: Objective,
+    /// The dense objective's contrastive loss: infonce (CLIP) or dcl (ConLIP's decoupled
+    /// contrastive loss, paper 000 eq. 10-12, in-batch: the positive pair is left out of the
+    /// denominator).
+    #[arg(long, value_enum, default_value_t = DenseLoss::Infonce, help_heading = "Objectives")]
+    #[serde(default)]
+    pub dense_loss: DenseLoss,
     /// Embedding dimension of the dense objective's projections.
     #[arg(long, default_value_t = 256, help_heading = "Objectives")]
     #[serde(default = "default_dense_dim")]
@@ -286,6 +303,7 @@ impl TrainOptions {
             patch_size: None,
             image_head_init: HeadInit::Auto,
             objective: Objective::Lexlip,
+            dense_loss: DenseLoss::Infonce,
             dense_dim: default_dense_dim(),
             phase: 1,
             mask_rate: 0.3,
@@ -344,6 +362,11 @@ impl TrainOptions {
         {
             m.remove("objective");
             m.remove("dense_dim");
+        }
+        if self.dense_loss == DenseLoss::Infonce
+            && let Some(m) = v.as_object_mut()
+        {
+            m.remove("dense_loss");
         }
         // Options added later hash only when set, so older runs' checkpoints still resume.
         if let Some(m) = v.as_object_mut() {
@@ -481,6 +504,10 @@ impl TrainOptions {
                         .into(),
                 );
             }
+        } else if self.dense_loss != DenseLoss::Infonce {
+            return bad(
+                "--dense-loss chooses the dense objective's loss; give --objective dense".into(),
+            );
         }
         if self.phase == 2
             && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))

@@ -390,6 +390,7 @@ fn run_steps(
         consistency: opts.itc_consistency,
         image_contrastive: opts.image_contrastive,
         text_contrastive: opts.text_contrastive,
+        dense_loss: opts.dense_loss,
     };
     let text_cache = if let Some(model) = model.frozen_text() {
         observer.message(&format!(

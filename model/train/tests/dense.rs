@@ -211,6 +211,18 @@ fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
     assert!(again.already_complete);
 }
 
+/// ConLIP's decoupled contrastive loss (`--dense-loss dcl`) trains the dense towers too.
+#[test]
+fn dcl_dense_steps_lower_the_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let mut o = dense_options(&tsv, &tmp.path().join("model"));
+    o.dense_loss = lexlip_train::DenseLoss::Dcl;
+    let seen = forty_steps_lower_the_loss(&mut o);
+    assert!(seen.logs.iter().all(|l| l.parts.contains_key("dcl")));
+    assert_eq!(train_json(&o.out)["options"]["dense_loss"], "dcl");
+}
+
 /// N steps in one go and k steps, stop, resume to N give bitwise the same model (with dropout
 /// and augmentation on).
 #[test]

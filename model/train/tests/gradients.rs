@@ -15,7 +15,7 @@ use lexlip_train::init::{ImageInit, Init, TextInit, beit_config};
 use lexlip_train::model::{Batch, LexLipModel, Objectives};
 use lexlip_train::nn::Dropout;
 use lexlip_train::optim::Param;
-use lexlip_train::options::HeadInit;
+use lexlip_train::options::{DenseLoss, HeadInit};
 use lexlip_train::rng::Rng;
 
 const VOCAB: usize = 40;
@@ -94,6 +94,7 @@ const OBJ: Objectives = Objectives {
     consistency: 0.0,
     image_contrastive: 0.4,
     text_contrastive: 0.2,
+    dense_loss: DenseLoss::Infonce,
 };
 
 fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
@@ -312,10 +313,16 @@ fn dense_gradients_match_finite_differences() {
     let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 7, DType::F64, &dev).unwrap();
     let b = batch(DType::F64, &dev);
     let params = model.params(1.0);
-    let worst = check_gradients(
-        &params,
-        &mut || model.step(&b, &Dropout::off(), &OBJ).unwrap().total,
-        &dev,
-    );
-    eprintln!("dense: worst relative error {worst:.2e}");
+    for loss in [DenseLoss::Infonce, DenseLoss::Dcl] {
+        let obj = Objectives {
+            dense_loss: loss,
+            ..OBJ
+        };
+        let worst = check_gradients(
+            &params,
+            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().total,
+            &dev,
+        );
+        eprintln!("dense ({loss:?}): worst relative error {worst:.2e}");
+    }
 }

@@ -3,7 +3,7 @@
 //! SPLADE pooling, BaCo + FLOPS, and MoCo over several steps with its queues. Losses and the
 //! gradients with respect to the inputs, in f32, to a relative 1e-5. The fixture is committed;
 //! `scripts/make_train_fixtures.py` regenerates it (torch is needed there only). GRIT-VLP's ITC
-//! consistency loss and COOKIE's single-modal loss have their own fixture, from
+//! consistency loss, COOKIE's single-modal loss and ConLIP's DCL have their own fixture, from
 //! `scripts/make_seed_fixtures.py`.
 
 use std::collections::HashMap;
@@ -352,6 +352,12 @@ fn itc_consistency_equals_torch() {
 #[test]
 fn single_modal_contrastive_equals_torch() {
     seed_loss_equals_torch(&["cookie_lexicon", "cookie_dense"], losses::single_modal);
+}
+
+/// ConLIP's decoupled contrastive loss (eq. 10-12, in-batch) on unit-length dense rows.
+#[test]
+fn dcl_equals_torch() {
+    seed_loss_equals_torch(&["dcl_dense"], |a, b, tau| Ok(losses::dcl(a, b, tau)?.0));
 }
 
 type SeedLoss = fn(&Tensor, &Tensor, f64) -> lexlip_train::Result<Tensor>;

@@ -266,5 +266,8 @@ fn bad_sampler_options_are_clear_errors() {
     o.freeze_text = true;
     o.text_init = Some(tmp.path().join("a-text-model")); // checked before it is read
     assert!(err_of(&o).contains("--text-contrastive trains the text tower"));
+    let mut o = grouped_options(&tsv, &tmp.path().join("out"));
+    o.dense_loss = lexlip_train::DenseLoss::Dcl;
+    assert!(err_of(&o).contains("give --objective dense"));
     assert!(!tmp.path().join("out").exists(), "nothing written");
 }
