@@ -25,7 +25,7 @@ use crate::bert::BertEncoder;
 use crate::error::Result;
 use crate::init::Init;
 use crate::losses;
-use crate::model::{Batch, IMAGE, Objectives, StepLosses, TEXT, tower_params};
+use crate::model::{Batch, IMAGE, Objectives, StepLosses, TEXT, Views, tower_params};
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
 use crate::options::DenseLoss;
@@ -155,30 +155,20 @@ impl DenseModel {
             DenseLoss::Dcl => ("dcl", losses::dcl(&image, &text, obj.tau)?),
         };
         let mut parts = vec![(name, loss.clone()), ("i2t", i2t), ("t2i", t2i)];
-        let total = obj.with_consistency(loss, &mut parts, &image, &text)?;
         let image2 = match &batch.pixels_view {
             Some(view) if obj.image_contrastive > 0.0 => Some(self.embed_images(view, drop)?),
             _ => None,
         };
-        let total = obj.with_single_modal(
-            total,
-            &mut parts,
-            "image_contrastive",
-            obj.image_contrastive,
-            image2.as_ref().map(|v| (&image, v)),
-        )?;
-        let text2 = if obj.text_contrastive > 0.0 {
-            Some(self.embed_texts(&batch.enc_ids, &batch.mask, drop)?)
-        } else {
-            None
+        let text2 = (obj.text_contrastive > 0.0)
+            .then(|| self.embed_texts(&batch.enc_ids, &batch.mask, drop))
+            .transpose()?;
+        let views = Views {
+            image: &image,
+            text: &text,
+            image_view: image2.as_ref(),
+            text_view: text2.as_ref(),
         };
-        let total = obj.with_single_modal(
-            total,
-            &mut parts,
-            "text_contrastive",
-            obj.text_contrastive,
-            text2.as_ref().map(|v| (&text, v)),
-        )?;
+        let total = obj.with_extras(loss, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,

@@ -59,40 +59,51 @@ pub struct Objectives {
     pub dense_loss: crate::options::DenseLoss,
 }
 
-impl Objectives {
-    /// Adds `λ_cons · consistency(image, text)` to `total` (and to `parts`) when it is on.
-    pub fn with_consistency(
-        &self,
-        total: Tensor,
-        parts: &mut Vec<(&'static str, Tensor)>,
-        image: &Tensor,
-        text: &Tensor,
-    ) -> Result<Tensor> {
-        if self.consistency <= 0.0 {
-            return Ok(total);
-        }
-        let c = losses::itc_consistency(image, text, self.tau)?;
-        let total = (total + (&c * self.consistency)?)?;
-        parts.push(("itc_consistency", c));
-        Ok(total)
-    }
+/// The representations the optional in-batch losses read: the batch's image and text ones,
+/// and second views of each when COOKIE's single-modal losses are on.
+#[derive(Debug, Clone, Copy)]
+pub struct Views<'a> {
+    pub image: &'a Tensor,
+    pub text: &'a Tensor,
+    pub image_view: Option<&'a Tensor>,
+    pub text_view: Option<&'a Tensor>,
+}
 
-    /// Adds `weight · single_modal(a, b)` to `total` (and to `parts` as `name`) when both
-    /// views are there.
-    pub fn with_single_modal(
+impl Objectives {
+    /// `total` plus the optional in-batch losses that are on, each also pushed to `parts`:
+    /// GRIT-VLP's ITC consistency ([`losses::itc_consistency`]) and COOKIE's single-modal
+    /// losses between each side and its second view ([`losses::single_modal`]).
+    pub fn with_extras(
         &self,
-        total: Tensor,
+        mut total: Tensor,
         parts: &mut Vec<(&'static str, Tensor)>,
-        name: &'static str,
-        weight: f64,
-        views: Option<(&Tensor, &Tensor)>,
+        v: &Views<'_>,
     ) -> Result<Tensor> {
-        let Some((a, b)) = views.filter(|_| weight > 0.0) else {
-            return Ok(total);
-        };
-        let l = losses::single_modal(a, b, self.tau)?;
-        let total = (total + (&l * weight)?)?;
-        parts.push((name, l));
+        if self.consistency > 0.0 {
+            let c = losses::itc_consistency(v.image, v.text, self.tau)?;
+            total = (total + (&c * self.consistency)?)?;
+            parts.push(("itc_consistency", c));
+        }
+        for (name, weight, a, b) in [
+            (
+                "image_contrastive",
+                self.image_contrastive,
+                v.image,
+                v.image_view,
+            ),
+            (
+                "text_contrastive",
+                self.text_contrastive,
+                v.text,
+                v.text_view,
+            ),
+        ] {
+            if let Some(b) = b.filter(|_| weight > 0.0) {
+                let l = losses::single_modal(a, b, self.tau)?;
+                total = (total + (&l * weight)?)?;
+                parts.push((name, l));
+            }
+        }
         Ok(total)
     }
 }
@@ -436,15 +447,14 @@ impl LexLipModel {
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = obj.with_consistency((&i2t + &baco.loss)?, &mut parts, &pv, &pl)?;
         let pv2 = self.second_view(batch, obj, drop)?;
-        let total = obj.with_single_modal(
-            total,
-            &mut parts,
-            "image_contrastive",
-            obj.image_contrastive,
-            pv2.as_ref().map(|v| (&pv, v)),
-        )?;
+        let views = Views {
+            image: &pv,
+            text: &pl,
+            image_view: pv2.as_ref(),
+            text_view: None,
+        };
+        let total = obj.with_extras((&i2t + &baco.loss)?, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,
@@ -488,27 +498,18 @@ impl LexLipModel {
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = obj.with_consistency(total, &mut parts, &pv, &pl)?;
         let pv2 = self.second_view(batch, obj, drop)?;
-        let total = obj.with_single_modal(
-            total,
-            &mut parts,
-            "image_contrastive",
-            obj.image_contrastive,
-            pv2.as_ref().map(|v| (&pv, v)),
-        )?;
-        let pl_masked = if obj.text_contrastive > 0.0 {
-            Some(losses::splade(&masked_logits, Some(&batch.mask))?)
-        } else {
-            None
+        // COOKIE's text view: the lexicon of the masked caption SelfMLM already encoded.
+        let pl_masked = (obj.text_contrastive > 0.0)
+            .then(|| losses::splade(&masked_logits, Some(&batch.mask)))
+            .transpose()?;
+        let views = Views {
+            image: &pv,
+            text: &pl,
+            image_view: pv2.as_ref(),
+            text_view: pl_masked.as_ref(),
         };
-        let total = obj.with_single_modal(
-            total,
-            &mut parts,
-            "text_contrastive",
-            obj.text_contrastive,
-            pl_masked.as_ref().map(|m| (&pl, m)),
-        )?;
+        let total = obj.with_extras(total, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,

@@ -193,25 +193,7 @@ fn single_modal_recall(
         image_ids,
         DEPTH + 1,
     )?;
-    let cut = |ranking: &[usize], drop: &dyn Fn(usize) -> bool| -> Vec<usize> {
-        ranking
-            .iter()
-            .copied()
-            .filter(|&x| !drop(x))
-            .take(DEPTH)
-            .collect()
-    };
-    let i2i_rankings: Vec<Vec<usize>> = rankings
-        .iter()
-        .zip(&i2i)
-        .map(|(r, (q, _))| cut(r, &|x| x == *q))
-        .collect();
-    let i2i_recall = recall(
-        i2i_rankings
-            .iter()
-            .zip(&i2i)
-            .map(|(r, (_, rel))| (r.as_slice(), rel.as_slice())),
-    );
+    let i2i_recall = recall_without(&rankings, &i2i, |q, x| x == q);
 
     let wording: Vec<String> = (0..encoded.texts.len())
         .map(|t| encoded.normalized_text(t))
@@ -246,23 +228,38 @@ fn single_modal_recall(
         text_ids,
         DEPTH + extra,
     )?;
-    let t2t_rankings: Vec<Vec<usize>> = rankings
-        .iter()
-        .zip(&t2t)
-        .map(|(r, (q, _))| cut(r, &|x| wording[x] == wording[*q]))
-        .collect();
-    let t2t_recall = recall(
-        t2t_rankings
-            .iter()
-            .zip(&t2t)
-            .map(|(r, (_, rel))| (r.as_slice(), rel.as_slice())),
-    );
+    let t2t_recall = recall_without(&rankings, &t2t, |q, x| wording[x] == wording[q]);
     Ok(SingleModal {
         i2i: i2i_recall,
         t2t: t2t_recall,
         i2i_queries: i2i.len(),
         t2t_queries: t2t.len(),
     })
+}
+
+/// R@1/5/10 of `queries` (query, relevant items) ranked by `rankings`, each ranking first
+/// rid of the items `dropped(query, item)` names and cut to [`DEPTH`].
+fn recall_without(
+    rankings: &[Vec<usize>],
+    queries: &[(usize, Vec<usize>)],
+    dropped: impl Fn(usize, usize) -> bool,
+) -> [f64; 3] {
+    let kept: Vec<Vec<usize>> = rankings
+        .iter()
+        .zip(queries)
+        .map(|(r, (q, _))| {
+            r.iter()
+                .copied()
+                .filter(|&x| !dropped(*q, x))
+                .take(DEPTH)
+                .collect()
+        })
+        .collect();
+    recall(
+        kept.iter()
+            .zip(queries)
+            .map(|(r, (_, rel))| (r.as_slice(), rel.as_slice())),
+    )
 }
 
 /// Adds every entry (its impacts cut by the collection's quantizer); returns the non-zeros
