@@ -20,8 +20,10 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/python scripts/make_seed_fixtures.py
 
 Writes model/train/tests/fixtures/seeds_vs_torch.safetensors. Names, for CASE in lexicon, dense
-(ITC consistency), cookie_lexicon, cookie_dense (single-modal InfoNCE) and dcl_dense (ConLIP's
-decoupled contrastive loss, ConLIP eq. 10-12, in-batch):
+(ITC consistency), cookie_lexicon, cookie_dense (single-modal InfoNCE), dcl_dense (ConLIP's
+decoupled contrastive loss, ConLIP eq. 10-12, in-batch); moco_infonce and moco_dcl (ConLIP's
+loss with MoCo queues, eq. 9-12) add CASE.key_image, CASE.key_text, CASE.queue_image and
+CASE.queue_text:
   CASE.image, CASE.text    (batch, dim) inputs, float32
   CASE.tau                 float64 scalar
   CASE.loss                float64 scalar
@@ -77,6 +79,43 @@ def dcl(image, text, tau):
     return (side(sim) + side(sim.t())) / 2
 
 
+def momentum_contrast(image, text, key_image, key_text, queue_image, queue_text, tau, decoupled):
+    """ConLIP eq. 9-12 with MoCo queues: each image against [its batch's text keys; the text
+    queue] (its own key the positive) and symmetrically; InfoNCE (eq. 9) or DCL (eq. 10-11).
+    Keys and queues carry no gradient; the two directions averaged."""
+
+    def side(q, keys):
+        logits = q @ keys.t() / tau
+        b = q.shape[0]
+        target = torch.arange(b)
+        if not decoupled:
+            return F.cross_entropy(logits, target)
+        positive = logits[target, target]
+        mask = torch.zeros_like(logits, dtype=torch.bool)
+        mask[target, target] = True
+        return (torch.logsumexp(logits.masked_fill(mask, float("-inf")), dim=1) - positive).mean()
+
+    i2t = side(image, torch.cat([key_text, queue_text]).detach())
+    t2i = side(text, torch.cat([key_image, queue_image]).detach())
+    return (i2t + t2i) / 2
+
+
+def momentum_case(name, decoupled, out):
+    b, n, d = 4, 8, 6
+    unit = lambda rows: F.normalize(torch.randn(rows, d, generator=gen), dim=1).float().double()
+    image, text = unit(b).requires_grad_(True), unit(b).requires_grad_(True)
+    key_image, key_text, queue_image, queue_text = unit(b), unit(b), unit(n), unit(n)
+    loss = momentum_contrast(image, text, key_image, key_text, queue_image, queue_text, 0.1, decoupled)
+    gi, gt = torch.autograd.grad(loss, (image, text))
+    for k, v in [("image", image), ("text", text), ("key_image", key_image), ("key_text", key_text),
+                 ("queue_image", queue_image), ("queue_text", queue_text)]:
+        out[f"{name}.{k}"] = v.detach().float()
+    out[f"{name}.tau"] = torch.tensor(0.1, dtype=torch.float64)
+    out[f"{name}.loss"] = loss.detach()
+    out[f"{name}.grad_image"] = gi.float()
+    out[f"{name}.grad_text"] = gt.float()
+
+
 def case(name, image, text, tau, out, loss_fn=consistency):
     image = image.float().double().requires_grad_(True)
     text = text.float().double().requires_grad_(True)
@@ -102,6 +141,8 @@ def main():
     case("cookie_lexicon", lex(), lex(), 0.5, out, single_modal)
     case("cookie_dense", dense(), dense(), 0.05, out, single_modal)
     case("dcl_dense", dense(), dense(), 0.05, out, dcl)
+    momentum_case("moco_infonce", False, out)
+    momentum_case("moco_dcl", True, out)
     save_file(out, str(OUT))
     print(f"wrote {OUT}: " + ", ".join(f"{k}={float(out[k]):.6f}" for k in out if k.endswith(".loss")))
 

@@ -18,6 +18,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
+use lexlip_model::Weights;
 use lexlip_model::dual::{TEXT_PROJECTION, VISUAL_PROJECTION};
 
 use crate::beit::BeitEncoder;
@@ -25,15 +26,27 @@ use crate::bert::BertEncoder;
 use crate::error::Result;
 use crate::init::Init;
 use crate::losses;
-use crate::model::{Batch, IMAGE, Objectives, StepLosses, TEXT, Views, tower_params};
+use crate::model::{
+    Batch, IMAGE, MOMENTUM_IMAGE, MOMENTUM_TEXT, Objectives, Queue, StepLosses, TEXT, Views, ema,
+};
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
 use crate::options::DenseLoss;
-use crate::params::{ParamBuilder, Source, sorted_vars};
+use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::key;
 
 /// The store of the two projections.
 pub const PROJECTION: &str = "projection";
+/// The stores of the momentum copy of the projections (`--dense-momentum`).
+pub const MOMENTUM_PROJECTION: &str = "momentum_projection";
+
+/// ConLIP's momentum encoders and queues (`--dense-momentum`, paper 000 sec. 3.3).
+pub struct DenseMomentum {
+    /// The EMA copy of the towers and projections (detached; no momentum of its own).
+    pub model: Box<DenseModel>,
+    pub queue_image: Queue,
+    pub queue_text: Queue,
+}
 
 pub struct DenseModel {
     pub text_store: VarMap,
@@ -47,6 +60,7 @@ pub struct DenseModel {
     pub dim: usize,
     pub init: Init,
     pub device: Device,
+    pub momentum: Option<DenseMomentum>,
 }
 
 /// The representation of each sequence in `(batch, tokens, hidden)` states: `[CLS]`.
@@ -65,25 +79,40 @@ impl DenseModel {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let text_store = VarMap::new();
-        let text_weights = init.text.weights.as_ref();
-        let text = BertEncoder::new(
-            &tower_params(&text_store, text_weights, seed, TEXT, dtype, device),
-            &init.text.config,
-        )?;
-        let image_store = VarMap::new();
-        let image_weights = init.image.weights.as_ref();
-        let image = BeitEncoder::new(
-            &tower_params(&image_store, image_weights, seed, IMAGE, dtype, device),
-            &init.image.config,
-        )?;
-        let projection_store = VarMap::new();
-        let pb = ParamBuilder::new(
-            &projection_store,
+        fn source<'a>(weights: Option<&'a Weights>, seed: u64, group: &str) -> Source<'a> {
+            match weights {
+                Some(w) => Source::Weights(w),
+                None => Source::Random(seed ^ key(group)),
+            }
+        }
+        let sources = [
+            source(init.text.weights.as_ref(), seed, TEXT),
+            source(init.image.weights.as_ref(), seed, IMAGE),
             Source::Random(seed ^ key(PROJECTION)),
-            dtype,
-            device,
-        );
+        ];
+        Self::assemble(init, dim, sources, false, dtype, device)
+    }
+
+    /// The towers and projections from `sources` (text, image, projection), read through
+    /// detached handles when `detached` (a momentum copy, which no gradient reaches).
+    fn assemble(
+        init: &Init,
+        dim: usize,
+        sources: [Source<'_>; 3],
+        detached: bool,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let [text_store, image_store, projection_store] =
+            [VarMap::new(), VarMap::new(), VarMap::new()];
+        let builder = |store, source| {
+            let b = ParamBuilder::new(store, source, dtype, device);
+            if detached { b.detached() } else { b }
+        };
+        let [text_src, image_src, projection_src] = sources;
+        let text = BertEncoder::new(&builder(&text_store, text_src), &init.text.config)?;
+        let image = BeitEncoder::new(&builder(&image_store, image_src), &init.image.config)?;
+        let pb = builder(&projection_store, projection_src);
         let text_projection = Linear::new(
             &pb.pp(TEXT_PROJECTION),
             init.text.config.hidden_size,
@@ -107,21 +136,60 @@ impl DenseModel {
             dim,
             init: init.clone(),
             device: device.clone(),
+            momentum: None,
         })
     }
 
-    /// The stores by group name (what checkpoints hold).
-    pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
-        vec![
+    /// Adds ConLIP's momentum encoders (copies of the towers and projections as they are now,
+    /// moved by EMA at each step) and queues of `queue` keys per modality.
+    pub fn with_momentum(mut self, queue: usize, dtype: DType) -> Result<Self> {
+        let weights = |store: &VarMap, name: &str| -> Result<Weights> {
+            Ok(Weights::from_tensors(snapshot(store)?, name))
+        };
+        let text = weights(&self.text_store, "<momentum text>")?;
+        let image = weights(&self.image_store, "<momentum image>")?;
+        let projection = weights(&self.projection_store, "<momentum projection>")?;
+        let sources = [
+            Source::Weights(&text),
+            Source::Weights(&image),
+            Source::Weights(&projection),
+        ];
+        let model = Self::assemble(&self.init, self.dim, sources, true, dtype, &self.device)?;
+        self.momentum = Some(DenseMomentum {
+            model: Box::new(model),
+            queue_image: Queue::new(queue, self.dim, dtype, &self.device)?,
+            queue_text: Queue::new(queue, self.dim, dtype, &self.device)?,
+        });
+        Ok(self)
+    }
+
+    /// The online stores by group name (what is trained and exported).
+    fn online_stores(&self) -> [(&'static str, &VarMap); 3] {
+        [
             (TEXT, &self.text_store),
             (IMAGE, &self.image_store),
             (PROJECTION, &self.projection_store),
         ]
     }
 
-    /// Every parameter is trained; the text tower's learning rate is scaled by `text_lr_scale`.
+    /// The stores by group name (what checkpoints hold): the online ones and the momentum
+    /// copies.
+    pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
+        let mut out = self.online_stores().to_vec();
+        if let Some(m) = &self.momentum {
+            out.extend([
+                (MOMENTUM_TEXT, &m.model.text_store),
+                (MOMENTUM_IMAGE, &m.model.image_store),
+                (MOMENTUM_PROJECTION, &m.model.projection_store),
+            ]);
+        }
+        out
+    }
+
+    /// Every online parameter is trained; the text tower's learning rate is scaled by
+    /// `text_lr_scale`.
     pub fn params(&self, text_lr_scale: f64) -> Vec<Param> {
-        self.stores()
+        self.online_stores()
             .into_iter()
             .flat_map(|(g, store)| {
                 let scale = if g == TEXT { text_lr_scale } else { 1.0 };
@@ -130,6 +198,15 @@ impl DenseModel {
                     .map(move |(n, v)| Param::new(format!("{g}/{n}"), v, scale))
             })
             .collect()
+    }
+
+    /// Queues the momentum keys of the step just done.
+    pub fn enqueue(&mut self, key_image: &Tensor, key_text: &Tensor) -> Result<()> {
+        if let Some(m) = &mut self.momentum {
+            m.queue_image.push(key_image)?;
+            m.queue_text.push(key_text)?;
+        }
+        Ok(())
     }
 
     /// Unit-length text embeddings `(batch, dim)` of `ids` with attention `mask`.
@@ -147,12 +224,55 @@ impl DenseModel {
     /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `obj.dense_loss`) of the batch's
     /// image and caption embeddings at `obj.tau`, plus the ITC consistency and COOKIE's
     /// single-modal losses when they are on.
-    pub fn step(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
+    ///
+    /// With momentum encoders (`--dense-momentum`), they are first moved towards the towers
+    /// (EMA), encode the batch as keys, and the contrast is against those keys and the queues
+    /// ([`losses::momentum_contrast`]); the keys to queue once the update is done are returned.
+    pub fn step(
+        &self,
+        batch: &Batch,
+        drop: &Dropout,
+        obj: &Objectives,
+    ) -> Result<(StepLosses, Option<(Tensor, Tensor)>)> {
         let image = self.embed_images(&batch.pixels, drop)?;
         let text = self.embed_texts(&batch.ids, &batch.mask, drop)?;
-        let (name, (loss, i2t, t2i)) = match obj.dense_loss {
-            DenseLoss::Infonce => ("info_nce", losses::info_nce(&image, &text, obj.tau)?),
-            DenseLoss::Dcl => ("dcl", losses::dcl(&image, &text, obj.tau)?),
+        let decoupled = obj.dense_loss == DenseLoss::Dcl;
+        let name = if decoupled { "dcl" } else { "info_nce" };
+        let mut keys = None;
+        let (loss, i2t, t2i) = match &self.momentum {
+            None if decoupled => losses::dcl(&image, &text, obj.tau)?,
+            None => losses::info_nce(&image, &text, obj.tau)?,
+            Some(m) => {
+                let pairs = self.online_stores().map(|(_, s)| s);
+                let copies = [
+                    &m.model.text_store,
+                    &m.model.image_store,
+                    &m.model.projection_store,
+                ];
+                ema(
+                    &[
+                        (pairs[0], copies[0]),
+                        (pairs[1], copies[1]),
+                        (pairs[2], copies[2]),
+                    ],
+                    obj.momentum,
+                )?;
+                let off = Dropout::off();
+                let key_image = m.model.embed_images(&batch.pixels, &off)?.detach();
+                let key_text = m.model.embed_texts(&batch.ids, &batch.mask, &off)?.detach();
+                let out = losses::momentum_contrast(
+                    &image,
+                    &text,
+                    &key_image,
+                    &key_text,
+                    m.queue_image.rows()?.as_ref(),
+                    m.queue_text.rows()?.as_ref(),
+                    obj.tau,
+                    decoupled,
+                )?;
+                keys = Some((key_image, key_text));
+                out
+            }
         };
         let mut parts = vec![(name, loss.clone()), ("i2t", i2t), ("t2i", t2i)];
         let image2 = match &batch.pixels_view {
@@ -169,12 +289,13 @@ impl DenseModel {
             text_view: text2.as_ref(),
         };
         let total = obj.with_extras(loss, &mut parts, &views)?;
-        Ok(StepLosses {
+        let losses = StepLosses {
             total,
             parts,
             nnz_image: None,
             nnz_text: None,
             features: Some((image.detach(), text.detach())),
-        })
+        };
+        Ok((losses, keys))
     }
 }

@@ -179,33 +179,78 @@ pub fn single_modal(a: &Tensor, b: &Tensor, tau: f64) -> Result<Tensor> {
     Ok(((ab + ba)? * 0.5)?)
 }
 
-/// ConLIP's decoupled contrastive loss (paper 000, eq. 10-12, after DCL by Yeh et al.): the
-/// in-batch InfoNCE of [`info_nce`] without the positive in the denominator, so an easy positive
-/// no longer damps the gradient of the negatives: for pair `i`,
-/// `-s_ii / τ + log Σ_{j≠i} exp(s_ij / τ)` in each direction, mean over the batch. Returns
-/// `((i2t + t2i) / 2, i2t, t2i)` (ConLIP sums the two; halved here to share the scale of
-/// [`info_nce`]). Needs at least two pairs.
-pub fn dcl(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
-    let b = image.dim(0)?;
-    let sim = (image.matmul(&text.t()?)? / tau)?;
-    let eye = Tensor::eye(b, sim.dtype(), sim.device())?;
-    // The positives leave the log-sum-exp: a large negative on the diagonal.
-    let off_diagonal = (&eye * -1e9)?;
-    let side = |s: &Tensor| -> Result<Tensor> {
-        let positive = (s * &eye)?.sum(1)?;
-        let negatives = (s + &off_diagonal)?;
-        let max = negatives.max_keepdim(D::Minus1)?.detach();
-        let lse = (negatives
-            .broadcast_sub(&max)?
-            .exp()?
-            .sum_keepdim(D::Minus1)?
-            .log()?
-            + max)?
-            .squeeze(1)?;
-        Ok((lse - positive)?.mean_all()?)
+/// One direction of a contrastive loss: `queries (b, d)` against `keys (m ≥ b, d)`, whose first
+/// `b` rows are the positives (row `i` of the queries with row `i` of the keys) and the rest
+/// negatives; logits are inner products over `tau`. InfoNCE, or with `decoupled` ConLIP's DCL
+/// (paper 000, eq. 10-11, after Yeh et al.): the positive leaves the denominator,
+/// `-s_ii / τ + log Σ_{j≠i} exp(s_ij / τ)`, so an easy positive no longer damps the gradient of
+/// the negatives. Mean over the queries.
+pub fn contrast(queries: &Tensor, keys: &Tensor, tau: f64, decoupled: bool) -> Result<Tensor> {
+    let b = queries.dim(0)?;
+    let m = keys.dim(0)?;
+    let logits = (queries.matmul(&keys.t()?)? / tau)?;
+    if !decoupled {
+        return cross_entropy(&logits, &Tensor::arange(0u32, b as u32, queries.device())?);
+    }
+    let eye = Tensor::eye(b, logits.dtype(), logits.device())?;
+    let positives = if m > b {
+        Tensor::cat(
+            &[
+                &eye,
+                &Tensor::zeros((b, m - b), logits.dtype(), logits.device())?,
+            ],
+            1,
+        )?
+    } else {
+        eye
     };
-    let i2t = side(&sim)?;
-    let t2i = side(&sim.t()?.contiguous()?)?;
+    let positive = (&logits * &positives)?.sum(1)?;
+    // The positives leave the log-sum-exp: a large negative in their place.
+    let negatives = (&logits + (&positives * -1e9)?)?;
+    let max = negatives.max_keepdim(D::Minus1)?.detach();
+    let lse = (negatives
+        .broadcast_sub(&max)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        + max)?
+        .squeeze(1)?;
+    Ok((lse - positive)?.mean_all()?)
+}
+
+/// ConLIP's decoupled contrastive loss in-batch ([`contrast`] with `decoupled`, the other
+/// modality's batch as keys), both directions: `((i2t + t2i) / 2, i2t, t2i)` (ConLIP sums the
+/// two; halved here to share the scale of [`info_nce`]). Needs at least two pairs.
+pub fn dcl(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
+    let i2t = contrast(image, text, tau, true)?;
+    let t2i = contrast(text, image, tau, true)?;
+    let loss = ((&i2t + &t2i)? * 0.5)?;
+    Ok((loss, i2t, t2i))
+}
+
+/// ConLIP's instance-level loss with MoCo queues (paper 000, eq. 9-12): each image against the
+/// momentum keys of the batch's texts (its own the positive) and the queue of earlier text keys,
+/// and symmetrically; InfoNCE or, `decoupled`, DCL ([`contrast`]). Keys and queues carry no
+/// gradient. Returns `((i2t + t2i) / 2, i2t, t2i)`.
+#[allow(clippy::too_many_arguments)] // the equation's inputs, each named
+pub fn momentum_contrast(
+    image: &Tensor,
+    text: &Tensor,
+    key_image: &Tensor,
+    key_text: &Tensor,
+    queue_image: Option<&Tensor>,
+    queue_text: Option<&Tensor>,
+    tau: f64,
+    decoupled: bool,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let keys = |batch: &Tensor, queue: Option<&Tensor>| -> Result<Tensor> {
+        Ok(match queue {
+            Some(q) if q.dim(0)? > 0 => Tensor::cat(&[&batch.detach(), &q.detach()], 0)?,
+            _ => batch.detach(),
+        })
+    };
+    let i2t = contrast(image, &keys(key_text, queue_text)?, tau, decoupled)?;
+    let t2i = contrast(text, &keys(key_image, queue_image)?, tau, decoupled)?;
     let loss = ((&i2t + &t2i)? * 0.5)?;
     Ok((loss, i2t, t2i))
 }

@@ -117,7 +117,7 @@ pub struct Queue {
 }
 
 impl Queue {
-    fn new(capacity: usize, vocab: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(capacity: usize, vocab: usize, dtype: DType, device: &Device) -> Result<Self> {
         Ok(Self {
             data: Tensor::zeros((capacity, vocab), dtype, device)?,
             ptr: 0,
@@ -594,21 +594,7 @@ impl LexLipModel {
         if !self.frozen_text {
             pairs.push((&self.text_store, &mom.text_store));
         }
-        for (online, momentum) in pairs {
-            let online: HashMap<String, candle_core::Var> =
-                sorted_vars(online).into_iter().collect();
-            for (name, var) in sorted_vars(momentum) {
-                let Some(o) = online.get(&name) else {
-                    return Err(crate::TrainError::invalid(format!(
-                        "momentum parameter {name} has no online counterpart"
-                    )));
-                };
-                let next =
-                    ((var.as_tensor().detach() * m)? + (o.as_tensor().detach() * (1.0 - m))?)?;
-                var.set(&next)?;
-            }
-        }
-        Ok(())
+        ema(&pairs, m)
     }
 
     /// Queues the momentum keys of the step just done.
@@ -619,6 +605,24 @@ impl LexLipModel {
         }
         Ok(())
     }
+}
+
+/// `θ_m ← m θ_m + (1 - m) θ` for each (online, momentum) pair of stores (MoCo's update; LexLIP
+/// eq. 19-20, ConLIP eq. 8).
+pub fn ema(pairs: &[(&VarMap, &VarMap)], m: f64) -> Result<()> {
+    for (online, momentum) in pairs {
+        let online: HashMap<String, candle_core::Var> = sorted_vars(online).into_iter().collect();
+        for (name, var) in sorted_vars(momentum) {
+            let Some(o) = online.get(&name) else {
+                return Err(crate::TrainError::invalid(format!(
+                    "momentum parameter {name} has no online counterpart"
+                )));
+            };
+            let next = ((var.as_tensor().detach() * m)? + (o.as_tensor().detach() * (1.0 - m))?)?;
+            var.set(&next)?;
+        }
+    }
+    Ok(())
 }
 
 /// The text tower's MLM head as image-head weights (both are named `cls.predictions.*`); the

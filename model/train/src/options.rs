@@ -142,6 +142,13 @@ pub struct TrainOptions {
     #[arg(long, value_enum, default_value_t = DenseLoss::Infonce, help_heading = "Objectives")]
     #[serde(default)]
     pub dense_loss: DenseLoss,
+    /// ConLIP's MoCo for the dense objective (paper 000, sec. 3.3): momentum copies of the
+    /// towers and projections (EMA at --momentum) encode each batch as keys, and every
+    /// embedding is contrasted against the batch's keys and queues of the last --queue-size
+    /// keys per modality (with --dense-loss), so negatives outnumber the batch.
+    #[arg(long, help_heading = "Objectives")]
+    #[serde(default)]
+    pub dense_momentum: bool,
     /// Embedding dimension of the dense objective's projections.
     #[arg(long, default_value_t = 256, help_heading = "Objectives")]
     #[serde(default = "default_dense_dim")]
@@ -165,11 +172,11 @@ pub struct TrainOptions {
     /// Weight λ of the FLOPS sparsity regulariser.
     #[arg(long, default_value_t = 0.002, help_heading = "Objectives")]
     pub flops_lambda: f64,
-    /// EMA decay m of the momentum encoders (phase 2).
+    /// EMA decay m of the momentum encoders (phase 2 and --dense-momentum).
     #[arg(long, default_value_t = 0.99, help_heading = "Objectives")]
     pub momentum: f64,
-    /// Momentum representations kept per modality as negatives (phase 2; a multiple of
-    /// --batch-size).
+    /// Momentum representations kept per modality as negatives (phase 2 and
+    /// --dense-momentum; a multiple of --batch-size).
     #[arg(long, default_value_t = 1024, help_heading = "Objectives")]
     pub queue_size: usize,
     /// Weight λ_cons of GRIT-VLP's ITC consistency loss (paper 004, eq. 6; 0.2 there): each
@@ -304,6 +311,7 @@ impl TrainOptions {
             image_head_init: HeadInit::Auto,
             objective: Objective::Lexlip,
             dense_loss: DenseLoss::Infonce,
+            dense_momentum: false,
             dense_dim: default_dense_dim(),
             phase: 1,
             mask_rate: 0.3,
@@ -363,10 +371,13 @@ impl TrainOptions {
             m.remove("objective");
             m.remove("dense_dim");
         }
-        if self.dense_loss == DenseLoss::Infonce
-            && let Some(m) = v.as_object_mut()
-        {
-            m.remove("dense_loss");
+        if let Some(m) = v.as_object_mut() {
+            if self.dense_loss == DenseLoss::Infonce {
+                m.remove("dense_loss");
+            }
+            if !self.dense_momentum {
+                m.remove("dense_momentum");
+            }
         }
         // Options added later hash only when set, so older runs' checkpoints still resume.
         if let Some(m) = v.as_object_mut() {
@@ -504,12 +515,14 @@ impl TrainOptions {
                         .into(),
                 );
             }
-        } else if self.dense_loss != DenseLoss::Infonce {
+        } else if self.dense_loss != DenseLoss::Infonce || self.dense_momentum {
             return bad(
-                "--dense-loss chooses the dense objective's loss; give --objective dense".into(),
+                "--dense-loss and --dense-momentum are the dense objective's; give --objective \
+                 dense"
+                    .into(),
             );
         }
-        if self.phase == 2
+        if (self.phase == 2 || self.dense_momentum)
             && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))
         {
             return bad(format!(

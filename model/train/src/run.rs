@@ -559,15 +559,15 @@ fn save(
     }
     tensors.extend(group.tensors()?);
     let (mut ptr, mut fill) = (0, 0);
-    if let Some(m) = model.momentum() {
-        if let Some(rows) = m.queue_image.rows()? {
+    if let Some((queue_image, queue_text)) = model.queues() {
+        if let Some(rows) = queue_image.rows()? {
             tensors.insert("queue/image".into(), rows.copy()?);
         }
-        if let Some(rows) = m.queue_text.rows()? {
+        if let Some(rows) = queue_text.rows()? {
             tensors.insert("queue/text".into(), rows.copy()?);
         }
-        ptr = m.queue_image.ptr;
-        fill = m.queue_image.fill;
+        ptr = queue_image.ptr;
+        fill = queue_image.fill;
     }
     let state = State {
         format: 1,
@@ -600,11 +600,9 @@ fn restore(
         crate::params::restore(store, &group(name), &format!("{} ({name})", dir.display()))?;
     }
     adam.restore(state.adam_t, &group("adam"), params)?;
-    if let Some(m) = model.momentum_mut() {
-        m.queue_image
-            .restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
-        m.queue_text
-            .restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
+    if let Some((queue_image, queue_text)) = model.queues_mut() {
+        queue_image.restore(all.get("queue/image"), state.queue_ptr, state.queue_fill)?;
+        queue_text.restore(all.get("queue/text"), state.queue_ptr, state.queue_fill)?;
     }
     GroupState::from_tensors(&all)
 }

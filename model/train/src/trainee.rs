@@ -9,7 +9,7 @@ use candle_nn::VarMap;
 use crate::dense::DenseModel;
 use crate::error::Result;
 use crate::init::Init;
-use crate::model::{Batch, LexLipModel, Momentum, Objectives, StepLosses};
+use crate::model::{Batch, LexLipModel, Objectives, Queue, StepLosses};
 use crate::nn::Dropout;
 use crate::optim::Param;
 use crate::options::{Objective, SaveDtype, TrainOptions};
@@ -34,13 +34,15 @@ impl Trainee {
                 m.frozen_text = opts.freeze_text;
                 Trainee::LexLip(Box::new(m))
             }
-            Objective::Dense => Trainee::Dense(Box::new(DenseModel::build(
-                init,
-                opts.dense_dim,
-                opts.seed,
-                dtype,
-                device,
-            )?)),
+            Objective::Dense => {
+                let m = DenseModel::build(init, opts.dense_dim, opts.seed, dtype, device)?;
+                let m = if opts.dense_momentum {
+                    m.with_momentum(opts.queue_size, dtype)?
+                } else {
+                    m
+                };
+                Trainee::Dense(Box::new(m))
+            }
         })
     }
 
@@ -90,7 +92,8 @@ impl Trainee {
         }
     }
 
-    /// One step's losses, and the momentum keys to queue after the update (LexLIP phase 2).
+    /// One step's losses, and the momentum keys to queue after the update (LexLIP phase 2, the
+    /// dense objective with `--dense-momentum`).
     pub fn step(
         &mut self,
         phase: u8,
@@ -104,7 +107,7 @@ impl Trainee {
                 let (losses, pv, pl) = m.phase2(batch, drop, obj)?;
                 Ok((losses, Some((pv, pl))))
             }
-            Trainee::Dense(m) => Ok((m.step(batch, drop, obj)?, None)),
+            Trainee::Dense(m) => m.step(batch, drop, obj),
         }
     }
 
@@ -112,22 +115,29 @@ impl Trainee {
     pub fn enqueue(&mut self, keys: Keys) -> Result<()> {
         match (self, keys) {
             (Trainee::LexLip(m), Some((pv, pl))) => m.enqueue(&pv, &pl),
+            (Trainee::Dense(m), Some((image, text))) => m.enqueue(&image, &text),
             _ => Ok(()),
         }
     }
 
-    /// The momentum encoders and queues (LexLIP phase 2).
-    pub fn momentum(&self) -> Option<&Momentum> {
+    /// The image and text queues of momentum keys (LexLIP phase 2, `--dense-momentum`).
+    pub fn queues(&self) -> Option<(&Queue, &Queue)> {
         match self {
-            Trainee::LexLip(m) => m.momentum.as_ref(),
-            Trainee::Dense(_) => None,
+            Trainee::LexLip(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
+            Trainee::Dense(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
         }
     }
 
-    pub fn momentum_mut(&mut self) -> Option<&mut Momentum> {
+    pub fn queues_mut(&mut self) -> Option<(&mut Queue, &mut Queue)> {
         match self {
-            Trainee::LexLip(m) => m.momentum.as_mut(),
-            Trainee::Dense(_) => None,
+            Trainee::LexLip(m) => m
+                .momentum
+                .as_mut()
+                .map(|m| (&mut m.queue_image, &mut m.queue_text)),
+            Trainee::Dense(m) => m
+                .momentum
+                .as_mut()
+                .map(|m| (&mut m.queue_image, &mut m.queue_text)),
         }
     }
 

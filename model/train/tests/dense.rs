@@ -223,6 +223,52 @@ fn dcl_dense_steps_lower_the_loss() {
     assert_eq!(train_json(&o.out)["options"]["dense_loss"], "dcl");
 }
 
+/// ConLIP's MoCo (`--dense-momentum`, here with DCL): the momentum copies and the queues are
+/// checkpointed (a run stopped after 3 steps, when the queue of 16 keys holds 24 and has
+/// wrapped, resumes bit for bit), and the exported model is the online one alone.
+#[test]
+fn dense_momentum_trains_and_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let base = |out: &std::path::Path| {
+        let mut o = resume_options(&tsv, out);
+        o.objective = Objective::Dense;
+        o.dense_dim = 32;
+        o.dense_momentum = true;
+        o.dense_loss = lexlip_train::DenseLoss::Dcl;
+        o.queue_size = 16;
+        o
+    };
+    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+    let whole = tmp.path().join("whole");
+    let s = run_quietly(&base(&whole));
+    assert!(s.last.as_ref().unwrap().parts.contains_key("dcl"));
+    let parts = tmp.path().join("parts");
+    train_stopped_and_resumed(&base(&parts), 3, "config.json");
+    assert_eq!(bytes(&whole), bytes(&parts));
+    let (dir, state) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
+    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
+        .unwrap()
+        .into_keys()
+        .collect();
+    for n in [
+        "momentum_projection/text_projection.weight",
+        "queue/image",
+        "queue/text",
+    ] {
+        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
+    }
+    assert_eq!(state.queue_fill, 16);
+    let exported =
+        candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
+    assert!(exported.keys().all(|k| !k.starts_with("momentum")));
+    // And only with the dense objective.
+    let mut lexlip = base(&tmp.path().join("lexlip"));
+    lexlip.objective = Objective::Lexlip;
+    lexlip.dense_loss = lexlip_train::DenseLoss::Infonce;
+    assert!(err_of(&lexlip).contains("give --objective dense"));
+}
+
 /// N steps in one go and k steps, stop, resume to N give bitwise the same model (with dropout
 /// and augmentation on).
 #[test]

@@ -292,6 +292,7 @@ fn dense_every_parameter_gets_a_gradient() {
     let grads = model
         .step(&b, &drop, &OBJ)
         .unwrap()
+        .0
         .total
         .backward()
         .unwrap();
@@ -320,9 +321,50 @@ fn dense_gradients_match_finite_differences() {
         };
         let worst = check_gradients(
             &params,
-            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().total,
+            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().0.total,
             &dev,
         );
         eprintln!("dense ({loss:?}): worst relative error {worst:.2e}");
+    }
+}
+
+/// ConLIP's MoCo (`--dense-momentum`): against the momentum keys and a half-filled queue, with
+/// InfoNCE and DCL. The EMA is made a fixed point (momentum 1) so the loss is a function of the
+/// online parameters alone; only they get gradients, and the step returns keys to queue.
+#[test]
+fn dense_momentum_gradients_match_finite_differences() {
+    let dev = Device::Cpu;
+    let mut model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 9, DType::F64, &dev)
+        .unwrap()
+        .with_momentum(6, DType::F64)
+        .unwrap();
+    let mut r = Rng::new(&[4]);
+    let mut keys = || {
+        let v: Vec<f64> = (0..3 * 8).map(|_| r.normal()).collect();
+        Tensor::from_vec(v, (3, 8), &dev).unwrap()
+    };
+    let (ki, kt) = (keys(), keys());
+    model.enqueue(&ki, &kt).unwrap();
+    let b = batch(DType::F64, &dev);
+    let params = model.params(1.0);
+    assert!(params.iter().all(|p| !p.name.starts_with("momentum")));
+    for loss in [DenseLoss::Infonce, DenseLoss::Dcl] {
+        let obj = Objectives {
+            dense_loss: loss,
+            momentum: 1.0,
+            ..OBJ
+        };
+        let (_, queued) = model.step(&b, &Dropout::off(), &obj).unwrap();
+        let (key_image, key_text) = queued.expect("keys to queue");
+        assert_eq!(
+            (key_image.dims(), key_text.dims()),
+            (&[3, 8][..], &[3, 8][..])
+        );
+        let worst = check_gradients(
+            &params,
+            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().0.total,
+            &dev,
+        );
+        eprintln!("dense momentum ({loss:?}): worst relative error {worst:.2e}");
     }
 }

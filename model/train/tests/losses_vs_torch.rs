@@ -360,6 +360,34 @@ fn dcl_equals_torch() {
     seed_loss_equals_torch(&["dcl_dense"], |a, b, tau| Ok(losses::dcl(a, b, tau)?.0));
 }
 
+/// ConLIP's loss with MoCo queues (eq. 9-12): InfoNCE and DCL against the batch's momentum
+/// keys and the queues; gradients reach the online embeddings only.
+#[test]
+fn momentum_contrast_equals_torch() {
+    let f = Fixture::named("seeds_vs_torch.safetensors");
+    for (case, decoupled) in [("moco_infonce", false), ("moco_dcl", true)] {
+        let get = |k: &str| f.get(&format!("{case}.{k}"));
+        let image = f.var(&format!("{case}.image"));
+        let text = f.var(&format!("{case}.text"));
+        let (queue_image, queue_text) = (get("queue_image"), get("queue_text"));
+        let (loss, _, _) = losses::momentum_contrast(
+            image.as_tensor(),
+            text.as_tensor(),
+            &get("key_image"),
+            &get("key_text"),
+            Some(&queue_image),
+            Some(&queue_text),
+            f.scalar(&format!("{case}.tau")),
+            decoupled,
+        )
+        .unwrap();
+        assert_loss(case, &loss, f.scalar(&format!("{case}.loss")));
+        let grads = loss.backward().unwrap();
+        assert_grad(case, &grads, &image, &get("grad_image"));
+        assert_grad(case, &grads, &text, &get("grad_text"));
+    }
+}
+
 type SeedLoss = fn(&Tensor, &Tensor, f64) -> lexlip_train::Result<Tensor>;
 
 /// `loss` on each case of the seed-methods fixture: value and both gradients.
