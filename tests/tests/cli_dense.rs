@@ -24,12 +24,10 @@ fn corpus(dir: &Path) -> PathBuf {
     path
 }
 
-/// A few steps of dense training through the command line; returns the model directory.
-fn train_dense(dir: &Path) -> PathBuf {
-    let tsv = corpus(dir);
-    let out = dir.join("dense");
+/// `lexlip train` arguments for a tiny dense run of `steps` on [`corpus`] into `out`.
+fn train_args(tsv: &Path, out: &Path, steps: &str) -> Vec<String> {
     let tokenizer = fixtures().join("vocab1000/tokenizer.json");
-    let args: Vec<String> = [
+    [
         "train",
         "--objective",
         "dense",
@@ -50,14 +48,21 @@ fn train_dense(dir: &Path) -> PathBuf {
         "--batch-size",
         "4",
         "--steps",
-        "3",
+        steps,
         "--out",
         out.to_str().unwrap(),
-        "--json",
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+/// A few steps of dense training through the command line; returns the model directory.
+fn train_dense(dir: &Path) -> PathBuf {
+    let tsv = corpus(dir);
+    let out = dir.join("dense");
+    let mut args = train_args(&tsv, &out, "3");
+    args.push("--json".into());
     let run = lexlip(&args);
     assert!(
         run.status.success(),
@@ -70,6 +75,37 @@ fn train_dense(dir: &Path) -> PathBuf {
     let step: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     assert!(step["info_nce"].as_f64().unwrap().is_finite(), "{step}");
     out
+}
+
+/// Without a terminal (a log file, a batch job) the progress bar draws nothing, so what it
+/// would show is written as lines: the run's messages and every logged step; with a grouped
+/// sampler, its regrouping at each epoch's end.
+#[test]
+fn train_without_a_terminal_logs_plain_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = corpus(tmp.path());
+    let mut args = train_args(&tsv, &tmp.path().join("dense"), "6");
+    args.extend(
+        [
+            "--log-every",
+            "1",
+            "--sampler",
+            "grouped",
+            "--group-size",
+            "4",
+        ]
+        .map(String::from),
+    );
+    let run = lexlip(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("text tower:"), "{stderr}");
+    assert!(stderr.contains("step 6/6 epoch"), "{stderr}");
+    assert!(
+        stderr.contains("grouped sampler: epoch 2's mini-batches"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("done: step 6 of 6"));
 }
 
 fn unit(v: &Value, dim: usize) -> Vec<f32> {

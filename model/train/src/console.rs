@@ -1,5 +1,7 @@
 //! The command line's observer: an indicatif progress bar with the loss components and ETA, or
-//! (`--json`) one JSON object per logged step on stdout.
+//! (`--json`) one JSON object per logged step on stdout. When stderr is no terminal (a log file,
+//! a service, a batch job) the bar draws nothing, so messages and every logged step are written
+//! as plain lines instead.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -75,7 +77,7 @@ pub fn describe(log: &StepLog) -> String {
 
 impl Observer for Console {
     fn message(&mut self, text: &str) {
-        if self.json {
+        if self.json || self.bar.is_hidden() {
             eprintln!("{text}");
         } else {
             self.bar.println(text);
@@ -114,6 +116,15 @@ impl Observer for Console {
             if let Ok(line) = serde_json::to_string(log) {
                 println!("{line}");
             }
+        } else if self.bar.is_hidden() {
+            eprintln!(
+                "step {}/{} epoch {:.2} {} | {:.1} pairs/s",
+                log.step,
+                log.total_steps,
+                log.epoch,
+                describe(log),
+                log.samples_per_s
+            );
         } else {
             self.bar.set_message(describe(log));
         }
