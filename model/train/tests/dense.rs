@@ -223,17 +223,23 @@ fn dcl_dense_steps_lower_the_loss() {
     assert_eq!(train_json(&o.out)["options"]["dense_loss"], "dcl");
 }
 
+/// [`resume_options`] for the dense objective.
+fn dense_resume_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
+    let mut o = resume_options(tsv, out);
+    o.objective = Objective::Dense;
+    o.dense_dim = 32;
+    o
+}
+
 /// ConLIP's MoCo (`--dense-momentum`, here with DCL): the momentum copies and the queues are
-/// checkpointed (a run stopped after 3 steps, when the queue of 16 keys holds 24 and has
-/// wrapped, resumes bit for bit), and the exported model is the online one alone.
+/// checkpointed (a run stopped after 3 steps, when 24 keys have gone through the queue of 16
+/// and it has wrapped, resumes bit for bit), and the exported model is the online one alone.
 #[test]
 fn dense_momentum_trains_and_resumes_bitwise() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let base = |out: &std::path::Path| {
-        let mut o = resume_options(&tsv, out);
-        o.objective = Objective::Dense;
-        o.dense_dim = 32;
+        let mut o = dense_resume_options(&tsv, out);
         o.dense_momentum = true;
         o.dense_loss = lexlip_train::DenseLoss::Dcl;
         o.queue_size = 16;
@@ -275,12 +281,7 @@ fn dense_momentum_trains_and_resumes_bitwise() {
 fn dense_resume_gives_bitwise_the_same_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
-    let base = |out: &std::path::Path| {
-        let mut o = resume_options(&tsv, out);
-        o.objective = Objective::Dense;
-        o.dense_dim = 32;
-        o
-    };
+    let base = |out: &std::path::Path| dense_resume_options(&tsv, out);
     let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
     let whole = tmp.path().join("whole");
     run_quietly(&base(&whole));
