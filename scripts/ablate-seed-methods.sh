@@ -11,7 +11,8 @@
 #
 # Arms: start, random (the baseline), grouped (--sampler grouped, GRIT-VLP), grouped-cons
 # (grouped + --itc-consistency 0.2, GRIT-VLP's λ), cons (random + --itc-consistency 0.2),
-# vcl (COOKIE's --image-contrastive 1; its text loss needs a trained text tower).
+# grouped-wide (grouped with search spaces of 4,096 pairs), vcl (COOKIE's --image-contrastive
+# 1; its text loss needs a trained text tower).
 # Evaluation includes image→image and text→text recall (--single-modal).
 # Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md (recall, training time).
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
@@ -54,10 +55,11 @@ for arm in $arms; do
     start) ;;
     random) ;;
     grouped) extra=(--sampler grouped) ;;
+    grouped-wide) extra=(--sampler grouped --group-size 4096) ;;
     grouped-cons) extra=(--sampler grouped --itc-consistency 0.2) ;;
     cons) extra=(--itc-consistency 0.2) ;;
     vcl) extra=(--image-contrastive 1) ;;
-    *) echo "error: unknown arm $arm (start, random, grouped, grouped-cons, cons, vcl)" >&2; exit 1 ;;
+    *) echo "error: unknown arm $arm (start, random, grouped, grouped-wide, grouped-cons, cons, vcl)" >&2; exit 1 ;;
   esac
   evaluated="$model"
   if [ "$arm" != start ]; then
