@@ -203,7 +203,7 @@ fn single_modal_recall_by_hand() {
     for (t, w) in e.texts.iter_mut().zip(words) {
         t.doc.text = Some(w.to_string());
     }
-    assert_eq!(e.image_concepts(), [0, 0, 1, 1, 2]);
+    assert_eq!(e.image_concepts(&e.wordings()), [0, 0, 1, 1, 2]);
     let tmp = tempfile::tempdir().unwrap();
     let r = evaluate(&e, None, 100.0, true, &tmp.path().join("c"), &mut ()).unwrap();
     // I2I (the query itself dropped): a0 → a1 7200, b1 5400: 1st. a1 → a0 7200: 1st.

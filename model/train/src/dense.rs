@@ -243,20 +243,13 @@ impl DenseModel {
             None if decoupled => losses::dcl(&image, &text, obj.tau)?,
             None => losses::info_nce(&image, &text, obj.tau)?,
             Some(m) => {
-                let pairs = self.online_stores().map(|(_, s)| s);
-                let copies = [
-                    &m.model.text_store,
-                    &m.model.image_store,
-                    &m.model.projection_store,
-                ];
-                ema(
-                    &[
-                        (pairs[0], copies[0]),
-                        (pairs[1], copies[1]),
-                        (pairs[2], copies[2]),
-                    ],
-                    obj.momentum,
-                )?;
+                let pairs: Vec<(&VarMap, &VarMap)> = self
+                    .online_stores()
+                    .into_iter()
+                    .zip(m.model.online_stores())
+                    .map(|((_, online), (_, copy))| (online, copy))
+                    .collect();
+                ema(&pairs, obj.momentum)?;
                 let off = Dropout::off();
                 let key_image = m.model.embed_images(&batch.pixels, &off)?.detach();
                 let key_text = m.model.embed_texts(&batch.ids, &batch.mask, &off)?.detach();

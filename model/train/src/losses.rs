@@ -149,6 +149,11 @@ pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrasti
 /// `(i2t + t2i) / 2`, with the two directions.
 pub fn info_nce(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
     let (i2t, t2i) = in_batch(image, text, tau)?;
+    symmetric(i2t, t2i)
+}
+
+/// `((i2t + t2i) / 2, i2t, t2i)`: a symmetric loss with its two directions.
+fn symmetric(i2t: Tensor, t2i: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     let loss = ((&i2t + &t2i)? * 0.5)?;
     Ok((loss, i2t, t2i))
 }
@@ -173,10 +178,9 @@ pub fn itc_consistency(image: &Tensor, text: &Tensor, tau: f64) -> Result<Tensor
 /// COOKIE's single-modal contrastive loss (paper 003, eq. 8-10): two views of the same items
 /// (two augmentations of an image; a caption and its masked copy), `(batch, dim)` each, as the
 /// positive pairs of a symmetric in-batch InfoNCE at `tau`; the other items of the batch are
-/// the negatives. The same form as the cross-modal loss ([`in_batch`]), within one modality.
+/// the negatives. The cross-modal [`info_nce`], within one modality.
 pub fn single_modal(a: &Tensor, b: &Tensor, tau: f64) -> Result<Tensor> {
-    let (ab, ba) = in_batch(a, b, tau)?;
-    Ok(((ab + ba)? * 0.5)?)
+    Ok(info_nce(a, b, tau)?.0)
 }
 
 /// One direction of a contrastive loss: `queries (b, d)` against `keys (m ≥ b, d)`, whose first
@@ -222,10 +226,10 @@ pub fn contrast(queries: &Tensor, keys: &Tensor, tau: f64, decoupled: bool) -> R
 /// modality's batch as keys), both directions: `((i2t + t2i) / 2, i2t, t2i)` (ConLIP sums the
 /// two; halved here to share the scale of [`info_nce`]). Needs at least two pairs.
 pub fn dcl(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, Tensor)> {
-    let i2t = contrast(image, text, tau, true)?;
-    let t2i = contrast(text, image, tau, true)?;
-    let loss = ((&i2t + &t2i)? * 0.5)?;
-    Ok((loss, i2t, t2i))
+    symmetric(
+        contrast(image, text, tau, true)?,
+        contrast(text, image, tau, true)?,
+    )
 }
 
 /// ConLIP's instance-level loss with MoCo queues (paper 000, eq. 9-12): each image against the
@@ -249,10 +253,10 @@ pub fn momentum_contrast(
             _ => batch.detach(),
         })
     };
-    let i2t = contrast(image, &keys(key_text, queue_text)?, tau, decoupled)?;
-    let t2i = contrast(text, &keys(key_image, queue_image)?, tau, decoupled)?;
-    let loss = ((&i2t + &t2i)? * 0.5)?;
-    Ok((loss, i2t, t2i))
+    symmetric(
+        contrast(image, &keys(key_text, queue_text)?, tau, decoupled)?,
+        contrast(text, &keys(key_image, queue_image)?, tau, decoupled)?,
+    )
 }
 
 /// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as

@@ -371,6 +371,7 @@ impl TrainOptions {
             m.remove("objective");
             m.remove("dense_dim");
         }
+        // Options added later hash only when set, so older runs' checkpoints still resume.
         if let Some(m) = v.as_object_mut() {
             if self.dense_loss == DenseLoss::Infonce {
                 m.remove("dense_loss");
@@ -378,9 +379,6 @@ impl TrainOptions {
             if !self.dense_momentum {
                 m.remove("dense_momentum");
             }
-        }
-        // Options added later hash only when set, so older runs' checkpoints still resume.
-        if let Some(m) = v.as_object_mut() {
             if self.sampler == Sampler::Random {
                 m.remove("sampler");
                 m.remove("group_size");

@@ -322,17 +322,12 @@ impl GroupState {
         if n > 0 {
             let pairs: Vec<u32> = self.collected.iter().map(|c| c.pair).collect();
             out.push((PAIRS.into(), Tensor::from_slice(&pairs, n, dev)?));
-            for (side, get) in [
-                (
-                    "image",
-                    (|c: &Collected| &c.image) as fn(&Collected) -> &SparseRow,
-                ),
-                ("text", |c: &Collected| &c.text),
-            ] {
+            let image: Vec<&SparseRow> = self.collected.iter().map(|c| &c.image).collect();
+            let text: Vec<&SparseRow> = self.collected.iter().map(|c| &c.text).collect();
+            for (side, rows) in [("image", image), ("text", text)] {
                 let mut ids = vec![0u32; n * FEATURE_TERMS];
                 let mut weights = vec![0f32; n * FEATURE_TERMS];
-                for (r, c) in self.collected.iter().enumerate() {
-                    let row = get(c);
+                for (r, row) in rows.iter().enumerate() {
                     let at = r * FEATURE_TERMS;
                     ids[at..at + row.ids.len()].copy_from_slice(&row.ids);
                     weights[at..at + row.weights.len()].copy_from_slice(&row.weights);

@@ -181,9 +181,9 @@ impl Encoded {
             .count()
     }
 
-    /// The concept of each image (numbered from 0): images linked by a shared caption text
-    /// (case and runs of spaces ignored), transitively.
-    pub fn image_concepts(&self) -> Vec<usize> {
+    /// The concept of each image (numbered from 0): images linked by a shared caption wording
+    /// (`wording[t]` of text `t`, from [`Encoded::wordings`]), transitively.
+    pub fn image_concepts(&self, wording: &[String]) -> Vec<usize> {
         let mut parent: Vec<usize> = (0..self.images.len()).collect();
         fn root(parent: &mut [usize], mut i: usize) -> usize {
             while parent[i] != i {
@@ -192,11 +192,10 @@ impl Encoded {
             }
             i
         }
-        let mut first_with: HashMap<String, usize> = HashMap::new();
+        let mut first_with: HashMap<&str, usize> = HashMap::new();
         for (t, image) in self.text_image.iter().enumerate() {
             let Some(i) = *image else { continue };
-            let key = self.normalized_text(t);
-            let j = *first_with.entry(key).or_insert(i);
+            let j = *first_with.entry(wording[t].as_str()).or_insert(i);
             let (a, b) = (root(&mut parent, i), root(&mut parent, j));
             parent[a.max(b)] = a.min(b);
         }
@@ -210,13 +209,18 @@ impl Encoded {
             .collect()
     }
 
-    /// Text `t` lower-cased with runs of white space made one space (how concepts compare).
-    pub fn normalized_text(&self, t: usize) -> String {
-        let text = self.texts[t].doc.text.as_deref().unwrap_or_default();
-        text.split_whitespace()
-            .map(str::to_lowercase)
-            .collect::<Vec<_>>()
-            .join(" ")
+    /// Every text lower-cased with runs of white space made one space (how concepts compare).
+    pub fn wordings(&self) -> Vec<String> {
+        self.texts
+            .iter()
+            .map(|e| {
+                let text = e.doc.text.as_deref().unwrap_or_default();
+                text.split_whitespace()
+                    .map(str::to_lowercase)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
     }
 
     /// Fails when nothing can be evaluated: no image-caption pair survived.

@@ -174,7 +174,8 @@ fn single_modal_recall(
     image_ids: &HashMap<&str, usize>,
     text_ids: &HashMap<&str, usize>,
 ) -> Result<SingleModal> {
-    let concept = encoded.image_concepts();
+    let wording = encoded.wordings();
+    let concept = encoded.image_concepts(&wording);
     let concepts = concept.iter().copied().max().map_or(0, |m| m + 1);
     let mut images_of = vec![Vec::new(); concepts];
     for (i, &c) in concept.iter().enumerate() {
@@ -195,9 +196,6 @@ fn single_modal_recall(
     )?;
     let i2i_recall = recall_without(&rankings, &i2i, |q, x| x == q);
 
-    let wording: Vec<String> = (0..encoded.texts.len())
-        .map(|t| encoded.normalized_text(t))
-        .collect();
     let mut captions_of = vec![Vec::new(); concepts];
     let mut same_wording: HashMap<&str, usize> = HashMap::new();
     for (t, image) in encoded.text_image.iter().enumerate() {
