@@ -88,6 +88,12 @@ pub enum TermPostings {
         /// For a term in many blocks: its block maxima as bytes too (`ceil(max / step)`), so
         /// bounding costs a vectorized pass over the blocks instead of one per posting.
         maxima: Option<(Box<[u8]>, u32)>,
+        /// Skips: the postings of blocks `g << group_shift ..` start at `groups[g]`, so that
+        /// a block's postings are found among ~[`GROUP_POSTINGS`] (one or two cache lines)
+        /// instead of by a binary search over all of them (a cache miss per step). Empty for
+        /// terms with few postings.
+        groups: Box<[u32]>,
+        group_shift: u32,
     },
 }
 
@@ -111,10 +117,14 @@ impl TermPostings {
         if 5 * num_blocks as usize >= 3 * n {
             // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
             let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
+            let docs: Box<[u32]> = postings.iter().map(|&(d, _)| d).collect();
+            let (groups, group_shift) = skip_groups(&docs, shift, num_blocks);
             return Self::Sparse {
-                docs: postings.iter().map(|&(d, _)| d).collect(),
+                docs,
                 impacts,
                 maxima,
+                groups,
+                group_shift,
             };
         }
         let mut starts = vec![n as u32; num_blocks as usize + 1];
@@ -140,15 +150,27 @@ impl TermPostings {
     pub fn span(&self, block: u32, shift: u32) -> (u32, u32) {
         match self {
             Self::Dense { starts, .. } => (starts[block as usize], starts[block as usize + 1]),
-            Self::Sparse { docs, maxima, .. } => {
+            Self::Sparse {
+                docs,
+                maxima,
+                groups,
+                group_shift,
+                ..
+            } => {
                 if let Some((m, _)) = maxima
                     && m[block as usize] == 0
                 {
                     return (0, 0);
                 }
+                let (lo, hi) = if groups.is_empty() {
+                    (0, docs.len())
+                } else {
+                    let g = (block >> group_shift) as usize;
+                    (groups[g] as usize, groups[g + 1] as usize)
+                };
                 let first = block << shift;
-                let s = docs.partition_point(|&d| d < first);
-                let e = s + docs[s..]
+                let s = lo + docs[lo..hi].partition_point(|&d| d < first);
+                let e = s + docs[s..hi]
                     .iter()
                     .take_while(|&&d| d >> shift == block)
                     .count();
@@ -225,19 +247,26 @@ impl TermPostings {
                     }
                 }
             }
-            Self::Sparse { docs, impacts, .. } => {
-                let mut i = 0;
-                while i < docs.len() {
-                    let block = docs[i] >> shift;
-                    let mut m = impacts.get(i);
-                    i += 1;
-                    while i < docs.len() && docs[i] >> shift == block {
-                        m = m.max(impacts.get(i));
-                        i += 1;
-                    }
-                    f(block, m);
-                }
+            Self::Sparse { .. } => self.for_each_block_span(shift, |b, m, _| f(b, m)),
+        }
+    }
+
+    /// Calls `f(block, largest impact, span)`, in block order, for every block holding a
+    /// sparse term (nothing for a dense one): one pass over its postings.
+    pub fn for_each_block_span(&self, shift: u32, mut f: impl FnMut(u32, u32, (u32, u32))) {
+        let Self::Sparse { docs, impacts, .. } = self else {
+            return;
+        };
+        let mut i = 0;
+        while i < docs.len() {
+            let (s, block) = (i, docs[i] >> shift);
+            let mut m = impacts.get(i);
+            i += 1;
+            while i < docs.len() && docs[i] >> shift == block {
+                m = m.max(impacts.get(i));
+                i += 1;
             }
+            f(block, m, (s as u32, i as u32));
         }
     }
 
@@ -279,9 +308,41 @@ impl TermPostings {
                 docs,
                 impacts,
                 maxima,
-            } => docs.len() * 4 + impacts.bytes() + maxima.as_ref().map_or(0, |m| m.0.len()),
+                groups,
+                ..
+            } => {
+                docs.len() * 4
+                    + impacts.bytes()
+                    + maxima.as_ref().map_or(0, |m| m.0.len())
+                    + groups.len() * 4
+            }
         }
     }
+}
+
+/// Postings per skip group of a sparse term, on average (the skips cost ≤ 4 / this many bytes
+/// per posting).
+const GROUP_POSTINGS: usize = 16;
+
+/// The skips of a sparse term (see [`TermPostings::Sparse`]): groups of `2^group_shift` blocks
+/// holding ~[`GROUP_POSTINGS`] postings on average; none for a term with few postings.
+fn skip_groups(docs: &[u32], shift: u32, num_blocks: u32) -> (Box<[u32]>, u32) {
+    let n = docs.len();
+    if n <= 2 * GROUP_POSTINGS {
+        return (Box::new([]), 0);
+    }
+    let blocks_per_group = (GROUP_POSTINGS * num_blocks as usize).div_ceil(n);
+    let group_shift = blocks_per_group.next_power_of_two().trailing_zeros();
+    let num_groups = (num_blocks as usize).div_ceil(1 << group_shift);
+    let mut groups = vec![n as u32; num_groups + 1];
+    let mut g = 0usize;
+    for (i, &doc) in docs.iter().enumerate() {
+        while g <= ((doc >> shift) >> group_shift) as usize {
+            groups[g] = i as u32;
+            g += 1;
+        }
+    }
+    (groups.into_boxed_slice(), group_shift)
 }
 
 #[inline]
@@ -304,7 +365,7 @@ mod tests {
     #[test]
     fn spans_and_bounds_hold_each_blocks_postings() {
         let postings = [(1, 5), (3, 7), (40, 2), (70, 9), (71, 1), (200, 4)];
-        let (shift, num_blocks, mask) = (5, 7, 31);
+        let (shift, num_blocks) = (5, 7);
         let sparse = TermPostings::build(&postings, 9, shift, num_blocks);
         assert!(matches!(sparse, TermPostings::Sparse { .. }));
         // Many postings per block: dense.
@@ -312,24 +373,53 @@ mod tests {
         let dense = TermPostings::build(&many, 299, shift, num_blocks);
         assert!(matches!(dense, TermPostings::Dense { .. }));
         for (t, postings) in [(&sparse, &postings[..]), (&dense, &many[..])] {
-            let mut bounds = vec![0u32; num_blocks as usize];
-            t.for_each_bound(shift, |b, m| bounds[b as usize] = m);
-            for b in 0..num_blocks {
-                let want: Vec<(u32, u32)> = postings
-                    .iter()
-                    .copied()
-                    .filter(|(d, _)| d >> shift == b)
-                    .collect();
-                let mut acc = vec![0u64; 32];
-                let n = t.accumulate(t.span(b, shift), 2, mask, &mut acc);
-                assert_eq!(n as usize, want.len(), "block {b}");
-                for &(d, w) in &want {
-                    assert_eq!(acc[(d & mask) as usize], 2 * u64::from(w));
-                }
-                let max = want.iter().map(|p| p.1).max().unwrap_or(0);
-                assert!(bounds[b as usize] >= max, "block {b}");
-                assert_eq!(bounds[b as usize] == 0, max == 0, "block {b}");
+            check(t, postings, shift, num_blocks);
+        }
+        // Sparse with skip groups (and bound bytes): 120 postings over 400 blocks, unevenly.
+        let spread: Vec<(u32, u32)> = (0..120u32)
+            .map(|i| (i * i + (i % 3), 1 + i % 7))
+            .filter(|&(d, _)| d < 400 << shift)
+            .collect();
+        let grouped = TermPostings::build(&spread, 7, shift, 400);
+        assert!(
+            matches!(&grouped, TermPostings::Sparse { groups, maxima: Some(_), .. } if !groups.is_empty())
+        );
+        check(&grouped, &spread, shift, 400);
+        // Without bound bytes: the spans handed out by the bounding pass are the same.
+        let rare: Vec<(u32, u32)> = spread.iter().copied().step_by(2).collect();
+        let few = TermPostings::build(&rare, 7, shift, 400);
+        assert!(
+            matches!(&few, TermPostings::Sparse { groups, maxima: None, .. } if !groups.is_empty())
+        );
+        check(&few, &rare, shift, 400);
+        let mut seen = 0;
+        few.for_each_block_span(shift, |b, m, span| {
+            assert_eq!(span, few.span(b, shift));
+            assert_eq!(m, few.max_in(span));
+            seen += 1;
+        });
+        assert!(seen > 0);
+    }
+
+    fn check(t: &TermPostings, postings: &[(u32, u32)], shift: u32, num_blocks: u32) {
+        let mask = (1 << shift) - 1;
+        let mut bounds = vec![0u32; num_blocks as usize];
+        t.for_each_bound(shift, |b, m| bounds[b as usize] = m);
+        for b in 0..num_blocks {
+            let want: Vec<(u32, u32)> = postings
+                .iter()
+                .copied()
+                .filter(|(d, _)| d >> shift == b)
+                .collect();
+            let mut acc = vec![0u64; 1 << shift];
+            let n = t.accumulate(t.span(b, shift), 2, mask, &mut acc);
+            assert_eq!(n as usize, want.len(), "block {b}");
+            for &(d, w) in &want {
+                assert_eq!(acc[(d & mask) as usize], 2 * u64::from(w));
             }
+            let max = want.iter().map(|p| p.1).max().unwrap_or(0);
+            assert!(bounds[b as usize] >= max, "block {b}");
+            assert_eq!(bounds[b as usize] == 0, max == 0, "block {b}");
         }
     }
 }

@@ -28,3 +28,4 @@ pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;
 pub use search::{Algorithm, Cancel, MAX_K, ScoredDoc, SearchOptions, SearchStats};
+pub use segment_builder::DocOrder;

@@ -26,7 +26,50 @@ use tantivy::{DocSet, Index, SegmentReader, TERMINATED, TantivyDocument};
 use crate::error::Result;
 use crate::schema::Fields;
 
+mod bisection;
 mod reorder;
+
+/// How a segment's documents are ordered before they are written. Doc ids carry no meaning
+/// (results are the same in every order), but neighbouring ids share pruning blocks, whose
+/// bounds are tight only when their documents share terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DocOrder {
+    /// Two levels of k-means over each document's heaviest terms ([`reorder`]).
+    #[default]
+    Clusters,
+    /// Recursive graph bisection over the same terms ([`bisection`]).
+    Bisection,
+    /// The order the documents were added in (a baseline for measurements).
+    Input,
+}
+
+impl DocOrder {
+    pub const NAMES: [&'static str; 3] = ["clusters", "bisection", "input"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DocOrder::Clusters => "clusters",
+            DocOrder::Bisection => "bisection",
+            DocOrder::Input => "input",
+        }
+    }
+}
+
+impl std::str::FromStr for DocOrder {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "clusters" => Ok(DocOrder::Clusters),
+            "bisection" => Ok(DocOrder::Bisection),
+            "input" => Ok(DocOrder::Input),
+            _ => Err(format!(
+                "unknown document order {s:?}: use one of {}",
+                DocOrder::NAMES.join(", ")
+            )),
+        }
+    }
+}
 
 /// A document waiting to be written: its stored fields and its impacts.
 #[derive(Debug, Clone)]
@@ -80,13 +123,14 @@ pub(crate) fn stored_doc(fields: &Fields, d: &PendingDoc) -> TantivyDocument {
 
 /// Writes `docs` as a new segment of `index` and returns its meta, ready for
 /// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
-/// [`reorder::cluster_order`], not the order of `docs`. Where the schema has the `batch` field,
+/// `doc_order` (see [`DocOrder`]), not the order of `docs`. Where the schema has the `batch` field,
 /// every document gets the term `batch` there (see [`Fields::batch`]).
 pub(crate) fn write_segment(
     index: &Index,
     fields: &Fields,
     docs: &[PendingDoc],
     batch: &str,
+    doc_order: DocOrder,
 ) -> Result<Option<SegmentMeta>> {
     if docs.is_empty() {
         return Ok(None);
@@ -106,7 +150,7 @@ pub(crate) fn write_segment(
         Ok(small.finalize()?)
     };
     let interned = InternedPostings::new(docs);
-    let order = interned.cluster_order();
+    let order = interned.doc_order(doc_order);
     let (ram, buckets) = std::thread::scope(|scope| {
         let buckets = scope.spawn(|| interned.into_buckets(&order));
         let ram = small_fields(&order);
@@ -317,10 +361,14 @@ impl InternedPostings {
         }
     }
 
-    /// `order[new_id] = old_id`: similar documents next to each other. Each document is
-    /// clustered by its [`CLUSTER_TERMS`] terms of largest impact × idf.
-    fn cluster_order(&self) -> Vec<u32> {
+    /// `order[new_id] = old_id`: similar documents next to each other (but for
+    /// [`DocOrder::Input`]). Each document is placed by its [`CLUSTER_TERMS`] terms of largest
+    /// impact × idf.
+    fn doc_order(&self, how: DocOrder) -> Vec<u32> {
         let num_docs = self.starts.len() - 1;
+        if how == DocOrder::Input {
+            return (0..num_docs as u32).collect();
+        }
         let idf = reorder::term_weights(&self.df, num_docs);
         let mut starts = Vec::with_capacity(num_docs + 1);
         starts.push(0u32);
@@ -349,12 +397,16 @@ impl InternedPostings {
             }
             starts.push(term_of.len() as u32);
         }
-        reorder::cluster_order(&reorder::DocTerms {
+        let data = reorder::DocTerms {
             starts: &starts,
             term_of: &term_of,
             weight: &weight,
             num_terms: self.table.len(),
-        })
+        };
+        match how {
+            DocOrder::Bisection => bisection::bisection_order(&data),
+            _ => reorder::cluster_order(&data),
+        }
     }
 
     /// Pass 2: counting sort by term id, documents renumbered by `order` (doc ids stay
@@ -474,7 +526,7 @@ mod tests {
     use tantivy::schema::{IndexRecordOption, Value};
     use tantivy::{DocSet, Index, IndexWriter, TERMINATED, TantivyDocument, Term};
 
-    use super::{PendingDoc, stored_doc, write_segment};
+    use super::{DocOrder, PendingDoc, stored_doc, write_segment};
     use crate::schema::{self, Fields};
 
     /// What a test reads back of one document: its stored fields (as JSON), its impacts
@@ -623,7 +675,7 @@ mod tests {
         // Ours: one segment written directly, handed over with `add_segment`.
         let direct = Index::create_in_ram(schema);
         let mut writer: IndexWriter = direct.writer_with_num_threads(1, 20_000_000).unwrap();
-        let meta = write_segment(&direct, &fields, &docs, "b1")
+        let meta = write_segment(&direct, &fields, &docs, "b1", DocOrder::default())
             .unwrap()
             .unwrap();
         writer.add_segment(meta).unwrap();

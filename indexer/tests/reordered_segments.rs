@@ -1,5 +1,5 @@
-//! Segments whose documents are reordered by clustering (every segment of more than two
-//! ranges) against plain oracles: topical vectors, replacements, deletes, modality filters,
+//! Segments whose documents are reordered (by clustering or by graph bisection; or left in
+//! input order) against plain oracles: topical vectors, replacements, deletes, modality filters,
 //! several segments or one merged segment. Checks, for random queries and k:
 //! - the stored fields of every hit belong to the vector that was scored (the small fields and
 //!   the impacts are written in the same clustered order);
@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use lexlip_index::synth::{Generator, Rng};
-use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
+use lexlip_index::{Algorithm, Collection, CollectionSettings, DocOrder, SearchOptions};
 use lexlip_proto::api::{Filter, Precision};
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use proptest::prelude::*;
@@ -22,6 +22,7 @@ proptest! {
         seed in any::<u64>(),
         docs in 300usize..1500,
         merge in any::<bool>(),
+        order in prop::sample::select(vec![DocOrder::Clusters, DocOrder::Bisection, DocOrder::Input]),
         ks in prop::collection::vec(1usize..40, 6),
     ) {
         let g = Generator::new(3000, 1.0, seed);
@@ -29,6 +30,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
         c.set_flush_docs(docs / 3 + 1);
+        c.set_doc_order(order);
         // id -> (image?, vector)
         let mut model: BTreeMap<usize, (bool, QuantizedVector)> = BTreeMap::new();
         let add = |c: &Collection, model: &mut BTreeMap<usize, (bool, QuantizedVector)>, i: usize, rng: &mut Rng| {

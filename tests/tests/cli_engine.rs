@@ -278,7 +278,8 @@ fn vector_line(id: &str, terms: &[(u64, u64)]) -> String {
 }
 
 /// `lexlip bench search` on a real collection and query file: every exact algorithm finds the
-/// exhaustive top k, and the ground truth written as a TREC run is the brute-force ranking.
+/// exhaustive top k, and the ground truth written as a TREC run is the brute-force ranking,
+/// whatever order `lexlip index --doc-order` wrote the documents in.
 #[test]
 fn bench_search_on_a_collection_and_queries() {
     let dir = tempfile::tempdir().unwrap();
@@ -308,57 +309,62 @@ fn bench_search_on_a_collection_and_queries() {
         qtext += &vector_line(&format!("q{i}"), q);
     }
     std::fs::write(&queries, qtext).unwrap();
-    let col = dir.path().join("col");
-    let truth = dir.path().join("truth.run");
-    let (col_s, docs_s) = (col.to_str().unwrap(), docs.to_str().unwrap());
-    lexlip_json(&[
-        "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        docs_s,
-        "--json",
-    ]);
-    let out = lexlip_json(&[
-        "bench",
-        "search",
-        "--collection",
-        col_s,
-        "--queries",
-        queries.to_str().unwrap(),
-        "--block-size",
-        "8",
-        "--approx",
-        "1.5",
-        "--truth-run",
-        truth.to_str().unwrap(),
-        "--json",
-    ]);
-    assert_eq!(out["queries"], 3);
-    assert_eq!(out["search"]["exact"]["recall_at_10"], 1.0);
-    assert_eq!(out["search"]["exact_postings"]["recall_at_10"], 1.0);
-    assert_eq!(
-        out["search"]["exact_threads"][0]["figures"]["recall_at_10"],
-        1.0
-    );
-    let run = std::fs::read_to_string(&truth).unwrap();
-    for (i, q) in query_terms.iter().enumerate() {
-        let mut want: Vec<u64> = vectors
-            .iter()
-            .map(|d| {
-                d.iter()
-                    .filter_map(|(t, w)| q.iter().find(|(qt, _)| qt == t).map(|(_, qw)| w * qw))
-                    .sum()
-            })
-            .filter(|&s| s > 0)
-            .collect();
-        want.sort_unstable_by(|a, b| b.cmp(a));
-        want.truncate(10);
-        let got: Vec<u64> = run
-            .lines()
-            .filter(|l| l.starts_with(&format!("q{i} ")))
-            .map(|l| l.split(' ').nth(4).unwrap().parse().unwrap())
-            .collect();
-        assert_eq!(got, want, "query {i}");
+    // Every document order gives the same results.
+    for order in ["clusters", "bisection", "input"] {
+        let col = dir.path().join(format!("col-{order}"));
+        let truth = dir.path().join(format!("truth-{order}.run"));
+        let (col_s, docs_s) = (col.to_str().unwrap(), docs.to_str().unwrap());
+        lexlip_json(&[
+            "index",
+            "--collection",
+            col_s,
+            "--vectors",
+            docs_s,
+            "--doc-order",
+            order,
+            "--json",
+        ]);
+        let out = lexlip_json(&[
+            "bench",
+            "search",
+            "--collection",
+            col_s,
+            "--queries",
+            queries.to_str().unwrap(),
+            "--block-size",
+            "8",
+            "--approx",
+            "1.5",
+            "--truth-run",
+            truth.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(out["queries"], 3);
+        assert_eq!(out["search"]["exact"]["recall_at_10"], 1.0);
+        assert_eq!(out["search"]["exact_postings"]["recall_at_10"], 1.0);
+        assert_eq!(
+            out["search"]["exact_threads"][0]["figures"]["recall_at_10"],
+            1.0
+        );
+        let run = std::fs::read_to_string(&truth).unwrap();
+        for (i, q) in query_terms.iter().enumerate() {
+            let mut want: Vec<u64> = vectors
+                .iter()
+                .map(|d| {
+                    d.iter()
+                        .filter_map(|(t, w)| q.iter().find(|(qt, _)| qt == t).map(|(_, qw)| w * qw))
+                        .sum()
+                })
+                .filter(|&s| s > 0)
+                .collect();
+            want.sort_unstable_by(|a, b| b.cmp(a));
+            want.truncate(10);
+            let got: Vec<u64> = run
+                .lines()
+                .filter(|l| l.starts_with(&format!("q{i} ")))
+                .map(|l| l.split(' ').nth(4).unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(got, want, "query {i}, {order} order");
+        }
     }
 }

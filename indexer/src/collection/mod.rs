@@ -41,6 +41,7 @@ use crate::manifest::{CollectionSettings, Manifest};
 use crate::maxima::SegmentMaxima;
 use crate::quantizer::Quantizer;
 use crate::schema::{self, Fields};
+use crate::segment_builder::DocOrder;
 use writer::WriterState;
 
 /// The vocabulary copy kept inside a collection created with one.
@@ -64,6 +65,7 @@ pub struct Collection {
     dense: Arc<DenseCache>,
     dense_params: DenseParams,
     flush_docs: usize,
+    doc_order: DocOrder,
     /// log2 of the documents per pruning range (block).
     range_shift: u32,
 }
@@ -147,6 +149,7 @@ impl Collection {
             dense: Arc::new(DenseCache::default()),
             dense_params: DenseParams::default(),
             flush_docs: DEFAULT_FLUSH_DOCS,
+            doc_order: DocOrder::default(),
             range_shift: crate::maxima::DEFAULT_RANGE_SHIFT,
         })
     }
@@ -243,6 +246,12 @@ impl Collection {
     /// Documents written into a segment once this many are pending (default 100,000).
     pub fn set_flush_docs(&mut self, n: usize) {
         self.flush_docs = n.max(1);
+    }
+
+    /// How the documents of each new segment are ordered (default: [`DocOrder::Clusters`]).
+    /// Results never depend on it; search speed does.
+    pub fn set_doc_order(&mut self, order: DocOrder) {
+        self.doc_order = order;
     }
 
     /// Documents per pruning block: a power of two from 8 to 64 (default 32). Smaller blocks

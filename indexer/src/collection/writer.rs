@@ -250,7 +250,9 @@ impl Collection {
         state.pending_ids.clear();
         state.pending_thumbnail_bytes = 0;
         let batch = std::mem::replace(&mut state.batch, new_batch());
-        if let Some(meta) = write_segment(&self.index, &self.fields, &pending, &batch)? {
+        if let Some(meta) =
+            write_segment(&self.index, &self.fields, &pending, &batch, self.doc_order)?
+        {
             state.writer.add_segment(meta)?;
             state
                 .flushed_ids

@@ -76,9 +76,25 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     let mut ub = std::mem::take(&mut search.range_bounds);
     ub.clear();
     ub.resize(maxima.num_ranges as usize, 0);
-    for (q, m) in &found {
-        m.add_bounds_u32(*q, &mut ub);
-    }
+    let mut table = std::mem::take(&mut search.span_table);
+    table.reset(ub.len());
+    let found: Vec<QueryTerm> = found
+        .into_iter()
+        .map(|(q, m)| {
+            let slot = table.next_slot();
+            let marked = m.add_bounds_u32_marking(q, &mut ub, |r, span| table.mark(slot, r, span));
+            if marked {
+                table.keep_slot();
+            } else {
+                m.add_bounds_u32(q, &mut ub);
+            }
+            QueryTerm {
+                q,
+                m,
+                slot: marked.then_some(slot),
+            }
+        })
+        .collect();
 
     // The FIRST_RANGES best bounds (ties: lower range first), in one pass.
     let mut head: BinaryHeap<Reverse<(u32, Reverse<u32>)>> =
@@ -108,6 +124,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     let mut main = Worker {
         segment,
         terms: &found,
+        table: &table,
         factor: search.factor,
         cancel: &search.cancel,
         top: std::mem::replace(&mut search.top, TopK::new(0)),
@@ -126,10 +143,11 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
             ub[r as usize] = 0;
         }
         // The others that can still reach θ, popped best bound first until one cannot.
+        let lowest = main.lowest_kept().max(1);
         let rest: BinaryHeap<(u32, Reverse<u32>)> = ub
             .iter()
             .enumerate()
-            .filter(|&(_, &u)| u > 0 && !main.skips(u64::from(u)))
+            .filter(|&(_, &u)| u64::from(u) >= lowest)
             .map(|(r, &u)| (u, Reverse(r as u32)))
             .collect();
         let rest = Mutex::new(rest);
@@ -168,14 +186,82 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     search.top = main.top;
     search.range_scores = main.acc;
     search.range_bounds = ub;
+    search.span_table = table;
     result
+}
+
+/// A query term present in the segment.
+struct QueryTerm<'a> {
+    q: u32,
+    m: &'a TermMaxima,
+    /// Its slot in the [`SpanTable`], for a term without bound bytes.
+    slot: Option<usize>,
+}
+
+/// Where each rare query term's postings lie in every range it occurs in, recorded while its
+/// bounds are computed (which walks its postings anyway). Scoring a range then finds them by
+/// testing a bit of a table this search just wrote (in cache) instead of searching the term's
+/// postings (a cache miss or more per term and range, most of them to learn that the term is
+/// absent). Reused across segments and searches; only the bits are cleared.
+#[derive(Default)]
+pub(crate) struct SpanTable {
+    num_ranges: usize,
+    words: usize,
+    slots: usize,
+    /// Per slot, a bit per range: the term occurs there.
+    bits: Vec<u64>,
+    /// Per slot, the span of each range whose bit is set (stale elsewhere).
+    spans: Vec<(u32, u32)>,
+}
+
+impl SpanTable {
+    fn reset(&mut self, num_ranges: usize) {
+        self.num_ranges = num_ranges;
+        self.words = num_ranges.div_ceil(64);
+        self.slots = 0;
+    }
+
+    /// The next free slot, cleared (kept only after [`Self::keep_slot`]).
+    fn next_slot(&mut self) -> usize {
+        let slot = self.slots;
+        let (bits, spans) = ((slot + 1) * self.words, (slot + 1) * self.num_ranges);
+        if self.bits.len() < bits {
+            self.bits.resize(bits, 0);
+        }
+        if self.spans.len() < spans {
+            self.spans.resize(spans, (0, 0));
+        }
+        self.bits[slot * self.words..bits].fill(0);
+        slot
+    }
+
+    fn keep_slot(&mut self) {
+        self.slots += 1;
+    }
+
+    #[inline]
+    fn mark(&mut self, slot: usize, range: u32, span: (u32, u32)) {
+        let r = range as usize;
+        self.bits[slot * self.words + r / 64] |= 1 << (r % 64);
+        self.spans[slot * self.num_ranges + r] = span;
+    }
+
+    #[inline]
+    fn span(&self, slot: usize, range: u32) -> (u32, u32) {
+        let r = range as usize;
+        if self.bits[slot * self.words + r / 64] & (1 << (r % 64)) == 0 {
+            return (0, 0);
+        }
+        self.spans[slot * self.num_ranges + r]
+    }
 }
 
 /// One thread's share of a segment's search: its own top k, counters and buffers.
 struct Worker<'a> {
     segment: &'a Segment<'a>,
     /// Query terms present in the segment, with their weights.
-    terms: &'a [(u32, &'a TermMaxima)],
+    terms: &'a [QueryTerm<'a>],
+    table: &'a SpanTable,
     factor: f64,
     cancel: &'a Cancel,
     top: TopK,
@@ -194,6 +280,7 @@ impl<'a> Worker<'a> {
         Worker {
             segment: self.segment,
             terms: self.terms,
+            table: self.table,
             factor: self.factor,
             cancel: self.cancel,
             top: TopK::new(0),
@@ -209,6 +296,17 @@ impl<'a> Worker<'a> {
         let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
         let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
         theta > 0 && (bound as f64) < theta as f64 * self.factor
+    }
+
+    /// The lowest bound [`Self::skips`] keeps now (an integer test for a pass over every range).
+    fn lowest_kept(&self) -> u64 {
+        let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
+        let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
+        if theta == 0 {
+            0
+        } else {
+            (theta as f64 * self.factor).ceil() as u64
+        }
     }
 
     /// Scores ranges popped from `heap`, best bound first, until the best left cannot enter
@@ -240,9 +338,12 @@ impl<'a> Worker<'a> {
         self.cancel.check()?;
         self.spans.clear();
         for &r in ranges {
-            for &(_, m) in self.terms {
-                let span = m.span_in(r);
-                m.postings.prefetch(span);
+            for t in self.terms {
+                let span = match t.slot {
+                    Some(slot) => self.table.span(slot, r),
+                    None => t.m.span_in(r),
+                };
+                t.m.postings.prefetch(span);
                 self.spans.push(span);
             }
         }
@@ -251,8 +352,8 @@ impl<'a> Worker<'a> {
         let per_range = self.terms.len();
         for (i, &range) in ranges.iter().enumerate() {
             let spans = &self.spans[i * per_range..(i + 1) * per_range];
-            for (&(q, m), &span) in self.terms.iter().zip(spans) {
-                self.stats.postings_scored += m.accumulate(span, u64::from(q), &mut self.acc);
+            for (t, &span) in self.terms.iter().zip(spans) {
+                self.stats.postings_scored += t.m.accumulate(span, u64::from(t.q), &mut self.acc);
             }
             self.stats.ranges_scored += 1;
             let start = range << maxima.shift;

@@ -35,6 +35,8 @@ pub struct SparseSearch<'q> {
     pub(crate) range_scores: Vec<u64>,
     /// One score bound per range of a segment, reused across segments.
     pub(crate) range_bounds: Vec<u32>,
+    /// Postings spans of the rare query terms, reused across segments.
+    pub(crate) span_table: super::blocks::SpanTable,
     pub(crate) cancel: Cancel,
     /// Threads one segment's search may use.
     pub(crate) threads: usize,
@@ -71,6 +73,7 @@ impl<'q> SparseSearch<'q> {
             doc_scores: Vec::new(),
             range_scores: Vec::new(),
             range_bounds: Vec::new(),
+            span_table: Default::default(),
             cancel: options.cancel.clone(),
             threads: options.threads.max(1),
         })

@@ -42,8 +42,13 @@ pub(super) struct DocTerms<'a> {
 }
 
 impl DocTerms<'_> {
-    fn num_docs(&self) -> usize {
+    pub(super) fn num_docs(&self) -> usize {
         self.starts.len() - 1
+    }
+
+    /// The document's terms of non-zero weight.
+    pub(super) fn term_ids(&self, d: u32) -> impl Iterator<Item = u32> + '_ {
+        self.terms(d).map(|(t, _)| t)
     }
 
     fn terms(&self, d: u32) -> impl Iterator<Item = (u32, f32)> + '_ {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use lexlip_index::{Collection, CollectionSettings};
+use lexlip_index::{Collection, CollectionSettings, DocOrder};
 use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options, Report, VectorsFile};
 use lexlip_proto::{DEFAULT_SCALE, Modality, TermSpace};
@@ -83,6 +83,11 @@ pub struct IndexArgs {
     /// thumbnails off for later adds too.
     #[arg(long)]
     pub no_thumbnails: bool,
+    /// How each new segment's documents are ordered: `clusters` (k-means, fast), `bisection`
+    /// (recursive graph bisection: slower to write, can make search faster) or `input`. Results
+    /// are the same in every order.
+    #[arg(long, default_value = "clusters")]
+    pub doc_order: DocOrder,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -187,8 +192,9 @@ fn vectors(
     };
     // Only a directory this run makes is removed again on failure.
     let created = !args.collection.exists();
-    let collection =
+    let mut collection =
         Collection::open_or_create(&args.collection, space, tokens.as_deref(), args.settings())?;
+    collection.set_doc_order(args.doc_order);
     let total = file.plain_size();
     let mut progress = Progress::new(args, total, Unit::Bytes)?;
     let context = format!("{:?}", args.vocab.as_deref().map(std::path::Path::display));
@@ -250,8 +256,9 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         .text()
         .map(|t| t.vocabulary().tokens().to_vec())
         .or_else(|_| encoders.image().map(|i| i.vocabulary().tokens().to_vec()))?;
-    let collection =
+    let mut collection =
         Collection::open_or_create(&args.collection, space, Some(&tokens), args.settings())?;
+    collection.set_doc_order(args.doc_order);
     let mut progress = Progress::new(args, total, Unit::Items)?;
     let context = format!(
         "{}|{}|{:?}",
