@@ -8,12 +8,15 @@
 #    (Debian's wordnet-base) — and 2,000 package synopses not in the corpus as queries
 #    (scripts/real_sparse_corpus.py; nothing is committed).
 # 2. Both encoded with the real tiny SPLADE model (scripts/fetch-test-model.sh) by
-#    `lexlip index --manifest` (documents: ~25 min on 2 cores; resumes if interrupted), then
-#    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order).
+#    `lexlip index --manifest` (documents: ~67 min on 2 cores; resumes if interrupted), then
+#    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order)
+#    and indexed again from that file (`lexlip index --vectors`: the searched collection).
 # 3. `lexlip bench search` (release build): exhaustive vs exact (block-max, postings) vs
 #    approximate, one query at a time on one thread, for blocks of 16, 32 and 64; the exact top
 #    10 is written as a TREC run — the ground truth.
-# 4. scripts/real_sparse_bench.py on the same vectors: scipy brute force, Seismic
+# 4. Document order: the vectors shuffled, indexed with each `--doc-order` (input, clusters,
+#    bisection), ingest speed, size and search on blocks of 16 (WORK_DIR/order-*.json).
+# 5. scripts/real_sparse_bench.py on the same vectors: scipy brute force, Seismic
 #    (pyseismic-lsr 0.5.4) knob sweep, BMP (bmp 0.2.8) on lexlip's document order, in a
 #    virtualenv under WORK_DIR.
 # Results: WORK_DIR/lexlip-B*.json, WORK_DIR/others.json (and the tables on stdout).
@@ -36,14 +39,19 @@ if [ ! -s "$work/docs.jsonl" ]; then
     sha256sum "$work/Translation-en.xz" "$work"/wordnet-base_*.deb > "$work/sources.sha256"
 fi
 
+# Encoding is the slow part: once a part's vectors are exported, they are reused as they are.
 for part in queries docs; do
-    "$lexlip" index --collection "$work/$part-col" --manifest "$work/$part.jsonl" --model "$model"
-    [ -s "$work/$part.export.jsonl" ] ||
+    [ -s "$work/$part.export.jsonl" ] || {
+        "$lexlip" index --collection "$work/$part-col" --manifest "$work/$part.jsonl" --model "$model"
         "$lexlip" export --collection "$work/$part-col" --format jsonl --out "$work/$part.export.jsonl"
+    }
 done
+# The searched collection is indexed from the exported vectors (one segment per 100k documents).
+[ -d "$work/docs-vec" ] ||
+    "$lexlip" index --collection "$work/docs-vec" --vectors "$work/docs.export.jsonl" --json
 
 for b in 16 32 64; do
-    "$lexlip" bench search --collection "$work/docs-col" --queries "$work/queries.export.jsonl" \
+    "$lexlip" bench search --collection "$work/docs-vec" --queries "$work/queries.export.jsonl" \
         --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
         --json > "$work/lexlip-B$b.json"
     python3 - "$work/lexlip-B$b.json" <<'PY'
@@ -58,6 +66,25 @@ rows += [(f"exact, {t['threads']} threads", t["figures"]["mean_ms"], t["figures"
 rows += [(f"approx {a['knob']}", a["mean_ms"], a["recall_at_10"]) for a in s["approx"]]
 for name, ms, rec in rows:
     print(f"  {name:<18} {ms:7.3f} ms/query  recall@10 {rec:.3f}")
+PY
+done
+
+# Document order: the same vectors in a shuffled order, indexed with each --doc-order (one
+# segment per 100k documents, as above), exact and approximate search on blocks of 16.
+[ -s "$work/docs.shuf.jsonl" ] || shuf --random-source=<(yes) "$work/docs.export.jsonl" > "$work/docs.shuf.jsonl"
+for order in input clusters bisection; do
+    rm -rf "$work/order-$order"
+    "$lexlip" index --collection "$work/order-$order" --vectors "$work/docs.shuf.jsonl" \
+        --doc-order "$order" --json > "$work/order-$order.index.json"
+    "$lexlip" bench search --collection "$work/order-$order" --queries "$work/queries.export.jsonl" \
+        --block-size 16 --approx 1.1,1.2 --json > "$work/order-$order.json"
+    python3 - "$work/order-$order.index.json" "$work/order-$order.json" "$order" <<'PY'
+import json, sys
+i = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))["search"]
+approx = "  ".join(f"approx {a['knob']:.1f} {a['mean_ms']:.3f} ms @ {a['recall_at_10']:.3f}" for a in s["approx"])
+print(f"order {sys.argv[3]:<9} ingest {i['items_per_s']:8.0f} docs/s  {i['bytes_per_nnz']:.2f} B/nnz  "
+      f"exhaustive {s['exhaustive']['mean_ms']:.3f} ms  exact {s['exact']['mean_ms']:.3f} ms "
+      f"(ranges scored {100 * s['exact']['ranges_scored_fraction']:.2f} %)  {approx}")
 PY
 done
 
