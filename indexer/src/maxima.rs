@@ -93,23 +93,25 @@ impl TermMaxima {
         }
     }
 
-    /// [`Self::add_bounds_u32`] for a term without bound bytes, handing each of its ranges'
-    /// postings span to `mark` as well (the pass walks its postings anyway). Returns false,
-    /// having done nothing, for a term with bound bytes.
+    /// Whether the term keeps a bound byte per range (otherwise its bounds come from its
+    /// postings).
+    pub fn has_bound_bytes(&self) -> bool {
+        self.postings.block_maxima().is_some()
+    }
+
+    /// [`Self::add_bounds_u32`] for a term without bound bytes (the caller checks
+    /// [`Self::has_bound_bytes`]), handing each of its ranges' postings span to `mark` as well
+    /// (the pass walks its postings anyway).
     pub fn add_bounds_u32_marking(
         &self,
         q: u32,
         ub: &mut [u32],
         mut mark: impl FnMut(u32, (u32, u32)),
-    ) -> bool {
-        if self.postings.block_maxima().is_some() {
-            return false;
-        }
+    ) {
         self.postings.for_each_block_span(self.shift, |r, m, span| {
             ub[r as usize] += q * m;
             mark(r, span);
         });
-        true
     }
 
     fn heap_bytes(&self) -> usize {

@@ -78,21 +78,20 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     ub.resize(maxima.num_ranges as usize, 0);
     let mut table = std::mem::take(&mut search.span_table);
     table.reset(ub.len());
-    let found: Vec<QueryTerm> = found
+    // Terms without bound bytes are bounded from their postings; where each range's postings
+    // lie is recorded on the way (see `SpanTable`).
+    let terms: Vec<QueryTerm> = found
         .into_iter()
         .map(|(q, m)| {
-            let slot = table.next_slot();
-            let marked = m.add_bounds_u32_marking(q, &mut ub, |r, span| table.mark(slot, r, span));
-            if marked {
-                table.keep_slot();
-            } else {
+            let slot = if m.has_bound_bytes() {
                 m.add_bounds_u32(q, &mut ub);
-            }
-            QueryTerm {
-                q,
-                m,
-                slot: marked.then_some(slot),
-            }
+                None
+            } else {
+                let slot = table.add_slot();
+                m.add_bounds_u32_marking(q, &mut ub, |r, span| table.mark(slot, r, span));
+                Some(slot)
+            };
+            QueryTerm { q, m, slot }
         })
         .collect();
 
@@ -123,14 +122,14 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     let shared = AtomicU64::new(0);
     let mut main = Worker {
         segment,
-        terms: &found,
+        terms: &terms,
         table: &table,
         factor: search.factor,
         cancel: &search.cancel,
         top: std::mem::replace(&mut search.top, TopK::new(0)),
         stats: SearchStats::default(),
         acc: std::mem::take(&mut search.range_scores),
-        spans: Vec::with_capacity(BATCH * found.len()),
+        spans: Vec::with_capacity(BATCH * terms.len()),
         shared: None,
     };
     main.acc.clear();
@@ -164,7 +163,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
             .map(|_| Worker {
                 top: TopK::new(k),
                 acc: vec![0; 1 << maxima.shift],
-                spans: Vec::with_capacity(BATCH * found.len()),
+                spans: Vec::with_capacity(BATCH * terms.len()),
                 ..main.fork()
             })
             .collect();
@@ -221,9 +220,10 @@ impl SpanTable {
         self.slots = 0;
     }
 
-    /// The next free slot, cleared (kept only after [`Self::keep_slot`]).
-    fn next_slot(&mut self) -> usize {
+    /// A new slot, its bits cleared.
+    fn add_slot(&mut self) -> usize {
         let slot = self.slots;
+        self.slots += 1;
         let (bits, spans) = ((slot + 1) * self.words, (slot + 1) * self.num_ranges);
         if self.bits.len() < bits {
             self.bits.resize(bits, 0);
@@ -233,10 +233,6 @@ impl SpanTable {
         }
         self.bits[slot * self.words..bits].fill(0);
         slot
-    }
-
-    fn keep_slot(&mut self) {
-        self.slots += 1;
     }
 
     #[inline]
