@@ -87,9 +87,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
                 m.add_bounds_u32(q, &mut ub);
                 None
             } else {
-                let slot = table.add_slot();
-                m.add_bounds_u32_marking(q, &mut ub, |r, span| table.mark(slot, r, span));
-                Some(slot)
+                Some(table.add(|mark| m.add_bounds_u32_marking(q, &mut ub, mark)))
             };
             QueryTerm { q, m, slot }
         })
@@ -201,54 +199,63 @@ struct QueryTerm<'a> {
 /// bounds are computed (which walks its postings anyway). Scoring a range then finds them by
 /// testing a bit of a table this search just wrote (in cache) instead of searching the term's
 /// postings (a cache miss or more per term and range, most of them to learn that the term is
-/// absent). Reused across segments and searches; only the bits are cleared.
+/// absent).
+///
+/// Per term (slot): a bit per range, a running count of set bits per 64 ranges, and the spans
+/// of the ranges whose bit is set, in range order: range `r`'s span is number
+/// `count[r / 64] + (set bits of its word below r)`. Work and memory follow the term's ranges
+/// and the number of ranges / 64, never the number of ranges itself.
 #[derive(Default)]
 pub(crate) struct SpanTable {
-    num_ranges: usize,
     words: usize,
-    slots: usize,
     /// Per slot, a bit per range: the term occurs there.
     bits: Vec<u64>,
-    /// Per slot, the span of each range whose bit is set (stale elsewhere).
+    /// Per slot and word of `bits`: the set bits of the slot's earlier words.
+    before: Vec<u32>,
+    /// Per slot, where its spans start in `spans`.
+    first: Vec<usize>,
     spans: Vec<(u32, u32)>,
 }
 
 impl SpanTable {
     fn reset(&mut self, num_ranges: usize) {
-        self.num_ranges = num_ranges;
         self.words = num_ranges.div_ceil(64);
-        self.slots = 0;
+        self.bits.clear();
+        self.before.clear();
+        self.first.clear();
+        self.spans.clear();
     }
 
-    /// A new slot, its bits cleared.
-    fn add_slot(&mut self) -> usize {
-        let slot = self.slots;
-        self.slots += 1;
-        let (bits, spans) = ((slot + 1) * self.words, (slot + 1) * self.num_ranges);
-        if self.bits.len() < bits {
-            self.bits.resize(bits, 0);
+    /// Records a term's spans, `marks` calling its argument once per range the term occurs
+    /// in, in increasing range order; returns the term's slot.
+    fn add(&mut self, marks: impl FnOnce(&mut dyn FnMut(u32, (u32, u32)))) -> usize {
+        let slot = self.first.len();
+        self.first.push(self.spans.len());
+        let base = self.bits.len();
+        self.bits.resize(base + self.words, 0);
+        let (bits, spans) = (&mut self.bits[base..], &mut self.spans);
+        marks(&mut |range, span| {
+            let r = range as usize;
+            bits[r / 64] |= 1 << (r % 64);
+            spans.push(span);
+        });
+        let mut count = 0u32;
+        for &w in bits.iter() {
+            self.before.push(count);
+            count += w.count_ones();
         }
-        if self.spans.len() < spans {
-            self.spans.resize(spans, (0, 0));
-        }
-        self.bits[slot * self.words..bits].fill(0);
         slot
     }
 
     #[inline]
-    fn mark(&mut self, slot: usize, range: u32, span: (u32, u32)) {
-        let r = range as usize;
-        self.bits[slot * self.words + r / 64] |= 1 << (r % 64);
-        self.spans[slot * self.num_ranges + r] = span;
-    }
-
-    #[inline]
     fn span(&self, slot: usize, range: u32) -> (u32, u32) {
-        let r = range as usize;
-        if self.bits[slot * self.words + r / 64] & (1 << (r % 64)) == 0 {
+        let (r, w) = (range as usize % 64, slot * self.words + range as usize / 64);
+        let word = self.bits[w];
+        if word & (1 << r) == 0 {
             return (0, 0);
         }
-        self.spans[slot * self.num_ranges + r]
+        let below = (word & ((1u64 << r) - 1)).count_ones();
+        self.spans[self.first[slot] + (self.before[w] + below) as usize]
     }
 }
 
@@ -373,5 +380,44 @@ impl<'a> Worker<'a> {
             shared.fetch_max(t, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::Rng;
+
+    /// The table answers every (slot, range) as a plain map of what was recorded does, over
+    /// several terms, segments of several sizes and reuse across segments.
+    #[test]
+    fn span_table_equals_a_map() {
+        let mut rng = Rng::new(3);
+        let mut table = SpanTable::default();
+        for num_ranges in [1usize, 63, 64, 65, 200, 1000] {
+            table.reset(num_ranges);
+            let mut want: Vec<std::collections::BTreeMap<u32, (u32, u32)>> = Vec::new();
+            for _ in 0..4 {
+                let every = 1 + rng.range(0, 8);
+                let ranges: Vec<u32> = (0..num_ranges as u32)
+                    .filter(|_| rng.range(0, every - 1) == 0)
+                    .collect();
+                let map: std::collections::BTreeMap<u32, (u32, u32)> =
+                    ranges.iter().map(|&r| (r, (3 * r, 3 * r + 2))).collect();
+                let slot = table.add(|mark| {
+                    for (&r, &span) in &map {
+                        mark(r, span);
+                    }
+                });
+                assert_eq!(slot, want.len());
+                want.push(map);
+            }
+            for (slot, map) in want.iter().enumerate() {
+                for r in 0..num_ranges as u32 {
+                    let expected = map.get(&r).copied().unwrap_or((0, 0));
+                    assert_eq!(table.span(slot, r), expected, "slot {slot} range {r}");
+                }
+            }
+        }
     }
 }
