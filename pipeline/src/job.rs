@@ -83,6 +83,8 @@ pub trait Observer {
     fn progress(&mut self, read: u64, indexed: u64);
     /// Bytes of the input read so far, where the reader counts them (vectors files).
     fn input_bytes(&mut self, _bytes: u64) {}
+    /// Something the user should know before the work starts (e.g. why a run starts over).
+    fn notice(&mut self, _text: &str) {}
     /// Called right before each commit: make what was reported durable and return a mark saved
     /// with the commit (e.g. the errors file's length, see [`crate::ErrorsFile`]).
     fn checkpoint(&mut self) -> Result<u64> {

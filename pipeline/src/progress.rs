@@ -66,6 +66,11 @@ impl Progress {
         Ok((saved.fingerprint == fingerprint).then_some(saved))
     }
 
+    /// Whether `dir` holds a resume point at all (of this run or another).
+    pub fn saved_in(dir: &Path) -> bool {
+        path(dir).exists()
+    }
+
     /// Writes atomically (temp file + fsync + rename + fsync of the directory).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let p = path(dir);

@@ -84,6 +84,17 @@ pub(crate) fn resume(
         true => None,
         false => Progress::load(collection.dir(), fp)?,
     };
+    if saved.is_none() && !options.restart && Progress::saved_in(collection.dir()) {
+        observer.notice(&format!(
+            "{}: the saved progress belongs to another run (the input files, model, options or \
+             shard differ), so this input is indexed from the start; ids already in the \
+             collection are replaced",
+            collection
+                .dir()
+                .join(crate::progress::PROGRESS_FILE)
+                .display()
+        ));
+    }
     if let Some(p) = saved.as_ref().filter(|p| p.complete) {
         return Ok(Resume::Complete(Summary {
             read: p.counts.read,

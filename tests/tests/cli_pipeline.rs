@@ -193,11 +193,19 @@ fn tsv_counts_errors_and_search() {
     let mut text = std::fs::read_to_string(&corpus.tsv).unwrap();
     text.push_str("a new caption of a dog\timages/0001.png\timg0001\n");
     std::fs::write(&corpus.tsv, text).unwrap();
-    let changed = index(
-        &coll,
-        &["--tsv", corpus.tsv.to_str().unwrap()],
-        &["--batch-size", "8"],
+    // It starts over, and says why before it starts.
+    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
+    args.push(coll.display().to_string());
+    args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
+    args.extend(model_args());
+    args.extend(["--batch-size".into(), "8".into(), "--json".into()]);
+    let out = lexlip_tests::lexlip(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the saved progress belongs to another run"),
+        "{stderr}"
     );
+    let changed = lexlip_tests::success_json(&out);
     assert!(changed.get("already_complete").is_none(), "{changed}");
     assert_eq!(changed["indexed"], s["indexed"].as_u64().unwrap() + 1);
     let docs = contents(&coll);

@@ -364,6 +364,10 @@ impl Observer for Progress {
         self.bar.set_position(bytes);
     }
 
+    fn notice(&mut self, text: &str) {
+        self.bar.suspend(|| eprintln!("{text}"));
+    }
+
     fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
         self.errors.as_mut().map_or(Ok(0), ErrorsFile::checkpoint)
     }
