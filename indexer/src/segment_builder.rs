@@ -45,14 +45,6 @@ pub enum DocOrder {
 
 impl DocOrder {
     pub const NAMES: [&'static str; 3] = ["clusters", "bisection", "input"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DocOrder::Clusters => "clusters",
-            DocOrder::Bisection => "bisection",
-            DocOrder::Input => "input",
-        }
-    }
 }
 
 impl std::str::FromStr for DocOrder {

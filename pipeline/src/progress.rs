@@ -43,7 +43,8 @@ pub struct Progress {
     pub mark: u64,
 }
 
-fn path(dir: &Path) -> PathBuf {
+/// Where a collection's resume point is kept.
+pub(crate) fn path(dir: &Path) -> PathBuf {
     dir.join(PROGRESS_FILE)
 }
 

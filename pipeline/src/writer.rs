@@ -89,10 +89,7 @@ pub(crate) fn resume(
             "{}: the saved progress belongs to another run (the input files, model, options or \
              shard differ), so this input is indexed from the start; ids already in the \
              collection are replaced",
-            collection
-                .dir()
-                .join(crate::progress::PROGRESS_FILE)
-                .display()
+            crate::progress::path(collection.dir()).display()
         ));
     }
     if let Some(p) = saved.as_ref().filter(|p| p.complete) {

@@ -296,12 +296,11 @@ impl<'a> Worker<'a> {
 
     /// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
     fn skips(&self, bound: u64) -> bool {
-        let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
-        let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
-        theta > 0 && (bound as f64) < theta as f64 * self.factor
+        bound < self.lowest_kept()
     }
 
-    /// The lowest bound [`Self::skips`] keeps now (an integer test for a pass over every range).
+    /// The lowest bound that can still enter the top k: `⌈θ · factor⌉` for the best k-th score
+    /// θ known (0 while there is none), so that skipping is one integer test per range.
     fn lowest_kept(&self) -> u64 {
         let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
         let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
