@@ -22,6 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .and_then(|s| s.parse().ok())
             .unwrap_or(32),
         threads: vec![2],
+        forward_files: true,
     };
     let r = lexlip_index::bench::run(&cfg, dir.path(), &mut |p, f| eprintln!("{p} {f:.2}"))?;
     println!("{}", serde_json::to_string_pretty(&r)?);

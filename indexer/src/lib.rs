@@ -14,6 +14,7 @@ pub mod dense;
 pub mod error;
 pub mod export;
 pub mod forward;
+pub mod forward_file;
 pub mod manifest;
 pub mod maxima;
 pub mod quantizer;

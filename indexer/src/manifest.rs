@@ -32,6 +32,12 @@ pub struct CollectionSettings {
     /// manifest only when off, so manifests of collections with the default stay as before.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub thumbnails: bool,
+    /// Keep each segment's forward index in a file beside its postings (default on), so a
+    /// segment's first search reads it instead of building it from the postings. Taken at
+    /// creation only (tantivy fixes an index's files then): [`crate::Collection::has_forward_files`]
+    /// says what a collection has. Written to the manifest only when off.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub forward_files: bool,
 }
 
 fn default_scale() -> f32 {
@@ -53,6 +59,7 @@ impl Default for CollectionSettings {
             top_k_terms: None,
             dense_dim: None,
             thumbnails: true,
+            forward_files: true,
         }
     }
 }

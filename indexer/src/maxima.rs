@@ -38,6 +38,15 @@ pub struct TermMaxima {
 }
 
 impl TermMaxima {
+    pub(crate) fn new(term_info: TermInfo, max: u32, shift: u32, postings: TermPostings) -> Self {
+        Self {
+            term_info,
+            max,
+            shift,
+            postings,
+        }
+    }
+
     /// Bound on the impact of this term in `range` (0 when absent).
     pub fn bound_in(&self, range: u32) -> u32 {
         match self.postings.block_maxima() {
@@ -167,6 +176,41 @@ pub(crate) fn for_each_posting(
     }
 }
 
+/// `shift` brought into [`RANGE_SHIFTS`].
+pub(crate) fn clamp_shift(shift: u32) -> u32 {
+    shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end())
+}
+
+/// Blocks of `2^shift` documents of a segment (at least one).
+pub(crate) fn num_blocks(reader: &SegmentReader, shift: u32) -> u32 {
+    reader.max_doc().div_ceil(1 << shift).max(1)
+}
+
+/// Calls `f(term, term info, postings, largest impact)` for every term of the impacts field of
+/// a segment, in term order, with the term's (doc, impact) postings in doc order.
+pub(crate) fn for_each_term(
+    reader: &SegmentReader,
+    impacts: Field,
+    mut f: impl FnMut(&[u8], &TermInfo, &[(u32, u32)], u32) -> Result<()>,
+) -> Result<()> {
+    let inverted = reader.inverted_index(impacts)?;
+    let mut stream = inverted.terms().stream()?;
+    let mut postings: Vec<(u32, u32)> = Vec::new();
+    while stream.advance() {
+        let term_info = stream.value();
+        let block =
+            inverted.read_block_postings_from_terminfo(term_info, IndexRecordOption::WithFreqs)?;
+        postings.clear();
+        let mut max = 0u32;
+        for_each_posting(block, |doc, freq| {
+            max = max.max(freq);
+            postings.push((doc, freq));
+        });
+        f(stream.key(), term_info, &postings, max)?;
+    }
+    Ok(())
+}
+
 /// Range maxima of every term of the impacts field of one segment.
 #[derive(Debug)]
 pub struct SegmentMaxima {
@@ -179,41 +223,54 @@ pub struct SegmentMaxima {
 }
 
 impl SegmentMaxima {
+    /// The segment's forward index: read from the file written with the segment where there is
+    /// one for this block size ([`crate::forward_file`]), built from the postings otherwise. A
+    /// damaged file is reported and the index built from the postings: search stays exact.
+    pub fn open(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
+        match crate::forward_file::read(reader, impacts, shift) {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}; building it from the postings instead"),
+        }
+        Self::compute(reader, impacts, shift)
+    }
+
     /// Reads every posting of the impacts field once (~ns per posting).
     pub fn compute(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
-        let shift = shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end());
-        let num_ranges = reader.max_doc().div_ceil(1 << shift).max(1);
-        let inverted = reader.inverted_index(impacts)?;
+        let shift = clamp_shift(shift);
+        let num_ranges = num_blocks(reader, shift);
+        let num_terms = reader.inverted_index(impacts)?.terms().num_terms();
+        let mut out = Self::empty(shift, num_ranges, num_terms);
+        for_each_term(reader, impacts, |key, term_info, postings, max| {
+            let postings = TermPostings::build(postings, max, shift, num_ranges);
+            out.insert(
+                key,
+                TermMaxima::new(term_info.clone(), max, shift, postings),
+            );
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    pub(crate) fn empty(shift: u32, num_ranges: u32, num_terms: usize) -> Self {
         let mut terms = rustc_hash::FxHashMap::default();
-        terms.reserve(inverted.terms().num_terms());
-        let mut stream = inverted.terms().stream()?;
-        let mut postings: Vec<(u32, u32)> = Vec::new();
-        let mut heap_bytes = 0;
-        while stream.advance() {
-            let term_info = stream.value().clone();
-            let block = inverted
-                .read_block_postings_from_terminfo(&term_info, IndexRecordOption::WithFreqs)?;
-            postings.clear();
-            let mut max = 0u32;
-            for_each_posting(block, |doc, freq| {
-                max = max.max(freq);
-                postings.push((doc, freq));
-            });
-            let tm = TermMaxima {
-                term_info,
-                max,
-                shift,
-                postings: TermPostings::build(&postings, max, shift, num_ranges),
-            };
-            heap_bytes += tm.heap_bytes() + stream.key().len() + 64;
-            terms.insert(stream.key().into(), tm);
-        }
-        Ok(Self {
+        terms.reserve(num_terms);
+        Self {
             shift,
             num_ranges,
             terms,
-            heap_bytes,
-        })
+            heap_bytes: 0,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, key: &[u8], term: TermMaxima) {
+        self.heap_bytes += term.heap_bytes() + key.len() + 64;
+        self.terms.insert(key.into(), term);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &TermMaxima)> {
+        self.terms.iter().map(|(k, t)| (&k[..], t))
     }
 
     pub fn term(&self, term: &[u8]) -> Option<&TermMaxima> {

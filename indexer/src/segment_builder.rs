@@ -116,13 +116,16 @@ pub(crate) fn stored_doc(fields: &Fields, d: &PendingDoc) -> TantivyDocument {
 /// Writes `docs` as a new segment of `index` and returns its meta, ready for
 /// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
 /// `doc_order` (see [`DocOrder`]), not the order of `docs`. Where the schema has the `batch` field,
-/// every document gets the term `batch` there (see [`Fields::batch`]).
+/// every document gets the term `batch` there (see [`Fields::batch`]). With `forward_shift`, the
+/// segment gets its forward index file for blocks of `2^forward_shift` documents
+/// ([`crate::forward_file`]).
 pub(crate) fn write_segment(
     index: &Index,
     fields: &Fields,
     docs: &[PendingDoc],
     batch: &str,
     doc_order: DocOrder,
+    forward_shift: Option<u32>,
 ) -> Result<Option<SegmentMeta>> {
     if docs.is_empty() {
         return Ok(None);
@@ -192,7 +195,11 @@ pub(crate) fn write_segment(
         out.terminate()?;
     }
 
-    Ok(Some(segment.with_max_doc(docs.len() as u32).meta().clone()))
+    let segment = segment.with_max_doc(docs.len() as u32);
+    if let Some(shift) = forward_shift {
+        crate::forward_file::write(&segment, fields.impacts, shift)?;
+    }
+    Ok(Some(segment.meta().clone()))
 }
 
 /// The postings of the `impacts` field, bucketed by term; documents arrive in doc-id order so
@@ -667,7 +674,7 @@ mod tests {
         // Ours: one segment written directly, handed over with `add_segment`.
         let direct = Index::create_in_ram(schema);
         let mut writer: IndexWriter = direct.writer_with_num_threads(1, 20_000_000).unwrap();
-        let meta = write_segment(&direct, &fields, &docs, "b1", DocOrder::default())
+        let meta = write_segment(&direct, &fields, &docs, "b1", DocOrder::default(), None)
             .unwrap()
             .unwrap();
         writer.add_segment(meta).unwrap();

@@ -119,6 +119,9 @@ pub struct CollectionStats {
     pub segments: usize,
     /// Memory held for pruning (per-range maxima of every segment).
     pub pruning_memory_bytes: u64,
+    /// Of `bytes`, the segments' forward index files (0 for collections without them).
+    #[serde(default)]
+    pub forward_file_bytes: u64,
 }
 
 /// A stored document read back from a collection (`GET …/documents/{id}`): its fields, its

@@ -25,6 +25,7 @@ mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lexlip_proto::{DenseVector, TermSpace};
@@ -37,6 +38,7 @@ pub use writer::DocExtras;
 
 use crate::dense::{DenseCache, DenseParams};
 use crate::error::{IndexError, Result};
+use crate::forward_file::{self, ForwardPlugin};
 use crate::manifest::{CollectionSettings, Manifest};
 use crate::maxima::SegmentMaxima;
 use crate::quantizer::Quantizer;
@@ -66,8 +68,12 @@ pub struct Collection {
     dense_params: DenseParams,
     flush_docs: usize,
     doc_order: DocOrder,
-    /// log2 of the documents per pruning range (block).
-    range_shift: u32,
+    /// log2 of the documents per pruning range (block); shared with the forward index plugin,
+    /// which writes files for it.
+    range_shift: Arc<AtomicU32>,
+    /// Whether new and merged segments get a forward index file (collections created before
+    /// the files existed do not: tantivy fixes an index's plugins at creation).
+    forward_files: bool,
 }
 
 impl std::fmt::Debug for Collection {
@@ -93,13 +99,23 @@ impl Collection {
             return Err(IndexError::AlreadyExists(dir.to_path_buf()));
         }
         let index_dir = dir.join(INDEX_DIR);
+        // Without a manifest this is not a collection: an index left by a create that failed
+        // before writing one is replaced.
+        if index_dir.exists() {
+            std::fs::remove_dir_all(&index_dir).map_err(|e| IndexError::io(&index_dir, e))?;
+        }
         std::fs::create_dir_all(&index_dir).map_err(|e| IndexError::io(&index_dir, e))?;
-        let (schema, _) = schema::build();
+        let (schema, fields) = schema::build();
         let mmap = MmapDirectory::open(&index_dir).map_err(|e| IndexError::NotACollection {
             path: dir.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Index::create(mmap, schema, tantivy::IndexSettings::default())?;
+        let mut builder = Index::builder().schema(schema);
+        if settings.forward_files {
+            let shift = Arc::new(AtomicU32::new(crate::maxima::DEFAULT_RANGE_SHIFT));
+            builder = builder.register_plugin(Arc::new(ForwardPlugin::new(fields.impacts, shift)));
+        }
+        builder.open_or_create(mmap)?;
         if let Some(tokens) = vocab {
             let path = dir.join(VOCAB_FILE);
             std::fs::write(&path, tokens.join("\n")).map_err(|e| IndexError::io(&path, e))?;
@@ -123,16 +139,27 @@ impl Collection {
         let settings = &manifest.settings;
         let quantizer = Quantizer::new(settings.scale, settings.top_k_terms, vocab)?
             .named(manifest.term_space.to_string());
-        let index =
-            Index::open_in_dir(dir.join(INDEX_DIR)).map_err(|e| IndexError::NotACollection {
-                path: dir.to_path_buf(),
-                reason: format!("cannot open its tantivy index: {e}"),
-            })?;
-        let fields =
-            schema::fields_of(&index.schema()).map_err(|e| IndexError::NotACollection {
-                path: dir.to_path_buf(),
-                reason: format!("unexpected schema: {e}"),
-            })?;
+        let not_a_collection = |reason: String| IndexError::NotACollection {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let mut index = Index::open_in_dir(dir.join(INDEX_DIR))
+            .map_err(|e| not_a_collection(format!("cannot open its tantivy index: {e}")))?;
+        let fields = schema::fields_of(&index.schema())
+            .map_err(|e| not_a_collection(format!("unexpected schema: {e}")))?;
+        let range_shift = Arc::new(AtomicU32::new(crate::maxima::DEFAULT_RANGE_SHIFT));
+        let extensions = index.load_metas()?.persisted_custom_extensions;
+        let forward_files = extensions.iter().any(|e| e == forward_file::EXTENSION);
+        if let Some(other) = extensions.iter().find(|e| *e != forward_file::EXTENSION) {
+            return Err(not_a_collection(format!(
+                "its index needs a segment component this lexlip does not know ({other:?}); \
+                 it was written by a newer lexlip"
+            )));
+        }
+        if forward_files {
+            let plugin = ForwardPlugin::new(fields.impacts, range_shift.clone());
+            index.register_plugin(Arc::new(plugin));
+        }
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -150,7 +177,8 @@ impl Collection {
             dense_params: DenseParams::default(),
             flush_docs: DEFAULT_FLUSH_DOCS,
             doc_order: DocOrder::default(),
-            range_shift: crate::maxima::DEFAULT_RANGE_SHIFT,
+            range_shift,
+            forward_files,
         })
     }
 
@@ -255,7 +283,9 @@ impl Collection {
     }
 
     /// Documents per pruning block: a power of two from 8 to 64 (default 32). Smaller blocks
-    /// bound tighter and cost more memory; the bounds and the forward index are rebuilt.
+    /// bound tighter and cost more memory. Segments written from now on get forward index files
+    /// for this size; those written for another size are rebuilt from their postings when
+    /// searched.
     pub fn set_block_size(&mut self, docs: u32) -> Result<()> {
         let shift = docs.trailing_zeros();
         if !docs.is_power_of_two() || !crate::maxima::RANGE_SHIFTS.contains(&shift) {
@@ -263,14 +293,25 @@ impl Collection {
                 "the block size must be 8, 16, 32 or 64 documents, got {docs}"
             )));
         }
-        if shift != self.range_shift {
-            self.range_shift = shift;
+        if shift != self.range_shift() {
+            self.range_shift.store(shift, Ordering::Relaxed);
             self.maxima
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clear();
         }
         Ok(())
+    }
+
+    /// log2 of the documents per pruning block.
+    fn range_shift(&self) -> u32 {
+        self.range_shift.load(Ordering::Relaxed)
+    }
+
+    /// Whether new and merged segments get a forward index file (collections created by this
+    /// version of lexlip; older ones build it from the postings when a segment is searched).
+    pub fn has_forward_files(&self) -> bool {
+        self.forward_files
     }
 
     /// Ids of the segments of the last commit.

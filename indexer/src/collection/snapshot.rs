@@ -35,8 +35,8 @@ pub struct Snapshot {
 }
 
 impl Collection {
-    /// A consistent view of the last commit, with the pruning maxima of its segments (computed
-    /// once per segment and cached).
+    /// A consistent view of the last commit, with the pruning maxima of its segments (read from
+    /// their forward index files, or computed, once per segment and cached).
     pub fn snapshot(&self) -> Result<Snapshot> {
         let searcher = self.reader.searcher();
         let mut maxima = Vec::with_capacity(searcher.segment_readers().len());
@@ -51,10 +51,10 @@ impl Collection {
             let m = match cached {
                 Some(m) => m,
                 None => {
-                    let m = Arc::new(SegmentMaxima::compute(
+                    let m = Arc::new(SegmentMaxima::open(
                         reader,
                         self.fields.impacts,
-                        self.range_shift,
+                        self.range_shift(),
                     )?);
                     self.maxima
                         .lock()

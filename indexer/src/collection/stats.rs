@@ -60,6 +60,11 @@ impl Collection {
             },
             segments: searcher.segment_readers().len(),
             pruning_memory_bytes: snapshot.pruning_memory_bytes(),
+            forward_file_bytes: searcher
+                .segment_readers()
+                .iter()
+                .map(crate::forward_file::file_bytes)
+                .sum(),
         })
     }
 }

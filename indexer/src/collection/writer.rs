@@ -250,9 +250,15 @@ impl Collection {
         state.pending_ids.clear();
         state.pending_thumbnail_bytes = 0;
         let batch = std::mem::replace(&mut state.batch, new_batch());
-        if let Some(meta) =
-            write_segment(&self.index, &self.fields, &pending, &batch, self.doc_order)?
-        {
+        let forward_shift = self.forward_files.then(|| self.range_shift());
+        if let Some(meta) = write_segment(
+            &self.index,
+            &self.fields,
+            &pending,
+            &batch,
+            self.doc_order,
+            forward_shift,
+        )? {
             state.writer.add_segment(meta)?;
             state
                 .flushed_ids

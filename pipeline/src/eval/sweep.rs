@@ -53,6 +53,7 @@ pub fn evaluate(
         dense_dim,
         // Evaluation measures the index of vectors alone: no thumbnails are given anyway.
         thumbnails: false,
+        ..CollectionSettings::default()
     };
     let mut collection = Collection::create(
         dir,

@@ -28,6 +28,10 @@ pub struct BenchEngineArgs {
     /// Documents per pruning block: 8, 16, 32 or 64.
     #[arg(long, default_value_t = 32)]
     pub block_size: u32,
+    /// Keep no forward index files (as `lexlip index --no-forward-files`): the first search
+    /// builds the forward index from the postings.
+    #[arg(long)]
+    pub no_forward_files: bool,
     /// Build the collection here instead of a temporary directory.
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -48,6 +52,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         corpus: args.corpus,
         block_size: args.block_size,
         threads: args.threads,
+        forward_files: !args.no_forward_files,
     };
     let quiet = args.json;
     let r = run_bench(&config, &dir, &mut |phase, f| {
@@ -65,6 +70,21 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     println!(
         "size                 {:.2} bytes per non-zero ({} bytes, {} non-zeros)",
         r.bytes_per_nnz, r.bytes, r.nnz
+    );
+    println!(
+        "forward index files  {:.2} bytes per non-zero of that",
+        r.forward_file_bytes as f64 / r.nnz.max(1) as f64
+    );
+    println!(
+        "first search         {:.3} s to load the forward index ({}); building it from the postings {:.3} s ({:.1}x)",
+        r.warm_seconds,
+        if r.forward_file_bytes > 0 {
+            "read from its files"
+        } else {
+            "built, no files"
+        },
+        r.build_seconds,
+        r.build_seconds / r.warm_seconds.max(1e-9)
     );
     println!("exhaustive baseline  {:.1} QPS", r.exhaustive.qps);
     println!(

@@ -83,6 +83,12 @@ pub struct IndexArgs {
     /// thumbnails off for later adds too.
     #[arg(long)]
     pub no_thumbnails: bool,
+    /// Keep no forward index file beside each segment's postings (kept by default: about 6
+    /// bytes per stored non-zero). Without them, the first search of every new or merged
+    /// segment builds the forward index from the postings instead. Taken when the collection
+    /// is created.
+    #[arg(long)]
+    pub no_forward_files: bool,
     /// How each new segment's documents are ordered: `clusters` (k-means, fast), `bisection`
     /// (recursive graph bisection: slower to write, can make search faster) or `input`. Results
     /// are the same in every order.
@@ -105,6 +111,7 @@ impl IndexArgs {
             top_k_terms: self.top_k_terms,
             dense_dim: None,
             thumbnails: !self.no_thumbnails,
+            forward_files: !self.no_forward_files,
         }
     }
 

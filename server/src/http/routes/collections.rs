@@ -61,6 +61,7 @@ pub async fn create(
         top_k_terms: req.top_k_terms,
         dense_dim,
         thumbnails: req.thumbnails.unwrap_or(true),
+        ..CollectionSettings::default()
     };
     settings.validate()?;
     let st = state.clone();

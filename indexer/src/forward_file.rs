@@ -1,0 +1,645 @@
+//! The forward index persisted with its segment: a `.fwd` file written when the segment is
+//! written or merged, read back when the segment is first searched instead of being rebuilt
+//! from the postings.
+//!
+//! It is a tantivy [`SegmentPlugin`], so tantivy owns the file's life: the plugin writes it for
+//! every merged segment (after the postings, which it reads back), garbage collection keeps it
+//! while its segment lives and deletes it with the segment, and an interrupted merge leaves
+//! nothing that a commit refers to. Segments that lexlip writes itself
+//! ([`crate::segment_builder`]) get theirs from [`write`] before they are added. Deleted
+//! documents stay in the file, as they stay in the postings; search filters them as on every
+//! path, so the file is never stale.
+//!
+//! Only collections created with the plugin have the files (tantivy fixes a collection's
+//! plugins at creation); older collections, segments written for another block size and files
+//! that fail to read fall back to building the forward index from the postings, which stays the
+//! store of record.
+//!
+//! ```text
+//! header   "LXFWD" 0 0 1 | shift u32 | num_blocks u32
+//! per term, in term-dictionary order:
+//!          n u32 | max u32 | layout u8 (0 dense, 1 sparse) | impact bytes u8 (1 or 2)
+//!   dense  step u32 | maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
+//!   sparse docs [u32; n] | impacts [n] | has maxima u8 [| step u32 | maxima [u8; blocks]]
+//!          | group_shift u32 | groups len u32 | groups [u32]
+//! ```
+//! Integers are little-endian. Every length and position is checked on reading, so a damaged
+//! file is refused, never searched.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tantivy::directory::TerminatingWrite;
+use tantivy::index::SegmentComponent;
+use tantivy::schema::document::ErasedDocument;
+use tantivy::schema::{Field, Schema};
+use tantivy::{DocId, Segment, SegmentReader};
+use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlugin};
+
+use crate::error::{IndexError, Result};
+use crate::forward::{Impacts, TermPostings};
+use crate::maxima::{self, SegmentMaxima, TermMaxima};
+
+/// File extension of the forward index of a segment.
+pub const EXTENSION: &str = "fwd";
+const MAGIC: &[u8; 8] = b"LXFWD\0\0\x01";
+
+fn component() -> SegmentComponent {
+    SegmentComponent::Custom(EXTENSION.to_string())
+}
+
+/// The plugin a collection registers on its tantivy index. The block size is shared with the
+/// collection, which may change it ([`crate::Collection::set_block_size`]): files are written
+/// for the block size in force at the time.
+#[derive(Debug, Clone)]
+pub struct ForwardPlugin {
+    impacts: Field,
+    shift: Arc<AtomicU32>,
+}
+
+impl ForwardPlugin {
+    pub fn new(impacts: Field, shift: Arc<AtomicU32>) -> Self {
+        Self { impacts, shift }
+    }
+}
+
+impl SegmentPlugin for ForwardPlugin {
+    fn extensions(&self) -> &[&str] {
+        &[EXTENSION]
+    }
+
+    fn create_writer(&self, _ctx: &PluginWriterContext) -> tantivy::Result<Box<dyn PluginWriter>> {
+        Ok(Box::new(CountingWriter {
+            plugin: self.clone(),
+            docs: 0,
+        }))
+    }
+
+    /// The merged postings are on disk already (custom plugins run after the built-in ones):
+    /// the file is built from them, so it matches the merged segment's doc ids by construction.
+    fn merge(&self, ctx: PluginMergeContext) -> tantivy::Result<()> {
+        // The merged segment holds every source's alive documents (as tantivy's merger counts).
+        let max_doc = ctx.readers.iter().map(SegmentReader::num_docs).sum();
+        let segment = ctx.target_segment.clone().with_max_doc(max_doc);
+        write(&segment, self.impacts, self.shift.load(Ordering::Relaxed)).map_err(to_tantivy)
+    }
+}
+
+/// tantivy's own segment writer (lexlip writes new segments itself, so this runs only if
+/// documents ever go through `IndexWriter::add_document`): counts the documents, then builds the
+/// file from the segment's postings once they are written.
+struct CountingWriter {
+    plugin: ForwardPlugin,
+    docs: u32,
+}
+
+impl PluginWriter for CountingWriter {
+    fn add_document(
+        &mut self,
+        _: DocId,
+        _: &dyn ErasedDocument,
+        _: &Schema,
+    ) -> tantivy::Result<()> {
+        self.docs += 1;
+        Ok(())
+    }
+
+    fn serialize(
+        self: Box<Self>,
+        segment: &Segment,
+        _doc_id_map: Option<&tantivy::indexer::doc_id_mapping::DocIdMapping>,
+    ) -> tantivy::Result<()> {
+        let segment = segment.clone().with_max_doc(self.docs);
+        let shift = self.plugin.shift.load(Ordering::Relaxed);
+        write(&segment, self.plugin.impacts, shift).map_err(to_tantivy)
+    }
+
+    fn mem_usage(&self) -> usize {
+        0
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn to_tantivy(e: IndexError) -> tantivy::TantivyError {
+    match e {
+        IndexError::Tantivy(e) => e,
+        other => tantivy::TantivyError::InternalError(other.to_string()),
+    }
+}
+
+/// Writes the forward index of `segment` (its postings written, its `max_doc` set) for blocks
+/// of `2^shift` documents. Reads each term's postings once and keeps one term in memory at a
+/// time.
+pub fn write(segment: &Segment, impacts: Field, shift: u32) -> Result<()> {
+    let reader = SegmentReader::open(segment)?;
+    let shift = maxima::clamp_shift(shift);
+    let num_blocks = maxima::num_blocks(&reader, shift);
+    let mut out = segment
+        .open_write(component())
+        .map_err(tantivy::TantivyError::from)?;
+    let io = |e| IndexError::Tantivy(tantivy::TantivyError::from(e));
+    let mut buf = Vec::with_capacity(1 << 16);
+    buf.extend_from_slice(MAGIC);
+    put_u32(&mut buf, shift);
+    put_u32(&mut buf, num_blocks);
+    maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
+        let t = TermPostings::build(postings, max, shift, num_blocks);
+        encode(&t, postings.len() as u32, max, &mut buf);
+        if buf.len() >= 1 << 16 {
+            out.write_all(&buf).map_err(io)?;
+            buf.clear();
+        }
+        Ok(())
+    })?;
+    out.write_all(&buf).map_err(io)?;
+    out.terminate().map_err(io)?;
+    Ok(())
+}
+
+/// Whether `reader`'s segment has a forward index file.
+pub fn exists(reader: &SegmentReader) -> bool {
+    reader.open_read(component()).is_ok()
+}
+
+/// Size of the segment's forward index file (0 when it has none).
+pub fn file_bytes(reader: &SegmentReader) -> u64 {
+    reader
+        .open_read(component())
+        .map_or(0, |f| tantivy::HasLen::len(&f) as u64)
+}
+
+/// The segment's forward index read from its file; `None` when the segment has none or has one
+/// for another block size (the caller builds it from the postings). An error means the file is
+/// damaged or does not belong to the segment's postings.
+pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option<SegmentMaxima>> {
+    let Ok(file) = reader.open_read(component()) else {
+        return Ok(None);
+    };
+    let bytes = file.read_bytes().map_err(tantivy::TantivyError::from)?;
+    let mut r = Cursor {
+        bytes: bytes.as_slice(),
+    };
+    let corrupt = |what: &str| IndexError::Tantivy(corrupt_error(reader, what));
+    if r.take(MAGIC.len()).ok() != Some(&MAGIC[..]) {
+        return Err(corrupt("not a lexlip forward index (version 1)"));
+    }
+    let file_shift = r.u32().map_err(corrupt)?;
+    let num_blocks = r.u32().map_err(corrupt)?;
+    if file_shift != maxima::clamp_shift(shift) {
+        return Ok(None);
+    }
+    if num_blocks != maxima::num_blocks(reader, file_shift) {
+        return Err(corrupt("its block count does not match the segment"));
+    }
+    let max_doc = reader.max_doc();
+    let inverted = reader.inverted_index(impacts)?;
+    let mut stream = inverted.terms().stream()?;
+    let mut out = SegmentMaxima::empty(file_shift, num_blocks, inverted.terms().num_terms());
+    while stream.advance() {
+        let term_info = stream.value().clone();
+        let (postings, max) = decode(&mut r, term_info.doc_freq, file_shift, num_blocks, max_doc)
+            .map_err(|e| {
+            corrupt(&format!(
+                "term {:?}: {e}",
+                String::from_utf8_lossy(stream.key())
+            ))
+        })?;
+        let term = TermMaxima::new(term_info, max, file_shift, postings);
+        out.insert(stream.key(), term);
+    }
+    if !r.bytes.is_empty() {
+        return Err(corrupt("it holds more terms than the segment"));
+    }
+    Ok(Some(out))
+}
+
+fn corrupt_error(reader: &SegmentReader, what: &str) -> tantivy::TantivyError {
+    tantivy::TantivyError::InternalError(format!(
+        "the forward index of segment {} (its .{EXTENSION} file) is damaged: {what}",
+        reader.segment_id().uuid_string(),
+    ))
+}
+
+fn put_u32(buf: &mut Vec<u8>, v: u32) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u32s(buf: &mut Vec<u8>, vs: &[u32]) {
+    for &v in vs {
+        put_u32(buf, v);
+    }
+}
+
+fn put_impacts(buf: &mut Vec<u8>, impacts: &Impacts) {
+    match impacts {
+        Impacts::Narrow(w) => buf.extend_from_slice(w),
+        Impacts::Wide(w) => w
+            .iter()
+            .for_each(|v| buf.extend_from_slice(&v.to_le_bytes())),
+    }
+}
+
+fn impact_width(impacts: &Impacts) -> u8 {
+    match impacts {
+        Impacts::Narrow(_) => 1,
+        Impacts::Wide(_) => 2,
+    }
+}
+
+fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
+    put_u32(buf, n);
+    put_u32(buf, max);
+    match t {
+        TermPostings::Dense {
+            maxima,
+            step,
+            starts,
+            offsets,
+            impacts,
+        } => {
+            buf.extend_from_slice(&[0, impact_width(impacts)]);
+            put_u32(buf, *step);
+            buf.extend_from_slice(maxima);
+            put_u32s(buf, starts);
+            buf.extend_from_slice(offsets);
+            put_impacts(buf, impacts);
+        }
+        TermPostings::Sparse {
+            docs,
+            impacts,
+            maxima,
+            groups,
+            group_shift,
+        } => {
+            buf.extend_from_slice(&[1, impact_width(impacts)]);
+            put_u32s(buf, docs);
+            put_impacts(buf, impacts);
+            match maxima {
+                Some((m, step)) => {
+                    buf.push(1);
+                    put_u32(buf, *step);
+                    buf.extend_from_slice(m);
+                }
+                None => buf.push(0),
+            }
+            put_u32(buf, *group_shift);
+            put_u32(buf, groups.len() as u32);
+            put_u32s(buf, groups);
+        }
+    }
+}
+
+/// Reads one term written by [`encode`], whose postings the segment's dictionary says number
+/// `doc_freq`, checking everything search relies on: lengths, doc ids in order and inside the
+/// segment, block starts in order, steps and shifts in range.
+fn decode(
+    r: &mut Cursor,
+    doc_freq: u32,
+    shift: u32,
+    num_blocks: u32,
+    max_doc: u32,
+) -> std::result::Result<(TermPostings, u32), &'static str> {
+    let n = r.u32()? as usize;
+    let max = r.u32()?;
+    let layout = r.u8()?;
+    let width = r.u8()?;
+    let blocks = num_blocks as usize;
+    if n != doc_freq as usize || n > max_doc as usize {
+        return Err("its postings do not match the segment's");
+    }
+    let impacts = |r: &mut Cursor| -> std::result::Result<Impacts, &'static str> {
+        match width {
+            1 => Ok(Impacts::Narrow(r.take(n)?.into())),
+            2 => Ok(Impacts::Wide(
+                r.take(2 * n)?
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            )),
+            _ => Err("unknown impact width"),
+        }
+    };
+    let step = |r: &mut Cursor| match r.u32()? {
+        0 => Err("zero step"),
+        s => Ok(s),
+    };
+    let t = match layout {
+        0 => {
+            let step = step(r)?;
+            let maxima: Box<[u8]> = r.take(blocks)?.into();
+            let starts = r.u32s(blocks + 1)?;
+            let ordered = starts.windows(2).all(|w| w[0] <= w[1]);
+            if !ordered || starts[0] != 0 || starts[blocks] as usize != n {
+                return Err("block starts out of order");
+            }
+            let mask = (1u32 << shift) - 1;
+            let offsets: Box<[u8]> = r.take(n)?.into();
+            if offsets.iter().any(|&o| u32::from(o) > mask) {
+                return Err("doc offset outside its block");
+            }
+            let impacts = impacts(r)?;
+            TermPostings::Dense {
+                maxima,
+                step,
+                starts,
+                offsets,
+                impacts,
+            }
+        }
+        1 => {
+            let docs = r.u32s(n)?;
+            let ordered = docs.windows(2).all(|w| w[0] < w[1]);
+            if !ordered || docs.last().is_some_and(|&d| d >= max_doc) {
+                return Err("doc ids out of order or outside the segment");
+            }
+            let impacts = impacts(r)?;
+            let maxima = match r.u8()? {
+                0 => None,
+                1 => Some((step(r)?, r.take(blocks)?.into())).map(|(s, m)| (m, s)),
+                _ => return Err("bad maxima flag"),
+            };
+            let group_shift = r.u32()?;
+            let num_groups = r.u32()? as usize;
+            let groups = r.u32s(num_groups)?;
+            if num_groups > 0 {
+                let ordered = groups.windows(2).all(|w| w[0] <= w[1]);
+                // `span` reads `groups[g + 1]` for the group `g` of every block.
+                let covers = group_shift < 32 && blocks.div_ceil(1 << group_shift) < num_groups;
+                if !ordered || !covers || groups[num_groups - 1] as usize > n {
+                    return Err("bad skip groups");
+                }
+            }
+            TermPostings::Sparse {
+                docs,
+                impacts,
+                maxima,
+                groups,
+                group_shift,
+            }
+        }
+        _ => return Err("unknown layout"),
+    };
+    Ok((t, max))
+}
+
+/// Reads little-endian values off the front of a byte slice.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], &'static str> {
+        if n > self.bytes.len() {
+            return Err("truncated");
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> std::result::Result<u8, &'static str> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> std::result::Result<u32, &'static str> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u32s(&mut self, n: usize) -> std::result::Result<Box<[u32]>, &'static str> {
+        let bytes = self.take(n.checked_mul(4).ok_or("truncated")?)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+
+    use super::*;
+    use crate::search::{Algorithm, SearchOptions};
+    use crate::synth::Rng;
+    use crate::{Collection, CollectionSettings};
+
+    /// Documents whose terms cover every layout: common terms (dense), terms in many blocks
+    /// (sparse with bound bytes and skips), rare ones, and impacts above 255 (two bytes).
+    fn fill(c: &mut Collection, seed: u64, docs: u32) {
+        c.set_flush_docs(700);
+        let mut rng = Rng::new(seed);
+        for i in 0..docs {
+            let mut terms = std::collections::BTreeMap::new();
+            terms.insert("the".to_string(), 1 + rng.next_u64() % 90);
+            for _ in 0..6 {
+                let t = match rng.next_u64() % 3 {
+                    0 => format!("mid{}", rng.next_u64() % 8),
+                    1 => format!("rare{}", rng.next_u64() % 600),
+                    _ => format!("wide{}", rng.next_u64() % 30),
+                };
+                let w = if t.starts_with("wide") {
+                    200 + rng.next_u64() % 900
+                } else {
+                    1 + rng.next_u64() % 250
+                };
+                terms.insert(t, w);
+            }
+            let id = DocId::new(format!("d{i}")).unwrap();
+            c.add(
+                Document::new(id, Modality::Image),
+                QuantizedVector::new(terms).unwrap(),
+            )
+            .unwrap();
+        }
+        c.commit().unwrap();
+    }
+
+    fn create(dir: &Path) -> Collection {
+        let space = TermSpace::from_tokens("free", []);
+        Collection::create(dir, space, CollectionSettings::default(), None).unwrap()
+    }
+
+    fn encoded(m: &SegmentMaxima) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut terms: Vec<(Vec<u8>, Vec<u8>)> = m
+            .iter()
+            .map(|(key, t)| {
+                let mut buf = Vec::new();
+                let n = t.term_info.doc_freq;
+                encode(&t.postings, n, t.max, &mut buf);
+                (key.to_vec(), buf)
+            })
+            .collect();
+        terms.sort();
+        terms
+    }
+
+    /// Every segment's file, read back, is byte for byte the forward index built from its
+    /// postings: after flushes, after deletes and after a merge, for every block size.
+    #[test]
+    fn files_hold_the_forward_index_built_from_the_postings() {
+        for docs_per_block in [8, 32, 64] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut c = create(dir.path());
+            c.set_block_size(docs_per_block).unwrap();
+            let shift = docs_per_block.trailing_zeros();
+            fill(&mut c, u64::from(docs_per_block), 2_000);
+            for i in (0..2_000).step_by(7) {
+                c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
+            }
+            c.commit().unwrap();
+            let check = |c: &Collection, segments: std::ops::RangeInclusive<usize>| {
+                let snap = c.snapshot().unwrap();
+                let readers = snap.searcher().segment_readers();
+                assert!(
+                    segments.contains(&readers.len()),
+                    "{} segments",
+                    readers.len()
+                );
+                for reader in readers {
+                    let impacts = snap.fields().impacts;
+                    let read = read(reader, impacts, shift).unwrap().expect("a file");
+                    let built = SegmentMaxima::compute(reader, impacts, shift).unwrap();
+                    assert_eq!(encoded(&read), encoded(&built));
+                    assert_eq!(read.heap_bytes(), built.heap_bytes());
+                }
+            };
+            check(&c, 2..=4);
+            c.merge_all().unwrap();
+            check(&c, 1..=1);
+            // Merged-away segments' files are gone with them.
+            let index_dir = dir.path().join("index");
+            let files = std::fs::read_dir(&index_dir)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension() == Some(EXTENSION.as_ref()))
+                .count();
+            assert_eq!(files, 1);
+        }
+    }
+
+    fn exact(c: &Collection, seed: u64) {
+        let snap = c.snapshot().unwrap();
+        let mut rng = Rng::new(seed);
+        for _ in 0..20 {
+            let q = QuantizedVector::new([
+                ("the".to_string(), 1 + rng.next_u64() % 9),
+                (
+                    format!("mid{}", rng.next_u64() % 8),
+                    1 + rng.next_u64() % 99,
+                ),
+                (
+                    format!("rare{}", rng.next_u64() % 600),
+                    1 + rng.next_u64() % 99,
+                ),
+                (
+                    format!("wide{}", rng.next_u64() % 30),
+                    1 + rng.next_u64() % 99,
+                ),
+            ])
+            .unwrap();
+            let exhaustive = SearchOptions {
+                k: 10,
+                algorithm: Algorithm::Exhaustive,
+                ..SearchOptions::default()
+            };
+            let want = snap.search(&q, &exhaustive).unwrap().hits;
+            assert_eq!(snap.search(&q, &SearchOptions::top(10)).unwrap().hits, want);
+        }
+    }
+
+    /// A file that does not belong to its segment is refused, whatever is wrong with it, and
+    /// search stays exact (the forward index is built from the postings instead).
+    #[test]
+    fn a_damaged_file_is_refused_and_search_stays_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = create(dir.path());
+        fill(&mut c, 3, 1_500);
+        c.merge_all().unwrap();
+        drop(c);
+        let file = std::fs::read_dir(dir.path().join("index"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension() == Some(EXTENSION.as_ref()))
+            .unwrap();
+        let original = std::fs::read(&file).unwrap();
+        // (offset, bytes): the magic; the block count; the first term's posting count; its
+        // layout; a byte in the middle of the postings.
+        let middle = original.len() / 2;
+        let damages: [(usize, &[u8]); 5] = [
+            (0, b"XX"),
+            (12, &[0xff, 0xff]),
+            (16, &[0xff, 0xff, 0xff, 0x7f]),
+            (24, &[7]),
+            (middle, &[0xff, 0xff, 0xff, 0xff]),
+        ];
+        let mut refused = 0;
+        for (at, bytes) in damages {
+            let mut damaged = original.clone();
+            damaged[at..at + bytes.len()].copy_from_slice(bytes);
+            std::fs::write(&file, &damaged).unwrap();
+            let c = Collection::open(dir.path()).unwrap();
+            let snap = c.snapshot().unwrap();
+            let reader = &snap.searcher().segment_readers()[0];
+            refused += usize::from(read(reader, snap.fields().impacts, 5).is_err());
+            exact(&c, at as u64);
+        }
+        // A byte in the middle may land on an impact, which no check can tell from a real one;
+        // the four structural damages are always refused.
+        assert!(refused >= 4, "{refused} of 5 refused");
+        std::fs::write(&file, &original).unwrap();
+        let c = Collection::open(dir.path()).unwrap();
+        let snap = c.snapshot().unwrap();
+        assert!(
+            read(
+                &snap.searcher().segment_readers()[0],
+                snap.fields().impacts,
+                5
+            )
+            .is_ok()
+        );
+    }
+
+    /// A collection searched with another block size than its files were written for builds
+    /// the forward index from the postings; one made before the files existed works without.
+    #[test]
+    fn other_block_sizes_and_collections_without_files_build_from_postings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = create(dir.path());
+        fill(&mut c, 5, 1_000);
+        drop(c);
+        let mut c = Collection::open(dir.path()).unwrap();
+        assert!(c.has_forward_files());
+        c.set_block_size(16).unwrap();
+        let snap = c.snapshot().unwrap();
+        for reader in snap.searcher().segment_readers() {
+            assert!(exists(reader));
+            assert!(read(reader, snap.fields().impacts, 4).unwrap().is_none());
+        }
+        exact(&c, 6);
+
+        // An index created without the plugin, as lexlip did before forward index files.
+        let legacy = tempfile::tempdir().unwrap();
+        drop(create(legacy.path()));
+        let index_dir = legacy.path().join("index");
+        std::fs::remove_dir_all(&index_dir).unwrap();
+        std::fs::create_dir_all(&index_dir).unwrap();
+        tantivy::Index::create_in_dir(&index_dir, crate::schema::build().0).unwrap();
+        let mut c = Collection::open(legacy.path()).unwrap();
+        assert!(!c.has_forward_files());
+        fill(&mut c, 7, 1_000);
+        c.merge_all().unwrap();
+        let snap = c.snapshot().unwrap();
+        assert!(!exists(&snap.searcher().segment_readers()[0]));
+        exact(&c, 8);
+    }
+}
