@@ -26,11 +26,13 @@
 //! are filtered when hits are collected, as on every path), dropped with the segment. tantivy
 //! stays the store of record.
 
+use crate::slab::Slab;
+
 /// Impacts of a term's postings.
 #[derive(Debug)]
 pub enum Impacts {
-    Narrow(Box<[u8]>),
-    Wide(Box<[u16]>),
+    Narrow(Slab<u8>),
+    Wide(Slab<u16>),
 }
 
 impl Impacts {
@@ -55,10 +57,10 @@ impl Impacts {
         }
     }
 
-    fn bytes(&self) -> usize {
+    fn heap_bytes(&self) -> usize {
         match self {
-            Self::Narrow(w) => w.len(),
-            Self::Wide(w) => w.len() * 2,
+            Self::Narrow(w) => w.heap_bytes(),
+            Self::Wide(w) => w.heap_bytes(),
         }
     }
 
@@ -75,24 +77,24 @@ impl Impacts {
 pub enum TermPostings {
     Dense {
         /// `ceil(max impact in block / step)`, one byte per block.
-        maxima: Box<[u8]>,
+        maxima: Slab<u8>,
         step: u32,
         /// Block `b`'s postings are `starts[b]..starts[b + 1]`.
-        starts: Box<[u32]>,
-        offsets: Box<[u8]>,
+        starts: Slab<u32>,
+        offsets: Slab<u8>,
         impacts: Impacts,
     },
     Sparse {
-        docs: Box<[u32]>,
+        docs: Slab<u32>,
         impacts: Impacts,
         /// For a term in many blocks: its block maxima as bytes too (`ceil(max / step)`), so
         /// bounding costs a vectorized pass over the blocks instead of one per posting.
-        maxima: Option<(Box<[u8]>, u32)>,
+        maxima: Option<(Slab<u8>, u32)>,
         /// Skips: the postings of blocks `g << group_shift ..` start at `groups[g]`, so that
         /// a block's postings are found among ~[`GROUP_POSTINGS`] (one or two cache lines)
         /// instead of by a binary search over all of them (a cache miss per step). Empty for
         /// terms with few postings.
-        groups: Box<[u32]>,
+        groups: Slab<u32>,
         group_shift: u32,
     },
 }
@@ -110,14 +112,14 @@ impl TermPostings {
                 let block = (doc >> shift) as usize;
                 maxima[block] = maxima[block].max(w.div_ceil(step) as u8);
             }
-            maxima.into_boxed_slice()
+            Slab::from(maxima)
         };
         // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
         // posting.
         if 5 * num_blocks as usize >= 3 * n {
             // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
             let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
-            let docs: Box<[u32]> = postings.iter().map(|&(d, _)| d).collect();
+            let docs: Slab<u32> = postings.iter().map(|&(d, _)| d).collect();
             let (groups, group_shift) = skip_groups(&docs, shift, num_blocks);
             return Self::Sparse {
                 docs,
@@ -139,7 +141,7 @@ impl TermPostings {
         Self::Dense {
             maxima: block_maxima(),
             step,
-            starts: starts.into_boxed_slice(),
+            starts: starts.into(),
             offsets: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),
             impacts,
         }
@@ -294,7 +296,7 @@ impl TermPostings {
         }
     }
 
-    /// Memory held.
+    /// Heap held (arrays viewed in a mapped file hold none).
     pub fn heap_bytes(&self) -> usize {
         match self {
             Self::Dense {
@@ -303,7 +305,12 @@ impl TermPostings {
                 offsets,
                 impacts,
                 ..
-            } => maxima.len() + starts.len() * 4 + offsets.len() + impacts.bytes(),
+            } => {
+                maxima.heap_bytes()
+                    + starts.heap_bytes()
+                    + offsets.heap_bytes()
+                    + impacts.heap_bytes()
+            }
             Self::Sparse {
                 docs,
                 impacts,
@@ -311,10 +318,10 @@ impl TermPostings {
                 groups,
                 ..
             } => {
-                docs.len() * 4
-                    + impacts.bytes()
-                    + maxima.as_ref().map_or(0, |m| m.0.len())
-                    + groups.len() * 4
+                docs.heap_bytes()
+                    + impacts.heap_bytes()
+                    + maxima.as_ref().map_or(0, |m| m.0.heap_bytes())
+                    + groups.heap_bytes()
             }
         }
     }
@@ -326,10 +333,10 @@ const GROUP_POSTINGS: usize = 16;
 
 /// The skips of a sparse term (see [`TermPostings::Sparse`]): groups of `2^group_shift` blocks
 /// holding ~[`GROUP_POSTINGS`] postings on average; none for a term with few postings.
-fn skip_groups(docs: &[u32], shift: u32, num_blocks: u32) -> (Box<[u32]>, u32) {
+fn skip_groups(docs: &[u32], shift: u32, num_blocks: u32) -> (Slab<u32>, u32) {
     let n = docs.len();
     if n <= 2 * GROUP_POSTINGS {
-        return (Box::new([]), 0);
+        return (Slab::from(Vec::new()), 0);
     }
     let blocks_per_group = (GROUP_POSTINGS * num_blocks as usize).div_ceil(n);
     let group_shift = blocks_per_group.next_power_of_two().trailing_zeros();
@@ -342,7 +349,7 @@ fn skip_groups(docs: &[u32], shift: u32, num_blocks: u32) -> (Box<[u32]>, u32) {
             g += 1;
         }
     }
-    (groups.into_boxed_slice(), group_shift)
+    (groups.into(), group_shift)
 }
 
 #[inline]

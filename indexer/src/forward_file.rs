@@ -30,7 +30,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tantivy::directory::TerminatingWrite;
+use tantivy::directory::{OwnedBytes, TerminatingWrite};
 use tantivy::index::SegmentComponent;
 use tantivy::schema::document::ErasedDocument;
 use tantivy::schema::{Field, Schema};
@@ -40,6 +40,7 @@ use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlug
 use crate::error::{IndexError, Result};
 use crate::forward::{Impacts, TermPostings};
 use crate::maxima::{self, SegmentMaxima, TermMaxima};
+use crate::slab::{Plain, Slab};
 
 /// File extension of the forward index of a segment.
 pub const EXTENSION: &str = "fwd";
@@ -184,11 +185,9 @@ pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option
         return Ok(None);
     };
     let bytes = file.read_bytes().map_err(tantivy::TantivyError::from)?;
-    let mut r = Cursor {
-        bytes: bytes.as_slice(),
-    };
+    let mut r = Cursor { bytes, pos: 0 };
     let corrupt = |what: &str| IndexError::Tantivy(corrupt_error(reader, what));
-    if r.take(MAGIC.len()).ok() != Some(&MAGIC[..]) {
+    if r.take(MAGIC.len()).ok().as_deref() != Some(&MAGIC[..]) {
         return Err(corrupt("not a lexlip forward index (version 1)"));
     }
     let file_shift = r.u32().map_err(corrupt)?;
@@ -215,7 +214,7 @@ pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option
         let term = TermMaxima::new(term_info, max, file_shift, postings);
         out.insert(stream.key(), term);
     }
-    if !r.bytes.is_empty() {
+    if r.pos != r.bytes.len() {
         return Err(corrupt("it holds more terms than the segment"));
     }
     Ok(Some(out))
@@ -233,40 +232,55 @@ fn put_u32(buf: &mut Vec<u8>, v: u32) {
 }
 
 fn put_u32s(buf: &mut Vec<u8>, vs: &[u32]) {
+    pad(buf, 4);
     for &v in vs {
         put_u32(buf, v);
     }
 }
 
+/// Zeros up to the next multiple of `align`, so that arrays can be read in place from the
+/// mapped file (which starts page-aligned; `buf` is only ever flushed at multiples of 4).
+fn pad(buf: &mut Vec<u8>, align: usize) {
+    buf.resize(buf.len().next_multiple_of(align), 0);
+}
+
 fn put_impacts(buf: &mut Vec<u8>, impacts: &Impacts) {
     match impacts {
         Impacts::Narrow(w) => buf.extend_from_slice(w),
-        Impacts::Wide(w) => w
-            .iter()
-            .for_each(|v| buf.extend_from_slice(&v.to_le_bytes())),
+        Impacts::Wide(w) => {
+            pad(buf, 2);
+            w.iter()
+                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()))
+        }
     }
 }
 
-fn impact_width(impacts: &Impacts) -> u8 {
-    match impacts {
+/// Appends one term (see the module's layout); it starts and ends at a multiple of 4 bytes.
+fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
+    let (layout, impacts) = match t {
+        TermPostings::Dense { impacts, .. } => (0, impacts),
+        TermPostings::Sparse { impacts, .. } => (1, impacts),
+    };
+    let width = match impacts {
         Impacts::Narrow(_) => 1,
         Impacts::Wide(_) => 2,
-    }
-}
-
-fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
+    };
+    let (step, has_maxima) = match t.block_maxima() {
+        Some((_, step)) => (step, 1),
+        None => (0, 0),
+    };
     put_u32(buf, n);
     put_u32(buf, max);
+    put_u32(buf, step);
+    buf.extend_from_slice(&[layout, width, has_maxima, 0]);
     match t {
         TermPostings::Dense {
             maxima,
-            step,
             starts,
             offsets,
             impacts,
+            ..
         } => {
-            buf.extend_from_slice(&[0, impact_width(impacts)]);
-            put_u32(buf, *step);
             buf.extend_from_slice(maxima);
             put_u32s(buf, starts);
             buf.extend_from_slice(offsets);
@@ -279,27 +293,24 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
             groups,
             group_shift,
         } => {
-            buf.extend_from_slice(&[1, impact_width(impacts)]);
             put_u32s(buf, docs);
             put_impacts(buf, impacts);
-            match maxima {
-                Some((m, step)) => {
-                    buf.push(1);
-                    put_u32(buf, *step);
-                    buf.extend_from_slice(m);
-                }
-                None => buf.push(0),
+            if let Some((m, _)) = maxima {
+                buf.extend_from_slice(m);
             }
+            pad(buf, 4);
             put_u32(buf, *group_shift);
             put_u32(buf, groups.len() as u32);
             put_u32s(buf, groups);
         }
     }
+    pad(buf, 4);
 }
 
 /// Reads one term written by [`encode`], whose postings the segment's dictionary says number
 /// `doc_freq`, checking everything search relies on: lengths, doc ids in order and inside the
-/// segment, block starts in order, steps and shifts in range.
+/// segment, block starts in order, steps and shifts in range. Its arrays are views into the
+/// file's bytes.
 fn decode(
     r: &mut Cursor,
     doc_freq: u32,
@@ -309,66 +320,66 @@ fn decode(
 ) -> std::result::Result<(TermPostings, u32), &'static str> {
     let n = r.u32()? as usize;
     let max = r.u32()?;
-    let layout = r.u8()?;
-    let width = r.u8()?;
+    let step = r.u32()?;
+    let [layout, width, has_maxima, _] =
+        <[u8; 4]>::try_from(&r.take(4)?[..]).map_err(|_| "truncated")?;
     let blocks = num_blocks as usize;
     if n != doc_freq as usize || n > max_doc as usize {
         return Err("its postings do not match the segment's");
     }
+    if (has_maxima == 1) != (step > 0) || has_maxima > 1 {
+        return Err("bad block maxima step");
+    }
     let impacts = |r: &mut Cursor| -> std::result::Result<Impacts, &'static str> {
         match width {
-            1 => Ok(Impacts::Narrow(r.take(n)?.into())),
-            2 => Ok(Impacts::Wide(
-                r.take(2 * n)?
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect(),
-            )),
+            1 => Ok(Impacts::Narrow(r.slab(n)?)),
+            2 => {
+                r.align(2);
+                Ok(Impacts::Wide(r.slab(n)?))
+            }
             _ => Err("unknown impact width"),
         }
     };
-    let step = |r: &mut Cursor| match r.u32()? {
-        0 => Err("zero step"),
-        s => Ok(s),
-    };
     let t = match layout {
-        0 => {
-            let step = step(r)?;
-            let maxima: Box<[u8]> = r.take(blocks)?.into();
-            let starts = r.u32s(blocks + 1)?;
+        0 if has_maxima == 1 => {
+            let maxima = r.slab(blocks)?;
+            r.align(4);
+            let starts: Slab<u32> = r.slab(blocks + 1)?;
             let ordered = starts.windows(2).all(|w| w[0] <= w[1]);
             if !ordered || starts[0] != 0 || starts[blocks] as usize != n {
                 return Err("block starts out of order");
             }
             let mask = (1u32 << shift) - 1;
-            let offsets: Box<[u8]> = r.take(n)?.into();
+            let offsets: Slab<u8> = r.slab(n)?;
             if offsets.iter().any(|&o| u32::from(o) > mask) {
                 return Err("doc offset outside its block");
             }
-            let impacts = impacts(r)?;
             TermPostings::Dense {
                 maxima,
                 step,
                 starts,
                 offsets,
-                impacts,
+                impacts: impacts(r)?,
             }
         }
         1 => {
-            let docs = r.u32s(n)?;
+            r.align(4);
+            let docs: Slab<u32> = r.slab(n)?;
             let ordered = docs.windows(2).all(|w| w[0] < w[1]);
             if !ordered || docs.last().is_some_and(|&d| d >= max_doc) {
                 return Err("doc ids out of order or outside the segment");
             }
             let impacts = impacts(r)?;
-            let maxima = match r.u8()? {
-                0 => None,
-                1 => Some((step(r)?, r.take(blocks)?.into())).map(|(s, m)| (m, s)),
-                _ => return Err("bad maxima flag"),
+            let maxima = if has_maxima == 1 {
+                Some((r.slab(blocks)?, step))
+            } else {
+                None
             };
+            r.align(4);
             let group_shift = r.u32()?;
             let num_groups = r.u32()? as usize;
-            let groups = r.u32s(num_groups)?;
+            r.align(4);
+            let groups: Slab<u32> = r.slab(num_groups)?;
             if num_groups > 0 {
                 let ordered = groups.windows(2).all(|w| w[0] <= w[1]);
                 // `span` reads `groups[g + 1]` for the group `g` of every block.
@@ -387,26 +398,29 @@ fn decode(
         }
         _ => return Err("unknown layout"),
     };
+    r.align(4);
     Ok((t, max))
 }
 
-/// Reads little-endian values off the front of a byte slice.
-struct Cursor<'a> {
-    bytes: &'a [u8],
+/// Reads the file front to back; arrays come out as views into its bytes.
+struct Cursor {
+    bytes: OwnedBytes,
+    pos: usize,
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], &'static str> {
-        if n > self.bytes.len() {
+impl Cursor {
+    fn take(&mut self, n: usize) -> std::result::Result<OwnedBytes, &'static str> {
+        let end = self.pos.checked_add(n).ok_or("truncated")?;
+        if end > self.bytes.len() {
             return Err("truncated");
         }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
+        let out = self.bytes.slice(self.pos..end);
+        self.pos = end;
+        Ok(out)
     }
 
-    fn u8(&mut self) -> std::result::Result<u8, &'static str> {
-        Ok(self.take(1)?[0])
+    fn align(&mut self, align: usize) {
+        self.pos = self.pos.next_multiple_of(align);
     }
 
     fn u32(&mut self) -> std::result::Result<u32, &'static str> {
@@ -414,12 +428,9 @@ impl<'a> Cursor<'a> {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u32s(&mut self, n: usize) -> std::result::Result<Box<[u32]>, &'static str> {
-        let bytes = self.take(n.checked_mul(4).ok_or("truncated")?)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+    fn slab<T: Plain>(&mut self, n: usize) -> std::result::Result<Slab<T>, &'static str> {
+        let bytes = self.take(n.checked_mul(std::mem::size_of::<T>()).ok_or("truncated")?)?;
+        Slab::from_le_bytes(bytes).ok_or("truncated")
     }
 }
 
@@ -511,7 +522,10 @@ mod tests {
                     let read = read(reader, impacts, shift).unwrap().expect("a file");
                     let built = SegmentMaxima::compute(reader, impacts, shift).unwrap();
                     assert_eq!(encoded(&read), encoded(&built));
-                    assert_eq!(read.heap_bytes(), built.heap_bytes());
+                    // Read from the mapped file, the arrays take no heap: only the term table.
+                    let table: usize = built.iter().map(|(key, _)| key.len() + 64).sum();
+                    assert_eq!(read.heap_bytes(), table);
+                    assert!(built.heap_bytes() > table);
                 }
             };
             check(&c, 2..=4);

@@ -21,6 +21,7 @@ pub mod quantizer;
 pub mod schema;
 pub mod search;
 pub mod segment_builder;
+pub mod slab;
 pub mod synth;
 
 pub use catalog::Catalog;
