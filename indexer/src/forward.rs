@@ -20,11 +20,12 @@
 //! block 2 (docs 64..96), query {yak: 2} → docs 70, 71 score 62, 8
 //! ```
 //!
-//! Impacts take one byte when the term's largest fits, two otherwise. Built from the tantivy
-//! postings when a segment is first searched ([`crate::maxima::SegmentMaxima::compute`]) and
-//! cached with the segment, so it follows the segment's life: never stale (deleted documents
-//! are filtered when hits are collected, as on every path), dropped with the segment. tantivy
-//! stays the store of record.
+//! Impacts take one byte when the term's largest fits, two otherwise. Written with each segment
+//! and searched in place from its mapped file ([`crate::forward_file`]), or built from the
+//! tantivy postings when a segment is first searched ([`crate::maxima::SegmentMaxima::compute`]);
+//! either way it follows the segment's life: never stale (deleted documents are filtered when
+//! hits are collected, as on every path), dropped with the segment. tantivy stays the store of
+//! record. Its arrays are [`Slab`]s, so both sources are searched by the same code.
 
 use crate::slab::Slab;
 

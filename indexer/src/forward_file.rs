@@ -1,6 +1,6 @@
 //! The forward index persisted with its segment: a `.fwd` file written when the segment is
-//! written or merged, read back when the segment is first searched instead of being rebuilt
-//! from the postings.
+//! written or merged, then mapped and searched in place (its arrays are views into the file, see
+//! [`crate::slab`]) instead of being rebuilt on the heap from the postings.
 //!
 //! It is a tantivy [`SegmentPlugin`], so tantivy owns the file's life: the plugin writes it for
 //! every merged segment (after the postings, which it reads back), garbage collection keeps it
@@ -11,20 +11,22 @@
 //! path, so the file is never stale.
 //!
 //! Only collections created with the plugin have the files (tantivy fixes a collection's
-//! plugins at creation); older collections, segments written for another block size and files
-//! that fail to read fall back to building the forward index from the postings, which stays the
-//! store of record.
+//! plugins at creation); older collections, collections created without them, segments written
+//! for another block size and files that fail to read fall back to building the forward index
+//! from the postings, which stay the store of record.
 //!
 //! ```text
 //! header   "LXFWD" 0 0 1 | shift u32 | num_blocks u32
-//! per term, in term-dictionary order:
-//!          n u32 | max u32 | layout u8 (0 dense, 1 sparse) | impact bytes u8 (1 or 2)
-//!   dense  step u32 | maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
-//!   sparse docs [u32; n] | impacts [n] | has maxima u8 [| step u32 | maxima [u8; blocks]]
+//! per term, in term-dictionary order, starting at a multiple of 4 bytes:
+//!          n u32 | max u32 | step u32 (0: no bound bytes) | layout u8 (0 dense, 1 sparse)
+//!          | impact bytes u8 (1 or 2) | has bound bytes u8 | 0 u8
+//!   dense  maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
+//!   sparse docs [u32; n] | impacts [n] | maxima [u8; blocks] if any
 //!          | group_shift u32 | groups len u32 | groups [u32]
 //! ```
-//! Integers are little-endian. Every length and position is checked on reading, so a damaged
-//! file is refused, never searched.
+//! Integers are little-endian; arrays of u32 and u16 start at a multiple of their size (zeros
+//! before them), so they can be read in place. Every length, position and order search relies
+//! on is checked when the file is opened, so a damaged file is refused, never searched.
 
 use std::io::Write;
 use std::sync::Arc;

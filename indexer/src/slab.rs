@@ -55,7 +55,7 @@ impl<T: Plain> Slab<T> {
     /// multiple of `T`'s size.
     pub fn from_le_bytes(bytes: OwnedBytes) -> Option<Self> {
         let size = std::mem::size_of::<T>();
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return None;
         }
         let len = bytes.len() / size;

@@ -117,7 +117,8 @@ pub struct CollectionStats {
     pub bytes_per_item: f64,
     pub bytes_per_nnz: f64,
     pub segments: usize,
-    /// Memory held for pruning (per-range maxima of every segment).
+    /// Heap held for pruning (block bounds and forward index of every segment; where a segment
+    /// has its forward index file, that is mapped from it and not counted here).
     pub pruning_memory_bytes: u64,
     /// Of `bytes`, the segments' forward index files (0 for collections without them).
     #[serde(default)]

@@ -105,8 +105,9 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "pruning memory       {:.1} MB (bounds and forward index, blocks of {})",
+        "pruning memory       {:.1} MB on the heap and {:.1} MB mapped from the files (bounds and forward index, blocks of {})",
         r.pruning_memory_bytes as f64 / 1e6,
+        r.forward_file_bytes as f64 / 1e6,
         r.block_size
     );
     for a in &r.approx {
