@@ -139,32 +139,68 @@ fn to_tantivy(e: IndexError) -> tantivy::TantivyError {
 }
 
 /// Writes the forward index of `segment` (its postings written, its `max_doc` set) for blocks
-/// of `2^shift` documents. Reads each term's postings once and keeps one term in memory at a
-/// time.
+/// of `2^shift` documents, from its postings. Reads each term's postings once and keeps one term
+/// in memory at a time.
 pub fn write(segment: &Segment, impacts: Field, shift: u32) -> Result<()> {
     let reader = SegmentReader::open(segment)?;
-    let shift = maxima::clamp_shift(shift);
-    let num_blocks = maxima::num_blocks(&reader, shift);
-    let mut out = segment
-        .open_write(component())
-        .map_err(tantivy::TantivyError::from)?;
-    let io = |e| IndexError::Tantivy(tantivy::TantivyError::from(e));
-    let mut buf = Vec::with_capacity(1 << 16);
-    buf.extend_from_slice(MAGIC);
-    put_u32(&mut buf, shift);
-    put_u32(&mut buf, num_blocks);
+    let mut file = FileWriter::new(segment, shift)?;
     maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
-        let t = TermPostings::build(postings, max, shift, num_blocks);
-        encode(&t, postings.len() as u32, max, &mut buf);
-        if buf.len() >= 1 << 16 {
-            out.write_all(&buf).map_err(io)?;
-            buf.clear();
+        file.term(postings, max)
+    })?;
+    file.finish()
+}
+
+/// A forward index file being written, one term at a time in term order (the order of the
+/// segment's term dictionary). Used directly where the postings are at hand already, as when
+/// lexlip writes a segment.
+pub(crate) struct FileWriter {
+    out: tantivy::directory::WritePtr,
+    buf: Vec<u8>,
+    shift: u32,
+    num_blocks: u32,
+}
+
+impl FileWriter {
+    /// Starts the file of `segment` (its `max_doc` set) for blocks of `2^shift` documents.
+    pub(crate) fn new(segment: &Segment, shift: u32) -> Result<Self> {
+        let shift = maxima::clamp_shift(shift);
+        let num_blocks = segment.meta().max_doc().div_ceil(1 << shift).max(1);
+        let out = segment
+            .open_write(component())
+            .map_err(tantivy::TantivyError::from)?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(MAGIC);
+        put_u32(&mut buf, shift);
+        put_u32(&mut buf, num_blocks);
+        Ok(Self {
+            out,
+            buf,
+            shift,
+            num_blocks,
+        })
+    }
+
+    /// The next term's (doc, impact) postings in doc order, and their largest impact.
+    pub(crate) fn term(&mut self, postings: &[(u32, u32)], max: u32) -> Result<()> {
+        let t = TermPostings::build(postings, max, self.shift, self.num_blocks);
+        encode(&t, postings.len() as u32, max, &mut self.buf);
+        // Whole terms only: the buffer is flushed at multiples of 4 bytes, keeping alignment.
+        if self.buf.len() >= 1 << 16 {
+            self.out.write_all(&self.buf).map_err(io_error)?;
+            self.buf.clear();
         }
         Ok(())
-    })?;
-    out.write_all(&buf).map_err(io)?;
-    out.terminate().map_err(io)?;
-    Ok(())
+    }
+
+    pub(crate) fn finish(mut self) -> Result<()> {
+        self.out.write_all(&self.buf).map_err(io_error)?;
+        self.out.terminate().map_err(io_error)?;
+        Ok(())
+    }
+}
+
+fn io_error(e: std::io::Error) -> IndexError {
+    IndexError::Tantivy(tantivy::TantivyError::from(e))
 }
 
 /// Whether `reader`'s segment has a forward index file.

@@ -197,7 +197,7 @@ pub(crate) fn write_segment(
 
     let segment = segment.with_max_doc(docs.len() as u32);
     if let Some(shift) = forward_shift {
-        crate::forward_file::write(&segment, fields.impacts, shift)?;
+        buckets.write_forward_file(&segment, shift)?;
     }
     Ok(Some(segment.meta().clone()))
 }
@@ -448,6 +448,29 @@ impl InternedPostings {
 
 impl ImpactBuckets {
     /// Term frequency = impact, one `write_doc` per non-zero.
+    /// The segment's forward index file ([`crate::forward_file`]) from the same buckets, in
+    /// the same term order as the postings.
+    fn write_forward_file(&self, segment: &tantivy::Segment, shift: u32) -> Result<()> {
+        let mut file = crate::forward_file::FileWriter::new(segment, shift)?;
+        let mut postings: Vec<(u32, u32)> = Vec::new();
+        for &id in &self.terms {
+            let (a, b) = (
+                self.offsets[id as usize] as usize,
+                self.offsets[id as usize + 1] as usize,
+            );
+            postings.clear();
+            postings.extend(
+                self.docs[a..b]
+                    .iter()
+                    .copied()
+                    .zip(self.impacts[a..b].iter().copied()),
+            );
+            let max = self.impacts[a..b].iter().copied().max().unwrap_or(0);
+            file.term(&postings, max)?;
+        }
+        file.finish()
+    }
+
     fn write(
         &self,
         serializer: &mut InvertedIndexSerializer,
