@@ -335,9 +335,9 @@ pub fn run(
     drop(reopened.snapshot()?);
     let open_seconds = t.elapsed().as_secs_f64();
     drop(reopened);
+    let shift = config.block_size.trailing_zeros();
     let t = Instant::now();
     for reader in snap.searcher().segment_readers() {
-        let shift = config.block_size.trailing_zeros();
         SegmentMaxima::compute(reader, snap.fields().impacts, shift)?;
     }
     let build_seconds = t.elapsed().as_secs_f64();

@@ -181,9 +181,9 @@ pub(crate) fn clamp_shift(shift: u32) -> u32 {
     shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end())
 }
 
-/// Blocks of `2^shift` documents of a segment (at least one).
-pub(crate) fn num_blocks(reader: &SegmentReader, shift: u32) -> u32 {
-    reader.max_doc().div_ceil(1 << shift).max(1)
+/// Blocks of `2^shift` documents of a segment of `max_doc` documents (at least one).
+pub(crate) fn num_blocks(max_doc: u32, shift: u32) -> u32 {
+    max_doc.div_ceil(1 << shift).max(1)
 }
 
 /// Calls `f(term, term info, postings, largest impact)` for every term of the impacts field of
@@ -238,7 +238,7 @@ impl SegmentMaxima {
     /// Reads every posting of the impacts field once (~ns per posting).
     pub fn compute(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
         let shift = clamp_shift(shift);
-        let num_ranges = num_blocks(reader, shift);
+        let num_ranges = num_blocks(reader.max_doc(), shift);
         let num_terms = reader.inverted_index(impacts)?.terms().num_terms();
         let mut out = Self::empty(shift, num_ranges, num_terms);
         for_each_term(reader, impacts, |key, term_info, postings, max| {

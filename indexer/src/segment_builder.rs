@@ -447,30 +447,29 @@ impl InternedPostings {
 }
 
 impl ImpactBuckets {
-    /// Term frequency = impact, one `write_doc` per non-zero.
+    /// The docs and impacts of term `id`, in doc order.
+    fn postings_of(&self, id: u32) -> (&[u32], &[u32]) {
+        let a = self.offsets[id as usize] as usize;
+        let b = self.offsets[id as usize + 1] as usize;
+        (&self.docs[a..b], &self.impacts[a..b])
+    }
+
     /// The segment's forward index file ([`crate::forward_file`]) from the same buckets, in
     /// the same term order as the postings.
     fn write_forward_file(&self, segment: &tantivy::Segment, shift: u32) -> Result<()> {
         let mut file = crate::forward_file::FileWriter::new(segment, shift)?;
         let mut postings: Vec<(u32, u32)> = Vec::new();
         for &id in &self.terms {
-            let (a, b) = (
-                self.offsets[id as usize] as usize,
-                self.offsets[id as usize + 1] as usize,
-            );
+            let (docs, impacts) = self.postings_of(id);
             postings.clear();
-            postings.extend(
-                self.docs[a..b]
-                    .iter()
-                    .copied()
-                    .zip(self.impacts[a..b].iter().copied()),
-            );
-            let max = self.impacts[a..b].iter().copied().max().unwrap_or(0);
+            postings.extend(docs.iter().copied().zip(impacts.iter().copied()));
+            let max = impacts.iter().copied().max().unwrap_or(0);
             file.term(&postings, max)?;
         }
         file.finish()
     }
 
+    /// Term frequency = impact, one `write_doc` per non-zero.
     fn write(
         &self,
         serializer: &mut InvertedIndexSerializer,
@@ -479,12 +478,9 @@ impl ImpactBuckets {
         let mut fs = serializer.new_field(field, self.total_tokens, None)?;
         for &id in &self.terms {
             let term = self.table.bytes(id);
-            let (a, b) = (
-                self.offsets[id as usize] as usize,
-                self.offsets[id as usize + 1] as usize,
-            );
-            fs.new_term(term, (b - a) as u32, true)?;
-            for (&doc, &impact) in self.docs[a..b].iter().zip(&self.impacts[a..b]) {
+            let (docs, impacts) = self.postings_of(id);
+            fs.new_term(term, docs.len() as u32, true)?;
+            for (&doc, &impact) in docs.iter().zip(impacts) {
                 fs.write_doc(doc, impact, &[]);
             }
             fs.close_term()?;
