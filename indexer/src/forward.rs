@@ -73,6 +73,37 @@ impl Impacts {
     }
 }
 
+/// Doc ids of a sparse term's postings.
+#[derive(Debug)]
+pub enum Docs {
+    /// The doc ids themselves.
+    Wide(Slab<u32>),
+    /// Each doc id less the first doc id of its skip group (groups then span at most
+    /// [`NARROW_SPAN`] documents): half the bytes of the doc ids, which are most of a sparse
+    /// term's.
+    Narrow(Slab<u16>),
+}
+
+impl Docs {
+    fn len(&self) -> usize {
+        match self {
+            Self::Wide(d) => d.len(),
+            Self::Narrow(d) => d.len(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Wide(d) => d.heap_bytes(),
+            Self::Narrow(d) => d.heap_bytes(),
+        }
+    }
+}
+
+/// Documents a skip group of a term with [`Docs::Narrow`] spans at most (doc ids relative to
+/// the group fit 16 bits).
+pub const NARROW_SPAN: u32 = 1 << 16;
+
 /// One term's postings and block bounds.
 #[derive(Debug)]
 pub enum TermPostings {
@@ -86,7 +117,7 @@ pub enum TermPostings {
         impacts: Impacts,
     },
     Sparse {
-        docs: Slab<u32>,
+        docs: Docs,
         impacts: Impacts,
         /// For a term in many blocks: its block maxima as bytes too (`ceil(max / step)`), so
         /// bounding costs a vectorized pass over the blocks instead of one per posting.
@@ -94,7 +125,7 @@ pub enum TermPostings {
         /// Skips: the postings of blocks `g << group_shift ..` start at `groups[g]`, so that
         /// a block's postings are found among ~[`GROUP_POSTINGS`] (one or two cache lines)
         /// instead of by a binary search over all of them (a cache miss per step). Empty for
-        /// terms with few postings.
+        /// terms with few postings, whose docs are then [`Docs::Wide`].
         groups: Slab<u32>,
         group_shift: u32,
     },
@@ -115,13 +146,13 @@ impl TermPostings {
             }
             Slab::from(maxima)
         };
-        // Dense costs 5 bytes per block and 1 per posting more than the impacts; sparse 4 per
-        // posting.
+        // Dense costs 5 bytes per block and 1 per posting more than the impacts, sparse 2-4 per
+        // posting; dense finds a block's postings in O(1), so it is kept for terms in many
+        // blocks even where sparse would be a little smaller.
         if 5 * num_blocks as usize >= 3 * n {
             // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
             let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
-            let docs: Slab<u32> = postings.iter().map(|&(d, _)| d).collect();
-            let (groups, group_shift) = skip_groups(&docs, shift, num_blocks);
+            let (docs, groups, group_shift) = sparse_docs(postings, shift, num_blocks);
             return Self::Sparse {
                 docs,
                 impacts,
@@ -171,13 +202,13 @@ impl TermPostings {
                     let g = (block >> group_shift) as usize;
                     (groups[g] as usize, groups[g + 1] as usize)
                 };
-                let first = block << shift;
-                let s = lo + docs[lo..hi].partition_point(|&d| d < first);
-                let e = s + docs[s..hi]
-                    .iter()
-                    .take_while(|&&d| d >> shift == block)
-                    .count();
-                (s as u32, e as u32)
+                match docs {
+                    Docs::Wide(docs) => find_block(&docs[lo..hi], lo, block, shift),
+                    Docs::Narrow(docs) => {
+                        let in_group = block & ((1 << group_shift) - 1);
+                        find_block(&docs[lo..hi], lo, in_group, shift)
+                    }
+                }
             }
         }
     }
@@ -198,7 +229,10 @@ impl TermPostings {
                 impacts.prefetch(s);
             }
             Self::Sparse { docs, impacts, .. } => {
-                prefetch(docs[s..].as_ptr().cast());
+                match docs {
+                    Docs::Wide(d) => prefetch(d[s..].as_ptr().cast()),
+                    Docs::Narrow(d) => prefetch(d[s..].as_ptr().cast()),
+                }
                 impacts.prefetch(s);
             }
         }
@@ -216,9 +250,24 @@ impl TermPostings {
                     acc[offsets[i] as usize] += q * u64::from(impacts.get(i));
                 }
             }
-            Self::Sparse { docs, impacts, .. } => {
+            // A group starts at a block boundary, so a narrow doc id has the same offset in its
+            // block as the doc id.
+            Self::Sparse {
+                docs: Docs::Wide(docs),
+                impacts,
+                ..
+            } => {
                 for i in s..e {
                     acc[(docs[i] & mask) as usize] += q * u64::from(impacts.get(i));
+                }
+            }
+            Self::Sparse {
+                docs: Docs::Narrow(docs),
+                impacts,
+                ..
+            } => {
+                for i in s..e {
+                    acc[(u32::from(docs[i]) & mask) as usize] += q * u64::from(impacts.get(i));
                 }
             }
         }
@@ -257,19 +306,25 @@ impl TermPostings {
     /// Calls `f(block, largest impact, span)`, in block order, for every block holding a
     /// sparse term (nothing for a dense one): one pass over its postings.
     pub fn for_each_block_span(&self, shift: u32, mut f: impl FnMut(u32, u32, (u32, u32))) {
-        let Self::Sparse { docs, impacts, .. } = self else {
+        let Self::Sparse {
+            docs,
+            impacts,
+            groups,
+            group_shift,
+            ..
+        } = self
+        else {
             return;
         };
-        let mut i = 0;
-        while i < docs.len() {
-            let (s, block) = (i, docs[i] >> shift);
-            let mut m = impacts.get(i);
-            i += 1;
-            while i < docs.len() && docs[i] >> shift == block {
-                m = m.max(impacts.get(i));
-                i += 1;
+        match docs {
+            Docs::Wide(docs) => block_spans(docs, 0, 0, shift, impacts, &mut f),
+            Docs::Narrow(docs) => {
+                for (g, w) in groups.windows(2).enumerate() {
+                    let (s, e) = (w[0] as usize, w[1] as usize);
+                    let first_block = (g as u32) << group_shift;
+                    block_spans(&docs[s..e], s, first_block, shift, impacts, &mut f);
+                }
             }
-            f(block, m, (s as u32, i as u32));
         }
     }
 
@@ -332,25 +387,79 @@ impl TermPostings {
 /// per posting).
 const GROUP_POSTINGS: usize = 16;
 
-/// The skips of a sparse term (see [`TermPostings::Sparse`]): groups of `2^group_shift` blocks
-/// holding ~[`GROUP_POSTINGS`] postings on average; none for a term with few postings.
-fn skip_groups(docs: &[u32], shift: u32, num_blocks: u32) -> (Slab<u32>, u32) {
-    let n = docs.len();
+/// The doc ids and skips of a sparse term (see [`TermPostings::Sparse`]): groups of
+/// `2^group_shift` blocks holding ~[`GROUP_POSTINGS`] postings on average; none for a term with
+/// few postings. Doc ids are [`Docs::Narrow`] where groups of at most [`NARROW_SPAN`]
+/// documents cost fewer bytes than they save.
+fn sparse_docs(postings: &[(u32, u32)], shift: u32, num_blocks: u32) -> (Docs, Slab<u32>, u32) {
+    let n = postings.len();
+    let wide = || Docs::Wide(postings.iter().map(|&(d, _)| d).collect());
     if n <= 2 * GROUP_POSTINGS {
-        return (Slab::from(Vec::new()), 0);
+        return (wide(), Slab::from(Vec::new()), 0);
     }
     let blocks_per_group = (GROUP_POSTINGS * num_blocks as usize).div_ceil(n);
     let group_shift = blocks_per_group.next_power_of_two().trailing_zeros();
-    let num_groups = (num_blocks as usize).div_ceil(1 << group_shift);
-    let mut groups = vec![n as u32; num_groups + 1];
+    let narrow_shift = group_shift.min(NARROW_SPAN.trailing_zeros() - shift);
+    let num_groups = |gs: u32| (num_blocks as usize).div_ceil(1 << gs);
+    // Narrower groups cost 4 bytes each; narrow doc ids save 2 per posting.
+    let narrow = 4 * (num_groups(narrow_shift) - num_groups(group_shift)) < 2 * n;
+    let group_shift = if narrow { narrow_shift } else { group_shift };
+    let mut groups = vec![n as u32; num_groups(group_shift) + 1];
     let mut g = 0usize;
-    for (i, &doc) in docs.iter().enumerate() {
+    for (i, &(doc, _)) in postings.iter().enumerate() {
         while g <= ((doc >> shift) >> group_shift) as usize {
             groups[g] = i as u32;
             g += 1;
         }
     }
-    (groups.into(), group_shift)
+    let docs = if narrow {
+        let group_docs = shift + group_shift;
+        let in_group = |d: u32| (d - ((d >> group_docs) << group_docs)) as u16;
+        Docs::Narrow(postings.iter().map(|&(d, _)| in_group(d)).collect())
+    } else {
+        wide()
+    };
+    (docs, groups.into(), group_shift)
+}
+
+/// Where the postings of block `block` lie among `docs` (doc ids counted from a block
+/// boundary, in order), which start at posting `first`.
+#[inline]
+fn find_block<D: Copy + Into<u32>>(docs: &[D], first: usize, block: u32, shift: u32) -> (u32, u32) {
+    let start = block << shift;
+    let s = docs.partition_point(|&d| d.into() < start);
+    let e = s + docs[s..]
+        .iter()
+        .take_while(|&&d| d.into() >> shift == block)
+        .count();
+    ((first + s) as u32, (first + e) as u32)
+}
+
+/// Calls `f(block, largest impact, span)` for the blocks of `docs` (doc ids counted from
+/// block `first_block`'s first doc, in order), which start at posting `first`.
+fn block_spans<D: Copy + Into<u32>>(
+    docs: &[D],
+    first: usize,
+    first_block: u32,
+    shift: u32,
+    impacts: &Impacts,
+    f: &mut impl FnMut(u32, u32, (u32, u32)),
+) {
+    let mut i = 0;
+    while i < docs.len() {
+        let (s, block) = (i, docs[i].into() >> shift);
+        let mut m = impacts.get(first + i);
+        i += 1;
+        while i < docs.len() && docs[i].into() >> shift == block {
+            m = m.max(impacts.get(first + i));
+            i += 1;
+        }
+        f(
+            first_block + block,
+            m,
+            ((first + s) as u32, (first + i) as u32),
+        );
+    }
 }
 
 #[inline]
@@ -390,7 +499,7 @@ mod tests {
             .collect();
         let grouped = TermPostings::build(&spread, 7, shift, 400);
         assert!(
-            matches!(&grouped, TermPostings::Sparse { groups, maxima: Some(_), .. } if !groups.is_empty())
+            matches!(&grouped, TermPostings::Sparse { groups, maxima: Some(_), docs: Docs::Narrow(_), .. } if !groups.is_empty())
         );
         check(&grouped, &spread, shift, 400);
         // Without bound bytes: the spans handed out by the bounding pass are the same.
@@ -400,10 +509,32 @@ mod tests {
             matches!(&few, TermPostings::Sparse { groups, maxima: None, .. } if !groups.is_empty())
         );
         check(&few, &rare, shift, 400);
+        spans_match(&few, shift);
+        // A large segment: groups of 2^16 documents for narrow doc ids pay for a term with
+        // enough postings, not for one with few (its doc ids stay wide, its groups wider).
+        let blocks = 1 << 17;
+        for (count, narrow) in [(3_000u32, true), (40, false)] {
+            let stride = (blocks << shift) / count;
+            let postings: Vec<(u32, u32)> = (0..count)
+                .map(|i| (i * stride + i % 29, 1 + i % 200))
+                .collect();
+            let t = TermPostings::build(&postings, 200, shift, blocks);
+            let TermPostings::Sparse { docs, groups, .. } = &t else {
+                panic!("sparse")
+            };
+            assert!(!groups.is_empty());
+            assert_eq!(matches!(docs, Docs::Narrow(_)), narrow, "{count} postings");
+            check(&t, &postings, shift, blocks);
+            spans_match(&t, shift);
+        }
+    }
+
+    /// The bounding pass over a term's postings hands out each block's span and largest impact.
+    fn spans_match(t: &TermPostings, shift: u32) {
         let mut seen = 0;
-        few.for_each_block_span(shift, |b, m, span| {
-            assert_eq!(span, few.span(b, shift));
-            assert_eq!(m, few.max_in(span));
+        t.for_each_block_span(shift, |b, m, span| {
+            assert_eq!(span, t.span(b, shift));
+            assert_eq!(m, t.max_in(span));
             seen += 1;
         });
         assert!(seen > 0);

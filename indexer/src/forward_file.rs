@@ -16,12 +16,14 @@
 //! from the postings, which stay the store of record.
 //!
 //! ```text
-//! header   "LXFWD" 0 0 1 | shift u32 | num_blocks u32
+//! header   "LXFWD" 0 0 version u8 (2; 1 is read too) | shift u32 | num_blocks u32
 //! per term, in term-dictionary order, starting at a multiple of 4 bytes:
 //!          n u32 | max u32 | step u32 (0: no bound bytes) | layout u8 (0 dense, 1 sparse)
-//!          | impact bytes u8 (1 or 2) | has bound bytes u8 | 0 u8
+//!          | impact bytes u8 (1 or 2) | has bound bytes u8 | narrow docs u8 (0 or 1; 0 in
+//!          version 1)
 //!   dense  maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
-//!   sparse docs [u32; n] | impacts [n] | maxima [u8; blocks] if any
+//!   sparse docs [u32; n], or [u16; n] counted from their skip group's first doc if narrow
+//!          | impacts [n] | maxima [u8; blocks] if any
 //!          | group_shift u32 | groups len u32 | groups [u32]
 //! ```
 //! Integers are little-endian; arrays of u32 and u16 start at a multiple of their size (zeros
@@ -40,13 +42,16 @@ use tantivy::{DocId, Segment, SegmentReader};
 use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlugin};
 
 use crate::error::{IndexError, Result};
-use crate::forward::{Impacts, TermPostings};
+use crate::forward::{Docs, Impacts, NARROW_SPAN, TermPostings};
 use crate::maxima::{self, SegmentMaxima, TermMaxima};
 use crate::slab::{Plain, Slab};
 
 /// File extension of the forward index of a segment.
 pub const EXTENSION: &str = "fwd";
-const MAGIC: &[u8; 8] = b"LXFWD\0\0\x01";
+/// The file's first bytes, less the version byte that ends them.
+const MAGIC: &[u8; 7] = b"LXFWD\0\0";
+/// The version written. Version 1 (before narrow doc ids) is read as well.
+const VERSION: u8 = 2;
 
 fn component() -> SegmentComponent {
     SegmentComponent::Custom(EXTENSION.to_string())
@@ -170,6 +175,7 @@ impl FileWriter {
             .map_err(tantivy::TantivyError::from)?;
         let mut buf = Vec::with_capacity(1 << 16);
         buf.extend_from_slice(MAGIC);
+        buf.push(VERSION);
         put_u32(&mut buf, shift);
         put_u32(&mut buf, num_blocks);
         Ok(Self {
@@ -221,7 +227,13 @@ pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option
     let mut r = Cursor { bytes, pos: 0 };
     let corrupt = |what: &str| IndexError::Tantivy(corrupt_error(reader, what));
     if r.take(MAGIC.len()).ok().as_deref() != Some(&MAGIC[..]) {
-        return Err(corrupt("not a lexlip forward index (version 1)"));
+        return Err(corrupt("not a lexlip forward index"));
+    }
+    let version = r.take(1).map_err(corrupt)?[0];
+    if !(1..=VERSION).contains(&version) {
+        return Err(corrupt(&format!(
+            "version {version}, written by a newer lexlip (this one reads 1 to {VERSION})"
+        )));
     }
     let file_shift = r.u32().map_err(corrupt)?;
     let num_blocks = r.u32().map_err(corrupt)?;
@@ -302,10 +314,17 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
         Some((_, step)) => (step, 1),
         None => (0, 0),
     };
+    let narrow = matches!(
+        t,
+        TermPostings::Sparse {
+            docs: Docs::Narrow(_),
+            ..
+        }
+    );
     put_u32(buf, n);
     put_u32(buf, max);
     put_u32(buf, step);
-    buf.extend_from_slice(&[layout, width, has_maxima, 0]);
+    buf.extend_from_slice(&[layout, width, has_maxima, u8::from(narrow)]);
     match t {
         TermPostings::Dense {
             maxima,
@@ -326,7 +345,14 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
             groups,
             group_shift,
         } => {
-            put_u32s(buf, docs);
+            match docs {
+                Docs::Wide(docs) => put_u32s(buf, docs),
+                Docs::Narrow(docs) => {
+                    pad(buf, 2);
+                    docs.iter()
+                        .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+                }
+            }
             put_impacts(buf, impacts);
             if let Some((m, _)) = maxima {
                 buf.extend_from_slice(m);
@@ -354,7 +380,7 @@ fn decode(
     let n = r.u32()? as usize;
     let max = r.u32()?;
     let step = r.u32()?;
-    let [layout, width, has_maxima, _] =
+    let [layout, width, has_maxima, narrow] =
         <[u8; 4]>::try_from(&r.take(4)?[..]).map_err(|_| "truncated")?;
     let blocks = num_blocks as usize;
     if n != doc_freq as usize || n > max_doc as usize {
@@ -362,6 +388,9 @@ fn decode(
     }
     if (has_maxima == 1) != (step > 0) || has_maxima > 1 {
         return Err("bad block maxima step");
+    }
+    if narrow > 1 || (narrow == 1 && layout != 1) {
+        return Err("bad doc id width");
     }
     let impacts = |r: &mut Cursor| -> std::result::Result<Impacts, &'static str> {
         match width {
@@ -396,12 +425,18 @@ fn decode(
             }
         }
         1 => {
-            r.align(4);
-            let docs: Slab<u32> = r.slab(n)?;
-            let ordered = docs.windows(2).all(|w| w[0] < w[1]);
-            if !ordered || docs.last().is_some_and(|&d| d >= max_doc) {
-                return Err("doc ids out of order or outside the segment");
-            }
+            let docs = if narrow == 1 {
+                r.align(2);
+                Docs::Narrow(r.slab(n)?)
+            } else {
+                r.align(4);
+                let docs: Slab<u32> = r.slab(n)?;
+                let ordered = docs.windows(2).all(|w| w[0] < w[1]);
+                if !ordered || docs.last().is_some_and(|&d| d >= max_doc) {
+                    return Err("doc ids out of order or outside the segment");
+                }
+                Docs::Wide(docs)
+            };
             let impacts = impacts(r)?;
             let maxima = if has_maxima == 1 {
                 Some((r.slab(blocks)?, step))
@@ -421,6 +456,9 @@ fn decode(
                     return Err("bad skip groups");
                 }
             }
+            if let Docs::Narrow(docs) = &docs {
+                check_narrow(docs, &groups, shift + group_shift, max_doc)?;
+            }
             TermPostings::Sparse {
                 docs,
                 impacts,
@@ -433,6 +471,34 @@ fn decode(
     };
     r.align(4);
     Ok((t, max))
+}
+
+/// Checks narrow doc ids against their skip groups (groups of `2^group_docs` documents): every
+/// posting in a group, each group's doc ids in order, inside the group and inside the segment.
+fn check_narrow(
+    docs: &[u16],
+    groups: &[u32],
+    group_docs: u32,
+    max_doc: u32,
+) -> std::result::Result<(), &'static str> {
+    if group_docs > NARROW_SPAN.trailing_zeros()
+        || groups.first().is_none_or(|&g| g != 0)
+        || groups.last().is_none_or(|&g| g as usize != docs.len())
+    {
+        return Err("narrow doc ids without skip groups to count them from");
+    }
+    for (g, w) in groups.windows(2).enumerate() {
+        let in_group = &docs[w[0] as usize..w[1] as usize];
+        let ordered = in_group.windows(2).all(|w| w[0] < w[1]);
+        let inside = in_group.last().is_none_or(|&d| {
+            u32::from(d) >> group_docs == 0
+                && ((g as u64) << group_docs) + u64::from(d) < u64::from(max_doc)
+        });
+        if !ordered || !inside {
+            return Err("doc ids out of order or outside the segment");
+        }
+    }
+    Ok(())
 }
 
 /// Reads the file front to back; arrays come out as views into its bytes.
@@ -654,6 +720,78 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// A file of version 1 (doc ids always 32-bit) written before narrow doc ids is read and
+    /// searched in place.
+    #[test]
+    fn version_1_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = create(dir.path());
+        fill(&mut c, 9, 1_500);
+        c.merge_all().unwrap();
+        let snap = c.snapshot().unwrap();
+        let reader = &snap.searcher().segment_readers()[0];
+        let (shift, max_doc) = (5, reader.max_doc());
+        let mut v1 = MAGIC.to_vec();
+        v1.push(1);
+        put_u32(&mut v1, shift);
+        put_u32(&mut v1, maxima::num_blocks(max_doc, shift));
+        let mut narrow = 0;
+        maxima::for_each_term(reader, snap.fields().impacts, |_, _, postings, max| {
+            let blocks = maxima::num_blocks(max_doc, shift);
+            let t = match TermPostings::build(postings, max, shift, blocks) {
+                TermPostings::Sparse {
+                    docs,
+                    impacts,
+                    maxima,
+                    groups,
+                    group_shift,
+                } => {
+                    narrow += usize::from(matches!(docs, Docs::Narrow(_)));
+                    TermPostings::Sparse {
+                        docs: Docs::Wide(postings.iter().map(|p| p.0).collect()),
+                        impacts,
+                        maxima,
+                        groups,
+                        group_shift,
+                    }
+                }
+                dense => dense,
+            };
+            encode(&t, postings.len() as u32, max, &mut v1);
+            Ok(())
+        })
+        .unwrap();
+        assert!(narrow > 0, "version 2 would write narrow doc ids");
+        let file = format!("{}.{EXTENSION}", reader.segment_id().uuid_string());
+        drop((snap, c));
+        // Through tantivy's managed directory, which adds the footer it checks on open.
+        use tantivy::directory::{Directory, ManagedDirectory, MmapDirectory};
+        let mmap = MmapDirectory::open(dir.path().join("index")).unwrap();
+        let index = ManagedDirectory::wrap(Box::new(mmap)).unwrap();
+        index.delete(file.as_ref()).unwrap();
+        let mut out = index.open_write(file.as_ref()).unwrap();
+        out.write_all(&v1).unwrap();
+        out.terminate().unwrap();
+        drop(index);
+        let c = Collection::open(dir.path()).unwrap();
+        let snap = c.snapshot().unwrap();
+        let read = read(
+            &snap.searcher().segment_readers()[0],
+            snap.fields().impacts,
+            5,
+        )
+        .unwrap()
+        .expect("a version 1 file");
+        assert!(read.iter().all(|(_, t)| !matches!(
+            t.postings,
+            TermPostings::Sparse {
+                docs: Docs::Narrow(_),
+                ..
+            }
+        )));
+        exact(&c, 9);
     }
 
     /// A collection searched with another block size than its files were written for builds
