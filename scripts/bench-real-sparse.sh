@@ -58,7 +58,7 @@ for b in 16 32 64; do
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["search"]
 print(f"lexlip, blocks of {r['block_size']}: {r['docs']} docs, {r['nnz']} non-zeros, "
-      f"{r['bytes_per_nnz']:.2f} B/nnz on disk (forward index files {r.get('forward_file_bytes', 0) / r['nnz']:.2f}), "
+      f"{r['bytes_per_nnz']:.2f} B/nnz on disk (index structures {r.get('index_bytes_per_nnz', 0):.2f}, of them forward index files {r.get('forward_file_bytes', 0) / r['nnz']:.2f}), "
       f"{r['pruning_memory_bytes'] / r['nnz']:.2f} B/nnz pruning heap (files written for blocks of 32 are mapped; other sizes build on the heap)")
 rows = [("exhaustive", s["exhaustive"]["mean_ms"], 1.0),
         ("exact block-max", s["exact"]["mean_ms"], s["exact"]["recall_at_10"]),

@@ -79,6 +79,11 @@ pub struct EngineBenchReport {
     pub nnz: u64,
     pub bytes: u64,
     pub bytes_per_nnz: f64,
+    /// The sparse index search reads (postings, dictionary, forward index files), without the
+    /// stored fields.
+    pub index_bytes: u64,
+    pub index_bytes_per_nnz: f64,
+    pub stored_bytes: u64,
     pub pruning_memory_bytes: u64,
     pub block_size: u32,
     pub exhaustive: Throughput,
@@ -366,6 +371,9 @@ pub fn run(
         nnz: stats.nnz,
         bytes: stats.bytes,
         bytes_per_nnz: stats.bytes_per_nnz,
+        index_bytes: stats.index_bytes,
+        index_bytes_per_nnz: stats.index_bytes_per_nnz,
+        stored_bytes: stats.stored_bytes,
         pruning_memory_bytes: stats.pruning_memory_bytes,
         block_size: config.block_size,
         exhaustive: m.exhaustive,

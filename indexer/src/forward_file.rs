@@ -53,7 +53,7 @@ const MAGIC: &[u8; 7] = b"LXFWD\0\0";
 /// The version written. Version 1 (before narrow doc ids) is read as well.
 const VERSION: u8 = 2;
 
-fn component() -> SegmentComponent {
+pub(crate) fn component() -> SegmentComponent {
     SegmentComponent::Custom(EXTENSION.to_string())
 }
 

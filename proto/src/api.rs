@@ -123,6 +123,18 @@ pub struct CollectionStats {
     /// Of `bytes`, the segments' forward index files (0 for collections without them).
     #[serde(default)]
     pub forward_file_bytes: u64,
+    /// Of `bytes`, the sparse index that search reads: every segment's postings, term
+    /// dictionary, fast fields, field norms and forward index file. Stored fields, dense
+    /// vectors and thumbnails are not in it.
+    #[serde(default)]
+    pub index_bytes: u64,
+    /// `index_bytes` per stored non-zero.
+    #[serde(default)]
+    pub index_bytes_per_nnz: f64,
+    /// Of `bytes`, the segments' stored fields (the documents as read back, without their
+    /// impacts).
+    #[serde(default)]
+    pub stored_bytes: u64,
 }
 
 /// A stored document read back from a collection (`GET …/documents/{id}`): its fields, its

@@ -69,6 +69,12 @@ fn index_stats_search_and_batch() {
         (Some(3), Some(4), Some(7))
     );
     assert!(stats["bytes_per_nnz"].as_f64().unwrap() > 0.0);
+    // The sparse index and the stored fields are parts of the bytes on disk, reported apart.
+    let bytes = |key: &str| stats[key].as_u64().unwrap();
+    assert!(bytes("index_bytes") >= bytes("forward_file_bytes"));
+    assert!(bytes("forward_file_bytes") > 0 && bytes("stored_bytes") > 0);
+    assert!(bytes("index_bytes") + bytes("stored_bytes") <= bytes("bytes"));
+    assert!(stats["index_bytes_per_nnz"].as_f64().unwrap() < stats["bytes_per_nnz"].as_f64().unwrap());
 
     let out = lexlip_json(&[
         "search",
@@ -262,6 +268,8 @@ fn bench_engine_reports_ratios() {
     assert_eq!(out["exact_threads"][0]["threads"], 2);
     assert_eq!(out["exact_threads"][0]["figures"]["recall_at_10"], 1.0);
     assert!(out["bytes_per_nnz"].as_f64().unwrap() > 0.5);
+    assert!(out["index_bytes_per_nnz"].as_f64().unwrap() > 0.5);
+    assert!(out["stored_bytes"].as_u64().unwrap() > 0);
     assert_eq!(out["approx"].as_array().unwrap().len(), 2);
     for key in ["ingest_docs_per_s", "exhaustive", "exact"] {
         assert!(out.get(key).is_some(), "{key}");

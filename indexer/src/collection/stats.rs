@@ -8,6 +8,7 @@ use lexlip_proto::Modality;
 use lexlip_proto::api::CollectionStats;
 use tantivy::Term;
 use tantivy::collector::Count;
+use tantivy::index::SegmentComponent;
 use tantivy::query::TermQuery;
 use tantivy::schema::IndexRecordOption;
 
@@ -41,6 +42,21 @@ impl Collection {
         }
         let bytes = dir_size(&self.dir)?;
         let documents = searcher.num_docs();
+        let component_bytes = |c: &SegmentComponent| -> u64 {
+            let len = |r: &tantivy::SegmentReader| r.open_read(c.clone()).map_or(0, |f| tantivy::HasLen::len(&f));
+            searcher.segment_readers().iter().map(len).sum::<usize>() as u64
+        };
+        let index_bytes = [
+            SegmentComponent::Postings,
+            SegmentComponent::Positions,
+            SegmentComponent::Terms,
+            SegmentComponent::FastFields,
+            SegmentComponent::FieldNorms,
+            crate::forward_file::component(),
+        ]
+        .iter()
+        .map(component_bytes)
+        .sum();
         Ok(CollectionStats {
             documents,
             images: by_modality[&Modality::Image],
@@ -65,6 +81,13 @@ impl Collection {
                 .iter()
                 .map(crate::forward_file::file_bytes)
                 .sum(),
+            index_bytes,
+            index_bytes_per_nnz: if nnz == 0 {
+                0.0
+            } else {
+                index_bytes as f64 / nnz as f64
+            },
+            stored_bytes: component_bytes(&SegmentComponent::Store),
         })
     }
 }

@@ -67,13 +67,16 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     println!("corpus               {}", r.corpus);
     println!("documents            {}", r.docs);
     println!("ingest               {:.0} docs/s", r.ingest_docs_per_s);
+    let per_nnz = |bytes: u64| bytes as f64 / r.nnz.max(1) as f64;
     println!(
         "size                 {:.2} bytes per non-zero ({} bytes, {} non-zeros)",
         r.bytes_per_nnz, r.bytes, r.nnz
     );
     println!(
-        "forward index files  {:.2} bytes per non-zero of that",
-        r.forward_file_bytes as f64 / r.nnz.max(1) as f64
+        "index structures     {:.2} bytes per non-zero of that (forward index files {:.2}); stored fields {:.2}",
+        r.index_bytes_per_nnz,
+        per_nnz(r.forward_file_bytes),
+        per_nnz(r.stored_bytes)
     );
     println!(
         "open to first search {:.3} s ({}); building the forward index from the postings {:.3} s",

@@ -30,16 +30,18 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
         );
         println!("terms          {}", s.terms);
         println!("non-zeros      {}", s.nnz);
+        println!("bytes on disk  {} ({:.2} per non-zero)", s.bytes, s.bytes_per_nnz);
         println!(
-            "bytes on disk  {} ({:.2} per non-zero; forward index files {})",
-            s.bytes,
-            s.bytes_per_nnz,
+            "  index        {} ({:.2} per non-zero; forward index files {})",
+            s.index_bytes,
+            s.index_bytes_per_nnz,
             if c.has_forward_files() {
                 format!("{} bytes", s.forward_file_bytes)
             } else {
                 "none: this collection builds them on the heap when searched".to_string()
             }
         );
+        println!("  stored       {}", s.stored_bytes);
         println!("segments       {}", s.segments);
     }
     Ok(())
