@@ -74,7 +74,9 @@ fn index_stats_search_and_batch() {
     assert!(bytes("index_bytes") >= bytes("forward_file_bytes"));
     assert!(bytes("forward_file_bytes") > 0 && bytes("stored_bytes") > 0);
     assert!(bytes("index_bytes") + bytes("stored_bytes") <= bytes("bytes"));
-    assert!(stats["index_bytes_per_nnz"].as_f64().unwrap() < stats["bytes_per_nnz"].as_f64().unwrap());
+    assert!(
+        stats["index_bytes_per_nnz"].as_f64().unwrap() < stats["bytes_per_nnz"].as_f64().unwrap()
+    );
 
     let out = lexlip_json(&[
         "search",

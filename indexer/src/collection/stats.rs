@@ -43,7 +43,10 @@ impl Collection {
         let bytes = dir_size(&self.dir)?;
         let documents = searcher.num_docs();
         let component_bytes = |c: &SegmentComponent| -> u64 {
-            let len = |r: &tantivy::SegmentReader| r.open_read(c.clone()).map_or(0, |f| tantivy::HasLen::len(&f));
+            let len = |r: &tantivy::SegmentReader| {
+                r.open_read(c.clone())
+                    .map_or(0, |f| tantivy::HasLen::len(&f))
+            };
             searcher.segment_readers().iter().map(len).sum::<usize>() as u64
         };
         let index_bytes = [

@@ -30,7 +30,10 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
         );
         println!("terms          {}", s.terms);
         println!("non-zeros      {}", s.nnz);
-        println!("bytes on disk  {} ({:.2} per non-zero)", s.bytes, s.bytes_per_nnz);
+        println!(
+            "bytes on disk  {} ({:.2} per non-zero)",
+            s.bytes, s.bytes_per_nnz
+        );
         println!(
             "  index        {} ({:.2} per non-zero; forward index files {})",
             s.index_bytes,
