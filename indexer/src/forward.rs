@@ -414,9 +414,13 @@ fn sparse_docs(postings: &[(u32, u32)], shift: u32, num_blocks: u32) -> (Docs, S
         }
     }
     let docs = if narrow {
-        let group_docs = shift + group_shift;
-        let in_group = |d: u32| (d - ((d >> group_docs) << group_docs)) as u16;
-        Docs::Narrow(postings.iter().map(|&(d, _)| in_group(d)).collect())
+        let in_group = (1u32 << (shift + group_shift)) - 1;
+        Docs::Narrow(
+            postings
+                .iter()
+                .map(|&(d, _)| (d & in_group) as u16)
+                .collect(),
+        )
     } else {
         wide()
     };

@@ -289,14 +289,17 @@ fn pad(buf: &mut Vec<u8>, align: usize) {
     buf.resize(buf.len().next_multiple_of(align), 0);
 }
 
+fn put_u16s(buf: &mut Vec<u8>, vs: &[u16]) {
+    pad(buf, 2);
+    for &v in vs {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
 fn put_impacts(buf: &mut Vec<u8>, impacts: &Impacts) {
     match impacts {
         Impacts::Narrow(w) => buf.extend_from_slice(w),
-        Impacts::Wide(w) => {
-            pad(buf, 2);
-            w.iter()
-                .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()))
-        }
+        Impacts::Wide(w) => put_u16s(buf, w),
     }
 }
 
@@ -347,11 +350,7 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
         } => {
             match docs {
                 Docs::Wide(docs) => put_u32s(buf, docs),
-                Docs::Narrow(docs) => {
-                    pad(buf, 2);
-                    docs.iter()
-                        .for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-                }
+                Docs::Narrow(docs) => put_u16s(buf, docs),
             }
             put_impacts(buf, impacts);
             if let Some((m, _)) = maxima {

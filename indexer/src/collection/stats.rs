@@ -49,17 +49,18 @@ impl Collection {
             };
             searcher.segment_readers().iter().map(len).sum::<usize>() as u64
         };
-        let index_bytes = [
-            SegmentComponent::Postings,
-            SegmentComponent::Positions,
-            SegmentComponent::Terms,
-            SegmentComponent::FastFields,
-            SegmentComponent::FieldNorms,
-            crate::forward_file::component(),
-        ]
-        .iter()
-        .map(component_bytes)
-        .sum();
+        let forward_file_bytes = component_bytes(&crate::forward_file::component());
+        let index_bytes = forward_file_bytes
+            + [
+                SegmentComponent::Postings,
+                SegmentComponent::Positions,
+                SegmentComponent::Terms,
+                SegmentComponent::FastFields,
+                SegmentComponent::FieldNorms,
+            ]
+            .iter()
+            .map(component_bytes)
+            .sum::<u64>();
         Ok(CollectionStats {
             documents,
             images: by_modality[&Modality::Image],
@@ -79,11 +80,7 @@ impl Collection {
             },
             segments: searcher.segment_readers().len(),
             pruning_memory_bytes: snapshot.pruning_memory_bytes(),
-            forward_file_bytes: searcher
-                .segment_readers()
-                .iter()
-                .map(crate::forward_file::file_bytes)
-                .sum(),
+            forward_file_bytes,
             index_bytes,
             index_bytes_per_nnz: if nnz == 0 {
                 0.0
