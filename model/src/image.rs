@@ -389,6 +389,16 @@ impl ImageEncoder {
         self.beit.input_size()
     }
 
+    /// Side of the square patches the tower cuts images into.
+    pub fn patch_size(&self) -> usize {
+        self.beit.config().patch_size
+    }
+
+    /// Width of the tower's hidden states.
+    pub fn hidden_size(&self) -> usize {
+        self.beit.config().hidden_size
+    }
+
     pub fn term_space(&self) -> &TermSpace {
         self.vocab.term_space()
     }

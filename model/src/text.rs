@@ -185,6 +185,19 @@ impl TextEncoder {
         Ok(Tensor::cat(&parts, 0)?)
     }
 
+    /// Sparse lexicon vectors of already tokenized texts (ids with `[CLS]`/`[SEP]`), in input
+    /// order.
+    pub fn encode_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(TEXT_CHUNK) {
+            let (input_ids, mask) = pad_batch(chunk, self.pad_id, &self.device)?;
+            let token_types = input_ids.zeros_like()?;
+            let logits = self.model.forward(&input_ids, &token_types, Some(&mask))?;
+            out.extend(to_sparse(&splade_pool(&logits, Some(&mask))?, &self.vocab)?);
+        }
+        Ok(out)
+    }
+
     /// Encodes texts into sparse lexicon vectors (terms = word-piece tokens), in input order.
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
         if texts.is_empty() {

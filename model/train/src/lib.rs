@@ -11,6 +11,8 @@
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
+//! - [`rerank`]: the MaskVLM re-ranker (`--objective rerank`): fusion encoder, ITM with the
+//!   lexicon model's hard negatives, masked text and image reconstruction.
 //! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`).
 //! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
 //! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
@@ -36,6 +38,7 @@ pub mod nn;
 pub mod optim;
 pub mod options;
 pub mod params;
+pub mod rerank;
 pub mod rng;
 pub mod run;
 pub mod sampler;

@@ -45,6 +45,11 @@ pub enum Objective {
     /// --dense-dim → L2 norm, symmetric in-batch InfoNCE at --tau); writes a dense model
     /// directory lexlip loads as --dense-model or --model.
     Dense,
+    /// A MaskVLM re-ranker on top of the lexicon model given as --init (its towers frozen): a
+    /// fusion encoder trained with ITM against the lexicon model's own top-k hard negatives plus
+    /// masked text and image reconstruction; writes a directory `lexlip serve --rerank-model`
+    /// and `lexlip eval --rerank-model` load.
+    Rerank,
 }
 
 /// The dense objective's in-batch contrastive loss.
@@ -153,6 +158,28 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 256, help_heading = "Objectives")]
     #[serde(default = "default_dense_dim")]
     pub dense_dim: usize,
+    /// Re-ranker: fusion encoder layers (BERT layers as wide as the text tower).
+    #[arg(long, default_value_t = 2, help_heading = "Objectives")]
+    #[serde(default = "default_fusion_layers")]
+    pub fusion_layers: usize,
+    /// Re-ranker: hard negatives are drawn from the lexicon model's top-N for each caption and
+    /// each image (MaskVLM/ALBEF draw them from in-batch similarities).
+    #[arg(long, default_value_t = 16, help_heading = "Objectives")]
+    #[serde(default = "default_rerank_negatives")]
+    pub rerank_negatives: usize,
+    /// Re-ranker: share of image patches masked for MIM (MaskVLM: 0.6); --mask-rate is the
+    /// text's (MaskVLM: 0.3).
+    #[arg(long, default_value_t = 0.6, help_heading = "Objectives")]
+    #[serde(default = "default_image_mask_rate")]
+    pub image_mask_rate: f64,
+    /// Re-ranker: weight of masked text reconstruction (MLM; 0 = ITM without it).
+    #[arg(long, default_value_t = 1.0, help_heading = "Objectives")]
+    #[serde(default = "default_one")]
+    pub rerank_mlm: f64,
+    /// Re-ranker: weight of masked image reconstruction (MIM, L1 on pixels; 0 = off).
+    #[arg(long, default_value_t = 1.0, help_heading = "Objectives")]
+    #[serde(default = "default_one")]
+    pub rerank_mim: f64,
     /// 1: lexicon-bottlenecked pre-training (SelfMLM + LexMLM + BaCo); 2: momentum
     /// lexicon-contrastive pre-training (MoCo queues, EMA encoders).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), help_heading = "Objectives")]
@@ -284,6 +311,22 @@ fn default_dense_dim() -> usize {
     256
 }
 
+fn default_fusion_layers() -> usize {
+    2
+}
+
+fn default_rerank_negatives() -> usize {
+    16
+}
+
+fn default_image_mask_rate() -> f64 {
+    0.6
+}
+
+fn default_one() -> f64 {
+    1.0
+}
+
 fn default_group_size() -> usize {
     1024
 }
@@ -313,6 +356,11 @@ impl TrainOptions {
             dense_loss: DenseLoss::Infonce,
             dense_momentum: false,
             dense_dim: default_dense_dim(),
+            fusion_layers: default_fusion_layers(),
+            rerank_negatives: default_rerank_negatives(),
+            image_mask_rate: default_image_mask_rate(),
+            rerank_mlm: 1.0,
+            rerank_mim: 1.0,
             phase: 1,
             mask_rate: 0.3,
             decoder_mask_rate: 0.5,
@@ -371,6 +419,19 @@ impl TrainOptions {
             m.remove("objective");
             m.remove("dense_dim");
         }
+        if self.objective != Objective::Rerank
+            && let Some(m) = v.as_object_mut()
+        {
+            for key in [
+                "fusion_layers",
+                "rerank_negatives",
+                "image_mask_rate",
+                "rerank_mlm",
+                "rerank_mim",
+            ] {
+                m.remove(key);
+            }
+        }
         // Options added later hash only when set, so older runs' checkpoints still resume.
         if let Some(m) = v.as_object_mut() {
             if self.dense_loss == DenseLoss::Infonce {
@@ -411,6 +472,27 @@ impl TrainOptions {
         ] {
             if !(v > 0.0 && v <= 1.0) {
                 return bad(format!("{name} must be in (0, 1], got {v}"));
+            }
+        }
+        if self.objective == Objective::Rerank {
+            if !(self.image_mask_rate > 0.0 && self.image_mask_rate <= 1.0) {
+                return bad(format!(
+                    "--image-mask-rate must be in (0, 1], got {}",
+                    self.image_mask_rate
+                ));
+            }
+            if self.fusion_layers == 0 || self.rerank_negatives == 0 {
+                return bad("--fusion-layers and --rerank-negatives must be at least 1".into());
+            }
+            if !(self.rerank_mlm >= 0.0 && self.rerank_mim >= 0.0) {
+                return bad("--rerank-mlm and --rerank-mim must be ≥ 0".into());
+            }
+            if self.init.is_none() {
+                return bad(
+                    "--objective rerank trains on top of a lexicon model: give it as --init \
+                     (e.g. --init models/emoji-tiny)"
+                        .into(),
+                );
             }
         }
         if !(0.0..1.0).contains(&self.dropout) {

@@ -108,7 +108,7 @@ impl Observer for Silent {
     fn step(&mut self, _log: &StepLog) {}
 }
 
-fn input(opts: &TrainOptions) -> Result<Input> {
+pub(crate) fn input(opts: &TrainOptions) -> Result<Input> {
     Ok(if let Some(p) = &opts.tsv {
         Input::Tsv {
             path: p.clone(),
@@ -145,6 +145,7 @@ fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
     let (other, marker) = match opts.objective {
         Objective::Lexlip => ("a dense model", exported_marker(Objective::Dense)),
         Objective::Dense => ("a LexLIP model", exported_marker(Objective::Lexlip)),
+        Objective::Rerank => return Ok(()),
     };
     if opts.out.join(marker).is_file() {
         return Err(TrainError::invalid(format!(
@@ -193,6 +194,10 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     opts.validate()?;
+    if opts.objective == Objective::Rerank {
+        prepare_out(&opts.out)?;
+        return crate::rerank::train(opts, ctl, observer);
+    }
     let started = Instant::now();
     prepare_out(&opts.out)?;
     refuse_other_model(opts)?;
@@ -216,6 +221,7 @@ pub fn train(
     let head = match opts.objective {
         Objective::Lexlip => format!("image head: {:?}", init.head_init),
         Objective::Dense => format!("dense: [CLS] → {} dims", opts.dense_dim),
+        Objective::Rerank => String::new(),
     };
     observer.message(&format!(
         "text tower: {}; image tower: {} ({}px, patch {}); {head}",
@@ -621,7 +627,7 @@ fn write_train_json(
     let init = model.init();
     let image_head = match opts.objective {
         Objective::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
-        Objective::Dense => None,
+        Objective::Dense | Objective::Rerank => None,
     };
     let mut files = Vec::new();
     for f in input_files(input)? {

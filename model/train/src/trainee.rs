@@ -43,6 +43,11 @@ impl Trainee {
                 };
                 Trainee::Dense(Box::new(m))
             }
+            Objective::Rerank => {
+                return Err(crate::TrainError::invalid(
+                    "the re-ranker is trained by `rerank::train`, not the lexicon loop",
+                ));
+            }
         })
     }
 
@@ -155,5 +160,6 @@ pub fn exported_marker(objective: Objective) -> &'static str {
     match objective {
         Objective::Lexlip => "lexlip.json",
         Objective::Dense => "config.json",
+        Objective::Rerank => "rerank.json",
     }
 }

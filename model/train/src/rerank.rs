@@ -1,0 +1,960 @@
+//! MaskVLM re-ranker training (`lexlip train --objective rerank --init LEXICON_MODEL`).
+//!
+//! The lexicon model's towers stay frozen; a small fusion encoder on top of their hidden states
+//! learns (MaskVLM sec. 3.2, eq. 1):
+//! - **ITM**: whether a text and an image belong together, against hard negatives drawn from the
+//!   lexicon model's own top-k (the mistakes the re-ranker exists to fix);
+//! - **MLM**: the masked tokens of a caption (30 %, `[MASK]` only) from the unmasked image;
+//! - **MIM**: the raw pixels of masked patches (60 %) from the unmasked caption (L1).
+//!
+//! The towers being frozen keeps a step cheap on a CPU (their passes need no gradients) and
+//! keeps the re-ranker reading exactly the states the lexicon model produces.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use lexlip_model::rerank::{FORMAT, FusionConfig, RerankConfig, Towers};
+use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
+use lexlip_proto::SparseVector;
+use rayon::prelude::*;
+
+use crate::bert::{BertConfig, BertLayer};
+use crate::checkpoint::{self, State};
+use crate::data::{self, Corpus, Order};
+use crate::error::{Result, TrainError};
+use crate::losses::cross_entropy;
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias};
+use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_rate};
+use crate::options::TrainOptions;
+use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
+use crate::rng::{Rng, key};
+use crate::run::{Observer, RunControl, StepLog, Summary};
+use crate::text::TextTokenizer;
+
+/// The trainable part: fusion encoder, ITM head and the two reconstruction heads.
+pub struct RerankModel {
+    pub store: VarMap,
+    pub config: FusionConfig,
+    text_projection: Linear,
+    image_projection: Linear,
+    modality: Tensor,
+    norm: LayerNorm,
+    layers: Vec<BertLayer>,
+    itm: Linear,
+    mlm_transform: Linear,
+    mlm_norm: LayerNorm,
+    mlm_bias: Tensor,
+    /// The frozen text tower's word embeddings: the MLM decoder (tied, as in BERT).
+    word_embeddings: Tensor,
+    mim: Linear,
+}
+
+/// Fused states of a batch of pairs and where each part sits.
+pub struct Fused {
+    /// `(pairs, text tokens + image tokens, hidden)`.
+    pub states: Tensor,
+    pub text_tokens: usize,
+}
+
+impl RerankModel {
+    /// Builds the fusion encoder and heads with parameters from `source` (random ones keyed by
+    /// the seed for a new run). `config.hidden_size` must be the text tower's width: the MLM
+    /// decoder is its word embeddings.
+    pub fn new(
+        config: FusionConfig,
+        text_hidden: usize,
+        image_hidden: usize,
+        word_embeddings: Tensor,
+        pixels_per_patch: usize,
+        source: Source<'_>,
+        device: &Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let h = config.hidden_size;
+        if word_embeddings.dim(1)? != h {
+            return Err(TrainError::invalid(format!(
+                "the fusion width {h} must equal the text tower's {}",
+                word_embeddings.dim(1)?
+            )));
+        }
+        let vocab = word_embeddings.dim(0)?;
+        let store = VarMap::new();
+        let pb = ParamBuilder::new(&store, source, DType::F32, device);
+        let f = pb.pp("fusion");
+        let bert = BertConfig::sized(
+            1,
+            h,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.intermediate_size,
+        );
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| BertLayer::new(&f.pp("encoder").pp("layer").pp(i), &bert))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            text_projection: Linear::new(&f.pp("text_projection"), text_hidden, h, true)?,
+            image_projection: Linear::new(&f.pp("image_projection"), image_hidden, h, true)?,
+            modality: f.get(
+                &[2, h],
+                "modality_embeddings.weight",
+                Init::Normal(INIT_STD),
+            )?,
+            norm: LayerNorm::new(&f.pp("LayerNorm"), h, 1e-12)?,
+            layers,
+            itm: Linear::new(&pb.pp("itm"), h, 2, true)?,
+            mlm_transform: Linear::new(&pb.pp("mlm").pp("dense"), h, h, true)?,
+            mlm_norm: LayerNorm::new(&pb.pp("mlm").pp("LayerNorm"), h, 1e-12)?,
+            mlm_bias: pb.pp("mlm").get(&[vocab], "bias", Init::Const(0.0))?,
+            word_embeddings: word_embeddings.to_dtype(DType::F32)?.detach(),
+            mim: Linear::new(&pb.pp("mim"), h, pixels_per_patch, true)?,
+            store,
+            config,
+        })
+    }
+
+    /// The parameters AdamW updates, in name order.
+    pub fn params(&self) -> Vec<Param> {
+        sorted_vars(&self.store)
+            .into_iter()
+            .map(|(name, var)| Param::new(name, var, 1.0))
+            .collect()
+    }
+
+    /// Fuses text states `(pairs, nt, ht)` (mask `(pairs, nt)`) with image states
+    /// `(pairs, ni, hi)`: the same computation as the served [`lexlip_model::rerank::Fusion`].
+    pub fn fuse(&self, text: &Tensor, mask: &Tensor, image: &Tensor) -> Result<Fused> {
+        let (b, nt, _) = text.dims3()?;
+        let ni = image.dim(1)?;
+        let t = self
+            .text_projection
+            .forward(text)?
+            .broadcast_add(&self.modality.narrow(0, 0, 1)?)?;
+        let i = self
+            .image_projection
+            .forward(image)?
+            .broadcast_add(&self.modality.narrow(0, 1, 1)?)?;
+        let mut xs = self.norm.forward(&Tensor::cat(&[&t, &i], 1)?)?;
+        let full = Tensor::cat(
+            &[
+                &mask.to_dtype(DType::F32)?,
+                &Tensor::ones((b, ni), DType::F32, xs.device())?,
+            ],
+            1,
+        )?;
+        let bias = attention_bias(&full, DType::F32)?;
+        let drop = Dropout::off();
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &bias, &drop)?;
+        }
+        Ok(Fused {
+            states: xs,
+            text_tokens: nt,
+        })
+    }
+
+    /// ITM logits `(pairs, 2)`: the product of the fused text and image `[CLS]` states.
+    pub fn itm_logits(&self, fused: &Fused) -> Result<Tensor> {
+        let s = &fused.states;
+        let cls =
+            (s.narrow(1, 0, 1)?.squeeze(1)? * s.narrow(1, fused.text_tokens, 1)?.squeeze(1)?)?;
+        self.itm.forward(&cls)
+    }
+
+    /// Vocabulary logits of fused states at `rows` (flattened `pair · tokens + position`).
+    pub fn mlm_logits(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
+        let x = self.gather(fused, rows)?;
+        let x = self
+            .mlm_norm
+            .forward(&Act::Gelu.forward(&self.mlm_transform.forward(&x)?)?)?;
+        Ok(x.matmul(&self.word_embeddings.t()?)?
+            .broadcast_add(&self.mlm_bias)?)
+    }
+
+    /// Reconstructed pixels `(rows, 3·p·p)` of fused states at `rows`.
+    pub fn mim_pixels(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
+        self.mim.forward(&self.gather(fused, rows)?)
+    }
+
+    fn gather(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
+        let (b, n, h) = fused.states.dims3()?;
+        Ok(fused.states.reshape((b * n, h))?.index_select(rows, 0)?)
+    }
+
+    /// The tensors a served re-ranker loads (`fusion.*`, `itm.*`).
+    pub fn served_tensors(&self) -> Result<HashMap<String, Tensor>> {
+        Ok(snapshot(&self.store)?
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("fusion.") || name.starts_with("itm."))
+            .collect())
+    }
+}
+
+/// Mean absolute error (MaskVLM's MIM, eq. 1).
+pub fn l1(predicted: &Tensor, target: &Tensor) -> Result<Tensor> {
+    Ok((predicted - target)?.abs()?.mean_all()?)
+}
+
+/// Masks `round(rate · n)` (at least one) of the non-special tokens with `[MASK]` (MaskVLM
+/// replaces with `[MASK]` only). Returns the masked ids, the positions and their original ids.
+pub fn mask_text(
+    tokens: &[u32],
+    tokenizer: &TextTokenizer,
+    rate: f64,
+    rng: &mut Rng,
+) -> (Vec<u32>, Vec<usize>, Vec<u32>) {
+    let special = |t: u32| t == tokenizer.cls || t == tokenizer.sep || t == tokenizer.pad;
+    let mut candidates: Vec<usize> = (0..tokens.len()).filter(|&i| !special(tokens[i])).collect();
+    let n = ((rate * candidates.len() as f64).round() as usize)
+        .max(1)
+        .min(candidates.len());
+    for i in 0..n {
+        let j = i + rng.below(candidates.len() - i);
+        candidates.swap(i, j);
+    }
+    let mut positions = candidates[..n].to_vec();
+    positions.sort_unstable();
+    let mut ids = tokens.to_vec();
+    let targets = positions.iter().map(|&p| tokens[p]).collect();
+    for &p in &positions {
+        ids[p] = tokenizer.mask;
+    }
+    (ids, positions, targets)
+}
+
+/// Picks `round(rate · patches)` (at least one) of `patches` patches to mask, ascending.
+pub fn mask_patches(patches: usize, rate: f64, rng: &mut Rng) -> Vec<usize> {
+    let n = ((rate * patches as f64).round() as usize).clamp(1, patches);
+    let mut perm = rng.permutation(patches);
+    perm.truncate(n);
+    perm.sort_unstable();
+    perm
+}
+
+/// The pixels of patch `k` of a `(3, size, size)` image in `(channel, row, col)` order (the
+/// order the patch embedding reads).
+pub fn patch_pixels(image: &PreprocessedImage, patch: usize, k: usize) -> Vec<f32> {
+    let size = image.size();
+    let grid = size / patch;
+    let (r0, c0) = ((k / grid) * patch, (k % grid) * patch);
+    let data = image.data();
+    let mut out = Vec::with_capacity(3 * patch * patch);
+    for c in 0..3 {
+        for r in r0..r0 + patch {
+            let row = c * size * size + r * size;
+            out.extend_from_slice(&data[row + c0..row + c0 + patch]);
+        }
+    }
+    out
+}
+
+/// `image` with the given patches set to 0 (the mean colour after normalisation).
+pub fn masked_image(
+    image: &PreprocessedImage,
+    patch: usize,
+    masked: &[usize],
+) -> Result<PreprocessedImage> {
+    let size = image.size();
+    let grid = size / patch;
+    let mut data = image.data().to_vec();
+    for &k in masked {
+        let (r0, c0) = ((k / grid) * patch, (k % grid) * patch);
+        for c in 0..3 {
+            for r in r0..r0 + patch {
+                let row = c * size * size + r * size;
+                data[row + c0..row + c0 + patch].fill(0.0);
+            }
+        }
+    }
+    Ok(PreprocessedImage::from_chw(size, data)?)
+}
+
+/// Hard negatives from the lexicon model's own ranking: for each distinct caption, the images it
+/// ranks highest that do not carry that caption; for each image, the distinct captions it ranks
+/// highest that it does not carry.
+#[derive(Debug, Clone, Default)]
+pub struct HardNegatives {
+    /// Distinct caption (token sequence) of each pair.
+    pub caption_of_pair: Vec<u32>,
+    /// A pair carrying each distinct caption.
+    pub pair_of_caption: Vec<u32>,
+    pub images_for_caption: Vec<Vec<u32>>,
+    pub captions_for_image: Vec<Vec<u32>>,
+}
+
+impl HardNegatives {
+    /// Ranks with the lexicon vectors of every image and distinct caption; `top` per list.
+    pub fn mine(
+        corpus: &Corpus,
+        image_vectors: &[SparseVector],
+        caption_vectors: &[SparseVector],
+        caption_of_pair: Vec<u32>,
+        top: usize,
+    ) -> Self {
+        let n_captions = caption_vectors.len();
+        let mut pair_of_caption = vec![0u32; n_captions];
+        let mut images_of_caption: Vec<Vec<u32>> = vec![Vec::new(); n_captions];
+        let mut captions_of_image: Vec<Vec<u32>> = vec![Vec::new(); corpus.images.len()];
+        for (p, pair) in corpus.pairs.iter().enumerate() {
+            let c = caption_of_pair[p] as usize;
+            pair_of_caption[c] = p as u32;
+            images_of_caption[c].push(pair.image);
+            captions_of_image[pair.image as usize].push(c as u32);
+        }
+        let mut terms: HashMap<String, u32> = HashMap::new();
+        let ids = |v: &SparseVector, terms: &mut HashMap<String, u32>| -> Vec<(u32, f32)> {
+            v.iter()
+                .map(|(t, w)| {
+                    let n = terms.len() as u32;
+                    (*terms.entry(t.to_string()).or_insert(n), w)
+                })
+                .collect()
+        };
+        let images: Vec<Vec<(u32, f32)>> =
+            image_vectors.iter().map(|v| ids(v, &mut terms)).collect();
+        let captions: Vec<Vec<(u32, f32)>> =
+            caption_vectors.iter().map(|v| ids(v, &mut terms)).collect();
+        let postings = |docs: &[Vec<(u32, f32)>]| {
+            let mut p: Vec<Vec<(u32, f32)>> = vec![Vec::new(); terms.len()];
+            for (d, v) in docs.iter().enumerate() {
+                for &(t, w) in v {
+                    p[t as usize].push((d as u32, w));
+                }
+            }
+            p
+        };
+        let rank = |queries: &[Vec<(u32, f32)>],
+                    docs: usize,
+                    index: &[Vec<(u32, f32)>],
+                    exclude: &(dyn Fn(usize) -> Vec<u32> + Sync)| {
+            queries
+                .par_iter()
+                .enumerate()
+                .map(|(q, v)| {
+                    let mut scores = vec![0f32; docs];
+                    for &(t, w) in v {
+                        for &(d, dw) in &index[t as usize] {
+                            scores[d as usize] += w * dw;
+                        }
+                    }
+                    for d in exclude(q) {
+                        scores[d as usize] = f32::NEG_INFINITY;
+                    }
+                    let mut order: Vec<u32> = (0..docs as u32)
+                        .filter(|&d| scores[d as usize] > 0.0)
+                        .collect();
+                    order.sort_by(|&a, &b| {
+                        scores[b as usize]
+                            .total_cmp(&scores[a as usize])
+                            .then(a.cmp(&b))
+                    });
+                    order.truncate(top);
+                    order
+                })
+                .collect::<Vec<_>>()
+        };
+        let image_index = postings(&images);
+        let caption_index = postings(&captions);
+        let images_for_caption = rank(&captions, images.len(), &image_index, &|c| {
+            images_of_caption[c].clone()
+        });
+        let captions_for_image = rank(&images, captions.len(), &caption_index, &|i| {
+            captions_of_image[i].clone()
+        });
+        Self {
+            caption_of_pair,
+            pair_of_caption,
+            images_for_caption,
+            captions_for_image,
+        }
+    }
+
+    /// A negative image for pair `p`: one of its caption's hard negatives, else any other image.
+    pub fn image_for(&self, p: usize, image: u32, images: usize, rng: &mut Rng) -> u32 {
+        let list = &self.images_for_caption[self.caption_of_pair[p] as usize];
+        if !list.is_empty() {
+            return list[rng.below(list.len())];
+        }
+        other(image, images, rng)
+    }
+
+    /// A negative caption (as a pair index) for image `image` of pair `p`.
+    pub fn pair_for(&self, p: usize, image: u32, pairs: usize, rng: &mut Rng) -> u32 {
+        let list = &self.captions_for_image[image as usize];
+        if !list.is_empty() {
+            return self.pair_of_caption[list[rng.below(list.len())] as usize];
+        }
+        other(p as u32, pairs, rng)
+    }
+}
+
+fn other(x: u32, n: usize, rng: &mut Rng) -> u32 {
+    if n < 2 {
+        return x;
+    }
+    let y = rng.below(n - 1) as u32;
+    if y >= x { y + 1 } else { y }
+}
+
+/// The distinct captions (token sequences) of the corpus and each pair's.
+pub fn distinct_captions(corpus: &Corpus) -> (Vec<Vec<u32>>, Vec<u32>) {
+    let mut index: HashMap<&[u32], u32> = HashMap::new();
+    let mut distinct = Vec::new();
+    let mut of_pair = Vec::with_capacity(corpus.pairs.len());
+    for pair in &corpus.pairs {
+        let n = index.len() as u32;
+        let id = *index.entry(pair.tokens.as_slice()).or_insert_with(|| {
+            distinct.push(pair.tokens.clone());
+            n
+        });
+        of_pair.push(id);
+    }
+    (distinct, of_pair)
+}
+
+/// The losses of one step.
+pub struct RerankLosses {
+    pub total: Tensor,
+    pub parts: Vec<(&'static str, Tensor)>,
+    /// Fraction of the ITM pairs classified correctly.
+    pub itm_accuracy: f64,
+}
+
+/// One step's inputs, on the host.
+pub struct RerankBatch {
+    /// Captions, their negatives and their masked copies (3·B rows).
+    pub ids: Vec<Vec<u32>>,
+    /// Images, their negatives and their masked copies (3·B).
+    pub images: Vec<PreprocessedImage>,
+    /// MLM positions per pair and original ids.
+    pub text_masks: Vec<(Vec<usize>, Vec<u32>)>,
+    /// MIM patches per pair and their pixels.
+    pub patch_masks: Vec<(Vec<usize>, Vec<f32>)>,
+}
+
+/// The weights of the three objectives.
+#[derive(Debug, Clone, Copy)]
+pub struct Weights {
+    pub mlm: f64,
+    pub mim: f64,
+}
+
+/// The losses of a batch of `B` pairs (see the module docs): 3·B ITM pairs (positive, negative
+/// image, negative caption), B MLM pairs and B MIM pairs in one fusion pass.
+pub fn step_losses(
+    model: &RerankModel,
+    towers: &Towers,
+    batch: &RerankBatch,
+    weights: Weights,
+) -> Result<RerankLosses> {
+    let b = batch.text_masks.len();
+    let device = towers.image_encoder().device().clone();
+    let (text, mask) = towers.text_states(&batch.ids)?;
+    let image = towers.image_states(&batch.images)?;
+    let nt = text.dim(1)?;
+    let ni = image.dim(1)?;
+    let range = |a: usize, n: usize| -> Result<Tensor> {
+        Ok(Tensor::arange(a as u32, (a + n) as u32, &device)?)
+    };
+    // Pairs: (t, v), (t, v⁻), (t⁻, v), (t_masked, v), (t, v_masked).
+    let t_idx = Tensor::cat(
+        &[
+            &range(0, b)?,
+            &range(0, b)?,
+            &range(b, b)?,
+            &range(2 * b, b)?,
+            &range(0, b)?,
+        ],
+        0,
+    )?;
+    let v_idx = Tensor::cat(
+        &[
+            &range(0, b)?,
+            &range(b, b)?,
+            &range(0, b)?,
+            &range(0, b)?,
+            &range(2 * b, b)?,
+        ],
+        0,
+    )?;
+    let fused = model.fuse(
+        &text.index_select(&t_idx, 0)?,
+        &mask.index_select(&t_idx, 0)?,
+        &image.index_select(&v_idx, 0)?,
+    )?;
+    let n = nt + ni;
+    let itm_all = model.itm_logits(&fused)?;
+    let itm_logits = itm_all.narrow(0, 0, 3 * b)?;
+    let labels: Vec<u32> = (0..3 * b).map(|i| u32::from(i < b)).collect();
+    let itm = cross_entropy(&itm_logits, &Tensor::new(labels.as_slice(), &device)?)?;
+    let predicted: Vec<u32> = itm_logits.argmax(1)?.to_vec1()?;
+    let correct = predicted
+        .iter()
+        .zip(&labels)
+        .filter(|(p, l)| p == l)
+        .count();
+    let mut parts = vec![("itm", itm.clone())];
+    let mut total = itm;
+    if weights.mlm > 0.0 {
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for (k, (positions, ids)) in batch.text_masks.iter().enumerate() {
+            for (&p, &t) in positions.iter().zip(ids) {
+                rows.push(((3 * b + k) * n + p) as u32);
+                targets.push(t);
+            }
+        }
+        let logits = model.mlm_logits(&fused, &Tensor::new(rows.as_slice(), &device)?)?;
+        let mlm = cross_entropy(&logits, &Tensor::new(targets.as_slice(), &device)?)?;
+        total = (total + (&mlm * weights.mlm)?)?;
+        parts.push(("mlm", mlm));
+    }
+    if weights.mim > 0.0 {
+        let mut rows = Vec::new();
+        let mut pixels = Vec::new();
+        for (k, (patches, px)) in batch.patch_masks.iter().enumerate() {
+            for &p in patches {
+                // Image tokens follow the text; the first is the image's [CLS].
+                rows.push(((4 * b + k) * n + nt + 1 + p) as u32);
+            }
+            pixels.extend_from_slice(px);
+        }
+        let predicted = model.mim_pixels(&fused, &Tensor::new(rows.as_slice(), &device)?)?;
+        let target = Tensor::from_vec(pixels, predicted.dims(), &device)?;
+        let mim = l1(&predicted, &target)?;
+        total = (total + (&mim * weights.mim)?)?;
+        parts.push(("mim", mim));
+    }
+    Ok(RerankLosses {
+        total,
+        parts,
+        itm_accuracy: correct as f64 / (3 * b) as f64,
+    })
+}
+
+/// What `--objective rerank` reads from a lexicon model directory.
+fn lexicon_dirs(init: Option<&Path>) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let Some(dir) = init else {
+        return Err(TrainError::invalid(
+            "--objective rerank trains on top of a lexicon model: give it as --init (e.g. \
+             --init models/emoji-tiny)",
+        ));
+    };
+    let (text, image) = (dir.join("text"), dir.join("image"));
+    if !text.join("config.json").is_file() || !image.join("config.json").is_file() {
+        return Err(TrainError::invalid(format!(
+            "{}: --objective rerank needs a lexicon model directory with text/ and image/ \
+             towers (what `lexlip train` writes, e.g. models/emoji-tiny)",
+            dir.display()
+        )));
+    }
+    Ok((text, image))
+}
+
+/// Trains a re-ranker into `opts.out` (checkpoints, resume and Ctrl-C as `lexlip train`).
+pub fn train(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let (text_dir, image_dir) = lexicon_dirs(opts.init.as_deref())?;
+    let init = opts.init.clone().unwrap_or_default();
+    std::fs::create_dir_all(&opts.out).map_err(|e| TrainError::io(&opts.out, e))?;
+    let input = crate::run::input(opts)?;
+    let device = lexlip_model::device(opts.gpu)?;
+    let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.max_length)?;
+    let encoders = Encoders::load_with(
+        &init,
+        &device,
+        &LoadOptions {
+            max_length: Some(opts.max_length),
+            image_size: opts.image_size,
+            ..Default::default()
+        },
+    )?;
+    let image_size = encoders.image()?.image_size();
+    let towers = Towers::load(&text_dir, &image_dir, image_size, opts.max_length, &device)?;
+    let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.batch_size || corpus.images.len() < 2 {
+        return Err(TrainError::Corpus(format!(
+            "{} usable pairs over {} images; a re-ranker needs at least one batch \
+             (--batch-size {}) and two images",
+            corpus.pairs.len(),
+            corpus.images.len(),
+            opts.batch_size
+        )));
+    }
+    // Every image once, preprocessed (the towers are frozen: no augmentation).
+    let processor = towers.image_encoder().processor().clone();
+    let images: Vec<PreprocessedImage> = corpus
+        .images
+        .par_iter()
+        .map(|r| {
+            let bytes = data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
+            Ok(processor.preprocess(&bytes)?)
+        })
+        .collect::<Result<_>>()?;
+    // Hard negatives from the lexicon model's ranking of the whole training set.
+    observer.message(&format!(
+        "ranking {} images and their captions with the lexicon model {} for hard negatives",
+        images.len(),
+        init.display()
+    ));
+    let (distinct, caption_of_pair) = distinct_captions(&corpus);
+    let image_vectors = {
+        let enc = encoders.image()?;
+        let mut out = Vec::with_capacity(images.len());
+        for (k, chunk) in images.chunks(64).enumerate() {
+            out.extend(enc.encode(chunk)?);
+            observer.encoding(
+                (k * 64 + chunk.len()) as u64,
+                (images.len() + distinct.len()) as u64,
+            );
+        }
+        out
+    };
+    let caption_vectors = {
+        let enc = encoders.text()?;
+        let mut out = Vec::with_capacity(distinct.len());
+        for chunk in distinct.chunks(256) {
+            out.extend(enc.encode_ids(chunk)?);
+            observer.encoding(
+                (images.len() + out.len()) as u64,
+                (images.len() + distinct.len()) as u64,
+            );
+        }
+        out
+    };
+    let negatives = HardNegatives::mine(
+        &corpus,
+        &image_vectors,
+        &caption_vectors,
+        caption_of_pair,
+        opts.rerank_negatives,
+    );
+    drop(encoders);
+    let patch = towers.image_encoder().patch_size();
+    let patches = (image_size / patch) * (image_size / patch);
+    let h = towers.text_hidden_size();
+    let heads = towers.text_config().num_attention_heads;
+    let config = FusionConfig {
+        hidden_size: h,
+        num_hidden_layers: opts.fusion_layers,
+        num_attention_heads: heads,
+        intermediate_size: 4 * h,
+    };
+    let words = lexlip_model::Weights::from_safetensors_dir(&text_dir)?;
+    let word_embeddings = words
+        .get("bert.embeddings.word_embeddings.weight")
+        .ok_or_else(|| TrainError::invalid("the text tower has no word embeddings"))?
+        .to_device(&device)?;
+    let model = RerankModel::new(
+        config,
+        h,
+        towers.image_hidden_size(),
+        word_embeddings,
+        3 * patch * patch,
+        Source::Random(opts.seed ^ key("rerank")),
+        &device,
+    )?;
+    let params = model.params();
+    let mut adam = AdamW::new(AdamWConfig {
+        weight_decay: opts.weight_decay,
+        ..AdamWConfig::default()
+    });
+    let mut order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let spe = order.steps_per_epoch();
+    let total = opts
+        .steps
+        .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
+    let fp = {
+        use sha2::{Digest, Sha256};
+        let desc = serde_json::json!({
+            "options": opts.fingerprint_json(),
+            "input": input.signature()?,
+            "init": init,
+        });
+        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
+    };
+    if opts.restart {
+        checkpoint::clear(&opts.out)?;
+    }
+    let mut start = 0;
+    if let Some((dir, state)) = checkpoint::latest(&opts.out)? {
+        if state.fingerprint != fp {
+            return Err(TrainError::Checkpoint {
+                path: dir,
+                message: "this checkpoint belongs to a run with other options, inputs or initial \
+                          model; use another --out or pass --restart to discard it"
+                    .into(),
+            });
+        }
+        let all = checkpoint::tensors(&dir)?;
+        let group = |prefix: &str| -> HashMap<String, Tensor> {
+            let p = format!("{prefix}/");
+            all.iter()
+                .filter_map(|(k, t)| k.strip_prefix(&p).map(|n| (n.to_string(), t.clone())))
+                .collect()
+        };
+        crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
+        adam.restore(state.adam_t, &group("adam"), &params)?;
+        start = state.step;
+        observer.message(&format!(
+            "resuming from {} (step {start} of {total})",
+            dir.display()
+        ));
+    }
+    let stop_at = opts.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary {
+        out: opts.out.clone(),
+        phase: 1,
+        steps_done: start,
+        total_steps: total,
+        resumed_from: start,
+        interrupted: false,
+        already_complete: start >= total,
+        pairs: corpus.pairs.len(),
+        images: corpus.images.len(),
+        read: corpus.read,
+        skipped: corpus.skipped.clone(),
+        seconds: 0.0,
+        samples_per_s: 0.0,
+        last: None,
+    };
+    let weights = Weights {
+        mlm: opts.rerank_mlm,
+        mim: opts.rerank_mim,
+    };
+    observer.message(&format!(
+        "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with hard \
+         negatives from the lexicon top-{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
+        opts.fusion_layers,
+        init.display(),
+        opts.rerank_negatives,
+        weights.mlm,
+        opts.mask_rate,
+        weights.mim,
+        opts.image_mask_rate
+    ));
+    observer.started(start, total);
+    let run_start = Instant::now();
+    let mut step = start;
+    while step < stop_at {
+        if ctl
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            break;
+        }
+        let pairs = order.batch(step);
+        let batch = make_batch(
+            &corpus, &images, &negatives, &tokenizer, &pairs, patch, patches, opts, step,
+        )?;
+        let losses = step_losses(&model, &towers, &batch, weights)?;
+        let grads = losses.total.backward()?;
+        let norm = grad_norm(&params, &grads)?;
+        let lr = learning_rate(opts.lr, step, total, opts.warmup);
+        adam.step(&params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
+        step += 1;
+        summary.steps_done = step;
+        observer.progress(step);
+        let done = step - start;
+        let elapsed = run_start.elapsed().as_secs_f64();
+        if step % opts.log_every.max(1) == 0 || step == stop_at {
+            let mut parts = BTreeMap::new();
+            for (name, t) in &losses.parts {
+                parts.insert((*name).to_string(), scalar(t)?);
+            }
+            parts.insert("itm_accuracy".into(), losses.itm_accuracy);
+            let log = StepLog {
+                step,
+                total_steps: total,
+                epoch: step as f64 / spe.max(1) as f64,
+                loss: scalar(&losses.total)?,
+                parts,
+                nnz_image: None,
+                nnz_text: None,
+                lr,
+                grad_norm: norm,
+                samples_per_s: (done * opts.batch_size as u64) as f64 / elapsed.max(1e-9),
+                elapsed_s: elapsed,
+            };
+            observer.step(&log);
+            summary.last = Some(log);
+        }
+        if step % opts.checkpoint_every.max(1) == 0 || step == stop_at {
+            save_checkpoint(&model, &adam, &fp, step, total, opts)?;
+        }
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.samples_per_s = ((summary.steps_done - start) * opts.batch_size as u64) as f64
+        / run_start.elapsed().as_secs_f64().max(1e-9);
+    summary.interrupted = summary.steps_done < total;
+    if summary.steps_done > start || !opts.out.join("rerank.json").is_file() {
+        export(&model, &text_dir, &image_dir, image_size, opts)?;
+    }
+    write_record(opts, ctl, &summary, &fp, &init)?;
+    Ok(summary)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn make_batch(
+    corpus: &Corpus,
+    images: &[PreprocessedImage],
+    negatives: &HardNegatives,
+    tokenizer: &TextTokenizer,
+    pairs: &[usize],
+    patch: usize,
+    patches: usize,
+    opts: &TrainOptions,
+    step: u64,
+) -> Result<RerankBatch> {
+    let mut rng = Rng::new(&[opts.seed, key("rerank-batch"), step]);
+    let n = pairs.len();
+    let mut ids = Vec::with_capacity(3 * n);
+    let mut imgs = Vec::with_capacity(3 * n);
+    let mut neg_ids = Vec::with_capacity(n);
+    let mut neg_imgs = Vec::with_capacity(n);
+    let mut masked_ids = Vec::with_capacity(n);
+    let mut masked_imgs = Vec::with_capacity(n);
+    let mut text_masks = Vec::with_capacity(n);
+    let mut patch_masks = Vec::with_capacity(n);
+    for &p in pairs {
+        let pair = &corpus.pairs[p];
+        let image = &images[pair.image as usize];
+        ids.push(pair.tokens.clone());
+        imgs.push(image.clone());
+        let ni = negatives.image_for(p, pair.image, images.len(), &mut rng);
+        neg_imgs.push(images[ni as usize].clone());
+        let np = negatives.pair_for(p, pair.image, corpus.pairs.len(), &mut rng);
+        neg_ids.push(corpus.pairs[np as usize].tokens.clone());
+        let (m, positions, targets) = mask_text(&pair.tokens, tokenizer, opts.mask_rate, &mut rng);
+        masked_ids.push(m);
+        text_masks.push((positions, targets));
+        let masked = mask_patches(patches, opts.image_mask_rate, &mut rng);
+        let mut pixels = Vec::with_capacity(masked.len() * 3 * patch * patch);
+        for &k in &masked {
+            pixels.extend(patch_pixels(image, patch, k));
+        }
+        masked_imgs.push(masked_image(image, patch, &masked)?);
+        patch_masks.push((masked, pixels));
+    }
+    ids.extend(neg_ids);
+    ids.extend(masked_ids);
+    imgs.extend(neg_imgs);
+    imgs.extend(masked_imgs);
+    Ok(RerankBatch {
+        ids,
+        images: imgs,
+        text_masks,
+        patch_masks,
+    })
+}
+
+fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
+}
+
+fn save_checkpoint(
+    model: &RerankModel,
+    adam: &AdamW,
+    fp: &str,
+    step: u64,
+    total: u64,
+    opts: &TrainOptions,
+) -> Result<()> {
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (name, t) in snapshot(&model.store)? {
+        tensors.insert(format!("rerank/{name}"), t);
+    }
+    for (name, t) in adam.state()? {
+        tensors.insert(format!("adam/{name}"), t);
+    }
+    let state = State {
+        format: 1,
+        step,
+        total_steps: total,
+        fingerprint: fp.to_string(),
+        adam_t: adam.t,
+        queue_ptr: 0,
+        queue_fill: 0,
+    };
+    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
+    Ok(())
+}
+
+/// Copies the towers, writes the fusion weights, then `rerank.json` (last: its presence says
+/// the directory is complete).
+fn export(
+    model: &RerankModel,
+    text_dir: &Path,
+    image_dir: &Path,
+    image_size: usize,
+    opts: &TrainOptions,
+) -> Result<()> {
+    for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
+        let to = opts.out.join(name);
+        std::fs::create_dir_all(&to).map_err(|e| TrainError::io(&to, e))?;
+        for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
+            let entry = entry.map_err(|e| TrainError::io(from, e))?;
+            if entry.path().is_file() {
+                let dest = to.join(entry.file_name());
+                std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
+            }
+        }
+    }
+    let fusion = opts.out.join("fusion");
+    std::fs::create_dir_all(&fusion).map_err(|e| TrainError::io(&fusion, e))?;
+    let dtype = match opts.save_dtype {
+        crate::options::SaveDtype::F32 => DType::F32,
+        crate::options::SaveDtype::F16 => DType::F16,
+    };
+    let tensors = model
+        .served_tensors()?
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?.to_device(&Device::Cpu)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let path = fusion.join("model.safetensors");
+    candle_core::safetensors::save(&tensors, &path)
+        .map_err(|e| TrainError::invalid(format!("{}: {e}", path.display())))?;
+    let config = RerankConfig {
+        format: FORMAT.into(),
+        image_size,
+        max_length: opts.max_length,
+        fusion: model.config,
+        source: Some("lexlip train --objective rerank".into()),
+    };
+    let mut text =
+        serde_json::to_string_pretty(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.out.join("rerank.json"), text.as_bytes())
+}
+
+fn write_record(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    summary: &Summary,
+    fp: &str,
+    init: &Path,
+) -> Result<()> {
+    let doc = serde_json::json!({
+        "status": if summary.interrupted { "interrupted" } else { "complete" },
+        "command": ctl.command_line,
+        "seed": opts.seed,
+        "fingerprint": fp,
+        "options": opts,
+        "init": init,
+        "summary": summary,
+    });
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+}
