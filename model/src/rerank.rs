@@ -181,6 +181,14 @@ impl Fusion {
     }
 }
 
+/// Positions `0..scores.len()` best score first (ties: earlier position first): the order
+/// re-scored candidates are returned in.
+pub fn order_by_score(scores: &[f32]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order
+}
+
 /// Probability of "match" from ITM logits `(pairs, 2)`.
 pub fn match_probability(logits: &Tensor) -> Result<Vec<f32>> {
     let p = candle_nn::ops::softmax(&logits.to_dtype(DType::F32)?, D::Minus1)?;

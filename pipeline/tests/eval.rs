@@ -12,7 +12,11 @@ fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> E
     if let Some(i) = image {
         doc.metadata.insert("image_id".into(), i.into());
     }
-    Entry { doc, vector }
+    Entry {
+        doc,
+        vector,
+        pixels: None,
+    }
 }
 
 fn sparse(pairs: &[(&str, u64)]) -> Vector {

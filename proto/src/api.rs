@@ -63,6 +63,24 @@ pub struct Hit {
     /// Matched terms, highest contribution first (only when asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<TermContribution>>,
+    /// With `rerank`: which stage produced `score` (`rerank`: the re-ranker's match
+    /// probability; `first`: the first stage's score, for candidates it did not re-score).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Stage>,
+    /// With `rerank`: the first stage's score of a re-scored hit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_stage_score: Option<f64>,
+}
+
+/// The search stage a hit's score comes from.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// The index (sparse, dense or fused).
+    First,
+    /// The re-ranker.
+    Rerank,
 }
 
 /// Error codes every API error carries (`{"error": {"code", "message"}}`).

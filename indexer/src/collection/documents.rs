@@ -183,6 +183,8 @@ fn as_hit(d: Document, score: f64, explain: Option<Vec<TermContribution>>) -> Hi
         text: d.text,
         metadata: d.metadata,
         explain,
+        stage: None,
+        first_stage_score: None,
     }
 }
 

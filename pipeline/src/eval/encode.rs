@@ -152,7 +152,7 @@ pub fn encode(
                 }
             })
             .collect();
-        for result in encode_chunk(&encoder, items) {
+        for result in encode_chunk(&encoder, items, options.rerank.is_some()) {
             match result {
                 Ok(entry) if entry.doc.modality == Modality::Image => out.images.push(entry),
                 Ok(entry) => out.texts.push(entry),
@@ -211,7 +211,11 @@ fn image_of(entry: &Entry) -> Option<&str> {
 
 /// Decodes the chunk's images in parallel, then encodes its images and its texts, one batch
 /// each. Results keep the chunk's order.
-fn encode_chunk(encoder: &Encoder, items: Vec<Item>) -> Vec<std::result::Result<Entry, BadItem>> {
+fn encode_chunk(
+    encoder: &Encoder,
+    items: Vec<Item>,
+    keep_pixels: bool,
+) -> Vec<std::result::Result<Entry, BadItem>> {
     let decoded: Vec<std::result::Result<Option<PreprocessedImage>, BadItem>> = items
         .par_iter()
         .map(|item| match &item.image {
@@ -251,6 +255,12 @@ fn encode_chunk(encoder: &Encoder, items: Vec<Item>) -> Vec<std::result::Result<
     let encoded = |slots: &[usize], results: Vec<std::result::Result<Vector, String>>| {
         slots.iter().copied().zip(results).collect::<Vec<_>>()
     };
+    let mut pixels: Vec<Option<PreprocessedImage>> = vec![None; items.len()];
+    if keep_pixels {
+        for (slot, image) in image_slots.iter().zip(&images) {
+            pixels[*slot] = Some(image.clone());
+        }
+    }
     let mut done = encoded(&image_slots, encoder.images(&images));
     done.extend(encoded(&text_slots, encoder.texts(&texts)));
     for (slot, result) in done {
@@ -260,7 +270,8 @@ fn encode_chunk(encoder: &Encoder, items: Vec<Item>) -> Vec<std::result::Result<
     items
         .into_iter()
         .zip(vectors)
-        .map(|(item, vector)| {
+        .zip(pixels)
+        .map(|((item, vector), pixels)| {
             let id = item.id.clone();
             let vector = vector.unwrap_or_else(|| {
                 Err(BadItem::new(
@@ -272,6 +283,7 @@ fn encode_chunk(encoder: &Encoder, items: Vec<Item>) -> Vec<std::result::Result<
             Ok(Entry {
                 doc: document(item)?,
                 vector,
+                pixels,
             })
         })
         .collect()

@@ -23,6 +23,7 @@ pub mod encode;
 pub mod plot;
 pub mod recall;
 pub mod report;
+pub mod rerank;
 pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
@@ -71,6 +72,15 @@ pub struct EvalOptions {
     pub work_dir: Option<PathBuf>,
     /// Also image → image and text → text recall (see the module doc).
     pub single_modal: bool,
+    /// Also re-rank each text → image and image → text query's first candidates.
+    pub rerank: Option<RerankOptions>,
+}
+
+/// A second stage to evaluate: `model` re-scores the first `top` candidates of each query.
+#[derive(Debug, Clone)]
+pub struct RerankOptions {
+    pub model: std::sync::Arc<lexlip_model::Reranker>,
+    pub top: usize,
 }
 
 impl Default for EvalOptions {
@@ -82,6 +92,7 @@ impl Default for EvalOptions {
             batch_size: 32,
             work_dir: None,
             single_modal: false,
+            rerank: None,
         }
     }
 }
@@ -132,6 +143,8 @@ impl Vector {
 pub struct Entry {
     pub doc: Document,
     pub vector: Vector,
+    /// The image as the encoder saw it, kept for a re-ranker (`EvalOptions::rerank`) only.
+    pub pixels: Option<lexlip_model::PreprocessedImage>,
 }
 
 /// Every item of the corpus, encoded once.
@@ -285,6 +298,7 @@ pub fn run(
             top_k,
             options.scale,
             options.single_modal,
+            options.rerank.as_ref(),
             &dir,
             observer,
         )?);

@@ -43,6 +43,20 @@ pub struct SettingReport {
     pub index_bytes: u64,
     /// Seconds to build, commit and load the collection.
     pub index_seconds: f64,
+    /// The re-ranked recall of the same queries (with a re-ranker).
+    #[serde(skip)]
+    pub rerank: Option<RerankReport>,
+}
+
+/// Recall after re-ranking the first `top` candidates, and its cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RerankReport {
+    pub top: usize,
+    pub t2i: [f64; 3],
+    pub i2t: [f64; 3],
+    /// Milliseconds per query spent in the re-ranker (candidates' states and the fusion pass).
+    pub t2i_ms_per_query: f64,
+    pub i2t_ms_per_query: f64,
 }
 
 impl SettingReport {
@@ -66,6 +80,22 @@ impl SettingReport {
             for (k, v) in super::recall::KS.iter().zip(r) {
                 out.insert(format!("{dir}.r@{k}"), serde_json::json!(v));
             }
+        }
+        if let Some(r) = &self.rerank {
+            out.insert("rerank.top".into(), serde_json::json!(r.top));
+            for (dir, v) in [("t2i", r.t2i), ("i2t", r.i2t)] {
+                for (k, v) in super::recall::KS.iter().zip(v) {
+                    out.insert(format!("rerank.{dir}.r@{k}"), serde_json::json!(v));
+                }
+            }
+            out.insert(
+                "rerank.t2i.ms_per_query".into(),
+                serde_json::json!(r.t2i_ms_per_query),
+            );
+            out.insert(
+                "rerank.i2t.ms_per_query".into(),
+                serde_json::json!(r.i2t_ms_per_query),
+            );
         }
         if let Ok(serde_json::Value::Object(rest)) = serde_json::to_value(self) {
             out.extend(rest);
@@ -202,6 +232,21 @@ impl EvalReport {
                     s.i2i_queries.unwrap_or(0),
                     pct(t2t),
                     s.t2t_queries.unwrap_or(0),
+                ));
+            }
+        }
+        for s in &self.settings {
+            if let Some(r) = &s.rerank {
+                let pct = |r: [f64; 3]| r.map(|x| format!("{:.1}", 100.0 * x)).join(" / ");
+                out.push_str(&format!(
+                    "{:<8} re-ranked top-{}: T2I R@1/5/10 {} ({:.1} ms/query)   I2T R@1/5/10 {} \
+                     ({:.1} ms/query)\n",
+                    s.label(),
+                    r.top,
+                    pct(r.t2i),
+                    r.t2i_ms_per_query,
+                    pct(r.i2t),
+                    r.i2t_ms_per_query,
                 ));
             }
         }

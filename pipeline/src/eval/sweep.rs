@@ -29,9 +29,12 @@ pub fn evaluate(
     top_k: Option<usize>,
     scale: f32,
     single_modal: bool,
+    rerank: Option<&super::RerankOptions>,
     dir: &Path,
     observer: &mut dyn EvalObserver,
 ) -> Result<SettingReport> {
+    // With a re-ranker, the first stage returns its candidates; recall reads the first DEPTH.
+    let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
     let label = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
     let mut queries = encoded.t2i_queries() + encoded.i2t_queries();
     if single_modal {
@@ -95,14 +98,14 @@ pub fn evaluate(
         t2i.iter().map(|(t, _)| &encoded.texts[*t]),
         Modality::Image,
         &image_ids,
-        DEPTH,
+        depth,
     )?;
     let t2i_relevant: Vec<[usize; 1]> = t2i.iter().map(|(_, i)| [*i]).collect();
     let t2i_recall = recall(
         t2i_rankings
             .iter()
             .zip(&t2i_relevant)
-            .map(|(r, rel)| (r.as_slice(), rel.as_slice())),
+            .map(|(r, rel)| (first(r), rel.as_slice())),
     );
     // Image → text: every image with captions, against the texts; any caption answers.
     let text_ids = positions(&encoded.texts);
@@ -114,14 +117,45 @@ pub fn evaluate(
         i2t.iter().map(|i| &encoded.images[*i]),
         Modality::Text,
         &text_ids,
-        DEPTH,
+        depth,
     )?;
     let i2t_recall = recall(
         i2t_rankings
             .iter()
             .zip(&i2t)
-            .map(|(r, i)| (r.as_slice(), captions[*i].as_slice())),
+            .map(|(r, i)| (first(r), captions[*i].as_slice())),
     );
+    let reranked = match rerank {
+        None => None,
+        Some(r) => {
+            let (t2i_reranked, t2i_seconds) = super::rerank::text_to_image(
+                &r.model,
+                r.top,
+                encoded,
+                t2i.iter().map(|(t, _)| *t),
+                &t2i_rankings,
+            )?;
+            let (i2t_reranked, i2t_seconds) =
+                super::rerank::image_to_text(&r.model, r.top, encoded, &i2t, &i2t_rankings)?;
+            Some(super::report::RerankReport {
+                top: r.top,
+                t2i: recall(
+                    t2i_reranked
+                        .iter()
+                        .zip(&t2i_relevant)
+                        .map(|(r, rel)| (first(r), rel.as_slice())),
+                ),
+                i2t: recall(
+                    i2t_reranked
+                        .iter()
+                        .zip(&i2t)
+                        .map(|(r, i)| (first(r), captions[*i].as_slice())),
+                ),
+                t2i_ms_per_query: 1000.0 * t2i_seconds / t2i.len().max(1) as f64,
+                i2t_ms_per_query: 1000.0 * i2t_seconds / i2t.len().max(1) as f64,
+            })
+        }
+    };
 
     let single = if single_modal {
         Some(single_modal_recall(
@@ -154,7 +188,13 @@ pub fn evaluate(
         i2t_qps: qps(i2t.len(), i2t_seconds),
         index_bytes: stats.bytes,
         index_seconds,
+        rerank: reranked,
     })
+}
+
+/// The first [`DEPTH`] results of a ranking (what recall reads).
+fn first(ranking: &[usize]) -> &[usize] {
+    &ranking[..ranking.len().min(DEPTH)]
 }
 
 /// Image → image and text → text recall and their query counts.

@@ -59,12 +59,19 @@ pub struct EvalArgs {
     /// it.
     #[arg(long)]
     pub single_modal: bool,
+    /// Also evaluate a second stage: this re-ranker (`lexlip train --objective rerank`)
+    /// re-scores each text → image and image → text query's first --rerank-top candidates.
+    #[arg(long)]
+    pub rerank_model: Option<PathBuf>,
+    /// Candidates the re-ranker re-scores per query.
+    #[arg(long, default_value_t = 32, requires = "rerank_model")]
+    pub rerank_top: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Copy, Clone, Debug, ValueEnum)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Sparse,
     Dense,
@@ -89,6 +96,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
         single_modal: args.single_modal,
+        rerank: None,
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
@@ -99,6 +107,34 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let (_, encoders) = args.model.load("lexlip eval", load)?;
+    let mut options = options;
+    if let Some(dir) = &args.rerank_model {
+        anyhow::ensure!(
+            (1..=256).contains(&args.rerank_top),
+            "--rerank-top must be between 1 and 256, got {}",
+            args.rerank_top
+        );
+        anyhow::ensure!(
+            args.mode == ModeArg::Sparse,
+            "--rerank-model evaluates a second stage over the sparse index: leave --mode dense out"
+        );
+        let dir = super::model_args::resolve_model(dir)?;
+        let device = lexlip_model::device(args.model.gpu)?;
+        let model = lexlip_model::Reranker::load(&dir, &device)
+            .with_context(|| format!("--rerank-model {}", dir.display()))?;
+        let lexicon_size = encoders.image()?.image_size();
+        anyhow::ensure!(
+            model.config().image_size == lexicon_size,
+            "the re-ranker reads {0}×{0} images but the lexicon model {1}×{1}: train the \
+             re-ranker on this model (--init) or give --image-size {0}",
+            model.config().image_size,
+            lexicon_size
+        );
+        options.rerank = Some(eval::RerankOptions {
+            model: std::sync::Arc::new(model),
+            top: args.rerank_top,
+        });
+    }
     let mut progress = Progress::new();
     let result = eval::run(&input, &encoders, &options, &mut progress);
     progress.finish();

@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// encoder from `lexlip train --objective dense`.
     #[arg(long)]
     pub dense_model: Option<PathBuf>,
+    /// A re-ranker directory (`lexlip train --objective rerank`): searches that ask for
+    /// `"rerank": {"top": N}` re-score their first N candidates with it.
+    #[arg(long)]
+    pub rerank_model: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:8080", env = "LEXLIP_ADDR")]
     pub addr: SocketAddr,
@@ -126,7 +130,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .clamp(1, 64),
     };
-    let state = shared(AppState::open(&args.data, encoders, metrics, limits)?);
+    let mut state = AppState::open(&args.data, encoders, metrics, limits)?;
+    if let Some(dir) = resolve(&args.rerank_model)? {
+        let device = lexlip_model::device(args.model.gpu)?;
+        let reranker = lexlip_model::Reranker::load(&dir, &device)
+            .map_err(|e| anyhow::anyhow!("--rerank-model {}: {e}", dir.display()))?;
+        tracing::info!(model = %dir.display(), "re-ranker loaded");
+        state = state.with_reranker(reranker);
+    }
+    let state = shared(state);
     let config = ServerConfig {
         addr: args.addr,
         cors_origins: args.cors_origin,

@@ -134,6 +134,32 @@ pub struct SearchParams {
     /// Only documents of this modality.
     pub target: Option<Modality>,
     pub explain: bool,
+    /// A second stage over the first stage's candidates.
+    pub rerank: Option<Rerank>,
+}
+
+/// `rerank`: re-score the first `top` candidates with the server's re-ranker
+/// (`lexlip serve --rerank-model`), text queries against image hits and image queries against
+/// text hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rerank {
+    /// Candidates re-scored (1-256); the first stage is asked for max(k, top).
+    #[serde(deserialize_with = "whole_number")]
+    #[schema(minimum = 1, maximum = 256)]
+    pub top: usize,
+}
+
+/// The re-ranking stage of a response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RerankReport {
+    /// Candidates the re-ranker scored.
+    pub scored: usize,
+    /// Candidates it could not score (same modality as the query, or an image without a stored
+    /// thumbnail); they follow the re-scored ones in first-stage order.
+    pub unscored: usize,
+    /// Time spent re-ranking (included in `took_ms`).
+    pub took_ms: f64,
 }
 
 impl SearchParams {
@@ -147,6 +173,7 @@ impl SearchParams {
             filter: Filter::default(),
             target,
             explain: false,
+            rerank: None,
         }
     }
 }
@@ -177,6 +204,9 @@ macro_rules! search_request {
             /// Matched terms and their contributions per hit (sparse hits).
             #[serde(default)]
             pub explain: bool,
+            /// Re-score the first stage's top candidates with the re-ranker (needs
+            /// `lexlip serve --rerank-model`).
+            pub rerank: Option<Rerank>,
         }
 
         impl $name {
@@ -190,6 +220,7 @@ macro_rules! search_request {
                     filter: self.filter.clone(),
                     target,
                     explain: self.explain,
+                    rerank: self.rerank,
                 }
             }
         }
@@ -254,6 +285,9 @@ pub struct SearchResponse {
     /// The query's impacts (with `explain`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub query_terms: Option<BTreeMap<String, u32>>,
+    /// The re-ranking stage (with `rerank`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<RerankReport>,
     pub took_ms: f64,
 }
 

@@ -75,6 +75,8 @@ pub struct AppState {
     /// Held by create and delete, so that the files of one name change one operation at a time.
     lifecycle: Mutex<()>,
     pub encoders: Arc<EncoderService>,
+    /// The second search stage (`--rerank-model`), if any.
+    pub reranker: Option<Arc<lexlip_model::Reranker>>,
     pub metrics: Metrics,
     pub limits: Limits,
     pub admission: Arc<Semaphore>,
@@ -128,11 +130,18 @@ impl AppState {
             broken: RwLock::new(broken),
             lifecycle: Mutex::new(()),
             encoders: Arc::new(encoders),
+            reranker: None,
             metrics,
             limits,
             admission,
             uploads,
         })
+    }
+
+    /// Serves `reranker` as the second stage of searches that ask for `rerank`.
+    pub fn with_reranker(mut self, reranker: lexlip_model::Reranker) -> Self {
+        self.reranker = Some(Arc::new(reranker));
+        self
     }
 
     pub fn get(&self, name: &str) -> ApiResult<Arc<Open>> {

@@ -15,7 +15,7 @@ use axum::extract::{Multipart, Path, State};
 use axum::http::HeaderMap;
 use axum::http::Request;
 use lexlip_index::{Cancel, IndexError, MAX_K, SearchOptions};
-use lexlip_proto::api::{Hit, Precision};
+use lexlip_proto::api::{Hit, Precision, Stage};
 use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
@@ -28,6 +28,8 @@ use crate::http::state::SharedState;
 
 /// Reciprocal-rank fusion constant (Cormack et al. 2009).
 const RRF_K: f64 = 60.0;
+/// Most candidates one request may re-rank.
+pub const MAX_RERANK: usize = 256;
 /// Approximation factor used for `"exact": false` without `approx` (recall@10 ≈ 0.997 in
 /// `lexlip bench engine`).
 const DEFAULT_APPROX: f32 = 2.0;
@@ -97,6 +99,16 @@ pub async fn execute(
             "k must be between 1 and {MAX_K}, got {}",
             params.k
         )));
+    }
+    let reranker = match params.rerank {
+        None => None,
+        Some(r) => Some((rerank_setup(state, &input, r)?, r.top)),
+    };
+    // The first stage finds at least the candidates the re-ranker reads.
+    let wanted = params.k;
+    let mut params = params;
+    if let Some((_, top)) = &reranker {
+        params.k = params.k.max(*top).min(MAX_K);
     }
     let mut filter = params.filter;
     match (params.target, filter.modality) {
@@ -312,13 +324,138 @@ pub async fn execute(
             (hits, SearchPath::Hybrid, Some(matched))
         }
     };
+    let (hits, rerank) = match reranker {
+        None => (hits, None),
+        Some((model, top)) => {
+            let (hits, report) = rerank(model, snapshot.clone(), &input, hits, top).await?;
+            (hits, Some(report))
+        }
+    };
+    let mut hits = hits;
+    hits.truncate(wanted);
     Ok(SearchResponse {
         hits,
         path,
         sparse_matches,
         query_terms,
+        rerank,
         took_ms: start.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// The re-ranker of a request that asks for one, after checking the request can use it.
+fn rerank_setup(
+    state: &SharedState,
+    input: &QueryInput,
+    r: crate::http::api::Rerank,
+) -> ApiResult<Arc<lexlip_model::Reranker>> {
+    let Some(model) = state.reranker.clone() else {
+        return Err(ApiError::unprocessable(
+            "this server has no re-ranker: start lexlip serve with --rerank-model DIR (a \
+             directory from `lexlip train --objective rerank`), or leave rerank out",
+        ));
+    };
+    if r.top == 0 || r.top > MAX_RERANK {
+        return Err(ApiError::unprocessable(format!(
+            "rerank.top must be between 1 and {MAX_RERANK}, got {}",
+            r.top
+        )));
+    }
+    if !matches!(input, QueryInput::Text(_) | QueryInput::Image(_)) {
+        return Err(ApiError::unprocessable(
+            "rerank needs a text or image query (the re-ranker reads the query itself, not its \
+             vector)",
+        ));
+    }
+    Ok(model)
+}
+
+/// Re-scores the first `top` hits that the re-ranker can read (image hits with a stored
+/// thumbnail for a text query, text hits for an image query) and puts them first, best match
+/// first; the other hits follow in first-stage order. Only first-stage candidates are returned.
+async fn rerank(
+    model: Arc<lexlip_model::Reranker>,
+    snapshot: Arc<lexlip_index::Snapshot>,
+    input: &QueryInput,
+    hits: Vec<Hit>,
+    top: usize,
+) -> ApiResult<(Vec<Hit>, crate::http::api::RerankReport)> {
+    let started = Instant::now();
+    let query = match input {
+        QueryInput::Text(t) => RerankQuery::Text(t.clone()),
+        QueryInput::Image(b) => RerankQuery::Image(b.clone()),
+        _ => return Err(ApiError::internal("rerank without a text or image query")),
+    };
+    blocking(move || {
+        let n = top.min(hits.len());
+        let mut scorable = Vec::new();
+        let mut images = Vec::new();
+        let mut texts = Vec::new();
+        for (i, hit) in hits.iter().take(n).enumerate() {
+            match (&query, hit.modality) {
+                (RerankQuery::Text(_), Modality::Image) => {
+                    let thumbnail = snapshot.get(&hit.id, false)?.and_then(|d| d.thumbnail);
+                    if let Some(bytes) = thumbnail {
+                        let image = model
+                            .towers()
+                            .image_encoder()
+                            .preprocess_named(&bytes, &hit.id)
+                            .map_err(|e| ApiError::internal(format!("thumbnail of {}: {e}", hit.id)))?;
+                        images.push(image);
+                        scorable.push(i);
+                    }
+                }
+                (RerankQuery::Image(_), Modality::Text) => {
+                    if let Some(text) = &hit.text {
+                        texts.push(text.clone());
+                        scorable.push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let scores = match &query {
+            RerankQuery::Text(t) if !images.is_empty() => model.score_text_images(t, &images),
+            RerankQuery::Image(b) if !texts.is_empty() => {
+                let image = model
+                    .towers()
+                    .image_encoder()
+                    .preprocess_named(b, "query.image")
+                    .map_err(|e| ApiError::unprocessable(format!("query.image: {e}")))?;
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                model.score_image_texts(&image, &refs)
+            }
+            _ => Ok(Vec::new()),
+        }
+        .map_err(|e| ApiError::internal(format!("re-ranking: {e}")))?;
+        let mut out = Vec::with_capacity(hits.len());
+        let mut hits: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
+        for k in lexlip_model::rerank::order_by_score(&scores) {
+            if let Some(mut hit) = hits[scorable[k]].take() {
+                hit.first_stage_score = Some(hit.score);
+                hit.score = f64::from(scores[k]);
+                hit.stage = Some(Stage::Rerank);
+                out.push(hit);
+            }
+        }
+        for hit in hits.into_iter().flatten() {
+            let mut hit = hit;
+            hit.stage = Some(Stage::First);
+            out.push(hit);
+        }
+        let report = crate::http::api::RerankReport {
+            scored: scores.len(),
+            unscored: n - scores.len(),
+            took_ms: started.elapsed().as_secs_f64() * 1000.0,
+        };
+        Ok((out, report))
+    })
+    .await
+}
+
+enum RerankQuery {
+    Text(String),
+    Image(Arc<Vec<u8>>),
 }
 
 /// Dense results as API hits (cosine similarity as the score).
