@@ -167,6 +167,11 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 16, help_heading = "Objectives")]
     #[serde(default = "default_rerank_negatives")]
     pub rerank_negatives: usize,
+    /// Re-ranker: share of ITM negatives drawn from that top-N; the rest are any other image
+    /// or caption (all-hard negatives from the start leave ITM stuck at the base rate).
+    #[arg(long, default_value_t = 0.5, help_heading = "Objectives")]
+    #[serde(default = "default_rerank_hard")]
+    pub rerank_hard: f64,
     /// Re-ranker: share of image patches masked for MIM (MaskVLM: 0.6); --mask-rate is the
     /// text's (MaskVLM: 0.3).
     #[arg(long, default_value_t = 0.6, help_heading = "Objectives")]
@@ -319,6 +324,10 @@ fn default_rerank_negatives() -> usize {
     16
 }
 
+fn default_rerank_hard() -> f64 {
+    0.5
+}
+
 fn default_image_mask_rate() -> f64 {
     0.6
 }
@@ -358,6 +367,7 @@ impl TrainOptions {
             dense_dim: default_dense_dim(),
             fusion_layers: default_fusion_layers(),
             rerank_negatives: default_rerank_negatives(),
+            rerank_hard: default_rerank_hard(),
             image_mask_rate: default_image_mask_rate(),
             rerank_mlm: 1.0,
             rerank_mim: 1.0,
@@ -425,6 +435,7 @@ impl TrainOptions {
             for key in [
                 "fusion_layers",
                 "rerank_negatives",
+                "rerank_hard",
                 "image_mask_rate",
                 "rerank_mlm",
                 "rerank_mim",
@@ -479,6 +490,12 @@ impl TrainOptions {
                 return bad(format!(
                     "--image-mask-rate must be in (0, 1], got {}",
                     self.image_mask_rate
+                ));
+            }
+            if !(0.0..=1.0).contains(&self.rerank_hard) {
+                return bad(format!(
+                    "--rerank-hard must be in [0, 1], got {}",
+                    self.rerank_hard
                 ));
             }
             if self.fusion_layers == 0 || self.rerank_negatives == 0 {

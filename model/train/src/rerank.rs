@@ -115,10 +115,15 @@ impl RerankModel {
         })
     }
 
-    /// The parameters AdamW updates, in name order.
-    pub fn params(&self) -> Vec<Param> {
+    /// The parameters AdamW updates, in name order (a reconstruction head whose loss is off
+    /// gets no gradient and is left out).
+    pub fn params(&self, weights: Weights) -> Vec<Param> {
         sorted_vars(&self.store)
             .into_iter()
+            .filter(|(name, _)| {
+                (weights.mlm > 0.0 || !name.starts_with("mlm."))
+                    && (weights.mim > 0.0 || !name.starts_with("mim."))
+            })
             .map(|(name, var)| Param::new(name, var, 1.0))
             .collect()
     }
@@ -282,6 +287,8 @@ pub struct HardNegatives {
     pub pair_of_caption: Vec<u32>,
     pub images_for_caption: Vec<Vec<u32>>,
     pub captions_for_image: Vec<Vec<u32>>,
+    /// The images that carry each distinct caption (never its negatives).
+    pub images_of_caption: Vec<Vec<u32>>,
 }
 
 impl HardNegatives {
@@ -368,23 +375,44 @@ impl HardNegatives {
             pair_of_caption,
             images_for_caption,
             captions_for_image,
+            images_of_caption,
         }
     }
 
-    /// A negative image for pair `p`: one of its caption's hard negatives, else any other image.
-    pub fn image_for(&self, p: usize, image: u32, images: usize, rng: &mut Rng) -> u32 {
-        let list = &self.images_for_caption[self.caption_of_pair[p] as usize];
-        if !list.is_empty() {
+    /// A negative image for pair `p`: with probability `hard`, one of its caption's hard
+    /// negatives; otherwise (or when it has none) any other image that does not carry the
+    /// caption.
+    pub fn image_for(&self, p: usize, image: u32, images: usize, hard: f64, rng: &mut Rng) -> u32 {
+        let caption = self.caption_of_pair[p] as usize;
+        let list = &self.images_for_caption[caption];
+        if !list.is_empty() && rng.uniform() < hard {
             return list[rng.below(list.len())];
+        }
+        let positives = &self.images_of_caption[caption];
+        for _ in 0..8 {
+            let candidate = other(image, images, rng);
+            if !positives.contains(&candidate) {
+                return candidate;
+            }
         }
         other(image, images, rng)
     }
 
-    /// A negative caption (as a pair index) for image `image` of pair `p`.
-    pub fn pair_for(&self, p: usize, image: u32, pairs: usize, rng: &mut Rng) -> u32 {
+    /// A negative caption (as a pair index) for image `image` of pair `p`, likewise.
+    pub fn pair_for(&self, p: usize, image: u32, pairs: usize, hard: f64, rng: &mut Rng) -> u32 {
         let list = &self.captions_for_image[image as usize];
-        if !list.is_empty() {
+        if !list.is_empty() && rng.uniform() < hard {
             return self.pair_of_caption[list[rng.below(list.len())] as usize];
+        }
+        let own = self.caption_of_pair[p];
+        for _ in 0..8 {
+            let candidate = other(p as u32, pairs, rng);
+            if self.caption_of_pair[candidate as usize] != own
+                && !self.images_of_caption[self.caption_of_pair[candidate as usize] as usize]
+                    .contains(&image)
+            {
+                return candidate;
+            }
         }
         other(p as u32, pairs, rng)
     }
@@ -663,7 +691,11 @@ pub fn train(
         Source::Random(opts.seed ^ key("rerank")),
         &device,
     )?;
-    let params = model.params();
+    let weights = Weights {
+        mlm: opts.rerank_mlm,
+        mim: opts.rerank_mim,
+    };
+    let params = model.params(weights);
     let mut adam = AdamW::new(AdamWConfig {
         weight_decay: opts.weight_decay,
         ..AdamWConfig::default()
@@ -727,15 +759,12 @@ pub fn train(
         samples_per_s: 0.0,
         last: None,
     };
-    let weights = Weights {
-        mlm: opts.rerank_mlm,
-        mim: opts.rerank_mim,
-    };
     observer.message(&format!(
-        "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with hard \
-         negatives from the lexicon top-{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
+        "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
+         {:.0} % from the lexicon top-{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
         opts.fusion_layers,
         init.display(),
+        100.0 * opts.rerank_hard,
         opts.rerank_negatives,
         weights.mlm,
         opts.mask_rate,
@@ -831,9 +860,15 @@ fn make_batch(
         let image = &images[pair.image as usize];
         ids.push(pair.tokens.clone());
         imgs.push(image.clone());
-        let ni = negatives.image_for(p, pair.image, images.len(), &mut rng);
+        let ni = negatives.image_for(p, pair.image, images.len(), opts.rerank_hard, &mut rng);
         neg_imgs.push(images[ni as usize].clone());
-        let np = negatives.pair_for(p, pair.image, corpus.pairs.len(), &mut rng);
+        let np = negatives.pair_for(
+            p,
+            pair.image,
+            corpus.pairs.len(),
+            opts.rerank_hard,
+            &mut rng,
+        );
         neg_ids.push(corpus.pairs[np as usize].tokens.clone());
         let (m, positions, targets) = mask_text(&pair.tokens, tokenizer, opts.mask_rate, &mut rng);
         masked_ids.push(m);
@@ -957,4 +992,88 @@ fn write_record(
         serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
     checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_patches_are_zero_and_their_pixels_are_the_targets() {
+        // A 4 × 4 image of 2 × 2 patches, pixel value = its index.
+        let data: Vec<f32> = (0..48).map(|v| v as f32 + 1.0).collect();
+        let image = PreprocessedImage::from_chw(4, data).unwrap();
+        // Patch 1: rows 0-1, columns 2-3, in (channel, row, col) order.
+        assert_eq!(
+            patch_pixels(&image, 2, 1),
+            vec![3., 4., 7., 8., 19., 20., 23., 24., 35., 36., 39., 40.]
+        );
+        let masked = masked_image(&image, 2, &[1]).unwrap();
+        assert!(patch_pixels(&masked, 2, 1).iter().all(|&v| v == 0.0));
+        for k in [0, 2, 3] {
+            assert_eq!(patch_pixels(&masked, 2, k), patch_pixels(&image, 2, k));
+        }
+        let mut rng = Rng::new(&[1]);
+        let chosen = mask_patches(16, 0.6, &mut rng);
+        assert_eq!(chosen.len(), 10);
+        assert!(chosen.windows(2).all(|w| w[0] < w[1]) && chosen[9] < 16);
+    }
+
+    #[test]
+    fn hard_negatives_rank_by_lexicon_score_and_skip_positives() {
+        use lexlip_pipeline::ImageRef;
+        let v = |terms: &[(&str, f32)]| SparseVector::new(terms.iter().copied()).unwrap();
+        let corpus = Corpus {
+            images: (0..3)
+                .map(|i| ImageRef::File(format!("{i}.png").into()))
+                .collect(),
+            image_ids: vec!["a".into(), "b".into(), "c".into()],
+            pairs: vec![
+                data::Pair {
+                    image: 0,
+                    tokens: vec![1, 5, 2],
+                },
+                data::Pair {
+                    image: 1,
+                    tokens: vec![1, 6, 2],
+                },
+                // The same wording as pair 0, for another image: never its negative.
+                data::Pair {
+                    image: 2,
+                    tokens: vec![1, 5, 2],
+                },
+            ],
+            ..Corpus::default()
+        };
+        let (distinct, of_pair) = distinct_captions(&corpus);
+        assert_eq!(distinct.len(), 2);
+        assert_eq!(of_pair, vec![0, 1, 0]);
+        let images = [
+            v(&[("cat", 1.0), ("dog", 0.1)]),
+            v(&[("cat", 0.5), ("dog", 1.0)]),
+            v(&[("cat", 2.0), ("dog", 0.2)]),
+        ];
+        let captions = [v(&[("cat", 1.0)]), v(&[("dog", 1.0)])];
+        let n = HardNegatives::mine(&corpus, &images, &captions, of_pair, 4);
+        // Caption "cat" (images 0 and 2) can only take image 1; "dog" (image 1) takes the
+        // others, best first.
+        assert_eq!(n.images_for_caption[0], vec![1]);
+        assert_eq!(n.images_for_caption[1], vec![2, 0]);
+        // Each image gets the caption it does not carry.
+        assert_eq!(n.captions_for_image[1], vec![0]);
+        assert_eq!(n.captions_for_image[0], vec![1]);
+        let mut rng = Rng::new(&[7]);
+        assert_eq!(n.image_for(0, 0, 3, 1.0, &mut rng), 1);
+        assert_eq!(n.pair_for(0, 0, 3, 1.0, &mut rng), 1);
+        // Easy negatives never carry the caption either: image 2 shares pair 0's wording.
+        for _ in 0..20 {
+            assert_eq!(n.image_for(0, 0, 3, 0.0, &mut rng), 1);
+        }
+        // No hard negative: any other image.
+        let lonely = HardNegatives {
+            images_for_caption: vec![Vec::new(); 2],
+            ..n
+        };
+        assert_ne!(lonely.image_for(0, 0, 3, 1.0, &mut rng), 0);
+    }
 }

@@ -10,7 +10,7 @@ use lexlip_model::Weights;
 use lexlip_model::rerank::{Fusion, FusionConfig};
 use lexlip_train::losses::cross_entropy;
 use lexlip_train::params::Source;
-use lexlip_train::rerank::{RerankModel, l1};
+use lexlip_train::rerank::{RerankModel, Weights as LossWeights, l1};
 
 mod common;
 
@@ -103,7 +103,7 @@ fn fusion_and_losses_equal_the_torch_reference() {
     let total = ((itm + mlm).unwrap() + mim).unwrap();
     let grads = total.backward().unwrap();
     let var = |name: &str| {
-        m.params()
+        m.params(LossWeights { mlm: 1.0, mim: 1.0 })
             .into_iter()
             .find(|p| p.name == name)
             .unwrap_or_else(|| panic!("no parameter {name}"))
@@ -117,7 +117,7 @@ fn fusion_and_losses_equal_the_torch_reference() {
         assert_close(name, g, &f[want]);
     }
     // Every parameter trains.
-    for p in m.params() {
+    for p in m.params(LossWeights { mlm: 1.0, mim: 1.0 }) {
         assert!(
             grads.get(p.var.as_tensor()).is_some(),
             "{} gets no gradient",

@@ -88,7 +88,10 @@ mod tests {
     #[test]
     fn only_the_first_top_candidates_move() {
         // Candidates 7, 3, 9, 4; the first three are re-scored, 4 stays last.
-        assert_eq!(reorder(&[7, 3, 9, 4], 3, &[0.1, 0.9, 0.5]), vec![3, 9, 7, 4]);
+        assert_eq!(
+            reorder(&[7, 3, 9, 4], 3, &[0.1, 0.9, 0.5]),
+            vec![3, 9, 7, 4]
+        );
         // Ties keep the first-stage order; a short list is re-scored whole.
         assert_eq!(reorder(&[5, 6], 8, &[0.5, 0.5]), vec![5, 6]);
     }

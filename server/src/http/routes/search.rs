@@ -400,7 +400,9 @@ async fn rerank(
                             .towers()
                             .image_encoder()
                             .preprocess_named(&bytes, &hit.id)
-                            .map_err(|e| ApiError::internal(format!("thumbnail of {}: {e}", hit.id)))?;
+                            .map_err(|e| {
+                                ApiError::internal(format!("thumbnail of {}: {e}", hit.id))
+                            })?;
                         images.push(image);
                         scorable.push(i);
                     }
