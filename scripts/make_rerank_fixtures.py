@@ -8,7 +8,8 @@ both with the text padding masked out. The ITM head is a linear layer on the ele
 product of the fused text [CLS] (position 0) and image [CLS] (the first image position), with
 cross-entropy against match / no match. MLM: dense + GELU + LayerNorm, then the (tied, frozen)
 word embeddings plus a bias, cross-entropy at the masked text positions. MIM: a linear layer to
-the raw pixels of each masked patch, mean absolute error (L1) over the masked pixels.
+the raw pixels of each masked patch, mean absolute error (L1) over the masked pixels. ITC:
+symmetric InfoNCE at 0.07 of the pooled, projected tower states.
 
 Everything is evaluated in float64 on fixed random tensors (seeded); the Rust test loads the
 weights into both the training model and the served fusion encoder and compares ITM logits,
@@ -25,8 +26,8 @@ Writes model/train/tests/fixtures/rerank_vs_torch.safetensors: the parameters un
 served names (`fusion.*`, `itm.*`) and training names (`mlm.*`, `mim.*`), float32; inputs
 `in.text` (P, NT, H), `in.mask` (P, NT), `in.image` (P, NI, HI), `in.word_embeddings`,
 `in.labels` (3 ITM labels per … , i64), `in.mlm_rows`, `in.mlm_targets`, `in.mim_rows`,
-`in.mim_pixels`; outputs `out.itm_logits`, `out.itm`, `out.mlm`, `out.mim` (float64) and
-`out.grad.modality`, `out.grad.mlm_bias` (gradients of itm + mlm + mim).
+`in.mim_pixels`; outputs `out.itm_logits`, `out.itm`, `out.mlm`, `out.mim`, `out.itc` (float64) and
+`out.grad.modality`, `out.grad.mlm_bias` (gradients of itm + mlm + mim + itc).
 """
 
 import math
@@ -140,7 +141,17 @@ h = layer_norm(gelu(linear(flat[mlm_rows], "mlm.dense")), "mlm.LayerNorm")
 mlm_logits = h @ word.T + params["mlm.bias"]
 mlm = torch.nn.functional.cross_entropy(mlm_logits, mlm_targets)
 mim = (linear(flat[mim_rows], "mim") - mim_pixels).abs().mean()
-(itm + mlm + mim).backward()
+# ITC (MaskVLM's, here on the fusion encoder's projected inputs): masked mean of the projected
+# text states, mean of the projected image states, L2-normalised, symmetric InfoNCE at 0.07.
+tp = linear(text, "fusion.text_projection")
+t_feat = (tp * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True)
+i_feat = linear(image, "fusion.image_projection").mean(1)
+t_feat = torch.nn.functional.normalize(t_feat, dim=-1)
+i_feat = torch.nn.functional.normalize(i_feat, dim=-1)
+sim = i_feat @ t_feat.T / 0.07
+target = torch.arange(P)
+itc = (torch.nn.functional.cross_entropy(sim, target) + torch.nn.functional.cross_entropy(sim.T, target)) / 2
+(itm + mlm + mim + itc).backward()
 
 f32 = torch.float32
 out = {k: v.detach().to(f32).contiguous() for k, v in params.items()}
@@ -159,6 +170,7 @@ out.update(
         "out.itm": itm.detach(),
         "out.mlm": mlm.detach(),
         "out.mim": mim.detach(),
+        "out.itc": itc.detach(),
         "out.grad.modality": params["fusion.modality_embeddings.weight"].grad.to(f32),
         "out.grad.mlm_bias": params["mlm.bias"].grad.to(f32),
     }

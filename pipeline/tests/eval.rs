@@ -55,7 +55,7 @@ fn encoded(
 
 fn run(e: &Encoded, top_k: Option<usize>) -> SettingReport {
     let tmp = tempfile::tempdir().unwrap();
-    evaluate(e, top_k, 100.0, false, &tmp.path().join("c"), &mut ()).unwrap()
+    evaluate(e, top_k, 100.0, false, None, &tmp.path().join("c"), &mut ()).unwrap()
 }
 
 fn close(a: [f64; 3], b: [f64; 3]) -> bool {
@@ -209,7 +209,7 @@ fn single_modal_recall_by_hand() {
     }
     assert_eq!(e.image_concepts(&e.wordings()), [0, 0, 1, 1, 2]);
     let tmp = tempfile::tempdir().unwrap();
-    let r = evaluate(&e, None, 100.0, true, &tmp.path().join("c"), &mut ()).unwrap();
+    let r = evaluate(&e, None, 100.0, true, None, &tmp.path().join("c"), &mut ()).unwrap();
     // I2I (the query itself dropped): a0 → a1 7200, b1 5400: 1st. a1 → a0 7200: 1st.
     // b0 → b1 4500: 1st. b1 → a0 5400, a1 4800, b0 4500: 3rd.   R@1 3/4, R@5 = R@10 = 1.
     assert_eq!(r.i2i_queries, Some(4));

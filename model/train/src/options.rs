@@ -181,6 +181,11 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 1.0, help_heading = "Objectives")]
     #[serde(default = "default_one")]
     pub rerank_mlm: f64,
+    /// Re-ranker: weight of the image-text contrastive loss on the fusion encoder's projected
+    /// inputs (ITC; 0 = off).
+    #[arg(long, default_value_t = 1.0, help_heading = "Objectives")]
+    #[serde(default = "default_one")]
+    pub rerank_itc: f64,
     /// Re-ranker: weight of masked image reconstruction (MIM, L1 on pixels; 0 = off).
     #[arg(long, default_value_t = 1.0, help_heading = "Objectives")]
     #[serde(default = "default_one")]
@@ -370,6 +375,7 @@ impl TrainOptions {
             rerank_hard: default_rerank_hard(),
             image_mask_rate: default_image_mask_rate(),
             rerank_mlm: 1.0,
+            rerank_itc: 1.0,
             rerank_mim: 1.0,
             phase: 1,
             mask_rate: 0.3,
@@ -438,6 +444,7 @@ impl TrainOptions {
                 "rerank_hard",
                 "image_mask_rate",
                 "rerank_mlm",
+                "rerank_itc",
                 "rerank_mim",
             ] {
                 m.remove(key);
@@ -501,8 +508,8 @@ impl TrainOptions {
             if self.fusion_layers == 0 || self.rerank_negatives == 0 {
                 return bad("--fusion-layers and --rerank-negatives must be at least 1".into());
             }
-            if !(self.rerank_mlm >= 0.0 && self.rerank_mim >= 0.0) {
-                return bad("--rerank-mlm and --rerank-mim must be ≥ 0".into());
+            if !(self.rerank_mlm >= 0.0 && self.rerank_mim >= 0.0 && self.rerank_itc >= 0.0) {
+                return bad("--rerank-mlm, --rerank-mim and --rerank-itc must be ≥ 0".into());
             }
             if self.init.is_none() {
                 return bad(

@@ -2,6 +2,8 @@
 //!
 //! The lexicon model's towers stay frozen; a small fusion encoder on top of their hidden states
 //! learns (MaskVLM sec. 3.2, eq. 1):
+//! - **ITC**: the tower states, through the projections the fusion encoder reads, pooled and
+//!   contrasted in the batch (aligns the fusion's inputs, which frozen towers leave apart);
 //! - **ITM**: whether a text and an image belong together, against hard negatives drawn from the
 //!   lexicon model's own top-k (the mistakes the re-ranker exists to fix);
 //! - **MLM**: the masked tokens of a caption (30 %, `[MASK]` only) from the unmasked image;
@@ -25,7 +27,7 @@ use crate::bert::{BertConfig, BertLayer};
 use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
-use crate::losses::cross_entropy;
+use crate::losses::{cross_entropy, info_nce, l2_normalize};
 use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias};
 use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_rate};
 use crate::options::TrainOptions;
@@ -158,6 +160,26 @@ impl RerankModel {
             states: xs,
             text_tokens: nt,
         })
+    }
+
+    /// ITC features: the text's projected states averaged over its tokens and the image's over
+    /// its patches, L2-normalised, as `(image, text)`. They go through the same projections the
+    /// fusion encoder reads, so ITC aligns its inputs (MaskVLM's ITC, on top of frozen towers).
+    pub fn itc_features(
+        &self,
+        text: &Tensor,
+        mask: &Tensor,
+        image: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let t = self
+            .text_projection
+            .forward(text)?
+            .broadcast_mul(&m)?
+            .sum(1)?;
+        let t = t.broadcast_div(&m.sum(1)?)?;
+        let i = self.image_projection.forward(image)?.mean(1)?;
+        Ok((l2_normalize(&i)?, l2_normalize(&t)?))
     }
 
     /// ITM logits `(pairs, 2)`: the product of the fused text and image `[CLS]` states.
@@ -462,12 +484,16 @@ pub struct RerankBatch {
     pub patch_masks: Vec<(Vec<usize>, Vec<f32>)>,
 }
 
-/// The weights of the three objectives.
+/// The weights of the objectives besides ITM.
 #[derive(Debug, Clone, Copy)]
 pub struct Weights {
     pub mlm: f64,
     pub mim: f64,
+    pub itc: f64,
 }
+
+/// ITC temperature (ALBEF's and MaskVLM's starting value).
+pub const ITC_TAU: f64 = 0.07;
 
 /// The losses of a batch of `B` pairs (see the module docs): 3·B ITM pairs (positive, negative
 /// image, negative caption), B MLM pairs and B MIM pairs in one fusion pass.
@@ -525,6 +551,16 @@ pub fn step_losses(
         .count();
     let mut parts = vec![("itm", itm.clone())];
     let mut total = itm;
+    if weights.itc > 0.0 {
+        let (i, t) = model.itc_features(
+            &text.narrow(0, 0, b)?,
+            &mask.narrow(0, 0, b)?,
+            &image.narrow(0, 0, b)?,
+        )?;
+        let (itc, _, _) = info_nce(&i, &t, ITC_TAU)?;
+        total = (total + (&itc * weights.itc)?)?;
+        parts.push(("itc", itc));
+    }
     if weights.mlm > 0.0 {
         let mut rows = Vec::new();
         let mut targets = Vec::new();
@@ -560,6 +596,30 @@ pub fn step_losses(
         parts,
         itm_accuracy: correct as f64 / (3 * b) as f64,
     })
+}
+
+/// The text tower's encoder layers renamed as fusion layers (`bert.encoder.layer.i.*` →
+/// `fusion.encoder.layer.i.*`), cycling when the fusion encoder is deeper.
+pub fn fusion_init(text: &lexlip_model::Weights, layers: usize) -> lexlip_model::Weights {
+    let text_layers = (0..)
+        .take_while(|i| {
+            text.names()
+                .any(|n| n.starts_with(&format!("bert.encoder.layer.{i}.")))
+        })
+        .count();
+    let mut tensors = HashMap::new();
+    if text_layers > 0 {
+        for i in 0..layers {
+            let from = format!("bert.encoder.layer.{}.", i % text_layers);
+            for name in text.names().filter(|n| n.starts_with(&from)) {
+                if let Some(t) = text.get(name) {
+                    let to = format!("fusion.encoder.layer.{i}.{}", &name[from.len()..]);
+                    tensors.insert(to, t.to_dtype(DType::F32).unwrap_or_else(|_| t.clone()));
+                }
+            }
+        }
+    }
+    lexlip_model::Weights::from_tensors(tensors, text.source())
 }
 
 /// What `--objective rerank` reads from a lexicon model directory.
@@ -682,18 +742,22 @@ pub fn train(
         .get("bert.embeddings.word_embeddings.weight")
         .ok_or_else(|| TrainError::invalid("the text tower has no word embeddings"))?
         .to_device(&device)?;
+    // The fusion layers start as copies of the text tower's layers (ALBEF and MaskVLM start
+    // their cross-modality encoders from a pre-trained text encoder); the rest is random.
+    let start_from = fusion_init(&words, opts.fusion_layers);
     let model = RerankModel::new(
         config,
         h,
         towers.image_hidden_size(),
         word_embeddings,
         3 * patch * patch,
-        Source::Random(opts.seed ^ key("rerank")),
+        Source::WeightsOr(&start_from, opts.seed ^ key("rerank")),
         &device,
     )?;
     let weights = Weights {
         mlm: opts.rerank_mlm,
         mim: opts.rerank_mim,
+        itc: opts.rerank_itc,
     };
     let params = model.params(weights);
     let mut adam = AdamW::new(AdamWConfig {
@@ -761,11 +825,12 @@ pub fn train(
     };
     observer.message(&format!(
         "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
-         {:.0} % from the lexicon top-{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
+         {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
         opts.fusion_layers,
         init.display(),
         100.0 * opts.rerank_hard,
         opts.rerank_negatives,
+        weights.itc,
         weights.mlm,
         opts.mask_rate,
         weights.mim,

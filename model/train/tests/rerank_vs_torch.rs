@@ -1,6 +1,6 @@
 //! The MaskVLM re-ranker equals a PyTorch reference written from the paper
-//! (`scripts/make_rerank_fixtures.py`): fusion encoder and ITM logits, the ITM, MLM and MIM
-//! losses, and gradients of their sum. The served fusion encoder (`lexlip_model::rerank`, candle's
+//! (`scripts/make_rerank_fixtures.py`): fusion encoder and ITM logits, the ITM, MLM, MIM and
+//! ITC losses, and gradients of their sum. The served fusion encoder (`lexlip_model::rerank`, candle's
 //! BERT layers) gives the same ITM logits as the training one on the same weights.
 
 use std::collections::HashMap;
@@ -100,13 +100,23 @@ fn fusion_and_losses_equal_the_torch_reference() {
     assert_close("itm", &itm, &f["out.itm"]);
     assert_close("mlm", &mlm, &f["out.mlm"]);
     assert_close("mim", &mim, &f["out.mim"]);
-    let total = ((itm + mlm).unwrap() + mim).unwrap();
+    let (i, t) = m
+        .itc_features(&f["in.text"], &f["in.mask"], &f["in.image"])
+        .unwrap();
+    let (itc, _, _) =
+        lexlip_train::losses::info_nce(&i, &t, lexlip_train::rerank::ITC_TAU).unwrap();
+    assert_close("itc", &itc, &f["out.itc"]);
+    let total = (((itm + mlm).unwrap() + mim).unwrap() + itc).unwrap();
     let grads = total.backward().unwrap();
     let var = |name: &str| {
-        m.params(LossWeights { mlm: 1.0, mim: 1.0 })
-            .into_iter()
-            .find(|p| p.name == name)
-            .unwrap_or_else(|| panic!("no parameter {name}"))
+        m.params(LossWeights {
+            mlm: 1.0,
+            mim: 1.0,
+            itc: 1.0,
+        })
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no parameter {name}"))
     };
     for (name, want) in [
         ("fusion.modality_embeddings.weight", "out.grad.modality"),
@@ -117,7 +127,11 @@ fn fusion_and_losses_equal_the_torch_reference() {
         assert_close(name, g, &f[want]);
     }
     // Every parameter trains.
-    for p in m.params(LossWeights { mlm: 1.0, mim: 1.0 }) {
+    for p in m.params(LossWeights {
+        mlm: 1.0,
+        mim: 1.0,
+        itc: 1.0,
+    }) {
         assert!(
             grads.get(p.var.as_tensor()).is_some(),
             "{} gets no gradient",

@@ -319,6 +319,7 @@ mod tests {
             i2t_qps: qps,
             index_bytes: 0,
             index_seconds: 0.0,
+            rerank: None,
         }
     }
 
