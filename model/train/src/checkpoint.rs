@@ -175,6 +175,14 @@ pub fn tensors(dir: &Path) -> Result<HashMap<String, Tensor>> {
         .map_err(|e| ck_err(&path, e.to_string()))
 }
 
+/// The tensors of a checkpoint stored under `PREFIX/`, by their names without it.
+pub fn group(all: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor> {
+    let p = format!("{prefix}/");
+    all.iter()
+        .filter_map(|(k, t)| k.strip_prefix(&p).map(|n| (n.to_string(), t.clone())))
+        .collect()
+}
+
 /// Deletes every checkpoint (`--restart`).
 pub fn clear(out: &Path) -> Result<()> {
     let root = dir(out);

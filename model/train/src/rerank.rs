@@ -33,7 +33,7 @@ use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_ra
 use crate::options::TrainOptions;
 use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::{Rng, key};
-use crate::run::{Observer, RunControl, StepLog, Summary};
+use crate::run::{Observer, RunControl, StepLog, Summary, scalar};
 use crate::text::TextTokenizer;
 
 /// The trainable part: fusion encoder, ITM head and the two reconstruction heads.
@@ -224,25 +224,15 @@ pub fn l1(predicted: &Tensor, target: &Tensor) -> Result<Tensor> {
     Ok((predicted - target)?.abs()?.mean_all()?)
 }
 
-/// Masks `round(rate · n)` (at least one) of the non-special tokens with `[MASK]` (MaskVLM
-/// replaces with `[MASK]` only). Returns the masked ids, the positions and their original ids.
+/// Masks [`TextTokenizer::mask_positions`] with `[MASK]` only (MaskVLM). Returns the masked
+/// ids, the positions and their original ids.
 pub fn mask_text(
     tokens: &[u32],
     tokenizer: &TextTokenizer,
     rate: f64,
     rng: &mut Rng,
 ) -> (Vec<u32>, Vec<usize>, Vec<u32>) {
-    let special = |t: u32| t == tokenizer.cls || t == tokenizer.sep || t == tokenizer.pad;
-    let mut candidates: Vec<usize> = (0..tokens.len()).filter(|&i| !special(tokens[i])).collect();
-    let n = ((rate * candidates.len() as f64).round() as usize)
-        .max(1)
-        .min(candidates.len());
-    for i in 0..n {
-        let j = i + rng.below(candidates.len() - i);
-        candidates.swap(i, j);
-    }
-    let mut positions = candidates[..n].to_vec();
-    positions.sort_unstable();
+    let positions = tokenizer.mask_positions(tokens, rate, rng);
     let mut ids = tokens.to_vec();
     let targets = positions.iter().map(|&p| tokens[p]).collect();
     for &p in &positions {
@@ -792,12 +782,7 @@ pub fn train(
             });
         }
         let all = checkpoint::tensors(&dir)?;
-        let group = |prefix: &str| -> HashMap<String, Tensor> {
-            let p = format!("{prefix}/");
-            all.iter()
-                .filter_map(|(k, t)| k.strip_prefix(&p).map(|n| (n.to_string(), t.clone())))
-                .collect()
-        };
+        let group = |prefix: &str| checkpoint::group(&all, prefix);
         crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
         adam.restore(state.adam_t, &group("adam"), &params)?;
         start = state.step;
@@ -956,10 +941,6 @@ fn make_batch(
         text_masks,
         patch_masks,
     })
-}
-
-fn scalar(t: &Tensor) -> Result<f64> {
-    Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
 }
 
 fn save_checkpoint(

@@ -541,7 +541,7 @@ fn run_steps(
     })
 }
 
-fn scalar(t: &Tensor) -> Result<f64> {
+pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
     Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
 }
 
@@ -596,12 +596,7 @@ fn restore(
     state: &State,
 ) -> Result<GroupState> {
     let all = checkpoint::tensors(dir)?;
-    let group = |prefix: &str| -> HashMap<String, Tensor> {
-        let p = format!("{prefix}/");
-        all.iter()
-            .filter_map(|(k, t)| k.strip_prefix(&p).map(|n| (n.to_string(), t.clone())))
-            .collect()
-    };
+    let group = |prefix: &str| checkpoint::group(&all, prefix);
     for (name, store) in model.stores() {
         crate::params::restore(store, &group(name), &format!("{} ({name})", dir.display()))?;
     }

@@ -59,8 +59,9 @@ impl TextTokenizer {
         id == self.cls || id == self.sep || id == self.pad
     }
 
-    /// Masks `round(rate · candidates)` (at least one) of the non-special tokens.
-    pub fn mask_tokens(&self, tokens: &[u32], rate: f64, rng: &mut Rng) -> Masked {
+    /// `round(rate · candidates)` (at least one) of the non-special token positions, a uniform
+    /// random subset in ascending order.
+    pub fn mask_positions(&self, tokens: &[u32], rate: f64, rng: &mut Rng) -> Vec<usize> {
         let mut candidates: Vec<usize> = (0..tokens.len())
             .filter(|&i| !self.special(tokens[i]))
             .collect();
@@ -74,6 +75,14 @@ impl TextTokenizer {
         }
         let mut positions = candidates[..n].to_vec();
         positions.sort_unstable();
+        positions
+    }
+
+    /// Masks [`Self::mask_positions`] BERT's way: 80 % `[MASK]`, 10 % a random token, 10 %
+    /// unchanged.
+    pub fn mask_tokens(&self, tokens: &[u32], rate: f64, rng: &mut Rng) -> Masked {
+        let positions = self.mask_positions(tokens, rate, rng);
+        let n = positions.len();
         let mut ids = tokens.to_vec();
         let mut targets = Vec::with_capacity(n);
         for &p in &positions {
