@@ -792,22 +792,7 @@ pub fn train(
         ));
     }
     let stop_at = opts.stop_at.unwrap_or(total).min(total);
-    let mut summary = Summary {
-        out: opts.out.clone(),
-        phase: 1,
-        steps_done: start,
-        total_steps: total,
-        resumed_from: start,
-        interrupted: false,
-        already_complete: start >= total,
-        pairs: corpus.pairs.len(),
-        images: corpus.images.len(),
-        read: corpus.read,
-        skipped: corpus.skipped.clone(),
-        seconds: 0.0,
-        samples_per_s: 0.0,
-        last: None,
-    };
+    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     observer.message(&format!(
         "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
          {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",

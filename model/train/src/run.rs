@@ -85,6 +85,34 @@ pub struct Summary {
     pub last: Option<StepLog>,
 }
 
+impl Summary {
+    /// A run about to do steps `start..total` of `corpus`.
+    pub(crate) fn starting(
+        opts: &TrainOptions,
+        phase: u8,
+        start: u64,
+        total: u64,
+        corpus: &Corpus,
+    ) -> Self {
+        Self {
+            out: opts.out.clone(),
+            phase,
+            steps_done: start,
+            total_steps: total,
+            resumed_from: start,
+            interrupted: false,
+            already_complete: start >= total,
+            pairs: corpus.pairs.len(),
+            images: corpus.images.len(),
+            read: corpus.read,
+            skipped: corpus.skipped.clone(),
+            seconds: 0.0,
+            samples_per_s: 0.0,
+            last: None,
+        }
+    }
+}
+
 /// Receives progress: the CLI's progress bar and JSON lines, or a test's collector.
 pub trait Observer {
     /// A line for the user (what was loaded, skipped items, resume).
@@ -290,22 +318,7 @@ pub fn train(
         ));
     }
     let stop_at = opts.stop_at.unwrap_or(total).min(total);
-    let mut summary = Summary {
-        out: opts.out.clone(),
-        phase: opts.phase,
-        steps_done: start,
-        total_steps: total,
-        resumed_from: start,
-        interrupted: false,
-        already_complete: start >= total,
-        pairs: corpus.pairs.len(),
-        images: corpus.images.len(),
-        read: corpus.read,
-        skipped: corpus.skipped.clone(),
-        seconds: 0.0,
-        samples_per_s: 0.0,
-        last: None,
-    };
+    let mut summary = Summary::starting(opts, opts.phase, start, total, &corpus);
     let record = |model: &Trainee, summary: &Summary, status: &str| {
         write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
     };
