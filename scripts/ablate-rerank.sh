@@ -6,10 +6,11 @@
 # checkpoint; finished arms are skipped).
 #
 #   scripts/ablate-rerank.sh [OUT]                      (default OUT: target/ablation-rerank)
-#   ARMS="full itm" STEPS=1200 TOP=16 scripts/ablate-rerank.sh
+#   ARMS="full easy" STEPS=1200 TOP=16 scripts/ablate-rerank.sh
 #
-# Arms: full (ITM + MLM + MIM, MaskVLM), itm (ITM alone: --rerank-mlm 0 --rerank-mim 0),
-# all-hard (every negative from the lexicon top-16: --rerank-hard 1).
+# Arms: full (ITC + ITM + MLM + MIM, the defaults), itm (ITC + ITM: --rerank-mlm 0
+# --rerank-mim 0), easy (ITC + ITM with random negatives only: --rerank-hard 0), all-hard (every
+# negative from the lexicon top-16: --rerank-hard 1).
 # Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md.
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
@@ -18,7 +19,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation-rerank}"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
 corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
-arms="${ARMS:-full itm}"
+arms="${ARMS:-full easy}"
 steps="${STEPS:-1200}"
 top="${TOP:-16}"
 model="$root/models/emoji-tiny"
@@ -35,8 +36,9 @@ for arm in $arms; do
   case "$arm" in
     full) ;;
     itm) extra=(--rerank-mlm 0 --rerank-mim 0) ;;
+    easy) extra=(--rerank-hard 0 --rerank-mlm 0 --rerank-mim 0) ;;
     all-hard) extra=(--rerank-hard 1) ;;
-    *) echo "error: unknown arm $arm (full, itm, all-hard)" >&2; exit 2 ;;
+    *) echo "error: unknown arm $arm (full, itm, easy, all-hard)" >&2; exit 2 ;;
   esac
   if [ ! -f "$dir/rerank.json" ] || ! grep -q '"status": "complete"' "$dir/train.json" 2>/dev/null; then
     "$lexlip" train --objective rerank --init "$model" --tsv "$corpus/train.tsv" \
