@@ -168,6 +168,23 @@ pub fn latest(out: &Path) -> Result<Option<(PathBuf, State)>> {
     Ok(Some((dir, state)))
 }
 
+/// The checkpoint a run with fingerprint `fp` resumes from: none after `--restart` (which
+/// deletes them), an error when the latest belongs to a run with other options or inputs.
+pub fn resumable(out: &Path, fp: &str, restart: bool) -> Result<Option<(PathBuf, State)>> {
+    if restart {
+        clear(out)?;
+    }
+    match latest(out)? {
+        Some((dir, state)) if state.fingerprint != fp => Err(TrainError::Checkpoint {
+            path: dir,
+            message: "this checkpoint belongs to a run with other options, inputs or initial \
+                      model; use another --out or pass --restart to discard it"
+                .into(),
+        }),
+        found => Ok(found),
+    }
+}
+
 /// The tensors of a checkpoint directory (on the CPU).
 pub fn tensors(dir: &Path) -> Result<HashMap<String, Tensor>> {
     let path = dir.join(TENSORS);

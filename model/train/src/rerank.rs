@@ -768,19 +768,8 @@ pub fn train(
         });
         format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
     };
-    if opts.restart {
-        checkpoint::clear(&opts.out)?;
-    }
     let mut start = 0;
-    if let Some((dir, state)) = checkpoint::latest(&opts.out)? {
-        if state.fingerprint != fp {
-            return Err(TrainError::Checkpoint {
-                path: dir,
-                message: "this checkpoint belongs to a run with other options, inputs or initial \
-                          model; use another --out or pass --restart to discard it"
-                    .into(),
-            });
-        }
+    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fp, opts.restart)? {
         let all = checkpoint::tensors(&dir)?;
         let group = |prefix: &str| checkpoint::group(&all, prefix);
         crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;

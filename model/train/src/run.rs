@@ -281,20 +281,9 @@ pub fn train(
         ..AdamWConfig::default()
     });
     let fp = fingerprint(opts, &input, model.init())?;
-    if opts.restart {
-        checkpoint::clear(&opts.out)?;
-    }
     let mut start = 0u64;
     let mut group = GroupState::default();
-    if let Some((dir, state)) = checkpoint::latest(&opts.out)? {
-        if state.fingerprint != fp {
-            return Err(TrainError::Checkpoint {
-                path: dir,
-                message: "this checkpoint belongs to a run with other options, inputs or initial \
-                          model; use another --out or pass --restart to discard it"
-                    .into(),
-            });
-        }
+    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fp, opts.restart)? {
         group = restore(&mut model, &mut adam, &params, &dir, &state)?;
         start = state.step;
         let epoch = start / spe.max(1);

@@ -255,13 +255,14 @@ fn encode_chunk(
     let encoded = |slots: &[usize], results: Vec<std::result::Result<Vector, String>>| {
         slots.iter().copied().zip(results).collect::<Vec<_>>()
     };
+    let mut done = encoded(&image_slots, encoder.images(&images));
+    // A re-ranker reads the images again: keep them (moved, after encoding) only for it.
     let mut pixels: Vec<Option<PreprocessedImage>> = vec![None; items.len()];
     if keep_pixels {
-        for (slot, image) in image_slots.iter().zip(&images) {
-            pixels[*slot] = Some(image.clone());
+        for (slot, image) in image_slots.iter().zip(images) {
+            pixels[*slot] = Some(image);
         }
     }
-    let mut done = encoded(&image_slots, encoder.images(&images));
     done.extend(encoded(&text_slots, encoder.texts(&texts)));
     for (slot, result) in done {
         let id = || Some(items[slot].id.clone());
