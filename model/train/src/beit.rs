@@ -160,18 +160,7 @@ impl BeitEncoder {
     /// `pb`: the tower root for `beit.*` and `layernorm.*`.
     pub fn new(pb: &ParamBuilder, cfg: &BeitConfig) -> Result<Self> {
         check_config(cfg)?;
-        let act = match cfg.hidden_act {
-            candle_nn::Activation::Gelu => Act::Gelu,
-            candle_nn::Activation::NewGelu | candle_nn::Activation::GeluPytorchTanh => {
-                Act::GeluTanh
-            }
-            candle_nn::Activation::Relu => Act::Relu,
-            other => {
-                return Err(TrainError::invalid(format!(
-                    "BEiT activation {other:?} is not supported for training (gelu, gelu_new, relu)"
-                )));
-            }
-        };
+        let act = tower_act(cfg)?;
         let h = cfg.hidden_size;
         let p = cfg.patch_size;
         let emb = pb.pp("beit").pp("embeddings");
@@ -251,7 +240,29 @@ impl BeitEncoder {
 
     /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
     pub fn hidden(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        self.encode(self.patch_embed(pixels)?, drop)
+    }
+
+    /// [`Self::hidden`] with the patches where `keep` `(batch, patches)` is 0 replaced by the
+    /// embedding `token` `(hidden)` before the layers (SimMIM's and BEiT's learnable mask
+    /// token: zeroed pixels would enter the layers as a bias-only embedding, at first an exact
+    /// zero whose layer-norm gradient explodes).
+    pub fn hidden_masked(
+        &self,
+        pixels: &Tensor,
+        keep: &Tensor,
+        token: &Tensor,
+        drop: &Dropout,
+    ) -> Result<Tensor> {
         let emb = self.patch_embed(pixels)?;
+        let keep = keep.to_dtype(emb.dtype())?.unsqueeze(2)?;
+        let masked = (keep.ones_like()? - &keep)?;
+        let emb = (emb.broadcast_mul(&keep)? + masked.broadcast_mul(token)?)?;
+        self.encode(emb, drop)
+    }
+
+    /// The layers over patch embeddings `(batch, patches, hidden)`.
+    fn encode(&self, emb: Tensor, drop: &Dropout) -> Result<Tensor> {
         let (b, _, h) = emb.dims3()?;
         let cls = self.cls_token.broadcast_as((b, 1, h))?;
         let mut xs = Tensor::cat(&[&cls, &emb], 1)?;
@@ -326,6 +337,20 @@ impl BeitMlm {
     pub fn logits(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
         self.head.forward(&self.hidden(pixels, drop)?)
     }
+}
+
+/// The activation of the tower's layers, as the training ops compute it.
+pub fn tower_act(cfg: &BeitConfig) -> Result<Act> {
+    Ok(match cfg.hidden_act {
+        candle_nn::Activation::Gelu => Act::Gelu,
+        candle_nn::Activation::NewGelu | candle_nn::Activation::GeluPytorchTanh => Act::GeluTanh,
+        candle_nn::Activation::Relu => Act::Relu,
+        other => {
+            return Err(TrainError::invalid(format!(
+                "BEiT activation {other:?} is not supported for training (gelu, gelu_new, relu)"
+            )));
+        }
+    })
 }
 
 fn act_of(name: &str) -> Result<Act> {

@@ -20,6 +20,7 @@ use crate::error::{Result, TrainError};
 use crate::model::Batch;
 use crate::rng::{Rng, key};
 use crate::text::TextTokenizer;
+use crate::token_heads::PatchMask;
 
 /// Bad items whose messages are kept (the counts cover all).
 const EXAMPLES: usize = 10;
@@ -233,6 +234,24 @@ pub struct Masking {
     pub decoder_rate: f64,
     /// A second augmented view of every image (COOKIE's visual contrastive loss).
     pub second_view: bool,
+    /// Image patches to mask (ConLIP's token-level objectives, `--dense-token`).
+    pub patches: Option<PatchMasking>,
+}
+
+/// Which image patches a batch masks: `round(rate · grid²)` of each image's `grid × grid`.
+#[derive(Debug, Clone, Copy)]
+pub struct PatchMasking {
+    pub grid: usize,
+    pub rate: f64,
+}
+
+/// Picks `round(rate · patches)` (at least one) of `patches` patches to mask, ascending.
+pub fn mask_patches(patches: usize, rate: f64, rng: &mut Rng) -> Vec<usize> {
+    let n = ((rate * patches as f64).round() as usize).clamp(1, patches);
+    let mut perm = rng.permutation(patches);
+    perm.truncate(n);
+    perm.sort_unstable();
+    perm
 }
 
 /// A batch built on the host (in the prefetch thread), ready to move to the device.
@@ -254,6 +273,12 @@ pub struct HostBatch {
     dec_ids: Vec<u32>,
     dec_rows: Vec<u32>,
     dec_targets: Vec<u32>,
+    /// Patch masking (empty without it): patches per side, 1 = kept / 0 = masked per image
+    /// patch, and the masked patches flattened as `image · patches + k`.
+    grid: usize,
+    patch_keep: Vec<f32>,
+    patch_rows: Vec<u32>,
+    patch_state_rows: Vec<u32>,
 }
 
 /// Builds step `step`'s batch from the pairs `indices` (images decoded and augmented in
@@ -315,7 +340,25 @@ pub fn make_batch(
         dec_ids: Vec::new(),
         dec_rows: Vec::new(),
         dec_targets: Vec::new(),
+        grid: 0,
+        patch_keep: Vec::new(),
+        patch_rows: Vec::new(),
+        patch_state_rows: Vec::new(),
     };
+    if let Some(pm) = masking.patches {
+        let n = pm.grid * pm.grid;
+        b.grid = pm.grid;
+        for i in 0..indices.len() {
+            let mut keep = vec![1.0f32; n];
+            let rng = &mut Rng::new(&[seed, key("patch-mask"), step, i as u64]);
+            for k in mask_patches(n, pm.rate, rng) {
+                keep[k] = 0.0;
+                b.patch_rows.push((i * n + k) as u32);
+                b.patch_state_rows.push((i * (n + 1) + 1 + k) as u32);
+            }
+            b.patch_keep.extend(keep);
+        }
+    }
     for (i, row) in rows.into_iter().enumerate() {
         let enc = tokenizer.mask_tokens(
             row,
@@ -388,6 +431,20 @@ impl HostBatch {
             dec_rows: r(&self.dec_rows)?,
             dec_targets: r(&self.dec_targets)?,
             text_lexicon: None,
+            patches: (self.grid > 0)
+                .then(|| -> Result<PatchMask> {
+                    Ok(PatchMask {
+                        grid: self.grid,
+                        keep: Tensor::from_slice(
+                            &self.patch_keep,
+                            (n, self.grid * self.grid),
+                            device,
+                        )?,
+                        rows: r(&self.patch_rows)?,
+                        state_rows: r(&self.patch_state_rows)?,
+                    })
+                })
+                .transpose()?,
         })
     }
 }

@@ -31,12 +31,15 @@ use crate::model::{
 };
 use crate::nn::{Dropout, Linear};
 use crate::optim::Param;
-use crate::options::DenseLoss;
+use crate::options::{DenseLoss, DenseToken};
 use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::key;
+use crate::token_heads::{TokenHeads, TokenInputs};
 
 /// The store of the two projections.
 pub const PROJECTION: &str = "projection";
+/// The store of ConLIP's token-level heads (`--dense-token`; trained, not exported).
+pub const TOKEN_HEADS: &str = "token_heads";
 /// The stores of the momentum copy of the projections (`--dense-momentum`).
 pub const MOMENTUM_PROJECTION: &str = "momentum_projection";
 
@@ -61,6 +64,8 @@ pub struct DenseModel {
     pub init: Init,
     pub device: Device,
     pub momentum: Option<DenseMomentum>,
+    /// ConLIP's token-level heads and their store (`--dense-token`).
+    pub token: Option<(VarMap, TokenHeads)>,
 }
 
 /// The representation of each sequence in `(batch, tokens, hidden)` states: `[CLS]`.
@@ -137,7 +142,27 @@ impl DenseModel {
             init: init.clone(),
             device: device.clone(),
             momentum: None,
+            token: None,
         })
+    }
+
+    /// Adds ConLIP's token-level heads (random, from `seed`).
+    pub fn with_token_heads(mut self, seed: u64, dtype: DType) -> Result<Self> {
+        let store = VarMap::new();
+        let pb = ParamBuilder::new(
+            &store,
+            Source::Random(seed ^ key(TOKEN_HEADS)),
+            dtype,
+            &self.device,
+        );
+        let heads = TokenHeads::new(
+            &pb,
+            &self.init.text.config,
+            &self.init.image.config,
+            &self.text.embeddings.word,
+        )?;
+        self.token = Some((store, heads));
+        Ok(self)
     }
 
     /// Adds ConLIP's momentum encoders (copies of the towers and projections as they are now,
@@ -176,6 +201,9 @@ impl DenseModel {
     /// copies.
     pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
         let mut out = self.online_stores().to_vec();
+        if let Some((store, _)) = &self.token {
+            out.push((TOKEN_HEADS, store));
+        }
         if let Some(m) = &self.momentum {
             out.extend([
                 (MOMENTUM_TEXT, &m.model.text_store),
@@ -186,11 +214,13 @@ impl DenseModel {
         out
     }
 
-    /// Every online parameter is trained; the text tower's learning rate is scaled by
-    /// `text_lr_scale`.
+    /// Every online parameter (and the token heads') is trained; the text tower's learning
+    /// rate is scaled by `text_lr_scale`.
     pub fn params(&self, text_lr_scale: f64) -> Vec<Param> {
+        let heads = self.token.as_ref().map(|(store, _)| (TOKEN_HEADS, store));
         self.online_stores()
             .into_iter()
+            .chain(heads)
             .flat_map(|(g, store)| {
                 let scale = if g == TEXT { text_lr_scale } else { 1.0 };
                 sorted_vars(store)
@@ -211,18 +241,27 @@ impl DenseModel {
 
     /// Unit-length text embeddings `(batch, dim)` of `ids` with attention `mask`.
     pub fn embed_texts(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        let pooled = cls(&self.text.hidden(ids, mask, drop)?)?;
-        losses::l2_normalize(&self.text_projection.forward(&pooled)?)
+        self.project_texts(&self.text.hidden(ids, mask, drop)?)
     }
 
     /// Unit-length image embeddings `(batch, dim)` of `(batch, 3, size, size)` pixels.
     pub fn embed_images(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        let pooled = cls(&self.image.hidden(pixels, drop)?)?;
-        losses::l2_normalize(&self.visual_projection.forward(&pooled)?)
+        self.project_images(&self.image.hidden(pixels, drop)?)
+    }
+
+    /// The text embeddings of text tower states.
+    fn project_texts(&self, hidden: &Tensor) -> Result<Tensor> {
+        losses::l2_normalize(&self.text_projection.forward(&cls(hidden)?)?)
+    }
+
+    /// The image embeddings of image tower states.
+    fn project_images(&self, hidden: &Tensor) -> Result<Tensor> {
+        losses::l2_normalize(&self.visual_projection.forward(&cls(hidden)?)?)
     }
 
     /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `obj.dense_loss`) of the batch's
-    /// image and caption embeddings at `obj.tau`, plus the ITC consistency and COOKIE's
+    /// image and caption embeddings at `obj.tau`, plus ConLIP's token-level losses
+    /// (`obj.dense_token`, [`crate::token_heads`]), the ITC consistency and COOKIE's
     /// single-modal losses when they are on.
     ///
     /// With momentum encoders (`--dense-momentum`), they are first moved towards the towers
@@ -234,8 +273,10 @@ impl DenseModel {
         drop: &Dropout,
         obj: &Objectives,
     ) -> Result<(StepLosses, Option<(Tensor, Tensor)>)> {
-        let image = self.embed_images(&batch.pixels, drop)?;
-        let text = self.embed_texts(&batch.ids, &batch.mask, drop)?;
+        let image_states = self.image.hidden(&batch.pixels, drop)?;
+        let text_states = self.text.hidden(&batch.ids, &batch.mask, drop)?;
+        let image = self.project_images(&image_states)?;
+        let text = self.project_texts(&text_states)?;
         let decoupled = obj.dense_loss == DenseLoss::Dcl;
         let name = if decoupled { "dcl" } else { "info_nce" };
         let mut keys = None;
@@ -268,20 +309,56 @@ impl DenseModel {
             }
         };
         let mut parts = vec![(name, loss.clone()), ("i2t", i2t), ("t2i", t2i)];
+        let mut total = loss;
+        let heads = self
+            .token
+            .as_ref()
+            .map(|(_, h)| h)
+            .filter(|_| obj.dense_token != DenseToken::None);
+        // The masked captions (the SelfMLM input): read by the token heads and COOKIE's
+        // textual loss, encoded once for both.
+        let text_masked = (heads.is_some() || obj.text_contrastive > 0.0)
+            .then(|| self.text.hidden(&batch.enc_ids, &batch.mask, drop))
+            .transpose()?;
+        if let Some(heads) = heads {
+            let (Some(patches), Some(text_masked)) = (&batch.patches, &text_masked) else {
+                return Err(crate::TrainError::invalid(
+                    "--dense-token needs batches with masked patches",
+                ));
+            };
+            let image_masked =
+                self.image
+                    .hidden_masked(&batch.pixels, &patches.keep, &heads.mask_token, drop)?;
+            let inputs = TokenInputs {
+                text: &text_states,
+                text_masked,
+                mask: &batch.mask,
+                image: &image_states,
+                image_masked: &image_masked,
+                text_rows: &batch.enc_rows,
+                text_targets: &batch.enc_targets,
+                patch_rows: &patches.state_rows,
+                patch_targets: &patches.targets(&batch.pixels)?,
+            };
+            let (mlm, mim) = heads.losses(&inputs, obj.dense_token, drop)?;
+            total = ((total + &mlm)? + &mim)?;
+            parts.extend([("mlm", mlm), ("mim", mim)]);
+        }
         let image2 = match &batch.pixels_view {
             Some(view) if obj.image_contrastive > 0.0 => Some(self.embed_images(view, drop)?),
             _ => None,
         };
-        let text2 = (obj.text_contrastive > 0.0)
-            .then(|| self.embed_texts(&batch.enc_ids, &batch.mask, drop))
-            .transpose()?;
+        let text2 = match &text_masked {
+            Some(states) if obj.text_contrastive > 0.0 => Some(self.project_texts(states)?),
+            _ => None,
+        };
         let views = Views {
             image: &image,
             text: &text,
             image_view: image2.as_ref(),
             text_view: text2.as_ref(),
         };
-        let total = obj.with_extras(loss, &mut parts, &views)?;
+        let total = obj.with_extras(total, &mut parts, &views)?;
         let losses = StepLosses {
             total,
             parts,

@@ -44,10 +44,11 @@ pub mod run;
 pub mod sampler;
 pub mod text;
 pub mod text_cache;
+pub mod token_heads;
 pub mod trainee;
 
 pub use console::Console;
 pub use error::{Result, TrainError};
-pub use options::{DenseLoss, HeadInit, Objective, Preset, SaveDtype, TrainOptions};
+pub use options::{DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, TrainOptions};
 pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};
 pub use sampler::Sampler;

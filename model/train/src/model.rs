@@ -57,6 +57,8 @@ pub struct Objectives {
     pub text_contrastive: f64,
     /// The dense objective's contrastive loss.
     pub dense_loss: crate::options::DenseLoss,
+    /// The dense objective's token-level objectives (ConLIP).
+    pub dense_token: crate::options::DenseToken,
 }
 
 /// The representations the optional in-batch losses read: the batch's image and text ones,
@@ -189,6 +191,8 @@ pub struct Batch {
     /// The frozen text tower's lexicon of the captions `(batch, vocab)` when cached
     /// ([`crate::text_cache`]); computed from `ids` otherwise.
     pub text_lexicon: Option<Tensor>,
+    /// The image patches to mask (`--dense-token`).
+    pub patches: Option<crate::token_heads::PatchMask>,
 }
 
 /// The losses of one step (scalar tensors; `total` is what is differentiated).

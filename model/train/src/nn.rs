@@ -179,8 +179,9 @@ pub fn attention_bias(mask: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(((m.ones_like()? - m)? * f64::from(f32::MIN))?)
 }
 
-/// Multi-head self-attention core: `softmax(q kᵀ / √d + bias) v` for `(batch, tokens, hidden)`
-/// projections; `bias` broadcasts to `(batch, heads, tokens, tokens)`.
+/// Multi-head attention core: `softmax(q kᵀ / √d + bias) v` for `(batch, tokens, hidden)`
+/// projections (keys and values may have another length than the queries: cross-attention);
+/// `bias` broadcasts to `(batch, heads, queries, keys)`.
 pub fn attend(
     q: &Tensor,
     k: &Tensor,
@@ -191,7 +192,8 @@ pub fn attend(
     let (b, n, h) = q.dims3()?;
     let hd = h / heads;
     let split = |t: &Tensor| -> Result<Tensor> {
-        Ok(t.reshape((b, n, heads, hd))?
+        let tokens = t.dim(1)?;
+        Ok(t.reshape((b, tokens, heads, hd))?
             .transpose(1, 2)?
             .contiguous()?)
     };

@@ -63,6 +63,21 @@ pub enum DenseLoss {
     Dcl,
 }
 
+/// ConLIP's token-level objectives for the dense objective (paper 000, sec. 3.2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseToken {
+    /// The contrastive loss alone.
+    #[default]
+    None,
+    /// Masked text and image modelling, each head attending to the other side's complete
+    /// states.
+    Vanilla,
+    /// ConMLM and ConMIM: each head attends to the other side's masked states plus its
+    /// complete `[CLS]`, so the instance representation carries what reconstruction needs.
+    Conditioned,
+}
+
 /// The dtype of the saved model weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -154,6 +169,14 @@ pub struct TrainOptions {
     #[arg(long, help_heading = "Objectives")]
     #[serde(default)]
     pub dense_momentum: bool,
+    /// ConLIP's token-level objectives for the dense objective (paper 000, sec. 3.2): none;
+    /// vanilla (masked text and image modelling against the other side's complete states); or
+    /// conditioned (ConMLM and ConMIM: against the other side's masked states and its complete
+    /// [CLS]). Each adds a masked text pass (--mask-rate) and a masked image pass
+    /// (--image-mask-rate) to the step; the heads are dropped at export.
+    #[arg(long, value_enum, default_value_t = DenseToken::None, help_heading = "Objectives")]
+    #[serde(default)]
+    pub dense_token: DenseToken,
     /// Embedding dimension of the dense objective's projections.
     #[arg(long, default_value_t = 256, help_heading = "Objectives")]
     #[serde(default = "default_dense_dim")]
@@ -172,8 +195,8 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 0.5, help_heading = "Objectives")]
     #[serde(default = "default_rerank_hard")]
     pub rerank_hard: f64,
-    /// Re-ranker: share of image patches masked for MIM (MaskVLM: 0.6); --mask-rate is the
-    /// text's (MaskVLM: 0.3).
+    /// Share of image patches masked for the re-ranker's MIM (MaskVLM: 0.6) and for
+    /// --dense-token (ConLIP: 0.5); --mask-rate is the text's (MaskVLM: 0.3, ConLIP: 0.15).
     #[arg(long, default_value_t = 0.6, help_heading = "Objectives")]
     #[serde(default = "default_image_mask_rate")]
     pub image_mask_rate: f64,
@@ -369,6 +392,7 @@ impl TrainOptions {
             objective: Objective::Lexlip,
             dense_loss: DenseLoss::Infonce,
             dense_momentum: false,
+            dense_token: DenseToken::None,
             dense_dim: default_dense_dim(),
             fusion_layers: default_fusion_layers(),
             rerank_negatives: default_rerank_negatives(),
@@ -442,12 +466,14 @@ impl TrainOptions {
                 "fusion_layers",
                 "rerank_negatives",
                 "rerank_hard",
-                "image_mask_rate",
                 "rerank_mlm",
                 "rerank_itc",
                 "rerank_mim",
             ] {
                 m.remove(key);
+            }
+            if self.dense_token == DenseToken::None {
+                m.remove("image_mask_rate");
             }
         }
         // Options added later hash only when set, so older runs' checkpoints still resume.
@@ -457,6 +483,9 @@ impl TrainOptions {
             }
             if !self.dense_momentum {
                 m.remove("dense_momentum");
+            }
+            if self.dense_token == DenseToken::None {
+                m.remove("dense_token");
             }
             if self.sampler == Sampler::Random {
                 m.remove("sampler");
@@ -492,13 +521,13 @@ impl TrainOptions {
                 return bad(format!("{name} must be in (0, 1], got {v}"));
             }
         }
+        if !(self.image_mask_rate > 0.0 && self.image_mask_rate <= 1.0) {
+            return bad(format!(
+                "--image-mask-rate must be in (0, 1], got {}",
+                self.image_mask_rate
+            ));
+        }
         if self.objective == Objective::Rerank {
-            if !(self.image_mask_rate > 0.0 && self.image_mask_rate <= 1.0) {
-                return bad(format!(
-                    "--image-mask-rate must be in (0, 1], got {}",
-                    self.image_mask_rate
-                ));
-            }
             if !(0.0..=1.0).contains(&self.rerank_hard) {
                 return bad(format!(
                     "--rerank-hard must be in [0, 1], got {}",
@@ -619,10 +648,13 @@ impl TrainOptions {
                         .into(),
                 );
             }
-        } else if self.dense_loss != DenseLoss::Infonce || self.dense_momentum {
+        } else if self.dense_loss != DenseLoss::Infonce
+            || self.dense_momentum
+            || self.dense_token != DenseToken::None
+        {
             return bad(
-                "--dense-loss and --dense-momentum are the dense objective's; give --objective \
-                 dense"
+                "--dense-loss, --dense-momentum and --dense-token are the dense objective's; give \
+                 --objective dense"
                     .into(),
             );
         }

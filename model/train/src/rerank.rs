@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::bert::{BertConfig, BertLayer};
 use crate::checkpoint::{self, State};
-use crate::data::{self, Corpus, Order};
+use crate::data::{self, Corpus, Order, mask_patches};
 use crate::error::{Result, TrainError};
 use crate::losses::{cross_entropy, info_nce, l2_normalize};
 use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias};
@@ -239,15 +239,6 @@ pub fn mask_text(
         ids[p] = tokenizer.mask;
     }
     (ids, positions, targets)
-}
-
-/// Picks `round(rate · patches)` (at least one) of `patches` patches to mask, ascending.
-pub fn mask_patches(patches: usize, rate: f64, rng: &mut Rng) -> Vec<usize> {
-    let n = ((rate * patches as f64).round() as usize).clamp(1, patches);
-    let mut perm = rng.permutation(patches);
-    perm.truncate(n);
-    perm.sort_unstable();
-    perm
 }
 
 /// The pixels of patch `k` of a `(3, size, size)` image in `(channel, row, col)` order (the

@@ -15,13 +15,13 @@ use sha2::{Digest, Sha256};
 
 use crate::augment::Augment;
 use crate::checkpoint::{self, State};
-use crate::data::{self, Corpus, HostBatch, Masking, Order};
+use crate::data::{self, Corpus, HostBatch, Masking, Order, PatchMasking};
 use crate::error::{Result, TrainError};
 use crate::init::Init;
 use crate::model::Objectives;
 use crate::nn::Dropout;
 use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
-use crate::options::{Objective, TrainOptions};
+use crate::options::{DenseToken, Objective, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::sampler::{GroupState, Sampler};
 use crate::text::TextTokenizer;
@@ -390,6 +390,10 @@ fn run_steps(
         rate: opts.mask_rate,
         decoder_rate: opts.decoder_mask_rate,
         second_view: opts.image_contrastive > 0.0,
+        patches: (opts.dense_token != DenseToken::None).then(|| PatchMasking {
+            grid: model.image_size() / model.init().image.config.patch_size,
+            rate: opts.image_mask_rate,
+        }),
     };
     let obj = Objectives {
         tau: opts.tau,
@@ -399,6 +403,7 @@ fn run_steps(
         image_contrastive: opts.image_contrastive,
         text_contrastive: opts.text_contrastive,
         dense_loss: opts.dense_loss,
+        dense_token: opts.dense_token,
     };
     let text_cache = if let Some(model) = model.frozen_text() {
         observer.message(&format!(

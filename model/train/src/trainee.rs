@@ -12,7 +12,7 @@ use crate::init::Init;
 use crate::model::{Batch, LexLipModel, Objectives, Queue, StepLosses};
 use crate::nn::Dropout;
 use crate::optim::Param;
-use crate::options::{Objective, SaveDtype, TrainOptions};
+use crate::options::{DenseToken, Objective, SaveDtype, TrainOptions};
 
 pub enum Trainee {
     // Boxed: both are large, and of different sizes.
@@ -38,6 +38,11 @@ impl Trainee {
                 let m = DenseModel::build(init, opts.dense_dim, opts.seed, dtype, device)?;
                 let m = if opts.dense_momentum {
                     m.with_momentum(opts.queue_size, dtype)?
+                } else {
+                    m
+                };
+                let m = if opts.dense_token != DenseToken::None {
+                    m.with_token_heads(opts.seed, dtype)?
                 } else {
                     m
                 };

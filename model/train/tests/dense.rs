@@ -275,6 +275,72 @@ fn dense_momentum_trains_and_resumes_bitwise() {
     assert!(err_of(&lexlip).contains("give --objective dense"));
 }
 
+/// ConLIP's conditioned token-level heads (`--dense-token conditioned`, with DCL and MoCo as in
+/// the paper): the steps report the MLM and MIM losses, the heads are checkpointed (a stopped run
+/// resumes bit for bit: patch masks are drawn per step) and dropped at export.
+#[test]
+fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let base = |out: &std::path::Path| {
+        let mut o = dense_resume_options(&tsv, out);
+        o.dense_token = lexlip_train::DenseToken::Conditioned;
+        o.dense_momentum = true;
+        o.dense_loss = lexlip_train::DenseLoss::Dcl;
+        o.queue_size = 16;
+        o
+    };
+    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+    let whole = tmp.path().join("whole");
+    let s = run_quietly(&base(&whole));
+    let last = s.last.as_ref().unwrap();
+    for part in ["dcl", "mlm", "mim"] {
+        assert!(last.parts[part].is_finite(), "{part}: {:?}", last.parts);
+    }
+    let parts = tmp.path().join("parts");
+    train_stopped_and_resumed(&base(&parts), 3, "config.json");
+    assert_eq!(bytes(&whole), bytes(&parts));
+    let (dir, _) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
+    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
+        .unwrap()
+        .into_keys()
+        .collect();
+    for n in [
+        "token_heads/mask_token",
+        "token_heads/mim.weight",
+        "token_heads/text.crossattention.self.key.weight",
+    ] {
+        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
+    }
+    let exported =
+        candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
+    assert!(
+        exported
+            .keys()
+            .all(|k| !k.contains("crossattention") && !k.contains("mask_token")),
+        "{:?}",
+        exported.keys()
+    );
+    Encoders::load(&whole, &Device::Cpu)
+        .unwrap()
+        .dense()
+        .unwrap();
+    assert_eq!(train_json(&whole)["options"]["dense_token"], "conditioned");
+    // Only with the dense objective, and a rate in range.
+    let mut lexlip = base(&tmp.path().join("lexlip"));
+    lexlip.objective = Objective::Lexlip;
+    lexlip.dense_loss = lexlip_train::DenseLoss::Infonce;
+    lexlip.dense_momentum = false;
+    assert!(
+        err_of(&lexlip).contains("--dense-token"),
+        "{}",
+        err_of(&lexlip)
+    );
+    let mut o = base(&tmp.path().join("rate"));
+    o.image_mask_rate = 0.0;
+    assert!(err_of(&o).contains("--image-mask-rate"), "{}", err_of(&o));
+}
+
 /// N steps in one go and k steps, stop, resume to N give bitwise the same model (with dropout
 /// and augmentation on).
 #[test]

@@ -115,6 +115,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
         rate: 0.3,
         decoder_rate: 0.5,
         second_view: false,
+        patches: None,
     };
     let mut order = data::Order::new(3, corpus.pairs.len(), 8);
     for step in 0..4 {
