@@ -83,6 +83,10 @@ pub struct EngineBenchReport {
     /// stored fields.
     pub index_bytes: u64,
     pub index_bytes_per_nnz: f64,
+    /// Of that, the sparse vectors' own structures (impacts postings and dictionary, forward
+    /// index files), without the documents' keys.
+    pub vector_index_bytes: u64,
+    pub vector_index_bytes_per_nnz: f64,
     pub stored_bytes: u64,
     pub pruning_memory_bytes: u64,
     pub block_size: u32,
@@ -373,6 +377,8 @@ pub fn run(
         bytes_per_nnz: stats.bytes_per_nnz,
         index_bytes: stats.index_bytes,
         index_bytes_per_nnz: stats.index_bytes_per_nnz,
+        vector_index_bytes: stats.vector_index_bytes,
+        vector_index_bytes_per_nnz: stats.vector_index_bytes_per_nnz,
         stored_bytes: stats.stored_bytes,
         pruning_memory_bytes: stats.pruning_memory_bytes,
         block_size: config.block_size,

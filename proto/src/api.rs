@@ -149,6 +149,15 @@ pub struct CollectionStats {
     /// `index_bytes` per stored non-zero.
     #[serde(default)]
     pub index_bytes_per_nnz: f64,
+    /// Of `index_bytes`, the sparse vectors' own structures: the impacts field's postings and
+    /// term dictionary, and the forward index files. The rest of `index_bytes` is the
+    /// documents' keys (the id, modality, metadata and batch terms that lookups, filters,
+    /// deletes and upserts read).
+    #[serde(default)]
+    pub vector_index_bytes: u64,
+    /// `vector_index_bytes` per stored non-zero.
+    #[serde(default)]
+    pub vector_index_bytes_per_nnz: f64,
     /// Of `bytes`, the segments' stored fields (the documents as read back, without their
     /// impacts).
     #[serde(default)]

@@ -72,6 +72,10 @@ fn index_stats_search_and_batch() {
     // The sparse index and the stored fields are parts of the bytes on disk, reported apart.
     let bytes = |key: &str| stats[key].as_u64().unwrap();
     assert!(bytes("index_bytes") >= bytes("forward_file_bytes"));
+    // The vectors' own structures: the forward files and the impacts postings and dictionary,
+    // within the index (which also holds the id, modality and metadata keys).
+    assert!(bytes("vector_index_bytes") > bytes("forward_file_bytes"));
+    assert!(bytes("vector_index_bytes") < bytes("index_bytes"));
     assert!(bytes("forward_file_bytes") > 0 && bytes("stored_bytes") > 0);
     assert!(bytes("index_bytes") + bytes("stored_bytes") <= bytes("bytes"));
     assert!(

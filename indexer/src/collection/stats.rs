@@ -61,6 +61,20 @@ impl Collection {
             .iter()
             .map(component_bytes)
             .sum::<u64>();
+        // The impacts field's share of the postings and term dictionaries.
+        let mut impacts_bytes = 0u64;
+        for reader in searcher.segment_readers() {
+            let usage = reader.space_usage()?;
+            for per_field in [usage.postings(), usage.termdict()] {
+                impacts_bytes += per_field
+                    .fields()
+                    .filter(|f| f.field_name() == crate::schema::IMPACTS)
+                    .map(|f| f.total().get_bytes())
+                    .sum::<u64>();
+            }
+        }
+        let vector_index_bytes = impacts_bytes + forward_file_bytes;
+        let per_nnz = |b: u64| if nnz == 0 { 0.0 } else { b as f64 / nnz as f64 };
         Ok(CollectionStats {
             documents,
             images: by_modality[&Modality::Image],
@@ -82,11 +96,9 @@ impl Collection {
             pruning_memory_bytes: snapshot.pruning_memory_bytes(),
             forward_file_bytes,
             index_bytes,
-            index_bytes_per_nnz: if nnz == 0 {
-                0.0
-            } else {
-                index_bytes as f64 / nnz as f64
-            },
+            index_bytes_per_nnz: per_nnz(index_bytes),
+            vector_index_bytes,
+            vector_index_bytes_per_nnz: per_nnz(vector_index_bytes),
             stored_bytes: component_bytes(&SegmentComponent::Store),
         })
     }

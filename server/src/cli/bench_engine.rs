@@ -79,6 +79,11 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         per_nnz(r.stored_bytes)
     );
     println!(
+        "  vectors alone      {:.2} bytes per non-zero (impacts postings and dictionary, forward index files); documents' keys {:.2}",
+        r.vector_index_bytes_per_nnz,
+        per_nnz(r.index_bytes - r.vector_index_bytes)
+    );
+    println!(
         "open to first search {:.3} s ({}); building the forward index from the postings {:.3} s",
         r.open_seconds,
         if r.forward_file_bytes > 0 {

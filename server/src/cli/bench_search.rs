@@ -92,6 +92,8 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         "forward_file_bytes": stats.forward_file_bytes,
         "index_bytes": stats.index_bytes,
         "index_bytes_per_nnz": stats.index_bytes_per_nnz,
+        "vector_index_bytes": stats.vector_index_bytes,
+        "vector_index_bytes_per_nnz": stats.vector_index_bytes_per_nnz,
         "stored_bytes": stats.stored_bytes,
         "search": m,
     });
@@ -108,9 +110,10 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         args.block_size
     );
     println!(
-        "{:.2} bytes per non-zero on disk: index structures {:.2} (forward index files {:.2}), stored fields {:.2}; pruning structures {:.1} MB on the heap (ready in {:.2} s)",
+        "{:.2} bytes per non-zero on disk: index structures {:.2} (vectors alone {:.2}; forward index files {:.2}), stored fields {:.2}; pruning structures {:.1} MB on the heap (ready in {:.2} s)",
         stats.bytes_per_nnz,
         stats.index_bytes_per_nnz,
+        stats.vector_index_bytes_per_nnz,
         stats.forward_file_bytes as f64 / stats.nnz.max(1) as f64,
         stats.stored_bytes as f64 / stats.nnz.max(1) as f64,
         stats.pruning_memory_bytes as f64 / 1e6,

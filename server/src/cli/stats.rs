@@ -44,6 +44,11 @@ pub fn run(args: StatsArgs) -> anyhow::Result<()> {
                 "none: this collection builds them on the heap when searched".to_string()
             }
         );
+        println!(
+            "    vectors    {} ({:.2} per non-zero: impacts postings and dictionary, forward index \
+             files; the rest are the documents' id, modality and metadata keys)",
+            s.vector_index_bytes, s.vector_index_bytes_per_nnz
+        );
         println!("  stored       {}", s.stored_bytes);
         println!("segments       {}", s.segments);
     }
