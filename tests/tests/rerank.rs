@@ -93,12 +93,15 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
         serde_json::from_slice(&std::fs::read(model.join("train.json")).unwrap()).unwrap();
     assert_eq!(record["status"], "complete");
     assert_eq!(record["summary"]["steps_done"], 3);
+    let written = std::fs::read(model.join("train.json")).unwrap();
     let again = train(&tsv, &model);
     assert!(
         again.status.success(),
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
+    // The record still describes the run that trained the model.
+    assert_eq!(std::fs::read(model.join("train.json")).unwrap(), written);
 
     // First stage alone: a server without a re-ranker.
     let data = work.path().join("data");

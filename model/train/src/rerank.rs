@@ -844,7 +844,10 @@ pub fn train(
     if summary.steps_done > start || !opts.out.join("rerank.json").is_file() {
         export(&model, &text_dir, &image_dir, image_size, opts)?;
     }
-    write_record(opts, ctl, &summary, &fp, &init)?;
+    // A start that finds the run complete keeps the record of the run that trained it.
+    if summary.steps_done > start || !opts.out.join("train.json").is_file() {
+        write_record(opts, ctl, &summary, &fp, &init)?;
+    }
     Ok(summary)
 }
 

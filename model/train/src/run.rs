@@ -311,15 +311,9 @@ pub fn train(
     let record = |model: &Trainee, summary: &Summary, status: &str| {
         write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
     };
-    record(
-        &model,
-        &summary,
-        if start >= total {
-            "complete"
-        } else {
-            "running"
-        },
-    )?;
+    if start < total {
+        record(&model, &summary, "running")?;
+    }
     if start < stop_at {
         run_steps(
             opts,
@@ -344,7 +338,10 @@ pub fn train(
         if !summary.already_complete || !opts.out.join(exported_marker(opts.objective)).is_file() {
             model.export(&opts.out, opts.save_dtype, opts.max_length)?;
         }
-        record(&model, &summary, "complete")?;
+        // A start that finds the run complete keeps the record of the run that trained it.
+        if !summary.already_complete || !opts.out.join("train.json").is_file() {
+            record(&model, &summary, "complete")?;
+        }
     } else {
         summary.interrupted = true;
         // A stopped run leaves a usable model of the weights so far; the finished run

@@ -206,9 +206,11 @@ fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["options"]["objective"], "dense");
     assert!(meta["init"]["image_head"].is_null());
-    // Finished: a second start does nothing.
+    // Finished: a second start does nothing, and keeps the record of the training.
+    let record = std::fs::read(out.join("train.json")).unwrap();
     let again = run_quietly(&o);
     assert!(again.already_complete);
+    assert_eq!(std::fs::read(out.join("train.json")).unwrap(), record);
 }
 
 /// ConLIP's decoupled contrastive loss (`--dense-loss dcl`) trains the dense towers too.
