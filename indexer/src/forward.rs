@@ -11,7 +11,8 @@
 //!   are found in O(1) and all block bounds are one vectorized pass over the bytes.
 //! - **sparse** (the others): the postings as (doc, impact), found by binary search; a block's
 //!   bound is the exact largest impact among its postings, or, for a term in ≥ 1/4 of the
-//!   blocks, a bound byte per block as well (one vectorized pass instead of one per posting).
+//!   blocks, a 4-bit bound code per block as well (one vectorized pass instead of one per
+//!   posting; half a byte, because such a term has only ~0.25-1.5 postings per block).
 //!
 //! ```text
 //! dense "the":  maxima [80, 0, 12, …]  starts [0, 3, 3, 5, …]
@@ -100,6 +101,105 @@ impl Docs {
     }
 }
 
+/// A term's bound per block, as codes: block `b`'s bound is `code(b) · step`.
+#[derive(Debug)]
+pub enum BoundCodes {
+    /// A byte per block: `ceil(max / step)` with the term's largest impact at 255.
+    Bytes(Slab<u8>),
+    /// Four bits per block (block `2k` in the low half of byte `k`, `2k + 1` in the high one):
+    /// `ceil(max / step)` with the term's largest impact at 15. Half the bytes for a looser
+    /// bound: what sparse terms keep, whose bound bytes were ~2 per posting.
+    Nibbles(Slab<u8>),
+}
+
+/// Largest code of [`BoundCodes::Nibbles`].
+pub const NIBBLE_MAX: u32 = 15;
+
+impl BoundCodes {
+    /// Codes of `num_blocks` blocks from `postings` (doc, impact) at `step`, as nibbles or
+    /// bytes.
+    fn build(
+        postings: &[(u32, u32)],
+        shift: u32,
+        num_blocks: u32,
+        step: u32,
+        nibbles: bool,
+    ) -> Self {
+        let mut codes = vec![0u8; num_blocks as usize];
+        for &(doc, w) in postings {
+            let block = (doc >> shift) as usize;
+            codes[block] = codes[block].max(w.div_ceil(step) as u8);
+        }
+        if !nibbles {
+            return Self::Bytes(Slab::from(codes));
+        }
+        Self::Nibbles(
+            codes
+                .chunks(2)
+                .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+                .collect(),
+        )
+    }
+
+    /// Packs one 4-bit code per block (tests).
+    #[cfg(test)]
+    pub(crate) fn build_for_test(codes: &[u8]) -> Self {
+        Self::Nibbles(
+            codes
+                .chunks(2)
+                .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+                .collect(),
+        )
+    }
+
+    /// The code of `block` (0: the term is not in it, or `block` is past the last block).
+    #[inline]
+    pub fn get(&self, block: usize) -> u32 {
+        match self {
+            Self::Bytes(b) => b.get(block).map_or(0, |&c| u32::from(c)),
+            Self::Nibbles(n) => n
+                .get(block / 2)
+                .map_or(0, |&c| u32::from((c >> (4 * (block % 2))) & 0x0f)),
+        }
+    }
+
+    /// The stored bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Bytes(b) | Self::Nibbles(b) => b,
+        }
+    }
+
+    /// Calls `f(block, code)` for every block whose code is not 0, in block order.
+    pub fn for_each_nonzero(&self, mut f: impl FnMut(u32, u32)) {
+        match self {
+            Self::Bytes(b) => {
+                for (i, &c) in b.iter().enumerate() {
+                    if c > 0 {
+                        f(i as u32, u32::from(c));
+                    }
+                }
+            }
+            Self::Nibbles(n) => {
+                for (i, &c) in n.iter().enumerate() {
+                    if c & 0x0f > 0 {
+                        f(2 * i as u32, u32::from(c & 0x0f));
+                    }
+                    if c >> 4 > 0 {
+                        f(2 * i as u32 + 1, u32::from(c >> 4));
+                    }
+                }
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Bytes(b) | Self::Nibbles(b) => b.heap_bytes(),
+        }
+    }
+}
+
 /// Documents a skip group of a term with [`Docs::Narrow`] spans at most (doc ids relative to
 /// the group fit 16 bits).
 pub const NARROW_SPAN: u32 = 1 << 16;
@@ -108,8 +208,8 @@ pub const NARROW_SPAN: u32 = 1 << 16;
 #[derive(Debug)]
 pub enum TermPostings {
     Dense {
-        /// `ceil(max impact in block / step)`, one byte per block.
-        maxima: Slab<u8>,
+        /// `ceil(max impact in block / step)`, one byte per block ([`BoundCodes::Bytes`]).
+        maxima: BoundCodes,
         step: u32,
         /// Block `b`'s postings are `starts[b]..starts[b + 1]`.
         starts: Slab<u32>,
@@ -119,9 +219,10 @@ pub enum TermPostings {
     Sparse {
         docs: Docs,
         impacts: Impacts,
-        /// For a term in many blocks: its block maxima as bytes too (`ceil(max / step)`), so
-        /// bounding costs a vectorized pass over the blocks instead of one per posting.
-        maxima: Option<(Slab<u8>, u32)>,
+        /// For a term in many blocks: its block bounds as codes too (nibbles since version 3
+        /// of the files, bytes before), so bounding costs a vectorized pass over the blocks
+        /// instead of one per posting.
+        maxima: Option<(BoundCodes, u32)>,
         /// Skips: the postings of blocks `g << group_shift ..` start at `groups[g]`, so that
         /// a block's postings are found among ~[`GROUP_POSTINGS`] (one or two cache lines)
         /// instead of by a binary search over all of them (a cache miss per step). Empty for
@@ -138,20 +239,17 @@ impl TermPostings {
         let n = postings.len();
         let impacts = Impacts::new(postings, max);
         let step = max.div_ceil(255).max(1);
-        let block_maxima = || {
-            let mut maxima = vec![0u8; num_blocks as usize];
-            for &(doc, w) in postings {
-                let block = (doc >> shift) as usize;
-                maxima[block] = maxima[block].max(w.div_ceil(step) as u8);
-            }
-            Slab::from(maxima)
-        };
         // Dense costs 5 bytes per block and 1 per posting more than the impacts, sparse 2-4 per
         // posting; dense finds a block's postings in O(1), so it is kept for terms in many
         // blocks even where sparse would be a little smaller.
         if 5 * num_blocks as usize >= 3 * n {
-            // Bytes per block are worth it (≤ 4 per posting) when the term is in many blocks.
-            let maxima = (4 * n >= num_blocks as usize).then(|| (block_maxima(), step));
+            // Half a byte per block is worth it (≤ 2 per posting) when the term is in many
+            // blocks.
+            let nibble_step = max.div_ceil(NIBBLE_MAX).max(1);
+            let maxima = (4 * n >= num_blocks as usize).then(|| {
+                let codes = BoundCodes::build(postings, shift, num_blocks, nibble_step, true);
+                (codes, nibble_step)
+            });
             let (docs, groups, group_shift) = sparse_docs(postings, shift, num_blocks);
             return Self::Sparse {
                 docs,
@@ -171,7 +269,7 @@ impl TermPostings {
         }
         let mask = (1u32 << shift) - 1;
         Self::Dense {
-            maxima: block_maxima(),
+            maxima: BoundCodes::build(postings, shift, num_blocks, step, false),
             step,
             starts: starts.into(),
             offsets: postings.iter().map(|&(d, _)| (d & mask) as u8).collect(),
@@ -192,7 +290,7 @@ impl TermPostings {
                 ..
             } => {
                 if let Some((m, _)) = maxima
-                    && m[block as usize] == 0
+                    && m.get(block as usize) == 0
                 {
                     return (0, 0);
                 }
@@ -287,19 +385,9 @@ impl TermPostings {
 
     /// Calls `f(block, bound)`, in block order, for every block holding the term.
     pub fn for_each_bound(&self, shift: u32, mut f: impl FnMut(u32, u32)) {
-        match self {
-            Self::Dense { maxima, step, .. }
-            | Self::Sparse {
-                maxima: Some((maxima, step)),
-                ..
-            } => {
-                for (b, &m) in maxima.iter().enumerate() {
-                    if m > 0 {
-                        f(b as u32, u32::from(m) * step);
-                    }
-                }
-            }
-            Self::Sparse { .. } => self.for_each_block_span(shift, |b, m, _| f(b, m)),
+        match self.block_maxima() {
+            Some((codes, step)) => codes.for_each_nonzero(|b, c| f(b, c * step)),
+            None => self.for_each_block_span(shift, |b, m, _| f(b, m)),
         }
     }
 
@@ -340,8 +428,8 @@ impl TermPostings {
         }
     }
 
-    /// The block maxima bytes and their step, where the term keeps them.
-    pub fn block_maxima(&self) -> Option<(&[u8], u32)> {
+    /// The block bound codes and their step, where the term keeps them.
+    pub fn block_maxima(&self) -> Option<(&BoundCodes, u32)> {
         match self {
             Self::Dense { maxima, step, .. }
             | Self::Sparse {
@@ -376,7 +464,7 @@ impl TermPostings {
             } => {
                 docs.heap_bytes()
                     + impacts.heap_bytes()
-                    + maxima.as_ref().map_or(0, |m| m.0.heap_bytes())
+                    + maxima.as_ref().map_or(0, |(m, _)| m.heap_bytes())
                     + groups.heap_bytes()
             }
         }
@@ -564,6 +652,11 @@ mod tests {
             let max = want.iter().map(|p| p.1).max().unwrap_or(0);
             assert!(bounds[b as usize] >= max, "block {b}");
             assert_eq!(bounds[b as usize] == 0, max == 0, "block {b}");
+            // Codes are within one step of the block's largest impact.
+            if let Some((codes, step)) = t.block_maxima() {
+                assert!(bounds[b as usize] < max + step, "block {b}");
+                assert_eq!(codes.get(b as usize) * step, bounds[b as usize]);
+            }
         }
     }
 }

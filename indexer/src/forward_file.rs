@@ -16,14 +16,16 @@
 //! from the postings, which stay the store of record.
 //!
 //! ```text
-//! header   "LXFWD" 0 0 version u8 (2; 1 is read too) | shift u32 | num_blocks u32
+//! header   "LXFWD" 0 0 version u8 (3; 1 and 2 are read too) | shift u32 | num_blocks u32
 //! per term, in term-dictionary order, starting at a multiple of 4 bytes:
-//!          n u32 | max u32 | step u32 (0: no bound bytes) | layout u8 (0 dense, 1 sparse)
-//!          | impact bytes u8 (1 or 2) | has bound bytes u8 | narrow docs u8 (0 or 1; 0 in
+//!          n u32 | max u32 | step u32 (0: no bound codes) | layout u8 (0 dense, 1 sparse)
+//!          | impact bytes u8 (1 or 2) | bound codes u8 (0 none, 1 a byte per block, 2 four
+//!          bits per block: sparse terms from version 3) | narrow docs u8 (0 or 1; 0 in
 //!          version 1)
 //!   dense  maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
 //!   sparse docs [u32; n], or [u16; n] counted from their skip group's first doc if narrow
-//!          | impacts [n] | maxima [u8; blocks] if any
+//!          | impacts [n] | maxima [u8; blocks], or [u8; ceil(blocks / 2)] two 4-bit codes
+//!          per byte (low half first), if any
 //!          | group_shift u32 | groups len u32 | groups [u32]
 //! ```
 //! Integers are little-endian; arrays of u32 and u16 start at a multiple of their size (zeros
@@ -42,7 +44,7 @@ use tantivy::{DocId, Segment, SegmentReader};
 use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlugin};
 
 use crate::error::{IndexError, Result};
-use crate::forward::{Docs, Impacts, NARROW_SPAN, TermPostings};
+use crate::forward::{BoundCodes, Docs, Impacts, NARROW_SPAN, TermPostings};
 use crate::maxima::{self, SegmentMaxima, TermMaxima};
 use crate::slab::{Plain, Slab};
 
@@ -50,8 +52,9 @@ use crate::slab::{Plain, Slab};
 pub const EXTENSION: &str = "fwd";
 /// The file's first bytes, less the version byte that ends them.
 const MAGIC: &[u8; 7] = b"LXFWD\0\0";
-/// The version written. Version 1 (before narrow doc ids) is read as well.
-const VERSION: u8 = 2;
+/// The version written. Versions 1 (before narrow doc ids) and 2 (before 4-bit bounds for
+/// sparse terms) are read as well.
+const VERSION: u8 = 3;
 
 pub(crate) fn component() -> SegmentComponent {
     SegmentComponent::Custom(EXTENSION.to_string())
@@ -314,7 +317,8 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
         Impacts::Wide(_) => 2,
     };
     let (step, has_maxima) = match t.block_maxima() {
-        Some((_, step)) => (step, 1),
+        Some((BoundCodes::Bytes(_), step)) => (step, 1),
+        Some((BoundCodes::Nibbles(_), step)) => (step, 2),
         None => (0, 0),
     };
     let narrow = matches!(
@@ -336,7 +340,7 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
             impacts,
             ..
         } => {
-            buf.extend_from_slice(maxima);
+            buf.extend_from_slice(maxima.bytes());
             put_u32s(buf, starts);
             buf.extend_from_slice(offsets);
             put_impacts(buf, impacts);
@@ -354,7 +358,7 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
             }
             put_impacts(buf, impacts);
             if let Some((m, _)) = maxima {
-                buf.extend_from_slice(m);
+                buf.extend_from_slice(m.bytes());
             }
             pad(buf, 4);
             put_u32(buf, *group_shift);
@@ -385,7 +389,8 @@ fn decode(
     if n != doc_freq as usize || n > max_doc as usize {
         return Err("its postings do not match the segment's");
     }
-    if (has_maxima == 1) != (step > 0) || has_maxima > 1 {
+    // Bound codes: 1 a byte per block, 2 four bits per block (sparse terms, version 3).
+    if (has_maxima > 0) != (step > 0) || has_maxima > 2 || (has_maxima == 2 && layout != 1) {
         return Err("bad block maxima step");
     }
     if narrow > 1 || (narrow == 1 && layout != 1) {
@@ -403,7 +408,7 @@ fn decode(
     };
     let t = match layout {
         0 if has_maxima == 1 => {
-            let maxima = r.slab(blocks)?;
+            let maxima = BoundCodes::Bytes(r.slab(blocks)?);
             r.align(4);
             let starts: Slab<u32> = r.slab(blocks + 1)?;
             let ordered = starts.windows(2).all(|w| w[0] <= w[1]);
@@ -437,10 +442,17 @@ fn decode(
                 Docs::Wide(docs)
             };
             let impacts = impacts(r)?;
-            let maxima = if has_maxima == 1 {
-                Some((r.slab(blocks)?, step))
-            } else {
-                None
+            let maxima = match has_maxima {
+                1 => Some((BoundCodes::Bytes(r.slab(blocks)?), step)),
+                2 => {
+                    let codes: Slab<u8> = r.slab(blocks.div_ceil(2))?;
+                    // The half byte after an odd last block is not a block.
+                    if blocks % 2 == 1 && codes[blocks / 2] >> 4 != 0 {
+                        return Err("a bound code past the last block");
+                    }
+                    Some((BoundCodes::Nibbles(codes), step))
+                }
+                _ => None,
             };
             r.align(4);
             let group_shift = r.u32()?;

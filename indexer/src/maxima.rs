@@ -8,16 +8,17 @@
 //! score of every document in the range, which lets the search skip whole ranges (block-max
 //! pruning, as in BMP).
 //!
-//! Common terms store their maxima in one byte per range: `ceil(max / step)` with a per-term
-//! `step` chosen so the largest impact fits (step 1 for LexLIP's 1..=255 impacts, where the
-//! bound is exact); the others compute exact maxima from their postings.
+//! Common terms store their maxima as a code per range, `ceil(max / step)` with a per-term
+//! `step` chosen so the largest impact fits the code: a byte for the densest terms (step 1 for
+//! LexLIP's 1..=255 impacts, where the bound is exact), four bits for terms in fewer blocks
+//! (within `step` of exact). The others compute exact maxima from their postings.
 
 use tantivy::postings::{BlockSegmentPostings, TermInfo};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{SegmentReader, TERMINATED};
 
 use crate::error::Result;
-use crate::forward::TermPostings;
+use crate::forward::{BoundCodes, TermPostings};
 
 /// log2 of the number of doc ids per range unless the collection sets another.
 pub const DEFAULT_RANGE_SHIFT: u32 = 5;
@@ -50,9 +51,7 @@ impl TermMaxima {
     /// Bound on the impact of this term in `range` (0 when absent).
     pub fn bound_in(&self, range: u32) -> u32 {
         match self.postings.block_maxima() {
-            Some((maxima, step)) => {
-                u32::from(maxima.get(range as usize).copied().unwrap_or(0)) * step
-            }
+            Some((codes, step)) => codes.get(range as usize) * step,
             None => self.postings.max_in(self.postings.span(range, self.shift)),
         }
     }
@@ -78,11 +77,9 @@ impl TermMaxima {
     /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
     pub fn add_bounds(&self, q: u64, ub: &mut [u64]) {
         match self.postings.block_maxima() {
-            Some((maxima, step)) => {
+            Some((codes, step)) => {
                 let f = q * u64::from(step);
-                for (u, &b) in ub.iter_mut().zip(maxima.iter()) {
-                    *u += f * u64::from(b);
-                }
+                codes.for_each_nonzero(|b, c| ub[b as usize] += f * u64::from(c));
             }
             None => self
                 .postings
@@ -95,7 +92,8 @@ impl TermMaxima {
     /// vectorized kernel where the CPU has one.
     pub fn add_bounds_u32(&self, q: u32, ub: &mut [u32]) {
         match self.postings.block_maxima() {
-            Some((maxima, step)) => add_scaled(q * step, maxima, ub),
+            Some((BoundCodes::Bytes(codes), step)) => add_scaled(q * step, codes, ub),
+            Some((BoundCodes::Nibbles(codes), step)) => add_scaled_nibbles(q * step, codes, ub),
             None => self
                 .postings
                 .for_each_bound(self.shift, |r, m| ub[r as usize] += q * m),
@@ -144,6 +142,35 @@ fn add_scaled_plain(f: u32, m: &[u8], ub: &mut [u32]) {
     for (u, &b) in ub.iter_mut().zip(m) {
         *u += f * u32::from(b);
     }
+}
+
+/// `ub[i] += f · code(i)` for 4-bit codes packed two per byte ([`BoundCodes::Nibbles`]).
+fn add_scaled_nibbles(f: u32, m: &[u8], ub: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { add_scaled_nibbles_avx2(f, m, ub) };
+        return;
+    }
+    add_scaled_nibbles_plain(f, m, ub);
+}
+
+#[inline(always)]
+fn add_scaled_nibbles_plain(f: u32, m: &[u8], ub: &mut [u32]) {
+    let (pairs, last) = ub.as_chunks_mut::<2>();
+    for (u, &b) in pairs.iter_mut().zip(m) {
+        u[0] += f * u32::from(b & 0x0f);
+        u[1] += f * u32::from(b >> 4);
+    }
+    if let ([u], Some(&b)) = (last, m.get(pairs.len())) {
+        *u += f * u32::from(b & 0x0f);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_nibbles_avx2(f: u32, m: &[u8], ub: &mut [u32]) {
+    add_scaled_nibbles_plain(f, m, ub);
 }
 
 /// The same loop compiled for AVX2 (8 lanes of 32-bit multiply-add).
@@ -280,5 +307,32 @@ impl SegmentMaxima {
     /// Memory held by these maxima.
     pub fn heap_bytes(&self) -> usize {
         self.heap_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 4-bit kernel adds what one code at a time adds, for even and odd block counts.
+    #[test]
+    fn nibble_kernel_equals_one_code_at_a_time() {
+        for blocks in [0usize, 1, 2, 7, 32, 33, 100] {
+            let codes: Vec<u8> = (0..blocks).map(|i| (i * 7 % 16) as u8).collect();
+            let packed = BoundCodes::build_for_test(&codes);
+            let BoundCodes::Nibbles(bytes) = &packed else {
+                unreachable!()
+            };
+            let mut ub: Vec<u32> = (0..blocks as u32).collect();
+            add_scaled_nibbles(3, bytes, &mut ub);
+            let want: Vec<u32> = (0..blocks)
+                .map(|i| i as u32 + 3 * u32::from(codes[i]))
+                .collect();
+            assert_eq!(ub, want, "{blocks} blocks");
+            for (i, &c) in codes.iter().enumerate() {
+                assert_eq!(packed.get(i), u32::from(c));
+            }
+            assert_eq!(packed.get(blocks), 0);
+        }
     }
 }
