@@ -117,19 +117,64 @@ impl BertConfig {
     }
 }
 
+/// What follows the attention in a post-norm BERT layer: the attention output projection,
+/// residual and layer norm (`{attention}.output.*`), then the feed-forward block, residual and
+/// layer norm (`intermediate.*`, `output.*`). Shared by self- and cross-attention layers.
+#[derive(Debug, Clone)]
+pub struct PostNorm {
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    out_norm: LayerNorm,
+    act: Act,
+}
+
+impl PostNorm {
+    /// `pb`: the layer; `attention`: its attention block (`attention` or `crossattention`).
+    pub fn new(
+        pb: &ParamBuilder,
+        attention: &ParamBuilder,
+        hidden: usize,
+        intermediate: usize,
+        eps: f64,
+        act: Act,
+    ) -> Result<Self> {
+        let out = attention.pp("output");
+        Ok(Self {
+            attn_out: Linear::new(&out.pp("dense"), hidden, hidden, true)?,
+            attn_norm: LayerNorm::new(&out.pp("LayerNorm"), hidden, eps)?,
+            intermediate: Linear::new(
+                &pb.pp("intermediate").pp("dense"),
+                hidden,
+                intermediate,
+                true,
+            )?,
+            output: Linear::new(&pb.pp("output").pp("dense"), intermediate, hidden, true)?,
+            out_norm: LayerNorm::new(&pb.pp("output").pp("LayerNorm"), hidden, eps)?,
+            act,
+        })
+    }
+
+    /// The layer's output from the attention context `ctx` and the attention's input `xs`.
+    pub fn forward(&self, ctx: &Tensor, xs: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        let att = drop.forward(&self.attn_out.forward(ctx)?)?;
+        let xs = self.attn_norm.forward(&(att + xs)?)?;
+        let mlp = self
+            .output
+            .forward(&self.act.forward(&self.intermediate.forward(&xs)?)?)?;
+        self.out_norm.forward(&(drop.forward(&mlp)? + xs)?)
+    }
+}
+
 /// One post-norm BERT layer.
 #[derive(Debug, Clone)]
 pub struct BertLayer {
     query: Linear,
     key: Linear,
     value: Linear,
-    attn_out: Linear,
-    attn_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
-    out_norm: LayerNorm,
+    post: PostNorm,
     heads: usize,
-    act: Act,
 }
 
 impl BertLayer {
@@ -141,18 +186,15 @@ impl BertLayer {
             query: Linear::new(&s.pp("query"), h, h, true)?,
             key: Linear::new(&s.pp("key"), h, h, true)?,
             value: Linear::new(&s.pp("value"), h, h, true)?,
-            attn_out: Linear::new(&att.pp("output").pp("dense"), h, h, true)?,
-            attn_norm: LayerNorm::new(&att.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
-            intermediate: Linear::new(
-                &pb.pp("intermediate").pp("dense"),
+            post: PostNorm::new(
+                pb,
+                &att,
                 h,
                 cfg.intermediate_size,
-                true,
+                cfg.layer_norm_eps,
+                cfg.act()?,
             )?,
-            output: Linear::new(&pb.pp("output").pp("dense"), cfg.intermediate_size, h, true)?,
-            out_norm: LayerNorm::new(&pb.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
             heads: cfg.num_attention_heads,
-            act: cfg.act()?,
         })
     }
 
@@ -165,12 +207,7 @@ impl BertLayer {
             self.heads,
             &[bias],
         )?;
-        let att = drop.forward(&self.attn_out.forward(&ctx)?)?;
-        let xs = self.attn_norm.forward(&(att + xs)?)?;
-        let mlp = self
-            .output
-            .forward(&self.act.forward(&self.intermediate.forward(&xs)?)?)?;
-        self.out_norm.forward(&(drop.forward(&mlp)? + xs)?)
+        self.post.forward(&ctx, xs, drop)
     }
 }
 

@@ -24,14 +24,14 @@
 
 use candle_core::Tensor;
 
-use crate::bert::BertConfig;
+use crate::bert::{BertConfig, PostNorm};
 use lexlip_model::beit::Config as BeitConfig;
 
 use crate::beit::tower_act;
 use crate::error::Result;
 use crate::head::MlmHead;
 use crate::losses::cross_entropy;
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias};
+use crate::nn::{Act, Dropout, INIT_STD, Linear, attend, attention_bias};
 use crate::options::DenseToken;
 use crate::params::{Init, ParamBuilder};
 
@@ -68,13 +68,8 @@ pub struct CrossLayer {
     query: Linear,
     key: Linear,
     value: Linear,
-    attn_out: Linear,
-    attn_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
-    out_norm: LayerNorm,
+    post: PostNorm,
     heads: usize,
-    act: Act,
 }
 
 /// The shape of one head: the width of its queries, of what they attend to, and the
@@ -98,13 +93,8 @@ impl CrossLayer {
             query: Linear::new(&q.pp("query"), h, h, true)?,
             key: Linear::new(&q.pp("key"), s.context, h, true)?,
             value: Linear::new(&q.pp("value"), s.context, h, true)?,
-            attn_out: Linear::new(&att.pp("output").pp("dense"), h, h, true)?,
-            attn_norm: LayerNorm::new(&att.pp("output").pp("LayerNorm"), h, s.eps)?,
-            intermediate: Linear::new(&pb.pp("intermediate").pp("dense"), h, s.intermediate, true)?,
-            output: Linear::new(&pb.pp("output").pp("dense"), s.intermediate, h, true)?,
-            out_norm: LayerNorm::new(&pb.pp("output").pp("LayerNorm"), h, s.eps)?,
+            post: PostNorm::new(pb, &att, h, s.intermediate, s.eps, s.act)?,
             heads: s.heads,
-            act: s.act,
         })
     }
 
@@ -125,12 +115,7 @@ impl CrossLayer {
             self.heads,
             &biases,
         )?;
-        let att = drop.forward(&self.attn_out.forward(&ctx)?)?;
-        let xs = self.attn_norm.forward(&(att + queries)?)?;
-        let mlp = self
-            .output
-            .forward(&self.act.forward(&self.intermediate.forward(&xs)?)?)?;
-        self.out_norm.forward(&(drop.forward(&mlp)? + xs)?)
+        self.post.forward(&ctx, queries, drop)
     }
 }
 

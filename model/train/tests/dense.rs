@@ -233,6 +233,30 @@ fn dense_resume_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOp
     o
 }
 
+/// Trains `base(tmp/whole)` in one go and `base(tmp/parts)` stopped after 3 steps and resumed:
+/// the exported models are bitwise equal and the last checkpoint holds `tensors`. Returns the
+/// whole run's summary and that checkpoint's state.
+fn resumes_bitwise_holding(
+    tmp: &std::path::Path,
+    base: &dyn Fn(&std::path::Path) -> TrainOptions,
+    tensors: &[&str],
+) -> (lexlip_train::Summary, lexlip_train::checkpoint::State) {
+    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+    let (whole, parts) = (tmp.join("whole"), tmp.join("parts"));
+    let summary = run_quietly(&base(&whole));
+    train_stopped_and_resumed(&base(&parts), 3, "config.json");
+    assert_eq!(bytes(&whole), bytes(&parts));
+    let (dir, state) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
+    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
+        .unwrap()
+        .into_keys()
+        .collect();
+    for n in tensors {
+        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
+    }
+    (summary, state)
+}
+
 /// ConLIP's MoCo (`--dense-momentum`, here with DCL): the momentum copies and the queues are
 /// checkpointed (a run stopped after 3 steps, when 24 keys have gone through the queue of 16
 /// and it has wrapped, resumes bit for bit), and the exported model is the online one alone.
@@ -247,26 +271,18 @@ fn dense_momentum_trains_and_resumes_bitwise() {
         o.queue_size = 16;
         o
     };
-    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
-    let whole = tmp.path().join("whole");
-    let s = run_quietly(&base(&whole));
+    let (s, state) = resumes_bitwise_holding(
+        tmp.path(),
+        &base,
+        &[
+            "momentum_projection/text_projection.weight",
+            "queue/image",
+            "queue/text",
+        ],
+    );
     assert!(s.last.as_ref().unwrap().parts.contains_key("dcl"));
-    let parts = tmp.path().join("parts");
-    train_stopped_and_resumed(&base(&parts), 3, "config.json");
-    assert_eq!(bytes(&whole), bytes(&parts));
-    let (dir, state) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
-    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
-        .unwrap()
-        .into_keys()
-        .collect();
-    for n in [
-        "momentum_projection/text_projection.weight",
-        "queue/image",
-        "queue/text",
-    ] {
-        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
-    }
     assert_eq!(state.queue_fill, 16);
+    let whole = tmp.path().join("whole");
     let exported =
         candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
     assert!(exported.keys().all(|k| !k.starts_with("momentum")));
@@ -292,28 +308,20 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
         o.queue_size = 16;
         o
     };
-    let bytes = |dir: &std::path::Path| std::fs::read(dir.join("model.safetensors")).unwrap();
-    let whole = tmp.path().join("whole");
-    let s = run_quietly(&base(&whole));
+    let (s, _) = resumes_bitwise_holding(
+        tmp.path(),
+        &base,
+        &[
+            "token_heads/mask_token",
+            "token_heads/mim.weight",
+            "token_heads/text.crossattention.self.key.weight",
+        ],
+    );
     let last = s.last.as_ref().unwrap();
     for part in ["dcl", "mlm", "mim"] {
         assert!(last.parts[part].is_finite(), "{part}: {:?}", last.parts);
     }
-    let parts = tmp.path().join("parts");
-    train_stopped_and_resumed(&base(&parts), 3, "config.json");
-    assert_eq!(bytes(&whole), bytes(&parts));
-    let (dir, _) = lexlip_train::checkpoint::latest(&parts).unwrap().unwrap();
-    let names: Vec<String> = lexlip_train::checkpoint::tensors(&dir)
-        .unwrap()
-        .into_keys()
-        .collect();
-    for n in [
-        "token_heads/mask_token",
-        "token_heads/mim.weight",
-        "token_heads/text.crossattention.self.key.weight",
-    ] {
-        assert!(names.iter().any(|m| m == n), "{n} not in {names:?}");
-    }
+    let whole = tmp.path().join("whole");
     let exported =
         candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
     assert!(

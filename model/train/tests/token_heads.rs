@@ -29,26 +29,11 @@ fn fixture() -> HashMap<String, Tensor> {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
+use common::values;
 
 /// Every component within `TOL` of the largest expected magnitude.
 fn assert_close(name: &str, got: &Tensor, want: &Tensor) {
-    let (g, w) = (values(got), values(want));
-    assert_eq!(g.len(), w.len(), "{name}: sizes differ");
-    let scale = w.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(
-            (a - b).abs() <= TOL * scale,
-            "{name}[{k}]: candle {a} vs torch {b}"
-        );
-    }
+    common::assert_close_within(TOL, name, got, want);
 }
 
 #[test]

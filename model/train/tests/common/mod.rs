@@ -271,3 +271,32 @@ pub fn run_quietly(o: &lexlip_train::TrainOptions) -> lexlip_train::Summary {
 pub fn train_json(out: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(out.join("train.json")).unwrap()).unwrap()
 }
+
+/// A tensor's values as f64, flattened.
+pub fn values(t: &candle_core::Tensor) -> Vec<f64> {
+    t.to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// Every component of `got` within `tol` of the largest magnitude in `want` (candle against a
+/// PyTorch reference).
+pub fn assert_close_within(
+    tol: f64,
+    name: &str,
+    got: &candle_core::Tensor,
+    want: &candle_core::Tensor,
+) {
+    let (g, w) = (values(got), values(want));
+    assert_eq!(g.len(), w.len(), "{name}: sizes differ");
+    let scale = w.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            (a - b).abs() <= tol * scale,
+            "{name}[{k}]: candle {a} vs torch {b}"
+        );
+    }
+}
