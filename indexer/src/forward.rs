@@ -130,20 +130,14 @@ impl BoundCodes {
             let block = (doc >> shift) as usize;
             codes[block] = codes[block].max(w.div_ceil(step) as u8);
         }
+        Self::from_codes(codes, nibbles)
+    }
+
+    /// One code per block stored as bytes, or packed two per byte (each code ≤ 15 then).
+    pub(crate) fn from_codes(codes: Vec<u8>, nibbles: bool) -> Self {
         if !nibbles {
             return Self::Bytes(Slab::from(codes));
         }
-        Self::Nibbles(
-            codes
-                .chunks(2)
-                .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
-                .collect(),
-        )
-    }
-
-    /// Packs one 4-bit code per block (tests).
-    #[cfg(test)]
-    pub(crate) fn build_for_test(codes: &[u8]) -> Self {
         Self::Nibbles(
             codes
                 .chunks(2)

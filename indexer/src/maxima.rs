@@ -319,7 +319,7 @@ mod tests {
     fn nibble_kernel_equals_one_code_at_a_time() {
         for blocks in [0usize, 1, 2, 7, 32, 33, 100] {
             let codes: Vec<u8> = (0..blocks).map(|i| (i * 7 % 16) as u8).collect();
-            let packed = BoundCodes::build_for_test(&codes);
+            let packed = BoundCodes::from_codes(codes.clone(), true);
             let BoundCodes::Nibbles(bytes) = &packed else {
                 unreachable!()
             };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias};
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias, gather_rows};
 use crate::params::{Init, ParamBuilder};
 
 /// The `config.json` keys of a BERT the tower uses (Hugging Face names and defaults).
@@ -387,7 +387,7 @@ impl Decoder {
         rows: &Tensor,
         drop: &Dropout,
     ) -> Result<Tensor> {
-        let (b, n, h) = embedded.dims3()?;
+        let n = embedded.dim(1)?;
         let mut xs = Tensor::cat(
             &[&bottleneck.unsqueeze(1)?, &embedded.narrow(1, 1, n - 1)?],
             1,
@@ -396,7 +396,6 @@ impl Decoder {
         for layer in &self.layers {
             xs = layer.forward(&xs, &bias, drop)?;
         }
-        let picked = xs.reshape((b * n, h))?.index_select(rows, 0)?;
-        self.head.forward(&picked)
+        self.head.forward(&gather_rows(&xs, rows)?)
     }
 }

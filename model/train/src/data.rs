@@ -278,7 +278,6 @@ pub struct HostBatch {
     grid: usize,
     patch_keep: Vec<f32>,
     patch_rows: Vec<u32>,
-    patch_state_rows: Vec<u32>,
 }
 
 /// Builds step `step`'s batch from the pairs `indices` (images decoded and augmented in
@@ -343,7 +342,6 @@ pub fn make_batch(
         grid: 0,
         patch_keep: Vec::new(),
         patch_rows: Vec::new(),
-        patch_state_rows: Vec::new(),
     };
     if let Some(pm) = masking.patches {
         let n = pm.grid * pm.grid;
@@ -354,7 +352,6 @@ pub fn make_batch(
             for k in mask_patches(n, pm.rate, rng) {
                 keep[k] = 0.0;
                 b.patch_rows.push((i * n + k) as u32);
-                b.patch_state_rows.push((i * (n + 1) + 1 + k) as u32);
             }
             b.patch_keep.extend(keep);
         }
@@ -433,6 +430,14 @@ impl HostBatch {
             text_lexicon: None,
             patches: (self.grid > 0)
                 .then(|| -> Result<PatchMask> {
+                    // Image `i`'s patch `k` is row `i · n + k` of the pixels and row
+                    // `i · (n + 1) + 1 + k` of the tower states (each image's [CLS] first).
+                    let per_image = (self.grid * self.grid) as u32;
+                    let state_rows: Vec<u32> = self
+                        .patch_rows
+                        .iter()
+                        .map(|&r| r + r / per_image + 1)
+                        .collect();
                     Ok(PatchMask {
                         grid: self.grid,
                         keep: Tensor::from_slice(
@@ -441,7 +446,7 @@ impl HostBatch {
                             device,
                         )?,
                         rows: r(&self.patch_rows)?,
-                        state_rows: r(&self.patch_state_rows)?,
+                        state_rows: r(&state_rows)?,
                     })
                 })
                 .transpose()?,

@@ -9,7 +9,7 @@ use candle_core::{D, DType, Tensor};
 
 use crate::bert::Decoder;
 use crate::error::Result;
-use crate::nn::{Dropout, log_softmax, softmax};
+use crate::nn::{Dropout, gather_rows, log_softmax, softmax};
 
 /// Subtracted from padding logits before max-pooling raw logits (never relu'd, so padding must
 /// lose the max).
@@ -66,8 +66,12 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// Masked-LM loss (SelfMLM, eq. 7): the cross-entropy of `(batch, tokens, vocab)` logits at the
 /// masked positions `rows` (flattened `b·tokens + t`, u32) against their original ids.
 pub fn masked_lm(logits: &Tensor, rows: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let (b, t, v) = logits.dims3()?;
-    cross_entropy(&logits.reshape((b * t, v))?.index_select(rows, 0)?, targets)
+    cross_entropy(&gather_rows(logits, rows)?, targets)
+}
+
+/// Mean absolute error (MaskVLM's MIM, eq. 1; ConLIP's ConMIM, eq. 6; SimMIM's L1).
+pub fn l1(predicted: &Tensor, target: &Tensor) -> Result<Tensor> {
+    Ok((predicted - target)?.abs()?.mean_all()?)
 }
 
 /// What a LexMLM decoder reconstructs: the heavily masked text.

@@ -179,6 +179,13 @@ pub fn attention_bias(mask: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(((m.ones_like()? - m)? * f64::from(f32::MIN))?)
 }
 
+/// Rows `rows` (flattened `b · n + i`, u32) of `(batch, n, dim)` states, as `(rows, dim)`: the
+/// masked positions a reconstruction loss reads.
+pub fn gather_rows(states: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    let (b, n, d) = states.dims3()?;
+    Ok(states.reshape((b * n, d))?.index_select(rows, 0)?)
+}
+
 /// Multi-head attention core: `softmax(q kᵀ / √d + bias) v` for `(batch, tokens, hidden)`
 /// projections (keys and values may have another length than the queries: cross-attention);
 /// `bias` broadcasts to `(batch, heads, queries, keys)`.

@@ -27,8 +27,8 @@ use crate::bert::{BertConfig, BertLayer};
 use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, Order, mask_patches};
 use crate::error::{Result, TrainError};
-use crate::losses::{cross_entropy, info_nce, l2_normalize};
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias};
+use crate::losses::{cross_entropy, info_nce, l1, l2_normalize};
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias, gather_rows};
 use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_rate};
 use crate::options::TrainOptions;
 use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
@@ -192,7 +192,7 @@ impl RerankModel {
 
     /// Vocabulary logits of fused states at `rows` (flattened `pair · tokens + position`).
     pub fn mlm_logits(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
-        let x = self.gather(fused, rows)?;
+        let x = gather_rows(&fused.states, rows)?;
         let x = self
             .mlm_norm
             .forward(&Act::Gelu.forward(&self.mlm_transform.forward(&x)?)?)?;
@@ -202,12 +202,7 @@ impl RerankModel {
 
     /// Reconstructed pixels `(rows, 3·p·p)` of fused states at `rows`.
     pub fn mim_pixels(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
-        self.mim.forward(&self.gather(fused, rows)?)
-    }
-
-    fn gather(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
-        let (b, n, h) = fused.states.dims3()?;
-        Ok(fused.states.reshape((b * n, h))?.index_select(rows, 0)?)
+        self.mim.forward(&gather_rows(&fused.states, rows)?)
     }
 
     /// The tensors a served re-ranker loads (`fusion.*`, `itm.*`).
@@ -217,11 +212,6 @@ impl RerankModel {
             .filter(|(name, _)| name.starts_with("fusion.") || name.starts_with("itm."))
             .collect())
     }
-}
-
-/// Mean absolute error (MaskVLM's MIM, eq. 1).
-pub fn l1(predicted: &Tensor, target: &Tensor) -> Result<Tensor> {
-    Ok((predicted - target)?.abs()?.mean_all()?)
 }
 
 /// Masks [`TextTokenizer::mask_positions`] with `[MASK]` only (MaskVLM). Returns the masked

@@ -30,15 +30,15 @@ use lexlip_model::beit::Config as BeitConfig;
 use crate::beit::tower_act;
 use crate::error::Result;
 use crate::head::MlmHead;
-use crate::losses::cross_entropy;
-use crate::nn::{Act, Dropout, INIT_STD, Linear, attend, attention_bias};
+use crate::losses::{cross_entropy, l1};
+use crate::nn::{Act, Dropout, INIT_STD, Linear, attend, attention_bias, gather_rows};
 use crate::options::DenseToken;
 use crate::params::{Init, ParamBuilder};
 
 /// Which image patches a batch masks, on the device: `keep` is `(batch, grid²)` with 1 on kept
-/// and 0 on masked patches (the patches [`TokenHeads::mask_token`] replaces), `rows` the masked ones flattened as `image · grid² + k`, and
-/// `state_rows` the same patches in image tower states flattened as `image · (1 + grid²) + 1 + k`
-/// (each image's `[CLS]` comes first).
+/// and 0 on masked patches (the patches [`TokenHeads::mask_token`] replaces), `rows` the masked
+/// ones flattened as `image · grid² + k`, and `state_rows` the same patches in image tower
+/// states flattened as `image · (1 + grid²) + 1 + k` (each image's `[CLS]` comes first).
 #[derive(Debug, Clone)]
 pub struct PatchMask {
     pub grid: usize,
@@ -209,14 +209,14 @@ impl TokenHeads {
         let fused = self
             .text
             .forward(x.text_masked, &image_context, None, drop)?;
-        let logits = self.mlm.forward(&gather(&fused, x.text_rows)?)?;
+        let logits = self.mlm.forward(&gather_rows(&fused, x.text_rows)?)?;
         let mlm = cross_entropy(&logits, x.text_targets)?;
         let bias = attention_bias(x.mask, text_context.dtype())?;
         let fused = self
             .image
             .forward(x.image_masked, &text_context, Some(&bias), drop)?;
-        let pixels = self.mim.forward(&gather(&fused, x.patch_rows)?)?;
-        let mim = (pixels - x.patch_targets)?.abs()?.mean_all()?;
+        let pixels = self.mim.forward(&gather_rows(&fused, x.patch_rows)?)?;
+        let mim = l1(&pixels, x.patch_targets)?;
         Ok((mlm, mim))
     }
 }
@@ -228,10 +228,4 @@ fn with_cls_of(complete: &Tensor, masked: &Tensor) -> Result<Tensor> {
         &[&complete.narrow(1, 0, 1)?, &masked.narrow(1, 1, n - 1)?],
         1,
     )?)
-}
-
-/// Rows `rows` of `(batch, n, hidden)` states flattened to `(batch · n, hidden)`.
-fn gather(states: &Tensor, rows: &Tensor) -> Result<Tensor> {
-    let (b, n, h) = states.dims3()?;
-    Ok(states.reshape((b * n, h))?.index_select(rows, 0)?)
 }

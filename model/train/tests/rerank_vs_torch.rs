@@ -9,8 +9,9 @@ use candle_core::{DType, Device, Tensor};
 use lexlip_model::Weights;
 use lexlip_model::rerank::{Fusion, FusionConfig};
 use lexlip_train::losses::cross_entropy;
+use lexlip_train::losses::l1;
 use lexlip_train::params::Source;
-use lexlip_train::rerank::{RerankModel, Weights as LossWeights, l1};
+use lexlip_train::rerank::{RerankModel, Weights as LossWeights};
 
 mod common;
 
