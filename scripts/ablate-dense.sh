@@ -21,16 +21,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation-dense}"
-lexlip="${LEXLIP:-$root/target/release/lexlip}"
-corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
 arms="${ARMS:-infonce cl vanilla conditioned}"
 epochs="${EPOCHS:-1}"
 model="$root/models/emoji-tiny"
-if [ ! -x "$lexlip" ]; then
-  echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
-  exit 1
-fi
-[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+source "$root/scripts/emoji-env.sh"
 mkdir -p "$out"
 
 for arm in $arms; do

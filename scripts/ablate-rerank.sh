@@ -17,17 +17,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation-rerank}"
-lexlip="${LEXLIP:-$root/target/release/lexlip}"
-corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
 arms="${ARMS:-full easy}"
 steps="${STEPS:-1200}"
 top="${TOP:-16}"
 model="$root/models/emoji-tiny"
-if [ ! -x "$lexlip" ]; then
-  echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
-  exit 1
-fi
-[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+source "$root/scripts/emoji-env.sh"
 mkdir -p "$out"
 
 for arm in $arms; do

@@ -20,17 +20,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation}"
-lexlip="${LEXLIP:-$root/target/release/lexlip}"
-corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
 arms="${ARMS:-start random grouped grouped-cons vcl}"
 epochs="${EPOCHS:-3}"
 fraction="${FRACTION:-0.25}"
 model="$root/models/emoji-tiny"
-if [ ! -x "$lexlip" ]; then
-  echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
-  exit 1
-fi
-[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+source "$root/scripts/emoji-env.sh"
 mkdir -p "$out"
 
 # The subset: every caption of a seeded random FRACTION of the training images.

@@ -13,13 +13,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/emoji-tiny}"
-lexlip="${LEXLIP:-$root/target/release/lexlip}"
-corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
-if [ ! -x "$lexlip" ]; then
-  echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
-  exit 1
-fi
-[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+source "$root/scripts/emoji-env.sh"
 splade="$("$root/scripts/fetch-test-model.sh")"
 
 gpu=()
