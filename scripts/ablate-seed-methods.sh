@@ -7,12 +7,13 @@
 # arms are skipped).
 #
 #   scripts/ablate-seed-methods.sh [OUT]               (default OUT: target/ablation)
-#   ARMS="random grouped" EPOCHS=3 FRACTION=0.25 scripts/ablate-seed-methods.sh
+#   ARMS="random grouped" EPOCHS=3 FRACTION=0.2 scripts/ablate-seed-methods.sh
 #
 # Arms: start, random (the baseline), grouped (--sampler grouped, GRIT-VLP), grouped-cons
 # (grouped + --itc-consistency 0.2, GRIT-VLP's λ), cons (random + --itc-consistency 0.2),
 # grouped-wide (grouped with search spaces of 4,096 pairs), vcl (COOKIE's --image-contrastive
-# 1; its text loss needs a trained text tower).
+# 1; its text loss needs a trained text tower), shared (COOKIE's weight-sharing layer,
+# --shared-layers 1: it trains on both sides, so text→text can move), shared-vcl (both).
 # Evaluation includes image→image and text→text recall (--single-modal).
 # Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md (recall, training time).
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
@@ -22,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/ablation}"
 arms="${ARMS:-start random grouped grouped-cons vcl}"
 epochs="${EPOCHS:-3}"
-fraction="${FRACTION:-0.25}"
+fraction="${FRACTION:-0.2}"
 model="$root/models/emoji-tiny"
 source "$root/scripts/emoji-env.sh"
 mkdir -p "$out"
@@ -53,7 +54,9 @@ for arm in $arms; do
     grouped-cons) extra=(--sampler grouped --itc-consistency 0.2) ;;
     cons) extra=(--itc-consistency 0.2) ;;
     vcl) extra=(--image-contrastive 1) ;;
-    *) echo "error: unknown arm $arm (start, random, grouped, grouped-wide, grouped-cons, cons, vcl)" >&2; exit 1 ;;
+    shared) extra=(--shared-layers 1) ;;
+    shared-vcl) extra=(--shared-layers 1 --image-contrastive 1) ;;
+    *) echo "error: unknown arm $arm (start, random, grouped, grouped-wide, grouped-cons, cons, vcl, shared, shared-vcl)" >&2; exit 1 ;;
   esac
   evaluated="$model"
   if [ "$arm" != start ]; then

@@ -285,7 +285,7 @@ impl SelfAttention {
 }
 
 #[derive(Debug, Clone)]
-struct Layer {
+pub(crate) struct Layer {
     attention: SelfAttention,
     intermediate: Linear,
     output: Linear,
@@ -297,7 +297,7 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    pub(crate) fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let (lambda_1, lambda_2) = if cfg.layer_scale_init_value > 0.0 {
             (Some(vb.get(h, "lambda_1")?), Some(vb.get(h, "lambda_2")?))
@@ -316,7 +316,11 @@ impl Layer {
         })
     }
 
-    fn forward(&self, xs: &Tensor, shared_bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        xs: &Tensor,
+        shared_bias: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
         let mut att = self
             .attention
             .forward(&self.layernorm_before.forward(xs)?, shared_bias)?;

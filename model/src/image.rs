@@ -19,6 +19,7 @@ use crate::error::{ModelError, Result};
 use crate::pooling::{splade_pool, to_sparse};
 use crate::text::dir_name;
 use crate::vocab::Vocabulary;
+use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;
 
 /// Upper bound on logits elements per MLM-head pass (`images × tokens × vocab`), so that a batch of
@@ -293,6 +294,8 @@ impl Default for HeadConfig {
 pub struct ImageEncoder {
     beit: Beit,
     head: BertOnlyMLMHead,
+    /// COOKIE's weight-sharing layers between the tower and its head, when trained with them.
+    shared: Option<SharedLayers>,
     vocab: Vocabulary,
     processor: ImageProcessor,
     device: Device,
@@ -337,9 +340,13 @@ impl ImageEncoder {
             None => HeadConfig::default(),
         };
         let weights = Weights::from_safetensors_dir(dir)?;
+        let shared =
+            SharedLayers::load(&cfg_path, &raw, &weights, config.hidden_size, dtype, device)?;
         let vocab = Vocabulary::from_tokenizer_json(dir_name(dir), &dir.join("tokenizer.json"))?;
         let processor = ImageProcessor::beit(config.image_size).with_preprocessor_config(dir)?;
-        Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)
+        let mut enc = Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)?;
+        enc.shared = shared;
+        Ok(enc)
     }
 
     /// Builds the encoder from weights rooted at `BeitForMaskedImageModeling` plus the head under
@@ -371,6 +378,7 @@ impl ImageEncoder {
         Ok(Self {
             beit,
             head,
+            shared: None,
             vocab,
             processor,
             device: device.clone(),
@@ -428,10 +436,15 @@ impl ImageEncoder {
         self.processor.preprocess_named(bytes, input)
     }
 
-    /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
+    /// Hidden states `(batch, 1 + patches, hidden)` the head reads: after the final layer norm
+    /// and the shared layers, if any.
     pub fn hidden_states(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
         let pixels = stack(images, self.beit.input_size(), &self.device)?;
-        Ok(self.beit.forward(&pixels)?)
+        let hidden = self.beit.forward(&pixels)?;
+        match &self.shared {
+            Some(shared) => shared.forward(&hidden, None),
+            None => Ok(hidden),
+        }
     }
 
     /// MLM logits `(batch, 1 + patches, vocab)` (f32), for tests and inspection.

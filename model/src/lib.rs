@@ -6,6 +6,7 @@
 //!
 //! - [`TextEncoder`]: BERT masked LM (Hugging Face `BertForMaskedLM` layout) + tokenizer.
 //! - [`ImageEncoder`]: BEiT ([`beit`], HF layout) + BERT-style MLM head over every token.
+//! - [`weight_sharing`]: COOKIE's layers shared by both towers, between each tower and its head.
 //! - [`DenseEncoder`]: embeddings for the dense fallback, from CLIP ([`ClipEncoder`]) or from the
 //!   dense dual encoder `lexlip train --objective dense` writes ([`DualEncoder`]).
 //! - [`Encoders`]: loads a LexLIP Lightning checkpoint, a LexLIP directory or a single HF encoder
@@ -30,6 +31,7 @@ pub mod rerank;
 pub mod text;
 pub mod thumbnail;
 pub mod vocab;
+pub mod weight_sharing;
 pub mod weights;
 
 pub use candle_core::{DType, Device};

@@ -8,8 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::Module;
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::bert::{BertForMaskedLM, Config as BertConfig};
+use candle_transformers::models::bert::{BertModel, BertOnlyMLMHead, Config as BertConfig};
 use lexlip_proto::{SparseVector, TermSpace};
 use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -18,6 +19,7 @@ use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
 use crate::pooling::{splade_pool, to_sparse};
 use crate::vocab::Vocabulary;
+use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;
 
 /// Default maximum number of tokens per text, special tokens included: LexLIP's `max_text_len`
@@ -46,7 +48,10 @@ pub fn load_bert_config(path: &Path) -> Result<BertConfig> {
 
 /// BERT masked LM + tokenizer → sparse lexicon vectors.
 pub struct TextEncoder {
-    model: BertForMaskedLM,
+    bert: BertModel,
+    head: BertOnlyMLMHead,
+    /// COOKIE's weight-sharing layers between the tower and its head, when trained with them.
+    shared: Option<SharedLayers>,
     tokenizer: Tokenizer,
     vocab: Vocabulary,
     device: Device,
@@ -69,15 +74,27 @@ impl TextEncoder {
     /// Loads a Hugging Face `BertForMaskedLM` directory (`config.json`, `*.safetensors`,
     /// `tokenizer.json`).
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
-        let config = load_bert_config(&dir.join("config.json"))?;
+        let cfg_path = dir.join("config.json");
+        let raw = read_json(&cfg_path)?;
+        let config: BertConfig = with_defaults(&cfg_path, &raw, bert_defaults())?;
         let weights = Weights::from_safetensors_dir(dir)?;
-        Self::from_parts(
+        let shared = SharedLayers::load(
+            &cfg_path,
+            &raw,
+            &weights,
+            config.hidden_size,
+            DType::F32,
+            device,
+        )?;
+        let mut enc = Self::from_parts(
             &config,
             weights,
             &dir.join("tokenizer.json"),
             &dir_name(dir),
             device,
-        )
+        )?;
+        enc.shared = shared;
+        Ok(enc)
     }
 
     /// Builds the encoder from a config, weights in the `BertForMaskedLM` layout and a
@@ -96,7 +113,9 @@ impl TextEncoder {
         );
         weights.alias("cls.predictions.decoder.bias", "cls.predictions.bias");
         let vb = weights.var_builder(DType::F32, device);
-        let model = BertForMaskedLM::load(vb, config).map_err(|e| weights.load_error(e))?;
+        let bert = BertModel::load(vb.pp("bert"), config).map_err(|e| weights.load_error(e))?;
+        let head =
+            BertOnlyMLMHead::load(vb.pp("cls"), config).map_err(|e| weights.load_error(e))?;
         let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
         if vocab.len() != config.vocab_size {
             return Err(ModelError::ShapeMismatch {
@@ -109,7 +128,9 @@ impl TextEncoder {
         let tokenizer = load_tokenizer(tokenizer_json)?;
         let pad_id = pad_id(&tokenizer, config.pad_token_id);
         let mut enc = Self {
-            model,
+            bert,
+            head,
+            shared: None,
             tokenizer,
             vocab,
             device: device.clone(),
@@ -163,9 +184,18 @@ impl TextEncoder {
     pub fn logits(&self, texts: &[&str]) -> Result<(Tensor, Tensor)> {
         let ids = self.tokenize(texts)?;
         let (input_ids, mask) = pad_batch(&ids, self.pad_id, &self.device)?;
-        let token_types = input_ids.zeros_like()?;
-        let logits = self.model.forward(&input_ids, &token_types, Some(&mask))?;
+        let logits = self.forward(&input_ids, &mask)?;
         Ok((logits, mask))
+    }
+
+    /// MLM logits of padded `ids` with attention `mask`: tower, shared layers, head.
+    fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let token_types = ids.zeros_like()?;
+        let mut hidden = self.bert.forward(ids, &token_types, Some(mask))?;
+        if let Some(shared) = &self.shared {
+            hidden = shared.forward(&hidden, Some(mask))?;
+        }
+        Ok(self.head.forward(&hidden)?)
     }
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
@@ -191,8 +221,7 @@ impl TextEncoder {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(TEXT_CHUNK) {
             let (input_ids, mask) = pad_batch(chunk, self.pad_id, &self.device)?;
-            let token_types = input_ids.zeros_like()?;
-            let logits = self.model.forward(&input_ids, &token_types, Some(&mask))?;
+            let logits = self.forward(&input_ids, &mask)?;
             out.extend(to_sparse(&splade_pool(&logits, Some(&mask))?, &self.vocab)?);
         }
         Ok(out)

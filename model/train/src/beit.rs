@@ -15,6 +15,7 @@ use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
 use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend};
 use crate::params::{Init, ParamBuilder};
+use crate::weight_sharing::SharedLayers;
 
 /// A relative position bias table and the index that expands it to `(heads, n+1, n+1)`.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ impl RelativeBias {
 }
 
 #[derive(Debug, Clone)]
-struct BeitLayer {
+pub(crate) struct BeitLayer {
     norm_before: LayerNorm,
     query: Linear,
     key: Linear,
@@ -73,7 +74,7 @@ struct BeitLayer {
 }
 
 impl BeitLayer {
-    fn new(pb: &ParamBuilder, cfg: &BeitConfig, act: Act) -> Result<Self> {
+    pub(crate) fn new(pb: &ParamBuilder, cfg: &BeitConfig, act: Act) -> Result<Self> {
         let h = cfg.hidden_size;
         let eps = cfg.layer_norm_eps;
         let att = pb.pp("attention").pp("attention");
@@ -113,7 +114,12 @@ impl BeitLayer {
         })
     }
 
-    fn forward(&self, xs: &Tensor, shared: Option<&Tensor>, drop: &Dropout) -> Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        xs: &Tensor,
+        shared: Option<&Tensor>,
+        drop: &Dropout,
+    ) -> Result<Tensor> {
         let normed = self.norm_before.forward(xs)?;
         let own = self.relative.as_ref().map(RelativeBias::bias).transpose()?;
         let biases: Vec<&Tensor> = own.iter().chain(shared).collect();
@@ -285,6 +291,9 @@ impl BeitEncoder {
 #[derive(Debug, Clone)]
 pub struct BeitMlm {
     pub encoder: BeitEncoder,
+    /// COOKIE's weight-sharing layers between the tower and its head (the text tower holds
+    /// the same ones).
+    pub shared: Option<SharedLayers>,
     pub head: MlmHead,
     pub config: BeitConfig,
 }
@@ -303,6 +312,7 @@ impl BeitMlm {
         let head_act = act_of(&head.hidden_act)?;
         Ok(Self {
             encoder,
+            shared: None,
             head: MlmHead::new(
                 head_pb,
                 cfg.hidden_size,
@@ -333,9 +343,13 @@ impl BeitMlm {
         self.encoder.hidden(pixels, drop)
     }
 
-    /// MLM logits `(batch, 1 + patches, vocab)`.
+    /// MLM logits `(batch, 1 + patches, vocab)`: the tower, the shared layers if any, the head.
     pub fn logits(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        self.head.forward(&self.hidden(pixels, drop)?)
+        let hidden = self.hidden(pixels, drop)?;
+        match &self.shared {
+            Some(shared) => self.head.forward(&shared.forward(&hidden, None, drop)?),
+            None => self.head.forward(&hidden),
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
 use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias, gather_rows};
 use crate::params::{Init, ParamBuilder};
+use crate::weight_sharing::SharedLayers;
 
 /// The `config.json` keys of a BERT the tower uses (Hugging Face names and defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -302,6 +303,9 @@ impl BertEncoder {
 #[derive(Debug, Clone)]
 pub struct BertMlm {
     pub encoder: BertEncoder,
+    /// COOKIE's weight-sharing layers between the tower and its head (the image tower holds
+    /// the same ones).
+    pub shared: Option<SharedLayers>,
     pub head: MlmHead,
     pub config: BertConfig,
 }
@@ -322,6 +326,7 @@ impl BertMlm {
         )?;
         Ok(Self {
             encoder,
+            shared: None,
             head,
             config: cfg.clone(),
         })
@@ -332,9 +337,19 @@ impl BertMlm {
         self.encoder.hidden(ids, mask, drop)
     }
 
-    /// MLM logits `(batch, tokens, vocab)`.
+    /// MLM logits `(batch, tokens, vocab)`: the tower, the shared layers if any, the head.
     pub fn logits(&self, ids: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        self.head.forward(&self.hidden(ids, mask, drop)?)
+        self.head_logits(&self.hidden(ids, mask, drop)?, mask, drop)
+    }
+
+    /// MLM logits of the tower's hidden states (`drop` acts in the shared layers only).
+    pub fn head_logits(&self, hidden: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
+        match &self.shared {
+            Some(shared) => self
+                .head
+                .forward(&shared.forward(hidden, Some(mask), drop)?),
+            None => self.head.forward(hidden),
+        }
     }
 
     pub fn embeddings(&self) -> &BertEmbeddings {

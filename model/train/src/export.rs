@@ -13,7 +13,8 @@
 //! config.json  model.safetensors  tokenizer.json  preprocessor_config.json
 //! ```
 //!
-//! Only the towers (and the dense projections) are exported; decoders and momentum encoders stay
+//! With `--shared-layers`, both tower directories carry the shared layers
+//! (`lexlip_model::weight_sharing`). Only the towers (and the dense projections) are exported; decoders and momentum encoders stay
 //! in checkpoints. Each part is written into a temporary directory and renamed into place, the
 //! file that marks the directory as a model (`lexlip.json`, `config.json`) last.
 
@@ -24,6 +25,7 @@ use candle_core::{DType, Tensor};
 use serde_json::json;
 
 use lexlip_model::dual::{ARCHITECTURE, MODEL_TYPE, TEXT_PREFIX, VISION_PREFIX};
+use lexlip_model::weight_sharing::KEY;
 
 use crate::checkpoint::write_atomic;
 use crate::dense::DenseModel;
@@ -104,18 +106,29 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
     for d in [&text, &image] {
         std::fs::create_dir_all(d).map_err(|e| TrainError::io(d, e))?;
     }
-    write(
-        &text.join("config.json"),
-        &json_bytes(&model.text.config.to_json()),
-    )?;
+    // COOKIE's shared layers go into both towers, so each directory loads on its own.
+    let shared = snapshot(&model.shared_store)?;
+    let shared_json = match &init.shared {
+        Some(s) => json!({ KEY: s.config }),
+        None => json!({}),
+    };
+    let with_shared = |mut tensors: HashMap<String, Tensor>| {
+        tensors.extend(shared.iter().map(|(k, t)| (k.clone(), t.clone())));
+        tensors
+    };
+    let mut text_cfg = model.text.config.to_json();
+    if let (Some(o), Some(extra)) = (text_cfg.as_object_mut(), shared_json.as_object()) {
+        o.extend(extra.clone());
+    }
+    write(&text.join("config.json"), &json_bytes(&text_cfg))?;
     save_weights(
-        snapshot(&model.text_store)?,
+        with_shared(snapshot(&model.text_store)?),
         dtype,
         &text.join("model.safetensors"),
     )?;
 
     let cfg = &model.image.config;
-    let image_cfg = beit_json(
+    let mut image_cfg = beit_json(
         cfg,
         json!({
             "architectures": ["BeitForMaskedImageModeling"],
@@ -123,9 +136,12 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
             "lexlip_mlm_head": init.image.head,
         }),
     )?;
+    if let (Some(o), Some(extra)) = (image_cfg.as_object_mut(), shared_json.as_object()) {
+        o.extend(extra.clone());
+    }
     write(&image.join("config.json"), &json_bytes(&image_cfg))?;
     save_weights(
-        snapshot(&model.image_store)?,
+        with_shared(snapshot(&model.image_store)?),
         dtype,
         &image.join("model.safetensors"),
     )?;

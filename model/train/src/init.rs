@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use lexlip_model::beit::Config as BeitConfig;
 use lexlip_model::config::{read_json, with_defaults};
 use lexlip_model::image::HeadConfig;
+use lexlip_model::weight_sharing::SharedConfig;
 use lexlip_model::{Architecture, ModelSource, Vocabulary, Weights};
 use serde_json::json;
 
@@ -28,6 +29,8 @@ pub struct TextInit {
     pub untied: bool,
     /// What it came from (for train.json).
     pub from: String,
+    /// The weight-sharing layers its directory declares (their weights are in `weights`).
+    pub shared: Option<SharedConfig>,
 }
 
 /// The image tower's starting point.
@@ -44,6 +47,14 @@ pub struct ImageInit {
     pub from: String,
 }
 
+/// COOKIE's weight-sharing layers of a LexLIP run (`--shared-layers`).
+#[derive(Debug, Clone)]
+pub struct SharedInit {
+    pub config: SharedConfig,
+    /// Loaded from the text tower's weights (`lexlip_shared.*`); random otherwise.
+    pub pretrained: bool,
+}
+
 /// Both towers and the vocabulary they score.
 #[derive(Debug, Clone)]
 pub struct Init {
@@ -52,6 +63,7 @@ pub struct Init {
     pub tokenizer: PathBuf,
     pub vocab: Vocabulary,
     pub head_init: HeadInit,
+    pub shared: Option<SharedInit>,
 }
 
 /// Text presets: (hidden, layers, heads, intermediate).
@@ -172,7 +184,9 @@ fn tower_dir(path: &Path, what: &str, tokenizer: Option<&Path>, scratch: &Path) 
 /// A text tower directory; `need_head`: the objective trains the MLM head (LexLIP).
 fn load_text(dir: &Path, need_head: bool) -> Result<(TextInit, PathBuf)> {
     let cfg_path = dir.join("config.json");
-    let config: BertConfig = with_defaults(&cfg_path, &read_json(&cfg_path)?, json!({}))?;
+    let raw = read_json(&cfg_path)?;
+    let config: BertConfig = with_defaults(&cfg_path, &raw, json!({}))?;
+    let shared = SharedConfig::of_tower(&cfg_path, &raw)?;
     let mut weights = Weights::from_safetensors_dir(dir)?;
     if need_head && !weights.contains(HEAD_PROBE) {
         return Err(TrainError::Untrainable {
@@ -191,6 +205,7 @@ fn load_text(dir: &Path, need_head: bool) -> Result<(TextInit, PathBuf)> {
             weights: Some(weights),
             untied,
             from: dir.display().to_string(),
+            shared,
         },
         dir.join("tokenizer.json"),
     ))
@@ -283,6 +298,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
                 weights: None,
                 untied: false,
                 from: format!("random ({:?} preset)", opts.text_config).to_lowercase(),
+                shared: None,
             }
         }
     };
@@ -352,11 +368,72 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
             image.config.hidden_size, text.config.hidden_size
         )));
     }
+    let shared = if lexlip {
+        shared_init(opts, &text, &image)?
+    } else {
+        None
+    };
     Ok(Init {
         text,
         image,
         tokenizer,
         vocab,
         head_init,
+        shared,
     })
+}
+
+/// The weight-sharing layers of a LexLIP run: those of the initial text tower, or
+/// `--shared-layers` new ones shaped like a text layer; refused when the towers' widths differ
+/// (COOKIE projects both into one space first; lexlip's heads read the towers' own width).
+fn shared_init(
+    opts: &TrainOptions,
+    text: &TextInit,
+    image: &ImageInit,
+) -> Result<Option<SharedInit>> {
+    let shared = match (opts.shared_layers, &text.shared) {
+        (None, None) | (Some(0), None) => return Ok(None),
+        (None, Some(c)) => SharedInit {
+            config: c.clone(),
+            pretrained: true,
+        },
+        (Some(n), Some(c)) if n == c.num_hidden_layers => SharedInit {
+            config: c.clone(),
+            pretrained: true,
+        },
+        (Some(n), Some(c)) => {
+            return Err(TrainError::invalid(format!(
+                "--shared-layers {n}: the initial model {} has {} shared layers; leave the option \
+                 out to keep them",
+                text.from, c.num_hidden_layers
+            )));
+        }
+        (Some(n), None) => {
+            let act = serde_json::from_value(json!(text.config.hidden_act)).map_err(|e| {
+                TrainError::invalid(format!(
+                    "the text activation {:?} has no shared-layer equivalent: {e}",
+                    text.config.hidden_act
+                ))
+            })?;
+            SharedInit {
+                config: SharedConfig {
+                    num_hidden_layers: n,
+                    num_attention_heads: text.config.num_attention_heads,
+                    intermediate_size: text.config.intermediate_size,
+                    hidden_act: act,
+                    layer_norm_eps: text.config.layer_norm_eps,
+                    layer_scale_init_value: 0.1,
+                },
+                pretrained: false,
+            }
+        }
+    };
+    if image.config.hidden_size != text.config.hidden_size {
+        return Err(TrainError::invalid(format!(
+            "--shared-layers needs towers of one width (text {}, image {}): the shared layers \
+             feed both towers' lexicon heads",
+            text.config.hidden_size, image.config.hidden_size
+        )));
+    }
+    Ok(Some(shared))
 }

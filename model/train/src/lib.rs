@@ -13,6 +13,7 @@
 //!   augmentation, tokenisation and masking.
 //! - [`rerank`]: the MaskVLM re-ranker (`--objective rerank`): fusion encoder, ITM with the
 //!   lexicon model's hard negatives, masked text and image reconstruction.
+//! - [`weight_sharing`]: COOKIE's layers shared by both towers (`--shared-layers`).
 //! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`).
 //! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
 //! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
@@ -46,6 +47,7 @@ pub mod text;
 pub mod text_cache;
 pub mod token_heads;
 pub mod trainee;
+pub mod weight_sharing;
 
 pub use console::Console;
 pub use error::{Result, TrainError};

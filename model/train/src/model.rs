@@ -17,6 +17,7 @@ use crate::optim::Param;
 use crate::options::HeadInit;
 use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::key;
+use crate::weight_sharing::{self, SharedLayers};
 
 /// The stores of a model, by group name (checkpoint tensor names are `GROUP/NAME`).
 pub const TEXT: &str = "text";
@@ -25,6 +26,8 @@ pub const DECODER_IMAGE: &str = "decoder_image";
 pub const DECODER_TEXT: &str = "decoder_text";
 pub const MOMENTUM_TEXT: &str = "momentum_text";
 pub const MOMENTUM_IMAGE: &str = "momentum_image";
+pub const SHARED: &str = "shared";
+pub const MOMENTUM_SHARED: &str = "momentum_shared";
 
 /// The builder of a tower's parameters in `store`: from its initial model's `weights`, or
 /// random ones keyed by the seed and the store's name (the same under both objectives).
@@ -163,6 +166,7 @@ impl Queue {
 pub struct Momentum {
     pub text_store: VarMap,
     pub image_store: VarMap,
+    pub shared_store: VarMap,
     text: BertMlm,
     image: BeitMlm,
     pub queue_image: Queue,
@@ -210,6 +214,9 @@ pub struct StepLosses {
 pub struct LexLipModel {
     pub text_store: VarMap,
     pub image_store: VarMap,
+    /// COOKIE's weight-sharing layers (`--shared-layers`; empty without them): one set of
+    /// variables both towers' `shared` read.
+    pub shared_store: VarMap,
     pub decoder_image_store: VarMap,
     pub decoder_text_store: VarMap,
     pub text: BertMlm,
@@ -291,11 +298,25 @@ impl LexLipModel {
         let decoder_text_store = VarMap::new();
         let decoder_image = decoder(DECODER_IMAGE, &decoder_image_store)?;
         let decoder_text = decoder(DECODER_TEXT, &decoder_text_store)?;
+        let shared_store = VarMap::new();
+        let (mut text, mut image) = (text, image);
+        if let Some(s) = &init.shared {
+            let source = match (s.pretrained, text_weights) {
+                (true, Some(w)) => Source::Weights(w),
+                _ => Source::Random(seed ^ key(SHARED)),
+            };
+            let pb =
+                ParamBuilder::new(&shared_store, source, dtype, device).pp(weight_sharing::KEY);
+            let layers = SharedLayers::new(&pb, &s.config, text.config.hidden_size)?;
+            text.shared = Some(layers.clone());
+            image.shared = Some(layers);
+        }
         let mut init = init.clone();
         init.image.head = image_head;
         let mut model = Self {
             text_store,
             image_store,
+            shared_store,
             decoder_image_store,
             decoder_text_store,
             text,
@@ -316,26 +337,37 @@ impl LexLipModel {
     fn momentum_copy(&self, queue: usize, dtype: DType) -> Result<Momentum> {
         let text_w = Weights::from_tensors(snapshot(&self.text_store)?, "<momentum text>");
         let image_w = Weights::from_tensors(snapshot(&self.image_store)?, "<momentum image>");
+        let shared_w = Weights::from_tensors(snapshot(&self.shared_store)?, "<momentum shared>");
         let text_store = VarMap::new();
         let image_store = VarMap::new();
+        let shared_store = VarMap::new();
         let dev = &self.device;
-        let text = BertMlm::new(
+        let mut text = BertMlm::new(
             &ParamBuilder::new(&text_store, Source::Weights(&text_w), dtype, dev).detached(),
             &self.text.config,
             self.init.text.untied,
         )?;
         let pb = ParamBuilder::new(&image_store, Source::Weights(&image_w), dtype, dev).detached();
-        let image = BeitMlm::new(
+        let mut image = BeitMlm::new(
             &pb,
             &pb.pp("cls"),
             &self.image.config,
             &self.init.image.head,
             self.init.vocab.len(),
         )?;
+        if let Some(s) = &self.init.shared {
+            let pb = ParamBuilder::new(&shared_store, Source::Weights(&shared_w), dtype, dev)
+                .detached()
+                .pp(weight_sharing::KEY);
+            let layers = SharedLayers::new(&pb, &s.config, self.text.config.hidden_size)?;
+            text.shared = Some(layers.clone());
+            image.shared = Some(layers);
+        }
         let v = self.init.vocab.len();
         Ok(Momentum {
             text_store,
             image_store,
+            shared_store,
             text,
             image,
             queue_image: Queue::new(queue, v, dtype, dev)?,
@@ -355,15 +387,26 @@ impl LexLipModel {
             out.push((MOMENTUM_TEXT, &m.text_store));
             out.push((MOMENTUM_IMAGE, &m.image_store));
         }
+        // Only runs with shared layers have these stores, so older checkpoints still resume.
+        if self.init.shared.is_some() {
+            out.push((SHARED, &self.shared_store));
+            if let Some(m) = &self.momentum {
+                out.push((MOMENTUM_SHARED, &m.shared_store));
+            }
+        }
         out
     }
 
-    /// The parameters the optimizer updates: the towers, and the decoders in phase 1; with a
-    /// frozen text tower, neither the text tower nor the decoder only it would train.
+    /// The parameters the optimizer updates: the towers, the shared layers, and the decoders in
+    /// phase 1; with a frozen text tower, neither the text tower nor the decoder only it would
+    /// train (the shared layers still do).
     pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
         let mut groups: Vec<(&str, &VarMap, f64)> = vec![(IMAGE, &self.image_store, 1.0)];
         if !self.frozen_text {
             groups.insert(0, (TEXT, &self.text_store, text_lr_scale));
+        }
+        if self.init.shared.is_some() {
+            groups.push((SHARED, &self.shared_store, 1.0));
         }
         if phase == 1 {
             groups.push((DECODER_IMAGE, &self.decoder_image_store, 1.0));
@@ -388,12 +431,26 @@ impl LexLipModel {
         Ok(losses::splade(&logits, Some(mask))?.detach())
     }
 
-    /// The frozen text tower's lexicon of the batch's captions: cached, or computed.
-    pub fn frozen_text_lexicon(&self, batch: &Batch) -> Result<Tensor> {
+    /// The frozen text tower's lexicon of the batch's captions: cached, or computed. With
+    /// shared layers (never cached) only the tower is frozen: the lexicon is differentiable
+    /// through the shared layers, where `drop` acts.
+    pub fn frozen_text_lexicon(&self, batch: &Batch, drop: &Dropout) -> Result<Tensor> {
+        if self.text.shared.is_some() {
+            let off = Dropout::off();
+            let hidden = self.text.hidden(&batch.ids, &batch.mask, &off)?.detach();
+            let logits = self.text.head_logits(&hidden, &batch.mask, drop)?;
+            return losses::splade(&logits, Some(&batch.mask));
+        }
         match &batch.text_lexicon {
             Some(cached) => Ok(cached.clone()),
             None => self.frozen_lexicon(&batch.ids, &batch.mask),
         }
+    }
+
+    /// The model a caption cache can be built with: a frozen text tower without shared layers
+    /// (with them, the text lexicon trains).
+    pub fn cacheable_text(&self) -> bool {
+        self.frozen_text && self.init.shared.is_none()
     }
 
     /// The image lexicon `p_v` and its distribution `a_v` (eq. 6, 8). One max-pool of the
@@ -430,7 +487,7 @@ impl LexLipModel {
         obj: &Objectives,
     ) -> Result<StepLosses> {
         let (pv, av) = self.image_lexicon(batch, drop)?;
-        let pl = self.frozen_text_lexicon(batch)?;
+        let pl = self.frozen_text_lexicon(batch, drop)?;
         let dec_emb = self
             .text
             .embeddings()
@@ -542,9 +599,9 @@ impl LexLipModel {
         };
         let pv_m = losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?.detach();
         let pv = losses::splade(&self.image.logits(&batch.pixels, drop)?, None)?;
-        // A frozen text tower is its own momentum encoder.
-        let (pl, pl_m) = if self.frozen_text {
-            let pl = self.frozen_text_lexicon(batch)?;
+        // A frozen text tower is its own momentum encoder (unless shared layers train).
+        let (pl, pl_m) = if self.cacheable_text() {
+            let pl = self.frozen_text_lexicon(batch, drop)?;
             (pl.clone(), pl)
         } else {
             let pl_m = losses::splade(
@@ -552,10 +609,14 @@ impl LexLipModel {
                 Some(&batch.mask),
             )?
             .detach();
-            let pl = losses::splade(
-                &self.text.logits(&batch.ids, &batch.mask, drop)?,
-                Some(&batch.mask),
-            )?;
+            let pl = if self.frozen_text {
+                self.frozen_text_lexicon(batch, drop)?
+            } else {
+                losses::splade(
+                    &self.text.logits(&batch.ids, &batch.mask, drop)?,
+                    Some(&batch.mask),
+                )?
+            };
             (pl, pl_m)
         };
         let qi = m.queue_image.rows()?;
@@ -597,6 +658,9 @@ impl LexLipModel {
         let mut pairs = vec![(&self.image_store, &mom.image_store)];
         if !self.frozen_text {
             pairs.push((&self.text_store, &mom.text_store));
+        }
+        if self.init.shared.is_some() {
+            pairs.push((&self.shared_store, &mom.shared_store));
         }
         ema(&pairs, m)
     }

@@ -259,6 +259,14 @@ pub struct TrainOptions {
     #[arg(long, default_value_t = 0.0, help_heading = "Objectives")]
     #[serde(default)]
     pub text_contrastive: f64,
+    /// COOKIE's weight-sharing transformer (paper 003, sec. 3.1): N layers with one set of
+    /// weights on top of both towers, between each tower and its lexicon head, so images and
+    /// texts attend to tokens of the same meaning. Pre-norm layers with layer scale 0.1 (close
+    /// to the identity at first, so they can be added to a trained model); the towers must be
+    /// equally wide. Trained even with --freeze-text. Default: what --init has (none).
+    #[arg(long, help_heading = "Objectives")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_layers: Option<usize>,
     /// Keep the text tower as initialised (no updates, no dropout): the image tower learns to
     /// meet the text model's lexicon, as LiT locks one tower. SelfMLM and the text→image
     /// LexMLM, which only train the text side, are skipped, so a step costs about half. The
@@ -411,6 +419,7 @@ impl TrainOptions {
             queue_size: 1024,
             itc_consistency: 0.0,
             image_contrastive: 0.0,
+            shared_layers: None,
             text_contrastive: 0.0,
             freeze_text: false,
             batch_size: 32,
@@ -528,6 +537,13 @@ impl TrainOptions {
             ));
         }
         if self.objective == Objective::Rerank {
+            if self.shared_layers.is_some() {
+                return bad(
+                    "--shared-layers is the lexicon objective's; the re-ranker's fusion layers are \
+                     --fusion-layers"
+                        .into(),
+                );
+            }
             if !(0.0..=1.0).contains(&self.rerank_hard) {
                 return bad(format!(
                     "--rerank-hard must be in [0, 1], got {}",
@@ -645,6 +661,13 @@ impl TrainOptions {
                 return bad(
                     "--freeze-text is LexLIP's (a frozen lexicon); --objective dense trains both \
                      towers"
+                        .into(),
+                );
+            }
+            if self.shared_layers.is_some() {
+                return bad(
+                    "--shared-layers sits before the lexicon heads; the dense objective has none \
+                     (give --objective lexlip)"
                         .into(),
                 );
             }

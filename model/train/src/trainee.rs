@@ -56,10 +56,11 @@ impl Trainee {
         })
     }
 
-    /// The LexLIP model when its text tower is frozen (`--freeze-text`).
+    /// The LexLIP model when its captions' lexicons can be cached: a frozen text tower
+    /// (`--freeze-text`) without shared layers.
     pub fn frozen_text(&self) -> Option<&LexLipModel> {
         match self {
-            Trainee::LexLip(m) if m.frozen_text => Some(m),
+            Trainee::LexLip(m) if m.cacheable_text() => Some(m),
             _ => None,
         }
     }

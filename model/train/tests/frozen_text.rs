@@ -123,9 +123,13 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
         let host =
             data::make_batch(&corpus, &indices, step, 3, &augment, &tokenizer, masking).unwrap();
         let mut batch = host.to_device(&dev).unwrap();
-        let direct = model.frozen_text_lexicon(&batch).unwrap();
+        let direct = model
+            .frozen_text_lexicon(&batch, &lexlip_train::nn::Dropout::off())
+            .unwrap();
         batch.text_lexicon = Some(cache.batch(&host.pairs, &dev).unwrap());
-        let cached = model.frozen_text_lexicon(&batch).unwrap();
+        let cached = model
+            .frozen_text_lexicon(&batch, &lexlip_train::nn::Dropout::off())
+            .unwrap();
         let a = direct.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let b = cached.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(a.iter().any(|&w| w > 0.0));

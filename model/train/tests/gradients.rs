@@ -1,6 +1,7 @@
 //! Every trainable parameter receives a non-zero gradient in both phases and under the dense
 //! objective (AdamW would skip one without, silently), and gradients of the whole phase-1 /
-//! phase-2 / dense loss match central finite differences on a tiny f64 model.
+//! phase-2 / dense loss match central finite differences on a tiny f64 model; so do COOKIE's
+//! shared layers (`--shared-layers`), which take gradients from both towers.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -9,9 +10,10 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use lexlip_model::Vocabulary;
 use lexlip_model::image::HeadConfig;
+use lexlip_model::weight_sharing::SharedConfig;
 use lexlip_train::bert::BertConfig;
 use lexlip_train::dense::DenseModel;
-use lexlip_train::init::{ImageInit, Init, TextInit, beit_config};
+use lexlip_train::init::{ImageInit, Init, SharedInit, TextInit, beit_config};
 use lexlip_train::model::{Batch, LexLipModel, Objectives};
 use lexlip_train::nn::Dropout;
 use lexlip_train::optim::Param;
@@ -29,6 +31,7 @@ fn tiny_init(head_init: HeadInit, image_hidden: usize) -> Init {
             weights: None,
             untied: false,
             from: "random".into(),
+            shared: None,
         },
         image: ImageInit {
             config: beit_config(image_hidden, 1, 2, 24, 16, 8),
@@ -42,7 +45,25 @@ fn tiny_init(head_init: HeadInit, image_hidden: usize) -> Init {
         tokenizer: PathBuf::from("unused"),
         vocab: Vocabulary::new("tiny", tokens),
         head_init,
+        shared: None,
     }
+}
+
+/// [`tiny_init`] with one shared layer on top of two 16-wide towers.
+fn tiny_init_shared() -> Init {
+    let mut init = tiny_init(HeadInit::Auto, 16);
+    init.shared = Some(SharedInit {
+        config: SharedConfig {
+            num_hidden_layers: 1,
+            num_attention_heads: 2,
+            intermediate_size: 24,
+            hidden_act: candle_nn::Activation::Gelu,
+            layer_norm_eps: 1e-12,
+            layer_scale_init_value: 0.1,
+        },
+        pretrained: false,
+    });
+    init
 }
 
 /// A batch of 3 pairs, the last caption padded; masked positions never include [CLS] (0).
@@ -214,17 +235,15 @@ fn phase2_every_parameter_gets_a_gradient() {
 
 /// Analytic gradients of the full loss against central differences in f64.
 fn finite_differences(phase: u8) {
+    finite_differences_of(phase, &tiny_init(HeadInit::Auto, 24), false);
+}
+
+/// [`finite_differences`] of the model `init` builds; `frozen`: with `--freeze-text`.
+fn finite_differences_of(phase: u8, init: &Init, frozen: bool) {
     let dev = Device::Cpu;
     let queue = (phase == 2).then_some(6);
-    let mut model = LexLipModel::build(
-        &tiny_init(HeadInit::Auto, 24),
-        2,
-        queue,
-        7,
-        DType::F64,
-        &dev,
-    )
-    .unwrap();
+    let mut model = LexLipModel::build(init, 2, queue, 7, DType::F64, &dev).unwrap();
+    model.frozen_text = frozen;
     let b = batch(DType::F64, &dev);
     if phase == 2 {
         let l = model.phase2(&b, &Dropout::off(), &OBJ).unwrap();
@@ -310,6 +329,83 @@ fn phase1_gradients_match_finite_differences() {
 #[test]
 fn phase2_gradients_match_finite_differences() {
     finite_differences(2);
+}
+
+/// Shared layers get a gradient in both phases, with the text tower trained or frozen (then
+/// they are what trains on the text side), and from each tower on its own: both read the same
+/// variables. Momentum copies stay out of the graph.
+#[test]
+fn shared_layers_take_gradients_from_both_towers() {
+    let dev = Device::Cpu;
+    let b = batch(DType::F32, &dev);
+    for phase in [1u8, 2] {
+        for frozen in [false, true] {
+            let queue = (phase == 2).then_some(6);
+            let mut model =
+                LexLipModel::build(&tiny_init_shared(), 2, queue, 1, DType::F32, &dev).unwrap();
+            model.frozen_text = frozen;
+            let drop = Dropout::new(0.1, Rng::new(&[3]));
+            let total = if phase == 1 {
+                model.phase1(&b, &drop, &OBJ).unwrap().total
+            } else {
+                model.phase2(&b, &drop, &OBJ).unwrap().0.total
+            };
+            let grads = total.backward().unwrap();
+            let params = model.params(phase, 1.0);
+            let groups = nonzero_gradients(&params, &grads);
+            let want: BTreeSet<&str> = match (phase, frozen) {
+                (1, false) => ["text", "image", "decoder_image", "decoder_text", "shared"].into(),
+                (1, true) => ["image", "decoder_image", "shared"].into(),
+                (_, false) => ["text", "image", "shared"].into(),
+                (_, true) => ["image", "shared"].into(),
+            };
+            assert_eq!(groups, want, "phase {phase}, frozen {frozen}");
+            if let Some(m) = &model.momentum {
+                for store in [&m.text_store, &m.image_store, &m.shared_store] {
+                    for (name, v) in lexlip_train::params::sorted_vars(store) {
+                        assert!(grads.get(v.as_tensor()).is_none(), "momentum {name}");
+                    }
+                }
+            }
+        }
+    }
+    let model = LexLipModel::build(&tiny_init_shared(), 2, None, 1, DType::F32, &dev).unwrap();
+    let off = Dropout::off();
+    let image =
+        lexlip_train::losses::splade(&model.image.logits(&b.pixels, &off).unwrap(), None).unwrap();
+    let text = lexlip_train::losses::splade(
+        &model.text.logits(&b.ids, &b.mask, &off).unwrap(),
+        Some(&b.mask),
+    )
+    .unwrap();
+    let shared = lexlip_train::params::sorted_vars(&model.shared_store);
+    assert_eq!(shared.len(), 17, "one BEiT layer without position bias");
+    for side in [image, text] {
+        let grads = side.sum_all().unwrap().backward().unwrap();
+        for (name, v) in &shared {
+            let g = grads.get(v.as_tensor());
+            let norm = g.map(|g| {
+                g.sqr()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            });
+            assert!(
+                norm.is_some_and(|n| n > 0.0),
+                "{name} got no gradient from one side"
+            );
+        }
+    }
+}
+
+#[test]
+fn shared_layers_gradients_match_finite_differences() {
+    for phase in [1, 2] {
+        finite_differences_of(phase, &tiny_init_shared(), false);
+        finite_differences_of(phase, &tiny_init_shared(), true);
+    }
 }
 
 #[test]
