@@ -11,6 +11,9 @@
 //!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
 //! ```
 //!
+//! Trained with `--shared-layers`, both `text/` and `image/` also hold COOKIE's shared layers
+//! between the tower and its head ([`crate::weight_sharing`]).
+//!
 //! A dual encoder directory given on its own is a dense-only model: its texts and images are
 //! encoded by [`Encoders::dense`] only.
 
