@@ -657,6 +657,10 @@ fn write_train_json(
             "image": init.image.from,
             "image_head": image_head,
             "tokenizer": init.tokenizer,
+            "shared_layers": init.shared.as_ref().map(|s| serde_json::json!({
+                "layers": s.config.num_hidden_layers,
+                "from": if s.pretrained { init.text.from.as_str() } else { "random" },
+            })),
         },
         "data": {
             "input": input.describe(),

@@ -57,6 +57,9 @@ fn the_exported_model_encodes_what_the_training_towers_compute() {
     let out = tmp.path().join("model");
     let s = run_quietly(&shared_options(&tsv, &out));
     assert_eq!(s.steps_done, 6);
+    let record = train_json(&out);
+    assert_eq!(record["init"]["shared_layers"]["layers"], 1);
+    assert_eq!(record["init"]["shared_layers"]["from"], "random");
     // Both towers carry the same shared layers, declared in their config.json.
     let text_shared = shared_of(&out, "text");
     assert_eq!(text_shared.len(), 17, "one layer: 17 tensors");
