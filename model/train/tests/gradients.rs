@@ -156,6 +156,16 @@ fn loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
     }
 }
 
+/// The loss of `phase` with dropout on: the training path.
+fn training_loss(model: &mut LexLipModel, phase: u8, b: &Batch) -> Tensor {
+    let drop = Dropout::new(0.1, Rng::new(&[3]));
+    if phase == 1 {
+        model.phase1(b, &drop, &OBJ).unwrap().total
+    } else {
+        model.phase2(b, &drop, &OBJ).unwrap().0.total
+    }
+}
+
 /// Asserts that every parameter has a non-zero, finite gradient in `grads`; returns the groups
 /// (`text`, `image`, …) the parameters belong to.
 fn nonzero_gradients<'a>(params: &'a [Param], grads: &GradStore) -> BTreeSet<&'a str> {
@@ -197,14 +207,7 @@ fn every_param_has_a_gradient(phase: u8, head: HeadInit, image_hidden: usize) {
         let l = model.phase2(&b, &Dropout::off(), &OBJ).unwrap();
         model.enqueue(&l.1, &l.2).unwrap();
     }
-    // With dropout: the training path.
-    let drop = Dropout::new(0.1, Rng::new(&[3]));
-    let total = if phase == 1 {
-        model.phase1(&b, &drop, &OBJ).unwrap().total
-    } else {
-        model.phase2(&b, &drop, &OBJ).unwrap().0.total
-    };
-    let grads = total.backward().unwrap();
+    let grads = training_loss(&mut model, phase, &b).backward().unwrap();
     let params = model.params(phase, 1.0);
     let expected = if phase == 1 { 4 } else { 2 };
     let groups = nonzero_gradients(&params, &grads);
@@ -344,13 +347,7 @@ fn shared_layers_take_gradients_from_both_towers() {
             let mut model =
                 LexLipModel::build(&tiny_init_shared(), 2, queue, 1, DType::F32, &dev).unwrap();
             model.frozen_text = frozen;
-            let drop = Dropout::new(0.1, Rng::new(&[3]));
-            let total = if phase == 1 {
-                model.phase1(&b, &drop, &OBJ).unwrap().total
-            } else {
-                model.phase2(&b, &drop, &OBJ).unwrap().0.total
-            };
-            let grads = total.backward().unwrap();
+            let grads = training_loss(&mut model, phase, &b).backward().unwrap();
             let params = model.params(phase, 1.0);
             let groups = nonzero_gradients(&params, &grads);
             let want: BTreeSet<&str> = match (phase, frozen) {

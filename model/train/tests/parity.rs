@@ -12,7 +12,10 @@ use lexlip_train::bert::{BertConfig, BertMlm};
 use lexlip_train::nn::Dropout;
 use lexlip_train::params::{ParamBuilder, Source};
 
-use common::{max_abs_diff, model_fixtures, random_images, splade_dir};
+use common::{
+    assert_rows_close, max_abs_diff, model_fixtures, padded_ids, pixels_of, random_images,
+    splade_dir,
+};
 
 const TOL: f32 = 1e-4;
 
@@ -43,34 +46,11 @@ fn text_tower_equals_text_encoder() {
     ];
     let (want, mask) = enc.logits(&texts).unwrap();
     let ids = enc.tokenize(&texts).unwrap();
-    let t = mask.dim(1).unwrap();
-    let mut flat = Vec::new();
-    for row in &ids {
-        flat.extend(row.iter().copied());
-        flat.extend(std::iter::repeat_n(0u32, t - row.len()));
-    }
-    let ids_t = Tensor::from_vec(flat, (ids.len(), t), &dev).unwrap();
+    let ids_t = padded_ids(&ids, mask.dim(1).unwrap(), &dev);
     let got = tower.logits(&ids_t, &mask, &Dropout::off()).unwrap();
     assert_eq!(got.dims(), want.dims());
-    for (i, row) in ids.iter().enumerate() {
-        let n = row.len();
-        let g = got
-            .get(i)
-            .unwrap()
-            .narrow(0, 0, n)
-            .unwrap()
-            .flatten_all()
-            .unwrap();
-        let w = want
-            .get(i)
-            .unwrap()
-            .narrow(0, 0, n)
-            .unwrap()
-            .flatten_all()
-            .unwrap();
-        let d = max_abs_diff(&g.to_vec1().unwrap(), &w.to_vec1().unwrap());
-        assert!(d < TOL, "text {i}: max abs diff {d}");
-    }
+    let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
+    assert_rows_close(&got, &want, &lens, TOL, "text");
     // Every parameter of the file the model uses is a variable under its own name.
     let names: Vec<String> = store.data().lock().unwrap().keys().cloned().collect();
     assert!(names.contains(&"bert.encoder.layer.1.output.LayerNorm.weight".to_string()));
@@ -111,9 +91,9 @@ fn image_tower_equals_image_encoder() {
     let size = enc.image_size();
     let images = random_images(3, size, 1);
     let want = enc.logits(&images).unwrap();
-    let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
-    let pixels = Tensor::from_vec(flat, (3, 3, size, size), &dev).unwrap();
-    let got = tower.logits(&pixels, &Dropout::off()).unwrap();
+    let got = tower
+        .logits(&pixels_of(&images, size, &dev), &Dropout::off())
+        .unwrap();
     assert_eq!(got.dims(), want.dims());
     let d = max_abs_diff(
         &got.flatten_all().unwrap().to_vec1().unwrap(),

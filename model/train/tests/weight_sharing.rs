@@ -37,19 +37,6 @@ fn shared_of(dir: &Path, tower: &str) -> Vec<(String, Vec<f32>)> {
     out
 }
 
-/// The `(rows, tokens, vocab)` logits of `got` and `want` agree on each row's first `lens[row]`
-/// tokens (padding differs: the inference batch pads to its own longest text).
-fn assert_logits_close(got: &Tensor, want: &Tensor, lens: &[usize], what: &str) {
-    for (i, &n) in lens.iter().enumerate() {
-        let g = got.get(i).unwrap().narrow(0, 0, n).unwrap();
-        let w = want.get(i).unwrap().narrow(0, 0, n).unwrap();
-        let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let w = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let d = max_abs_diff(&g, &w);
-        assert!(d < 1e-3, "{what} row {i}: max difference {d}");
-    }
-}
-
 #[test]
 fn the_exported_model_encodes_what_the_training_towers_compute() {
     let tmp = tempfile::tempdir().unwrap();
@@ -91,29 +78,19 @@ fn the_exported_model_encodes_what_the_training_towers_compute() {
     ];
     let (want, mask) = text.logits(&texts).unwrap();
     let ids = text.tokenize(&texts).unwrap();
-    let t = mask.dim(1).unwrap();
-    let flat: Vec<u32> = ids
-        .iter()
-        .flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(0, t - r.len())))
-        .collect();
-    let ids_t = Tensor::from_vec(flat, (ids.len(), t), &dev).unwrap();
+    let ids_t = padded_ids(&ids, mask.dim(1).unwrap(), &dev);
     let got = model.text.logits(&ids_t, &mask, &Dropout::off()).unwrap();
     let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
-    assert_logits_close(&got, &want, &lens, "text");
+    assert_rows_close(&got, &want, &lens, 1e-3, "text");
 
     let image = ImageEncoder::load_with_dtype(&out.join("image"), &dev, DType::F32).unwrap();
     let images = random_images(3, 16, 9);
     let want = image.logits(&images).unwrap();
-    let pixels = Tensor::stack(
-        &images
-            .iter()
-            .map(|i| Tensor::from_slice(i.data(), (3, 16, 16), &dev).unwrap())
-            .collect::<Vec<_>>(),
-        0,
-    )
-    .unwrap();
-    let got = model.image.logits(&pixels, &Dropout::off()).unwrap();
-    assert_logits_close(&got, &want, &[want.dim(1).unwrap(); 3], "image");
+    let got = model
+        .image
+        .logits(&pixels_of(&images, 16, &dev), &Dropout::off())
+        .unwrap();
+    assert_rows_close(&got, &want, &[want.dim(1).unwrap(); 3], 1e-3, "image");
 
     // The layers count: without them the same tower gives other logits.
     let bare = tmp.path().join("bare-text");

@@ -300,3 +300,41 @@ pub fn assert_close_within(
         );
     }
 }
+
+/// Token ids `(rows, t)`, each row padded with 0 to `t` (what the text encoder's batch pads to).
+pub fn padded_ids(ids: &[Vec<u32>], t: usize, dev: &candle_core::Device) -> candle_core::Tensor {
+    let flat: Vec<u32> = ids
+        .iter()
+        .flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(0, t - r.len())))
+        .collect();
+    candle_core::Tensor::from_vec(flat, (ids.len(), t), dev).unwrap()
+}
+
+/// Preprocessed images of side `size` as one `(n, 3, size, size)` pixel tensor.
+pub fn pixels_of(
+    images: &[lexlip_model::PreprocessedImage],
+    size: usize,
+    dev: &candle_core::Device,
+) -> candle_core::Tensor {
+    let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
+    candle_core::Tensor::from_vec(flat, (images.len(), 3, size, size), dev).unwrap()
+}
+
+/// `(rows, tokens, vocab)` logits of `got` and `want` agree within `tol` on each row's first
+/// `lens[row]` tokens (padding may differ).
+pub fn assert_rows_close(
+    got: &candle_core::Tensor,
+    want: &candle_core::Tensor,
+    lens: &[usize],
+    tol: f32,
+    what: &str,
+) {
+    let row = |t: &candle_core::Tensor, i: usize, n: usize| -> Vec<f32> {
+        let r = t.get(i).unwrap().narrow(0, 0, n).unwrap();
+        r.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    for (i, &n) in lens.iter().enumerate() {
+        let d = max_abs_diff(&row(got, i, n), &row(want, i, n));
+        assert!(d < tol, "{what} row {i}: max abs diff {d}");
+    }
+}
