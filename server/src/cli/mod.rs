@@ -72,7 +72,8 @@ pub enum Command {
     Model(model::ModelCommand),
     /// Train a LexLIP model on image-text pairs (phase 1: lexicon-bottlenecked pre-training;
     /// phase 2: momentum lexicon-contrastive). Resumes from the checkpoint in --out.
-    Train(train::TrainArgs),
+    // Boxed: its options make it several times larger than the other commands.
+    Train(Box<train::TrainArgs>),
     /// Print the HTTP API's OpenAPI document (JSON).
     Openapi,
 }
@@ -102,7 +103,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Model(cmd) => model::run(cmd),
-        Command::Train(args) => train::run(args),
+        Command::Train(args) => train::run(*args),
         Command::Openapi => {
             let doc = crate::http::openapi::document();
             println!("{}", serde_json::to_string_pretty(&doc)?);
