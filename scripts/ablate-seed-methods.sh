@@ -14,6 +14,9 @@
 # grouped-wide (grouped with search spaces of 4,096 pairs), vcl (COOKIE's --image-contrastive
 # 1; its text loss needs a trained text tower), shared (COOKIE's weight-sharing layer,
 # --shared-layers 1: it trains on both sides, so text→text can move), shared-vcl (both).
+# Arms named text-* train the text tower too (no --freeze-text; about half as fast):
+# text-random (their baseline), text-mask50 (GRIT-VLP's enlarged masking, --mask-rate 0.5 against
+# the default 0.3), text-tcl (COOKIE's --text-contrastive 1).
 # Evaluation includes image→image and text→text recall (--single-modal).
 # Writes OUT/ARM/{train.json,eval.json} and OUT/summary.md (recall, training time).
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
@@ -46,6 +49,8 @@ EOF
 for arm in $arms; do
   dir="$out/$arm"
   extra=()
+  freeze=(--freeze-text)
+  case "$arm" in text-*) freeze=() ;; esac
   case "$arm" in
     start) ;;
     random) ;;
@@ -56,11 +61,14 @@ for arm in $arms; do
     vcl) extra=(--image-contrastive 1) ;;
     shared) extra=(--shared-layers 1) ;;
     shared-vcl) extra=(--shared-layers 1 --image-contrastive 1) ;;
-    *) echo "error: unknown arm $arm (start, random, grouped, grouped-wide, grouped-cons, cons, vcl, shared, shared-vcl)" >&2; exit 1 ;;
+    text-random) ;;
+    text-mask50) extra=(--mask-rate 0.5) ;;
+    text-tcl) extra=(--text-contrastive 1) ;;
+    *) echo "error: unknown arm $arm (start, random, grouped, grouped-wide, grouped-cons, cons, vcl, shared, shared-vcl, text-random, text-mask50, text-tcl)" >&2; exit 1 ;;
   esac
   evaluated="$model"
   if [ "$arm" != start ]; then
-    "$lexlip" train --tsv "$subset" --images-root "$corpus" --init "$model" --freeze-text \
+    "$lexlip" train --tsv "$subset" --images-root "$corpus" --init "$model" "${freeze[@]}" \
       --max-length 24 --batch-size 32 --epochs "$epochs" --lr 1e-4 --tau 0.5 --seed 42 \
       --checkpoint-every 100 --log-every 50 --save-dtype f16 "${extra[@]}" --out "$dir"
     evaluated="$dir"
