@@ -32,7 +32,9 @@ use tokenizers::Tokenizer;
 use crate::config::read_json;
 use crate::error::{ModelError, Result};
 use crate::image::{ImageEncoder, PreprocessedImage};
-use crate::text::{load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
+use crate::text::{
+    attention_bias, load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to,
+};
 use crate::weights::Weights;
 
 /// The `format` of `rerank.json`.
@@ -170,10 +172,7 @@ impl Fusion {
             ],
             1,
         )?;
-        // Additive mask (batch, 1, 1, tokens): 0 where attended, f32::MIN at padding.
-        let bias = ((full.ones_like()? - &full)? * f64::from(f32::MIN))?
-            .unsqueeze(1)?
-            .unsqueeze(1)?;
+        let bias = attention_bias(&full, DType::F32)?;
         let out = self.encoder.forward(&xs, &bias)?;
         let nt = text.dim(1)?;
         let cls = (out.narrow(1, 0, 1)?.squeeze(1)? * out.narrow(1, nt, 1)?.squeeze(1)?)?;

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beit::{self, Layer};
 use crate::error::{ModelError, Result};
+use crate::text::attention_bias;
 use crate::weights::Weights;
 
 /// The `config.json` key and the tensor-name prefix of the shared layers.
@@ -120,12 +121,7 @@ impl SharedLayers {
     /// `(batch, tokens, hidden)` states through every layer; `mask` `(batch, tokens)` (1 =
     /// token) hides padding from attention.
     pub fn forward(&self, xs: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let bias = mask
-            .map(|m| -> candle_core::Result<Tensor> {
-                let m = m.to_dtype(xs.dtype())?.unsqueeze(1)?.unsqueeze(1)?;
-                (m.ones_like()? - m)? * f64::from(f32::MIN)
-            })
-            .transpose()?;
+        let bias = mask.map(|m| attention_bias(m, xs.dtype())).transpose()?;
         let mut xs = xs.clone();
         for layer in &self.layers {
             xs = layer.forward(&xs, bias.as_ref())?;

@@ -82,19 +82,24 @@ fn preprocessor_json(init: &Init, size: usize) -> Vec<u8> {
     }))
 }
 
+/// The JSON object `v` with the keys of the object `extra` added.
+fn with_keys(mut v: serde_json::Value, extra: &serde_json::Value) -> serde_json::Value {
+    if let (Some(o), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        o.extend(extra.clone());
+    }
+    v
+}
+
 /// The image tower's `config.json` (BEiT keys), with `extra` keys added.
 fn beit_json(
     cfg: &lexlip_model::beit::Config,
     extra: serde_json::Value,
 ) -> Result<serde_json::Value> {
-    let mut v = serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("model_type".into(), json!("beit"));
-        if let Some(extra) = extra.as_object() {
-            o.extend(extra.clone());
-        }
-    }
-    Ok(v)
+    let v = serde_json::to_value(cfg).map_err(|e| TrainError::invalid(e.to_string()))?;
+    Ok(with_keys(
+        v,
+        &with_keys(json!({"model_type": "beit"}), &extra),
+    ))
 }
 
 /// Writes the towers of `model` into `out` as a LexLIP model directory.
@@ -116,10 +121,7 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
         tensors.extend(shared.iter().map(|(k, t)| (k.clone(), t.clone())));
         tensors
     };
-    let mut text_cfg = model.text.config.to_json();
-    if let (Some(o), Some(extra)) = (text_cfg.as_object_mut(), shared_json.as_object()) {
-        o.extend(extra.clone());
-    }
+    let text_cfg = with_keys(model.text.config.to_json(), &shared_json);
     write(&text.join("config.json"), &json_bytes(&text_cfg))?;
     save_weights(
         with_shared(snapshot(&model.text_store)?),
@@ -128,17 +130,17 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
     )?;
 
     let cfg = &model.image.config;
-    let mut image_cfg = beit_json(
+    let image_cfg = beit_json(
         cfg,
-        json!({
-            "architectures": ["BeitForMaskedImageModeling"],
-            "vocab_size": init.vocab.len(),
-            "lexlip_mlm_head": init.image.head,
-        }),
+        with_keys(
+            json!({
+                "architectures": ["BeitForMaskedImageModeling"],
+                "vocab_size": init.vocab.len(),
+                "lexlip_mlm_head": init.image.head,
+            }),
+            &shared_json,
+        ),
     )?;
-    if let (Some(o), Some(extra)) = (image_cfg.as_object_mut(), shared_json.as_object()) {
-        o.extend(extra.clone());
-    }
     write(&image.join("config.json"), &json_bytes(&image_cfg))?;
     save_weights(
         with_shared(snapshot(&model.image_store)?),

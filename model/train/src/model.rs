@@ -305,11 +305,8 @@ impl LexLipModel {
                 (true, Some(w)) => Source::Weights(w),
                 _ => Source::Random(seed ^ key(SHARED)),
             };
-            let pb =
-                ParamBuilder::new(&shared_store, source, dtype, device).pp(weight_sharing::KEY);
-            let layers = SharedLayers::new(&pb, &s.config, text.config.hidden_size)?;
-            text.shared = Some(layers.clone());
-            image.shared = Some(layers);
+            let pb = ParamBuilder::new(&shared_store, source, dtype, device);
+            share_layers(&pb, &s.config, &mut text, &mut image)?;
         }
         let mut init = init.clone();
         init.image.head = image_head;
@@ -356,12 +353,9 @@ impl LexLipModel {
             self.init.vocab.len(),
         )?;
         if let Some(s) = &self.init.shared {
-            let pb = ParamBuilder::new(&shared_store, Source::Weights(&shared_w), dtype, dev)
-                .detached()
-                .pp(weight_sharing::KEY);
-            let layers = SharedLayers::new(&pb, &s.config, self.text.config.hidden_size)?;
-            text.shared = Some(layers.clone());
-            image.shared = Some(layers);
+            let pb =
+                ParamBuilder::new(&shared_store, Source::Weights(&shared_w), dtype, dev).detached();
+            share_layers(&pb, &s.config, &mut text, &mut image)?;
         }
         let v = self.init.vocab.len();
         Ok(Momentum {
@@ -673,6 +667,20 @@ impl LexLipModel {
         }
         Ok(())
     }
+}
+
+/// Builds the shared layers in `pb`'s store (under [`weight_sharing::KEY`]) and gives both
+/// towers the same ones.
+fn share_layers(
+    pb: &ParamBuilder,
+    cfg: &lexlip_model::weight_sharing::SharedConfig,
+    text: &mut BertMlm,
+    image: &mut BeitMlm,
+) -> Result<()> {
+    let layers = SharedLayers::new(&pb.pp(weight_sharing::KEY), cfg, text.config.hidden_size)?;
+    text.shared = Some(layers.clone());
+    image.shared = Some(layers);
+    Ok(())
 }
 
 /// `θ_m ← m θ_m + (1 - m) θ` for each (online, momentum) pair of stores (MoCo's update; LexLIP
