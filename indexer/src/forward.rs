@@ -398,14 +398,15 @@ impl TermPostings {
         else {
             return;
         };
-        match docs {
-            Docs::Wide(docs) => block_spans(docs, 0, 0, shift, impacts, &mut f),
-            Docs::Narrow(docs) => {
-                for (g, w) in groups.windows(2).enumerate() {
-                    let (s, e) = (w[0] as usize, w[1] as usize);
-                    let first_block = (g as u32) << group_shift;
-                    block_spans(&docs[s..e], s, first_block, shift, impacts, &mut f);
-                }
+        // One loop per doc id and impact width, so that the loop tests neither.
+        match (docs, impacts) {
+            (Docs::Wide(d), Impacts::Narrow(w)) => block_spans(d, w, 0, 0, shift, &mut f),
+            (Docs::Wide(d), Impacts::Wide(w)) => block_spans(d, w, 0, 0, shift, &mut f),
+            (Docs::Narrow(d), Impacts::Narrow(w)) => {
+                group_spans(d, w, groups, *group_shift, shift, &mut f)
+            }
+            (Docs::Narrow(d), Impacts::Wide(w)) => {
+                group_spans(d, w, groups, *group_shift, shift, &mut f)
             }
         }
     }
@@ -522,23 +523,43 @@ fn find_block<D: Copy + Into<u32>>(docs: &[D], first: usize, block: u32, shift: 
     ((first + s) as u32, (first + e) as u32)
 }
 
+/// [`block_spans`] over each skip group of narrow doc ids.
+#[inline(always)]
+fn group_spans<W: Copy + Into<u32>>(
+    docs: &[u16],
+    impacts: &[W],
+    groups: &[u32],
+    group_shift: u32,
+    shift: u32,
+    f: &mut impl FnMut(u32, u32, (u32, u32)),
+) {
+    for (g, w) in groups.windows(2).enumerate() {
+        let (s, e) = (w[0] as usize, w[1] as usize);
+        let first_block = (g as u32) << group_shift;
+        block_spans(&docs[s..e], &impacts[s..e], s, first_block, shift, f);
+    }
+}
+
 /// Calls `f(block, largest impact, span)` for the blocks of `docs` (doc ids counted from
-/// block `first_block`'s first doc, in order), which start at posting `first`.
-fn block_spans<D: Copy + Into<u32>>(
+/// block `first_block`'s first doc, in order; `impacts` theirs), which start at posting
+/// `first`.
+#[inline(always)]
+fn block_spans<D: Copy + Into<u32>, W: Copy + Into<u32>>(
     docs: &[D],
+    impacts: &[W],
     first: usize,
     first_block: u32,
     shift: u32,
-    impacts: &Impacts,
     f: &mut impl FnMut(u32, u32, (u32, u32)),
 ) {
+    let impacts = &impacts[..docs.len()];
     let mut i = 0;
     while i < docs.len() {
         let (s, block) = (i, docs[i].into() >> shift);
-        let mut m = impacts.get(first + i);
+        let mut m = impacts[i].into();
         i += 1;
         while i < docs.len() && docs[i].into() >> shift == block {
-            m = m.max(impacts.get(first + i));
+            m = m.max(impacts[i].into());
             i += 1;
         }
         f(

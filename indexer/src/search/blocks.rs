@@ -87,7 +87,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
                 m.add_bounds_u32(q, &mut ub);
                 None
             } else {
-                Some(table.add(|mark| m.add_bounds_u32_marking(q, &mut ub, mark)))
+                Some(table.add(m, q, &mut ub))
             };
             QueryTerm { q, m, slot }
         })
@@ -226,15 +226,15 @@ impl SpanTable {
         self.spans.clear();
     }
 
-    /// Records a term's spans, `marks` calling its argument once per range the term occurs
-    /// in, in increasing range order; returns the term's slot.
-    fn add(&mut self, marks: impl FnOnce(&mut dyn FnMut(u32, (u32, u32)))) -> usize {
+    /// Adds `q ·` the bounds of a term without bound bytes to `ub`, recording its spans on
+    /// the way; returns the term's slot.
+    fn add(&mut self, m: &TermMaxima, q: u32, ub: &mut [u32]) -> usize {
         let slot = self.first.len();
         self.first.push(self.spans.len());
         let base = self.bits.len();
         self.bits.resize(base + self.words, 0);
         let (bits, spans) = (&mut self.bits[base..], &mut self.spans);
-        marks(&mut |range, span| {
+        m.add_bounds_u32_marking(q, ub, |range, span| {
             let r = range as usize;
             bits[r / 64] |= 1 << (r % 64);
             spans.push(span);
@@ -387,34 +387,74 @@ mod tests {
     use super::*;
     use crate::synth::Rng;
 
-    /// The table answers every (slot, range) as a plain map of what was recorded does, over
-    /// several terms, segments of several sizes and reuse across segments.
+    /// The bounding pass of terms without bound bytes adds each range's largest impact times
+    /// `q` and the table then answers every (slot, range) with the range's postings, as a
+    /// plain scan of the postings does: several terms per table, segments of several sizes,
+    /// one- and two-byte impacts, wide and narrow doc ids, and reuse across segments.
     #[test]
-    fn span_table_equals_a_map() {
+    fn span_table_equals_a_scan_of_the_postings() {
+        use crate::forward::TermPostings;
         let mut rng = Rng::new(3);
         let mut table = SpanTable::default();
-        for num_ranges in [1usize, 63, 64, 65, 200, 1000] {
-            table.reset(num_ranges);
-            let mut want: Vec<std::collections::BTreeMap<u32, (u32, u32)>> = Vec::new();
-            for _ in 0..4 {
-                let every = 1 + rng.range(0, 8);
-                let ranges: Vec<u32> = (0..num_ranges as u32)
-                    .filter(|_| rng.range(0, every - 1) == 0)
+        let shift = 5;
+        for num_ranges in [5u32, 63, 64, 65, 200, 1000, 1 << 17] {
+            table.reset(num_ranges as usize);
+            let mut ub = vec![0u32; num_ranges as usize];
+            let mut want_ub = vec![0u32; num_ranges as usize];
+            let mut terms = Vec::new();
+            for t in 0..4u32 {
+                // At most one posting per 4 ranges: the term keeps no bound bytes.
+                let n = if num_ranges == 1 << 17 {
+                    [3_000, 80, 5_000, 1][t as usize]
+                } else {
+                    rng.range(1, (num_ranges as usize - 1) / 4) as u32
+                };
+                let largest = if t == 2 { 900 } else { 255 };
+                let mut postings: Vec<(u32, u32)> = (0..n)
+                    .map(|_| {
+                        let doc = rng.range(0, (num_ranges << shift) as usize - 1) as u32;
+                        (doc, rng.range(1, largest) as u32)
+                    })
                     .collect();
-                let map: std::collections::BTreeMap<u32, (u32, u32)> =
-                    ranges.iter().map(|&r| (r, (3 * r, 3 * r + 2))).collect();
-                let slot = table.add(|mark| {
-                    for (&r, &span) in &map {
-                        mark(r, span);
-                    }
-                });
-                assert_eq!(slot, want.len());
-                want.push(map);
+                postings.sort_unstable();
+                postings.dedup_by_key(|p| p.0);
+                let max = postings.iter().map(|p| p.1).max().unwrap_or(1);
+                let m = TermMaxima::new(
+                    Default::default(),
+                    max,
+                    shift,
+                    TermPostings::build(&postings, max, shift, num_ranges),
+                );
+                assert!(!m.has_bound_bytes());
+                let q = 1 + t;
+                for &(doc, w) in &postings {
+                    let r = (doc >> shift) as usize;
+                    want_ub[r] = want_ub[r].max(q * w);
+                }
+                assert_eq!(table.add(&m, q, &mut ub), terms.len());
+                terms.push(postings);
+                for (u, w) in ub.iter_mut().zip(&mut want_ub) {
+                    // Bounds add up over terms; compare this term's share.
+                    assert_eq!(*u, *w, "term {t}: {num_ranges} ranges");
+                    *u = 0;
+                    *w = 0;
+                }
             }
-            for (slot, map) in want.iter().enumerate() {
-                for r in 0..num_ranges as u32 {
-                    let expected = map.get(&r).copied().unwrap_or((0, 0));
-                    assert_eq!(table.span(slot, r), expected, "slot {slot} range {r}");
+            for (slot, postings) in terms.iter().enumerate() {
+                let mut want = vec![(0u32, 0u32); num_ranges as usize];
+                for (i, &(doc, _)) in postings.iter().enumerate() {
+                    let span = &mut want[(doc >> shift) as usize];
+                    if span.1 == 0 {
+                        span.0 = i as u32;
+                    }
+                    span.1 = i as u32 + 1;
+                }
+                for r in 0..num_ranges {
+                    assert_eq!(
+                        table.span(slot, r),
+                        want[r as usize],
+                        "slot {slot} range {r}"
+                    );
                 }
             }
         }
