@@ -1,9 +1,18 @@
+//! Would superblocks (bounding groups of blocks first, Carlson et al., SIGIR 2025) prune here?
+//! For 100 queries on a one-segment collection built by `search_profile` (`superblock_stats
+//! DIR`): with the final 10th score θ already known (the best case), the share of superblocks of
+//! 1-64 blocks whose bound reaches θ, and the share of the rare terms' blocks inside them (what a
+//! search would still walk).
 use lexlip_index::maxima::SegmentMaxima;
 use lexlip_index::synth::{Generator, Rng};
 use lexlip_index::{Algorithm, Collection, SearchOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap());
+    let dir = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .ok_or("usage: superblock_stats DIR (a collection search_profile built)")?,
+    );
     let c = Collection::open(&dir)?;
     let snap = c.snapshot()?;
     let g = Generator::default();
