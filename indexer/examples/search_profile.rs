@@ -1,5 +1,6 @@
 //! Search only, on a collection built once: `search_profile DIR [docs] [corpus] [factor]`
-//! (builds DIR on first use, then times exhaustive vs pruned on 200 queries, 5 rounds).
+//! (builds DIR on first use, then times exhaustive vs pruned on 200 queries, 3 rounds).
+//! `PRUNED_ONLY=1`: only the pruned search, 20 rounds, recall against itself (for a profiler).
 use std::time::Instant;
 
 use lexlip_index::synth::{Corpus, Generator, Rng};
@@ -54,14 +55,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Precision::Approx(factor)
         },
     );
+    let only = std::env::var_os("PRUNED_ONLY").is_some();
     let truth: Vec<_> = queries
         .iter()
-        .map(|q| snap.search(q, &exh).map(|o| o.hits))
+        .map(|q| {
+            snap.search(q, if only { &pr } else { &exh })
+                .map(|o| o.hits)
+        })
         .collect::<Result<_, _>>()?;
-    for _ in 0..3 {
+    for _ in 0..if only { 20 } else { 3 } {
         let t = Instant::now();
-        for q in &queries {
-            snap.search(q, &exh)?;
+        if !only {
+            for q in &queries {
+                snap.search(q, &exh)?;
+            }
         }
         let te = t.elapsed().as_secs_f64();
         let t = Instant::now();

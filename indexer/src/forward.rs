@@ -274,8 +274,20 @@ impl TermPostings {
     /// Where the postings of `block` lie (an empty span when there are none).
     #[inline]
     pub fn span(&self, block: u32, shift: u32) -> (u32, u32) {
+        self.span_within(block, shift, self.locate(block))
+    }
+
+    /// The first step of [`Self::span`]: the postings among which `block`'s lie (a sparse
+    /// term's skip group; empty when its bound code says it is absent), asking the CPU to
+    /// start loading what the second step, [`Self::span_within`], reads. Locating a batch of
+    /// blocks in two passes overlaps those loads instead of waiting for each in turn.
+    #[inline]
+    pub fn locate(&self, block: u32) -> (u32, u32) {
         match self {
-            Self::Dense { starts, .. } => (starts[block as usize], starts[block as usize + 1]),
+            Self::Dense { starts, .. } => {
+                prefetch(starts[block as usize..].as_ptr().cast());
+                (0, 0)
+            }
             Self::Sparse {
                 docs,
                 maxima,
@@ -289,11 +301,34 @@ impl TermPostings {
                     return (0, 0);
                 }
                 let (lo, hi) = if groups.is_empty() {
-                    (0, docs.len())
+                    (0, docs.len() as u32)
                 } else {
                     let g = (block >> group_shift) as usize;
-                    (groups[g] as usize, groups[g + 1] as usize)
+                    (groups[g], groups[g + 1])
                 };
+                if lo < hi {
+                    match docs {
+                        Docs::Wide(d) => prefetch(d[lo as usize..].as_ptr().cast()),
+                        Docs::Narrow(d) => prefetch(d[lo as usize..].as_ptr().cast()),
+                    }
+                }
+                (lo, hi)
+            }
+        }
+    }
+
+    /// The second step of [`Self::span`], given what [`Self::locate`] returned for `block`.
+    #[inline]
+    pub fn span_within(&self, block: u32, shift: u32, (lo, hi): (u32, u32)) -> (u32, u32) {
+        match self {
+            Self::Dense { starts, .. } => (starts[block as usize], starts[block as usize + 1]),
+            Self::Sparse {
+                docs, group_shift, ..
+            } => {
+                let (lo, hi) = (lo as usize, hi as usize);
+                if lo >= hi {
+                    return (0, 0);
+                }
                 match docs {
                     Docs::Wide(docs) => find_block(&docs[lo..hi], lo, block, shift),
                     Docs::Narrow(docs) => {

@@ -67,6 +67,18 @@ impl TermMaxima {
         self.postings.span(range, self.shift)
     }
 
+    /// [`Self::span_in`] in two steps: see [`TermPostings::locate`].
+    #[inline]
+    pub fn locate(&self, range: u32) -> (u32, u32) {
+        self.postings.locate(range)
+    }
+
+    /// The second step of [`Self::span_in`]: see [`TermPostings::span_within`].
+    #[inline]
+    pub fn span_within(&self, range: u32, located: (u32, u32)) -> (u32, u32) {
+        self.postings.span_within(range, self.shift, located)
+    }
+
     /// Adds `q · impact` of a span's postings into `acc[doc offset]`; returns how many.
     #[inline]
     pub fn accumulate(&self, span: (u32, u32), q: u64, acc: &mut [u64]) -> u64 {

@@ -338,15 +338,22 @@ impl<'a> Worker<'a> {
     /// (range, term) span first, then accumulates and collects range by range.
     fn score(&mut self, ranges: &[u32]) -> Result<()> {
         self.cancel.check()?;
+        // Spans are located in two passes (see `TermMaxima::locate`), then prefetched.
         self.spans.clear();
         for &r in ranges {
             for t in self.terms {
-                let span = match t.slot {
+                self.spans.push(match t.slot {
                     Some(slot) => self.table.span(slot, r),
-                    None => t.m.span_in(r),
-                };
-                t.m.postings.prefetch(span);
-                self.spans.push(span);
+                    None => t.m.locate(r),
+                });
+            }
+        }
+        for (&r, spans) in ranges.iter().zip(self.spans.chunks_mut(self.terms.len())) {
+            for (t, span) in self.terms.iter().zip(spans) {
+                if t.slot.is_none() {
+                    *span = t.m.span_within(r, *span);
+                }
+                t.m.postings.prefetch(*span);
             }
         }
         let maxima = self.segment.maxima;
