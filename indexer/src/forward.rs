@@ -435,8 +435,8 @@ impl TermPostings {
         };
         // One loop per doc id and impact width, so that the loop tests neither.
         match (docs, impacts) {
-            (Docs::Wide(d), Impacts::Narrow(w)) => block_spans(d, w, 0, 0, shift, &mut f),
-            (Docs::Wide(d), Impacts::Wide(w)) => block_spans(d, w, 0, 0, shift, &mut f),
+            (Docs::Wide(d), Impacts::Narrow(w)) => block_spans(d, w, shift, &mut f),
+            (Docs::Wide(d), Impacts::Wide(w)) => block_spans(d, w, shift, &mut f),
             (Docs::Narrow(d), Impacts::Narrow(w)) => {
                 group_spans(d, w, groups, *group_shift, shift, &mut f)
             }
@@ -568,40 +568,108 @@ fn group_spans<W: Copy + Into<u32>>(
     shift: u32,
     f: &mut impl FnMut(u32, u32, (u32, u32)),
 ) {
+    let mut runs = Runs::default();
     for (g, w) in groups.windows(2).enumerate() {
         let (s, e) = (w[0] as usize, w[1] as usize);
         let first_block = (g as u32) << group_shift;
-        block_spans(&docs[s..e], &impacts[s..e], s, first_block, shift, f);
+        runs.add(&docs[s..e], &impacts[s..e], s, first_block, shift, f);
     }
+    runs.finish(f);
 }
 
-/// Calls `f(block, largest impact, span)` for the blocks of `docs` (doc ids counted from
-/// block `first_block`'s first doc, in order; `impacts` theirs), which start at posting
-/// `first`.
+/// Calls `f(block, largest impact, span)` for the blocks of `docs` (doc ids in order, `impacts`
+/// theirs).
 #[inline(always)]
 fn block_spans<D: Copy + Into<u32>, W: Copy + Into<u32>>(
     docs: &[D],
     impacts: &[W],
-    first: usize,
-    first_block: u32,
     shift: u32,
     f: &mut impl FnMut(u32, u32, (u32, u32)),
 ) {
-    let impacts = &impacts[..docs.len()];
-    let mut i = 0;
-    while i < docs.len() {
-        let (s, block) = (i, docs[i].into() >> shift);
-        let mut m = impacts[i].into();
-        i += 1;
-        while i < docs.len() && docs[i].into() >> shift == block {
-            m = m.max(impacts[i].into());
-            i += 1;
+    let mut runs = Runs::default();
+    runs.add(docs, impacts, 0, 0, shift, f);
+    runs.finish(f);
+}
+
+/// Postings looked at per pass of [`Runs::add`].
+const RUN_CHUNK: usize = 64;
+
+/// Splits postings into blocks (runs of one block) in two passes per [`RUN_CHUNK`] postings,
+/// neither with a data-dependent branch: a rare term has one or two postings per block, so a
+/// loop that branches on "same block as the previous posting" mispredicts about once per
+/// block. The first pass writes every posting's run into a buffer slot that only moves on
+/// when the block changes (the last write of a run, with its largest impact, stays); the
+/// second hands the finished runs out. The last run of a chunk stays open into the next.
+struct Runs {
+    /// (block, largest impact so far, first posting) of the runs of the current chunk; the
+    /// first may be the open run of the chunk before.
+    buf: [(u32, u32, u32); RUN_CHUNK + 1],
+    /// Runs in `buf`, the open one included.
+    len: usize,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self {
+            buf: [(u32::MAX, 0, 0); RUN_CHUNK + 1],
+            len: 0,
         }
-        f(
-            first_block + block,
-            m,
-            ((first + s) as u32, (first + i) as u32),
-        );
+    }
+}
+
+impl Runs {
+    /// Adds postings `first..` (doc ids counted from block `first_block`'s first doc), handing
+    /// every run that ends on the way to `f`.
+    #[inline(always)]
+    fn add<D: Copy + Into<u32>, W: Copy + Into<u32>>(
+        &mut self,
+        docs: &[D],
+        impacts: &[W],
+        first: usize,
+        first_block: u32,
+        shift: u32,
+        f: &mut impl FnMut(u32, u32, (u32, u32)),
+    ) {
+        let impacts = &impacts[..docs.len()];
+        for (c, (docs, impacts)) in docs
+            .chunks(RUN_CHUNK)
+            .zip(impacts.chunks(RUN_CHUNK))
+            .enumerate()
+        {
+            let first = first + c * RUN_CHUNK;
+            let (mut len, (mut block, mut max, mut start)) = match self.len {
+                0 => (0, (u32::MAX, 0, 0)),
+                n => (1, self.buf[n - 1]),
+            };
+            self.buf[0] = (block, max, start);
+            for (i, (&d, &w)) in docs.iter().zip(impacts).enumerate() {
+                let (b, w) = (first_block + (d.into() >> shift), w.into());
+                let same = b == block;
+                max = if same { max.max(w) } else { w };
+                start = if same { start } else { (first + i) as u32 };
+                len += usize::from(!same);
+                block = b;
+                self.buf[len - 1] = (block, max, start);
+            }
+            for k in 0..len - 1 {
+                let (b, m, s) = self.buf[k];
+                f(b, m, (s, self.buf[k + 1].2));
+            }
+            // The open run moves to the front; where the postings so far end is kept behind
+            // it for `finish`.
+            self.buf[0] = self.buf[len - 1];
+            self.buf[1].2 = (first + docs.len()) as u32;
+            self.len = 1;
+        }
+    }
+
+    /// Hands the open run, which ends where the postings do, to `f`.
+    #[inline(always)]
+    fn finish(&mut self, f: &mut impl FnMut(u32, u32, (u32, u32))) {
+        if self.len == 1 {
+            let (b, m, s) = self.buf[0];
+            f(b, m, (s, self.buf[1].2));
+        }
     }
 }
 
@@ -669,6 +737,60 @@ mod tests {
             assert_eq!(matches!(docs, Docs::Narrow(_)), narrow, "{count} postings");
             check(&t, &postings, shift, blocks);
             spans_match(&t, shift);
+        }
+    }
+
+    /// The two-pass run splitting hands out every block's span and largest impact as a plain
+    /// grouping does, runs crossing chunk and group boundaries included.
+    #[test]
+    fn runs_equal_a_plain_grouping() {
+        let shift = 5;
+        for (n, stride) in [
+            (0u32, 1u32),
+            (1, 1),
+            (63, 1),
+            (64, 1),
+            (65, 1),
+            (300, 3),
+            (500, 7),
+            (700, 41),
+        ] {
+            let docs: Vec<u32> = (0..n).map(|i| i * stride + i % stride).collect();
+            let impacts: Vec<u8> = (0..n).map(|i| (1 + i * 37 % 250) as u8).collect();
+            let mut want: Vec<(u32, u32, (u32, u32))> = Vec::new();
+            for (i, (&d, &w)) in docs.iter().zip(&impacts).enumerate() {
+                match want.last_mut() {
+                    Some((b, m, span)) if *b == d >> shift => {
+                        *m = (*m).max(u32::from(w));
+                        span.1 = i as u32 + 1;
+                    }
+                    _ => want.push((d >> shift, u32::from(w), (i as u32, i as u32 + 1))),
+                }
+            }
+            let mut got = Vec::new();
+            block_spans(&docs, &impacts, shift, &mut |b, m, span| {
+                got.push((b, m, span))
+            });
+            assert_eq!(got, want, "{n} postings, stride {stride}");
+            // The same postings cut into skip groups of 4 blocks, doc ids counted per group.
+            let group_shift = 2;
+            let per_group = 1 << (shift + group_shift);
+            let num_groups = docs.last().map_or(0, |&d| d / per_group + 1) as usize;
+            let mut groups = vec![0u32; num_groups + 1];
+            for (g, start) in groups.iter_mut().enumerate() {
+                *start = docs.partition_point(|&d| d < g as u32 * per_group) as u32;
+            }
+            let narrow: Vec<u16> = docs.iter().map(|&d| (d % per_group) as u16).collect();
+            let mut got = Vec::new();
+            group_spans(
+                &narrow,
+                &impacts,
+                &groups,
+                group_shift,
+                shift,
+                &mut |b, m, span| got.push((b, m, span)),
+            );
+            assert_eq!(got, want, "{n} postings, stride {stride}, in groups");
         }
     }
 
