@@ -1,12 +1,15 @@
 //! Search only, on a collection built once: `search_profile DIR [docs] [corpus] [factor]`
 //! (builds DIR on first use, then times exhaustive vs pruned on 200 queries, 3 rounds).
 //! `PRUNED_ONLY=1`: only the pruned search, 20 rounds, recall against itself (for a profiler).
+//! `QUERIES=FILE.jsonl`: an existing collection DIR searched with these queries (Anserini
+//! `JsonVectorCollection` lines with integer impacts, as `lexlip export` writes them) instead of
+//! synthetic ones; `BLOCK=16` sets the block size.
 use std::time::Instant;
 
 use lexlip_index::synth::{Corpus, Generator, Rng};
 use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
 use lexlip_proto::api::Precision;
-use lexlip_proto::{DocId, Document, Modality, TermSpace};
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -37,9 +40,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c.merge_all()?;
         c
     };
+    let mut c = c;
+    if let Some(b) = std::env::var("BLOCK").ok().and_then(|b| b.parse().ok()) {
+        c.set_block_size(b)?;
+    }
     let snap = c.snapshot()?;
-    let mut qrng = Rng::new(99);
-    let queries: Vec<_> = (0..200).map(|_| g.query_of(corpus, &mut qrng)).collect();
+    let queries: Vec<QuantizedVector> = match std::env::var_os("QUERIES") {
+        Some(path) => read_queries(std::path::Path::new(&path))?,
+        None => {
+            let mut qrng = Rng::new(99);
+            (0..200).map(|_| g.query_of(corpus, &mut qrng)).collect()
+        }
+    };
+    let per_query = 1e3 / queries.len() as f64;
     let opts = |algorithm, precision| SearchOptions {
         k: 10,
         algorithm,
@@ -89,12 +102,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let tp = t.elapsed().as_secs_f64();
         println!(
             "exhaustive {:.3} ms/q, pruned {:.3} ms/q, speedup {:.2}, recall {:.4}, postings/q {}",
-            te * 5.0,
-            tp * 5.0,
+            te * per_query,
+            tp * per_query,
             te / tp,
             hit as f64 / (10.0 * queries.len() as f64),
-            scored / 200
+            scored / queries.len() as u64
         );
     }
     Ok(())
+}
+
+/// Integer-impact queries of a `JsonVectorCollection` file.
+fn read_queries(
+    path: &std::path::Path,
+) -> Result<Vec<QuantizedVector>, Box<dyn std::error::Error>> {
+    let mut queries = Vec::new();
+    for line in std::fs::read_to_string(path)?.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        let vector = value["vector"]
+            .as_object()
+            .ok_or("a line without \"vector\"")?;
+        let pairs = vector
+            .iter()
+            .map(|(t, w)| Ok((t.clone(), w.as_u64().ok_or("impacts must be integers")?)))
+            .collect::<Result<Vec<_>, &str>>()?;
+        queries.push(QuantizedVector::new(pairs)?);
+    }
+    Ok(queries)
 }
