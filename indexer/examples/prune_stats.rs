@@ -38,7 +38,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let snap = c.snapshot()?;
     let field = snap.searcher().schema().get_field("impacts")?;
     let reader = &snap.searcher().segment_readers()[0];
-    let m = SegmentMaxima::compute(reader, field, lexlip_index::maxima::DEFAULT_RANGE_SHIFT)?;
+    let plan = lexlip_index::maxima::ForwardPlan {
+        shift: Some(lexlip_index::maxima::DEFAULT_RANGE_SHIFT),
+        layout: Some(lexlip_index::maxima::Layout::Terms),
+    };
+    let m = SegmentMaxima::compute(reader, field, plan)?;
+    let inverted = reader.inverted_index(field)?;
     let num_ranges = m.num_ranges as usize;
     let (mut reach, mut rare_inside) = ([0.0; GROUPS.len()], [0.0; GROUPS.len()]);
     let nq = 50;
@@ -52,15 +57,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let hits = snap.search(&q, &o)?.hits;
         let theta = hits.last().map(|h| h.score).unwrap_or(0);
         // Each term's bound per range, and whether the term is rare (bounded from postings).
-        let terms: Vec<(bool, Vec<u64>)> = q
-            .iter()
-            .filter_map(|(t, w)| {
-                let tm = m.term(t.as_bytes())?;
-                let mut bounds = vec![0u64; num_ranges];
-                tm.add_bounds(u64::from(w), &mut bounds);
-                Some((!tm.has_bound_bytes(), bounds))
-            })
-            .collect();
+        let mut terms: Vec<(bool, Vec<u64>)> = Vec::new();
+        for (t, w) in q.iter() {
+            let Some(tm) = m.term(t.as_bytes()) else {
+                continue;
+            };
+            let mut bounds = vec![0u64; num_ranges];
+            tm.add_bounds(u64::from(w), &mut bounds, &inverted)?;
+            terms.push((!tm.has_bound_bytes(), bounds));
+        }
         for (i, &size) in GROUPS.iter().enumerate() {
             let mut bound = vec![0u64; num_ranges.div_ceil(size)];
             for (_, b) in &terms {

@@ -1,5 +1,6 @@
 //! Runs the engine benchmark with the library defaults and prints JSON (`lexlip bench engine`
-//! is the user-facing form). `quick_bench [docs] [topical|independent] [block size]`.
+//! is the user-facing form). `quick_bench [docs] [topical|independent] [block size]` (no block
+//! size: each segment's layout's own).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let docs = std::env::args()
         .nth(1)
@@ -17,10 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|s| s.parse())
             .transpose()?
             .unwrap_or_default(),
-        block_size: std::env::args()
-            .nth(3)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(32),
+        block_size: std::env::args().nth(3).and_then(|s| s.parse().ok()),
+        layout: None,
         threads: vec![2],
         forward_files: true,
     };

@@ -3,7 +3,8 @@
 //! `PRUNED_ONLY=1`: only the pruned search, 20 rounds, recall against itself (for a profiler).
 //! `QUERIES=FILE.jsonl`: an existing collection DIR searched with these queries (Anserini
 //! `JsonVectorCollection` lines with integer impacts, as `lexlip export` writes them) instead of
-//! synthetic ones; `BLOCK=16` sets the block size.
+//! synthetic ones; `BLOCK=16` sets the block size, `LAYOUT=terms|documents` the forward index
+//! layout (both chosen per segment otherwise).
 use std::time::Instant;
 
 use lexlip_index::synth::{Corpus, Generator, Rng};
@@ -42,8 +43,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut c = c;
     if let Some(b) = std::env::var("BLOCK").ok().and_then(|b| b.parse().ok()) {
-        c.set_block_size(b)?;
+        c.set_block_size(Some(b))?;
     }
+    c.set_forward_layout(match std::env::var("LAYOUT").as_deref() {
+        Ok("terms") => Some(lexlip_index::maxima::Layout::Terms),
+        Ok("documents") => Some(lexlip_index::maxima::Layout::Documents),
+        _ => None,
+    });
     let snap = c.snapshot()?;
     let queries: Vec<QuantizedVector> = match std::env::var_os("QUERIES") {
         Some(path) => read_queries(std::path::Path::new(&path))?,

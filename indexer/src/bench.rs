@@ -7,7 +7,7 @@ use lexlip_proto::api::Precision;
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use serde::Serialize;
 
-use crate::maxima::SegmentMaxima;
+use crate::maxima::{ForwardPlan, Layout, SegmentMaxima};
 use crate::synth::{Corpus, Generator, Rng};
 use crate::{
     Algorithm, Collection, CollectionSettings, Result, ScoredDoc, SearchOptions, Snapshot,
@@ -24,8 +24,10 @@ pub struct EngineBenchConfig {
     pub approx: Vec<f32>,
     /// Which synthetic corpus.
     pub corpus: Corpus,
-    /// Documents per pruning block (8-64).
-    pub block_size: u32,
+    /// Documents per pruning block (8-64); `None`: each segment's layout's own.
+    pub block_size: Option<u32>,
+    /// Forward index layout; `None`: chosen per segment.
+    pub layout: Option<Layout>,
     /// Thread counts per query to measure exact search with (besides one).
     pub threads: Vec<usize>,
     /// Keep forward index files with the segments (the default of collections).
@@ -89,7 +91,10 @@ pub struct EngineBenchReport {
     pub vector_index_bytes_per_nnz: f64,
     pub stored_bytes: u64,
     pub pruning_memory_bytes: u64,
-    pub block_size: u32,
+    /// The block size asked for (`None`: each segment's layout's own).
+    pub block_size: Option<u32>,
+    /// What the searched segments have: layout and documents per block, per segment.
+    pub forward: Vec<crate::collection::ForwardSummary>,
     pub exhaustive: Throughput,
     /// The default: block-max over the forward index.
     pub exact: ExactFigures,
@@ -303,6 +308,7 @@ pub fn run(
     };
     let mut collection = Collection::create(dir, space, settings, None)?;
     collection.set_block_size(config.block_size)?;
+    collection.set_forward_layout(config.layout);
 
     // Vectors are generated before timing: ingest measures the engine, not the generator.
     let chunk = 100_000;
@@ -341,13 +347,17 @@ pub fn run(
     let t = Instant::now();
     let mut reopened = Collection::open(dir)?;
     reopened.set_block_size(config.block_size)?;
+    reopened.set_forward_layout(config.layout);
     drop(reopened.snapshot()?);
     let open_seconds = t.elapsed().as_secs_f64();
     drop(reopened);
-    let shift = config.block_size.trailing_zeros();
+    let plan = ForwardPlan {
+        shift: config.block_size.map(u32::trailing_zeros),
+        layout: config.layout,
+    };
     let t = Instant::now();
     for reader in snap.searcher().segment_readers() {
-        SegmentMaxima::compute(reader, snap.fields().impacts, shift)?;
+        SegmentMaxima::compute(reader, snap.fields().impacts, plan)?;
     }
     let build_seconds = t.elapsed().as_secs_f64();
     let stats = collection.stats()?;
@@ -382,6 +392,7 @@ pub fn run(
         stored_bytes: stats.stored_bytes,
         pruning_memory_bytes: stats.pruning_memory_bytes,
         block_size: config.block_size,
+        forward: snap.forward_summary(),
         exhaustive: m.exhaustive,
         exact: m.exact,
         exact_postings: m.exact_postings,

@@ -66,6 +66,14 @@ impl Impacts {
         }
     }
 
+    /// Bytes per impact.
+    pub(crate) fn width(&self) -> u8 {
+        match self {
+            Self::Narrow(_) => 1,
+            Self::Wide(_) => 2,
+        }
+    }
+
     fn prefetch(&self, i: usize) {
         match self {
             Self::Narrow(w) => prefetch(w[i..].as_ptr().cast()),
@@ -224,6 +232,10 @@ pub enum TermPostings {
         groups: Slab<u32>,
         group_shift: u32,
     },
+    /// A term of a segment in the documents layout ([`crate::doc_vectors`] holds what scoring
+    /// reads): its block bound codes where it is common; no postings here. Bounding a term
+    /// without codes reads its tantivy postings ([`crate::maxima::TermMaxima::add_bounds_u32`]).
+    Bounds { maxima: Option<(BoundCodes, u32)> },
 }
 
 impl TermPostings {
@@ -271,6 +283,34 @@ impl TermPostings {
         }
     }
 
+    /// The bound codes a term of a segment in the documents layout keeps, for `postings` (doc,
+    /// impact) whose largest impact is `max`: a byte per block for a term in most blocks, four
+    /// bits per block for one in at least a quarter of them, none for the others.
+    pub(crate) fn build_bounds(
+        postings: &[(u32, u32)],
+        max: u32,
+        shift: u32,
+        num_blocks: u32,
+    ) -> Self {
+        let (n, blocks) = (postings.len(), num_blocks as usize);
+        let maxima = if 3 * n > 5 * blocks {
+            let step = max.div_ceil(255).max(1);
+            Some((
+                BoundCodes::build(postings, shift, num_blocks, step, false),
+                step,
+            ))
+        } else if 4 * n >= blocks {
+            let step = max.div_ceil(NIBBLE_MAX).max(1);
+            Some((
+                BoundCodes::build(postings, shift, num_blocks, step, true),
+                step,
+            ))
+        } else {
+            None
+        };
+        Self::Bounds { maxima }
+    }
+
     /// Where the postings of `block` lie (an empty span when there are none).
     #[inline]
     pub fn span(&self, block: u32, shift: u32) -> (u32, u32) {
@@ -314,6 +354,7 @@ impl TermPostings {
                 }
                 (lo, hi)
             }
+            Self::Bounds { .. } => (0, 0),
         }
     }
 
@@ -337,6 +378,7 @@ impl TermPostings {
                     }
                 }
             }
+            Self::Bounds { .. } => (0, 0),
         }
     }
 
@@ -362,6 +404,7 @@ impl TermPostings {
                 }
                 impacts.prefetch(s);
             }
+            Self::Bounds { .. } => {}
         }
     }
 
@@ -397,6 +440,7 @@ impl TermPostings {
                     acc[(u32::from(docs[i]) & mask) as usize] += q * u64::from(impacts.get(i));
                 }
             }
+            Self::Bounds { .. } => return 0,
         }
         (e - s) as u64
     }
@@ -405,6 +449,7 @@ impl TermPostings {
     pub fn max_in(&self, (s, e): (u32, u32)) -> u32 {
         let impacts = match self {
             Self::Dense { impacts, .. } | Self::Sparse { impacts, .. } => impacts,
+            Self::Bounds { .. } => return 0,
         };
         (s as usize..e as usize)
             .map(|i| impacts.get(i))
@@ -453,8 +498,11 @@ impl TermPostings {
             | Self::Sparse {
                 maxima: Some((_, step)),
                 ..
+            }
+            | Self::Bounds {
+                maxima: Some((_, step)),
             } => max.div_ceil(*step) * step,
-            Self::Sparse { .. } => max,
+            Self::Sparse { .. } | Self::Bounds { .. } => max,
         }
     }
 
@@ -465,8 +513,11 @@ impl TermPostings {
             | Self::Sparse {
                 maxima: Some((maxima, step)),
                 ..
+            }
+            | Self::Bounds {
+                maxima: Some((maxima, step)),
             } => Some((maxima, *step)),
-            Self::Sparse { .. } => None,
+            Self::Sparse { .. } | Self::Bounds { .. } => None,
         }
     }
 
@@ -497,6 +548,7 @@ impl TermPostings {
                     + maxima.as_ref().map_or(0, |(m, _)| m.heap_bytes())
                     + groups.heap_bytes()
             }
+            Self::Bounds { maxima } => maxima.as_ref().map_or(0, |(m, _)| m.heap_bytes()),
         }
     }
 }
@@ -674,7 +726,7 @@ impl Runs {
 }
 
 #[inline]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is only a hint: it never faults, whatever the address.
     unsafe {

@@ -16,17 +16,23 @@
 //! from the postings, which stay the store of record.
 //!
 //! ```text
-//! header   "LXFWD" 0 0 version u8 (3; 1 and 2 are read too) | shift u32 | num_blocks u32
+//! header   "LXFWD" 0 0 version u8 (4; 1 to 3 are read too) | shift u32 | num_blocks u32
+//!          | from version 4: segment layout u32 (0 terms, 1 documents) | term bits u32
+//!          | entry bytes u32 (both 0 in the terms layout)
 //! per term, in term-dictionary order, starting at a multiple of 4 bytes:
-//!          n u32 | max u32 | step u32 (0: no bound codes) | layout u8 (0 dense, 1 sparse)
-//!          | impact bytes u8 (1 or 2) | bound codes u8 (0 none, 1 a byte per block, 2 four
-//!          bits per block: sparse terms from version 3) | narrow docs u8 (0 or 1; 0 in
-//!          version 1)
+//!          n u32 | max u32 | step u32 (0: no bound codes) | layout u8 (0 dense, 1 sparse,
+//!          2 bounds only) | impact bytes u8 (1 or 2; 0 for bounds only) | bound codes u8 (0
+//!          none, 1 a byte per block, 2 four bits per block: sparse terms from version 3)
+//!          | narrow docs u8 (0 or 1; 0 in version 1)
 //!   dense  maxima [u8; blocks] | starts [u32; blocks + 1] | offsets [u8; n] | impacts [n]
 //!   sparse docs [u32; n], or [u16; n] counted from their skip group's first doc if narrow
 //!          | impacts [n] | maxima [u8; blocks], or [u8; ceil(blocks / 2)] two 4-bit codes
 //!          per byte (low half first), if any
 //!          | group_shift u32 | groups len u32 | groups [u32]
+//!   bounds maxima [u8; blocks] or [u8; ceil(blocks / 2)], if any (documents layout)
+//! documents layout, after the terms:
+//!          non-zeros u32 | starts [u32; max_doc + 1] | entries [u8; non-zeros · entry bytes]
+//!          | 64 zero bytes                                 (see crate::doc_vectors)
 //! ```
 //! Integers are little-endian; arrays of u32 and u16 start at a multiple of their size (zeros
 //! before them), so they can be read in place. Every length, position and order search relies
@@ -43,35 +49,42 @@ use tantivy::schema::{Field, Schema};
 use tantivy::{DocId, Segment, SegmentReader};
 use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlugin};
 
+use crate::doc_vectors::{self, DocVectors, EntryLayout};
 use crate::error::{IndexError, Result};
 use crate::forward::{BoundCodes, Docs, Impacts, NARROW_SPAN, TermPostings};
-use crate::maxima::{self, SegmentMaxima, TermMaxima};
+use crate::maxima::{
+    self, ForwardBuilder, ForwardPlan, Layout, SegmentMaxima, SegmentStats, TermMaxima,
+};
 use crate::slab::{Plain, Slab};
 
 /// File extension of the forward index of a segment.
 pub const EXTENSION: &str = "fwd";
 /// The file's first bytes, less the version byte that ends them.
 const MAGIC: &[u8; 7] = b"LXFWD\0\0";
-/// The version written. Versions 1 (before narrow doc ids) and 2 (before 4-bit bounds for
-/// sparse terms) are read as well.
-const VERSION: u8 = 3;
+/// The version written. Versions 1 (before narrow doc ids), 2 (before 4-bit bounds for sparse
+/// terms) and 3 (before the documents layout) are read as well.
+const VERSION: u8 = 4;
 
 pub(crate) fn component() -> SegmentComponent {
     SegmentComponent::Custom(EXTENSION.to_string())
 }
 
-/// The plugin a collection registers on its tantivy index. The block size is shared with the
-/// collection, which may change it ([`crate::Collection::set_block_size`]): files are written
-/// for the block size in force at the time.
+/// The plugin a collection registers on its tantivy index. The plan (block size and layout,
+/// [`ForwardPlan::pack`]ed) is shared with the collection, which may change it
+/// ([`crate::Collection::set_block_size`]): files are written for the plan in force at the time.
 #[derive(Debug, Clone)]
 pub struct ForwardPlugin {
     impacts: Field,
-    shift: Arc<AtomicU32>,
+    plan: Arc<AtomicU32>,
 }
 
 impl ForwardPlugin {
-    pub fn new(impacts: Field, shift: Arc<AtomicU32>) -> Self {
-        Self { impacts, shift }
+    pub fn new(impacts: Field, plan: Arc<AtomicU32>) -> Self {
+        Self { impacts, plan }
+    }
+
+    fn plan(&self) -> ForwardPlan {
+        ForwardPlan::unpack(self.plan.load(Ordering::Relaxed))
     }
 }
 
@@ -93,7 +106,7 @@ impl SegmentPlugin for ForwardPlugin {
         // The merged segment holds every source's alive documents (as tantivy's merger counts).
         let max_doc = ctx.readers.iter().map(SegmentReader::num_docs).sum();
         let segment = ctx.target_segment.clone().with_max_doc(max_doc);
-        write(&segment, self.impacts, self.shift.load(Ordering::Relaxed)).map_err(to_tantivy)
+        write(&segment, self.impacts, self.plan()).map_err(to_tantivy)
     }
 }
 
@@ -122,8 +135,7 @@ impl PluginWriter for CountingWriter {
         _doc_id_map: Option<&tantivy::indexer::doc_id_mapping::DocIdMapping>,
     ) -> tantivy::Result<()> {
         let segment = segment.clone().with_max_doc(self.docs);
-        let shift = self.plugin.shift.load(Ordering::Relaxed);
-        write(&segment, self.plugin.impacts, shift).map_err(to_tantivy)
+        write(&segment, self.plugin.impacts, self.plugin.plan()).map_err(to_tantivy)
     }
 
     fn mem_usage(&self) -> usize {
@@ -146,12 +158,18 @@ fn to_tantivy(e: IndexError) -> tantivy::TantivyError {
     }
 }
 
-/// Writes the forward index of `segment` (its postings written, its `max_doc` set) for blocks
-/// of `2^shift` documents, from its postings. Reads each term's postings once and keeps one term
-/// in memory at a time.
-pub fn write(segment: &Segment, impacts: Field, shift: u32) -> Result<()> {
+/// Writes the forward index of `segment` (its postings written, its `max_doc` set) as `plan`
+/// has it for this segment, from its postings: two passes over them, the first to plan the
+/// layout. Keeps one term's postings in memory at a time, and the documents' vectors in the
+/// documents layout.
+pub fn write(segment: &Segment, impacts: Field, plan: ForwardPlan) -> Result<()> {
     let reader = SegmentReader::open(segment)?;
-    let mut file = FileWriter::new(segment, shift)?;
+    let mut stats = SegmentStats::new(reader.max_doc());
+    maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
+        stats.add(postings.iter().map(|p| p.0), max);
+        Ok(())
+    })?;
+    let mut file = FileWriter::new(segment, &stats, plan)?;
     maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
         file.term(postings, max)
     })?;
@@ -159,41 +177,42 @@ pub fn write(segment: &Segment, impacts: Field, shift: u32) -> Result<()> {
 }
 
 /// A forward index file being written, one term at a time in term order (the order of the
-/// segment's term dictionary). Used directly where the postings are at hand already, as when
-/// lexlip writes a segment.
+/// segment's term dictionary), after a first pass gathered the segment's [`SegmentStats`]. Used
+/// directly where the postings are at hand already, as when lexlip writes a segment.
 pub(crate) struct FileWriter {
     out: tantivy::directory::WritePtr,
     buf: Vec<u8>,
-    shift: u32,
-    num_blocks: u32,
+    builder: ForwardBuilder,
 }
 
 impl FileWriter {
-    /// Starts the file of `segment` (its `max_doc` set) for blocks of `2^shift` documents.
-    pub(crate) fn new(segment: &Segment, shift: u32) -> Result<Self> {
-        let shift = maxima::clamp_shift(shift);
-        let num_blocks = maxima::num_blocks(segment.meta().max_doc(), shift);
+    /// Starts the file of `segment` (its `max_doc` set).
+    pub(crate) fn new(segment: &Segment, stats: &SegmentStats, plan: ForwardPlan) -> Result<Self> {
+        let builder = ForwardBuilder::new(stats, plan);
         let out = segment
             .open_write(component())
             .map_err(tantivy::TantivyError::from)?;
         let mut buf = Vec::with_capacity(1 << 16);
         buf.extend_from_slice(MAGIC);
         buf.push(VERSION);
-        put_u32(&mut buf, shift);
-        put_u32(&mut buf, num_blocks);
-        Ok(Self {
-            out,
-            buf,
-            shift,
-            num_blocks,
-        })
+        put_u32(&mut buf, builder.shift);
+        put_u32(&mut buf, builder.num_blocks);
+        put_u32(&mut buf, u32::from(builder.layout == Layout::Documents));
+        let entries = builder.entry_layout();
+        put_u32(&mut buf, entries.map_or(0, |e| e.term_bits));
+        put_u32(&mut buf, entries.map_or(0, |e| e.entry_bytes));
+        Ok(Self { out, buf, builder })
     }
 
     /// The next term's (doc, impact) postings in doc order, and their largest impact.
     pub(crate) fn term(&mut self, postings: &[(u32, u32)], max: u32) -> Result<()> {
-        let t = TermPostings::build(postings, max, self.shift, self.num_blocks);
+        let t = self.builder.term(postings, max);
         encode(&t, postings.len() as u32, max, &mut self.buf);
         // Whole terms only: the buffer is flushed at multiples of 4 bytes, keeping alignment.
+        self.flush_some()
+    }
+
+    fn flush_some(&mut self) -> Result<()> {
         if self.buf.len() >= 1 << 16 {
             self.out.write_all(&self.buf).map_err(io_error)?;
             self.buf.clear();
@@ -202,10 +221,23 @@ impl FileWriter {
     }
 
     pub(crate) fn finish(mut self) -> Result<()> {
+        if let Some(docs) = self.builder.finish() {
+            encode_docs(&docs, &mut self.buf);
+        }
         self.out.write_all(&self.buf).map_err(io_error)?;
         self.out.terminate().map_err(io_error)?;
         Ok(())
     }
+}
+
+/// Appends the documents' vectors (see the module's layout); starts and ends at a multiple of
+/// 4 bytes.
+fn encode_docs(docs: &DocVectors, buf: &mut Vec<u8>) {
+    let starts = docs.starts();
+    put_u32(buf, starts.last().copied().unwrap_or(0));
+    put_u32s(buf, starts);
+    buf.extend_from_slice(docs.entries());
+    pad(buf, 4);
 }
 
 fn io_error(e: std::io::Error) -> IndexError {
@@ -219,10 +251,10 @@ pub fn file_bytes(reader: &SegmentReader) -> u64 {
         .map_or(0, |f| tantivy::HasLen::len(&f) as u64)
 }
 
-/// The segment's forward index read from its file; `None` when the segment has none or has one
-/// for another block size (the caller builds it from the postings). An error means the file is
-/// damaged or does not belong to the segment's postings.
-pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option<SegmentMaxima>> {
+/// The segment's forward index read from its file, whatever its block size and layout;
+/// `None` when the segment has none (the caller builds it from the postings). An error means the
+/// file is damaged or does not belong to the segment's postings.
+pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<SegmentMaxima>> {
     let Ok(file) = reader.open_read(component()) else {
         return Ok(None);
     };
@@ -240,18 +272,35 @@ pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option
     }
     let file_shift = r.u32().map_err(corrupt)?;
     let num_blocks = r.u32().map_err(corrupt)?;
-    if file_shift != maxima::clamp_shift(shift) {
-        return Ok(None);
+    if maxima::clamp_shift(file_shift) != file_shift {
+        return Err(corrupt("its block size is not one lexlip uses"));
     }
     if num_blocks != maxima::num_blocks(reader.max_doc(), file_shift) {
         return Err(corrupt("its block count does not match the segment"));
     }
+    // Versions before 4 hold the terms layout only.
+    let entries = if version >= 4 {
+        let documents = r.u32().map_err(corrupt)?;
+        let (term_bits, entry_bytes) = (r.u32().map_err(corrupt)?, r.u32().map_err(corrupt)?);
+        match documents {
+            0 => None,
+            1 => Some(EntryLayout {
+                term_bits,
+                entry_bytes,
+            }),
+            _ => return Err(corrupt("unknown segment layout")),
+        }
+    } else {
+        None
+    };
     let max_doc = reader.max_doc();
     let inverted = reader.inverted_index(impacts)?;
     let mut stream = inverted.terms().stream()?;
     let mut out = SegmentMaxima::empty(file_shift, num_blocks, inverted.terms().num_terms());
+    let mut nnz = 0u64;
     while stream.advance() {
         let term_info = stream.value().clone();
+        nnz += u64::from(term_info.doc_freq);
         let (postings, max) = decode(&mut r, term_info.doc_freq, file_shift, num_blocks, max_doc)
             .map_err(|e| {
             corrupt(&format!(
@@ -259,13 +308,47 @@ pub fn read(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Option
                 String::from_utf8_lossy(stream.key())
             ))
         })?;
+        if matches!(postings, TermPostings::Bounds { .. }) != entries.is_some() {
+            return Err(corrupt("a term's layout is not the segment's"));
+        }
         let term = TermMaxima::new(term_info, max, file_shift, postings);
         out.insert(stream.key(), term);
+    }
+    if let Some(layout) = entries {
+        let docs = decode_docs(&mut r, layout, max_doc, nnz).map_err(corrupt)?;
+        if u64::from(out.num_terms()) > 1 << layout.term_bits {
+            return Err(corrupt("its term ordinals do not fit its entries"));
+        }
+        out.set_docs(Some(docs));
     }
     if r.pos != r.bytes.len() {
         return Err(corrupt("it holds more terms than the segment"));
     }
     Ok(Some(out))
+}
+
+/// Reads the documents' vectors written by [`encode_docs`]: `max_doc` documents holding `nnz`
+/// non-zeros (what the dictionary says the postings hold), starts in order, padding zero.
+fn decode_docs(
+    r: &mut Cursor,
+    layout: EntryLayout,
+    max_doc: u32,
+    nnz: u64,
+) -> std::result::Result<DocVectors, &'static str> {
+    if !(1..=doc_vectors::MAX_TERM_BITS).contains(&layout.term_bits)
+        || !matches!(layout.entry_bytes, 3 | 4)
+    {
+        return Err("bad entry layout");
+    }
+    let n = r.u32()?;
+    if u64::from(n) != nnz {
+        return Err("its documents' vectors do not hold the segment's postings");
+    }
+    let starts: Slab<u32> = r.slab(max_doc as usize + 1)?;
+    let len = n as usize * layout.entry_bytes as usize + doc_vectors::PADDING;
+    let entries: Slab<u8> = r.slab(len)?;
+    r.align(4);
+    DocVectors::from_parts(starts, entries, layout).ok_or("documents' vectors out of order")
 }
 
 fn corrupt_error(reader: &SegmentReader, what: &str) -> tantivy::TantivyError {
@@ -308,13 +391,10 @@ fn put_impacts(buf: &mut Vec<u8>, impacts: &Impacts) {
 
 /// Appends one term (see the module's layout); it starts and ends at a multiple of 4 bytes.
 fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
-    let (layout, impacts) = match t {
-        TermPostings::Dense { impacts, .. } => (0, impacts),
-        TermPostings::Sparse { impacts, .. } => (1, impacts),
-    };
-    let width = match impacts {
-        Impacts::Narrow(_) => 1,
-        Impacts::Wide(_) => 2,
+    let (layout, width) = match t {
+        TermPostings::Dense { impacts, .. } => (0, impacts.width()),
+        TermPostings::Sparse { impacts, .. } => (1, impacts.width()),
+        TermPostings::Bounds { .. } => (2, 0),
     };
     let (step, has_maxima) = match t.block_maxima() {
         Some((BoundCodes::Bytes(_), step)) => (step, 1),
@@ -365,6 +445,11 @@ fn encode(t: &TermPostings, n: u32, max: u32, buf: &mut Vec<u8>) {
             put_u32(buf, groups.len() as u32);
             put_u32s(buf, groups);
         }
+        TermPostings::Bounds { maxima } => {
+            if let Some((m, _)) = maxima {
+                buf.extend_from_slice(m.bytes());
+            }
+        }
     }
     pad(buf, 4);
 }
@@ -390,7 +475,7 @@ fn decode(
         return Err("its postings do not match the segment's");
     }
     // Bound codes: 1 a byte per block, 2 four bits per block (sparse terms, version 3).
-    if (has_maxima > 0) != (step > 0) || has_maxima > 2 || (has_maxima == 2 && layout != 1) {
+    if (has_maxima > 0) != (step > 0) || has_maxima > 2 || (has_maxima == 2 && layout == 0) {
         return Err("bad block maxima step");
     }
     if narrow > 1 || (narrow == 1 && layout != 1) {
@@ -444,14 +529,7 @@ fn decode(
             let impacts = impacts(r)?;
             let maxima = match has_maxima {
                 1 => Some((BoundCodes::Bytes(r.slab(blocks)?), step)),
-                2 => {
-                    let codes: Slab<u8> = r.slab(blocks.div_ceil(2))?;
-                    // The half byte after an odd last block is not a block.
-                    if blocks % 2 == 1 && codes[blocks / 2] >> 4 != 0 {
-                        return Err("a bound code past the last block");
-                    }
-                    Some((BoundCodes::Nibbles(codes), step))
-                }
+                2 => Some((BoundCodes::Nibbles(nibbles(r, blocks)?), step)),
                 _ => None,
             };
             r.align(4);
@@ -478,10 +556,27 @@ fn decode(
                 group_shift,
             }
         }
+        2 => TermPostings::Bounds {
+            maxima: match has_maxima {
+                1 => Some((BoundCodes::Bytes(r.slab(blocks)?), step)),
+                2 => Some((BoundCodes::Nibbles(nibbles(r, blocks)?), step)),
+                _ => None,
+            },
+        },
         _ => return Err("unknown layout"),
     };
     r.align(4);
     Ok((t, max))
+}
+
+/// Reads the 4-bit bound codes of `blocks` blocks.
+fn nibbles(r: &mut Cursor, blocks: usize) -> std::result::Result<Slab<u8>, &'static str> {
+    let codes: Slab<u8> = r.slab(blocks.div_ceil(2))?;
+    // The half byte after an odd last block is not a block.
+    if blocks % 2 == 1 && codes[blocks / 2] >> 4 != 0 {
+        return Err("a bound code past the last block");
+    }
+    Ok(codes)
 }
 
 /// Checks narrow doc ids against their skip groups (groups of `2^group_docs` documents): every
@@ -558,6 +653,11 @@ mod tests {
     /// Documents whose terms cover every layout: common terms (dense), terms in many blocks
     /// (sparse with bound bytes and skips), rare ones, and impacts above 255 (two bytes).
     fn fill(c: &mut Collection, seed: u64, docs: u32) {
+        fill_wide(c, seed, docs, 900);
+    }
+
+    /// [`fill`] with the `wide` terms' impacts up to `200 + wide`.
+    fn fill_wide(c: &mut Collection, seed: u64, docs: u32, wide: u64) {
         c.set_flush_docs(700);
         let mut rng = Rng::new(seed);
         for i in 0..docs {
@@ -570,7 +670,7 @@ mod tests {
                     _ => format!("wide{}", rng.next_u64() % 30),
                 };
                 let w = if t.starts_with("wide") {
-                    200 + rng.next_u64() % 900
+                    200 + rng.next_u64() % wide
                 } else {
                     1 + rng.next_u64() % 250
                 };
@@ -591,8 +691,12 @@ mod tests {
         Collection::create(dir, space, CollectionSettings::default(), None).unwrap()
     }
 
-    fn encoded(m: &SegmentMaxima) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut terms: Vec<(Vec<u8>, Vec<u8>)> = m
+    /// (term, its bytes in the file format), by term.
+    type TermBytes = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// Every term's bytes in the file format, and the documents' vectors' (documents layout).
+    fn encoded(m: &SegmentMaxima) -> (TermBytes, Vec<u8>) {
+        let mut terms: TermBytes = m
             .iter()
             .map(|(key, t)| {
                 let mut buf = Vec::new();
@@ -602,19 +706,41 @@ mod tests {
             })
             .collect();
         terms.sort();
-        terms
+        let mut docs = Vec::new();
+        if let Some(d) = &m.docs {
+            encode_docs(d, &mut docs);
+        }
+        (terms, docs)
     }
 
     /// Every segment's file, read back, is byte for byte the forward index built from its
-    /// postings: after flushes, after deletes and after a merge, for every block size.
+    /// postings: after flushes, after deletes and after a merge, for both layouts (3- and
+    /// 4-byte entries in the documents layout) and several block sizes.
     #[test]
     fn files_hold_the_forward_index_built_from_the_postings() {
-        for docs_per_block in [8, 32, 64] {
+        let cases = [
+            (Some(Layout::Terms), Some(8), 900),
+            (Some(Layout::Terms), Some(32), 900),
+            (Some(Layout::Terms), Some(64), 900),
+            (None, None, 900),
+            (Some(Layout::Documents), Some(32), 900),
+            (Some(Layout::Documents), None, 40_000),
+        ];
+        for (layout, docs_per_block, wide) in cases {
             let dir = tempfile::tempdir().unwrap();
             let mut c = create(dir.path());
             c.set_block_size(docs_per_block).unwrap();
-            let shift = docs_per_block.trailing_zeros();
-            fill(&mut c, u64::from(docs_per_block), 2_000);
+            c.set_forward_layout(layout);
+            let plan = ForwardPlan {
+                shift: docs_per_block.map(u32::trailing_zeros),
+                layout,
+            };
+            // Short documents: the documents layout unless asked otherwise.
+            let (want_layout, want_shift) = match layout.unwrap_or(Layout::Documents) {
+                Layout::Terms => (Layout::Terms, plan.shift.unwrap_or(5)),
+                Layout::Documents => (Layout::Documents, plan.shift.unwrap_or(3)),
+            };
+            fill_wide(&mut c, u64::from(docs_per_block.unwrap_or(1)), 2_000, wide);
             for i in (0..2_000).step_by(7) {
                 c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
             }
@@ -629,8 +755,13 @@ mod tests {
                 );
                 for reader in readers {
                     let impacts = snap.fields().impacts;
-                    let read = read(reader, impacts, shift).unwrap().expect("a file");
-                    let built = SegmentMaxima::compute(reader, impacts, shift).unwrap();
+                    let read = read(reader, impacts).unwrap().expect("a file");
+                    assert_eq!((read.layout(), read.shift), (want_layout, want_shift));
+                    if let Some(d) = &read.docs {
+                        let entry_bytes = if wide > 30_000 { 4 } else { 3 };
+                        assert_eq!(d.layout().entry_bytes, entry_bytes);
+                    }
+                    let built = SegmentMaxima::compute(reader, impacts, plan).unwrap();
                     assert_eq!(encoded(&read), encoded(&built));
                     // Read from the mapped file, the arrays take no heap: only the term table.
                     let table: usize = built.iter().map(|(key, _)| key.len() + 64).sum();
@@ -696,15 +827,32 @@ mod tests {
             .find(|p| p.extension() == Some(EXTENSION.as_ref()))
             .unwrap();
         let original = std::fs::read(&file).unwrap();
-        // (offset, bytes): the magic; the block count; the first term's posting count; its
-        // layout; a byte in the middle of the postings.
-        let middle = original.len() / 2;
-        let damages: [(usize, &[u8]); 5] = [
+        // The documents' starts, at the end of the file: its non-zeros and entry width from
+        // the dictionary and the header.
+        let (max_doc, nnz) = {
+            let c = Collection::open(dir.path()).unwrap();
+            let snap = c.snapshot().unwrap();
+            let reader = &snap.searcher().segment_readers()[0];
+            let inverted = reader.inverted_index(snap.fields().impacts).unwrap();
+            let mut stream = inverted.terms().stream().unwrap();
+            let mut nnz = 0usize;
+            while stream.advance() {
+                nnz += stream.value().doc_freq as usize;
+            }
+            (reader.max_doc() as usize, nnz)
+        };
+        assert_eq!(original[16], 1, "the documents layout");
+        let entries = nnz * original[24] as usize + doc_vectors::PADDING;
+        let starts = original.len() - entries.next_multiple_of(4) - 4 * (max_doc + 1);
+        // (offset, bytes): the magic; the block count; the layout; the first term's posting
+        // count; its layout; a start in the middle of the documents'.
+        let damages: [(usize, &[u8]); 6] = [
             (0, b"XX"),
             (12, &[0xff, 0xff]),
-            (16, &[0xff, 0xff, 0xff, 0x7f]),
-            (24, &[7]),
-            (middle, &[0xff, 0xff, 0xff, 0xff]),
+            (16, &[7]),
+            (28, &[0xff, 0xff, 0xff, 0x7f]),
+            (40, &[7]),
+            (starts + 4 * (max_doc / 2), &[0xff, 0xff, 0xff, 0xff]),
         ];
         let mut refused = 0;
         for (at, bytes) in damages {
@@ -714,23 +862,14 @@ mod tests {
             let c = Collection::open(dir.path()).unwrap();
             let snap = c.snapshot().unwrap();
             let reader = &snap.searcher().segment_readers()[0];
-            refused += usize::from(read(reader, snap.fields().impacts, 5).is_err());
+            refused += usize::from(read(reader, snap.fields().impacts).is_err());
             exact(&c, at as u64);
         }
-        // A byte in the middle may land on an impact, which no check can tell from a real one;
-        // the four structural damages are always refused.
-        assert!(refused >= 4, "{refused} of 5 refused");
+        assert_eq!(refused, damages.len());
         std::fs::write(&file, &original).unwrap();
         let c = Collection::open(dir.path()).unwrap();
         let snap = c.snapshot().unwrap();
-        assert!(
-            read(
-                &snap.searcher().segment_readers()[0],
-                snap.fields().impacts,
-                5
-            )
-            .is_ok()
-        );
+        assert!(read(&snap.searcher().segment_readers()[0], snap.fields().impacts).is_ok());
     }
 
     /// A file of version 1 (doc ids always 32-bit) written before narrow doc ids is read and
@@ -788,13 +927,10 @@ mod tests {
         drop(index);
         let c = Collection::open(dir.path()).unwrap();
         let snap = c.snapshot().unwrap();
-        let read = read(
-            &snap.searcher().segment_readers()[0],
-            snap.fields().impacts,
-            5,
-        )
-        .unwrap()
-        .expect("a version 1 file");
+        let read = read(&snap.searcher().segment_readers()[0], snap.fields().impacts)
+            .unwrap()
+            .expect("a version 1 file");
+        assert_eq!((read.layout(), read.shift), (Layout::Terms, 5));
         assert!(read.iter().all(|(_, t)| !matches!(
             t.postings,
             TermPostings::Sparse {
@@ -815,13 +951,25 @@ mod tests {
         drop(c);
         let mut c = Collection::open(dir.path()).unwrap();
         assert!(c.has_forward_files());
-        c.set_block_size(16).unwrap();
+        c.set_block_size(Some(16)).unwrap();
         let snap = c.snapshot().unwrap();
         for reader in snap.searcher().segment_readers() {
             assert!(file_bytes(reader) > 0);
-            assert!(read(reader, snap.fields().impacts, 4).unwrap().is_none());
+            let file = read(reader, snap.fields().impacts).unwrap().unwrap();
+            assert_eq!(file.shift, 3);
         }
+        assert!(snap.forward_summary().iter().all(|s| s.block_size == 16));
         exact(&c, 6);
+        // And another layout than the files'.
+        c.set_block_size(None).unwrap();
+        c.set_forward_layout(Some(Layout::Terms));
+        let snap = c.snapshot().unwrap();
+        assert!(
+            snap.forward_summary()
+                .iter()
+                .all(|s| s.layout == Layout::Terms)
+        );
+        exact(&c, 7);
 
         // An index created without the plugin, as lexlip did before forward index files.
         let legacy = tempfile::tempdir().unwrap();

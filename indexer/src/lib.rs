@@ -11,6 +11,7 @@ pub mod bench;
 pub mod catalog;
 pub mod collection;
 pub mod dense;
+pub mod doc_vectors;
 pub mod error;
 pub mod export;
 pub mod forward;
@@ -25,7 +26,7 @@ pub mod slab;
 pub mod synth;
 
 pub use catalog::Catalog;
-pub use collection::{Collection, DocExtras, SearchOutcome, Snapshot};
+pub use collection::{Collection, DocExtras, ForwardSummary, SearchOutcome, Snapshot};
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;

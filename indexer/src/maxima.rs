@@ -11,17 +11,184 @@
 //! Common terms store their maxima as a code per range, `ceil(max / step)` with a per-term
 //! `step` chosen so the largest impact fits the code: a byte for the densest terms (step 1 for
 //! LexLIP's 1..=255 impacts, where the bound is exact), four bits for terms in fewer blocks
-//! (within `step` of exact). The others compute exact maxima from their postings.
+//! (within `step` of exact). The others compute exact maxima from their postings: the forward
+//! index's in the terms layout, tantivy's in the documents layout (see [`Layout`]).
 
 use tantivy::postings::{BlockSegmentPostings, TermInfo};
 use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{SegmentReader, TERMINATED};
+use tantivy::{InvertedIndexReader, SegmentReader, TERMINATED};
 
+use crate::doc_vectors::{DocVectors, DocVectorsBuilder, EntryLayout};
 use crate::error::Result;
 use crate::forward::{BoundCodes, TermPostings};
 
-/// log2 of the number of doc ids per range unless the collection sets another.
+/// log2 of the number of doc ids per range of a segment in the terms layout unless the
+/// collection sets another.
 pub const DEFAULT_RANGE_SHIFT: u32 = 5;
+/// The same for the documents layout: blocks of 8 documents, whose bounds are much tighter on
+/// real short-document vectors (`docs/benchmarks.md`); scoring a block reads its documents, so
+/// small blocks cost little.
+pub const DOCUMENTS_RANGE_SHIFT: u32 = 3;
+/// Mean non-zeros per document up to which a segment takes the documents layout: a document's
+/// whole vector is read to score it, which pays for short documents (text) but not for long
+/// ones (LexLIP image lexicons have hundreds of terms), whose query terms are found faster in
+/// the postings.
+pub const DOCUMENTS_LAYOUT_MAX_MEAN: u64 = 128;
+
+/// How a segment's forward index is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Each term's postings, addressed by block ([`crate::forward`]).
+    Terms,
+    /// The documents' vectors ([`crate::doc_vectors`]), and bound codes for common terms.
+    Documents,
+}
+
+/// How the forward index of a segment is planned: block size and layout, each fixed or chosen
+/// per segment (the layout from its mean document length, the block size from the layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ForwardPlan {
+    /// log2 of the documents per block; `None`: the layout's default.
+    pub shift: Option<u32>,
+    /// `None`: from the segment's mean document length.
+    pub layout: Option<Layout>,
+}
+
+impl ForwardPlan {
+    /// Fits one integer, for sharing with the segment plugin.
+    pub(crate) fn pack(self) -> u32 {
+        let layout = match self.layout {
+            None => 0,
+            Some(Layout::Terms) => 1,
+            Some(Layout::Documents) => 2,
+        };
+        self.shift.map_or(0, |s| s + 1) | (layout << 8)
+    }
+
+    pub(crate) fn unpack(v: u32) -> Self {
+        Self {
+            shift: match v & 0xff {
+                0 => None,
+                s => Some(clamp_shift(s - 1)),
+            },
+            layout: match v >> 8 {
+                1 => Some(Layout::Terms),
+                2 => Some(Layout::Documents),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether a forward index of this shift and layout (read from a file) is what the plan
+    /// asks for.
+    pub(crate) fn accepts(&self, shift: u32, layout: Layout) -> bool {
+        self.shift.is_none_or(|s| s == shift) && self.layout.is_none_or(|l| l == layout)
+    }
+}
+
+/// What a first pass over a segment's postings learns, to plan its forward index.
+pub(crate) struct SegmentStats {
+    max_doc: u32,
+    num_terms: u32,
+    nnz: u64,
+    max_impact: u32,
+    /// Non-zeros of every document.
+    lengths: Vec<u32>,
+}
+
+impl SegmentStats {
+    pub(crate) fn new(max_doc: u32) -> Self {
+        Self {
+            max_doc,
+            num_terms: 0,
+            nnz: 0,
+            max_impact: 0,
+            lengths: vec![0; max_doc as usize],
+        }
+    }
+
+    /// The next term's postings, and their largest impact.
+    pub(crate) fn add(&mut self, docs: impl Iterator<Item = u32>, max: u32) {
+        self.num_terms += 1;
+        self.max_impact = self.max_impact.max(max);
+        for d in docs {
+            self.lengths[d as usize] += 1;
+            self.nnz += 1;
+        }
+    }
+
+    /// The layout and shift `plan` gives this segment: the documents layout where asked for or,
+    /// by default, where documents are short, if their entries fit ([`EntryLayout`]).
+    fn resolve(&self, plan: ForwardPlan) -> (Layout, u32, Option<EntryLayout>) {
+        let entries = EntryLayout::new(self.num_terms, self.max_impact)
+            .filter(|_| self.nnz < u64::from(u32::MAX));
+        let short = self.nnz <= DOCUMENTS_LAYOUT_MAX_MEAN * u64::from(self.max_doc.max(1));
+        let layout = match (plan.layout, entries) {
+            (_, None) | (Some(Layout::Terms), _) => Layout::Terms,
+            (Some(Layout::Documents), Some(_)) => Layout::Documents,
+            (None, Some(_)) if short => Layout::Documents,
+            (None, Some(_)) => Layout::Terms,
+        };
+        let shift = plan.shift.unwrap_or(match layout {
+            Layout::Terms => DEFAULT_RANGE_SHIFT,
+            Layout::Documents => DOCUMENTS_RANGE_SHIFT,
+        });
+        (layout, clamp_shift(shift), entries)
+    }
+}
+
+/// The second pass: each term's part of the forward index in the planned layout, in term
+/// order, and the documents' vectors in the documents layout.
+pub(crate) struct ForwardBuilder {
+    pub(crate) layout: Layout,
+    pub(crate) shift: u32,
+    pub(crate) num_blocks: u32,
+    docs: Option<DocVectorsBuilder>,
+    next_ord: u32,
+}
+
+impl ForwardBuilder {
+    pub(crate) fn new(stats: &SegmentStats, plan: ForwardPlan) -> Self {
+        let (mut layout, shift, entries) = stats.resolve(plan);
+        let docs = match (layout, entries) {
+            (Layout::Documents, Some(e)) => DocVectorsBuilder::new(&stats.lengths, e),
+            _ => None,
+        };
+        if docs.is_none() {
+            layout = Layout::Terms;
+        }
+        Self {
+            layout,
+            shift,
+            num_blocks: num_blocks(stats.max_doc, shift),
+            docs,
+            next_ord: 0,
+        }
+    }
+
+    /// The next term's (doc, impact) postings in doc order, and their largest impact.
+    pub(crate) fn term(&mut self, postings: &[(u32, u32)], max: u32) -> TermPostings {
+        let ord = self.next_ord;
+        self.next_ord += 1;
+        match &mut self.docs {
+            Some(docs) => {
+                docs.add(ord, postings);
+                TermPostings::build_bounds(postings, max, self.shift, self.num_blocks)
+            }
+            None => TermPostings::build(postings, max, self.shift, self.num_blocks),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Option<DocVectors> {
+        self.docs.map(DocVectorsBuilder::finish)
+    }
+
+    /// How the documents' vectors lay out their entries (documents layout only).
+    pub(crate) fn entry_layout(&self) -> Option<EntryLayout> {
+        self.docs.as_ref().map(DocVectorsBuilder::layout)
+    }
+}
 /// Smallest and largest range shift (8 and 64 documents): a doc offset within a range fits a
 /// byte in the forward index.
 pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=6;
@@ -36,6 +203,8 @@ pub struct TermMaxima {
     shift: u32,
     /// The term's postings with their range bounds.
     pub postings: TermPostings,
+    /// Its rank in the segment's term dictionary (how [`crate::doc_vectors`] names it).
+    pub ord: u32,
 }
 
 impl TermMaxima {
@@ -45,14 +214,20 @@ impl TermMaxima {
             max,
             shift,
             postings,
+            ord: 0,
         }
     }
 
-    /// Bound on the impact of this term in `range` (0 when absent).
-    pub fn bound_in(&self, range: u32) -> u32 {
-        match self.postings.block_maxima() {
-            Some((codes, step)) => codes.get(range as usize) * step,
-            None => self.postings.max_in(self.postings.span(range, self.shift)),
+    /// Whether the term may have postings in `range` (false: it has none there). Exact for
+    /// terms with bound codes or postings here; `true` for a term of the documents layout
+    /// without codes (its postings are only in tantivy).
+    pub fn may_occur_in(&self, range: u32) -> bool {
+        match (&self.postings, self.postings.block_maxima()) {
+            (_, Some((codes, _))) => codes.get(range as usize) > 0,
+            (TermPostings::Bounds { .. }, None) => true,
+            (_, None) => {
+                self.postings.span(range, self.shift).0 < self.postings.span(range, self.shift).1
+            }
         }
     }
 
@@ -86,30 +261,56 @@ impl TermMaxima {
             .accumulate(span, q, (1 << self.shift) - 1, acc)
     }
 
-    /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in.
-    pub fn add_bounds(&self, q: u64, ub: &mut [u64]) {
-        match self.postings.block_maxima() {
-            Some((codes, step)) => {
+    /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in; a term
+    /// without codes or postings here (documents layout) reads its postings from `inverted`.
+    pub fn add_bounds(&self, q: u64, ub: &mut [u64], inverted: &InvertedIndexReader) -> Result<()> {
+        match (&self.postings, self.postings.block_maxima()) {
+            (_, Some((codes, step))) => {
                 let f = q * u64::from(step);
                 codes.for_each_nonzero(|b, c| ub[b as usize] += f * u64::from(c));
             }
-            None => self
+            (TermPostings::Bounds { .. }, None) => {
+                for_each_block_max(self.read_postings(inverted)?, self.shift, |r, m| {
+                    ub[r as usize] += q * u64::from(m)
+                })
+            }
+            (_, None) => self
                 .postings
                 .for_each_bound(self.shift, |r, m| ub[r as usize] += q * u64::from(m)),
         }
+        Ok(())
     }
 
     /// [`Self::add_bounds`] into 32-bit bounds, for queries whose bounds fit 32 bits (the
     /// caller checks `Σ q_t · largest_bound_t ≤ u32::MAX`). Dense maxima go through a
     /// vectorized kernel where the CPU has one.
-    pub fn add_bounds_u32(&self, q: u32, ub: &mut [u32]) {
-        match self.postings.block_maxima() {
-            Some((BoundCodes::Bytes(codes), step)) => add_scaled(q * step, codes, ub),
-            Some((BoundCodes::Nibbles(codes), step)) => add_scaled_nibbles(q * step, codes, ub),
-            None => self
+    pub fn add_bounds_u32(
+        &self,
+        q: u32,
+        ub: &mut [u32],
+        inverted: &InvertedIndexReader,
+    ) -> Result<()> {
+        match (&self.postings, self.postings.block_maxima()) {
+            (_, Some((BoundCodes::Bytes(codes), step))) => add_scaled(q * step, codes, ub),
+            (_, Some((BoundCodes::Nibbles(codes), step))) => {
+                add_scaled_nibbles(q * step, codes, ub)
+            }
+            (TermPostings::Bounds { .. }, None) => {
+                for_each_block_max(self.read_postings(inverted)?, self.shift, |r, m| {
+                    ub[r as usize] += q * m
+                })
+            }
+            (_, None) => self
                 .postings
                 .for_each_bound(self.shift, |r, m| ub[r as usize] += q * m),
         }
+        Ok(())
+    }
+
+    /// The term's tantivy postings, from the start.
+    fn read_postings(&self, inverted: &InvertedIndexReader) -> Result<BlockSegmentPostings> {
+        Ok(inverted
+            .read_block_postings_from_terminfo(&self.term_info, IndexRecordOption::WithFreqs)?)
     }
 
     /// Whether the term keeps a bound byte per range (otherwise its bounds come from its
@@ -192,6 +393,40 @@ unsafe fn add_scaled_avx2(f: u32, m: &[u8], ub: &mut [u32]) {
     add_scaled_plain(f, m, ub);
 }
 
+/// Calls `f(block, largest impact in it)`, in block order, for every block of `2^shift`
+/// documents that `postings` has documents in.
+pub(crate) fn for_each_block_max(
+    mut postings: BlockSegmentPostings,
+    shift: u32,
+    mut f: impl FnMut(u32, u32),
+) {
+    let (mut block, mut max) = (u32::MAX, 0u32);
+    loop {
+        let docs = postings.docs();
+        if docs.is_empty() {
+            break;
+        }
+        for (&doc, &w) in docs.iter().zip(postings.freqs()) {
+            if doc == TERMINATED {
+                break;
+            }
+            let b = doc >> shift;
+            if b != block {
+                if block != u32::MAX {
+                    f(block, max);
+                }
+                (block, max) = (b, w);
+            } else {
+                max = max.max(w);
+            }
+        }
+        postings.advance();
+    }
+    if block != u32::MAX {
+        f(block, max);
+    }
+}
+
 /// Calls `f(doc, impact)` for every posting of a list, block by block (tantivy's fastest
 /// traversal); returns the number of postings.
 pub(crate) fn for_each_posting(
@@ -259,35 +494,44 @@ pub struct SegmentMaxima {
     /// By term bytes; a fast non-cryptographic hash (keys are the segment's own terms).
     terms: rustc_hash::FxHashMap<Box<[u8]>, TermMaxima>,
     heap_bytes: usize,
+    /// The documents' vectors: the segment is in the documents layout.
+    pub docs: Option<DocVectors>,
 }
 
 impl SegmentMaxima {
     /// The segment's forward index: read from the file written with the segment where there is
-    /// one for this block size ([`crate::forward_file`]), built from the postings otherwise. A
+    /// one that `plan` accepts ([`crate::forward_file`]), built from the postings otherwise. A
     /// damaged file is reported and the index built from the postings: search stays exact.
-    pub fn open(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
-        match crate::forward_file::read(reader, impacts, shift) {
-            Ok(Some(m)) => return Ok(m),
-            Ok(None) => {}
+    pub fn open(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {
+        match crate::forward_file::read(reader, impacts) {
+            Ok(Some(m)) if plan.accepts(m.shift, m.layout()) => return Ok(m),
+            Ok(_) => {}
             Err(e) => tracing::warn!("{e}; building it from the postings instead"),
         }
-        Self::compute(reader, impacts, shift)
+        Self::compute(reader, impacts, plan)
     }
 
-    /// Reads every posting of the impacts field once (~ns per posting).
-    pub fn compute(reader: &SegmentReader, impacts: Field, shift: u32) -> Result<Self> {
-        let shift = clamp_shift(shift);
-        let num_ranges = num_blocks(reader.max_doc(), shift);
+    /// Builds it from the segment's postings: two passes over them (~ns per posting each), the
+    /// first to plan the layout.
+    pub fn compute(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {
+        let mut stats = SegmentStats::new(reader.max_doc());
+        for_each_term(reader, impacts, |_, _, postings, max| {
+            stats.add(postings.iter().map(|p| p.0), max);
+            Ok(())
+        })?;
+        let mut builder = ForwardBuilder::new(&stats, plan);
+        let (shift, num_ranges) = (builder.shift, builder.num_blocks);
         let num_terms = reader.inverted_index(impacts)?.terms().num_terms();
         let mut out = Self::empty(shift, num_ranges, num_terms);
         for_each_term(reader, impacts, |key, term_info, postings, max| {
-            let postings = TermPostings::build(postings, max, shift, num_ranges);
+            let postings = builder.term(postings, max);
             out.insert(
                 key,
                 TermMaxima::new(term_info.clone(), max, shift, postings),
             );
             Ok(())
         })?;
+        out.set_docs(builder.finish());
         Ok(out)
     }
 
@@ -299,12 +543,33 @@ impl SegmentMaxima {
             num_ranges,
             terms,
             heap_bytes: 0,
+            docs: None,
         }
     }
 
-    pub(crate) fn insert(&mut self, key: &[u8], term: TermMaxima) {
+    /// Adds the next term, in dictionary order (its ordinal is its rank).
+    pub(crate) fn insert(&mut self, key: &[u8], mut term: TermMaxima) {
+        term.ord = self.terms.len() as u32;
         self.heap_bytes += term.heap_bytes() + key.len() + 64;
         self.terms.insert(key.into(), term);
+    }
+
+    pub(crate) fn set_docs(&mut self, docs: Option<DocVectors>) {
+        self.heap_bytes += docs.as_ref().map_or(0, DocVectors::heap_bytes);
+        self.docs = docs;
+    }
+
+    /// Terms held.
+    pub fn num_terms(&self) -> u32 {
+        self.terms.len() as u32
+    }
+
+    pub fn layout(&self) -> Layout {
+        if self.docs.is_some() {
+            Layout::Documents
+        } else {
+            Layout::Terms
+        }
     }
 
     #[cfg(test)]

@@ -116,16 +116,15 @@ pub(crate) fn stored_doc(fields: &Fields, d: &PendingDoc) -> TantivyDocument {
 /// Writes `docs` as a new segment of `index` and returns its meta, ready for
 /// `IndexWriter::add_segment`. Returns `None` for an empty batch. Doc ids follow the order of
 /// `doc_order` (see [`DocOrder`]), not the order of `docs`. Where the schema has the `batch` field,
-/// every document gets the term `batch` there (see [`Fields::batch`]). With `forward_shift`, the
-/// segment gets its forward index file for blocks of `2^forward_shift` documents
-/// ([`crate::forward_file`]).
+/// every document gets the term `batch` there (see [`Fields::batch`]). With `forward_plan`, the
+/// segment gets its forward index file, planned by it ([`crate::forward_file`]).
 pub(crate) fn write_segment(
     index: &Index,
     fields: &Fields,
     docs: &[PendingDoc],
     batch: &str,
     doc_order: DocOrder,
-    forward_shift: Option<u32>,
+    forward_plan: Option<crate::maxima::ForwardPlan>,
 ) -> Result<Option<SegmentMeta>> {
     if docs.is_empty() {
         return Ok(None);
@@ -196,8 +195,8 @@ pub(crate) fn write_segment(
     }
 
     let segment = segment.with_max_doc(docs.len() as u32);
-    if let Some(shift) = forward_shift {
-        buckets.write_forward_file(&segment, shift)?;
+    if let Some(plan) = forward_plan {
+        buckets.write_forward_file(&segment, plan)?;
     }
     Ok(Some(segment.meta().clone()))
 }
@@ -456,8 +455,20 @@ impl ImpactBuckets {
 
     /// The segment's forward index file ([`crate::forward_file`]) from the same buckets, in
     /// the same term order as the postings.
-    fn write_forward_file(&self, segment: &tantivy::Segment, shift: u32) -> Result<()> {
-        let mut file = crate::forward_file::FileWriter::new(segment, shift)?;
+    fn write_forward_file(
+        &self,
+        segment: &tantivy::Segment,
+        plan: crate::maxima::ForwardPlan,
+    ) -> Result<()> {
+        let mut stats = crate::maxima::SegmentStats::new(segment.meta().max_doc());
+        for &id in &self.terms {
+            let (docs, impacts) = self.postings_of(id);
+            stats.add(
+                docs.iter().copied(),
+                impacts.iter().copied().max().unwrap_or(0),
+            );
+        }
+        let mut file = crate::forward_file::FileWriter::new(segment, &stats, plan)?;
         let mut postings: Vec<(u32, u32)> = Vec::new();
         for &id in &self.terms {
             let (docs, impacts) = self.postings_of(id);

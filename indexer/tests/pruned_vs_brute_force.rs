@@ -4,11 +4,12 @@
 //! replacements, deletes and sometimes a merge, then checks for random queries and k that:
 //! - both pruned exact searches (block-max over the forward index, ranges over tantivy's
 //!   postings) return exactly what the exhaustive search returns (ids, scores, order — ties
-//!   broken by document order in all), at every block size;
+//!   broken by document order in all), at every block size, in both forward index layouts;
 //! - both agree with a brute-force dot product over a plain map of the live documents.
 
 use std::collections::BTreeMap;
 
+use lexlip_index::maxima::Layout;
 use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
 use lexlip_proto::api::{Filter, Precision};
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
@@ -37,6 +38,12 @@ fn vector(terms: &[(u8, u32)]) -> QuantizedVector {
 
 fn impact() -> impl Strategy<Value = u32> {
     prop_oneof![8 => 1u32..=255, 1 => 256u32..=3000, 1 => Just(65_535u32)]
+}
+
+/// The forward index layout: chosen per segment (the documents layout for these short
+/// documents) or either one.
+fn layout() -> impl Strategy<Value = Option<Layout>> {
+    prop::sample::select(vec![None, Some(Layout::Terms), Some(Layout::Documents)])
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -73,13 +80,15 @@ proptest! {
         ops in prop::collection::vec(op(), 1..80),
         flush in 1usize..25,
         merge in any::<bool>(),
-        block in prop::sample::select(vec![8u32, 16, 32, 64]),
+        block in prop::sample::select(vec![None, Some(8u32), Some(16), Some(32), Some(64)]),
+        layout in layout(),
         queries in prop::collection::vec((prop::collection::vec((0u8..18, impact()), 1..8), 1usize..30, prop::option::of(any::<bool>())), 1..6),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
         c.set_flush_docs(flush);
         c.set_block_size(block).unwrap();
+        c.set_forward_layout(layout);
         let mut model: BTreeMap<u8, (bool, QuantizedVector)> = BTreeMap::new();
         for op in &ops {
             match op {
@@ -144,13 +153,14 @@ proptest! {
     /// occupy runs of doc ids (as a corpus ingested source by source does), so that ranges are
     /// really skipped inside a segment.
     #[test]
-    fn pruning_skips_ranges_and_stays_exact(seed in any::<u64>(), docs in 500usize..3000, k in 1usize..50, zipf in 0.6f64..1.4) {
+    fn pruning_skips_ranges_and_stays_exact(seed in any::<u64>(), docs in 500usize..3000, k in 1usize..50, zipf in 0.6f64..1.4, layout in layout()) {
         use lexlip_index::synth::{Generator, Rng};
         let g = Generator::new(4000, zipf, seed);
         let mut rng = Rng::new(seed);
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
         c.set_flush_docs(docs / 2 + 1);
+        c.set_forward_layout(layout);
         let mut model: BTreeMap<usize, QuantizedVector> = BTreeMap::new();
         let topical = |topic: usize, v: QuantizedVector| {
             // Half of the vocabulary is topic-specific, half shared by all topics.
@@ -185,17 +195,26 @@ proptest! {
     }
 }
 
-/// Where the bounds allow it, whole ranges are skipped without reading their postings.
+/// Where the bounds allow it, whole ranges are skipped without reading their postings (or,
+/// in the documents layout, their documents), in both layouts.
 #[test]
 fn ranges_below_the_threshold_are_skipped() {
+    for layout in [Layout::Terms, Layout::Documents] {
+        ranges_below_the_threshold_are_skipped_in(layout);
+    }
+}
+
+fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
-    let c = Collection::create(
+    let mut c = Collection::create(
         dir.path(),
         TermSpace::from_tokens("t", []),
         CollectionSettings::default(),
         None,
     )
     .unwrap();
+    c.set_block_size(Some(32)).unwrap();
+    c.set_forward_layout(Some(layout));
     for i in 0..1280u32 {
         let impact = if i < 64 {
             200 + u64::from(i % 7)
@@ -223,7 +242,7 @@ fn ranges_below_the_threshold_are_skipped() {
             },
         )
         .unwrap();
-    assert_eq!(pruned.hits, exhaustive.hits);
+    assert_eq!(pruned.hits, exhaustive.hits, "{layout:?}");
     // 1280 documents in 40 blocks of 32; the two blocks holding the strong "x" decide the top
     // 10, and the search stops after its first 16 ranges.
     assert_eq!(pruned.stats.ranges_candidate, 40);
@@ -241,12 +260,13 @@ proptest! {
     /// One query on several threads (large segment, flat bounds: many blocks left after the
     /// first ones, so the threads share the work) returns exactly the one-thread result.
     #[test]
-    fn threads_share_one_query_and_stay_exact(seed in any::<u64>(), k in 1usize..200, threads in 2usize..5) {
+    fn threads_share_one_query_and_stay_exact(seed in any::<u64>(), k in 1usize..200, threads in 2usize..5, terms in any::<bool>()) {
         use lexlip_index::synth::{Corpus, Generator, Rng};
         let g = Generator::new(3000, 0.8, seed);
         let mut rng = Rng::new(seed);
         let dir = tempfile::tempdir().unwrap();
-        let c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        c.set_forward_layout(Some(if terms { Layout::Terms } else { Layout::Documents }));
         for i in 0..12_000 {
             c.add(Document::new(DocId::new(format!("d{i}")).unwrap(), Modality::Image), g.document_of(Corpus::Independent, &mut rng)).unwrap();
         }

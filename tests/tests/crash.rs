@@ -275,7 +275,7 @@ fn block_max_search_is_exact_after_sigkill_during_indexing_and_merges() {
             .unwrap()
             .impacts;
         for reader in snap.searcher().segment_readers() {
-            let file = lexlip_index::forward_file::read(reader, impacts, 5).unwrap();
+            let file = lexlip_index::forward_file::read(reader, impacts).unwrap();
             assert!(file.is_some(), "round {round}: a segment without its file");
         }
         for q in &queries {

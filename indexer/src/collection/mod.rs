@@ -33,14 +33,14 @@ use tantivy::directory::MmapDirectory;
 use tantivy::index::SegmentId;
 use tantivy::{Index, IndexReader, ReloadPolicy};
 
-pub use snapshot::{SearchOutcome, Snapshot};
+pub use snapshot::{ForwardSummary, SearchOutcome, Snapshot};
 pub use writer::DocExtras;
 
 use crate::dense::{DenseCache, DenseParams};
 use crate::error::{IndexError, Result};
 use crate::forward_file::{self, ForwardPlugin};
 use crate::manifest::{CollectionSettings, Manifest};
-use crate::maxima::SegmentMaxima;
+use crate::maxima::{ForwardPlan, Layout, SegmentMaxima};
 use crate::quantizer::Quantizer;
 use crate::schema::{self, Fields};
 use crate::segment_builder::DocOrder;
@@ -68,9 +68,9 @@ pub struct Collection {
     dense_params: DenseParams,
     flush_docs: usize,
     doc_order: DocOrder,
-    /// log2 of the documents per pruning range (block); shared with the forward index plugin,
-    /// which writes files for it.
-    range_shift: Arc<AtomicU32>,
+    /// How forward indexes are planned (block size and layout, [`ForwardPlan::pack`]ed);
+    /// shared with the forward index plugin, which writes files by it.
+    forward_plan: Arc<AtomicU32>,
     /// Whether new and merged segments get a forward index file (collections created before
     /// the files existed do not: tantivy fixes an index's plugins at creation).
     forward_files: bool,
@@ -112,8 +112,8 @@ impl Collection {
         })?;
         let mut builder = Index::builder().schema(schema);
         if settings.forward_files {
-            let shift = Arc::new(AtomicU32::new(crate::maxima::DEFAULT_RANGE_SHIFT));
-            builder = builder.register_plugin(Arc::new(ForwardPlugin::new(fields.impacts, shift)));
+            let plan = Arc::new(AtomicU32::new(ForwardPlan::default().pack()));
+            builder = builder.register_plugin(Arc::new(ForwardPlugin::new(fields.impacts, plan)));
         }
         builder.open_or_create(mmap)?;
         if let Some(tokens) = vocab {
@@ -147,7 +147,7 @@ impl Collection {
             .map_err(|e| not_a_collection(format!("cannot open its tantivy index: {e}")))?;
         let fields = schema::fields_of(&index.schema())
             .map_err(|e| not_a_collection(format!("unexpected schema: {e}")))?;
-        let range_shift = Arc::new(AtomicU32::new(crate::maxima::DEFAULT_RANGE_SHIFT));
+        let forward_plan = Arc::new(AtomicU32::new(ForwardPlan::default().pack()));
         let extensions = index.load_metas()?.persisted_custom_extensions;
         let forward_files = extensions.iter().any(|e| e == forward_file::EXTENSION);
         if let Some(other) = extensions.iter().find(|e| *e != forward_file::EXTENSION) {
@@ -157,7 +157,7 @@ impl Collection {
             )));
         }
         if forward_files {
-            let plugin = ForwardPlugin::new(fields.impacts, range_shift.clone());
+            let plugin = ForwardPlugin::new(fields.impacts, forward_plan.clone());
             index.register_plugin(Arc::new(plugin));
         }
         let reader = index
@@ -177,7 +177,7 @@ impl Collection {
             dense_params: DenseParams::default(),
             flush_docs: DEFAULT_FLUSH_DOCS,
             doc_order: DocOrder::default(),
-            range_shift,
+            forward_plan,
             forward_files,
         })
     }
@@ -282,30 +282,55 @@ impl Collection {
         self.doc_order = order;
     }
 
-    /// Documents per pruning block: a power of two from 8 to 64 (default 32). Smaller blocks
-    /// bound tighter and cost more memory. Segments written from now on get forward index files
-    /// for this size; those written for another size are rebuilt from their postings when
-    /// searched.
-    pub fn set_block_size(&mut self, docs: u32) -> Result<()> {
-        let shift = docs.trailing_zeros();
-        if !docs.is_power_of_two() || !crate::maxima::RANGE_SHIFTS.contains(&shift) {
-            return Err(IndexError::InvalidSetting(format!(
-                "the block size must be 8, 16, 32 or 64 documents, got {docs}"
-            )));
-        }
-        if shift != self.range_shift() {
-            self.range_shift.store(shift, Ordering::Relaxed);
+    /// Documents per pruning block: a power of two from 8 to 64, or `None` (the default) for
+    /// each segment's layout's own (8 in the documents layout, 32 in the terms layout; see
+    /// [`crate::maxima::Layout`]). Smaller blocks bound tighter and cost more memory. Segments
+    /// written from now on get forward index files for this size; those written for another
+    /// size are rebuilt from their postings when searched.
+    pub fn set_block_size(&mut self, docs: Option<u32>) -> Result<()> {
+        let shift = match docs {
+            None => None,
+            Some(docs) => {
+                let shift = docs.trailing_zeros();
+                if !docs.is_power_of_two() || !crate::maxima::RANGE_SHIFTS.contains(&shift) {
+                    return Err(IndexError::InvalidSetting(format!(
+                        "the block size must be 8, 16, 32 or 64 documents, got {docs}"
+                    )));
+                }
+                Some(shift)
+            }
+        };
+        self.set_forward_plan(ForwardPlan {
+            shift,
+            ..self.forward_plan()
+        });
+        Ok(())
+    }
+
+    /// The forward index layout of segments written from now on, or `None` (the default) to
+    /// choose it per segment from its mean document length. Segments in another layout are
+    /// rebuilt from their postings when searched (for measurements and tests: results are the
+    /// same in both).
+    pub fn set_forward_layout(&mut self, layout: Option<Layout>) {
+        self.set_forward_plan(ForwardPlan {
+            layout,
+            ..self.forward_plan()
+        });
+    }
+
+    fn set_forward_plan(&mut self, plan: ForwardPlan) {
+        if plan != self.forward_plan() {
+            self.forward_plan.store(plan.pack(), Ordering::Relaxed);
             self.maxima
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clear();
         }
-        Ok(())
     }
 
-    /// log2 of the documents per pruning block.
-    fn range_shift(&self) -> u32 {
-        self.range_shift.load(Ordering::Relaxed)
+    /// How segments' forward indexes are planned.
+    fn forward_plan(&self) -> ForwardPlan {
+        ForwardPlan::unpack(self.forward_plan.load(Ordering::Relaxed))
     }
 
     /// Whether new and merged segments get a forward index file (collections created by this

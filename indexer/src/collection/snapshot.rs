@@ -54,7 +54,7 @@ impl Collection {
                     let m = Arc::new(SegmentMaxima::open(
                         reader,
                         self.fields.impacts,
-                        self.range_shift(),
+                        self.forward_plan(),
                     )?);
                     self.maxima
                         .lock()
@@ -178,6 +178,17 @@ impl Snapshot {
         ))
     }
 
+    /// Each segment's forward index: its layout and documents per block.
+    pub fn forward_summary(&self) -> Vec<ForwardSummary> {
+        self.maxima
+            .iter()
+            .map(|m| ForwardSummary {
+                layout: m.layout(),
+                block_size: 1 << m.shift,
+            })
+            .collect()
+    }
+
     /// Memory held by the pruning maxima of the snapshot's segments.
     pub fn pruning_memory_bytes(&self) -> u64 {
         self.maxima.iter().map(|m| m.heap_bytes() as u64).sum()
@@ -187,4 +198,11 @@ impl Snapshot {
     pub fn to_weights(&self, q: &QuantizedVector) -> SparseVector {
         q.to_sparse(self.scale)
     }
+}
+
+/// How one segment's forward index is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ForwardSummary {
+    pub layout: crate::maxima::Layout,
+    pub block_size: u32,
 }

@@ -250,14 +250,14 @@ impl Collection {
         state.pending_ids.clear();
         state.pending_thumbnail_bytes = 0;
         let batch = std::mem::replace(&mut state.batch, new_batch());
-        let forward_shift = self.forward_files.then(|| self.range_shift());
+        let forward_plan = self.forward_files.then(|| self.forward_plan());
         if let Some(meta) = write_segment(
             &self.index,
             &self.fields,
             &pending,
             &batch,
             self.doc_order,
-            forward_shift,
+            forward_plan,
         )? {
             state.writer.add_segment(meta)?;
             state

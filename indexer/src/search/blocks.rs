@@ -36,6 +36,7 @@ use rayon::prelude::*;
 
 use super::sparse::{Segment, SparseSearch};
 use super::{Cancel, ScoredDoc, SearchStats, TopK};
+use crate::doc_vectors::DocVectors;
 use crate::error::Result;
 use crate::maxima::TermMaxima;
 
@@ -78,48 +79,43 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     ub.resize(maxima.num_ranges as usize, 0);
     let mut table = std::mem::take(&mut search.span_table);
     table.reset(ub.len());
-    // Terms without bound bytes are bounded from their postings; where each range's postings
-    // lie is recorded on the way (see `SpanTable`).
-    let terms: Vec<QueryTerm> = found
-        .into_iter()
-        .map(|(q, m)| {
-            let slot = if m.has_bound_bytes() {
-                m.add_bounds_u32(q, &mut ub);
-                None
-            } else {
-                Some(table.add(m, q, &mut ub))
-            };
-            QueryTerm { q, m, slot }
-        })
-        .collect();
+    let docs = maxima.docs.as_ref();
+    let inverted = segment.reader.inverted_index(segment.impacts)?;
+    // Terms layout: terms without bound codes are bounded from their postings here, and where
+    // each range's postings lie is recorded on the way (see `SpanTable`). Documents layout:
+    // from their tantivy postings, and nothing to record (scoring reads the documents).
+    let mut terms = Vec::with_capacity(found.len());
+    for (q, m) in found {
+        let slot = if docs.is_some() || m.has_bound_bytes() {
+            m.add_bounds_u32(q, &mut ub, &inverted)?;
+            None
+        } else {
+            Some(table.add(m, q, &mut ub))
+        };
+        terms.push(QueryTerm { q, m, slot });
+    }
+    search.check()?;
 
-    // The FIRST_RANGES best bounds (ties: lower range first), in one pass.
-    let mut head: BinaryHeap<Reverse<(u32, Reverse<u32>)>> =
-        BinaryHeap::with_capacity(FIRST_RANGES + 1);
-    let mut candidates = 0u64;
-    for (r, &u) in ub.iter().enumerate() {
-        if u == 0 {
-            continue;
+    // Each chunk's best bound; the best range of each of the FIRST_RANGES best chunks.
+    let (chunk_max, candidates) = chunk_maxima(&ub);
+    search.stats.ranges_candidate += candidates;
+    let head = best_of_best_chunks(&ub, &chunk_max);
+
+    // The query's weights by term ordinal, for scoring documents (all 0 between searches).
+    let mut weights = std::mem::take(&mut search.weights);
+    if let Some(d) = docs {
+        if weights.len() < d.table_len() {
+            weights.resize(d.table_len(), 0);
         }
-        candidates += 1;
-        if head.len() == FIRST_RANGES && head.peek().is_some_and(|m| u <= m.0.0) {
-            continue;
-        }
-        head.push(Reverse((u, Reverse(r as u32))));
-        if head.len() > FIRST_RANGES {
-            head.pop();
+        for t in &terms {
+            weights[t.m.ord as usize] = t.q;
         }
     }
-    search.stats.ranges_candidate += candidates;
-    let head: Vec<u32> = head
-        .into_sorted_vec()
-        .into_iter()
-        .map(|Reverse((_, Reverse(r)))| r)
-        .collect();
-
     let shared = AtomicU64::new(0);
     let mut main = Worker {
         segment,
+        docs,
+        weights: &weights,
         terms: &terms,
         table: &table,
         factor: search.factor,
@@ -131,7 +127,9 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         shared: None,
     };
     main.acc.clear();
-    main.acc.resize(1 << maxima.shift, 0);
+    if docs.is_none() {
+        main.acc.resize(1 << maxima.shift, 0);
+    }
     let result = (|| {
         for batch in head.chunks(BATCH) {
             main.score(batch)?;
@@ -140,14 +138,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
             ub[r as usize] = 0;
         }
         // The others that can still reach θ, popped best bound first until one cannot.
-        let lowest = main.lowest_kept().max(1);
-        let rest: BinaryHeap<(u32, Reverse<u32>)> = ub
-            .iter()
-            .enumerate()
-            .filter(|&(_, &u)| u64::from(u) >= lowest)
-            .map(|(r, &u)| (u, Reverse(r as u32)))
-            .collect();
-        let rest = Mutex::new(rest);
+        let rest = Mutex::new(reaching(&ub, &chunk_max, main.lowest_kept().max(1)));
         if search.threads <= 1 || rest.lock().map_or(0, |h| h.len()) < PARALLEL_RANGES {
             return main.drain(&rest);
         }
@@ -160,7 +151,11 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         let mut workers: Vec<Worker> = (1..search.threads)
             .map(|_| Worker {
                 top: TopK::new(k),
-                acc: vec![0; 1 << maxima.shift],
+                acc: if docs.is_none() {
+                    vec![0; 1 << maxima.shift]
+                } else {
+                    Vec::new()
+                },
                 spans: Vec::with_capacity(BATCH * terms.len()),
                 ..main.fork()
             })
@@ -184,7 +179,73 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     search.range_scores = main.acc;
     search.range_bounds = ub;
     search.span_table = table;
+    for t in &terms {
+        if let Some(w) = weights.get_mut(t.m.ord as usize) {
+            *w = 0;
+        }
+    }
+    search.weights = weights;
     result
+}
+
+/// Ranges per chunk of [`chunk_maxima`].
+const CHUNK: usize = 64;
+
+/// The largest bound of every [`CHUNK`] ranges, and how many bounds are not 0 (one pass the
+/// compiler vectorizes): picking the best ranges, and those that can still reach θ, then looks
+/// only inside the chunks that can hold them.
+fn chunk_maxima(ub: &[u32]) -> (Vec<u32>, u64) {
+    let mut nonzero = 0u64;
+    let maxima = ub
+        .chunks(CHUNK)
+        .map(|c| {
+            nonzero += c.iter().map(|&u| u64::from(u != 0)).sum::<u64>();
+            c.iter().copied().fold(0, u32::max)
+        })
+        .collect();
+    (maxima, nonzero)
+}
+
+/// The first ranges to score, to raise θ: the best range of each of the [`FIRST_RANGES`] chunks
+/// with the best bounds (these hold the best ranges of all), best first. Which ranges come
+/// first changes how fast θ rises, never the result.
+fn best_of_best_chunks(ub: &[u32], chunk_max: &[u32]) -> Vec<u32> {
+    let mut chunks: Vec<u32> = (0..chunk_max.len() as u32)
+        .filter(|&c| chunk_max[c as usize] > 0)
+        .collect();
+    let by_bound = |&c: &u32| (Reverse(chunk_max[c as usize]), c);
+    if chunks.len() > FIRST_RANGES {
+        chunks.select_nth_unstable_by_key(FIRST_RANGES, by_bound);
+        chunks.truncate(FIRST_RANGES);
+    }
+    chunks.sort_unstable_by_key(by_bound);
+    chunks
+        .iter()
+        .map(|&c| {
+            let s = c as usize * CHUNK;
+            let m = chunk_max[c as usize];
+            let at = ub[s..].iter().position(|&u| u == m).unwrap_or(0);
+            (s + at) as u32
+        })
+        .collect()
+}
+
+/// The ranges whose bound is at least `lowest`, as a heap by bound (ties: lower range first),
+/// looking only inside the chunks whose best bound is.
+fn reaching(ub: &[u32], chunk_max: &[u32], lowest: u64) -> BinaryHeap<(u32, Reverse<u32>)> {
+    let mut rest = Vec::new();
+    for (c, &m) in chunk_max.iter().enumerate() {
+        if u64::from(m) < lowest {
+            continue;
+        }
+        let s = c * CHUNK;
+        for (r, &u) in ub[s..(s + CHUNK).min(ub.len())].iter().enumerate() {
+            if u64::from(u) >= lowest {
+                rest.push((u, Reverse((s + r) as u32)));
+            }
+        }
+    }
+    BinaryHeap::from(rest)
 }
 
 /// A query term present in the segment.
@@ -262,6 +323,10 @@ impl SpanTable {
 /// One thread's share of a segment's search: its own top k, counters and buffers.
 struct Worker<'a> {
     segment: &'a Segment<'a>,
+    /// The documents' vectors, for a segment in the documents layout.
+    docs: Option<&'a DocVectors>,
+    /// The query's weight of every term ordinal (documents layout).
+    weights: &'a [u32],
     /// Query terms present in the segment, with their weights.
     terms: &'a [QueryTerm<'a>],
     table: &'a SpanTable,
@@ -282,6 +347,8 @@ impl<'a> Worker<'a> {
     fn fork(&self) -> Self {
         Worker {
             segment: self.segment,
+            docs: self.docs,
+            weights: self.weights,
             terms: self.terms,
             table: self.table,
             factor: self.factor,
@@ -338,6 +405,10 @@ impl<'a> Worker<'a> {
     /// (range, term) span first, then accumulates and collects range by range.
     fn score(&mut self, ranges: &[u32]) -> Result<()> {
         self.cancel.check()?;
+        if let Some(docs) = self.docs {
+            self.score_documents(docs, ranges);
+            return Ok(());
+        }
         // Spans are located in two passes (see `TermMaxima::locate`), then prefetched.
         self.spans.clear();
         for &r in ranges {
@@ -382,10 +453,44 @@ impl<'a> Worker<'a> {
                 });
             }
         }
+        self.share_threshold();
+        Ok(())
+    }
+
+    /// [`Self::score`] in the documents layout: each document of the ranges scored from its
+    /// vector.
+    fn score_documents(&mut self, docs: &DocVectors, ranges: &[u32]) {
+        let shift = self.segment.maxima.shift;
+        let max_doc = self.segment.reader.max_doc();
+        for &r in ranges {
+            docs.prefetch(r << shift);
+        }
+        for &range in ranges {
+            let (start, end) = (range << shift, ((range + 1) << shift).min(max_doc));
+            self.stats.postings_scored += docs.non_zeros(start, end);
+            for doc in start..end {
+                let score = u64::from(docs.score(doc, self.weights));
+                if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
+                    continue;
+                }
+                if self.segment.returns(doc) {
+                    self.top.push(ScoredDoc {
+                        segment_ord: self.segment.ord,
+                        doc,
+                        score,
+                    });
+                }
+            }
+            self.stats.ranges_scored += 1;
+        }
+        self.share_threshold();
+    }
+
+    /// Makes this worker's k-th score known to the others, when several run.
+    fn share_threshold(&self) {
         if let (Some(shared), Some(t)) = (self.shared, self.top.threshold()) {
             shared.fetch_max(t, Ordering::Relaxed);
         }
-        Ok(())
     }
 }
 

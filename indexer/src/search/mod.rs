@@ -100,7 +100,8 @@ pub struct SearchStats {
     pub ranges_candidate: u64,
     /// Ranges scored (the rest were pruned).
     pub ranges_scored: u64,
-    /// Postings read while scoring.
+    /// Postings read while scoring (in the documents layout: the non-zeros of the documents
+    /// scored).
     pub postings_scored: u64,
 }
 

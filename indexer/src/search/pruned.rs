@@ -103,10 +103,11 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     if terms.is_empty() {
         return Ok(());
     }
+    let inverted = segment.reader.inverted_index(segment.impacts)?;
     let mut ub = vec![0u64; maxima.num_ranges as usize];
     for (q, m) in &terms {
         search.check()?;
-        m.add_bounds(*q, &mut ub);
+        m.add_bounds(*q, &mut ub, &inverted)?;
     }
     let mut candidates: Vec<u32> = (0..maxima.num_ranges)
         .filter(|&r| ub[r as usize] > 0)
@@ -128,7 +129,6 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         return super::exhaustive::score_segment(search, segment, |_| true);
     }
 
-    let inverted = segment.reader.inverted_index(segment.impacts)?;
     let ranges = RangeScorer {
         segment,
         inverted: &inverted,
@@ -213,7 +213,7 @@ impl RangeScorer<'_> {
     ) -> Result<()> {
         let start = range << self.segment.maxima.shift;
         for c in cursors.iter_mut() {
-            if c.maxima.bound_in(range) > 0 {
+            if c.maxima.may_occur_in(range) {
                 search.stats.postings_scored += c.score_range(self.inverted, start, acc)?;
             }
         }

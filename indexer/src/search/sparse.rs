@@ -35,6 +35,9 @@ pub struct SparseSearch<'q> {
     pub(crate) range_scores: Vec<u64>,
     /// One score bound per range of a segment, reused across segments.
     pub(crate) range_bounds: Vec<u32>,
+    /// The query's weight by term ordinal (segments in the documents layout); all 0 between
+    /// segments, reused across them.
+    pub(crate) weights: Vec<u32>,
     /// Postings spans of the rare query terms, reused across segments.
     pub(crate) span_table: super::blocks::SpanTable,
     pub(crate) cancel: Cancel,
@@ -73,6 +76,7 @@ impl<'q> SparseSearch<'q> {
             doc_scores: Vec::new(),
             range_scores: Vec::new(),
             range_bounds: Vec::new(),
+            weights: Vec::new(),
             span_table: Default::default(),
             cancel: options.cancel.clone(),
             threads: options.threads.max(1),

@@ -25,9 +25,8 @@ pub struct BenchEngineArgs {
     /// Threads per query to also measure exact search with (one is always measured).
     #[arg(long, value_delimiter = ',', default_value = "2")]
     pub threads: Vec<usize>,
-    /// Documents per pruning block: 8, 16, 32 or 64.
-    #[arg(long, default_value_t = 32)]
-    pub block_size: u32,
+    #[command(flatten)]
+    pub forward: super::forward_args::ForwardArgs,
     /// Keep no forward index files (as `lexlip index --no-forward-files`): the first search
     /// builds the forward index from the postings.
     #[arg(long)]
@@ -50,7 +49,8 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         k: args.k,
         approx: args.approx,
         corpus: args.corpus,
-        block_size: args.block_size,
+        block_size: args.forward.block_size.0,
+        layout: args.forward.layout.0,
         threads: args.threads,
         forward_files: !args.no_forward_files,
     };
@@ -113,10 +113,10 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "pruning memory       {:.1} MB on the heap and {:.1} MB mapped from the files (bounds and forward index, blocks of {})",
+        "pruning memory       {:.1} MB on the heap and {:.1} MB mapped from the files (bounds and forward index: {})",
         r.pruning_memory_bytes as f64 / 1e6,
         r.forward_file_bytes as f64 / 1e6,
-        r.block_size
+        super::forward_args::ForwardArgs::describe(&r.forward)
     );
     for a in &r.approx {
         println!(

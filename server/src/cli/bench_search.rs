@@ -28,9 +28,8 @@ pub struct BenchSearchArgs {
     /// Threads per query to also measure exact search with (one is always measured).
     #[arg(long, value_delimiter = ',', default_value = "2")]
     pub threads: Vec<usize>,
-    /// Documents per pruning block: 8, 16, 32 or 64.
-    #[arg(long, default_value_t = 32)]
-    pub block_size: u32,
+    #[command(flatten)]
+    pub forward: super::forward_args::ForwardArgs,
     /// Write the exact top k of every query here as a TREC run (`qid Q0 docid rank score
     /// lexlip`): the ground truth for comparing other engines.
     #[arg(long)]
@@ -43,7 +42,8 @@ pub struct BenchSearchArgs {
 pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
     let mut c = Collection::open(&args.collection)
         .with_context(|| format!("cannot open {}", args.collection.display()))?;
-    c.set_block_size(args.block_size)?;
+    c.set_block_size(args.forward.block_size.0)?;
+    c.set_forward_layout(args.forward.layout.0);
     let queries = read_queries(&c, &args.queries)?;
     let t = Instant::now();
     let snap = c.snapshot()?;
@@ -83,7 +83,8 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         "queries": queries.len(),
         "mean_query_nnz": nnz as f64 / queries.len().max(1) as f64,
         "k": args.k,
-        "block_size": args.block_size,
+        "block_size": args.forward.block_size.0,
+        "forward": snap.forward_summary(),
         "warm_seconds": warm_seconds,
         "nnz": stats.nnz,
         "bytes": stats.bytes,
@@ -102,12 +103,12 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{} documents, {} queries ({:.1} terms each), k = {}, blocks of {}",
+        "{} documents, {} queries ({:.1} terms each), k = {}, {}",
         snap.num_docs(),
         queries.len(),
         nnz as f64 / queries.len().max(1) as f64,
         args.k,
-        args.block_size
+        super::forward_args::ForwardArgs::describe(&snap.forward_summary())
     );
     println!(
         "{:.2} bytes per non-zero on disk: index structures {:.2} (vectors alone {:.2}; forward index files {:.2}), stored fields {:.2}; pruning structures {:.1} MB on the heap (ready in {:.2} s)",

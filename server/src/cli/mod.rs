@@ -8,6 +8,7 @@ mod demo;
 mod encode;
 mod eval;
 mod export;
+mod forward_args;
 mod index;
 mod merge;
 mod model;
