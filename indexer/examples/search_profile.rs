@@ -4,7 +4,8 @@
 //! `QUERIES=FILE.jsonl`: an existing collection DIR searched with these queries (Anserini
 //! `JsonVectorCollection` lines with integer impacts, as `lexlip export` writes them) instead of
 //! synthetic ones; `BLOCK=16` sets the block size, `LAYOUT=terms|documents` the forward index
-//! layout (both chosen per segment otherwise).
+//! layout (both chosen per segment otherwise); `MERGE=1` merges the collection's segments
+//! into one first.
 use std::time::Instant;
 
 use lexlip_index::synth::{Corpus, Generator, Rng};
@@ -42,6 +43,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c
     };
     let mut c = c;
+    if std::env::var_os("MERGE").is_some() {
+        c.merge_all()?;
+    }
     if let Some(b) = std::env::var("BLOCK").ok().and_then(|b| b.parse().ok()) {
         c.set_block_size(Some(b))?;
     }

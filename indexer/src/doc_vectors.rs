@@ -200,31 +200,41 @@ impl DocVectors {
         )
     }
 
-    /// Score of document `doc` for a query whose weight for ordinal `t` is `weights[t]`
-    /// ([`Self::table_len`] of them, or more). Sums are in 32 bits, wrapping: the caller checks
-    /// that no score can exceed that.
+    /// Score of document `doc` for a query (see [`QueryWeights`], made for this segment's
+    /// [`Self::table_len`]). Sums are in 32 bits, wrapping: the caller checks that no score can
+    /// exceed that.
     #[inline]
-    pub fn score(&self, doc: u32, weights: &[u32]) -> u32 {
+    pub fn score(&self, doc: u32, q: &QueryWeights) -> u32 {
         let (s, e) = self.span(doc);
-        let eb = self.entry_bytes as usize;
-        assert!(weights.len() >= self.table_len());
+        let (n, eb, tb) = (e - s, self.entry_bytes as usize, self.term_bits);
         let at = &self.entries[s * eb..];
-        // The slice holds the document's entries and the padding at least.
-        assert!(at.len() >= (e - s) * eb + PADDING);
+        // The slice holds the document's entries and the padding at least, and a table (where
+        // the query has one) a weight for every ordinal an entry can hold.
+        assert!(at.len() >= n * eb + PADDING);
+        assert!(!q.hashed.is_empty() || q.table.len() >= self.table_len());
         #[cfg(target_arch = "x86_64")]
         if kernel() == Kernel::Avx512 {
+            let p = at.as_ptr();
             // SAFETY: the CPU has the instructions (checked by `kernel`); every register load
-            // starts at an entry of this document and reads 64 bytes, inside `at` (asserted);
-            // every masked ordinal is below `table_len()` ≤ `weights.len()` (asserted).
+            // starts at an entry of this document and reads 64 bytes, inside `at`; every masked
+            // ordinal is below `table_len()`, inside `q.table` where it is read (asserted).
             return unsafe {
-                if eb == 3 {
-                    avx512::score3(at.as_ptr(), e - s, self.term_bits, weights.as_ptr())
-                } else {
-                    avx512::score4(at.as_ptr(), e - s, self.term_bits, weights.as_ptr())
+                match (eb, &q.hashed[..]) {
+                    (3, []) => avx512::score_gather::<3>(p, n, tb, q.table.as_ptr()),
+                    (_, []) => avx512::score_gather::<4>(p, n, tb, q.table.as_ptr()),
+                    (3, [h]) => avx512::score_hashed::<3>(p, n, tb, h),
+                    (_, [h]) => avx512::score_hashed::<4>(p, n, tb, h),
+                    (3, groups) => avx512::score_groups::<3>(p, n, tb, groups),
+                    (_, groups) => avx512::score_groups::<4>(p, n, tb, groups),
                 }
             };
         }
-        score_plain(&at[..(e - s) * eb + 4], e - s, eb, self.term_bits, weights)
+        let at = &at[..n * eb + 4];
+        if q.hashed.is_empty() {
+            score_plain(at, n, eb, tb, &q.table)
+        } else {
+            score_plain_hashed(at, n, eb, tb, &q.hashed)
+        }
     }
 
     /// Non-zeros of documents `first..end`.
@@ -232,11 +242,19 @@ impl DocVectors {
         u64::from(self.starts[end as usize] - self.starts[first as usize])
     }
 
-    /// Asks the CPU to start loading the vectors of documents from `doc` on.
+    /// Asks the CPU to start loading the vectors of documents `first..end`, every cache line of
+    /// them: a block's vectors are a kilobyte or more, and waiting for each line in turn would
+    /// cost more than scoring them.
     #[inline]
-    pub fn prefetch(&self, doc: u32) {
-        let at = self.starts[doc as usize] as usize * self.entry_bytes as usize;
-        crate::forward::prefetch(self.entries[at..].as_ptr());
+    pub fn prefetch(&self, first: u32, end: u32) {
+        let eb = self.entry_bytes as usize;
+        let (s, e) = (
+            self.starts[first as usize] as usize * eb,
+            self.starts[end as usize] as usize * eb,
+        );
+        for line in (s & !63..e).step_by(64) {
+            crate::forward::prefetch(self.entries[line..].as_ptr());
+        }
     }
 
     pub fn heap_bytes(&self) -> usize {
@@ -244,8 +262,105 @@ impl DocVectors {
     }
 }
 
-/// One entry at a time; the oracle of the vector kernels. `at` holds the `n` entries and 4
-/// bytes more.
+/// A query's weights for scoring one segment's documents (whose term ordinals are the
+/// segment's own). For a query of up to [`HASHED_TERMS`] terms, 64-slot hash tables of its terms
+/// ([`GROUP_TERMS`] each) that the vector kernel keeps in registers; for a longer one, a table
+/// by ordinal, every slot 0 but the query's terms'. Looking an entry's term up in the table
+/// costs the kernel a gather from memory, most of its time; in a hash table, a few
+/// permutations between registers.
+#[derive(Debug, Clone, Default)]
+pub struct QueryWeights {
+    hashed: Vec<Hashed>,
+    /// Weight by ordinal, where `hashed` is empty.
+    table: Vec<u32>,
+}
+
+/// Terms per hash table (with more, a collision-free hash is hard to find).
+pub const GROUP_TERMS: usize = 20;
+/// Hash tables at most: each costs the kernel about what the first does.
+pub const HASH_GROUPS: usize = 3;
+/// Most query terms held in hash tables.
+pub const HASHED_TERMS: usize = GROUP_TERMS * HASH_GROUPS;
+
+/// Query terms by slot `(ordinal · mult) >> 26`: the slot's ordinal (`u32::MAX` if empty) and
+/// weight. `mult` is chosen so that no two of the query's terms share a slot.
+#[derive(Debug, Clone)]
+struct Hashed {
+    mult: u32,
+    keys: [u32; 64],
+    weights: [u32; 64],
+}
+
+impl Hashed {
+    #[inline]
+    fn slot(mult: u32, ord: u32) -> usize {
+        (ord.wrapping_mul(mult) >> 26) as usize
+    }
+
+    /// Tries multipliers until one puts `terms` in distinct slots.
+    fn new(terms: &[(u32, u32)]) -> Option<Self> {
+        let mut mult = 0x9e37_79b9u32;
+        for _ in 0..512 {
+            mult = mult.wrapping_mul(0x2c1b_3c6d).wrapping_add(0x297a_2d39) | 1;
+            let mut h = Hashed {
+                mult,
+                keys: [u32::MAX; 64],
+                weights: [0; 64],
+            };
+            let distinct = terms.iter().all(|&(ord, w)| {
+                let s = Self::slot(mult, ord);
+                let free = h.keys[s] == u32::MAX;
+                h.keys[s] = ord;
+                h.weights[s] = w;
+                free
+            });
+            if distinct {
+                return Some(h);
+            }
+        }
+        None
+    }
+
+    /// The weight of ordinal `ord` (0 if not a query term).
+    #[inline]
+    fn get(&self, ord: u32) -> u32 {
+        let s = Self::slot(self.mult, ord);
+        if self.keys[s] == ord {
+            self.weights[s]
+        } else {
+            0
+        }
+    }
+}
+
+impl QueryWeights {
+    /// The weights of a query's `terms` (ordinal, weight) for a segment of `table_len` ordinals
+    /// ([`DocVectors::table_len`]).
+    pub fn new(table_len: usize, terms: &[(u32, u32)]) -> Self {
+        let hashed = (!terms.is_empty() && terms.len() <= HASHED_TERMS)
+            .then(|| terms.chunks(GROUP_TERMS).map(Hashed::new).collect())
+            .flatten();
+        match hashed {
+            Some(hashed) => Self {
+                hashed,
+                table: Vec::new(),
+            },
+            None => {
+                let mut table = vec![0; table_len];
+                for &(ord, w) in terms {
+                    table[ord as usize] = w;
+                }
+                Self {
+                    hashed: Vec::new(),
+                    table,
+                }
+            }
+        }
+    }
+}
+
+/// One entry at a time through the table; the oracle of the vector kernels. `at` holds the
+/// `n` entries and 4 bytes more.
 #[inline]
 fn score_plain(at: &[u8], n: usize, eb: usize, term_bits: u32, weights: &[u32]) -> u32 {
     let mask = (1u32 << term_bits) - 1;
@@ -259,11 +374,36 @@ fn score_plain(at: &[u8], n: usize, eb: usize, term_bits: u32, weights: &[u32]) 
     sum
 }
 
+/// [`score_plain`] through the hash tables.
+#[inline]
+fn score_plain_hashed(at: &[u8], n: usize, eb: usize, term_bits: u32, hashed: &[Hashed]) -> u32 {
+    let mask = (1u32 << term_bits) - 1;
+    let entry = if eb == 3 { 0x00ff_ffff } else { u32::MAX };
+    let mut sum = 0u32;
+    for i in 0..n {
+        let c = &at[eb * i..eb * i + 4];
+        let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) & entry;
+        let w: u32 = hashed.iter().map(|h| h.get(x & mask)).sum();
+        sum = sum.wrapping_add(w.wrapping_mul(x >> term_bits));
+    }
+    sum
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kernel {
     Plain,
     #[cfg(target_arch = "x86_64")]
     Avx512,
+}
+
+/// Whether this CPU runs the AVX-512 kernels (detected once; `LEXLIP_PLAIN_KERNELS` set in the
+/// environment forces the plain ones, for comparing).
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return kernel() == Kernel::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The scoring kernel this CPU runs (detected once).
@@ -290,10 +430,27 @@ fn kernel() -> Kernel {
 }
 
 /// 16 entries at a time: their bytes spread into 32-bit lanes (one byte permutation for 3-byte
-/// entries), their weights gathered, multiplied by their impacts and added up.
+/// entries), their weights looked up, multiplied by their impacts and added up.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
+
+    use super::Hashed;
+
+    /// Lane i takes bytes 3i, 3i + 1, 3i + 2 of 3-byte entries (and 3i + 2 again, masked off).
+    const SPREAD: [u8; 64] = {
+        let mut idx = [0u8; 64];
+        let mut i = 0;
+        while i < 16 {
+            let b = 3 * i as u8;
+            idx[4 * i] = b;
+            idx[4 * i + 1] = b + 1;
+            idx[4 * i + 2] = b + 2;
+            idx[4 * i + 3] = b + 2;
+            i += 1;
+        }
+        idx
+    };
 
     /// Lanes in use for the `left` entries still to add.
     #[inline(always)]
@@ -305,41 +462,74 @@ mod avx512 {
         }
     }
 
+    /// The 16 entries of `EB` bytes at `p`, one per 32-bit lane.
+    ///
     /// # Safety
-    /// AVX-512 F, BW and VBMI; `p` readable for `3 · (n - 1) + 64` bytes; every ordinal of the
+    /// AVX-512 F, BW and VBMI; `p` readable for 64 bytes.
+    #[inline(always)]
+    unsafe fn entries<const EB: usize>(p: *const u8) -> __m512i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let v = _mm512_loadu_si512(p.cast());
+            if EB == 3 {
+                let spread = _mm512_loadu_si512(SPREAD.as_ptr().cast());
+                _mm512_and_si512(
+                    _mm512_permutexvar_epi8(spread, v),
+                    _mm512_set1_epi32(0x00ff_ffff),
+                )
+            } else {
+                v
+            }
+        }
+    }
+
+    /// The weight of each lane's ordinal `t` in hash table `h` (0 where it is not a query
+    /// term), looked up between registers.
+    #[inline(always)]
+    fn lookup(t: __m512i, h: &Hashed) -> __m512i {
+        // SAFETY: register arithmetic, and loads of the table's 64-value arrays.
+        unsafe {
+            let k = |i: usize| _mm512_loadu_si512(h.keys[16 * i..].as_ptr().cast());
+            let w = |i: usize| _mm512_loadu_si512(h.weights[16 * i..].as_ptr().cast());
+            let slot =
+                _mm512_srli_epi32::<26>(_mm512_mullo_epi32(t, _mm512_set1_epi32(h.mult as i32)));
+            // Slots 32-63 come from the second pair of registers.
+            let upper = _mm512_test_epi32_mask(slot, _mm512_set1_epi32(32));
+            let key = _mm512_mask_blend_epi32(
+                upper,
+                _mm512_permutex2var_epi32(k(0), slot, k(1)),
+                _mm512_permutex2var_epi32(k(2), slot, k(3)),
+            );
+            let weight = _mm512_mask_blend_epi32(
+                upper,
+                _mm512_permutex2var_epi32(w(0), slot, w(1)),
+                _mm512_permutex2var_epi32(w(2), slot, w(3)),
+            );
+            _mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(key, t), weight)
+        }
+    }
+
+    /// Σ `weights[ordinal] · impact` over `n` entries of `EB` bytes at `p`, the weights gathered
+    /// from memory.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes; every ordinal of the
     /// entries' low `term_bits` bits indexes `weights`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    pub(super) unsafe fn score3(
+    pub(super) unsafe fn score_gather<const EB: usize>(
         p: *const u8,
         n: usize,
         term_bits: u32,
         weights: *const u32,
     ) -> u32 {
-        // Lane i takes bytes 3i, 3i + 1, 3i + 2 (and 3i + 2 again, masked off).
-        const SPREAD: [u8; 64] = {
-            let mut idx = [0u8; 64];
-            let mut i = 0;
-            while i < 16 {
-                let b = 3 * i as u8;
-                idx[4 * i] = b;
-                idx[4 * i + 1] = b + 1;
-                idx[4 * i + 2] = b + 2;
-                idx[4 * i + 3] = b + 2;
-                i += 1;
-            }
-            idx
-        };
         // SAFETY: the caller's contract (see above).
         unsafe {
-            let spread = _mm512_loadu_si512(SPREAD.as_ptr().cast());
-            let entry = _mm512_set1_epi32(0x00ff_ffff);
             let ords = _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32);
             let shift = _mm_cvtsi32_si128(term_bits as i32);
             let mut acc = _mm512_setzero_si512();
             let mut i = 0;
             while i < n {
-                let v = _mm512_loadu_si512(p.add(3 * i).cast());
-                let x = _mm512_and_si512(_mm512_permutexvar_epi8(spread, v), entry);
+                let x = entries::<EB>(p.add(EB * i));
                 let w = _mm512_mask_i32gather_epi32::<4>(
                     _mm512_setzero_si512(),
                     lanes(n - i),
@@ -353,17 +543,16 @@ mod avx512 {
         }
     }
 
-    /// [`score3`] for 4-byte entries.
+    /// [`score_gather`] with the query's weights in one hash table held in registers.
     ///
     /// # Safety
-    /// AVX-512 F; `p` readable for `4 · (n - 1) + 64` bytes; every ordinal of the entries' low
-    /// `term_bits` bits indexes `weights`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn score4(
+    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    pub(super) unsafe fn score_hashed<const EB: usize>(
         p: *const u8,
         n: usize,
         term_bits: u32,
-        weights: *const u32,
+        h: &Hashed,
     ) -> u32 {
         // SAFETY: the caller's contract (see above).
         unsafe {
@@ -372,14 +561,42 @@ mod avx512 {
             let mut acc = _mm512_setzero_si512();
             let mut i = 0;
             while i < n {
-                let x = _mm512_loadu_si512(p.add(4 * i).cast());
-                let w = _mm512_mask_i32gather_epi32::<4>(
-                    _mm512_setzero_si512(),
-                    lanes(n - i),
-                    _mm512_and_si512(x, ords),
-                    weights.cast(),
-                );
-                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift)));
+                let x = entries::<EB>(p.add(EB * i));
+                let w = lookup(_mm512_and_si512(x, ords), h);
+                let product = _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift));
+                acc = _mm512_mask_add_epi32(acc, lanes(n - i), acc, product);
+                i += 16;
+            }
+            _mm512_reduce_add_epi32(acc) as u32
+        }
+    }
+
+    /// [`score_hashed`] with the query's terms in several hash tables, each looked up in turn.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    pub(super) unsafe fn score_groups<const EB: usize>(
+        p: *const u8,
+        n: usize,
+        term_bits: u32,
+        groups: &[Hashed],
+    ) -> u32 {
+        // SAFETY: the caller's contract (see above).
+        unsafe {
+            let ords = _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32);
+            let shift = _mm_cvtsi32_si128(term_bits as i32);
+            let mut acc = _mm512_setzero_si512();
+            let mut i = 0;
+            while i < n {
+                let x = entries::<EB>(p.add(EB * i));
+                let t = _mm512_and_si512(x, ords);
+                let mut w = _mm512_setzero_si512();
+                for h in groups {
+                    w = _mm512_add_epi32(w, lookup(t, h));
+                }
+                let product = _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift));
+                acc = _mm512_mask_add_epi32(acc, lanes(n - i), acc, product);
                 i += 16;
             }
             _mm512_reduce_add_epi32(acc) as u32
@@ -431,7 +648,7 @@ mod tests {
                 proptest::collection::btree_map(0u32..300, 1u32..60_000, 0..40),
                 1..30,
             ),
-            query in proptest::collection::btree_map(0u32..300, 1u32..300, 1..20),
+            query in proptest::collection::btree_map(0u32..300, 1u32..300, 1..80),
             wide in any::<bool>(),
         ) {
             let docs: Vec<Vec<(u32, u32)>> = docs
@@ -446,12 +663,22 @@ mod tests {
             for (&t, &q) in &query {
                 weights[t as usize] = q;
             }
+            let terms: Vec<(u32, u32)> = query.iter().map(|(&t, &q)| (t, q)).collect();
+            let hashed = QueryWeights::new(v.table_len(), &terms);
+            let groups = if terms.len() <= HASHED_TERMS { terms.len().div_ceil(GROUP_TERMS) } else { 0 };
+            prop_assert_eq!(hashed.hashed.len(), groups);
+            let table = QueryWeights { table: weights.clone(), hashed: Vec::new() };
             for (d, doc) in docs.iter().enumerate() {
                 let want: u32 = doc.iter().map(|&(t, w)| query.get(&t).copied().unwrap_or(0) * w).sum();
-                prop_assert_eq!(v.score(d as u32, &weights), want);
+                prop_assert_eq!(v.score(d as u32, &hashed), want);
+                prop_assert_eq!(v.score(d as u32, &table), want);
                 let s = v.starts[d] as usize * v.entry_bytes as usize;
-                let plain = score_plain(&v.entries[s..], doc.len(), v.entry_bytes as usize, v.term_bits, &weights);
-                prop_assert_eq!(plain, want);
+                let (at, eb) = (&v.entries[s..], v.entry_bytes as usize);
+                prop_assert_eq!(score_plain(at, doc.len(), eb, v.term_bits, &weights), want);
+                if !hashed.hashed.is_empty() {
+                    let plain = score_plain_hashed(at, doc.len(), eb, v.term_bits, &hashed.hashed);
+                    prop_assert_eq!(plain, want);
+                }
                 prop_assert_eq!(v.vector(d as u32).collect::<Vec<_>>(), doc.clone());
             }
         }

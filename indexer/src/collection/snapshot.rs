@@ -100,15 +100,20 @@ impl Snapshot {
         let mut search = SparseSearch::new(query, options)?;
         let filter = CompiledFilter::new(&options.filter, &self.fields)?;
         let allowed = filter.allowed(&self.searcher)?;
-        for (ord, reader) in self.searcher.segment_readers().iter().enumerate() {
-            search.segment(&Segment {
+        let segments: Vec<Segment> = self
+            .searcher
+            .segment_readers()
+            .iter()
+            .enumerate()
+            .map(|(ord, reader)| Segment {
                 ord: ord as u32,
                 reader,
                 impacts: self.fields.impacts,
                 maxima: &self.maxima[ord],
                 allowed: allowed.as_ref().map(|a| &a[ord]),
-            })?;
-        }
+            })
+            .collect();
+        search.segments(&segments)?;
         let (hits, stats) = search.finish();
         Ok(SearchOutcome { hits, stats })
     }

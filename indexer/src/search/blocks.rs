@@ -2,28 +2,33 @@
 //! ranges are visited best bound first and the search stops at the first range that cannot
 //! enter the top k (the idea of Block-Max Pruning, Mallia, Suel & Tonellotto, SIGIR 2024).
 //!
-//! For each segment:
+//! All segments of a snapshot are searched together:
 //!
-//! 1. bound every range: `ub[r] = Σ_t q_t · max_t(r)` from the range maxima of
-//!    [`crate::maxima`] (one pass over the query terms' maxima, no posting read);
-//! 2. score the [`FIRST_RANGES`] best-bounded ranges, which raises the k-th best score θ;
-//! 3. put the other ranges whose bound reaches θ in a heap by bound and pop them, best first,
-//!    until a bound falls below θ: every later range is bounded lower still, so none of their
-//!    documents can enter the top k.
+//! 1. bound every range of every segment: `ub[r] = Σ_t q_t · max_t(r)` from the range maxima
+//!    of [`crate::maxima`] (a vectorized pass over common terms' bound codes, one over the
+//!    postings of the others);
+//! 2. score the [`FIRST_RANGES`] best-bounded ranges of all segments, which raises the k-th
+//!    best score θ;
+//! 3. put the other ranges whose bound reaches θ in one heap by bound and pop them, best
+//!    first, until a bound falls below θ: every later range is bounded lower still, so none of
+//!    their documents can enter the top k.
 //!
-//! Scoring a range reads only that range's postings of the query terms from the
-//! block forward index ([`crate::forward`]). A range whose bound *equals* θ is scored (a document
-//! scoring θ may win its tie on document order), so the result equals the exhaustive search's,
-//! ties included. Approximate mode stops when a bound falls below `f · θ` (`f ≥ 1`).
+//! Searching the segments one after the other instead would score the first segments' ranges
+//! with the low θ of a search just started (on 243k real vectors in three segments, a third
+//! more time). Scoring a range reads that range's documents ([`crate::doc_vectors`]) or its
+//! postings of the query terms ([`crate::forward`]), by the segment's layout. A range whose
+//! bound *equals* θ is scored (a document scoring θ may win its tie on document order), so the
+//! result equals the exhaustive search's, ties included. Approximate mode stops when a bound
+//! falls below `f · θ` (`f ≥ 1`).
 //!
-//! Several threads can share one segment (step 3): they pop ranges from the same heap, each
-//! into its own top k, and share the best k-th score (a valid θ for all: the final one can only
-//! be higher); the tops are merged at the end.
+//! Several threads can share step 3: they pop ranges from the same heap, each into its own
+//! top k, and share the best k-th score (a valid θ for all: the final one can only be higher);
+//! the tops are merged at the end.
 //!
 //! ```text
 //! query {dog: 120, grass: 80}; after step 2, θ = 30_000
-//! ranges sorted by bound: r17 (31_200) → scored, θ rises to 31_000
-//!                         r4  (30_900) → below θ: stop; r4 and every range after it skipped
+//! ranges sorted by bound: s0 r17 (31_200) → scored, θ rises to 31_000
+//!                         s1 r4  (30_900) → below θ: stop; it and every range after skipped
 //! ```
 
 use std::cmp::Reverse;
@@ -36,7 +41,7 @@ use rayon::prelude::*;
 
 use super::sparse::{Segment, SparseSearch};
 use super::{Cancel, ScoredDoc, SearchStats, TopK};
-use crate::doc_vectors::DocVectors;
+use crate::doc_vectors::{DocVectors, QueryWeights};
 use crate::error::Result;
 use crate::maxima::TermMaxima;
 
@@ -49,96 +54,57 @@ const FIRST_RANGES: usize = 16;
 /// skipped; the result is the same.
 const BATCH: usize = 8;
 
-/// Below this many ranges left after the first ones, one thread finishes the segment: starting
+/// Below this many ranges left after the first ones, one thread finishes the search: starting
 /// another costs more than it saves.
 const PARALLEL_RANGES: usize = 64;
 
-/// Searches one segment, pushing into the search's top k (which may already hold other
-/// segments' hits).
-pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Result<()> {
-    let maxima = segment.maxima;
-    let found: Vec<(u32, &TermMaxima)> = search
-        .query
-        .iter()
-        .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (q, m)))
-        .collect();
-    if found.is_empty() {
+/// A range in the heap: its bound, then (ties) lower segment and range first.
+type Entry = (u32, Reverse<u32>, Reverse<u32>);
+
+/// Searches `segments` together, pushing into the search's top k.
+pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
+    let mut parts = Vec::with_capacity(segments.len());
+    for segment in segments {
+        if let Some(part) = Part::bound(search, segment)? {
+            parts.push(part);
+        }
+    }
+    if parts.is_empty() {
         return Ok(());
     }
-    // Bounds are summed in 32 bits (a vectorized pass per term); a query whose bounds could
-    // overflow that (impacts in the tens of thousands on both sides) takes the 64-bit path.
-    let largest: u64 = found
-        .iter()
-        .map(|(q, m)| u64::from(*q) * u64::from(m.largest_bound()))
-        .sum();
-    if largest > u64::from(u32::MAX) {
-        return super::pruned::search_segment(search, segment);
-    }
-    let mut ub = std::mem::take(&mut search.range_bounds);
-    ub.clear();
-    ub.resize(maxima.num_ranges as usize, 0);
-    let mut table = std::mem::take(&mut search.span_table);
-    table.reset(ub.len());
-    let docs = maxima.docs.as_ref();
-    let inverted = segment.reader.inverted_index(segment.impacts)?;
-    // Terms layout: terms without bound codes are bounded from their postings here, and where
-    // each range's postings lie is recorded on the way (see `SpanTable`). Documents layout:
-    // from their tantivy postings, and nothing to record (scoring reads the documents).
-    let mut terms = Vec::with_capacity(found.len());
-    for (q, m) in found {
-        let slot = if docs.is_some() || m.has_bound_bytes() {
-            m.add_bounds_u32(q, &mut ub, &inverted)?;
-            None
-        } else {
-            Some(table.add(m, q, &mut ub))
-        };
-        terms.push(QueryTerm { q, m, slot });
-    }
-    search.check()?;
-
-    // Each chunk's best bound; the best range of each of the FIRST_RANGES best chunks.
-    let (chunk_max, candidates) = chunk_maxima(&ub);
-    search.stats.ranges_candidate += candidates;
-    let head = best_of_best_chunks(&ub, &chunk_max);
-
-    // The query's weights by term ordinal, for scoring documents (all 0 between searches).
-    let mut weights = std::mem::take(&mut search.weights);
-    if let Some(d) = docs {
-        if weights.len() < d.table_len() {
-            weights.resize(d.table_len(), 0);
-        }
-        for t in &terms {
-            weights[t.m.ord as usize] = t.q;
-        }
-    }
     let shared = AtomicU64::new(0);
+    let acc_len = parts.iter().map(|p| p.acc_len()).max().unwrap_or(0);
     let mut main = Worker {
-        segment,
-        docs,
-        weights: &weights,
-        terms: &terms,
-        table: &table,
+        parts: &parts,
         factor: search.factor,
         cancel: &search.cancel,
         top: std::mem::replace(&mut search.top, TopK::new(0)),
         stats: SearchStats::default(),
-        acc: std::mem::take(&mut search.range_scores),
-        spans: Vec::with_capacity(BATCH * terms.len()),
+        acc: vec![0; acc_len],
+        spans: Vec::new(),
         shared: None,
     };
-    main.acc.clear();
-    if docs.is_none() {
-        main.acc.resize(1 << maxima.shift, 0);
-    }
     let result = (|| {
-        for batch in head.chunks(BATCH) {
-            main.score(batch)?;
-        }
-        for &r in &head {
-            ub[r as usize] = 0;
-        }
+        // The FIRST_RANGES best ranges of all segments, from each segment's best.
+        let mut head: Vec<Entry> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.head
+                    .iter()
+                    .map(move |&r| (p.ub[r as usize], Reverse(i as u32), Reverse(r)))
+            })
+            .collect();
+        head.sort_unstable_by(|a, b| b.cmp(a));
+        head.truncate(FIRST_RANGES);
+        main.score_entries(&mut head)?;
         // The others that can still reach θ, popped best bound first until one cannot.
-        let rest = Mutex::new(reaching(&ub, &chunk_max, main.lowest_kept().max(1)));
+        let lowest = main.lowest_kept().max(1);
+        let mut rest = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            p.reaching(i as u32, lowest, &head, &mut rest);
+        }
+        let rest = Mutex::new(BinaryHeap::from(rest));
         if search.threads <= 1 || rest.lock().map_or(0, |h| h.len()) < PARALLEL_RANGES {
             return main.drain(&rest);
         }
@@ -151,12 +117,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         let mut workers: Vec<Worker> = (1..search.threads)
             .map(|_| Worker {
                 top: TopK::new(k),
-                acc: if docs.is_none() {
-                    vec![0; 1 << maxima.shift]
-                } else {
-                    Vec::new()
-                },
-                spans: Vec::with_capacity(BATCH * terms.len()),
+                acc: vec![0; acc_len],
                 ..main.fork()
             })
             .collect();
@@ -176,16 +137,116 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     })();
     search.stats.add(&main.stats);
     search.top = main.top;
-    search.range_scores = main.acc;
-    search.range_bounds = ub;
-    search.span_table = table;
-    for t in &terms {
-        if let Some(w) = weights.get_mut(t.m.ord as usize) {
-            *w = 0;
+    result
+}
+
+/// One segment's share of a search: its query terms, the bound of every range, and what
+/// scoring its ranges needs.
+struct Part<'a> {
+    segment: &'a Segment<'a>,
+    /// Query terms present in the segment, with their weights.
+    terms: Vec<QueryTerm<'a>>,
+    /// Where rare terms' postings lie (terms layout).
+    table: SpanTable,
+    /// The documents' vectors and the query's weights for them (documents layout).
+    docs: Option<(&'a DocVectors, QueryWeights)>,
+    ub: Vec<u32>,
+    /// Best bound per [`CHUNK`] ranges.
+    chunk_max: Vec<u32>,
+    /// The segment's best ranges, to score first.
+    head: Vec<u32>,
+}
+
+impl<'a> Part<'a> {
+    /// Bounds every range of `segment` for the search's query; `None` when no query term is
+    /// in it, or when its bounds could overflow 32 bits (impacts in the tens of thousands on
+    /// both sides): such a segment is searched on the spot by the 64-bit path.
+    fn bound(search: &mut SparseSearch, segment: &'a Segment<'a>) -> Result<Option<Self>> {
+        search.check()?;
+        search.stats.segments += 1;
+        let maxima = segment.maxima;
+        let found: Vec<(u32, &TermMaxima)> = search
+            .query
+            .iter()
+            .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (q, m)))
+            .collect();
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let largest: u64 = found
+            .iter()
+            .map(|(q, m)| u64::from(*q) * u64::from(m.largest_bound()))
+            .sum();
+        if largest > u64::from(u32::MAX) {
+            super::pruned::search_segment(search, segment)?;
+            return Ok(None);
+        }
+        let mut ub = vec![0u32; maxima.num_ranges as usize];
+        let mut table = SpanTable::default();
+        table.reset(ub.len());
+        let docs = maxima.docs.as_ref();
+        let inverted = segment.reader.inverted_index(segment.impacts)?;
+        // Terms layout: terms without bound codes are bounded from their postings here, and
+        // where each range's postings lie is recorded on the way (see `SpanTable`). Documents
+        // layout: from their tantivy postings, and nothing to record (scoring reads the
+        // documents).
+        let mut terms = Vec::with_capacity(found.len());
+        for (q, m) in found {
+            let slot = if docs.is_some() || m.has_bound_bytes() {
+                m.add_bounds_u32(q, &mut ub, &inverted)?;
+                None
+            } else {
+                Some(table.add(m, q, &mut ub))
+            };
+            terms.push(QueryTerm { q, m, slot });
+        }
+        let (chunk_max, candidates) = chunk_maxima(&ub);
+        search.stats.ranges_candidate += candidates;
+        let head = best_of_best_chunks(&ub, &chunk_max);
+        let docs = docs.map(|d| {
+            let ords: Vec<(u32, u32)> = terms.iter().map(|t| (t.m.ord, t.q)).collect();
+            (d, QueryWeights::new(d.table_len(), &ords))
+        });
+        Ok(Some(Self {
+            segment,
+            terms,
+            table,
+            docs,
+            ub,
+            chunk_max,
+            head,
+        }))
+    }
+
+    /// Scores per range of the terms layout's accumulator.
+    fn acc_len(&self) -> usize {
+        if self.docs.is_some() {
+            0
+        } else {
+            1 << self.segment.maxima.shift
         }
     }
-    search.weights = weights;
-    result
+
+    /// Appends the ranges whose bound is at least `lowest`, looking only inside the chunks
+    /// whose best bound is; those of `done` (scored already) excepted.
+    fn reaching(&self, part: u32, lowest: u64, done: &[Entry], out: &mut Vec<Entry>) {
+        let scored = |r: u32| done.iter().any(|e| e.1.0 == part && e.2.0 == r);
+        for (c, &m) in self.chunk_max.iter().enumerate() {
+            if u64::from(m) < lowest {
+                continue;
+            }
+            let s = c * CHUNK;
+            for (r, &u) in self.ub[s..(s + CHUNK).min(self.ub.len())]
+                .iter()
+                .enumerate()
+            {
+                let r = (s + r) as u32;
+                if u64::from(u) >= lowest && !scored(r) {
+                    out.push((u, Reverse(part), Reverse(r)));
+                }
+            }
+        }
+    }
 }
 
 /// Ranges per chunk of [`chunk_maxima`].
@@ -195,14 +256,18 @@ const CHUNK: usize = 64;
 /// compiler vectorizes): picking the best ranges, and those that can still reach θ, then looks
 /// only inside the chunks that can hold them.
 fn chunk_maxima(ub: &[u32]) -> (Vec<u32>, u64) {
+    let (chunks, rest) = ub.as_chunks::<CHUNK>();
+    let mut maxima = Vec::with_capacity(chunks.len() + 1);
     let mut nonzero = 0u64;
-    let maxima = ub
-        .chunks(CHUNK)
-        .map(|c| {
-            nonzero += c.iter().map(|&u| u64::from(u != 0)).sum::<u64>();
-            c.iter().copied().fold(0, u32::max)
-        })
-        .collect();
+    // Fixed-size chunks: the compiler unrolls and vectorizes both loops.
+    for c in chunks {
+        maxima.push(c.iter().fold(0, |m, &u| m.max(u)));
+        nonzero += u64::from(c.iter().fold(0u32, |n, &u| n + u32::from(u != 0)));
+    }
+    if !rest.is_empty() {
+        maxima.push(rest.iter().fold(0, |m, &u| m.max(u)));
+        nonzero += rest.iter().filter(|&&u| u != 0).count() as u64;
+    }
     (maxima, nonzero)
 }
 
@@ -228,24 +293,6 @@ fn best_of_best_chunks(ub: &[u32], chunk_max: &[u32]) -> Vec<u32> {
             (s + at) as u32
         })
         .collect()
-}
-
-/// The ranges whose bound is at least `lowest`, as a heap by bound (ties: lower range first),
-/// looking only inside the chunks whose best bound is.
-fn reaching(ub: &[u32], chunk_max: &[u32], lowest: u64) -> BinaryHeap<(u32, Reverse<u32>)> {
-    let mut rest = Vec::new();
-    for (c, &m) in chunk_max.iter().enumerate() {
-        if u64::from(m) < lowest {
-            continue;
-        }
-        let s = c * CHUNK;
-        for (r, &u) in ub[s..(s + CHUNK).min(ub.len())].iter().enumerate() {
-            if u64::from(u) >= lowest {
-                rest.push((u, Reverse((s + r) as u32)));
-            }
-        }
-    }
-    BinaryHeap::from(rest)
 }
 
 /// A query term present in the segment.
@@ -320,37 +367,26 @@ impl SpanTable {
     }
 }
 
-/// One thread's share of a segment's search: its own top k, counters and buffers.
+/// One thread's share of a search: its own top k, counters and buffers.
 struct Worker<'a> {
-    segment: &'a Segment<'a>,
-    /// The documents' vectors, for a segment in the documents layout.
-    docs: Option<&'a DocVectors>,
-    /// The query's weight of every term ordinal (documents layout).
-    weights: &'a [u32],
-    /// Query terms present in the segment, with their weights.
-    terms: &'a [QueryTerm<'a>],
-    table: &'a SpanTable,
+    parts: &'a [Part<'a>],
     factor: f64,
     cancel: &'a Cancel,
     top: TopK,
     stats: SearchStats,
-    /// One score per document of a range.
+    /// One score per document of a range (terms layout).
     acc: Vec<u64>,
-    /// Postings spans of the batch being scored, range-major.
+    /// Postings spans of the batch being scored, range-major (terms layout).
     spans: Vec<(u32, u32)>,
     /// The best k-th score of all workers, when several run.
     shared: Option<&'a AtomicU64>,
 }
 
 impl<'a> Worker<'a> {
-    /// A worker for the same segment and query, with empty buffers.
+    /// A worker for the same search, with empty buffers.
     fn fork(&self) -> Self {
         Worker {
-            segment: self.segment,
-            docs: self.docs,
-            weights: self.weights,
-            terms: self.terms,
-            table: self.table,
+            parts: self.parts,
             factor: self.factor,
             cancel: self.cancel,
             top: TopK::new(0),
@@ -380,102 +416,132 @@ impl<'a> Worker<'a> {
 
     /// Scores ranges popped from `heap`, best bound first, until the best left cannot enter
     /// the top k.
-    fn drain(&mut self, heap: &Mutex<BinaryHeap<(u32, Reverse<u32>)>>) -> Result<()> {
+    fn drain(&mut self, heap: &Mutex<BinaryHeap<Entry>>) -> Result<()> {
         let mut batch = Vec::with_capacity(BATCH);
         loop {
             batch.clear();
             {
                 let mut heap = heap.lock().unwrap_or_else(|p| p.into_inner());
                 while batch.len() < BATCH
-                    && let Some(&(u, Reverse(r))) = heap.peek()
-                    && !self.skips(u64::from(u))
+                    && let Some(&e) = heap.peek()
+                    && !self.skips(u64::from(e.0))
                 {
                     heap.pop();
-                    batch.push(r);
+                    batch.push(e);
                 }
             }
             if batch.is_empty() {
                 return Ok(());
             }
-            self.score(&batch)?;
+            self.score_entries(&mut batch)?;
         }
     }
 
-    /// Scores a batch of ranges through the forward index: locates and prefetches every
-    /// (range, term) span first, then accumulates and collects range by range.
-    fn score(&mut self, ranges: &[u32]) -> Result<()> {
-        self.cancel.check()?;
-        if let Some(docs) = self.docs {
-            self.score_documents(docs, ranges);
-            return Ok(());
+    /// Scores heap entries, segment by segment (`entries` is reordered).
+    fn score_entries(&mut self, entries: &mut [Entry]) -> Result<()> {
+        entries.sort_unstable_by_key(|e| (e.1.0, e.2.0));
+        // Entries come FIRST_RANGES (the first ones) or BATCH (the heap's) at a time.
+        const _: () = assert!(FIRST_RANGES >= BATCH);
+        let mut ranges = [0u32; FIRST_RANGES];
+        for group in entries.chunk_by(|a, b| a.1 == b.1) {
+            for (r, e) in ranges.iter_mut().zip(group) {
+                *r = e.2.0;
+            }
+            for batch in ranges[..group.len()].chunks(BATCH) {
+                self.score(&self.parts[group[0].1.0 as usize], batch)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Scores a batch of ranges of one segment.
+    fn score(&mut self, part: &Part, ranges: &[u32]) -> Result<()> {
+        self.cancel.check()?;
+        match &part.docs {
+            Some((docs, weights)) => self.score_documents(part, docs, weights, ranges),
+            None => self.score_postings(part, ranges),
+        }
+        self.share_threshold();
+        Ok(())
+    }
+
+    /// [`Self::score`] in the terms layout: locates and prefetches every (range, term) span
+    /// first, then accumulates and collects range by range.
+    fn score_postings(&mut self, part: &Part, ranges: &[u32]) {
+        let terms = &part.terms;
         // Spans are located in two passes (see `TermMaxima::locate`), then prefetched.
         self.spans.clear();
         for &r in ranges {
-            for t in self.terms {
+            for t in terms {
                 self.spans.push(match t.slot {
-                    Some(slot) => self.table.span(slot, r),
+                    Some(slot) => part.table.span(slot, r),
                     None => t.m.locate(r),
                 });
             }
         }
-        for (&r, spans) in ranges.iter().zip(self.spans.chunks_mut(self.terms.len())) {
-            for (t, span) in self.terms.iter().zip(spans) {
+        for (&r, spans) in ranges.iter().zip(self.spans.chunks_mut(terms.len())) {
+            for (t, span) in terms.iter().zip(spans) {
                 if t.slot.is_none() {
                     *span = t.m.span_within(r, *span);
                 }
                 t.m.postings.prefetch(*span);
             }
         }
-        let maxima = self.segment.maxima;
-        let max_doc = self.segment.reader.max_doc();
-        let per_range = self.terms.len();
+        let segment = part.segment;
+        let shift = segment.maxima.shift;
+        let max_doc = segment.reader.max_doc();
+        let acc = &mut self.acc[..1 << shift];
         for (i, &range) in ranges.iter().enumerate() {
-            let spans = &self.spans[i * per_range..(i + 1) * per_range];
-            for (t, &span) in self.terms.iter().zip(spans) {
-                self.stats.postings_scored += t.m.accumulate(span, u64::from(t.q), &mut self.acc);
+            let spans = &self.spans[i * terms.len()..(i + 1) * terms.len()];
+            for (t, &span) in terms.iter().zip(spans) {
+                self.stats.postings_scored += t.m.accumulate(span, u64::from(t.q), acc);
             }
             self.stats.ranges_scored += 1;
-            let start = range << maxima.shift;
-            for (i, slot) in self.acc.iter_mut().enumerate() {
+            let start = range << shift;
+            for (i, slot) in acc.iter_mut().enumerate() {
                 let score = std::mem::take(slot);
                 if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
                     continue;
                 }
                 let doc = start + i as u32;
-                if doc >= max_doc || !self.segment.returns(doc) {
+                if doc >= max_doc || !segment.returns(doc) {
                     continue;
                 }
                 self.top.push(ScoredDoc {
-                    segment_ord: self.segment.ord,
+                    segment_ord: segment.ord,
                     doc,
                     score,
                 });
             }
         }
-        self.share_threshold();
-        Ok(())
     }
 
     /// [`Self::score`] in the documents layout: each document of the ranges scored from its
     /// vector.
-    fn score_documents(&mut self, docs: &DocVectors, ranges: &[u32]) {
-        let shift = self.segment.maxima.shift;
-        let max_doc = self.segment.reader.max_doc();
+    fn score_documents(
+        &mut self,
+        part: &Part,
+        docs: &DocVectors,
+        weights: &QueryWeights,
+        ranges: &[u32],
+    ) {
+        let segment = part.segment;
+        let shift = segment.maxima.shift;
+        let max_doc = segment.reader.max_doc();
         for &r in ranges {
-            docs.prefetch(r << shift);
+            docs.prefetch(r << shift, ((r + 1) << shift).min(max_doc));
         }
         for &range in ranges {
             let (start, end) = (range << shift, ((range + 1) << shift).min(max_doc));
             self.stats.postings_scored += docs.non_zeros(start, end);
             for doc in start..end {
-                let score = u64::from(docs.score(doc, self.weights));
+                let score = u64::from(docs.score(doc, weights));
                 if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
                     continue;
                 }
-                if self.segment.returns(doc) {
+                if segment.returns(doc) {
                     self.top.push(ScoredDoc {
-                        segment_ord: self.segment.ord,
+                        segment_ord: segment.ord,
                         doc,
                         score,
                     });
@@ -483,7 +549,6 @@ impl<'a> Worker<'a> {
             }
             self.stats.ranges_scored += 1;
         }
-        self.share_threshold();
     }
 
     /// Makes this worker's k-th score known to the others, when several run.

@@ -33,13 +33,6 @@ pub struct SparseSearch<'q> {
     pub(crate) doc_scores: Vec<u64>,
     /// One score per document of a range (range-at-a-time), reused across ranges.
     pub(crate) range_scores: Vec<u64>,
-    /// One score bound per range of a segment, reused across segments.
-    pub(crate) range_bounds: Vec<u32>,
-    /// The query's weight by term ordinal (segments in the documents layout); all 0 between
-    /// segments, reused across them.
-    pub(crate) weights: Vec<u32>,
-    /// Postings spans of the rare query terms, reused across segments.
-    pub(crate) span_table: super::blocks::SpanTable,
     pub(crate) cancel: Cancel,
     /// Threads one segment's search may use.
     pub(crate) threads: usize,
@@ -75,23 +68,26 @@ impl<'q> SparseSearch<'q> {
             stats: SearchStats::default(),
             doc_scores: Vec::new(),
             range_scores: Vec::new(),
-            range_bounds: Vec::new(),
-            weights: Vec::new(),
-            span_table: Default::default(),
             cancel: options.cancel.clone(),
             threads: options.threads.max(1),
         })
     }
 
-    /// Scores one segment into the running top k.
-    pub(crate) fn segment(&mut self, segment: &Segment) -> Result<()> {
-        self.check()?;
-        self.stats.segments += 1;
-        match self.algorithm {
-            Algorithm::BlockMax => super::blocks::search_segment(self, segment),
-            Algorithm::Postings => super::pruned::search_segment(self, segment),
-            Algorithm::Exhaustive => super::exhaustive::search_segment(self, segment),
+    /// Scores the segments of a snapshot into the running top k: block-max search takes them
+    /// all at once, the others one after the other.
+    pub(crate) fn segments(&mut self, segments: &[Segment]) -> Result<()> {
+        if self.algorithm == Algorithm::BlockMax {
+            return super::blocks::search(self, segments);
         }
+        for segment in segments {
+            self.check()?;
+            self.stats.segments += 1;
+            match self.algorithm {
+                Algorithm::Postings => super::pruned::search_segment(self, segment)?,
+                _ => super::exhaustive::search_segment(self, segment)?,
+            }
+        }
+        Ok(())
     }
 
     /// Stops with [`IndexError::Cancelled`] once the caller has cancelled.
