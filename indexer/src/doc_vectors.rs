@@ -200,41 +200,46 @@ impl DocVectors {
         )
     }
 
-    /// Score of document `doc` for a query (see [`QueryWeights`], made for this segment's
-    /// [`Self::table_len`]). Sums are in 32 bits, wrapping: the caller checks that no score can
-    /// exceed that.
-    #[inline]
-    pub fn score(&self, doc: u32, q: &QueryWeights) -> u32 {
-        let (s, e) = self.span(doc);
-        let (n, eb, tb) = (e - s, self.entry_bytes as usize, self.term_bits);
-        let at = &self.entries[s * eb..];
-        // The slice holds the document's entries and the padding at least, and a table (where
-        // the query has one) a weight for every ordinal an entry can hold.
-        assert!(at.len() >= n * eb + PADDING);
+    /// Scores of documents `first..end` for a query (see [`QueryWeights`], made for this
+    /// segment's [`Self::table_len`]) into `out[..end - first]`. Sums are in 32 bits, wrapping:
+    /// the caller checks that no score can exceed that.
+    pub fn score_docs(&self, first: u32, end: u32, q: &QueryWeights, out: &mut [u32]) {
+        let starts = &self.starts[first as usize..=end as usize];
+        let out = &mut out[..starts.len() - 1];
+        let (eb, tb) = (self.entry_bytes as usize, self.term_bits);
+        // The entries hold the padding after the last, and a table (where the query has one) a
+        // weight for every ordinal an entry can hold.
+        assert!(self.entries.len() >= *starts.last().unwrap_or(&0) as usize * eb + PADDING);
         assert!(!q.hashed.is_empty() || q.table.len() >= self.table_len());
         #[cfg(target_arch = "x86_64")]
         if kernel() == Kernel::Avx512 {
-            let p = at.as_ptr();
-            // SAFETY: the CPU has the instructions (checked by `kernel`); every register load
-            // starts at an entry of this document and reads 64 bytes, inside `at`; every masked
-            // ordinal is below `table_len()`, inside `q.table` where it is read (asserted).
-            return unsafe {
-                match (eb, &q.hashed[..]) {
-                    (3, []) => avx512::score_gather::<3>(p, n, tb, q.table.as_ptr()),
-                    (_, []) => avx512::score_gather::<4>(p, n, tb, q.table.as_ptr()),
-                    (3, [h]) => avx512::score_hashed::<3>(p, n, tb, h),
-                    (_, [h]) => avx512::score_hashed::<4>(p, n, tb, h),
-                    (3, groups) => avx512::score_groups::<3>(p, n, tb, groups),
-                    (_, groups) => avx512::score_groups::<4>(p, n, tb, groups),
+            let base = self.entries.as_ptr();
+            // SAFETY: the CPU has the instructions (checked by `kernel`); the rest of the
+            // kernel's contract is asserted above.
+            unsafe {
+                match eb {
+                    3 => avx512::score_docs::<3>(base, starts, tb, q, out),
+                    _ => avx512::score_docs::<4>(base, starts, tb, q, out),
                 }
+            }
+            return;
+        }
+        for (w, out) in starts.windows(2).zip(out) {
+            let (s, n) = (w[0] as usize, (w[1] - w[0]) as usize);
+            let at = &self.entries[s * eb..(s + n) * eb + 4];
+            *out = if q.hashed.is_empty() {
+                score_plain(at, n, eb, tb, &q.table)
+            } else {
+                score_plain_hashed(at, n, eb, tb, &q.hashed)
             };
         }
-        let at = &at[..n * eb + 4];
-        if q.hashed.is_empty() {
-            score_plain(at, n, eb, tb, &q.table)
-        } else {
-            score_plain_hashed(at, n, eb, tb, &q.hashed)
-        }
+    }
+
+    /// Score of document `doc` (see [`Self::score_docs`]).
+    pub fn score(&self, doc: u32, q: &QueryWeights) -> u32 {
+        let mut out = [0];
+        self.score_docs(doc, doc + 1, q, &mut out);
+        out[0]
     }
 
     /// Non-zeros of documents `first..end`.
@@ -430,12 +435,13 @@ fn kernel() -> Kernel {
 }
 
 /// 16 entries at a time: their bytes spread into 32-bit lanes (one byte permutation for 3-byte
-/// entries), their weights looked up, multiplied by their impacts and added up.
+/// entries), their weights looked up, multiplied by their impacts and added up; a whole range
+/// of documents per call, so that the query's tables are loaded into registers once.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::Hashed;
+    use super::{Hashed, QueryWeights};
 
     /// Lane i takes bytes 3i, 3i + 1, 3i + 2 of 3-byte entries (and 3i + 2 again, masked off).
     const SPREAD: [u8; 64] = {
@@ -462,144 +468,151 @@ mod avx512 {
         }
     }
 
-    /// The 16 entries of `EB` bytes at `p`, one per 32-bit lane.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VBMI; `p` readable for 64 bytes.
-    #[inline(always)]
-    unsafe fn entries<const EB: usize>(p: *const u8) -> __m512i {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let v = _mm512_loadu_si512(p.cast());
-            if EB == 3 {
-                let spread = _mm512_loadu_si512(SPREAD.as_ptr().cast());
-                _mm512_and_si512(
-                    _mm512_permutexvar_epi8(spread, v),
-                    _mm512_set1_epi32(0x00ff_ffff),
-                )
-            } else {
-                v
-            }
-        }
+    /// A hash table of query terms in registers: keys and weights of slots 0-31 and 32-63.
+    #[derive(Clone, Copy)]
+    struct Table {
+        mult: __m512i,
+        keys: [__m512i; 4],
+        weights: [__m512i; 4],
     }
 
-    /// The weight of each lane's ordinal `t` in hash table `h` (0 where it is not a query
-    /// term), looked up between registers.
-    #[inline(always)]
-    fn lookup(t: __m512i, h: &Hashed) -> __m512i {
-        // SAFETY: register arithmetic, and loads of the table's 64-value arrays.
-        unsafe {
-            let k = |i: usize| _mm512_loadu_si512(h.keys[16 * i..].as_ptr().cast());
-            let w = |i: usize| _mm512_loadu_si512(h.weights[16 * i..].as_ptr().cast());
-            let slot =
-                _mm512_srli_epi32::<26>(_mm512_mullo_epi32(t, _mm512_set1_epi32(h.mult as i32)));
-            // Slots 32-63 come from the second pair of registers.
-            let upper = _mm512_test_epi32_mask(slot, _mm512_set1_epi32(32));
-            let key = _mm512_mask_blend_epi32(
-                upper,
-                _mm512_permutex2var_epi32(k(0), slot, k(1)),
-                _mm512_permutex2var_epi32(k(2), slot, k(3)),
-            );
-            let weight = _mm512_mask_blend_epi32(
-                upper,
-                _mm512_permutex2var_epi32(w(0), slot, w(1)),
-                _mm512_permutex2var_epi32(w(2), slot, w(3)),
-            );
-            _mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(key, t), weight)
-        }
-    }
-
-    /// Σ `weights[ordinal] · impact` over `n` entries of `EB` bytes at `p`, the weights gathered
-    /// from memory.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes; every ordinal of the
-    /// entries' low `term_bits` bits indexes `weights`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    pub(super) unsafe fn score_gather<const EB: usize>(
-        p: *const u8,
-        n: usize,
-        term_bits: u32,
-        weights: *const u32,
-    ) -> u32 {
-        // SAFETY: the caller's contract (see above).
-        unsafe {
-            let ords = _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32);
-            let shift = _mm_cvtsi32_si128(term_bits as i32);
-            let mut acc = _mm512_setzero_si512();
-            let mut i = 0;
-            while i < n {
-                let x = entries::<EB>(p.add(EB * i));
-                let w = _mm512_mask_i32gather_epi32::<4>(
-                    _mm512_setzero_si512(),
-                    lanes(n - i),
-                    _mm512_and_si512(x, ords),
-                    weights.cast(),
-                );
-                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift)));
-                i += 16;
-            }
-            _mm512_reduce_add_epi32(acc) as u32
-        }
-    }
-
-    /// [`score_gather`] with the query's weights in one hash table held in registers.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    pub(super) unsafe fn score_hashed<const EB: usize>(
-        p: *const u8,
-        n: usize,
-        term_bits: u32,
-        h: &Hashed,
-    ) -> u32 {
-        // SAFETY: the caller's contract (see above).
-        unsafe {
-            let ords = _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32);
-            let shift = _mm_cvtsi32_si128(term_bits as i32);
-            let mut acc = _mm512_setzero_si512();
-            let mut i = 0;
-            while i < n {
-                let x = entries::<EB>(p.add(EB * i));
-                let w = lookup(_mm512_and_si512(x, ords), h);
-                let product = _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift));
-                acc = _mm512_mask_add_epi32(acc, lanes(n - i), acc, product);
-                i += 16;
-            }
-            _mm512_reduce_add_epi32(acc) as u32
-        }
-    }
-
-    /// [`score_hashed`] with the query's terms in several hash tables, each looked up in turn.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VBMI; `p` readable for `EB · (n - 1) + 64` bytes.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    pub(super) unsafe fn score_groups<const EB: usize>(
-        p: *const u8,
-        n: usize,
-        term_bits: u32,
-        groups: &[Hashed],
-    ) -> u32 {
-        // SAFETY: the caller's contract (see above).
-        unsafe {
-            let ords = _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32);
-            let shift = _mm_cvtsi32_si128(term_bits as i32);
-            let mut acc = _mm512_setzero_si512();
-            let mut i = 0;
-            while i < n {
-                let x = entries::<EB>(p.add(EB * i));
-                let t = _mm512_and_si512(x, ords);
-                let mut w = _mm512_setzero_si512();
-                for h in groups {
-                    w = _mm512_add_epi32(w, lookup(t, h));
+    impl Table {
+        #[inline(always)]
+        fn load(h: &Hashed) -> Self {
+            // SAFETY: loads of the table's 64-value arrays, 16 values at a time.
+            unsafe {
+                let k = |i: usize| _mm512_loadu_si512(h.keys[16 * i..].as_ptr().cast());
+                let w = |i: usize| _mm512_loadu_si512(h.weights[16 * i..].as_ptr().cast());
+                Self {
+                    mult: _mm512_set1_epi32(h.mult as i32),
+                    keys: [k(0), k(1), k(2), k(3)],
+                    weights: [w(0), w(1), w(2), w(3)],
                 }
-                let product = _mm512_mullo_epi32(w, _mm512_srl_epi32(x, shift));
-                acc = _mm512_mask_add_epi32(acc, lanes(n - i), acc, product);
-                i += 16;
             }
-            _mm512_reduce_add_epi32(acc) as u32
+        }
+
+        /// The weight of each lane's ordinal `t` (0 where it is not in this table).
+        #[inline(always)]
+        fn lookup(&self, t: __m512i) -> __m512i {
+            // SAFETY: register arithmetic.
+            unsafe {
+                let slot = _mm512_srli_epi32::<26>(_mm512_mullo_epi32(t, self.mult));
+                // Slots 32-63 come from the second pair of registers.
+                let upper = _mm512_test_epi32_mask(slot, _mm512_set1_epi32(32));
+                let [k0, k1, k2, k3] = self.keys;
+                let [w0, w1, w2, w3] = self.weights;
+                let key = _mm512_mask_blend_epi32(
+                    upper,
+                    _mm512_permutex2var_epi32(k0, slot, k1),
+                    _mm512_permutex2var_epi32(k2, slot, k3),
+                );
+                let weight = _mm512_mask_blend_epi32(
+                    upper,
+                    _mm512_permutex2var_epi32(w0, slot, w1),
+                    _mm512_permutex2var_epi32(w2, slot, w3),
+                );
+                _mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(key, t), weight)
+            }
+        }
+    }
+
+    /// What scoring a document needs of its segment, in registers.
+    struct Kernel<const EB: usize> {
+        base: *const u8,
+        ords: __m512i,
+        shift: __m128i,
+        spread: __m512i,
+    }
+
+    impl<const EB: usize> Kernel<EB> {
+        /// Σ weight(entry) · impact over entries `s..e`, `weight` giving a vector of entries'
+        /// weights from their ordinals.
+        ///
+        /// # Safety
+        /// Entries `s..e` are inside the entries, which the padding follows.
+        #[inline(always)]
+        unsafe fn document(&self, s: u32, e: u32, weight: impl Fn(__m512i) -> __m512i) -> u32 {
+            // SAFETY: register arithmetic, and loads of 64 bytes from an entry (the caller's
+            // contract).
+            unsafe {
+                let mut acc = _mm512_setzero_si512();
+                let (mut i, n) = (s as usize, e as usize);
+                while i < n {
+                    let v = _mm512_loadu_si512(self.base.add(EB * i).cast());
+                    let x = if EB == 3 {
+                        _mm512_and_si512(
+                            _mm512_permutexvar_epi8(self.spread, v),
+                            _mm512_set1_epi32(0x00ff_ffff),
+                        )
+                    } else {
+                        v
+                    };
+                    let w = weight(_mm512_and_si512(x, self.ords));
+                    let product = _mm512_mullo_epi32(w, _mm512_srl_epi32(x, self.shift));
+                    acc = _mm512_mask_add_epi32(acc, lanes(n - i), acc, product);
+                    i += 16;
+                }
+                _mm512_reduce_add_epi32(acc) as u32
+            }
+        }
+    }
+
+    /// Scores every document whose entries start at `starts[d]` (and end at `starts[d + 1]`)
+    /// into `out[d]`, the entries of `EB` bytes counted from `base`.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VBMI; `base` readable for `EB · starts[last] + 64` bytes (the
+    /// entries' padding); where `q` has no hash tables, every ordinal the entries' low
+    /// `term_bits` bits can hold indexes `q.table`; `out` at least as long as the documents.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    pub(super) unsafe fn score_docs<const EB: usize>(
+        base: *const u8,
+        starts: &[u32],
+        term_bits: u32,
+        q: &QueryWeights,
+        out: &mut [u32],
+    ) {
+        let k = Kernel::<EB> {
+            base,
+            ords: _mm512_set1_epi32(((1u32 << term_bits) - 1) as i32),
+            shift: _mm_cvtsi32_si128(term_bits as i32),
+            // SAFETY: SPREAD is 64 bytes.
+            spread: unsafe { _mm512_loadu_si512(SPREAD.as_ptr().cast()) },
+        };
+        let docs = starts.windows(2).zip(out.iter_mut());
+        match &q.hashed[..] {
+            [] => {
+                let table = q.table.as_ptr();
+                // SAFETY: every ordinal indexes the table (the caller's contract).
+                let gather = |t| unsafe { _mm512_i32gather_epi32::<4>(t, table.cast()) };
+                for (w, out) in docs {
+                    // SAFETY: the entries of a document (the caller's contract).
+                    *out = unsafe { k.document(w[0], w[1], gather) };
+                }
+            }
+            [h] => {
+                let t = Table::load(h);
+                for (w, out) in docs {
+                    // SAFETY: the entries of a document (the caller's contract).
+                    *out = unsafe { k.document(w[0], w[1], |x| t.lookup(x)) };
+                }
+            }
+            groups => {
+                let mut tables = [Table::load(&groups[0]); super::HASH_GROUPS];
+                for (t, h) in tables.iter_mut().zip(groups) {
+                    *t = Table::load(h);
+                }
+                let tables = &tables[..groups.len().min(super::HASH_GROUPS)];
+                let all = |x| {
+                    tables.iter().fold(_mm512_setzero_si512(), |w, t| {
+                        _mm512_add_epi32(w, t.lookup(x))
+                    })
+                };
+                for (w, out) in docs {
+                    // SAFETY: the entries of a document (the caller's contract).
+                    *out = unsafe { k.document(w[0], w[1], all) };
+                }
+            }
         }
     }
 }

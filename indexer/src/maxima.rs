@@ -191,7 +191,9 @@ impl ForwardBuilder {
 }
 /// Smallest and largest range shift (8 and 64 documents): a doc offset within a range fits a
 /// byte in the forward index.
-pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=6;
+pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=MAX_RANGE_SHIFT;
+/// The largest range shift (64 documents).
+pub const MAX_RANGE_SHIFT: u32 = 6;
 
 /// What the search needs to know about one term of one segment.
 #[derive(Debug)]

@@ -72,6 +72,22 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     if parts.is_empty() {
         return Ok(());
     }
+    // The FIRST_RANGES best ranges of all segments, from each segment's best; their bounds
+    // are cleared so that the heap leaves them out.
+    let mut head: Vec<Entry> = parts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.head
+                .iter()
+                .map(move |&r| (p.ub[r as usize], Reverse(i as u32), Reverse(r)))
+        })
+        .collect();
+    head.sort_unstable_by(|a, b| b.cmp(a));
+    head.truncate(FIRST_RANGES);
+    for &(_, Reverse(i), Reverse(r)) in &head {
+        parts[i as usize].ub[r as usize] = 0;
+    }
     let shared = AtomicU64::new(0);
     let acc_len = parts.iter().map(|p| p.acc_len()).max().unwrap_or(0);
     let mut main = Worker {
@@ -85,24 +101,12 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
         shared: None,
     };
     let result = (|| {
-        // The FIRST_RANGES best ranges of all segments, from each segment's best.
-        let mut head: Vec<Entry> = parts
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| {
-                p.head
-                    .iter()
-                    .map(move |&r| (p.ub[r as usize], Reverse(i as u32), Reverse(r)))
-            })
-            .collect();
-        head.sort_unstable_by(|a, b| b.cmp(a));
-        head.truncate(FIRST_RANGES);
         main.score_entries(&mut head)?;
         // The others that can still reach θ, popped best bound first until one cannot.
         let lowest = main.lowest_kept().max(1);
         let mut rest = Vec::new();
         for (i, p) in parts.iter().enumerate() {
-            p.reaching(i as u32, lowest, &head, &mut rest);
+            p.reaching(i as u32, lowest, &mut rest);
         }
         let rest = Mutex::new(BinaryHeap::from(rest));
         if search.threads <= 1 || rest.lock().map_or(0, |h| h.len()) < PARALLEL_RANGES {
@@ -227,12 +231,14 @@ impl<'a> Part<'a> {
         }
     }
 
-    /// Appends the ranges whose bound is at least `lowest`, looking only inside the chunks
-    /// whose best bound is; those of `done` (scored already) excepted.
-    fn reaching(&self, part: u32, lowest: u64, done: &[Entry], out: &mut Vec<Entry>) {
-        let scored = |r: u32| done.iter().any(|e| e.1.0 == part && e.2.0 == r);
+    /// Appends the ranges whose bound is at least `lowest` (≥ 1), looking only inside the
+    /// chunks whose best bound is.
+    fn reaching(&self, part: u32, lowest: u64, out: &mut Vec<Entry>) {
+        let Ok(lowest) = u32::try_from(lowest) else {
+            return;
+        };
         for (c, &m) in self.chunk_max.iter().enumerate() {
-            if u64::from(m) < lowest {
+            if m < lowest {
                 continue;
             }
             let s = c * CHUNK;
@@ -240,9 +246,8 @@ impl<'a> Part<'a> {
                 .iter()
                 .enumerate()
             {
-                let r = (s + r) as u32;
-                if u64::from(u) >= lowest && !scored(r) {
-                    out.push((u, Reverse(part), Reverse(r)));
+                if u >= lowest {
+                    out.push((u, Reverse(part), Reverse((s + r) as u32)));
                 }
             }
         }
@@ -531,11 +536,13 @@ impl<'a> Worker<'a> {
         for &r in ranges {
             docs.prefetch(r << shift, ((r + 1) << shift).min(max_doc));
         }
+        let mut scores = [0u32; 1 << crate::maxima::MAX_RANGE_SHIFT];
         for &range in ranges {
             let (start, end) = (range << shift, ((range + 1) << shift).min(max_doc));
             self.stats.postings_scored += docs.non_zeros(start, end);
-            for doc in start..end {
-                let score = u64::from(docs.score(doc, weights));
+            docs.score_docs(start, end, weights, &mut scores);
+            for (doc, &score) in (start..end).zip(&scores) {
+                let score = u64::from(score);
                 if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
                     continue;
                 }
