@@ -164,10 +164,8 @@ fn to_tantivy(e: IndexError) -> tantivy::TantivyError {
 /// documents layout.
 pub fn write(segment: &Segment, impacts: Field, plan: ForwardPlan) -> Result<()> {
     let reader = SegmentReader::open(segment)?;
-    let mut stats = SegmentStats::new(reader.max_doc());
-    maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
-        stats.add(postings.iter().map(|p| p.0), max);
-        Ok(())
+    let stats = SegmentStats::gather(reader.max_doc(), plan, |f| {
+        maxima::for_each_term(&reader, impacts, |_, _, postings, max| f(postings, max))
     })?;
     let mut file = FileWriter::new(segment, &stats, plan)?;
     maxima::for_each_term(&reader, impacts, |_, _, postings, max| {

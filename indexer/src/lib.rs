@@ -8,6 +8,7 @@
 //! This crate knows nothing about neural networks: vectors come from whoever made them.
 
 pub mod bench;
+mod block_size;
 pub mod catalog;
 pub mod collection;
 pub mod dense;

@@ -95,6 +95,10 @@ pub(crate) struct SegmentStats {
     max_impact: u32,
     /// Non-zeros of every document.
     lengths: Vec<u32>,
+    /// Sample documents, for choosing the block size ([`crate::block_size`]).
+    samples: Option<crate::block_size::Samples>,
+    /// The block shift the samples chose.
+    probed_shift: Option<u32>,
 }
 
 impl SegmentStats {
@@ -105,22 +109,55 @@ impl SegmentStats {
             nnz: 0,
             max_impact: 0,
             lengths: vec![0; max_doc as usize],
+            samples: crate::block_size::Samples::new(max_doc),
+            probed_shift: None,
         }
     }
 
-    /// The next term's postings, and their largest impact.
-    pub(crate) fn add(&mut self, docs: impl Iterator<Item = u32>, max: u32) {
+    /// The next term's (doc, impact) postings, in doc order, and their largest impact.
+    pub(crate) fn add(&mut self, postings: &[(u32, u32)], max: u32) {
         self.num_terms += 1;
         self.max_impact = self.max_impact.max(max);
-        for d in docs {
+        for &(d, _) in postings {
             self.lengths[d as usize] += 1;
-            self.nnz += 1;
+        }
+        self.nnz += postings.len() as u64;
+        if let Some(s) = &mut self.samples {
+            s.observe(postings);
         }
     }
 
-    /// The layout and shift `plan` gives this segment: the documents layout where asked for or,
-    /// by default, where documents are short, if their entries fit ([`EntryLayout`]).
-    fn resolve(&self, plan: ForwardPlan) -> (Layout, u32, Option<EntryLayout>) {
+    /// Walks a segment's postings (`walk` hands every term's, in dictionary order, to its
+    /// argument) to plan its forward index: once for the statistics, and once more over the
+    /// sample queries' terms where `plan` leaves the documents layout's block size to the
+    /// segment ([`crate::block_size`]).
+    pub(crate) fn gather(
+        max_doc: u32,
+        plan: ForwardPlan,
+        mut walk: impl FnMut(&mut dyn FnMut(&[(u32, u32)], u32) -> Result<()>) -> Result<()>,
+    ) -> Result<Self> {
+        let mut stats = Self::new(max_doc);
+        walk(&mut |postings, max| {
+            stats.add(postings, max);
+            Ok(())
+        })?;
+        let samples = stats.samples.take();
+        if let (Some(samples), (Layout::Documents, None, _)) = (samples, stats.resolve_layout(plan))
+        {
+            let mut probe = samples.run(max_doc);
+            walk(&mut |postings, _| {
+                probe.term(postings);
+                Ok(())
+            })?;
+            stats.probed_shift = probe.choose();
+        }
+        Ok(stats)
+    }
+
+    /// The layout `plan` gives this segment (the documents layout where asked for or, by
+    /// default, where documents are short, if their entries fit: [`EntryLayout`]), the shift
+    /// the plan fixes, and the entries' layout.
+    fn resolve_layout(&self, plan: ForwardPlan) -> (Layout, Option<u32>, Option<EntryLayout>) {
         let entries = EntryLayout::new(self.num_terms, self.max_impact)
             .filter(|_| self.nnz < u64::from(u32::MAX));
         let short = self.nnz <= DOCUMENTS_LAYOUT_MAX_MEAN * u64::from(self.max_doc.max(1));
@@ -130,9 +167,16 @@ impl SegmentStats {
             (None, Some(_)) if short => Layout::Documents,
             (None, Some(_)) => Layout::Terms,
         };
-        let shift = plan.shift.unwrap_or(match layout {
+        (layout, plan.shift, entries)
+    }
+
+    /// [`Self::resolve_layout`] with the shift: the plan's, or the one the samples chose, or
+    /// the layout's default.
+    fn resolve(&self, plan: ForwardPlan) -> (Layout, u32, Option<EntryLayout>) {
+        let (layout, shift, entries) = self.resolve_layout(plan);
+        let shift = shift.unwrap_or(match layout {
             Layout::Terms => DEFAULT_RANGE_SHIFT,
-            Layout::Documents => DOCUMENTS_RANGE_SHIFT,
+            Layout::Documents => self.probed_shift.unwrap_or(DOCUMENTS_RANGE_SHIFT),
         });
         (layout, clamp_shift(shift), entries)
     }
@@ -575,10 +619,8 @@ impl SegmentMaxima {
     /// Builds it from the segment's postings: two passes over them (~ns per posting each), the
     /// first to plan the layout.
     pub fn compute(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {
-        let mut stats = SegmentStats::new(reader.max_doc());
-        for_each_term(reader, impacts, |_, _, postings, max| {
-            stats.add(postings.iter().map(|p| p.0), max);
-            Ok(())
+        let stats = SegmentStats::gather(reader.max_doc(), plan, |f| {
+            for_each_term(reader, impacts, |_, _, postings, max| f(postings, max))
         })?;
         let mut builder = ForwardBuilder::new(&stats, plan);
         let (shift, num_ranges) = (builder.shift, builder.num_blocks);

@@ -460,23 +460,21 @@ impl ImpactBuckets {
         segment: &tantivy::Segment,
         plan: crate::maxima::ForwardPlan,
     ) -> Result<()> {
-        let mut stats = crate::maxima::SegmentStats::new(segment.meta().max_doc());
-        for &id in &self.terms {
-            let (docs, impacts) = self.postings_of(id);
-            stats.add(
-                docs.iter().copied(),
-                impacts.iter().copied().max().unwrap_or(0),
-            );
-        }
+        // Every term's postings, in term order, handed to `f`.
+        let walk = |f: &mut dyn FnMut(&[(u32, u32)], u32) -> Result<()>| {
+            let mut postings: Vec<(u32, u32)> = Vec::new();
+            for &id in &self.terms {
+                let (docs, impacts) = self.postings_of(id);
+                postings.clear();
+                postings.extend(docs.iter().copied().zip(impacts.iter().copied()));
+                f(&postings, impacts.iter().copied().max().unwrap_or(0))?;
+            }
+            Ok(())
+        };
+        let max_doc = segment.meta().max_doc();
+        let stats = crate::maxima::SegmentStats::gather(max_doc, plan, walk)?;
         let mut file = crate::forward_file::FileWriter::new(segment, &stats, plan)?;
-        let mut postings: Vec<(u32, u32)> = Vec::new();
-        for &id in &self.terms {
-            let (docs, impacts) = self.postings_of(id);
-            postings.clear();
-            postings.extend(docs.iter().copied().zip(impacts.iter().copied()));
-            let max = impacts.iter().copied().max().unwrap_or(0);
-            file.term(&postings, max)?;
-        }
+        walk(&mut |postings, max| file.term(postings, max))?;
         file.finish()
     }
 
