@@ -67,7 +67,7 @@ impl Samples {
         let from = postings.partition_point(|p| p.0 < self.first);
         for &(doc, w) in postings[from..].iter().take_while(|p| p.0 < self.end) {
             let at = doc - self.first;
-            if at % self.stride == 0
+            if at.is_multiple_of(self.stride)
                 && let Some(v) = self.vectors.get_mut((at / self.stride) as usize)
             {
                 v.push((ord, w));

@@ -87,6 +87,9 @@ impl ForwardPlan {
     }
 }
 
+/// What is handed every term's (doc, impact) postings, in doc order, and their largest impact.
+pub(crate) type TermVisitor<'a> = dyn FnMut(&[(u32, u32)], u32) -> Result<()> + 'a;
+
 /// What a first pass over a segment's postings learns, to plan its forward index.
 pub(crate) struct SegmentStats {
     max_doc: u32,
@@ -134,7 +137,7 @@ impl SegmentStats {
     pub(crate) fn gather(
         max_doc: u32,
         plan: ForwardPlan,
-        mut walk: impl FnMut(&mut dyn FnMut(&[(u32, u32)], u32) -> Result<()>) -> Result<()>,
+        mut walk: impl FnMut(&mut TermVisitor) -> Result<()>,
     ) -> Result<Self> {
         let mut stats = Self::new(max_doc);
         walk(&mut |postings, max| {

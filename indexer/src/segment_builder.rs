@@ -461,7 +461,7 @@ impl ImpactBuckets {
         plan: crate::maxima::ForwardPlan,
     ) -> Result<()> {
         // Every term's postings, in term order, handed to `f`.
-        let walk = |f: &mut dyn FnMut(&[(u32, u32)], u32) -> Result<()>| {
+        let walk = |f: &mut crate::maxima::TermVisitor| {
             let mut postings: Vec<(u32, u32)> = Vec::new();
             for &id in &self.terms {
                 let (docs, impacts) = self.postings_of(id);
