@@ -386,6 +386,30 @@ impl TermMaxima {
     }
 }
 
+/// Ranges per tile of [`add_code_bounds_u32`]: 4 KiB of bounds, which stay in the fastest cache
+/// while every term's codes are added to them.
+const TILE: usize = 1024;
+
+/// [`TermMaxima::add_bounds_u32`] for terms with bound codes (`(q, term)`), tile by tile of
+/// `ub`: each term on its own would read and write all of `ub` again.
+pub(crate) fn add_code_bounds_u32(terms: &[(u32, &TermMaxima)], ub: &mut [u32]) {
+    for (t, tile) in ub.chunks_mut(TILE).enumerate() {
+        for (q, m) in terms {
+            match m.postings.block_maxima() {
+                Some((BoundCodes::Bytes(codes), step)) => {
+                    let codes = codes.get(t * TILE..).unwrap_or(&[]);
+                    add_scaled(q * step, codes, tile);
+                }
+                Some((BoundCodes::Nibbles(codes), step)) => {
+                    let codes = codes.get(t * TILE / 2..).unwrap_or(&[]);
+                    add_scaled_nibbles(q * step, codes, tile);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
 /// `ub[i] += f · m[i]` over equal-length prefixes.
 fn add_scaled(f: u32, m: &[u8], ub: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]

@@ -194,9 +194,17 @@ impl<'a> Part<'a> {
         // where each range's postings lie is recorded on the way (see `SpanTable`). Documents
         // layout: from their tantivy postings, and nothing to record (scoring reads the
         // documents).
+        let coded: Vec<(u32, &TermMaxima)> = found
+            .iter()
+            .copied()
+            .filter(|(_, m)| m.has_bound_bytes())
+            .collect();
+        crate::maxima::add_code_bounds_u32(&coded, &mut ub);
         let mut terms = Vec::with_capacity(found.len());
         for (q, m) in found {
-            let slot = if docs.is_some() || m.has_bound_bytes() {
+            let slot = if m.has_bound_bytes() {
+                None
+            } else if docs.is_some() {
                 m.add_bounds_u32(q, &mut ub, &inverted)?;
                 None
             } else {
@@ -237,18 +245,27 @@ impl<'a> Part<'a> {
         let Ok(lowest) = u32::try_from(lowest) else {
             return;
         };
-        for (c, &m) in self.chunk_max.iter().enumerate() {
-            if m < lowest {
+        let (chunks, rest) = self.ub.as_chunks::<CHUNK>();
+        for (c, chunk) in chunks.iter().enumerate() {
+            if self.chunk_max[c] < lowest {
                 continue;
             }
-            let s = c * CHUNK;
-            for (r, &u) in self.ub[s..(s + CHUNK).min(self.ub.len())]
-                .iter()
-                .enumerate()
-            {
-                if u >= lowest {
-                    out.push((u, Reverse(part), Reverse((s + r) as u32)));
-                }
+            // A bit per range that reaches (compare and mask: the compiler vectorizes it).
+            let mut bits = 0u64;
+            for (i, &u) in chunk.iter().enumerate() {
+                bits |= u64::from(u >= lowest) << i;
+            }
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let r = c * CHUNK + i;
+                out.push((chunk[i], Reverse(part), Reverse(r as u32)));
+            }
+        }
+        let s = chunks.len() * CHUNK;
+        for (i, &u) in rest.iter().enumerate() {
+            if u >= lowest {
+                out.push((u, Reverse(part), Reverse((s + i) as u32)));
             }
         }
     }
@@ -266,8 +283,13 @@ fn chunk_maxima(ub: &[u32]) -> (Vec<u32>, u64) {
     let mut nonzero = 0u64;
     // Fixed-size chunks: the compiler unrolls and vectorizes both loops.
     for c in chunks {
-        maxima.push(c.iter().fold(0, |m, &u| m.max(u)));
-        nonzero += u64::from(c.iter().fold(0u32, |n, &u| n + u32::from(u != 0)));
+        let (mut max, mut count) = (0u32, 0u32);
+        for &u in c {
+            max = max.max(u);
+            count += u32::from(u != 0);
+        }
+        maxima.push(max);
+        nonzero += u64::from(count);
     }
     if !rest.is_empty() {
         maxima.push(rest.iter().fold(0, |m, &u| m.max(u)));
