@@ -39,6 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
+use lexlip_proto::QuantizedVector;
+
 use super::sparse::{Segment, SparseSearch};
 use super::{Cancel, ScoredDoc, SearchStats, TopK};
 use crate::doc_vectors::{DocVectors, QueryWeights};
@@ -56,17 +58,39 @@ const BATCH: usize = 8;
 
 /// Below this many ranges left after the first ones, one thread finishes the search: starting
 /// another costs more than it saves.
-const PARALLEL_RANGES: usize = 64;
+const PARALLEL_RANGES: usize = 256;
+
+/// Below this many ranges in all, one thread bounds every segment.
+const PARALLEL_BOUNDING: u64 = 1 << 16;
 
 /// A range in the heap: its bound, then (ties) lower segment and range first.
 type Entry = (u32, Reverse<u32>, Reverse<u32>);
 
 /// Searches `segments` together, pushing into the search's top k.
 pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
+    // Segments are bounded on several threads where the search may use them and there is
+    // enough to share (waking a thread costs tens of microseconds).
+    let bound = |segment| Part::bound(search.query, segment, &search.cancel);
+    let ranges: u64 = segments
+        .iter()
+        .map(|s| u64::from(s.maxima.num_ranges))
+        .sum();
+    let bounded: Vec<Result<Bounded>> =
+        if search.threads > 1 && segments.len() > 1 && ranges >= PARALLEL_BOUNDING {
+            segments.par_iter().map(bound).collect()
+        } else {
+            segments.iter().map(bound).collect()
+        };
     let mut parts = Vec::with_capacity(segments.len());
-    for segment in segments {
-        if let Some(part) = Part::bound(search, segment)? {
-            parts.push(part);
+    for (segment, b) in segments.iter().zip(bounded) {
+        search.stats.segments += 1;
+        match b? {
+            Bounded::Part(part, candidates) => {
+                search.stats.ranges_candidate += candidates;
+                parts.push(part);
+            }
+            Bounded::Wide => super::pruned::search_segment(search, segment)?,
+            Bounded::Empty => {}
         }
     }
     if parts.is_empty() {
@@ -161,29 +185,39 @@ struct Part<'a> {
     head: Vec<u32>,
 }
 
+/// A segment bounded for a query.
+enum Bounded<'a> {
+    /// Its bounds, and how many ranges have one.
+    Part(Part<'a>, u64),
+    /// No query term is in it.
+    Empty,
+    /// Its bounds could overflow 32 bits (impacts in the tens of thousands on both sides): it
+    /// takes the 64-bit path ([`super::pruned`]).
+    Wide,
+}
+
 impl<'a> Part<'a> {
-    /// Bounds every range of `segment` for the search's query; `None` when no query term is
-    /// in it, or when its bounds could overflow 32 bits (impacts in the tens of thousands on
-    /// both sides): such a segment is searched on the spot by the 64-bit path.
-    fn bound(search: &mut SparseSearch, segment: &'a Segment<'a>) -> Result<Option<Self>> {
-        search.check()?;
-        search.stats.segments += 1;
+    /// Bounds every range of `segment` for `query`.
+    fn bound(
+        query: &QuantizedVector,
+        segment: &'a Segment<'a>,
+        cancel: &Cancel,
+    ) -> Result<Bounded<'a>> {
+        cancel.check()?;
         let maxima = segment.maxima;
-        let found: Vec<(u32, &TermMaxima)> = search
-            .query
+        let found: Vec<(u32, &TermMaxima)> = query
             .iter()
             .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (q, m)))
             .collect();
         if found.is_empty() {
-            return Ok(None);
+            return Ok(Bounded::Empty);
         }
         let largest: u64 = found
             .iter()
             .map(|(q, m)| u64::from(*q) * u64::from(m.largest_bound()))
             .sum();
         if largest > u64::from(u32::MAX) {
-            super::pruned::search_segment(search, segment)?;
-            return Ok(None);
+            return Ok(Bounded::Wide);
         }
         let mut ub = vec![0u32; maxima.num_ranges as usize];
         let mut table = SpanTable::default();
@@ -213,13 +247,12 @@ impl<'a> Part<'a> {
             terms.push(QueryTerm { q, m, slot });
         }
         let (chunk_max, candidates) = chunk_maxima(&ub);
-        search.stats.ranges_candidate += candidates;
         let head = best_of_best_chunks(&ub, &chunk_max);
         let docs = docs.map(|d| {
             let ords: Vec<(u32, u32)> = terms.iter().map(|t| (t.m.ord, t.q)).collect();
             (d, QueryWeights::new(d.table_len(), &ords))
         });
-        Ok(Some(Self {
+        let part = Self {
             segment,
             terms,
             table,
@@ -227,7 +260,8 @@ impl<'a> Part<'a> {
             ub,
             chunk_max,
             head,
-        }))
+        };
+        Ok(Bounded::Part(part, candidates))
     }
 
     /// Scores per range of the terms layout's accumulator.
