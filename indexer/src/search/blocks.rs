@@ -87,7 +87,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
         match b? {
             Bounded::Part(part, candidates) => {
                 search.stats.ranges_candidate += candidates;
-                parts.push(part);
+                parts.push(*part);
             }
             Bounded::Wide => super::pruned::search_segment(search, segment)?,
             Bounded::Empty => {}
@@ -188,7 +188,7 @@ struct Part<'a> {
 /// A segment bounded for a query.
 enum Bounded<'a> {
     /// Its bounds, and how many ranges have one.
-    Part(Part<'a>, u64),
+    Part(Box<Part<'a>>, u64),
     /// No query term is in it.
     Empty,
     /// Its bounds could overflow 32 bits (impacts in the tens of thousands on both sides): it
@@ -261,7 +261,7 @@ impl<'a> Part<'a> {
             chunk_max,
             head,
         };
-        Ok(Bounded::Part(part, candidates))
+        Ok(Bounded::Part(Box::new(part), candidates))
     }
 
     /// Scores per range of the terms layout's accumulator.
