@@ -12,22 +12,27 @@
 #    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order)
 #    and indexed again from that file (`lexlip index --vectors`: the searched collection).
 # 3. `lexlip bench search` (release build): exhaustive vs exact (block-max, postings) vs
-#    approximate, one query at a time on one thread, for blocks of 16, 32 and 64; the exact top
-#    10 is written as a TREC run — the ground truth.
+#    approximate, one query at a time on one thread (and on 2), with the forward index as each
+#    segment plans it (documents layout, block size from the segment's own samples) and, for
+#    comparison, in the terms layout with blocks of 16 and 32 (the layout before the documents
+#    layout existed); the exact top 10 is written as a TREC run — the ground truth.
 # 4. Document order: the vectors shuffled, indexed with each `--doc-order` (input, clusters,
-#    bisection), ingest speed, size and search on blocks of 16 (WORK_DIR/order-*.json).
-# 5. scripts/real_sparse_bench.py on the same vectors: scipy brute force, Seismic
-#    (pyseismic-lsr 0.5.4) knob sweep, BMP (bmp 0.2.8) on lexlip's document order, in a
-#    virtualenv under WORK_DIR.
-# Results: WORK_DIR/lexlip-B*.json, WORK_DIR/others.json (and the tables on stdout).
+#    bisection), ingest speed, size and search (WORK_DIR/order-*.json).
+# 5. scripts/real_sparse_bench.py on the searched collection's vectors exported in its own
+#    document order: scipy brute force, Seismic (pyseismic-lsr 0.5.4) knob sweep, BMP (bmp
+#    0.2.8) on lexlip's document order, in a virtualenv under WORK_DIR.
+# Results: WORK_DIR/lexlip-*.json, WORK_DIR/others.json (and the tables on stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-target/real-sparse}
 mkdir -p "$work"
 model=target/test-models/splade-tiny
 [ -d "$model" ] || bash scripts/fetch-test-model.sh
+# LEXLIP=target/cuda/release/lexlip ENCODE_ARGS=--gpu encodes on a GPU (scripts/build-cuda.sh
+# builds that binary): minutes instead of an hour.
 cargo build --release -p lexlip-server --bin lexlip
-lexlip=target/release/lexlip
+lexlip=${LEXLIP:-target/release/lexlip}
+read -r -a encode_args <<< "${ENCODE_ARGS:-}"
 
 if [ ! -s "$work/docs.jsonl" ]; then
     curl -fsSL -o "$work/Translation-en.xz" \
@@ -42,24 +47,24 @@ fi
 # Encoding is the slow part: once a part's vectors are exported, they are reused as they are.
 for part in queries docs; do
     [ -s "$work/$part.export.jsonl" ] || {
-        "$lexlip" index --collection "$work/$part-col" --manifest "$work/$part.jsonl" --model "$model"
+        "$lexlip" index --collection "$work/$part-col" --manifest "$work/$part.jsonl" --model "$model" \
+            "${encode_args[@]}"
         "$lexlip" export --collection "$work/$part-col" --format jsonl --out "$work/$part.export.jsonl"
     }
 done
+lexlip=target/release/lexlip
 # The searched collection is indexed from the exported vectors (one segment per 100k documents).
 [ -d "$work/docs-vec" ] ||
     "$lexlip" index --collection "$work/docs-vec" --vectors "$work/docs.export.jsonl" --json
 
-for b in 16 32 64; do
-    "$lexlip" bench search --collection "$work/docs-vec" --queries "$work/queries.export.jsonl" \
-        --block-size "$b" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
-        --json > "$work/lexlip-B$b.json"
-    python3 - "$work/lexlip-B$b.json" <<'PY'
+summary() {
+    python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["search"]
-print(f"lexlip, blocks of {r['block_size']}: {r['docs']} docs, {r['nnz']} non-zeros, "
+forward = ", ".join(sorted({f"{f['layout']}/{f['block_size']}" for f in r["forward"]}))
+print(f"lexlip, {forward}: {r['docs']} docs, {r['nnz']} non-zeros, "
       f"{r['bytes_per_nnz']:.2f} B/nnz on disk (index structures {r.get('index_bytes_per_nnz', 0):.2f}, of them forward index files {r.get('forward_file_bytes', 0) / r['nnz']:.2f}), "
-      f"{r['pruning_memory_bytes'] / r['nnz']:.2f} B/nnz pruning heap (files written for blocks of 32 are mapped; other sizes build on the heap)")
+      f"{r['pruning_memory_bytes'] / r['nnz']:.2f} B/nnz pruning heap (what the files do not hold is built on the heap)")
 rows = [("exhaustive", s["exhaustive"]["mean_ms"], 1.0),
         ("exact block-max", s["exact"]["mean_ms"], s["exact"]["recall_at_10"]),
         ("exact postings", s["exact_postings"]["mean_ms"], s["exact_postings"]["recall_at_10"])]
@@ -68,17 +73,29 @@ rows += [(f"approx {a['knob']}", a["mean_ms"], a["recall_at_10"]) for a in s["ap
 for name, ms, rec in rows:
     print(f"  {name:<18} {ms:7.3f} ms/query  recall@10 {rec:.3f}")
 PY
+}
+# As each segment plans its forward index (the default), then the terms layout with blocks of
+# 16 and 32 for comparison (built on the heap from the postings).
+for forward in auto terms-16 terms-32; do
+    case $forward in
+        auto) opts=() ;;
+        terms-*) opts=(--layout terms --block-size "${forward#terms-}") ;;
+    esac
+    "$lexlip" bench search --collection "$work/docs-vec" --queries "$work/queries.export.jsonl" \
+        "${opts[@]}" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
+        --json > "$work/lexlip-$forward.json"
+    summary "$work/lexlip-$forward.json"
 done
 
 # Document order: the same vectors in a shuffled order, indexed with each --doc-order (one
-# segment per 100k documents, as above), exact and approximate search on blocks of 16.
+# segment per 100k documents, as above), exact and approximate search as the segments plan it.
 [ -s "$work/docs.shuf.jsonl" ] || shuf --random-source=<(yes) "$work/docs.export.jsonl" > "$work/docs.shuf.jsonl"
 for order in input clusters bisection; do
     rm -rf "$work/order-$order"
     "$lexlip" index --collection "$work/order-$order" --vectors "$work/docs.shuf.jsonl" \
         --doc-order "$order" --json > "$work/order-$order.index.json"
     "$lexlip" bench search --collection "$work/order-$order" --queries "$work/queries.export.jsonl" \
-        --block-size 16 --approx 1.1,1.2 --json > "$work/order-$order.json"
+        --approx 1.1,1.2 --json > "$work/order-$order.json"
     python3 - "$work/order-$order.index.json" "$work/order-$order.json" "$order" <<'PY'
 import json, sys
 i = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))["search"]
@@ -94,5 +111,8 @@ venv=$work/venv
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q pyseismic-lsr==0.5.4 bmp==0.2.8 scipy numpy
 }
-"$venv/bin/python" scripts/real_sparse_bench.py "$work/docs.export.jsonl" \
+# The other engines on the searched collection's vectors, in its document order (for BMP).
+[ -s "$work/docs-vec.export.jsonl" ] ||
+    "$lexlip" export --collection "$work/docs-vec" --format jsonl --out "$work/docs-vec.export.jsonl"
+"$venv/bin/python" scripts/real_sparse_bench.py "$work/docs-vec.export.jsonl" \
     "$work/queries.export.jsonl" "$work/truth.run" "$work/others.json"
