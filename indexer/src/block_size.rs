@@ -189,6 +189,19 @@ fn kth_largest(values: &mut [u32], k: usize) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// Both passes over `postings` (by term, in term order) of a segment of `max_doc` documents.
+    fn probe(max_doc: u32, postings: &[Vec<(u32, u32)>]) -> Probe {
+        let mut samples = Samples::new(max_doc).unwrap();
+        for p in postings {
+            samples.observe(p);
+        }
+        let mut probe = samples.run(max_doc);
+        for p in postings {
+            probe.term(p);
+        }
+        probe
+    }
+
     /// Runs of identical documents, each run's term shared with every 100th run: the blocks
     /// that reach the k-th score are the matching runs' blocks, so blocks as long as a run
     /// score the fewest documents for the fewest blocks. Runs of 8 pick blocks of 8, runs of
@@ -202,15 +215,11 @@ mod tests {
             for d in 0..max_doc {
                 postings[((d / run) % 100) as usize].push((d, 100));
             }
-            let mut samples = Samples::new(max_doc).unwrap();
-            for p in &postings {
-                samples.observe(p);
-            }
-            let mut probe = samples.run(max_doc);
-            for p in &postings {
-                probe.term(p);
-            }
-            assert_eq!(probe.choose(), Some(want), "runs of {run}");
+            assert_eq!(
+                probe(max_doc, &postings).choose(),
+                Some(want),
+                "runs of {run}"
+            );
         }
     }
 
@@ -235,14 +244,7 @@ mod tests {
                 postings[t as usize].push((d as u32, w));
             }
         }
-        let mut samples = Samples::new(max_doc).unwrap();
-        for p in &postings {
-            samples.observe(p);
-        }
-        let mut probe = samples.run(max_doc);
-        for p in &postings {
-            probe.term(p);
-        }
+        let probe = probe(max_doc, &postings);
         assert_eq!(probe.queries.len(), SAMPLES as usize);
         for (q, &sample) in probe.queries.iter().enumerate() {
             let mut query = docs[sample as usize].clone();

@@ -504,56 +504,36 @@ unsafe fn add_scaled_avx2(f: u32, m: &[u8], ub: &mut [u32]) {
 /// so "same block as the previous posting?" would be mispredicted about once per block.
 /// Instead each posting adds to its block's bound what it raises the term's maximum there by
 /// (its whole impact when it opens a block).
-fn add_block_maxima(mut postings: BlockSegmentPostings, shift: u32, q: u32, ub: &mut [u32]) {
+fn add_block_maxima(postings: BlockSegmentPostings, shift: u32, q: u32, ub: &mut [u32]) {
     let (mut block, mut max) = (u32::MAX, 0u32);
-    loop {
-        let docs = postings.docs();
-        if docs.is_empty() {
-            return;
-        }
-        for (&doc, &w) in docs.iter().zip(postings.freqs()) {
-            if doc == TERMINATED {
-                return;
-            }
-            let b = doc >> shift;
-            let base = if b == block { max } else { 0 };
-            let raised = base.max(w);
-            ub[b as usize] += q * (raised - base);
-            (block, max) = (b, raised);
-        }
-        postings.advance();
-    }
+    for_each_posting(postings, |doc, w| {
+        let b = doc >> shift;
+        let base = if b == block { max } else { 0 };
+        let raised = base.max(w);
+        ub[b as usize] += q * (raised - base);
+        (block, max) = (b, raised);
+    });
 }
 
 /// Calls `f(block, largest impact in it)`, in block order, for every block of `2^shift`
 /// documents that `postings` has documents in.
 pub(crate) fn for_each_block_max(
-    mut postings: BlockSegmentPostings,
+    postings: BlockSegmentPostings,
     shift: u32,
     mut f: impl FnMut(u32, u32),
 ) {
     let (mut block, mut max) = (u32::MAX, 0u32);
-    loop {
-        let docs = postings.docs();
-        if docs.is_empty() {
-            break;
-        }
-        for (&doc, &w) in docs.iter().zip(postings.freqs()) {
-            if doc == TERMINATED {
-                break;
+    for_each_posting(postings, |doc, w| {
+        let b = doc >> shift;
+        if b != block {
+            if block != u32::MAX {
+                f(block, max);
             }
-            let b = doc >> shift;
-            if b != block {
-                if block != u32::MAX {
-                    f(block, max);
-                }
-                (block, max) = (b, w);
-            } else {
-                max = max.max(w);
-            }
+            (block, max) = (b, w);
+        } else {
+            max = max.max(w);
         }
-        postings.advance();
-    }
+    });
     if block != u32::MAX {
         f(block, max);
     }
