@@ -9,9 +9,9 @@
 //! document, blocks of 8) it scores the blocks of an exact top 10 about twice as fast as the
 //! postings (`docs/benchmarks.md`).
 //!
-//! Each non-zero is one little-endian entry of [`DocVectors::entry_bytes`] bytes, 3 where the
+//! Each non-zero is one little-endian entry of [`EntryLayout::entry_bytes`] bytes, 3 where the
 //! ordinal and the impact fit 24 bits together (a 30,522-term vocabulary and impacts below 512),
-//! 4 otherwise: the ordinal in the low [`DocVectors::term_bits`] bits, the impact above it.
+//! 4 otherwise: the ordinal in the low [`EntryLayout::term_bits`] bits, the impact above it.
 //! 64 zero bytes follow the last entry, so that a vector kernel may read a whole register past
 //! any entry.
 //!

@@ -1,6 +1,10 @@
-//! Each term's postings kept in memory in the two layouts block-max search needs: scoring one
-//! block (a range of `2^shift` doc ids) reads only that block's postings of the query's terms,
-//! and bounding every block reads one byte per block for common terms.
+//! Each term's part of a segment's forward index. In the *terms layout* (segments of long
+//! documents), its postings in the two forms block-max search needs: scoring one block (a range
+//! of `2^shift` doc ids) reads only that block's postings of the query's terms, and bounding
+//! every block reads one byte per block for common terms. In the *documents layout* (segments
+//! of short documents, [`crate::maxima::Layout`]), scoring reads the documents' vectors
+//! ([`crate::doc_vectors`]) and a term keeps only its bound codes where it is common
+//! ([`TermPostings::Bounds`]).
 //!
 //! tantivy's postings serve a whole-list traversal well, but scoring one block through them
 //! means opening a cursor per term, walking a skip list and decoding a 128-posting block to use

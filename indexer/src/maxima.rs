@@ -280,7 +280,7 @@ impl TermMaxima {
         }
     }
 
-    /// Largest value [`Self::bound_in`] can return.
+    /// Largest bound the term can give a range.
     pub fn largest_bound(&self) -> u32 {
         self.postings.largest_bound(self.max)
     }
