@@ -56,9 +56,11 @@ const FIRST_RANGES: usize = 16;
 /// skipped; the result is the same.
 const BATCH: usize = 8;
 
-/// Below this many ranges left after the first ones, one thread finishes the search: starting
-/// another costs more than it saves.
-const PARALLEL_RANGES: usize = 256;
+/// Below this many documents in the ranges left after the first ones, one thread finishes the
+/// search: waking another (tens of microseconds) costs more than it saves. (On a 16-core
+/// machine, sharing 256 ranges of 8 documents made a search of the real vectors slower with
+/// every thread added.)
+const PARALLEL_DOCS: u64 = 1 << 13;
 
 /// Below this many ranges in all, one thread bounds every segment.
 const PARALLEL_BOUNDING: u64 = 1 << 16;
@@ -132,8 +134,12 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
         for (i, p) in parts.iter().enumerate() {
             p.reaching(i as u32, lowest, &mut rest);
         }
+        let docs_left: u64 = rest
+            .iter()
+            .map(|e| 1u64 << parts[e.1.0 as usize].segment.maxima.shift)
+            .sum();
         let rest = Mutex::new(BinaryHeap::from(rest));
-        if search.threads <= 1 || rest.lock().map_or(0, |h| h.len()) < PARALLEL_RANGES {
+        if search.threads <= 1 || docs_left < PARALLEL_DOCS {
             return main.drain(&rest);
         }
         // Several threads pop from the same heap, each into its own top k; the best k-th
