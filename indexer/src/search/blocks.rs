@@ -57,10 +57,14 @@ const FIRST_RANGES: usize = 16;
 const BATCH: usize = 8;
 
 /// Below this many documents in the ranges left after the first ones, one thread finishes the
-/// search: waking another (tens of microseconds) costs more than it saves. (On a 16-core
-/// machine, sharing 256 ranges of 8 documents made a search of the real vectors slower with
-/// every thread added.)
-const PARALLEL_DOCS: u64 = 1 << 13;
+/// search: waking another (tens of microseconds) and the threshold each thread learns late cost
+/// more than sharing saves. (On a 16-core machine, sharing from 8,192 documents on made the
+/// real vectors' search slower with every thread added: 0.236 ms on one, 0.282 on 2, 0.409
+/// on 16.)
+pub(crate) const SHARE_FROM_DOCS: u64 = 1 << 15;
+
+/// Threads that share one search at most.
+const MAX_SHARING: usize = 4;
 
 /// Below this many ranges in all, one thread bounds every segment.
 const PARALLEL_BOUNDING: u64 = 1 << 16;
@@ -139,7 +143,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
             .map(|e| 1u64 << parts[e.1.0 as usize].segment.maxima.shift)
             .sum();
         let rest = Mutex::new(BinaryHeap::from(rest));
-        if search.threads <= 1 || docs_left < PARALLEL_DOCS {
+        if search.threads <= 1 || docs_left < search.share_from_docs {
             return main.drain(&rest);
         }
         // Several threads pop from the same heap, each into its own top k; the best k-th
@@ -148,7 +152,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
         shared.store(main.top.threshold().unwrap_or(0), Ordering::Relaxed);
         main.shared = Some(&shared);
         let k = main.top.k();
-        let mut workers: Vec<Worker> = (1..search.threads)
+        let mut workers: Vec<Worker> = (1..search.threads.min(MAX_SHARING))
             .map(|_| Worker {
                 top: TopK::new(k),
                 acc: vec![0; acc_len],

@@ -56,6 +56,9 @@ pub struct SearchOptions {
     /// Threads one query may use (block-max search of a large segment; 0 or 1: the calling
     /// thread only). Extra threads come from rayon's global pool.
     pub threads: usize,
+    /// Documents left to score from which `threads` share a search (`None`: 32,768; below, one
+    /// thread finishes it: waking others costs more than they save).
+    pub share_from_docs: Option<u64>,
 }
 
 impl SearchOptions {

@@ -36,6 +36,8 @@ pub struct SparseSearch<'q> {
     pub(crate) cancel: Cancel,
     /// Threads one segment's search may use.
     pub(crate) threads: usize,
+    /// Documents left to score from which threads share a search.
+    pub(crate) share_from_docs: u64,
 }
 
 /// One segment as the scorers see it.
@@ -70,6 +72,9 @@ impl<'q> SparseSearch<'q> {
             range_scores: Vec::new(),
             cancel: options.cancel.clone(),
             threads: options.threads.max(1),
+            share_from_docs: options
+                .share_from_docs
+                .unwrap_or(super::blocks::SHARE_FROM_DOCS),
         })
     }
 
