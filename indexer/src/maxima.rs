@@ -392,8 +392,13 @@ const TILE: usize = 1024;
 
 /// [`TermMaxima::add_bounds_u32`] for terms with bound codes (`(q, term)`), tile by tile of
 /// `ub`: each term on its own would read and write all of `ub` again.
-pub(crate) fn add_code_bounds_u32(terms: &[(u32, &TermMaxima)], ub: &mut [u32]) {
+pub(crate) fn add_code_bounds_u32(
+    terms: &[(u32, &TermMaxima)],
+    ub: &mut [u32],
+    cancel: &crate::search::Cancel,
+) -> Result<()> {
     for (t, tile) in ub.chunks_mut(TILE).enumerate() {
+        cancel.check()?;
         for (q, m) in terms {
             match m.postings.block_maxima() {
                 Some((BoundCodes::Bytes(codes), step)) => {
@@ -408,6 +413,7 @@ pub(crate) fn add_code_bounds_u32(terms: &[(u32, &TermMaxima)], ub: &mut [u32]) 
             }
         }
     }
+    Ok(())
 }
 
 /// `ub[i] += f · m[i]` over equal-length prefixes.

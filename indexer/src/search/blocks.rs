@@ -243,9 +243,11 @@ impl<'a> Part<'a> {
             .copied()
             .filter(|(_, m)| m.has_bound_bytes())
             .collect();
-        crate::maxima::add_code_bounds_u32(&coded, &mut ub);
+        crate::maxima::add_code_bounds_u32(&coded, &mut ub, cancel)?;
         let mut terms = Vec::with_capacity(found.len());
         for (q, m) in found {
+            // A query of thousands of terms takes a while to bound: stop early when asked.
+            cancel.check()?;
             let slot = if m.has_bound_bytes() {
                 None
             } else if docs.is_some() {
