@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 1,
         k: 10,
         approx: vec![1.1, 1.25, 1.5, 2.0, 3.0],
+        term_cuts: vec![0.05, 0.1],
         corpus: std::env::args()
             .nth(2)
             .map(|s| s.parse())

@@ -5,7 +5,8 @@
 //! `JsonVectorCollection` lines with integer impacts, as `lexlip export` writes them) instead of
 //! synthetic ones; `BLOCK=16` sets the block size, `LAYOUT=terms|documents` the forward index
 //! layout (both chosen per segment otherwise); `MERGE=1` merges the collection's segments
-//! into one first.
+//! into one first; `TERM_CUT=0.1` leaves the query's lightest terms out of the bounds
+//! (`SearchOptions::term_cut`; the search is then approximate even at factor 1).
 use std::time::Instant;
 
 use lexlip_index::synth::{Corpus, Generator, Rng};
@@ -70,14 +71,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SearchOptions::default()
     };
     let exh = opts(Algorithm::Exhaustive, Precision::Exact);
-    let pr = opts(
-        Algorithm::BlockMax,
-        if factor == 1.0 {
-            Precision::Exact
-        } else {
-            Precision::Approx(factor)
-        },
-    );
+    let term_cut: f32 = std::env::var("TERM_CUT")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0.0);
+    let pr = SearchOptions {
+        term_cut,
+        ..opts(
+            Algorithm::BlockMax,
+            if factor == 1.0 && term_cut == 0.0 {
+                Precision::Exact
+            } else {
+                Precision::Approx(factor)
+            },
+        )
+    };
     let only = std::env::var_os("PRUNED_ONLY").is_some();
     let truth: Vec<_> = queries
         .iter()

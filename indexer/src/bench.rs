@@ -22,6 +22,8 @@ pub struct EngineBenchConfig {
     pub k: usize,
     /// Approximation factors to sweep.
     pub approx: Vec<f32>,
+    /// Term cuts ([`SearchOptions::term_cut`]) to sweep, each at factor 1.
+    pub term_cuts: Vec<f32>,
     /// Which synthetic corpus.
     pub corpus: Corpus,
     /// Documents per pruning block (8-64); `None`: each segment's layout's own.
@@ -54,7 +56,10 @@ pub struct ExactFigures {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ApproxFigures {
+    /// The approximation factor.
     pub knob: f32,
+    /// [`SearchOptions::term_cut`] (0: off).
+    pub term_cut: f32,
     pub qps: f64,
     pub mean_ms: f64,
     pub p50_ms: f64,
@@ -162,14 +167,15 @@ pub struct ThreadFigures {
     pub figures: ExactFigures,
 }
 
-/// Runs `queries` one at a time with the exhaustive baseline, both exact algorithms and every
-/// approximation factor on this thread, then exact block-max with each count of `threads` per
-/// query; recall is against the exhaustive results.
+/// Runs `queries` one at a time with the exhaustive baseline, both exact algorithms, every
+/// approximation factor and every term cut (at factor 1) on this thread, then exact block-max
+/// with each count of `threads` per query; recall is against the exhaustive results.
 pub fn measure(
     snap: &Snapshot,
     queries: &[QuantizedVector],
     k: usize,
     approx_factors: &[f32],
+    term_cuts: &[f32],
     threads: &[usize],
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<SearchFigures> {
@@ -196,17 +202,26 @@ pub fn measure(
         },
     )?;
     let mut approx = Vec::new();
-    for &knob in approx_factors {
-        progress("approx", f64::from(knob));
+    let settings = approx_factors
+        .iter()
+        .map(|&f| (f, 0.0))
+        .chain(term_cuts.iter().map(|&c| (1.0, c)));
+    for (knob, term_cut) in settings {
+        progress(
+            if term_cut > 0.0 { "term cut" } else { "approx" },
+            f64::from(if term_cut > 0.0 { term_cut } else { knob }),
+        );
         let o = SearchOptions {
             k,
             precision: Precision::Approx(knob),
+            term_cut,
             ..SearchOptions::default()
         };
         let a = run_queries(snap, queries, &o)?;
         let f = exact_figures(&a, &exhaustive);
         approx.push(ApproxFigures {
             knob,
+            term_cut,
             qps: f.qps,
             mean_ms: f.mean_ms,
             p50_ms: f.p50_ms,
@@ -370,6 +385,7 @@ pub fn run(
         &queries,
         config.k,
         &config.approx,
+        &config.term_cuts,
         &config.threads,
         progress,
     )?;

@@ -83,6 +83,7 @@ proptest! {
         block in prop::sample::select(vec![None, Some(8u32), Some(16), Some(32), Some(64)]),
         layout in layout(),
         queries in prop::collection::vec((prop::collection::vec((0u8..18, impact()), 1..8), 1usize..30, prop::option::of(any::<bool>())), 1..6),
+        term_cut in prop::sample::select(vec![0.05f32, 0.2, 0.5, 0.9]),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
@@ -140,6 +141,30 @@ proptest! {
                 for h in &approx {
                     let id = snap.hit(h, None).unwrap().id;
                     prop_assert!(expected.iter().any(|(eid, es)| *eid == id && *es == h.score));
+                }
+            }
+            // Light terms left out of the bounds: each hit keeps its true score, and a document
+            // left out scores at most f·θ + term_cut · the query's largest possible score (each
+            // term's largest impact rounded up to its bound code's step, ≤ max/15 + 1 more).
+            let f = 1.5f32;
+            let cut = snap.search(&q, &SearchOptions { term_cut, ..opts(Algorithm::BlockMax, Precision::Approx(f)) }).unwrap().hits;
+            let largest: f64 = q.iter().map(|(t, w)| {
+                let max = ops.iter().filter_map(|op| match op {
+                    Op::Add { terms, .. } => terms.iter().filter(|(u, _)| format!("t{u}") == t).map(|&(_, i)| i).max(),
+                    _ => None,
+                }).max().unwrap_or(0);
+                f64::from(w) * (f64::from(max) * 16.0 / 15.0 + 1.0)
+            }).sum();
+            let theta = if cut.len() == *k { cut.last().map_or(0, |h| h.score) } else { 0 };
+            let ids: Vec<String> = cut.iter().map(|h| snap.hit(h, None).unwrap().id).collect();
+            for h in &cut {
+                let id = snap.hit(h, None).unwrap().id;
+                prop_assert!(expected.iter().any(|(eid, es)| *eid == id && *es == h.score));
+            }
+            for (id, score) in &expected {
+                if !ids.contains(id) {
+                    let most = f64::from(f) * theta as f64 + f64::from(term_cut) * largest;
+                    prop_assert!(*score as f64 <= most, "{} scores {} > {}", id, score, most);
                 }
             }
         }

@@ -253,6 +253,27 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         "0",
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("k must be"));
+    let out = lexlip(&[
+        "search",
+        "--collection",
+        col_s,
+        "--vector",
+        "{\"dog\":1}",
+        "--term-cut",
+        "2",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("term_cut must be"));
+    let out = lexlip_json(&[
+        "search",
+        "--collection",
+        col_s,
+        "--vector",
+        "{\"dog\":1}",
+        "--term-cut",
+        "0.2",
+        "--json",
+    ]);
+    assert!(out["hits"].is_array(), "{out}");
 }
 
 #[test]
@@ -266,6 +287,8 @@ fn bench_engine_reports_ratios() {
         "20",
         "--approx",
         "1.5,3",
+        "--term-cut",
+        "0.1",
         "--json",
     ]);
     assert_eq!(out["docs"], 3000);
@@ -276,7 +299,9 @@ fn bench_engine_reports_ratios() {
     assert!(out["bytes_per_nnz"].as_f64().unwrap() > 0.5);
     assert!(out["index_bytes_per_nnz"].as_f64().unwrap() > 0.5);
     assert!(out["stored_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(out["approx"].as_array().unwrap().len(), 2);
+    assert_eq!(out["approx"].as_array().unwrap().len(), 3);
+    assert_eq!(out["approx"][2]["knob"], 1.0);
+    assert!((out["approx"][2]["term_cut"].as_f64().unwrap() - 0.1).abs() < 1e-6);
     for key in ["ingest_docs_per_s", "exhaustive", "exact"] {
         assert!(out.get(key).is_some(), "{key}");
     }

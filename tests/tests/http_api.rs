@@ -373,6 +373,18 @@ fn bad_input_gets_4xx_and_changes_nothing() {
             422,
         ),
         (
+            "exact and term_cut",
+            "/v1/collections/c/search",
+            json!({"query": {"sparse": {"a": 1}}, "exact": true, "term_cut": 0.1}),
+            422,
+        ),
+        (
+            "term_cut out of range",
+            "/v1/collections/c/search",
+            json!({"query": {"sparse": {"a": 1}}, "term_cut": 1.5}),
+            422,
+        ),
+        (
             "bad collection name",
             "/v1/collections/..%2Fx/search",
             json!({"query": {"text": "a"}}),
@@ -385,6 +397,14 @@ fn bad_input_gets_4xx_and_changes_nothing() {
         assert!(err["error"]["code"].is_string(), "{what}: {err}");
         assert!(!err["error"]["message"].as_str().unwrap().is_empty());
     }
+    // A term cut alone is an approximate sparse search.
+    let (st, out) = s.call(
+        "POST",
+        "/v1/collections/c/search",
+        Some(&json!({"query": {"sparse": {"a": 1}}, "term_cut": 0.1})),
+    );
+    assert_eq!(st, 200, "{out}");
+    assert!(out["hits"].is_array(), "{out}");
     // Malformed JSON, NaN (not JSON at all), wrong content type, oversized body.
     let (st, err) = s.raw(
         "POST",

@@ -19,7 +19,8 @@
 //! postings of the query terms ([`crate::forward`]), by the segment's layout. A range whose
 //! bound *equals* θ is scored (a document scoring θ may win its tie on document order), so the
 //! result equals the exhaustive search's, ties included. Approximate mode stops when a bound
-//! falls below `f · θ` (`f ≥ 1`).
+//! falls below `f · θ` (`f ≥ 1`), and may leave the query's lightest terms out of the bounds
+//! ([`cut_terms`]).
 //!
 //! Several threads can share step 3: they pop ranges from the same heap, each into its own
 //! top k, and share the best k-th score (a valid θ for all: the final one can only be higher);
@@ -76,7 +77,7 @@ type Entry = (u32, Reverse<u32>, Reverse<u32>);
 pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
     // Segments are bounded on several threads where the search may use them and there is
     // enough to share (waking a thread costs tens of microseconds).
-    let bound = |segment| Part::bound(search.query, segment, &search.cancel);
+    let bound = |segment| Part::bound(search.query, segment, search.term_cut, &search.cancel);
     let ranges: u64 = segments
         .iter()
         .map(|s| u64::from(s.maxima.num_ranges))
@@ -207,10 +208,12 @@ enum Bounded<'a> {
 }
 
 impl<'a> Part<'a> {
-    /// Bounds every range of `segment` for `query`.
+    /// Bounds every range of `segment` for `query`, leaving out the terms [`cut_terms`]
+    /// picks for `term_cut`.
     fn bound(
         query: &QuantizedVector,
         segment: &'a Segment<'a>,
+        term_cut: f64,
         cancel: &Cancel,
     ) -> Result<Bounded<'a>> {
         cancel.check()?;
@@ -238,17 +241,19 @@ impl<'a> Part<'a> {
         // where each range's postings lie is recorded on the way (see `SpanTable`). Documents
         // layout: from their tantivy postings, and nothing to record (scoring reads the
         // documents).
+        let cut = cut_terms(&found, term_cut, docs.is_some());
         let coded: Vec<(u32, &TermMaxima)> = found
             .iter()
-            .copied()
-            .filter(|(_, m)| m.has_bound_bytes())
+            .zip(&cut)
+            .filter(|((_, m), cut)| m.has_bound_bytes() && !**cut)
+            .map(|(f, _)| *f)
             .collect();
         crate::maxima::add_code_bounds_u32(&coded, &mut ub, cancel)?;
         let mut terms = Vec::with_capacity(found.len());
-        for (q, m) in found {
+        for ((q, m), cut) in found.into_iter().zip(cut) {
             // A query of thousands of terms takes a while to bound: stop early when asked.
             cancel.check()?;
-            let slot = if m.has_bound_bytes() {
+            let slot = if m.has_bound_bytes() || cut {
                 None
             } else if docs.is_some() {
                 m.add_bounds_u32(q, &mut ub, &inverted)?;
@@ -315,6 +320,35 @@ impl<'a> Part<'a> {
             }
         }
     }
+}
+
+/// Which of a segment's query terms (`(q, maxima)`) the bounds leave out for `term_cut` > 0
+/// ([`crate::SearchOptions::term_cut`]): the lightest by largest contribution `q · largest
+/// impact`, as long as theirs add up to at most `term_cut ·` the query's largest possible score.
+/// A document whose range is skipped then scores less than the threshold plus what the cut
+/// terms can add. In the terms layout only terms with bound codes may be cut (the others'
+/// postings are located while they are bounded, and scoring needs them).
+fn cut_terms(found: &[(u32, &TermMaxima)], term_cut: f64, documents: bool) -> Vec<bool> {
+    let mut cut = vec![false; found.len()];
+    if term_cut <= 0.0 {
+        return cut;
+    }
+    let largest = |i: usize| u64::from(found[i].0) * u64::from(found[i].1.largest_bound());
+    let total: u64 = (0..found.len()).map(largest).sum();
+    let budget = (term_cut * total as f64) as u64;
+    let mut lightest: Vec<usize> = (0..found.len())
+        .filter(|&i| documents || found[i].1.has_bound_bytes())
+        .collect();
+    lightest.sort_unstable_by_key(|&i| (largest(i), i));
+    let mut spent = 0u64;
+    for i in lightest {
+        spent += largest(i);
+        if spent > budget {
+            break;
+        }
+        cut[i] = true;
+    }
+    cut
 }
 
 /// Ranges per chunk of [`chunk_maxima`].

@@ -59,6 +59,13 @@ pub struct SearchOptions {
     /// Documents left to score from which `threads` share a search (`None`: 32,768; below, one
     /// thread finishes it: waking others costs more than they save).
     pub share_from_docs: Option<u64>,
+    /// Approximate (block-max search only; 0, the default, leaves it off): the query's
+    /// lightest terms, whose largest contributions (weight × the term's largest impact) add up
+    /// to at most this share of the query's largest possible score, are left out of the block
+    /// bounds, so that blocks only they could lift are skipped; they still count in every score
+    /// returned. Learned-sparse queries have a long tail of light terms (Seismic's `query_cut`
+    /// cuts it by count). Needs approximate precision; must be in `[0, 1)`.
+    pub term_cut: f32,
 }
 
 impl SearchOptions {
@@ -82,6 +89,19 @@ impl SearchOptions {
             return Err(format!(
                 "the approximation factor must be a finite number >= 1 (1 = exact), got {f}"
             ));
+        }
+        if !(self.term_cut.is_finite() && (0.0..1.0).contains(&self.term_cut)) {
+            return Err(format!(
+                "term_cut must be a number in [0, 1) (0 = off), got {}",
+                self.term_cut
+            ));
+        }
+        if self.term_cut > 0.0 && self.precision == Precision::Exact {
+            return Err(
+                "term_cut makes a search approximate: give it with approximate precision \
+                 (approx 1 to cut terms only)"
+                    .into(),
+            );
         }
         Ok(())
     }

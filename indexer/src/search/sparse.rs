@@ -26,6 +26,9 @@ pub struct SparseSearch<'q> {
     pub(crate) query: &'q QuantizedVector,
     /// Ranges whose bound is below `factor ·` the k-th score are skipped (1 = exact).
     pub(crate) factor: f64,
+    /// Share of the query's largest possible score its lightest terms may take and still be
+    /// left out of the block bounds ([`SearchOptions::term_cut`]).
+    pub(crate) term_cut: f64,
     pub(crate) algorithm: Algorithm,
     pub(crate) top: TopK,
     pub(crate) stats: SearchStats,
@@ -65,6 +68,7 @@ impl<'q> SparseSearch<'q> {
         Ok(Self {
             query,
             factor: options.prune_factor(),
+            term_cut: f64::from(options.term_cut),
             algorithm: options.algorithm,
             top: TopK::new(options.k),
             stats: SearchStats::default(),

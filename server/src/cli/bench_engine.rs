@@ -18,6 +18,11 @@ pub struct BenchEngineArgs {
     /// Approximation factors to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1.1,1.25,1.5,2,3")]
     pub approx: Vec<f32>,
+    /// Term cuts to sweep, each at approximation factor 1: the query's lightest terms, whose
+    /// largest contributions add up to at most this share of its largest possible score, are
+    /// left out of the block bounds (as `lexlip search --term-cut`).
+    #[arg(long, value_delimiter = ',', default_value = "0.05,0.1")]
+    pub term_cut: Vec<f32>,
     /// Synthetic corpus: `topical` (documents and queries from latent topics, like real
     /// LexLIP vectors) or `independent` (every term drawn independently; no structure).
     #[arg(long, default_value = "topical")]
@@ -48,6 +53,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         seed: args.seed,
         k: args.k,
         approx: args.approx,
+        term_cuts: args.term_cut,
         corpus: args.corpus,
         block_size: args.forward.block_size.0,
         layout: args.forward.layout.0,
@@ -120,8 +126,11 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     );
     for a in &r.approx {
         println!(
-            "approx {:<5}         {:.1} QPS, {:.2}x exhaustive, recall@10 {:.3}",
-            a.knob, a.qps, a.speedup, a.recall_at_10
+            "{:<20} {:.1} QPS, {:.2}x exhaustive, recall@10 {:.3}",
+            super::bench_search::approx_label(a),
+            a.qps,
+            a.speedup,
+            a.recall_at_10
         );
     }
     Ok(())

@@ -34,6 +34,11 @@ pub struct SearchArgs {
     /// the current k-th score are skipped (1 = exact; larger = faster, lower recall).
     #[arg(long)]
     pub approx: Option<f32>,
+    /// Approximate search that leaves the query's lightest terms out of the block bounds: those
+    /// whose largest contributions add up to at most this share (0-1) of the query's largest
+    /// possible score (they still count in every score). Runs at `--approx` or 1.
+    #[arg(long)]
+    pub term_cut: Option<f32>,
     /// Only documents of this modality.
     #[arg(long, value_parser = parse_modality)]
     pub modality: Option<Modality>,
@@ -51,7 +56,12 @@ pub struct SearchArgs {
 fn options(args: &SearchArgs) -> SearchOptions {
     SearchOptions {
         k: args.k,
-        precision: args.approx.map_or(Precision::Exact, Precision::Approx),
+        precision: match (args.approx, args.term_cut) {
+            (Some(f), _) => Precision::Approx(f),
+            (None, Some(c)) if c > 0.0 => Precision::Approx(1.0),
+            _ => Precision::Exact,
+        },
+        term_cut: args.term_cut.unwrap_or(0.0),
         filter: Filter {
             modality: args.modality,
             ..Filter::default()

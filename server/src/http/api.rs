@@ -130,6 +130,7 @@ pub struct SearchParams {
     pub mode: Mode,
     pub exact: Option<bool>,
     pub approx: Option<f32>,
+    pub term_cut: Option<f32>,
     pub filter: Filter,
     /// Only documents of this modality.
     pub target: Option<Modality>,
@@ -170,6 +171,7 @@ impl SearchParams {
             mode: Mode::default(),
             exact: None,
             approx: None,
+            term_cut: None,
             filter: Filter::default(),
             target,
             explain: false,
@@ -179,7 +181,8 @@ impl SearchParams {
 }
 
 /// Declares a search request body: its own fields plus the search options every search request
-/// shares (`k`, `mode`, `exact`, `approx`, `filter`, `explain`), unknown fields refused.
+/// shares (`k`, `mode`, `exact`, `approx`, `term_cut`, `filter`, `explain`), unknown fields
+/// refused.
 /// (serde's `flatten` cannot be combined with `deny_unknown_fields`, hence a macro.)
 macro_rules! search_request {
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
@@ -199,6 +202,11 @@ macro_rules! search_request {
             /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below
             /// this times the k-th score are skipped); for dense, any value uses the HNSW graph.
             pub approx: Option<f32>,
+            /// Sparse search, approximate: the query's lightest terms, whose largest
+            /// contributions add up to at most this share (0-1) of its largest possible score,
+            /// are left out of the block bounds (they still count in every score). Implies
+            /// `"exact": false` (with `approx` 1 unless given).
+            pub term_cut: Option<f32>,
             #[serde(default)]
             pub filter: Filter,
             /// Matched terms and their contributions per hit (sparse hits).
@@ -217,6 +225,7 @@ macro_rules! search_request {
                     mode: self.mode,
                     exact: self.exact,
                     approx: self.approx,
+                    term_cut: self.term_cut,
                     filter: self.filter.clone(),
                     target,
                     explain: self.explain,

@@ -70,7 +70,32 @@ impl QueryInput {
     }
 }
 
-fn precision(exact: Option<bool>, approx: Option<f32>) -> ApiResult<Precision> {
+fn precision(
+    exact: Option<bool>,
+    approx: Option<f32>,
+    term_cut: Option<f32>,
+) -> ApiResult<(Precision, f32)> {
+    let Some(cut) = term_cut else {
+        return Ok((precision_of(exact, approx)?, 0.0));
+    };
+    if !(cut.is_finite() && (0.0..1.0).contains(&cut)) {
+        return Err(ApiError::unprocessable(format!(
+            "term_cut must be a number in [0, 1) (0 = off), got {cut}"
+        )));
+    }
+    if exact == Some(true) && cut > 0.0 {
+        return Err(ApiError::unprocessable(
+            "\"exact\": true and \"term_cut\" exclude each other",
+        ));
+    }
+    if cut == 0.0 {
+        return Ok((precision_of(exact, approx)?, 0.0));
+    }
+    // A cut is approximate on its own: factor 1 unless one is given.
+    Ok((precision_of(Some(false), Some(approx.unwrap_or(1.0)))?, cut))
+}
+
+fn precision_of(exact: Option<bool>, approx: Option<f32>) -> ApiResult<Precision> {
     match (exact, approx) {
         (Some(true), Some(_)) => Err(ApiError::unprocessable(
             "\"exact\": true and \"approx\" exclude each other",
@@ -122,7 +147,7 @@ pub async fn execute(
         (Some(t), _) => filter.modality = Some(t),
         _ => {}
     }
-    let precision = precision(params.exact, params.approx)?;
+    let (precision, term_cut) = precision(params.exact, params.approx, params.term_cut)?;
     let dense_on = c.manifest().settings.dense_dim.is_some();
     let mut mode = params.mode;
     if matches!(input, QueryInput::Dense(_)) && mode == Mode::Sparse {
@@ -217,6 +242,7 @@ pub async fn execute(
         let mut options = SearchOptions {
             k: n,
             precision,
+            term_cut,
             filter: filter.clone(),
             cancel: cancel.clone(),
             ..SearchOptions::top(n)
