@@ -12,7 +12,7 @@
 #    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order)
 #    and indexed again from that file (`lexlip index --vectors`: the searched collection).
 # 3. `lexlip bench search` (release build): exhaustive vs exact (block-max, postings) vs
-#    approximate, one query at a time on one thread (and on 2), with the forward index as each
+#    approximate (factors, and term cuts at factor 1), one query at a time on one thread (and on 2), with the forward index as each
 #    segment plans it (documents layout, block size from the segment's own samples) and, for
 #    comparison, in the terms layout with blocks of 16 and 32 (the layout before the documents
 #    layout existed); the exact top 10 is written as a TREC run — the ground truth.
@@ -69,7 +69,8 @@ rows = [("exhaustive", s["exhaustive"]["mean_ms"], 1.0),
         ("exact block-max", s["exact"]["mean_ms"], s["exact"]["recall_at_10"]),
         ("exact postings", s["exact_postings"]["mean_ms"], s["exact_postings"]["recall_at_10"])]
 rows += [(f"exact, {t['threads']} threads", t["figures"]["mean_ms"], t["figures"]["recall_at_10"]) for t in s["exact_threads"]]
-rows += [(f"approx {a['knob']}", a["mean_ms"], a["recall_at_10"]) for a in s["approx"]]
+rows += [(f"term cut {a['term_cut']:.2f}" if a.get("term_cut") else f"approx {a['knob']}",
+          a["mean_ms"], a["recall_at_10"]) for a in s["approx"]]
 for name, ms, rec in rows:
     print(f"  {name:<18} {ms:7.3f} ms/query  recall@10 {rec:.3f}")
 PY
@@ -82,7 +83,8 @@ for forward in auto terms-16 terms-32; do
         terms-*) opts=(--layout terms --block-size "${forward#terms-}") ;;
     esac
     "$lexlip" bench search --collection "$work/docs-vec" --queries "$work/queries.export.jsonl" \
-        "${opts[@]}" --approx 1.1,1.2,1.3,1.5,2 --truth-run "$work/truth.run" \
+        "${opts[@]}" --approx 1.05,1.1,1.2,1.3,1.5,2 --term-cut 0.05,0.1,0.15,0.2 \
+        --truth-run "$work/truth.run" \
         --json > "$work/lexlip-$forward.json"
     summary "$work/lexlip-$forward.json"
 done
@@ -95,11 +97,12 @@ for order in input clusters bisection; do
     "$lexlip" index --collection "$work/order-$order" --vectors "$work/docs.shuf.jsonl" \
         --doc-order "$order" --json > "$work/order-$order.index.json"
     "$lexlip" bench search --collection "$work/order-$order" --queries "$work/queries.export.jsonl" \
-        --approx 1.1,1.2 --json > "$work/order-$order.json"
+        --approx 1.1,1.2 --term-cut 0.1 --json > "$work/order-$order.json"
     python3 - "$work/order-$order.index.json" "$work/order-$order.json" "$order" <<'PY'
 import json, sys
 i = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))["search"]
-approx = "  ".join(f"approx {a['knob']:.1f} {a['mean_ms']:.3f} ms @ {a['recall_at_10']:.3f}" for a in s["approx"])
+approx = "  ".join((f"term cut {a['term_cut']:.2f}" if a.get("term_cut") else f"approx {a['knob']:.1f}")
+                   + f" {a['mean_ms']:.3f} ms @ {a['recall_at_10']:.3f}" for a in s["approx"])
 print(f"order {sys.argv[3]:<9} ingest {i['items_per_s']:8.0f} docs/s  {i['bytes_per_nnz']:.2f} B/nnz  "
       f"exhaustive {s['exhaustive']['mean_ms']:.3f} ms  exact {s['exact']['mean_ms']:.3f} ms "
       f"(ranges scored {100 * s['exact']['ranges_scored_fraction']:.2f} %)  {approx}")
