@@ -197,7 +197,8 @@ macro_rules! search_request {
             pub k: usize,
             #[serde(default)]
             pub mode: Mode,
-            /// Exact top-k (default). `false` with `approx` trades recall for speed.
+            /// Exact top-k (default). `false` trades recall for speed: with `approx` and/or
+            /// `term_cut` as given, alone the sparse search with `term_cut` 0.1.
             pub exact: Option<bool>,
             /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below
             /// this times the k-th score are skipped); for dense, any value uses the HNSW graph.

@@ -188,10 +188,8 @@ async function search() {
     filter: Object.keys(filter).length ? { metadata: filter } : {},
   };
   if ($("target").value) body.target = $("target").value;
-  if ($("exact").value === "approx") {
-    body.exact = false;
-    body.approx = 1.5;
-  }
+  // The server's approximate default: the query's lightest terms left out of the bounds.
+  if ($("exact").value === "approx") body.exact = false;
   writeUrl();
   showMessage("");
   $("status").textContent = "Searching…";
