@@ -243,36 +243,25 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         let out = lexlip(&["search", "--collection", col_s, "--vector", q]);
         assert!(!out.status.success(), "{q}");
     }
-    let out = lexlip(&[
-        "search",
-        "--collection",
-        col_s,
-        "--vector",
-        "{\"dog\":1}",
-        "-k",
-        "0",
-    ]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("k must be"));
-    let out = lexlip(&[
-        "search",
-        "--collection",
-        col_s,
-        "--vector",
-        "{\"dog\":1}",
-        "--term-cut",
-        "2",
-    ]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("term_cut must be"));
-    let out = lexlip_json(&[
-        "search",
-        "--collection",
-        col_s,
-        "--vector",
-        "{\"dog\":1}",
-        "--term-cut",
-        "0.2",
-        "--json",
-    ]);
+    // Refused options name themselves; a term cut alone searches.
+    let search = |extra: &[&'static str]| -> Vec<String> {
+        ["search", "--collection", col_s, "--vector", "{\"dog\":1}"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    for (extra, says) in [
+        (["-k", "0"], "k must be"),
+        (["--term-cut", "2"], "term_cut must be"),
+    ] {
+        let out = lexlip(&search(&extra));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{extra:?}"
+        );
+    }
+    let out = lexlip_json(&search(&["--term-cut", "0.2", "--json"]));
     assert!(out["hits"].is_array(), "{out}");
 }
 
