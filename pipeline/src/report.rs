@@ -34,6 +34,9 @@ pub struct Report {
     /// Stopped by Ctrl-C/SIGTERM after committing what was read; the same command resumes.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// `--merge-segments`: seconds spent merging every segment into one (after `seconds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_seconds: Option<f64>,
 }
 
 impl Report {
@@ -60,13 +63,18 @@ impl Report {
             resumed_from: (summary.resumed_from > 0).then_some(summary.resumed_from),
             already_complete: summary.already_complete,
             interrupted: summary.interrupted,
+            merge_seconds: None,
         })
     }
 
     /// One line for people.
     pub fn human(&self) -> String {
+        let merged = self
+            .merge_seconds
+            .map(|s| format!("; segments merged into one in {s:.1} s"))
+            .unwrap_or_default();
         format!(
-            "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.0} bytes per item, {:.2} bytes per non-zero)",
+            "read {}, indexed {}, skipped {} {:?}, {:.1} s, {:.0} items/s, index {} bytes ({:.0} bytes per item, {:.2} bytes per non-zero){merged}",
             self.read,
             self.indexed,
             self.skipped.values().sum::<u64>(),

@@ -572,6 +572,36 @@ fn vectors_resume_shards_and_strict() {
         std::fs::read_to_string(&errors).unwrap(),
         std::fs::read_to_string(&clean_errors).unwrap()
     );
+    // --merge-segments on the finished input: one segment, the same documents and search.
+    let stats =
+        |dir: &PathBuf| lexlip_json(&["stats", "--collection", dir.to_str().unwrap(), "--json"]);
+    assert!(stats(&resumed)["segments"].as_u64() > Some(1));
+    let search = |dir: &PathBuf| {
+        // Scores only: ties at the last place may be broken by another document order.
+        let out = lexlip_json(&[
+            "search",
+            "--collection",
+            dir.to_str().unwrap(),
+            "--vector",
+            "{\"t1\": 3, \"t7\": 5}",
+            "-k",
+            "20",
+            "--json",
+        ]);
+        out["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["score"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let before = search(&resumed);
+    assert_eq!(before.len(), 20);
+    let r = lexlip_index(&resumed, &["--merge-segments"]);
+    assert!(r["merge_seconds"].as_f64() >= Some(0.0), "{r}");
+    assert_eq!(stats(&resumed)["segments"], 1);
+    assert_eq!(contents(&resumed), whole);
+    assert_eq!(search(&resumed), before);
 
     // Two shards merged equal the whole; their counts add up to it.
     let parts: Vec<PathBuf> = (0..2).map(|i| tmp.path().join(format!("p{i}"))).collect();
