@@ -12,10 +12,11 @@
 #    written out with `lexlip export --format jsonl` (integer impacts, lexlip's document order)
 #    and indexed again from that file (`lexlip index --vectors`: the searched collection).
 # 3. `lexlip bench search` (release build): exhaustive vs exact (block-max, postings) vs
-#    approximate (factors, and term cuts at factor 1), one query at a time on one thread (and on 2), with the forward index as each
-#    segment plans it (documents layout, block size from the segment's own samples) and, for
-#    comparison, in the terms layout with blocks of 16 and 32 (the layout before the documents
-#    layout existed); the exact top 10 is written as a TREC run — the ground truth.
+#    approximate (factors, and term cuts at factor 1), one query at a time on one thread (and
+#    on 2), with the forward index as each segment plans it (documents layout, block size from
+#    the segment's own samples), in three segments and merged into one, and, for comparison, in
+#    the terms layout with blocks of 16 and 32 (the layout before the documents layout
+#    existed); the exact top 10 is written as a TREC run — the ground truth.
 # 4. Document order: the vectors shuffled, indexed with each `--doc-order` (input, clusters,
 #    bisection), ingest speed, size and search (WORK_DIR/order-*.json).
 # 5. scripts/real_sparse_bench.py on the searched collection's vectors exported in its own
@@ -53,9 +54,13 @@ for part in queries docs; do
     }
 done
 lexlip=target/release/lexlip
-# The searched collection is indexed from the exported vectors (one segment per 100k documents).
+# The searched collection is indexed from the exported vectors (one segment per 100k documents),
+# and once more merged into one segment (`--merge-segments`, what a batch build would do).
 [ -d "$work/docs-vec" ] ||
     "$lexlip" index --collection "$work/docs-vec" --vectors "$work/docs.export.jsonl" --json
+[ -d "$work/docs-vec1" ] ||
+    "$lexlip" index --collection "$work/docs-vec1" --vectors "$work/docs.export.jsonl" \
+        --merge-segments --json
 
 summary() {
     python3 - "$1" <<'PY'
@@ -75,14 +80,17 @@ for name, ms, rec in rows:
     print(f"  {name:<18} {ms:7.3f} ms/query  recall@10 {rec:.3f}")
 PY
 }
-# As each segment plans its forward index (the default), then the terms layout with blocks of
-# 16 and 32 for comparison (built on the heap from the postings).
-for forward in auto terms-16 terms-32; do
+# As each segment plans its forward index (the default), in three segments and merged into
+# one, then the terms layout with blocks of 16 and 32 for comparison (built on the heap from the
+# postings).
+for forward in auto merged terms-16 terms-32; do
+    collection=$work/docs-vec
     case $forward in
         auto) opts=() ;;
+        merged) opts=(); collection=$work/docs-vec1 ;;
         terms-*) opts=(--layout terms --block-size "${forward#terms-}") ;;
     esac
-    "$lexlip" bench search --collection "$work/docs-vec" --queries "$work/queries.export.jsonl" \
+    "$lexlip" bench search --collection "$collection" --queries "$work/queries.export.jsonl" \
         "${opts[@]}" --approx 1.05,1.1,1.2,1.3,1.5,2 --term-cut 0.05,0.1,0.15,0.2 \
         --truth-run "$work/truth.run" \
         --json > "$work/lexlip-$forward.json"
