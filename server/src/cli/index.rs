@@ -96,8 +96,8 @@ pub struct IndexArgs {
     pub doc_order: DocOrder,
     /// When the input is indexed, merge all of the collection's segments into one (as Lucene's
     /// force-merge): a batch-built collection searches faster as one segment (on the real
-    /// SPLADE benchmark of docs/benchmarks.md, exact search ~17 % faster than in three
-    /// segments). Takes about as long as writing the documents did; the collection stays
+    /// SPLADE benchmark of docs/benchmarks.md, exact search takes 0.18 ms in one segment and
+    /// 0.24 ms in three; the merge took 1.2 s after 3.9 s of indexing). The collection stays
     /// searchable meanwhile.
     #[arg(long)]
     pub merge_segments: bool,
