@@ -621,6 +621,24 @@ fn vectors_resume_shards_and_strict() {
     ]);
     assert!(out.status.success());
     assert_eq!(contents(&merged), whole);
+    // Merged into an existing collection: each merge commits its own segment; with
+    // --merge-segments (the second part again: same ids, replaced) they become one.
+    let twice = tmp.path().join("twice");
+    let merge_into = |part: &PathBuf, extra: &[&str]| {
+        let mut args = vec![
+            "merge".to_string(),
+            twice.display().to_string(),
+            part.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        assert!(lexlip(&args).status.success());
+    };
+    merge_into(&parts[0], &[]);
+    merge_into(&parts[1], &[]);
+    assert!(stats(&twice)["segments"].as_u64() >= Some(2));
+    merge_into(&parts[1], &["--merge-segments"]);
+    assert_eq!(stats(&twice)["segments"], 1);
+    assert_eq!(contents(&twice), whole);
 
     // --strict stops at the first bad line, naming it.
     let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();

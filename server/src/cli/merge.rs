@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
     /// Output collection (created, or extended when it exists and is compatible).
@@ -9,6 +11,10 @@ pub struct MergeArgs {
     /// Input collections: same term space, scale and dense dimension.
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
+    /// Then merge the output's segments into one (as `lexlip index --merge-segments`: a
+    /// collection searches fastest as one segment).
+    #[arg(long)]
+    pub merge_segments: bool,
     /// Print `{"copied": [n per input], "documents": n}`.
     #[arg(long)]
     pub json: bool,
@@ -20,6 +26,11 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
         anyhow::bail!("the output {} is also an input", args.out.display());
     }
     let report = lexlip_pipeline::merge(&args.out, &inputs)?;
+    if args.merge_segments {
+        lexlip_index::Collection::open(&args.out)?
+            .merge_all()
+            .with_context(|| format!("merging the segments of {}", args.out.display()))?;
+    }
     if args.json {
         println!(
             "{}",
