@@ -340,10 +340,7 @@ impl TermMaxima {
         inverted: &InvertedIndexReader,
     ) -> Result<()> {
         match (&self.postings, self.postings.block_maxima()) {
-            (_, Some((BoundCodes::Bytes(codes), step))) => add_scaled(q * step, codes, ub),
-            (_, Some((BoundCodes::Nibbles(codes), step))) => {
-                add_scaled_nibbles(q * step, codes, ub)
-            }
+            (_, Some((codes, step))) => add_codes(codes, q * step, 0, ub),
             (TermPostings::Bounds { .. }, None) => {
                 add_block_maxima(self.read_postings(inverted)?, self.shift, q, ub)
             }
@@ -400,20 +397,20 @@ pub(crate) fn add_code_bounds_u32(
     for (t, tile) in ub.chunks_mut(TILE).enumerate() {
         cancel.check()?;
         for (q, m) in terms {
-            match m.postings.block_maxima() {
-                Some((BoundCodes::Bytes(codes), step)) => {
-                    let codes = codes.get(t * TILE..).unwrap_or(&[]);
-                    add_scaled(q * step, codes, tile);
-                }
-                Some((BoundCodes::Nibbles(codes), step)) => {
-                    let codes = codes.get(t * TILE / 2..).unwrap_or(&[]);
-                    add_scaled_nibbles(q * step, codes, tile);
-                }
-                None => {}
+            if let Some((codes, step)) = m.postings.block_maxima() {
+                add_codes(codes, q * step, t * TILE, tile);
             }
         }
     }
     Ok(())
+}
+
+/// `ub[i] += f · codes[first + i]` (`first` even: nibbles come in pairs), as far as both go.
+fn add_codes(codes: &BoundCodes, f: u32, first: usize, ub: &mut [u32]) {
+    match codes {
+        BoundCodes::Bytes(c) => add_scaled(f, c.get(first..).unwrap_or(&[]), ub),
+        BoundCodes::Nibbles(c) => add_scaled_nibbles(f, c.get(first / 2..).unwrap_or(&[]), ub),
+    }
 }
 
 /// `ub[i] += f · m[i]` over equal-length prefixes.
