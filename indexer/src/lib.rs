@@ -31,5 +31,5 @@ pub use collection::{Collection, DocExtras, ForwardSummary, SearchOutcome, Snaps
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;
-pub use search::{Algorithm, Cancel, MAX_K, ScoredDoc, SearchOptions, SearchStats};
+pub use search::{Algorithm, Cancel, MAX_K, ScoredDoc, SearchOptions, SearchStats, check_term_cut};
 pub use segment_builder::DocOrder;

@@ -90,12 +90,7 @@ impl SearchOptions {
                 "the approximation factor must be a finite number >= 1 (1 = exact), got {f}"
             ));
         }
-        if !(self.term_cut.is_finite() && (0.0..1.0).contains(&self.term_cut)) {
-            return Err(format!(
-                "term_cut must be a number in [0, 1) (0 = off), got {}",
-                self.term_cut
-            ));
-        }
+        check_term_cut(self.term_cut)?;
         if self.term_cut > 0.0 && self.precision == Precision::Exact {
             return Err(
                 "term_cut makes a search approximate: give it with approximate precision \
@@ -112,6 +107,17 @@ impl SearchOptions {
             Precision::Exact => 1.0,
             Precision::Approx(f) => f64::from(f),
         }
+    }
+}
+
+/// Whether `c` is a valid [`SearchOptions::term_cut`] (the check every front end shares).
+pub fn check_term_cut(c: f32) -> Result<(), String> {
+    if c.is_finite() && (0.0..1.0).contains(&c) {
+        Ok(())
+    } else {
+        Err(format!(
+            "term_cut must be a number in [0, 1) (0 = off), got {c}"
+        ))
     }
 }
 

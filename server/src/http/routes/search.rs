@@ -86,12 +86,8 @@ fn precision(
             "approx must be a number >= 1 (1 is exact), got {x}"
         )));
     }
-    if let Some(c) = term_cut
-        && !(c.is_finite() && (0.0..1.0).contains(&c))
-    {
-        return Err(ApiError::unprocessable(format!(
-            "term_cut must be a number in [0, 1) (0 = off), got {c}"
-        )));
+    if let Some(c) = term_cut {
+        lexlip_index::check_term_cut(c).map_err(ApiError::unprocessable)?;
     }
     match (exact, approx, term_cut) {
         (Some(true), Some(_), _) => Err(ApiError::unprocessable(
