@@ -232,10 +232,10 @@ fn vectors(
         }
     };
     let seconds = start.elapsed().as_secs_f64();
-    let merge_seconds = merge_segments(args, &collection, &summary)?;
-    let mut report = Report::new(&collection, &summary, seconds, false)?;
-    report.merge_seconds = merge_seconds;
-    Ok((report, collection))
+    Ok((
+        finish(args, &collection, &summary, seconds, false)?,
+        collection,
+    ))
 }
 
 /// A corpus encoded with `--model`.
@@ -290,30 +290,35 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     progress.bar.finish_and_clear();
     let summary = result?;
     let seconds = start.elapsed().as_secs_f64();
-    let merge_seconds = merge_segments(args, &collection, &summary)?;
-    let mut report = Report::new(&collection, &summary, seconds, true)?;
-    report.merge_seconds = merge_seconds;
-    Ok((report, collection))
+    Ok((
+        finish(args, &collection, &summary, seconds, true)?,
+        collection,
+    ))
 }
 
-/// `--merge-segments`: all segments merged into one once the input is in (not after an
-/// interrupted run, which the same command resumes); the seconds it took.
-fn merge_segments(
+/// The report of a finished run, after `--merge-segments` has merged all segments into one
+/// (not after an interrupted run, which the same command resumes).
+fn finish(
     args: &IndexArgs,
     collection: &Collection,
     summary: &lexlip_pipeline::Summary,
-) -> anyhow::Result<Option<f64>> {
-    if !args.merge_segments || summary.interrupted {
-        return Ok(None);
+    seconds: f64,
+    stages: bool,
+) -> anyhow::Result<Report> {
+    let mut merge_seconds = None;
+    if args.merge_segments && !summary.interrupted {
+        let t = Instant::now();
+        if !args.json {
+            eprintln!("merging the segments into one…");
+        }
+        collection
+            .merge_all()
+            .with_context(|| format!("merging the segments of {}", collection.dir().display()))?;
+        merge_seconds = Some(t.elapsed().as_secs_f64());
     }
-    let t = Instant::now();
-    if !args.json {
-        eprintln!("merging the segments into one…");
-    }
-    collection
-        .merge_all()
-        .with_context(|| format!("merging the segments of {}", collection.dir().display()))?;
-    Ok(Some(t.elapsed().as_secs_f64()))
+    let mut report = Report::new(collection, summary, seconds, stages)?;
+    report.merge_seconds = merge_seconds;
+    Ok(report)
 }
 
 /// What the progress bar counts.
