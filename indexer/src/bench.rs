@@ -68,6 +68,17 @@ pub struct ApproxFigures {
     pub recall_at_10: f64,
 }
 
+impl ApproxFigures {
+    /// `approx 1.1` or `term cut 0.1` (a cut runs at factor 1): how reports name the setting.
+    pub fn label(&self) -> String {
+        if self.term_cut > 0.0 {
+            format!("term cut {}", self.term_cut)
+        } else {
+            format!("approx {}", self.knob)
+        }
+    }
+}
+
 /// The report; `--json` prints it as one object.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineBenchReport {

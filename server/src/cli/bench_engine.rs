@@ -127,7 +127,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     for a in &r.approx {
         println!(
             "{:<20} {:.1} QPS, {:.2}x exhaustive, recall@10 {:.3}",
-            super::bench_search::approx_label(a),
+            a.label(),
             a.qps,
             a.speedup,
             a.recall_at_10

@@ -150,7 +150,7 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
     for a in &m.approx {
         println!(
             "{:<20} {:.3} ms/query, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
-            approx_label(a),
+            a.label(),
             a.mean_ms,
             a.p99_ms,
             a.speedup,
@@ -158,13 +158,4 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// `approx 1.1` or `term cut 0.1` (a cut runs at factor 1).
-pub(crate) fn approx_label(a: &lexlip_index::bench::ApproxFigures) -> String {
-    if a.term_cut > 0.0 {
-        format!("term cut {}", a.term_cut)
-    } else {
-        format!("approx {}", a.knob)
-    }
 }
