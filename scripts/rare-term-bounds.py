@@ -4,6 +4,8 @@
 Usage: rare-term-bounds.py DOCS.export.jsonl QUERIES.export.jsonl [QUERIES_USED]
 (numpy + scipy; the files as `lexlip export` writes them, e.g. `docs.export.jsonl` and
 `queries.export.jsonl` of `scripts/bench-real-sparse.sh`, in the collection's document order).
+Postings read are averaged over every query; blocks to score over the first QUERIES_USED
+(default 500: each needs a product over every document).
 
 A term in fewer than a quarter of a segment's blocks keeps no bound codes (documents layout,
 `indexer/src/forward.rs`): every query reads its tantivy postings to bound the blocks, ~2 ns
