@@ -265,8 +265,27 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     assert!(out["hits"].is_array(), "{out}");
 }
 
+/// `lexlip bench engine`, keeping its collection (`--dir`) and queries (`--write-queries`):
+/// `lexlip bench search` then searches the same collection with the same queries.
 #[test]
 fn bench_engine_reports_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let (col, queries) = (dir.path().join("col"), dir.path().join("q.jsonl"));
+    let (col_s, queries_s) = (col.to_str().unwrap(), queries.to_str().unwrap());
+    let unwritable = dir.path().join("no/such/dir/q.jsonl");
+    let refused = lexlip(&[
+        "bench",
+        "engine",
+        "--docs",
+        "3000",
+        "--dir",
+        col_s,
+        "--write-queries",
+        unwritable.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot write"));
+    assert!(!col.exists(), "refused before building anything");
     let out = lexlip_json(&[
         "bench",
         "engine",
@@ -278,8 +297,32 @@ fn bench_engine_reports_ratios() {
         "1.5,3",
         "--term-cut",
         "0.1",
+        "--dir",
+        col_s,
+        "--write-queries",
+        queries_s,
         "--json",
     ]);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&queries)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 20);
+    assert_eq!(lines[3]["id"], "q3");
+    let again = lexlip_json(&[
+        "bench",
+        "search",
+        "--collection",
+        col_s,
+        "--queries",
+        queries_s,
+        "--json",
+    ]);
+    assert_eq!(again["docs"], 3000);
+    assert_eq!(again["queries"], 20);
+    assert_eq!(again["mean_query_nnz"], out["mean_query_nnz"]);
+    assert_eq!(again["search"]["exact"]["recall_at_10"], 1.0);
     assert_eq!(out["docs"], 3000);
     assert_eq!(out["exact"]["recall_at_10"], 1.0);
     assert_eq!(out["exact_postings"]["recall_at_10"], 1.0);

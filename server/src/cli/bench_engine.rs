@@ -36,9 +36,15 @@ pub struct BenchEngineArgs {
     /// builds the forward index from the postings.
     #[arg(long)]
     pub no_forward_files: bool,
-    /// Build the collection here instead of a temporary directory.
+    /// Build the collection here instead of a temporary directory (it is kept, so that other
+    /// engines can be run on its export: `lexlip export --format jsonl`).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Write the queries searched here, as JsonVectorCollection lines (`{"id": "q0", "vector":
+    /// {token: impact}}`), to search the same collection with them elsewhere (`lexlip bench
+    /// search --queries`, scripts/real_sparse_bench.py).
+    #[arg(long)]
+    pub write_queries: Option<std::path::PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -60,12 +66,23 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         threads: args.threads,
         forward_files: !args.no_forward_files,
     };
+    // Checked before the minutes of ingest, not after.
+    let mut queries_out = match &args.write_queries {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     let quiet = args.json;
     let r = run_bench(&config, &dir, &mut |phase, f| {
         if !quiet {
             eprintln!("[bench] {phase} {f:.2}");
         }
     })?;
+    if let Some(out) = &mut queries_out {
+        write_queries(out, &r.query_vectors)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
@@ -133,5 +150,20 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
             a.recall_at_10
         );
     }
+    Ok(())
+}
+
+/// One JsonVectorCollection line per query, ids `q0`, `q1`, … in the order searched.
+fn write_queries(
+    out: &mut impl std::io::Write,
+    queries: &[lexlip_proto::QuantizedVector],
+) -> anyhow::Result<()> {
+    for (i, q) in queries.iter().enumerate() {
+        let vector: serde_json::Map<String, serde_json::Value> =
+            q.iter().map(|(t, w)| (t.to_string(), w.into())).collect();
+        let line = serde_json::json!({ "id": format!("q{i}"), "vector": vector });
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
     Ok(())
 }
