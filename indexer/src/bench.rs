@@ -161,6 +161,11 @@ fn run_queries(
     })
 }
 
+/// Non-zeros per query, on average (0 for no queries).
+pub fn mean_nnz(queries: &[QuantizedVector]) -> f64 {
+    queries.iter().map(QuantizedVector::len).sum::<usize>() as f64 / queries.len().max(1) as f64
+}
+
 /// Search figures of one set of queries against one snapshot, every algorithm in the same run.
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchFigures {
@@ -415,8 +420,7 @@ pub fn run(
         corpus: config.corpus,
         docs: config.docs,
         queries: config.queries,
-        mean_query_nnz: queries.iter().map(QuantizedVector::len).sum::<usize>() as f64
-            / queries.len().max(1) as f64,
+        mean_query_nnz: mean_nnz(&queries),
         ingest_docs_per_s,
         merge_seconds,
         open_seconds,

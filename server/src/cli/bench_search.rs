@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use lexlip_index::Collection;
-use lexlip_index::bench::measure;
+use lexlip_index::bench::{mean_nnz, measure};
 
 use super::search::read_queries;
 
@@ -82,12 +82,12 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         out.flush()?;
     }
     let stats = c.stats()?;
-    let nnz: u64 = vectors.iter().map(|q| q.len() as u64).sum();
+    let mean_query_nnz = mean_nnz(&vectors);
     let report = serde_json::json!({
         "collection": args.collection,
         "docs": snap.num_docs(),
         "queries": queries.len(),
-        "mean_query_nnz": nnz as f64 / queries.len().max(1) as f64,
+        "mean_query_nnz": mean_query_nnz,
         "k": args.k,
         "block_size": args.forward.block_size.0,
         "forward": snap.forward_summary(),
@@ -112,7 +112,7 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         "{} documents, {} queries ({:.1} terms each), k = {}, {}",
         snap.num_docs(),
         queries.len(),
-        nnz as f64 / queries.len().max(1) as f64,
+        mean_query_nnz,
         args.k,
         super::forward_args::ForwardArgs::describe(&snap.forward_summary())
     );
