@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::beit::{self, Beit};
 use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
-use crate::pooling::{splade_pool, to_sparse};
+use crate::pooling::{splade_pool, to_sparse, top_k};
 use crate::text::dir_name;
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
@@ -299,6 +299,9 @@ pub struct ImageEncoder {
     vocab: Vocabulary,
     processor: ImageProcessor,
     device: Device,
+    /// Top-K pooling: every lexicon keeps its K largest weights (a model trained with
+    /// `--image-top-k` records its K in `lexlip.json`).
+    top_k: Option<usize>,
 }
 
 impl std::fmt::Debug for ImageEncoder {
@@ -306,6 +309,7 @@ impl std::fmt::Debug for ImageEncoder {
         f.debug_struct("ImageEncoder")
             .field("term_space", self.vocab.term_space())
             .field("image_size", &self.beit.input_size())
+            .field("top_k", &self.top_k)
             .field("dtype", &self.beit.dtype())
             .field("device", &self.device)
             .finish()
@@ -382,6 +386,7 @@ impl ImageEncoder {
             vocab,
             processor,
             device: device.clone(),
+            top_k: None,
         })
     }
 
@@ -395,6 +400,17 @@ impl ImageEncoder {
 
     pub fn image_size(&self) -> usize {
         self.beit.input_size()
+    }
+
+    /// Keeps the `k` largest weights of every lexicon (the K the model was trained with).
+    pub fn with_top_k(mut self, k: usize) -> Self {
+        self.top_k = (k > 0).then_some(k);
+        self
+    }
+
+    /// The K of top-K pooling, if the model has one.
+    pub fn top_k(&self) -> Option<usize> {
+        self.top_k
     }
 
     /// Side of the square patches the tower cuts images into.
@@ -470,7 +486,11 @@ impl ImageEncoder {
         while start < images.len() {
             let n = per_pass.min(images.len() - start);
             let logits = self.head.forward(&hidden.narrow(0, start, n)?)?;
-            parts.push(splade_pool(&logits, None)?);
+            let pooled = splade_pool(&logits, None)?;
+            parts.push(match self.top_k {
+                Some(k) => top_k(&pooled, k)?,
+                None => pooled,
+            });
             start += n;
         }
         Ok(Tensor::cat(&parts, 0)?)

@@ -3,7 +3,8 @@
 //!
 //! A LexLIP directory:
 //! ```text
-//! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40} (all optional)
+//! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40,
+//!                       "image_top_k": 64} (all optional)
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
@@ -95,6 +96,10 @@ pub struct LoadOptions {
     /// fine-tuned models, which interpolate the relative position bias).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<usize>,
+    /// Top-K pooling of image lexicons: the K a model was trained with (`lexlip train
+    /// --image-top-k`); none keeps every non-zero term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_top_k: Option<usize>,
     /// Compute dtype of the image encoder (f32 on CPU, f16 on GPU when unset).
     #[serde(skip)]
     pub dtype: Option<DType>,
@@ -109,6 +114,7 @@ impl LoadOptions {
         LoadOptions {
             max_length: self.max_length.or(file.max_length),
             image_size: self.image_size.or(file.image_size),
+            image_top_k: self.image_top_k.or(file.image_top_k),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
         }
@@ -258,6 +264,11 @@ impl Encoders {
             && let Some(i) = self.image.take()
         {
             self.image = Some(i.with_image_size(s)?);
+        }
+        if let Some(k) = opts.image_top_k
+            && let Some(i) = self.image.take()
+        {
+            self.image = Some(i.with_top_k(k));
         }
         Ok(())
     }

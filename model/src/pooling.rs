@@ -22,6 +22,41 @@ pub fn splade_pool(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
     Ok(max.affine(1.0, 1.0)?.log()?)
 }
 
+/// Bisection steps of [`top_k`]'s threshold: from `[0, max]` to below an f32 ulp of weights up
+/// to ~10.
+const BISECTION_STEPS: usize = 40;
+
+/// `(batch, vocab)` non-negative weights with all but the `k` largest of each row set to zero;
+/// the gradient reaches the kept weights only.
+///
+/// The cut is a threshold found by bisection on the device (no sort: CUDA's sort kernel holds a
+/// whole row in shared memory, which a 30,522-term row overflows). It keeps the weights strictly
+/// above the smallest `t` with `#{p > t} ≤ k`: exactly the top `k` when the `k`-th and
+/// `k+1`-th weights differ, fewer when they tie (never more than `k`).
+pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
+    let vocab = p.dim(D::Minus1)?;
+    if k >= vocab {
+        return Ok(p.clone());
+    }
+    let w = p.detach();
+    let limit = k as f64;
+    // lo: more than k above it (or 0); hi: at most k above it. Counts are summed in f32.
+    let mut lo = Tensor::zeros((w.dim(0)?, 1), w.dtype(), w.device())?;
+    let mut hi = w.max_keepdim(D::Minus1)?;
+    for _ in 0..BISECTION_STEPS {
+        let mid = ((&lo + &hi)? * 0.5)?;
+        let above = w
+            .broadcast_gt(&mid)?
+            .to_dtype(DType::F32)?
+            .sum_keepdim(D::Minus1)?;
+        let too_many = above.gt(limit)?;
+        lo = too_many.where_cond(&mid, &lo)?;
+        hi = too_many.where_cond(&hi, &mid)?;
+    }
+    let keep = w.broadcast_gt(&hi)?.to_dtype(w.dtype())?;
+    Ok((p * keep)?)
+}
+
 /// Turns pooled `(batch, vocab)` weights into sparse vectors named by the vocabulary's tokens;
 /// zero weights are dropped.
 pub fn to_sparse(pooled: &Tensor, vocab: &Vocabulary) -> Result<Vec<SparseVector>> {
@@ -49,6 +84,40 @@ pub fn to_sparse(pooled: &Tensor, vocab: &Vocabulary) -> Result<Vec<SparseVector
 mod tests {
     use super::*;
     use candle_core::Device;
+    use proptest::prelude::{Just, Strategy};
+
+    /// The plain oracle: sort each row and keep the k largest (ties broken towards keeping
+    /// fewer, as the threshold does).
+    fn top_k_plain(row: &[f32], k: usize) -> Vec<f32> {
+        let mut sorted: Vec<f32> = row.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        if k >= row.len() {
+            return row.to_vec();
+        }
+        let next = sorted[k];
+        row.iter().map(|&x| if x > next { x } else { 0.0 }).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn top_k_equals_sorting(
+            rows in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![Just(0.0f32), 0.0f32..6.0, (0u8..4).prop_map(f32::from)],
+                    40),
+                1..5),
+            k in 0usize..45,
+        ) {
+            let b = rows.len();
+            let flat: Vec<f32> = rows.concat();
+            let p = Tensor::from_slice(&flat, (b, 40), &Device::Cpu).unwrap();
+            let got = top_k(&p, k).unwrap().to_vec2::<f32>().unwrap();
+            for (row, got) in rows.iter().zip(&got) {
+                proptest::prop_assert_eq!(got, &top_k_plain(row, k));
+            }
+        }
+    }
+
 
     #[test]
     fn padding_never_contributes() {

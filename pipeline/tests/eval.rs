@@ -227,3 +227,94 @@ fn single_modal_recall_by_hand() {
     let off = run(&e, None);
     assert!(off.i2i.is_none() && off.to_json().get("i2i.r@1").is_none());
 }
+
+/// The lexicon figures of `lexlip eval` by hand (`eval::lexicon`). Four images:
+///
+/// ```text
+/// img0 {dog 90, grass 50, x 10}   captions t0 "a dog", t1 "grass"   → "dog" in its top 10: yes
+/// img1 {cat 90, sofa 50}          caption  t2 "a kitten"             → no
+/// img2 {red 80, street 70, car 30} captions t3 "car", t4 "dog in the street" → yes
+/// img3 {w0 20, w1 19, …, w19 1}   caption  t5 "w15"                  → w15 is 16th: no
+/// ```
+///
+/// Non-zeros per image 3, 2, 3, 20: median 3, mean 7. Weight in the top 16 terms: 1 for the
+/// first three, (20 + … + 5) / (20 + … + 1) = 200 / 210 for img3; in the top 64: 1 for all.
+/// Grounded: 2 of 4 images. Texts: t0 {dog}, t1 {grass}, t2 {kitten, cat}, t3 {car}, t4 {dog,
+/// street}, t5 {w15}: non-zeros 1, 1, 2, 1, 2, 1, median 1, mean 8/6.
+#[test]
+fn lexicon_figures_by_hand() {
+    use lexlip_pipeline::eval::lexicon::{LexiconReport, caption_words};
+    let long: Vec<(String, u64)> = (0..20).map(|i| (format!("w{i}"), 20 - i as u64)).collect();
+    let long: Vec<(&str, u64)> = long.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+    let e = encoded(
+        Mode::Sparse,
+        vec![
+            ("img0", sparse(&[("dog", 90), ("grass", 50), ("x", 10)])),
+            ("img1", sparse(&[("cat", 90), ("sofa", 50)])),
+            ("img2", sparse(&[("red", 80), ("street", 70), ("car", 30)])),
+            ("img3", sparse(&long)),
+        ],
+        vec![
+            ("t0", Some(0), sparse(&[("dog", 100)])),
+            ("t1", Some(0), sparse(&[("grass", 100)])),
+            ("t2", Some(1), sparse(&[("kitten", 100), ("cat", 40)])),
+            ("t3", Some(2), sparse(&[("car", 100)])),
+            ("t4", Some(2), sparse(&[("dog", 99), ("street", 50)])),
+            ("t5", Some(3), sparse(&[("w15", 100)])),
+        ],
+    );
+    // Caption words as the tokenizer's pieces give them: stopwords, punctuation and special
+    // tokens are not words.
+    let pieces = |p: &[&str]| caption_words(p.iter().map(|s| s.to_string()));
+    let words = vec![
+        pieces(&["[CLS]", "a", "dog", "[SEP]"]),
+        pieces(&["grass", "."]),
+        pieces(&["a", "kitten"]),
+        pieces(&["car"]),
+        pieces(&["dog", "in", "the", "street"]),
+        pieces(&["w15"]),
+    ];
+    assert_eq!(words[0].len(), 1);
+    assert!(words[4].contains("street") && !words[4].contains("the"));
+    let r = LexiconReport::measure(&e, &words).unwrap();
+    assert_eq!(r.image.items, 4);
+    assert_eq!(r.image.nnz_median, 3.0);
+    assert!((r.image.nnz_mean - 7.0).abs() < 1e-12);
+    let top16 = (3.0 + 200.0 / 210.0) / 4.0;
+    assert!((r.image.top16_weight_share - top16).abs() < 1e-12);
+    assert!((r.image.top64_weight_share - 1.0).abs() < 1e-12);
+    assert_eq!(r.grounding_images, 4);
+    assert!((r.caption_word_in_top10 - 0.5).abs() < 1e-12);
+    assert_eq!(r.text.nnz_median, 1.0);
+    assert!((r.text.nnz_mean - 8.0 / 6.0).abs() < 1e-12);
+    let json = r.to_json();
+    assert_eq!(json["image"]["nnz_median"], 3.0);
+    assert_eq!(json["caption_word_in_top10"], 0.5);
+}
+
+/// The common-term detector: among 25 images, `card` is in the top 10 of 3 (12 % > 5 %) and
+/// listed; `rare` of 1 (4 %) and each image's own term (4 %) are not.
+#[test]
+fn lexicon_common_terms_by_hand() {
+    use lexlip_pipeline::eval::lexicon::LexiconReport;
+    let own: Vec<String> = (0..25).map(|i| format!("u{i}")).collect();
+    let images: Vec<(&str, Vector)> = own
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut terms = vec![(t.as_str(), 50)];
+            if i < 3 {
+                terms.push(("card", 10));
+            }
+            if i == 7 {
+                terms.push(("rare", 10));
+            }
+            (t.as_str(), sparse(&terms))
+        })
+        .collect();
+    let e = encoded(Mode::Sparse, images, vec![]);
+    let r = LexiconReport::measure(&e, &[]).unwrap();
+    assert_eq!(r.image.common_top10_terms, vec![("card".to_string(), 0.12)]);
+    // No image has a caption: nothing to ground.
+    assert_eq!((r.grounding_images, r.caption_word_in_top10), (0, 0.0));
+}

@@ -70,6 +70,12 @@ pub struct Hit {
     /// With `rerank`: the first stage's score of a re-scored hit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_stage_score: Option<f64>,
+    /// How well the hit matches, from 0 (nothing shared) to 1, comparable across queries:
+    /// a sparse hit's score over the query's self-score (the score a document equal to the
+    /// query would get; capped at 1), a dense hit's cosine similarity (negative counts as 0).
+    /// Absent for fused (hybrid) scores; a re-ranked hit keeps its first stage's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_strength: Option<f64>,
 }
 
 /// The search stage a hit's score comes from.

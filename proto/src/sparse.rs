@@ -271,6 +271,23 @@ impl QuantizedVector {
         sum
     }
 
+    /// The score of this query against a document equal to it: `Σ impact²` (what
+    /// [`QuantizedVector::dot`] of the vector with itself gives).
+    pub fn self_score(&self) -> u64 {
+        self.entries.iter().map(|(_, i)| u64::from(*i).pow(2)).sum()
+    }
+
+    /// A score of this query as a share of its [`QuantizedVector::self_score`], in `[0, 1]`
+    /// (0 for an empty query).
+    pub fn match_strength(&self, score: f64) -> f64 {
+        let own = self.self_score();
+        if own == 0 {
+            0.0
+        } else {
+            (score / own as f64).clamp(0.0, 1.0)
+        }
+    }
+
     /// Back to float weights, `impact / scale` (what the index can tell about a stored document).
     pub fn to_sparse(&self, scale: f32) -> SparseVector {
         SparseVector {

@@ -185,6 +185,7 @@ fn as_hit(d: Document, score: f64, explain: Option<Vec<TermContribution>>) -> Hi
         explain,
         stage: None,
         first_stage_score: None,
+        match_strength: None,
     }
 }
 

@@ -170,15 +170,16 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
         }
     }
     std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
-    write_atomic(
-        &out.join("lexlip.json"),
-        &json_bytes(&json!({
-            "format": "lexlip",
-            "source": "lexlip train",
-            "image_size": cfg.image_size,
-            "max_length": max_length,
-        })),
-    )
+    let mut settings = json!({
+        "format": "lexlip",
+        "source": "lexlip train",
+        "image_size": cfg.image_size,
+        "max_length": max_length,
+    });
+    if model.image_top_k > 0 {
+        settings["image_top_k"] = json!(model.image_top_k);
+    }
+    write_atomic(&out.join("lexlip.json"), &json_bytes(&settings))
 }
 
 /// Writes the dense model into `out` as a dual encoder directory (`lexlip_model::dual`): the

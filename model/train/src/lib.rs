@@ -2,6 +2,8 @@
 //!
 //! - [`bert`], [`beit`], [`head`]: differentiable towers whose weights live in `VarMap`s under
 //!   the Hugging Face names `lexlip-model` loads, so a trained model needs no conversion.
+//! - [`lexicon`]: what keeps image lexicons sparse and grounded: top-K pooling, caption-word
+//!   grounding, FLOPS per side with warm-up.
 //! - [`losses`]: the phase-1 (SelfMLM, LexMLM, BaCo + FLOPS) and phase-2 (MoCo) objectives, and
 //!   the dense baseline's InfoNCE.
 //! - [`model`]: towers, decoders, momentum encoders and queues; one step's losses.
@@ -33,6 +35,7 @@ pub mod error;
 pub mod export;
 pub mod head;
 pub mod init;
+pub mod lexicon;
 pub mod losses;
 pub mod model;
 pub mod nn;
@@ -51,6 +54,8 @@ pub mod weight_sharing;
 
 pub use console::Console;
 pub use error::{Result, TrainError};
-pub use options::{DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, TrainOptions};
+pub use options::{
+    DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, TrainOptions, VocabBias,
+};
 pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};
 pub use sampler::Sampler;

@@ -9,6 +9,7 @@ use candle_core::{D, DType, Tensor};
 
 use crate::bert::Decoder;
 use crate::error::Result;
+use crate::lexicon::Flops;
 use crate::nn::{Dropout, gather_rows, log_softmax, softmax};
 
 /// Subtracted from padding logits before max-pooling raw logits (never relu'd, so padding must
@@ -113,14 +114,15 @@ pub struct Contrastive {
     pub t2i: Tensor,
     pub flops_image: Tensor,
     pub flops_text: Tensor,
-    /// `((i2t + λ F(p_v)) + (t2i + λ F(p_l))) / 2` (eq. 17 / 23).
+    /// `((i2t + λ_v F(p_v)) + (t2i + λ_l F(p_l))) / 2` (eq. 17 / 23, with a λ per side).
     pub loss: Tensor,
 }
 
-fn combine(i2t: Tensor, t2i: Tensor, pv: &Tensor, pl: &Tensor, lambda: f64) -> Result<Contrastive> {
+fn combine(i2t: Tensor, t2i: Tensor, pv: &Tensor, pl: &Tensor, lambda: Flops) -> Result<Contrastive> {
     let flops_image = flops(pv)?;
     let flops_text = flops(pl)?;
-    let loss = (((&i2t + (&flops_image * lambda)?)? + (&t2i + (&flops_text * lambda)?)?)? * 0.5)?;
+    let loss = (((&i2t + (&flops_image * lambda.image)?)? + (&t2i + (&flops_text * lambda.text)?)?)?
+        * 0.5)?;
     Ok(Contrastive {
         i2t,
         t2i,
@@ -144,7 +146,7 @@ pub fn in_batch(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tens
 }
 
 /// In-batch lexicon-contrastive loss with the FLOPS regulariser (BaCo, eq. 15-17).
-pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: f64) -> Result<Contrastive> {
+pub fn baco(pv: &Tensor, pl: &Tensor, tau: f64, lambda: Flops) -> Result<Contrastive> {
     let (i2t, t2i) = in_batch(pv, pl, tau)?;
     combine(i2t, t2i, pv, pl, lambda)
 }
@@ -282,7 +284,7 @@ pub fn moco(
     queue_image: Option<&Tensor>,
     queue_text: Option<&Tensor>,
     tau: f64,
-    lambda: f64,
+    lambda: Flops,
 ) -> Result<Contrastive> {
     let side = |q: &Tensor, k: &Tensor, queue: Option<&Tensor>| -> Result<Tensor> {
         let positive = (q * k.detach())?.sum_keepdim(1)?;

@@ -11,6 +11,7 @@ use crate::beit::BeitMlm;
 use crate::bert::{BertMlm, Decoder};
 use crate::error::Result;
 use crate::init::Init;
+use crate::lexicon::{self, Flops};
 use crate::losses;
 use crate::nn::Dropout;
 use crate::optim::Param;
@@ -28,6 +29,8 @@ pub const MOMENTUM_TEXT: &str = "momentum_text";
 pub const MOMENTUM_IMAGE: &str = "momentum_image";
 pub const SHARED: &str = "shared";
 pub const MOMENTUM_SHARED: &str = "momentum_shared";
+/// The MLM heads' vocabulary bias, in both towers' stores.
+pub const BIAS: &str = "cls.predictions.bias";
 
 /// The builder of a tower's parameters in `store`: from its initial model's `weights`, or
 /// random ones keyed by the seed and the store's name (the same under both objectives).
@@ -50,7 +53,13 @@ pub fn tower_params<'a>(
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Objectives {
     pub tau: f64,
-    pub flops_lambda: f64,
+    /// FLOPS weights of this step (per side, after the warm-up).
+    pub flops: Flops,
+    /// Weight of caption-word grounding ([`lexicon::grounding`]; 0 = off).
+    pub grounding: f64,
+    /// Image lexicons keep their K largest weights at this step ([`lexicon::top_k`]; 0 =
+    /// all; [`lexicon::TopKSchedule`]).
+    pub image_top_k: usize,
     pub momentum: f64,
     /// Weight of the ITC consistency loss ([`losses::itc_consistency`]; 0 = off).
     pub consistency: f64,
@@ -228,6 +237,23 @@ pub struct LexLipModel {
     pub device: Device,
     /// The text tower is locked (`--freeze-text`): no updates, no dropout, no text-only losses.
     pub frozen_text: bool,
+    /// The heads' vocabulary biases are not trained (`--vocab-bias fixed`; the image head's is
+    /// zero).
+    pub fixed_bias: bool,
+    /// The IDF of every term over the training captions `(vocab)`, which grounding weights
+    /// caption words with ([`lexicon::Idf`]); set by the loop when grounding is on.
+    pub idf: Option<Tensor>,
+    /// The K of top-K pooling the exported model records (`lexlip.json`; 0 = none); the steps
+    /// cut with [`Objectives::image_top_k`], which narrows to it.
+    pub image_top_k: usize,
+}
+
+/// The image side of a step: the lexicon `p_v` (top-K cut when asked), its distribution `a_v`
+/// (eq. 8) and the grounding loss when it is on.
+struct ImageSide {
+    p: Tensor,
+    distribution: Tensor,
+    grounding: Option<Tensor>,
 }
 
 impl LexLipModel {
@@ -324,6 +350,9 @@ impl LexLipModel {
             init,
             device: device.clone(),
             frozen_text: false,
+            fixed_bias: false,
+            idf: None,
+            image_top_k: 0,
         };
         if let Some(q) = queue_size {
             model.momentum = Some(model.momentum_copy(q, dtype)?);
@@ -408,14 +437,29 @@ impl LexLipModel {
                 groups.push((DECODER_TEXT, &self.decoder_text_store, 1.0));
             }
         }
+        let fixed_bias = self.fixed_bias;
         groups
             .into_iter()
             .flat_map(|(g, store, scale)| {
                 sorted_vars(store)
                     .into_iter()
+                    .filter(move |(n, _)| !(fixed_bias && (g == TEXT || g == IMAGE) && n == BIAS))
                     .map(move |(n, v)| Param::new(format!("{g}/{n}"), v, scale))
             })
             .collect()
+    }
+
+    /// `--vocab-bias fixed`: the image head's vocabulary bias becomes zero and neither head's
+    /// is updated from here on ([`Self::params`] leaves them out).
+    pub fn fix_vocab_bias(&mut self) -> Result<()> {
+        self.fixed_bias = true;
+        let vars = self.image_store.data().lock().map_err(|_| {
+            crate::TrainError::invalid("the image parameters' lock is poisoned")
+        })?;
+        if let Some(bias) = vars.get(BIAS) {
+            bias.set(&bias.as_tensor().zeros_like()?)?;
+        }
+        Ok(())
     }
 
     /// The text tower's lexicon of `(rows, tokens)` ids as a frozen tower gives it: no
@@ -447,14 +491,22 @@ impl LexLipModel {
         self.frozen_text && self.init.shared.is_none()
     }
 
-    /// The image lexicon `p_v` and its distribution `a_v` (eq. 6, 8). One max-pool of the
-    /// image logits serves both.
-    fn image_lexicon(&self, batch: &Batch, drop: &Dropout) -> Result<(Tensor, Tensor)> {
+    /// The image lexicon `p_v`, cut to its top K, its distribution `a_v` (eq. 6, 8) and the
+    /// caption-word grounding loss. One max-pool of the image logits serves all three.
+    fn image_side(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<ImageSide> {
         let pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
-        Ok((
-            losses::splade_pooled(&pooled)?,
-            crate::nn::softmax(&pooled)?,
-        ))
+        let grounding = match &self.idf {
+            Some(idf) if obj.grounding > 0.0 => {
+                let (targets, has) = lexicon::grounding_targets(&batch.ids, &batch.mask, idf)?;
+                Some(lexicon::grounding(&pooled, &targets, &has)?)
+            }
+            _ => None,
+        };
+        Ok(ImageSide {
+            p: cut(losses::splade_pooled(&pooled)?, obj.image_top_k)?,
+            distribution: crate::nn::softmax(&pooled)?,
+            grounding,
+        })
     }
 
     /// The image lexicon of the batch's second views, when it has them and COOKIE's visual
@@ -466,9 +518,10 @@ impl LexLipModel {
         drop: &Dropout,
     ) -> Result<Option<Tensor>> {
         match &batch.pixels_view {
-            Some(view) if obj.image_contrastive > 0.0 => {
-                Ok(Some(losses::splade(&self.image.logits(view, drop)?, None)?))
-            }
+            Some(view) if obj.image_contrastive > 0.0 => Ok(Some(cut(
+                losses::splade(&self.image.logits(view, drop)?, None)?,
+                obj.image_top_k,
+            )?)),
             _ => Ok(None),
         }
     }
@@ -480,7 +533,8 @@ impl LexLipModel {
         drop: &Dropout,
         obj: &Objectives,
     ) -> Result<StepLosses> {
-        let (pv, av) = self.image_lexicon(batch, drop)?;
+        let image = self.image_side(batch, drop, obj)?;
+        let (pv, av) = (&image.p, &image.distribution);
         let pl = self.frozen_text_lexicon(batch, drop)?;
         let dec_emb = self
             .text
@@ -494,26 +548,27 @@ impl LexLipModel {
             targets: &batch.dec_targets,
         };
         let word = self.text.word_embeddings();
-        let i2t = losses::lex_mlm(&self.decoder_image, &av, word, &dec, drop)?;
-        let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
+        let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
+        let baco = losses::baco(pv, &pl, obj.tau, obj.flops)?;
         let mut parts = vec![
             ("lex_mlm_i2t", i2t.clone()),
             ("baco", baco.loss.clone()),
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
+        let total = with_grounding((&i2t + &baco.loss)?, &image, obj, &mut parts)?;
         let pv2 = self.second_view(batch, obj, drop)?;
         let views = Views {
-            image: &pv,
+            image: pv,
             text: &pl,
             image_view: pv2.as_ref(),
             text_view: None,
         };
-        let total = obj.with_extras((&i2t + &baco.loss)?, &mut parts, &views)?;
+        let total = obj.with_extras(total, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,
-            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_image: Some(losses::mean_nonzero(pv)?),
             nnz_text: Some(losses::mean_nonzero(&pl)?),
             features: Some((pv.detach(), pl.detach())),
         })
@@ -524,7 +579,8 @@ impl LexLipModel {
         if self.frozen_text {
             return self.phase1_frozen_text(batch, drop, obj);
         }
-        let (pv, av) = self.image_lexicon(batch, drop)?;
+        let image = self.image_side(batch, drop, obj)?;
+        let (pv, av) = (&image.p, &image.distribution);
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
         let self_mlm = losses::masked_lm(&masked_logits, &batch.enc_rows, &batch.enc_targets)?;
@@ -541,9 +597,9 @@ impl LexLipModel {
             rows: &batch.dec_rows,
             targets: &batch.dec_targets,
         };
-        let i2t = losses::lex_mlm(&self.decoder_image, &av, word, &dec, drop)?;
+        let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
         let t2i = losses::lex_mlm(&self.decoder_text, &al, word, &dec, drop)?;
-        let baco = losses::baco(&pv, &pl, obj.tau, obj.flops_lambda)?;
+        let baco = losses::baco(pv, &pl, obj.tau, obj.flops)?;
         let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
         let mut parts = vec![
             ("self_mlm", self_mlm),
@@ -553,13 +609,14 @@ impl LexLipModel {
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
+        let total = with_grounding(total, &image, obj, &mut parts)?;
         let pv2 = self.second_view(batch, obj, drop)?;
         // COOKIE's text view: the lexicon of the masked caption SelfMLM already encoded.
         let pl_masked = (obj.text_contrastive > 0.0)
             .then(|| losses::splade(&masked_logits, Some(&batch.mask)))
             .transpose()?;
         let views = Views {
-            image: &pv,
+            image: pv,
             text: &pl,
             image_view: pv2.as_ref(),
             text_view: pl_masked.as_ref(),
@@ -568,7 +625,7 @@ impl LexLipModel {
         Ok(StepLosses {
             total,
             parts,
-            nnz_image: Some(losses::mean_nonzero(&pv)?),
+            nnz_image: Some(losses::mean_nonzero(pv)?),
             nnz_text: Some(losses::mean_nonzero(&pl)?),
             features: Some((pv.detach(), pl.detach())),
         })
@@ -591,8 +648,14 @@ impl LexLipModel {
                 "phase 2 needs momentum encoders",
             ));
         };
-        let pv_m = losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?.detach();
-        let pv = losses::splade(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let k = obj.image_top_k;
+        let pv_m = cut(
+            losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?,
+            k,
+        )?
+        .detach();
+        let image = self.image_side(batch, drop, obj)?;
+        let pv = image.p.clone();
         // A frozen text tower is its own momentum encoder (unless shared layers train).
         let (pl, pl_m) = if self.cacheable_text() {
             let pl = self.frozen_text_lexicon(batch, drop)?;
@@ -623,18 +686,20 @@ impl LexLipModel {
             qi.as_ref(),
             qt.as_ref(),
             obj.tau,
-            obj.flops_lambda,
+            obj.flops,
         )?;
+        let mut parts = vec![
+            ("moco", moco.loss.clone()),
+            ("moco_i2t", moco.i2t),
+            ("moco_t2i", moco.t2i),
+            ("flops_image", moco.flops_image),
+            ("flops_text", moco.flops_text),
+        ];
+        let total = with_grounding(moco.loss, &image, obj, &mut parts)?;
         Ok((
             StepLosses {
-                total: moco.loss.clone(),
-                parts: vec![
-                    ("moco", moco.loss),
-                    ("moco_i2t", moco.i2t),
-                    ("moco_t2i", moco.t2i),
-                    ("flops_image", moco.flops_image),
-                    ("flops_text", moco.flops_text),
-                ],
+                total,
+                parts,
                 nnz_image: Some(losses::mean_nonzero(&pv)?),
                 nnz_text: Some(losses::mean_nonzero(&pl)?),
                 features: Some((pv.detach(), pl.detach())),
@@ -666,6 +731,32 @@ impl LexLipModel {
             m.queue_text.push(pl_m)?;
         }
         Ok(())
+    }
+}
+
+/// `p` cut to its `k` largest weights per row (`k = 0`: uncut).
+fn cut(p: Tensor, k: usize) -> Result<Tensor> {
+    if k == 0 {
+        Ok(p)
+    } else {
+        lexicon::top_k(&p, k)
+    }
+}
+
+/// `total` plus the weighted grounding loss when the image side has one (also pushed to
+/// `parts`).
+fn with_grounding(
+    total: Tensor,
+    image: &ImageSide,
+    obj: &Objectives,
+    parts: &mut Vec<(&'static str, Tensor)>,
+) -> Result<Tensor> {
+    match &image.grounding {
+        Some(g) => {
+            parts.push(("grounding", g.clone()));
+            Ok((total + (g * obj.grounding)?)?)
+        }
+        None => Ok(total),
     }
 }
 

@@ -78,6 +78,19 @@ pub enum DenseToken {
     Conditioned,
 }
 
+/// What happens to the vocabulary bias of the MLM heads (`cls.predictions.bias`), the one
+/// part of a head that raises a term for every input alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum VocabBias {
+    /// Both heads train theirs (the paper's recipe).
+    Train,
+    /// The image head has none (zero, never trained) and the text head keeps its initial one:
+    /// no term can become common to every image or caption through a bias.
+    #[default]
+    Fixed,
+}
+
 /// The dtype of the saved model weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -229,9 +242,42 @@ pub struct TrainOptions {
     /// Contrastive temperature τ (BaCo, MoCo; and the dense objective's InfoNCE).
     #[arg(long, default_value_t = 0.05, help_heading = "Objectives")]
     pub tau: f64,
-    /// Weight λ of the FLOPS sparsity regulariser.
+    /// Weight λ of the FLOPS sparsity regulariser (both sides unless --flops-image /
+    /// --flops-text say otherwise).
     #[arg(long, default_value_t = 0.002, help_heading = "Objectives")]
     pub flops_lambda: f64,
+    /// FLOPS weight of the image lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_image: Option<f64>,
+    /// FLOPS weight of the text lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_text: Option<f64>,
+    /// Fraction of the steps over which sparsity sets in: the FLOPS weights rise quadratically
+    /// from 0 (SPLADE's warm-up) and the image top-K narrows from the whole vocabulary to
+    /// --image-top-k (0 = both in full from the first step).
+    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub flops_warmup: f64,
+    /// Top-K pooling: each image lexicon keeps only its K largest weights, in training and in
+    /// the exported model (recorded in lexlip.json, applied by every encoder), so the index
+    /// stores exactly what was trained. 0 = every non-zero term.
+    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub image_top_k: usize,
+    /// Weight of caption-word grounding (STAIR): each image's lexicon, as a softmax over the
+    /// vocabulary, is trained to predict its caption's word pieces weighted by TF-IDF over the
+    /// corpus, so an image's strongest terms are words people use for it. 0 = off.
+    #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub grounding: f64,
+    /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
+    /// initial one) or train (both learn theirs; a learned bias lets one term top every
+    /// lexicon).
+    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
+    #[serde(default = "legacy_vocab_bias")]
+    pub vocab_bias: VocabBias,
     /// EMA decay m of the momentum encoders (phase 2 and --dense-momentum).
     #[arg(long, default_value_t = 0.99, help_heading = "Objectives")]
     pub momentum: f64,
@@ -348,6 +394,17 @@ pub struct TrainOptions {
     pub gpu: bool,
 }
 
+/// The lexicon recipe's defaults (issue 35; measured in docs/benchmarks.md, "Sparse, grounded
+/// image lexicons").
+pub const DEFAULT_IMAGE_TOP_K: usize = 64;
+pub const DEFAULT_GROUNDING: f64 = 0.5;
+pub const DEFAULT_FLOPS_WARMUP: f64 = 0.3;
+
+/// Runs recorded before the lexicon options trained the bias.
+fn legacy_vocab_bias() -> VocabBias {
+    VocabBias::Train
+}
+
 fn default_dense_dim() -> usize {
     256
 }
@@ -415,6 +472,12 @@ impl TrainOptions {
             decoder_layers: 2,
             tau: 0.05,
             flops_lambda: 0.002,
+            flops_image: None,
+            flops_text: None,
+            flops_warmup: DEFAULT_FLOPS_WARMUP,
+            image_top_k: DEFAULT_IMAGE_TOP_K,
+            grounding: DEFAULT_GROUNDING,
+            vocab_bias: VocabBias::Fixed,
             momentum: 0.99,
             queue_size: 1024,
             itc_consistency: 0.0,
@@ -468,6 +531,21 @@ impl TrainOptions {
             m.remove("objective");
             m.remove("dense_dim");
         }
+        // The lexicon options shape LexLIP's lexicons only.
+        if self.objective != Objective::Lexlip
+            && let Some(m) = v.as_object_mut()
+        {
+            for key in [
+                "flops_image",
+                "flops_text",
+                "flops_warmup",
+                "image_top_k",
+                "grounding",
+                "vocab_bias",
+            ] {
+                m.remove(key);
+            }
+        }
         if self.objective != Objective::Rerank
             && let Some(m) = v.as_object_mut()
         {
@@ -504,10 +582,16 @@ impl TrainOptions {
                 ("itc_consistency", self.itc_consistency),
                 ("image_contrastive", self.image_contrastive),
                 ("text_contrastive", self.text_contrastive),
+                ("flops_warmup", self.flops_warmup),
+                ("image_top_k", self.image_top_k as f64),
+                ("grounding", self.grounding),
             ] {
                 if v == 0.0 {
                     m.remove(key);
                 }
+            }
+            if self.vocab_bias == VocabBias::Train {
+                m.remove("vocab_bias");
             }
         }
         v
@@ -591,8 +675,24 @@ impl TrainOptions {
         if self.tau <= 0.0 || !self.tau.is_finite() {
             return bad(format!("--tau must be positive, got {}", self.tau));
         }
-        if self.flops_lambda < 0.0 || self.lr <= 0.0 || self.text_lr.is_some_and(|l| l <= 0.0) {
-            return bad("--flops-lambda must be >= 0 and learning rates > 0".into());
+        let flops = [Some(self.flops_lambda), self.flops_image, self.flops_text];
+        if flops.iter().flatten().any(|l| !(*l >= 0.0 && l.is_finite()))
+            || self.lr <= 0.0
+            || self.text_lr.is_some_and(|l| l <= 0.0)
+        {
+            return bad(
+                "--flops-lambda, --flops-image and --flops-text must be >= 0 and learning rates > 0"
+                    .into(),
+            );
+        }
+        if !(0.0..1.0).contains(&self.flops_warmup) {
+            return bad(format!(
+                "--flops-warmup must be in [0, 1), got {}",
+                self.flops_warmup
+            ));
+        }
+        if !(self.grounding >= 0.0 && self.grounding.is_finite()) {
+            return bad(format!("--grounding must be >= 0, got {}", self.grounding));
         }
         if self.freeze_text && self.text_lr.is_some() {
             return bad(

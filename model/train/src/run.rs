@@ -18,6 +18,7 @@ use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, HostBatch, Masking, Order, PatchMasking};
 use crate::error::{Result, TrainError};
 use crate::init::Init;
+use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule};
 use crate::model::Objectives;
 use crate::nn::Dropout;
 use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
@@ -275,6 +276,10 @@ pub fn train(
         .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
     let device = lexlip_model::device(opts.gpu)?;
     let mut model = Trainee::build(opts, &init, DType::F32, &device)?;
+    if opts.grounding > 0.0 {
+        let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
+        model.ground(&idf)?;
+    }
     let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
     let mut adam = AdamW::new(AdamWConfig {
         weight_decay: opts.weight_decay,
@@ -392,9 +397,21 @@ fn run_steps(
             rate: opts.image_mask_rate,
         }),
     };
-    let obj = Objectives {
+    let flops = FlopsSchedule {
+        image: opts.flops_image.unwrap_or(opts.flops_lambda),
+        text: opts.flops_text.unwrap_or(opts.flops_lambda),
+        warmup_steps: (opts.flops_warmup * total as f64).round() as u64,
+    };
+    let top_k = TopKSchedule {
+        k: opts.image_top_k,
+        vocab: model.init().vocab.len(),
+        warmup_steps: flops.warmup_steps,
+    };
+    let mut obj = Objectives {
         tau: opts.tau,
-        flops_lambda: opts.flops_lambda,
+        flops: flops.at(start),
+        image_top_k: top_k.at(start),
+        grounding: opts.grounding,
         momentum: opts.momentum,
         consistency: opts.itc_consistency,
         image_contrastive: opts.image_contrastive,
@@ -454,6 +471,8 @@ fn run_steps(
                 batch.text_lexicon = Some(cache.batch(&host.pairs, model.device())?);
             }
             let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
+            obj.flops = flops.at(step);
+            obj.image_top_k = top_k.at(step);
             let (losses, keys) = model.step(opts.phase, &batch, &drop, &obj)?;
             // Representations are kept only for an epoch that a grouped one follows.
             if grouped

@@ -59,6 +59,17 @@ impl TextTokenizer {
         id == self.cls || id == self.sep || id == self.pad
     }
 
+    /// Whether `id` is a word or a piece of one: a vocabulary entry with a letter or a digit
+    /// that is no special token (`[CLS]`, `[MASK]`, `[unused0]`, …).
+    pub fn is_word_piece(&self, id: u32) -> bool {
+        match self.tokenizer.id_to_token(id) {
+            Some(t) => {
+                !(t.starts_with('[') && t.ends_with(']')) && t.chars().any(char::is_alphanumeric)
+            }
+            None => false,
+        }
+    }
+
     /// `round(rate · candidates)` (at least one) of the non-special token positions, a uniform
     /// random subset in ascending order.
     pub fn mask_positions(&self, tokens: &[u32], rate: f64, rng: &mut Rng) -> Vec<usize> {

@@ -12,7 +12,8 @@ use crate::init::Init;
 use crate::model::{Batch, LexLipModel, Objectives, Queue, StepLosses};
 use crate::nn::Dropout;
 use crate::optim::Param;
-use crate::options::{DenseToken, Objective, SaveDtype, TrainOptions};
+use crate::lexicon::Idf;
+use crate::options::{DenseToken, Objective, SaveDtype, TrainOptions, VocabBias};
 
 pub enum Trainee {
     // Boxed: both are large, and of different sizes.
@@ -32,6 +33,10 @@ impl Trainee {
                 let mut m =
                     LexLipModel::build(init, opts.decoder_layers, queue, opts.seed, dtype, device)?;
                 m.frozen_text = opts.freeze_text;
+                m.image_top_k = opts.image_top_k;
+                if opts.vocab_bias == VocabBias::Fixed {
+                    m.fix_vocab_bias()?;
+                }
                 Trainee::LexLip(Box::new(m))
             }
             Objective::Dense => {
@@ -54,6 +59,15 @@ impl Trainee {
                 ));
             }
         })
+    }
+
+    /// Gives a LexLIP model the corpus's IDF, which caption-word grounding weights words with
+    /// (the dense objective has no lexicons to ground).
+    pub fn ground(&mut self, idf: &Idf) -> Result<()> {
+        if let Trainee::LexLip(m) = self {
+            m.idf = Some(idf.to_tensor(&m.device)?);
+        }
+        Ok(())
     }
 
     /// The LexLIP model when its captions' lexicons can be cached: a frozen text tower

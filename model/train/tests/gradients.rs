@@ -14,6 +14,7 @@ use lexlip_model::weight_sharing::SharedConfig;
 use lexlip_train::bert::BertConfig;
 use lexlip_train::dense::DenseModel;
 use lexlip_train::init::{ImageInit, Init, SharedInit, TextInit, beit_config};
+use lexlip_train::lexicon::Flops;
 use lexlip_train::model::{Batch, LexLipModel, Objectives};
 use lexlip_train::nn::Dropout;
 use lexlip_train::optim::Param;
@@ -138,7 +139,9 @@ fn batch_with_patches(dtype: DType, dev: &Device) -> Batch {
 /// `losses_vs_torch.rs`).
 const OBJ: Objectives = Objectives {
     tau: 0.5,
-    flops_lambda: 0.01,
+    flops: Flops::both(0.01),
+    grounding: 0.0,
+    image_top_k: 0,
     momentum: 0.9,
     consistency: 0.0,
     image_contrastive: 0.4,
@@ -337,6 +340,89 @@ fn phase2_gradients_match_finite_differences() {
 /// Shared layers get a gradient in both phases, with the text tower trained or frozen (then
 /// they are what trains on the text side), and from each tower on its own: both read the same
 /// variables. Momentum copies stay out of the graph.
+/// The lexicon recipe (issue 35) on: image lexicons cut to their top 8 of 40 terms, caption-word
+/// grounding with an IDF, FLOPS weights per side, fixed vocabulary biases.
+const RECIPE: Objectives = Objectives {
+    flops: Flops {
+        image: 0.05,
+        text: 0.01,
+    },
+    grounding: 0.7,
+    image_top_k: 8,
+    ..OBJ
+};
+
+fn recipe_model(phase: u8, dtype: DType, dev: &Device) -> LexLipModel {
+    let queue = (phase == 2).then_some(6);
+    let init = tiny_init(HeadInit::Auto, 24);
+    let mut model = LexLipModel::build(&init, 2, queue, 7, dtype, dev).unwrap();
+    model.image_top_k = 8;
+    model.fix_vocab_bias().unwrap();
+    // Terms 0-3 play the special tokens (no grounding weight).
+    let idf: Vec<f64> = (0..VOCAB)
+        .map(|t| if t < 4 { 0.0 } else { 0.5 + (t % 5) as f64 * 0.3 })
+        .collect();
+    let idf = Tensor::from_vec(idf, VOCAB, dev).unwrap();
+    model.idf = Some(idf.to_dtype(dtype).unwrap());
+    model
+}
+
+#[test]
+fn lexicon_recipe_gradients_match_finite_differences() {
+    let dev = Device::Cpu;
+    for phase in [1u8, 2] {
+        let mut model = recipe_model(phase, DType::F64, &dev);
+        let b = batch(DType::F64, &dev);
+        let obj = Objectives {
+            momentum: 1.0,
+            ..RECIPE
+        };
+        if phase == 2 {
+            let l = model.phase2(&b, &Dropout::off(), &obj).unwrap();
+            model.enqueue(&l.1, &l.2).unwrap();
+        }
+        let step = |model: &mut LexLipModel| {
+            if phase == 1 {
+                model.phase1(&b, &Dropout::off(), &obj).unwrap()
+            } else {
+                model.phase2(&b, &Dropout::off(), &obj).unwrap().0
+            }
+        };
+        let losses = step(&mut model);
+        let names: Vec<&str> = losses.parts.iter().map(|(n, _)| *n).collect();
+        assert!(names.contains(&"grounding"), "{names:?}");
+        // Top-K pooling: no image lexicon keeps more than 8 terms.
+        let nnz = losses.nnz_image.unwrap();
+        assert!(nnz > 0.0 && nnz <= 8.0, "{nnz} terms per image");
+        let params = model.params(phase, 1.0);
+        assert!(
+            params.iter().all(|p| !p.name.ends_with("cls.predictions.bias")),
+            "a fixed vocabulary bias is not trained"
+        );
+        let worst = check_gradients(&params, &mut || step(&mut model).total, &dev);
+        eprintln!("recipe, phase {phase}: worst relative error {worst:.2e}");
+    }
+}
+
+#[test]
+fn fixed_vocabulary_bias_stays_zero_in_the_image_head() {
+    let dev = Device::Cpu;
+    let model = recipe_model(1, DType::F32, &dev);
+    let image = lexlip_train::params::sorted_vars(&model.image_store);
+    let (_, bias) = image
+        .iter()
+        .find(|(n, _)| n == "cls.predictions.bias")
+        .expect("the image head has a bias variable (exported as zeros)");
+    let largest = bias.as_tensor().abs().unwrap().max_all().unwrap();
+    assert_eq!(largest.to_scalar::<f32>().unwrap(), 0.0);
+    // Every other parameter still trains, and gets a gradient.
+    let b = batch(DType::F32, &dev);
+    let total = model.phase1(&b, &Dropout::off(), &RECIPE).unwrap().total;
+    let params = model.params(1, 1.0);
+    let groups = nonzero_gradients(&params, &total.backward().unwrap());
+    assert_eq!(groups.len(), 4, "{groups:?}");
+}
+
 #[test]
 fn shared_layers_take_gradients_from_both_towers() {
     let dev = Device::Cpu;

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor, Var};
 use lexlip_model::Weights;
 use lexlip_train::bert::{BertConfig, Decoder};
+use lexlip_train::lexicon::Flops;
 use lexlip_train::losses::{self, DecoderInput};
 use lexlip_train::model::Queue;
 use lexlip_train::nn::Dropout;
@@ -222,7 +223,7 @@ fn splade_and_baco_equal_torch() {
 
     let check = |baco: &losses::Contrastive| assert_contrastive("BaCo", baco, &f, "expect.baco");
     // Through the pooling: gradients with respect to the logits.
-    let baco = losses::baco(&pv, &pl, tau, lambda).unwrap();
+    let baco = losses::baco(&pv, &pl, tau, Flops::both(lambda)).unwrap();
     check(&baco);
     let grads = baco.loss.backward().unwrap();
     assert_grad(
@@ -239,7 +240,7 @@ fn splade_and_baco_equal_torch() {
     );
     // On the representations themselves.
     let (pv, pl) = (f.var("expect.pv"), f.var("expect.pl"));
-    let baco = losses::baco(pv.as_tensor(), pl.as_tensor(), tau, lambda).unwrap();
+    let baco = losses::baco(pv.as_tensor(), pl.as_tensor(), tau, Flops::both(lambda)).unwrap();
     check(&baco);
     let grads = baco.loss.backward().unwrap();
     assert_grad("BaCo d/dp_v", &grads, &pv, &f.get("expect.baco.grad_pv"));
@@ -284,7 +285,7 @@ fn moco_with_queues_equals_torch() {
             qi.as_ref().map(Var::as_tensor),
             qt.as_ref().map(Var::as_tensor),
             tau,
-            lambda,
+            Flops::both(lambda),
         )
         .unwrap();
         assert_contrastive(

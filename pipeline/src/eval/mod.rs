@@ -20,6 +20,7 @@
 //! left out of its ranking.
 
 pub mod encode;
+pub mod lexicon;
 pub mod plot;
 pub mod recall;
 pub mod report;
@@ -278,6 +279,10 @@ pub fn run(
     let settings = options.settings()?;
     let encoded = encode(input, encoders, options, observer)?;
     encoded.check()?;
+    let lexicons = match options.mode {
+        Mode::Sparse => measure_lexicons(&encoded, encoders)?,
+        Mode::Dense => None,
+    };
     let work = match &options.work_dir {
         Some(dir) => tempfile::Builder::new()
             .prefix("lexlip-eval")
@@ -305,13 +310,38 @@ pub fn run(
         // Each collection is measured and searched, then removed: one on disk at a time.
         std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
     }
-    Ok(EvalReport::new(
+    let mut report = EvalReport::new(
         encoders.path().display().to_string(),
         input,
         &encoded,
         results,
         started.elapsed().as_secs_f64(),
-    ))
+    );
+    report.lexicon = lexicons;
+    Ok(report)
+}
+
+/// The lexicon figures ([`lexicon::LexiconReport`]) of the encoded corpus, with each caption's
+/// words as the text encoder's tokenizer splits it.
+fn measure_lexicons(
+    encoded: &Encoded,
+    encoders: &Encoders,
+) -> Result<Option<lexicon::LexiconReport>> {
+    let text = encoders.text()?;
+    let tokens = text.vocabulary().tokens();
+    let mut words = Vec::with_capacity(encoded.texts.len());
+    for chunk in encoded.texts.chunks(256) {
+        let texts: Vec<&str> = chunk
+            .iter()
+            .map(|e| e.doc.text.as_deref().unwrap_or_default())
+            .collect();
+        for ids in text.tokenize(&texts)? {
+            words.push(lexicon::caption_words(
+                ids.iter().filter_map(|&i| tokens.get(i as usize).cloned()),
+            ));
+        }
+    }
+    Ok(lexicon::LexiconReport::measure(encoded, &words))
 }
 
 #[cfg(test)]

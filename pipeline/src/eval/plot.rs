@@ -311,6 +311,8 @@ mod tests {
             i2i_queries: None,
             t2t_queries: None,
             bytes_per_item: bytes,
+            bytes_per_image: bytes,
+            vector_bytes_per_image: bytes,
             nnz_per_item: 0.0,
             nnz_per_image: 0.0,
             nnz_per_text: 0.0,

@@ -30,6 +30,12 @@ pub struct SettingReport {
     pub t2t_queries: Option<usize>,
     /// Bytes of the collection on disk per document (image or text).
     pub bytes_per_item: f64,
+    /// Bytes per image of a collection of the images alone (an image index's cost), on disk.
+    pub bytes_per_image: f64,
+    /// Of those, the bytes of the vectors alone (sparse: postings, term dictionary and forward
+    /// file of the impacts; dense: the f32 vectors), without stored fields: what LexLIP's
+    /// Table 2 compares.
+    pub vector_bytes_per_image: f64,
     /// Stored non-zeros (impacts; dense: vector entries) per document.
     pub nnz_per_item: f64,
     pub nnz_per_image: f64,
@@ -123,6 +129,9 @@ pub struct EvalReport {
     /// Reading, decoding and encoding every item once.
     pub encode_seconds: f64,
     pub seconds: f64,
+    /// How readable the lexicons are (sparse mode).
+    #[serde(skip)]
+    pub lexicon: Option<super::lexicon::LexiconReport>,
 }
 
 impl EvalReport {
@@ -156,6 +165,7 @@ impl EvalReport {
             settings,
             encode_seconds: encoded.encode_seconds,
             seconds,
+            lexicon: None,
         }
     }
 
@@ -169,6 +179,9 @@ impl EvalReport {
             "settings".into(),
             self.settings.iter().map(SettingReport::to_json).collect(),
         );
+        if let Some(l) = &self.lexicon {
+            out.insert("lexicon".into(), l.to_json());
+        }
         serde_json::Value::Object(out)
     }
 
@@ -249,6 +262,10 @@ impl EvalReport {
                     r.i2t_ms_per_query,
                 ));
             }
+        }
+        if let Some(l) = &self.lexicon {
+            out.push('\n');
+            out.push_str(&l.human());
         }
         out.push_str(
             "\nrecall in %; QPS of the search calls alone (queries encoded beforehand, one thread)",

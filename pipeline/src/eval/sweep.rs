@@ -58,6 +58,8 @@ pub fn evaluate(
         thumbnails: false,
         ..CollectionSettings::default()
     };
+    let (image_bytes, image_vector_bytes) =
+        images_only_bytes(encoded, &settings, &dir.join("images-only"))?;
     let mut collection = Collection::create(
         dir,
         encoded.term_space.clone(),
@@ -180,6 +182,8 @@ pub fn evaluate(
         i2i_queries: single.map(|s| s.i2i_queries),
         t2t_queries: single.map(|s| s.t2t_queries),
         bytes_per_item: stats.bytes as f64 / documents,
+        bytes_per_image: per(image_bytes as usize, encoded.images.len()),
+        vector_bytes_per_image: per(image_vector_bytes as usize, encoded.images.len()),
         nnz_per_item: (image_nnz + text_nnz) as f64 / documents,
         nnz_per_image: per(image_nnz, encoded.images.len()),
         nnz_per_text: per(text_nnz, encoded.texts.len()),
@@ -190,6 +194,35 @@ pub fn evaluate(
         index_seconds,
         rerank: reranked,
     })
+}
+
+/// A collection of the images alone with `settings` (what an image index costs, without the
+/// captions an evaluation also stores), built in `dir` and removed: its bytes on disk, and the
+/// bytes of its vectors alone (sparse: the impacts' postings, term dictionary and forward
+/// file; dense: 4 bytes per dimension, the f32 vectors every dense index keeps).
+fn images_only_bytes(
+    encoded: &Encoded,
+    settings: &CollectionSettings,
+    dir: &Path,
+) -> Result<(u64, u64)> {
+    let stats = {
+        let collection = Collection::create(
+            dir,
+            encoded.term_space.clone(),
+            settings.clone(),
+            encoded.tokens.as_deref(),
+        )?;
+        add_all(&collection, &encoded.images)?;
+        collection.commit()?;
+        collection.wait_merges()?;
+        collection.stats()?
+    };
+    std::fs::remove_dir_all(dir).map_err(|e| PipelineError::io(dir, e))?;
+    let vectors = match settings.dense_dim {
+        Some(dim) => (4 * dim * encoded.images.len()) as u64,
+        None => stats.vector_index_bytes,
+    };
+    Ok((stats.bytes, vectors))
 }
 
 /// The first [`DEPTH`] results of a ranking (what recall reads).

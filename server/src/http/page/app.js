@@ -218,6 +218,14 @@ function render(collection, response, roundTripMs) {
   drawCloud($("query-cloud"), terms, (t, w) => `${t}: impact ${w}`);
   const list = $("results");
   list.replaceChildren(...hits.map((hit, i) => card(collection, hit, i + 1)));
+  if (hits.length > 0 && isWeak(hits[0])) {
+    const note = document.createElement("li");
+    note.className = "empty weak-note";
+    note.textContent =
+      "Nothing here matches this query well: even the best hit shares little with it " +
+      `(match ${percent(hits[0].match_strength)}). The model may not know these words or this kind of picture.`;
+    list.prepend(note);
+  }
   if (hits.length === 0) {
     const empty = document.createElement("li");
     empty.className = "empty";
@@ -250,7 +258,18 @@ function card(collection, hit, rank) {
   const meta = document.createElement("div");
   meta.className = "meta";
   meta.textContent = `#${rank} · ${hit.id} · score ${formatScore(hit.score)}`;
+  if (hit.match_strength !== undefined) {
+    meta.textContent += ` · match ${percent(hit.match_strength)}`;
+    meta.title = "match: the score as a share of the query's score against itself (dense: cosine similarity)";
+  }
   body.append(title, meta);
+  if (isWeak(hit)) {
+    li.classList.add("weak");
+    const badge = document.createElement("div");
+    badge.className = "badge";
+    badge.textContent = "weak match";
+    body.append(badge);
+  }
   if (hit.explain && hit.explain.length) {
     const total = hit.explain.reduce((s, t) => s + t.contribution, 0) || 1;
     const terms = document.createElement("ul");
@@ -266,6 +285,18 @@ function card(collection, hit, rank) {
   }
   li.append(body);
   return li;
+}
+
+/** Below this match strength a hit is shown as weak (calibrated on models/emoji-lex: the best
+ * hit of a real caption query is above it for most captions, of a nonsense query below it). */
+const WEAK_MATCH = 0.15;
+
+function isWeak(hit) {
+  return hit.match_strength !== undefined && hit.match_strength < WEAK_MATCH;
+}
+
+function percent(x) {
+  return `${Math.round(100 * x)} %`;
 }
 
 function formatScore(score) {

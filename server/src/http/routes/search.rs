@@ -297,7 +297,12 @@ pub async fn execute(
                     let hits = blocking(move || {
                         found
                             .iter()
-                            .map(|s| Ok(snap.hit(s, q.as_ref().filter(|_| explain))?))
+                            .map(|s| {
+                                let mut hit = snap.hit(s, q.as_ref().filter(|_| explain))?;
+                                hit.match_strength =
+                                    q.as_ref().map(|q| q.match_strength(hit.score));
+                                Ok(hit)
+                            })
                             .collect()
                     })
                     .await?;
@@ -488,7 +493,11 @@ async fn dense_hits(
     blocking(move || {
         dense
             .iter()
-            .map(|d| Ok(snapshot.hit_at(d.segment_ord, d.doc, f64::from(d.score))?))
+            .map(|d| {
+                let mut hit = snapshot.hit_at(d.segment_ord, d.doc, f64::from(d.score))?;
+                hit.match_strength = Some(f64::from(d.score).clamp(0.0, 1.0));
+                Ok(hit)
+            })
             .collect()
     })
     .await

@@ -1,0 +1,250 @@
+//! What makes an image lexicon a lexicon: few terms, and the strongest ones words of what the
+//! picture shows (issue 35). Three pieces on top of the paper's objectives:
+//!
+//! - [`top_k`] (`lexlip_model::pooling::top_k`, which the encoders apply too): top-K pooling. Only the K largest weights of each image lexicon survive, in
+//!   training as at indexing, so the vector the index stores is the one that was trained.
+//! - [`grounding`]: caption-word grounding (after STAIR, EMNLP 2023). The image's pooled logits
+//!   are trained, as a softmax over the vocabulary, to predict its caption's word pieces
+//!   weighted by TF-IDF ([`Idf`]): the image learns to emit the words people use for it, and
+//!   every other term is pushed below zero, where `relu` makes it absent.
+//! - [`FlopsSchedule`] and [`TopKSchedule`]: a FLOPS weight per side, with SPLADE's quadratic
+//!   warm-up, and a top-K that narrows from the whole vocabulary to K over the same warm-up, so
+//!   sparsity is asked for once the lexicons mean something (cut to K from the first step, every
+//!   image keeps the same K terms and the towers never learn to tell images apart).
+//!
+//! ```text
+//! pooled logits m ──▶ p = log(1 + relu(m)) ──▶ top_k(p, K) ──▶ contrastive (BaCo / MoCo) + λ_v FLOPS
+//!        └──────────▶ softmax(m) vs TF-IDF(caption) ──▶ grounding
+//! ```
+
+use candle_core::{Device, Tensor};
+
+use crate::error::Result;
+use crate::nn::log_softmax;
+use crate::text::TextTokenizer;
+
+/// `(batch, vocab)` weights cut to the `k` largest per row; see
+/// [`lexlip_model::pooling::top_k`].
+pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
+    Ok(lexlip_model::pooling::top_k(p, k)?)
+}
+
+/// Terms in more than this share of the captions are no grounding targets: they are a
+/// corpus's templates ("emoji", "clip art", "skin tone"), which every image of a kind would
+/// learn alike, making all of them look the same; it is also the share above which `lexlip
+/// eval` reports a term as common to too many items.
+pub const MAX_TARGET_DF: f64 = 0.05;
+
+/// Inverse document frequency of every vocabulary term over a corpus's captions,
+/// `ln(N / df)`, and zero for the terms that are never grounding targets: special tokens,
+/// pieces without a letter or digit (punctuation), terms in more than a share of the captions,
+/// and terms no caption has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Idf {
+    pub weights: Vec<f32>,
+}
+
+impl Idf {
+    /// `captions` are token-id rows (with `[CLS]`/`[SEP]`) over a vocabulary of `vocab`
+    /// terms, each term counted once per caption; `is_word(t)` tells the terms that can be
+    /// targets ([`TextTokenizer::is_word_piece`]); terms in more than `max_df` of the captions
+    /// get 0.
+    pub fn from_captions<'a>(
+        captions: impl IntoIterator<Item = &'a [u32]>,
+        vocab: usize,
+        max_df: f64,
+        is_word: impl Fn(u32) -> bool,
+    ) -> Self {
+        let mut df = vec![0u32; vocab];
+        let mut n = 0u32;
+        let mut seen: Vec<u32> = Vec::new();
+        for row in captions {
+            n += 1;
+            seen.clear();
+            seen.extend(row.iter().copied().filter(|&t| (t as usize) < vocab));
+            seen.sort_unstable();
+            seen.dedup();
+            for &t in &seen {
+                df[t as usize] += 1;
+            }
+        }
+        let weights = (0..vocab)
+            .map(|t| {
+                let share = f64::from(df[t]) / f64::from(n.max(1));
+                if df[t] == 0 || share > max_df || !is_word(t as u32) {
+                    0.0
+                } else {
+                    (f64::from(n) / f64::from(df[t])).ln() as f32
+                }
+            })
+            .collect();
+        Self { weights }
+    }
+
+    /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces, and
+    /// [`MAX_TARGET_DF`].
+    pub fn of_corpus<'a>(
+        captions: impl IntoIterator<Item = &'a [u32]>,
+        tokenizer: &TextTokenizer,
+    ) -> Self {
+        Self::from_captions(captions, tokenizer.vocab, MAX_TARGET_DF, |t| {
+            tokenizer.is_word_piece(t)
+        })
+    }
+
+    pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_slice(
+            &self.weights,
+            self.weights.len(),
+            device,
+        )?)
+    }
+}
+
+/// The grounding targets of a batch: each caption's bag of word pieces, every occurrence
+/// weighted by the term's IDF (`idf`, `(vocab)`), normalised to sum to 1 per row → `(batch,
+/// vocab)`, and `(batch)` 1 where a caption has any target term (0: the row is left out).
+pub fn grounding_targets(ids: &Tensor, mask: &Tensor, idf: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (b, t) = ids.dims2()?;
+    let (vocab, dtype) = (idf.dim(0)?, idf.dtype());
+    let w = idf
+        .index_select(&ids.flatten_all()?, 0)?
+        .reshape((b, t))?
+        .mul(&mask.to_dtype(dtype)?)?;
+    let bag = Tensor::zeros((b, vocab), dtype, ids.device())?.scatter_add(
+        &ids.contiguous()?,
+        &w.contiguous()?,
+        1,
+    )?;
+    let total = bag.sum_keepdim(1)?;
+    let has = total.gt(0.0)?.to_dtype(dtype)?;
+    let target = bag.broadcast_div(&total.maximum(1e-12)?)?;
+    Ok((target, has.squeeze(1)?))
+}
+
+/// Caption-word grounding: the cross-entropy of `softmax(pooled)` (`(batch, vocab)` max-pooled
+/// image logits, before `relu`) against the TF-IDF `targets` of [`grounding_targets`], mean over
+/// the rows that have targets (`has`).
+pub fn grounding(pooled: &Tensor, targets: &Tensor, has: &Tensor) -> Result<Tensor> {
+    let per_row = (targets * log_softmax(pooled)?)?.sum(1)?.neg()?;
+    let rows = has.sum_all()?.maximum(1.0)?;
+    Ok((per_row * has)?.sum_all()?.div(&rows)?)
+}
+
+/// FLOPS weights per side at a step: `λ · min(1, (step / warmup_steps)²)` (SPLADE's quadratic
+/// warm-up; no warm-up when `warmup_steps` is 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlopsSchedule {
+    pub image: f64,
+    pub text: f64,
+    pub warmup_steps: u64,
+}
+
+/// FLOPS weights of one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Flops {
+    pub image: f64,
+    pub text: f64,
+}
+
+impl Flops {
+    /// The same weight on both sides (the paper's single λ).
+    pub const fn both(lambda: f64) -> Self {
+        Self {
+            image: lambda,
+            text: lambda,
+        }
+    }
+}
+
+impl FlopsSchedule {
+    pub fn at(&self, step: u64) -> Flops {
+        let ramp = if self.warmup_steps == 0 || step >= self.warmup_steps {
+            1.0
+        } else {
+            (step as f64 / self.warmup_steps as f64).powi(2)
+        };
+        Flops {
+            image: self.image * ramp,
+            text: self.text * ramp,
+        }
+    }
+}
+
+/// The top-K of image lexicons at a step: every term at step 0, then geometrically fewer,
+/// `K · (vocab / K)^(1 - step / warmup_steps)`, down to `K` at the end of the warm-up and after.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopKSchedule {
+    /// The final K (0: no cut at any step).
+    pub k: usize,
+    pub vocab: usize,
+    pub warmup_steps: u64,
+}
+
+impl TopKSchedule {
+    pub fn at(&self, step: u64) -> usize {
+        if self.k == 0 || self.k >= self.vocab || step >= self.warmup_steps {
+            return self.k;
+        }
+        let left = 1.0 - step as f64 / self.warmup_steps as f64;
+        let k = self.k as f64 * (self.vocab as f64 / self.k as f64).powf(left);
+        (k.round() as usize).clamp(self.k, self.vocab)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// IDF by hand: 4 captions over 6 terms; 0 and 1 play [CLS]/[SEP] (no words); term 5 is
+    /// a word no caption has.
+    #[test]
+    fn idf_counts_each_caption_once() {
+        let captions: Vec<Vec<u32>> = vec![
+            vec![0, 2, 3, 2, 1],
+            vec![0, 2, 1],
+            vec![0, 4, 1],
+            vec![0, 3, 9, 1], // 9 is outside the vocabulary: ignored
+        ];
+        let idf = Idf::from_captions(captions.iter().map(Vec::as_slice), 6, 1.0, |t| t >= 2);
+        let ln = |x: f64| x.ln() as f32;
+        assert_eq!(
+            idf.weights,
+            vec![0.0, 0.0, ln(4.0 / 2.0), ln(4.0 / 2.0), ln(4.0), 0.0]
+        );
+        // Terms 2 and 3 are in half the captions: above a 30 % cap, no targets.
+        let capped = Idf::from_captions(captions.iter().map(Vec::as_slice), 6, 0.3, |t| t >= 2);
+        assert_eq!(capped.weights, vec![0.0, 0.0, 0.0, 0.0, ln(4.0), 0.0]);
+    }
+
+    #[test]
+    fn top_k_narrows_geometrically_to_k() {
+        let s = TopKSchedule {
+            k: 64,
+            vocab: 65_536,
+            warmup_steps: 100,
+        };
+        assert_eq!(s.at(0), 65_536);
+        assert_eq!(s.at(50), 2_048); // 64 · 1024^0.5
+        assert_eq!(s.at(100), 64);
+        assert_eq!(s.at(1_000), 64);
+        assert_eq!(TopKSchedule { k: 0, ..s }.at(0), 0);
+        assert_eq!(TopKSchedule { warmup_steps: 0, ..s }.at(0), 64);
+    }
+
+    #[test]
+    fn flops_warm_up_is_quadratic() {
+        let s = FlopsSchedule {
+            image: 0.4,
+            text: 0.1,
+            warmup_steps: 10,
+        };
+        assert_eq!(s.at(0), Flops { image: 0.0, text: 0.0 });
+        let half = s.at(5);
+        assert!((half.image - 0.1).abs() < 1e-12 && (half.text - 0.025).abs() < 1e-12);
+        assert_eq!(s.at(10), Flops { image: 0.4, text: 0.1 });
+        assert_eq!(s.at(99), Flops { image: 0.4, text: 0.1 });
+        let none = FlopsSchedule { warmup_steps: 0, ..s };
+        assert_eq!(none.at(0), Flops { image: 0.4, text: 0.1 });
+    }
+}
