@@ -95,7 +95,9 @@ mod tests {
             return row.to_vec();
         }
         let next = sorted[k];
-        row.iter().map(|&x| if x > next { x } else { 0.0 }).collect()
+        row.iter()
+            .map(|&x| if x > next { x } else { 0.0 })
+            .collect()
     }
 
     proptest::proptest! {
@@ -117,7 +119,6 @@ mod tests {
             }
         }
     }
-
 
     #[test]
     fn padding_never_contributes() {

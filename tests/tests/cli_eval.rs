@@ -243,6 +243,47 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     // With this corpus no tie straddles a cut-off: the engine's counts are the oracle's.
     assert_eq!(ambiguous, 0, "ties made some counts ambiguous");
 
+    // The lexicon figures of the full vectors, against the encoder's own output.
+    let lexicon = &report["lexicon"];
+    let side = |docs: &[BTreeMap<String, u64>], key: &str| {
+        let mut nnz: Vec<usize> = docs.iter().map(|d| d.len()).collect();
+        nnz.sort_unstable();
+        let n = nnz.len();
+        let median = if n % 2 == 1 {
+            nnz[n / 2] as f64
+        } else {
+            (nnz[n / 2 - 1] + nnz[n / 2]) as f64 / 2.0
+        };
+        let share = |k: usize| {
+            docs.iter()
+                .map(|d| {
+                    let mut w: Vec<u64> = d.values().copied().collect();
+                    w.sort_unstable_by(|a, b| b.cmp(a));
+                    let total: u64 = w.iter().sum();
+                    w.iter().take(k).sum::<u64>() as f64 / total as f64
+                })
+                .sum::<f64>()
+                / n as f64
+        };
+        let got = &lexicon[key];
+        let close = |field: &str, want: f64| {
+            let v = got[field].as_f64().unwrap();
+            assert!(
+                (v - want).abs() < 1e-9,
+                "lexicon.{key}.{field}: {v} != {want}"
+            );
+        };
+        close("nnz_median", median);
+        close("nnz_mean", nnz.iter().sum::<usize>() as f64 / n as f64);
+        close("top16_weight_share", share(16));
+        close("top64_weight_share", share(64));
+        assert_eq!(got["items"], n);
+    };
+    side(&images, "image");
+    side(&texts, "text");
+    let grounded = lexicon["caption_word_in_top10"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&grounded), "{lexicon}");
+
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     for label in [

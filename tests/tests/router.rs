@@ -314,3 +314,59 @@ async fn counts_written_as_whole_floats_are_accepted() {
         assert!(st.is_client_error(), "k = {bad}: {st} {body}");
     }
 }
+
+/// Every sparse hit says how well it matches: its score over the query's self-score (the score
+/// of a document equal to the query), capped at 1. By hand:
+///
+/// ```text
+/// a {dog 120, grass 80}   b {cat 150, dog 25}   c {sky 90}
+/// {zebra 50}             shares no term: no hits
+/// {dog 120, grass 80}    = a: self 120² + 80² = 20,800; a 20,800 → 1; b 120·25 = 3,000 → 0.144
+/// {dog 100, cat 60}      self 13,600; a 12,000 → 0.882; b 2,500 + 9,000 = 11,500 → 0.846
+/// ```
+#[tokio::test]
+async fn match_strength_is_the_share_of_the_self_score() {
+    let data = tempfile::tempdir().unwrap();
+    let (app, _) = app(data.path(), Duration::from_secs(30));
+    let (status, _) = call(&app, "PUT", "/v1/collections/m", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let docs = json!({"documents": [
+        {"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80}},
+        {"id": "b", "modality": "image", "vector": {"cat": 150, "dog": 25}},
+        {"id": "c", "modality": "image", "vector": {"sky": 90}},
+    ]});
+    let (status, added) = call(&app, "POST", "/v1/collections/m/documents", Some(docs)).await;
+    assert_eq!(status, StatusCode::OK, "{added}");
+    let app = &app;
+    let search = |q: Value| async move {
+        let (status, found) = call(
+            app,
+            "POST",
+            "/v1/collections/m/search",
+            Some(json!({"query": {"sparse": q}, "k": 10})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        found["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let id = h["id"].as_str().unwrap().to_string();
+                (id, h["match_strength"].as_f64().unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(search(json!({"zebra": 50})).await.is_empty());
+    let equal = search(json!({"dog": 120, "grass": 80})).await;
+    assert_eq!(equal[0], ("a".to_string(), 1.0));
+    assert_eq!(equal[1].0, "b");
+    assert!((equal[1].1 - 3_000.0 / 20_800.0).abs() < 1e-12);
+    let ordinary = search(json!({"dog": 100, "cat": 60})).await;
+    let want = [("a", 12_000.0 / 13_600.0), ("b", 11_500.0 / 13_600.0)];
+    assert_eq!(ordinary.len(), 2);
+    for ((id, got), (want_id, want)) in ordinary.iter().zip(want) {
+        assert_eq!(id, want_id);
+        assert!((got - want).abs() < 1e-12, "{id}: {got} against {want}");
+    }
+}

@@ -229,7 +229,14 @@ mod tests {
         assert_eq!(s.at(100), 64);
         assert_eq!(s.at(1_000), 64);
         assert_eq!(TopKSchedule { k: 0, ..s }.at(0), 0);
-        assert_eq!(TopKSchedule { warmup_steps: 0, ..s }.at(0), 64);
+        assert_eq!(
+            TopKSchedule {
+                warmup_steps: 0,
+                ..s
+            }
+            .at(0),
+            64
+        );
     }
 
     #[test]
@@ -239,12 +246,39 @@ mod tests {
             text: 0.1,
             warmup_steps: 10,
         };
-        assert_eq!(s.at(0), Flops { image: 0.0, text: 0.0 });
+        assert_eq!(
+            s.at(0),
+            Flops {
+                image: 0.0,
+                text: 0.0
+            }
+        );
         let half = s.at(5);
         assert!((half.image - 0.1).abs() < 1e-12 && (half.text - 0.025).abs() < 1e-12);
-        assert_eq!(s.at(10), Flops { image: 0.4, text: 0.1 });
-        assert_eq!(s.at(99), Flops { image: 0.4, text: 0.1 });
-        let none = FlopsSchedule { warmup_steps: 0, ..s };
-        assert_eq!(none.at(0), Flops { image: 0.4, text: 0.1 });
+        assert_eq!(
+            s.at(10),
+            Flops {
+                image: 0.4,
+                text: 0.1
+            }
+        );
+        assert_eq!(
+            s.at(99),
+            Flops {
+                image: 0.4,
+                text: 0.1
+            }
+        );
+        let none = FlopsSchedule {
+            warmup_steps: 0,
+            ..s
+        };
+        assert_eq!(
+            none.at(0),
+            Flops {
+                image: 0.4,
+                text: 0.1
+            }
+        );
     }
 }

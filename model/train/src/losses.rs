@@ -118,10 +118,17 @@ pub struct Contrastive {
     pub loss: Tensor,
 }
 
-fn combine(i2t: Tensor, t2i: Tensor, pv: &Tensor, pl: &Tensor, lambda: Flops) -> Result<Contrastive> {
+fn combine(
+    i2t: Tensor,
+    t2i: Tensor,
+    pv: &Tensor,
+    pl: &Tensor,
+    lambda: Flops,
+) -> Result<Contrastive> {
     let flops_image = flops(pv)?;
     let flops_text = flops(pl)?;
-    let loss = (((&i2t + (&flops_image * lambda.image)?)? + (&t2i + (&flops_text * lambda.text)?)?)?
+    let loss = (((&i2t + (&flops_image * lambda.image)?)?
+        + (&t2i + (&flops_text * lambda.text)?)?)?
         * 0.5)?;
     Ok(Contrastive {
         i2t,

@@ -453,9 +453,10 @@ impl LexLipModel {
     /// is updated from here on ([`Self::params`] leaves them out).
     pub fn fix_vocab_bias(&mut self) -> Result<()> {
         self.fixed_bias = true;
-        let vars = self.image_store.data().lock().map_err(|_| {
-            crate::TrainError::invalid("the image parameters' lock is poisoned")
-        })?;
+        let vars =
+            self.image_store.data().lock().map_err(|_| {
+                crate::TrainError::invalid("the image parameters' lock is poisoned")
+            })?;
         if let Some(bias) = vars.get(BIAS) {
             bias.set(&bias.as_tensor().zeros_like()?)?;
         }
@@ -736,11 +737,7 @@ impl LexLipModel {
 
 /// `p` cut to its `k` largest weights per row (`k = 0`: uncut).
 fn cut(p: Tensor, k: usize) -> Result<Tensor> {
-    if k == 0 {
-        Ok(p)
-    } else {
-        lexicon::top_k(&p, k)
-    }
+    if k == 0 { Ok(p) } else { lexicon::top_k(&p, k) }
 }
 
 /// `total` plus the weighted grounding loss when the image side has one (also pushed to

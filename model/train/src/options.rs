@@ -676,7 +676,10 @@ impl TrainOptions {
             return bad(format!("--tau must be positive, got {}", self.tau));
         }
         let flops = [Some(self.flops_lambda), self.flops_image, self.flops_text];
-        if flops.iter().flatten().any(|l| !(*l >= 0.0 && l.is_finite()))
+        if flops
+            .iter()
+            .flatten()
+            .any(|l| !(*l >= 0.0 && l.is_finite()))
             || self.lr <= 0.0
             || self.text_lr.is_some_and(|l| l <= 0.0)
         {

@@ -9,10 +9,10 @@ use candle_nn::VarMap;
 use crate::dense::DenseModel;
 use crate::error::Result;
 use crate::init::Init;
+use crate::lexicon::Idf;
 use crate::model::{Batch, LexLipModel, Objectives, Queue, StepLosses};
 use crate::nn::Dropout;
 use crate::optim::Param;
-use crate::lexicon::Idf;
 use crate::options::{DenseToken, Objective, SaveDtype, TrainOptions, VocabBias};
 
 pub enum Trainee {

@@ -55,7 +55,8 @@ fn max_abs(t: &Tensor) -> f64 {
 
 fn assert_tensor(what: &str, got: &Tensor, want: &Tensor) {
     assert_eq!(got.dims(), want.dims(), "{what}: shape");
-    let diff = max_abs(&(got.to_dtype(DType::F64).unwrap() - want.to_dtype(DType::F64).unwrap()).unwrap());
+    let diff =
+        max_abs(&(got.to_dtype(DType::F64).unwrap() - want.to_dtype(DType::F64).unwrap()).unwrap());
     let scale = max_abs(want).max(1e-6);
     assert!(
         diff <= TOL * scale,

@@ -104,7 +104,11 @@ fn side(vectors: &[&lexlip_proto::QuantizedVector]) -> SideFigures {
                 let w = v.by_weight();
                 let total: u64 = w.iter().map(|(_, x)| u64::from(*x)).sum();
                 let top: u64 = w.iter().take(k).map(|(_, x)| u64::from(*x)).sum();
-                if total == 0 { 0.0 } else { top as f64 / total as f64 }
+                if total == 0 {
+                    0.0
+                } else {
+                    top as f64 / total as f64
+                }
             })
             .sum::<f64>()
             / n
