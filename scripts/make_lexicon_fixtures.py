@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch references of the lexicon recipe's objectives (issue 35) for
-`model/train/tests/lexicon_vs_torch.rs`: top-K pooling, caption-word grounding with TF-IDF
-targets (after STAIR, EMNLP 2023), and BaCo with a FLOPS weight per side.
+`model/train/tests/lexicon_vs_torch.rs`: top-K pooling, caption-word grounding (STAIR, EMNLP
+2023, its first stage: image lexicons contrasted with IDF-weighted bags of caption words), and
+BaCo with a FLOPS weight per side.
 
 Each piece is written here from its description (torch.topk for the cut, a scatter-add bag of
 words for the targets), not from the Rust code, evaluated in float64 on fixed small random
@@ -52,19 +53,22 @@ def top_k(p, k):
 
 
 def grounding_targets(ids, mask, idf):
-    """The caption's bag of word pieces, every occurrence weighted by its term's IDF, as a
-    distribution; rows without a target term are left out."""
+    """The caption's bag of words, every occurrence weighted by its term's IDF (0: no target);
+    rows without a target term are left out."""
     bag = torch.zeros(ids.shape[0], V, dtype=torch.float64)
     bag.scatter_add_(1, ids, idf[ids] * mask)
-    total = bag.sum(dim=1, keepdim=True)
-    has = (total[:, 0] > 0).double()
-    return bag / total.clamp(min=1e-12), has
+    has = (bag.sum(dim=1) > 0).double()
+    return bag, has
 
 
-def grounding(pooled, targets, has):
-    """Cross-entropy of softmax(pooled logits) against the targets, mean over rows with any."""
-    per_row = -(targets * torch.log_softmax(pooled, dim=1)).sum(dim=1)
-    return (per_row * has).sum() / has.sum().clamp(min=1)
+def grounding(pv, bags, has):
+    """Symmetric in-batch InfoNCE of image lexicons against the caption bags at TAU, each row's
+    own caption (image) the positive; mean over rows with targets, both directions."""
+    sim = pv @ bags.T / TAU
+    diag = torch.arange(B)
+    i2t = torch.nn.functional.cross_entropy(sim, diag, reduction="none")
+    t2i = torch.nn.functional.cross_entropy(sim.T, diag, reduction="none")
+    return ((i2t + t2i) * has).sum() / (2 * has.sum()).clamp(min=1)
 
 
 def flops(p):
@@ -92,11 +96,10 @@ def main():
     idf = torch.rand(V, generator=gen).double() * 3 + 0.5
     idf[0] = idf[1] = idf[2] = 0.0
 
-    pooled = image_logits.amax(dim=1)
     pv_full = splade(image_logits)
     pv = top_k(pv_full, K)
     targets, has = grounding_targets(ids, mask.double(), idf)
-    g = grounding(pooled, targets, has)
+    g = grounding(pv, targets, has)
     contrastive = baco(pv, pl)
     total = contrastive + GROUNDING * g
     grad_logits, grad_pl = torch.autograd.grad(total, [image_logits, pl], retain_graph=True)

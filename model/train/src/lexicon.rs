@@ -3,18 +3,18 @@
 //!
 //! - [`top_k`] (`lexlip_model::pooling::top_k`, which the encoders apply too): top-K pooling. Only the K largest weights of each image lexicon survive, in
 //!   training as at indexing, so the vector the index stores is the one that was trained.
-//! - [`grounding`]: caption-word grounding (after STAIR, EMNLP 2023). The image's pooled logits
-//!   are trained, as a softmax over the vocabulary, to predict its caption's word pieces
-//!   weighted by TF-IDF ([`Idf`]): the image learns to emit the words people use for it, and
-//!   every other term is pushed below zero, where `relu` makes it absent.
+//! - [`grounding`]: caption-word grounding (STAIR, EMNLP 2023, its first stage): the image
+//!   lexicons are contrasted with the batch's captions taken as bags of words (IDF-weighted,
+//!   [`Idf`]), so an image's strongest terms become the words that tell its caption from the
+//!   others.
 //! - [`FlopsSchedule`] and [`TopKSchedule`]: a FLOPS weight per side, with SPLADE's quadratic
 //!   warm-up, and a top-K that narrows from the whole vocabulary to K over the same warm-up, so
 //!   sparsity is asked for once the lexicons mean something (cut to K from the first step, every
 //!   image keeps the same K terms and the towers never learn to tell images apart).
 //!
 //! ```text
-//! pooled logits m ──▶ p = log(1 + relu(m)) ──▶ top_k(p, K) ──▶ contrastive (BaCo / MoCo) + λ_v FLOPS
-//!        └──────────▶ softmax(m) vs TF-IDF(caption) ──▶ grounding
+//! pooled logits m ──▶ p = log(1 + relu(m)) ──▶ top_k(p, K) ──┬─▶ contrastive (BaCo / MoCo) + λ_v FLOPS
+//!                                                             └─▶ contrastive vs IDF bags of caption words (grounding)
 //! ```
 
 use candle_core::{Device, Tensor};
@@ -81,14 +81,22 @@ impl Idf {
         Self { weights }
     }
 
-    /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces, and
-    /// [`MAX_TARGET_DF`].
+    /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces without the
+    /// function words `lexlip eval` does not count as caption words either
+    /// (`lexlip_pipeline::eval::lexicon::STOPWORDS`), and [`MAX_TARGET_DF`].
     pub fn of_corpus<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,
     ) -> Self {
+        let stop: std::collections::HashSet<&str> = lexlip_pipeline::eval::lexicon::STOPWORDS
+            .iter()
+            .copied()
+            .collect();
         Self::from_captions(captions, tokenizer.vocab, MAX_TARGET_DF, |t| {
             tokenizer.is_word_piece(t)
+                && !tokenizer
+                    .token(t)
+                    .is_some_and(|w| stop.contains(w.as_str()))
         })
     }
 
@@ -101,9 +109,9 @@ impl Idf {
     }
 }
 
-/// The grounding targets of a batch: each caption's bag of word pieces, every occurrence
-/// weighted by the term's IDF (`idf`, `(vocab)`), normalised to sum to 1 per row → `(batch,
-/// vocab)`, and `(batch)` 1 where a caption has any target term (0: the row is left out).
+/// The grounding targets of a batch: each caption's bag of target words, every occurrence
+/// weighted by the term's IDF (`idf`, `(vocab)`; 0 for words that are no targets) → `(batch,
+/// vocab)`, and `(batch)` 1 where a caption has any target word (0: the row is left out).
 pub fn grounding_targets(ids: &Tensor, mask: &Tensor, idf: &Tensor) -> Result<(Tensor, Tensor)> {
     let (b, t) = ids.dims2()?;
     let (vocab, dtype) = (idf.dim(0)?, idf.dtype());
@@ -116,18 +124,26 @@ pub fn grounding_targets(ids: &Tensor, mask: &Tensor, idf: &Tensor) -> Result<(T
         &w.contiguous()?,
         1,
     )?;
-    let total = bag.sum_keepdim(1)?;
-    let has = total.gt(0.0)?.to_dtype(dtype)?;
-    let target = bag.broadcast_div(&total.maximum(1e-12)?)?;
-    Ok((target, has.squeeze(1)?))
+    let has = bag.sum(1)?.gt(0.0)?.to_dtype(dtype)?;
+    Ok((bag, has))
 }
 
-/// Caption-word grounding: the cross-entropy of `softmax(pooled)` (`(batch, vocab)` max-pooled
-/// image logits, before `relu`) against the TF-IDF `targets` of [`grounding_targets`], mean over
-/// the rows that have targets (`has`).
-pub fn grounding(pooled: &Tensor, targets: &Tensor, has: &Tensor) -> Result<Tensor> {
-    let per_row = (targets * log_softmax(pooled)?)?.sum(1)?.neg()?;
-    let rows = has.sum_all()?.maximum(1.0)?;
+/// Caption-word grounding, STAIR's first stage: the image lexicons `p` `(batch, vocab)` against
+/// the batch's caption bags of words `bags` ([`grounding_targets`]) in a symmetric in-batch
+/// contrastive loss at `tau` (image `i`'s caption is its positive, the others' are negatives),
+/// mean over the rows with targets (`has`). A word only earns weight where it tells an image's
+/// caption from the others: one that many captions share ("with", "hand") raises the
+/// negatives' scores as much as the positive's, so an image learns its own words rather than
+/// the corpus's most frequent ones.
+pub fn grounding(p: &Tensor, bags: &Tensor, has: &Tensor, tau: f64) -> Result<Tensor> {
+    let b = p.dim(0)?;
+    let sim = (p.matmul(&bags.t()?)? / tau)?;
+    let diag = Tensor::arange(0u32, b as u32, p.device())?.unsqueeze(1)?;
+    let own = |logits: &Tensor| -> Result<Tensor> {
+        Ok(log_softmax(logits)?.gather(&diag, 1)?.squeeze(1)?.neg()?)
+    };
+    let per_row = (own(&sim)? + own(&sim.t()?.contiguous()?)?)?;
+    let rows = (has.sum_all()? * 2.0)?.maximum(1.0)?;
     Ok((per_row * has)?.sum_all()?.div(&rows)?)
 }
 

@@ -496,15 +496,16 @@ impl LexLipModel {
     /// caption-word grounding loss. One max-pool of the image logits serves all three.
     fn image_side(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<ImageSide> {
         let pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
+        let p = cut(losses::splade_pooled(&pooled)?, obj.image_top_k)?;
         let grounding = match &self.idf {
             Some(idf) if obj.grounding > 0.0 => {
-                let (targets, has) = lexicon::grounding_targets(&batch.ids, &batch.mask, idf)?;
-                Some(lexicon::grounding(&pooled, &targets, &has)?)
+                let (bags, has) = lexicon::grounding_targets(&batch.ids, &batch.mask, idf)?;
+                Some(lexicon::grounding(&p, &bags, &has, obj.tau)?)
             }
             _ => None,
         };
         Ok(ImageSide {
-            p: cut(losses::splade_pooled(&pooled)?, obj.image_top_k)?,
+            p,
             distribution: crate::nn::softmax(&pooled)?,
             grounding,
         })

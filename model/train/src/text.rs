@@ -59,6 +59,11 @@ impl TextTokenizer {
         id == self.cls || id == self.sep || id == self.pad
     }
 
+    /// The vocabulary entry of `id`.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
     /// Whether `id` is a word or a piece of one: a vocabulary entry with a letter or a digit
     /// that is no special token (`[CLS]`, `[MASK]`, `[unused0]`, …).
     pub fn is_word_piece(&self, id: u32) -> bool {

@@ -1,6 +1,7 @@
 //! The lexicon recipe's objectives (issue 35) equal a PyTorch reference written from their
 //! descriptions (`scripts/make_lexicon_fixtures.py`): top-K pooling (torch.topk), caption-word
-//! grounding against TF-IDF bags of word pieces, and BaCo with a FLOPS weight per side. Losses
+//! grounding (image lexicons contrasted with IDF-weighted bags of caption words), and BaCo with
+//! a FLOPS weight per side. Losses
 //! and the gradients with respect to the inputs, in f32, to a relative 1e-5.
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -97,7 +98,7 @@ fn top_k_grounding_and_flops_per_side_equal_torch() {
     assert_tensor("grounding targets", &targets, &f.get("expect.targets"));
     assert_tensor("rows with targets", &has, &f.get("expect.has"));
 
-    let g = lexicon::grounding(&pooled, &targets, &has).unwrap();
+    let g = lexicon::grounding(&pv, &targets, &has, tau).unwrap();
     assert_scalar("grounding", &g, f.scalar("expect.grounding"));
     let grads = g.backward().unwrap();
     assert_tensor(
