@@ -4,8 +4,11 @@
 Sends each caption of a TSV (`title<TAB>filepath<TAB>image_id`, the eval format) as a
 text->image query to a collection of its images, and as many nonsense strings (random letters,
 seeded), and prints the quantiles of the best hit's match strength for both, with the share of
-each above a threshold. The search page's weak-match threshold (`WEAK_MATCH` in
-server/src/http/page/app.js) is chosen from this table. Standard library only.
+each above a threshold. A model's calibration (`"weak_match": {"text": X}` in its lexlip.json,
+which the server returns with each text query's hits and the search page uses to grey out weak
+hits) is chosen from this table: a threshold most real captions' best hits pass and most
+nonsense queries' do not. Use captions of concepts the model was trained on (a held-out style of
+them, say): for concepts it never saw, weak matches are the truth. Standard library only.
 
     lexlip index --tsv data/test.tsv --collection lexlip-data/collections/test --model M
     lexlip serve --data lexlip-data --model M &

@@ -100,6 +100,10 @@ pub struct LoadOptions {
     /// --image-top-k`); none keeps every non-zero term.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_top_k: Option<usize>,
+    /// The model's weak-match calibration: below these match strengths, a text (an image)
+    /// query's hits are weak matches (measured by `scripts/match_strength.py`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weak_match: Option<WeakMatch>,
     /// Compute dtype of the image encoder (f32 on CPU, f16 on GPU when unset).
     #[serde(skip)]
     pub dtype: Option<DType>,
@@ -115,16 +119,29 @@ impl LoadOptions {
             max_length: self.max_length.or(file.max_length),
             image_size: self.image_size.or(file.image_size),
             image_top_k: self.image_top_k.or(file.image_top_k),
+            weak_match: self.weak_match.or(file.weak_match),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
         }
     }
 }
 
+/// Match strengths (a hit's score over its query's self-score) below which a model's hits are
+/// weak, by query modality: the strength scale depends on how heavy the model's text and image
+/// lexicons are, so each model carries its own, measured on real and nonsense queries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WeakMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<f64>,
+}
+
 /// The encoders of one model: text and/or image (sparse), and optionally a dense one.
 #[derive(Debug)]
 pub struct Encoders {
     path: PathBuf,
+    weak_match: WeakMatch,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
     dense: Option<Dense>,
@@ -176,6 +193,7 @@ impl Encoders {
     pub fn load_with(path: &Path, device: &Device, options: &LoadOptions) -> Result<Self> {
         let mut enc = Encoders {
             path: path.to_path_buf(),
+            weak_match: WeakMatch::default(),
             text: None,
             image: None,
             dense: None,
@@ -270,6 +288,9 @@ impl Encoders {
         {
             self.image = Some(i.with_top_k(k));
         }
+        if let Some(w) = opts.weak_match {
+            self.weak_match = w;
+        }
         Ok(())
     }
 
@@ -288,6 +309,11 @@ impl Encoders {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The model's weak-match calibration (`lexlip.json`'s `weak_match`; empty when none).
+    pub fn weak_match(&self) -> WeakMatch {
+        self.weak_match
     }
 
     /// The text encoder, or an error saying this model has none.

@@ -42,7 +42,9 @@ pub use device::{describe as describe_device, device};
 pub use dual::DualEncoder;
 pub use error::{ModelError, Result};
 pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};
-pub use lexlip::{Encoders, LexLipModel, LoadOptions, ModelSource, convert_checkpoint, detect};
+pub use lexlip::{
+    Encoders, LexLipModel, LoadOptions, ModelSource, WeakMatch, convert_checkpoint, detect,
+};
 pub use rerank::Reranker;
 pub use text::{DEFAULT_MAX_LENGTH, TextEncoder};
 pub use vocab::Vocabulary;

@@ -99,3 +99,52 @@ fn the_shipped_emoji_model_finds_emoji_by_text_and_text_by_emoji() {
 /// 11 of 12 in the top 3 both ways), well above chance.
 const MIN_MRR: f64 = 0.7;
 const MIN_TOP3: usize = 9;
+
+/// Match strengths end to end with a real model: a caption query equal to a stored caption
+/// matches it fully (strength 1, up to quantization), every hit's strength is in [0, 1], and a model carrying a
+/// weak-match calibration in its lexlip.json has the server return it with text queries (the
+/// search page's threshold) but not with vector queries, which no model encoded.
+#[test]
+fn match_strength_and_a_models_weak_match_calibration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    for part in ["text", "image"] {
+        std::fs::create_dir_all(model.join(part)).unwrap();
+        for f in std::fs::read_dir(emoji_model().join(part)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, model.join(part).join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(emoji_model().join("lexlip.json")).unwrap())
+            .unwrap();
+    settings["weak_match"] = json!({"text": 0.05});
+    std::fs::write(model.join("lexlip.json"), settings.to_string()).unwrap();
+    let data = tmp.path().join("data");
+    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    index_emoji(&s, "emoji");
+
+    let search = |body: Value| {
+        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    // The caption "frog" against the texts: the stored caption "frog" is the query itself.
+    let r = search(json!({"query": {"text": "frog"}, "target": "text", "k": 12}));
+    assert_eq!(r["hits"][0]["id"], "text:1f438", "{r}");
+    // (Encoded alone and in a batch, a weight can land on the other side of an impact step.)
+    assert!(
+        r["hits"][0]["match_strength"].as_f64().unwrap() >= 0.98,
+        "{r}"
+    );
+    assert_eq!(r["weak_match"], 0.05);
+    let r = search(json!({"query": {"text": "qwzx"}, "target": "image", "k": 12}));
+    for h in r["hits"].as_array().unwrap() {
+        let m = h["match_strength"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&m), "{h}");
+    }
+    assert_eq!(r["weak_match"], 0.05);
+    let r = search(json!({"query": {"sparse": {"frog": 1.5}}, "k": 3}));
+    assert!(r.get("weak_match").is_none(), "{r}");
+    assert!(r["hits"][0]["match_strength"].as_f64().unwrap() > 0.0);
+}

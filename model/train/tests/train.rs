@@ -25,6 +25,7 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
             "lex_mlm_t2i",
             "baco",
             "flops_image",
+            "grounding",
         ] {
             assert!(l.parts[k].is_finite(), "{k} missing or not finite");
         }
@@ -40,6 +41,22 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
     let v = image.encode(&[image.preprocess(&img).unwrap()]).unwrap();
     assert!(!v[0].is_empty());
     assert_eq!(enc.term_space().unwrap().size, 1000);
+    // Top-K pooling (on by default): the model records its K and its encoder applies it.
+    let settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("lexlip.json")).unwrap()).unwrap();
+    assert_eq!(settings["image_top_k"], 64);
+    assert_eq!(image.top_k(), Some(64));
+    assert!(v[0].len() <= 64, "{} terms", v[0].len());
+    // A model's weak-match calibration is read from its lexlip.json.
+    assert_eq!(enc.weak_match(), lexlip_model::WeakMatch::default());
+    let mut calibrated = settings.clone();
+    calibrated["weak_match"] = serde_json::json!({"text": 0.04});
+    std::fs::write(out.join("lexlip.json"), calibrated.to_string()).unwrap();
+    let enc =
+        Encoders::load_with(&out, &candle_core::Device::Cpu, &LoadOptions::default()).unwrap();
+    assert_eq!(enc.weak_match().text, Some(0.04));
+    assert_eq!(enc.weak_match().image, None);
+    std::fs::write(out.join("lexlip.json"), settings.to_string()).unwrap();
     let meta = train_json(&out);
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["data"]["pairs"], 32);

@@ -298,6 +298,11 @@ pub struct SearchResponse {
     /// The re-ranking stage (with `rerank`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank: Option<RerankReport>,
+    /// Hits whose `match_strength` is below this match the query weakly: the calibration of
+    /// the model that encoded the query (`weak_match` in its `lexlip.json`). Absent for vector
+    /// queries and models without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weak_match: Option<f64>,
     pub took_ms: f64,
 }
 

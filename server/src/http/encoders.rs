@@ -47,6 +47,8 @@ pub struct EncoderService {
     term_space: Option<TermSpace>,
     vocab: Option<Vec<String>>,
     describe: serde_json::Value,
+    /// Weak-match thresholds of the models that encode text and image queries.
+    weak_match: lexlip_model::WeakMatch,
 }
 
 /// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
@@ -124,6 +126,10 @@ impl EncoderService {
                     .and_then(|e| e.image().ok().map(|i| i.vocabulary().tokens().to_vec()))
             });
 
+        let weak_match = lexlip_model::WeakMatch {
+            text: text_src.as_ref().and_then(|e| e.weak_match().text),
+            image: image_src.as_ref().and_then(|e| e.weak_match().image),
+        };
         let observe = |kind: &'static str| {
             let m = metrics.clone();
             Box::new(move |n: usize| m.observe_batch(kind, n)) as Box<dyn Fn(usize) + Send>
@@ -201,6 +207,7 @@ impl EncoderService {
             "dense": dense.as_ref().map(|s| s.source.path().display().to_string()),
             "dense_dim": dense.as_ref().map(|d| d.dim),
             "term_space": text_space.as_ref().or(image_space.as_ref()).map(|t| t.to_string()),
+            "weak_match": weak_match,
         });
         Ok(Self {
             text,
@@ -209,7 +216,14 @@ impl EncoderService {
             term_space: text_space.or(image_space),
             vocab,
             describe,
+            weak_match,
         })
+    }
+
+    /// The match strength below which hits of a text / image query are weak, when the model
+    /// that encodes such queries is calibrated.
+    pub fn weak_match(&self) -> lexlip_model::WeakMatch {
+        self.weak_match
     }
 
     /// What is loaded, for `/readyz` and the startup log.

@@ -217,8 +217,9 @@ function render(collection, response, roundTripMs) {
   $("query-cloud-box").hidden = terms.length === 0;
   drawCloud($("query-cloud"), terms, (t, w) => `${t}: impact ${w}`);
   const list = $("results");
-  list.replaceChildren(...hits.map((hit, i) => card(collection, hit, i + 1)));
-  if (hits.length > 0 && isWeak(hits[0])) {
+  const weakBelow = response.weak_match;
+  list.replaceChildren(...hits.map((hit, i) => card(collection, hit, i + 1, weakBelow)));
+  if (hits.length > 0 && isWeak(hits[0], weakBelow)) {
     const note = document.createElement("li");
     note.className = "empty weak-note";
     note.textContent =
@@ -234,7 +235,7 @@ function render(collection, response, roundTripMs) {
   }
 }
 
-function card(collection, hit, rank) {
+function card(collection, hit, rank, weakBelow) {
   const li = document.createElement("li");
   li.className = "card " + hit.modality;
   if (hit.modality === "image") {
@@ -263,7 +264,7 @@ function card(collection, hit, rank) {
     meta.title = "match: the score as a share of the query's score against itself (dense: cosine similarity)";
   }
   body.append(title, meta);
-  if (isWeak(hit)) {
+  if (isWeak(hit, weakBelow)) {
     li.classList.add("weak");
     const badge = document.createElement("div");
     badge.className = "badge";
@@ -287,12 +288,10 @@ function card(collection, hit, rank) {
   return li;
 }
 
-/** Below this match strength a hit is shown as weak (calibrated on models/emoji-lex: the best
- * hit of a real caption query is above it for most captions, of a nonsense query below it). */
-const WEAK_MATCH = 0.15;
-
-function isWeak(hit) {
-  return hit.match_strength !== undefined && hit.match_strength < WEAK_MATCH;
+/** A hit is weak below the model's calibrated match strength (`weak_match` of the response,
+ * from the model's lexlip.json); without a calibration no hit is called weak. */
+function isWeak(hit, weakBelow) {
+  return weakBelow !== undefined && hit.match_strength !== undefined && hit.match_strength < weakBelow;
 }
 
 function percent(x) {

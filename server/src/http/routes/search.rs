@@ -358,12 +358,20 @@ pub async fn execute(
     };
     let mut hits = hits;
     hits.truncate(wanted);
+    let calibration = state.encoders.weak_match();
+    // The calibration is of the sparse strengths of the model's own queries.
+    let weak_match = match (&input, &path) {
+        (QueryInput::Text(_), SearchPath::Sparse) => calibration.text,
+        (QueryInput::Image(_), SearchPath::Sparse) => calibration.image,
+        _ => None,
+    };
     Ok(SearchResponse {
         hits,
         path,
         sparse_matches,
         query_terms,
         rerank,
+        weak_match,
         took_ms: start.elapsed().as_secs_f64() * 1000.0,
     })
 }
