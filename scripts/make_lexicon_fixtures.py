@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch references of the lexicon recipe's objectives (issue 35) for
-`model/train/tests/lexicon_vs_torch.rs`: top-K pooling, caption-word grounding (STAIR, EMNLP
+`model/train/tests/losses_vs_torch.rs`: top-K pooling, caption-word grounding (STAIR, EMNLP
 2023, its first stage: image lexicons contrasted with IDF-weighted bags of caption words), and
 BaCo with a FLOPS weight per side.
 

@@ -4,14 +4,15 @@
 //! gradients with respect to the inputs, in f32, to a relative 1e-5. The fixture is committed;
 //! `scripts/make_train_fixtures.py` regenerates it (torch is needed there only). GRIT-VLP's ITC
 //! consistency loss, COOKIE's single-modal loss and ConLIP's DCL have their own fixture, from
-//! `scripts/make_seed_fixtures.py`.
+//! `scripts/make_seed_fixtures.py`; the lexicon recipe's (top-K, grounding, FLOPS per side) from
+//! `scripts/make_lexicon_fixtures.py`.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, Var};
 use lexlip_model::Weights;
 use lexlip_train::bert::{BertConfig, Decoder};
-use lexlip_train::lexicon::Flops;
+use lexlip_train::lexicon::{self, Flops};
 use lexlip_train::losses::{self, DecoderInput};
 use lexlip_train::model::Queue;
 use lexlip_train::nn::Dropout;
@@ -414,4 +415,49 @@ fn seed_loss_equals_torch(cases: &[&str], loss: SeedLoss) {
             &f.get(&format!("{case}.grad_text")),
         );
     }
+}
+
+/// The lexicon recipe's objectives (issue 35; `scripts/make_lexicon_fixtures.py`): top-K
+/// pooling (torch.topk), caption-word grounding (image lexicons contrasted with IDF-weighted
+/// bags of caption words) and BaCo with a FLOPS weight per side; losses and gradients through
+/// the cut and the grounding.
+#[test]
+fn top_k_grounding_and_flops_per_side_equal_torch() {
+    let f = Fixture::named("lexicon_vs_torch.safetensors");
+    let k = f.get("config.k").to_scalar::<i64>().unwrap() as usize;
+    let tau = f.scalar("config.tau");
+    let flops = Flops {
+        image: f.scalar("config.lambda_image"),
+        text: f.scalar("config.lambda_text"),
+    };
+    let logits = f.var("input.image_logits");
+    let pl = f.var("input.pl");
+    let (ids, mask) = (f.ids("input.ids"), f.ids("input.mask"));
+
+    let pooled = losses::max_pool(logits.as_tensor(), None).unwrap();
+    let pv = lexicon::top_k(&losses::splade_pooled(&pooled).unwrap(), k).unwrap();
+    assert_tensor("top-K p_v", &pv, &f.get("expect.pv"));
+    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &f.get("input.idf")).unwrap();
+    assert_tensor("grounding bags", &bags, &f.get("expect.targets"));
+    assert_tensor("rows with targets", &has, &f.get("expect.has"));
+
+    let g = lexicon::grounding(&pv, &bags, &has, tau).unwrap();
+    assert_loss("grounding", &g, f.scalar("expect.grounding"));
+    let grads = g.backward().unwrap();
+    let want = f.get("expect.grounding.grad_image_logits");
+    assert_grad("grounding d/dlogits", &grads, &logits, &want);
+
+    let baco = losses::baco(&pv, pl.as_tensor(), tau, flops).unwrap();
+    assert_loss("BaCo with λ per side", &baco.loss, f.scalar("expect.baco"));
+    let total = (&baco.loss + (g * f.scalar("config.grounding")).unwrap()).unwrap();
+    assert_loss("total", &total, f.scalar("expect.total"));
+    let grads = total.backward().unwrap();
+    let want = f.get("expect.grad_image_logits");
+    assert_grad(
+        "total d/dlogits (through top-K and grounding)",
+        &grads,
+        &logits,
+        &want,
+    );
+    assert_grad("total d/dp_l", &grads, &pl, &f.get("expect.grad_pl"));
 }
