@@ -197,15 +197,19 @@ impl LexiconReport {
     /// Lines for the human table.
     pub fn human(&self) -> String {
         let side = |name: &str, s: &SideFigures| {
-            let common = if s.common_top10_terms.is_empty() {
-                "none".to_string()
-            } else {
-                s.common_top10_terms
-                    .iter()
-                    .map(|(t, x)| format!("{t} {:.0} %", 100.0 * x))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            // The ten most common; `--json` lists them all.
+            let mut common = s
+                .common_top10_terms
+                .iter()
+                .take(10)
+                .map(|(t, x)| format!("{t} {:.0} %", 100.0 * x))
+                .collect::<Vec<_>>()
+                .join(", ");
+            match s.common_top10_terms.len() {
+                0 => common = "none".into(),
+                n if n > 10 => common.push_str(&format!(" and {} more", n - 10)),
+                _ => {}
+            }
             format!(
                 "{name:<6} non-zeros median {:.0}, mean {:.1}; weight in the top 16 / 64 terms \
                  {:.0} / {:.0} %; in the top 10 of > 5 % of {name}s: {common}\n",
