@@ -38,4 +38,13 @@ impl PipelineError {
     }
 }
 
+impl From<lexlip_search::SearchError> for PipelineError {
+    fn from(e: lexlip_search::SearchError) -> Self {
+        match e {
+            lexlip_search::SearchError::Index(e) => PipelineError::Index(e),
+            other => PipelineError::Input(other.to_string()),
+        }
+    }
+}
+
 pub type Result<T, E = PipelineError> = std::result::Result<T, E>;

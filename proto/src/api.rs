@@ -89,6 +89,45 @@ pub enum Stage {
     Rerank,
 }
 
+/// Which index a search asks for.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The lexicon index (falls back to dense when it matches fewer than k documents and a
+    /// dense query is available).
+    #[default]
+    Sparse,
+    Dense,
+    /// Reciprocal-rank fusion of the sparse and dense lists.
+    Hybrid,
+}
+
+/// Which index answered.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchPath {
+    Sparse,
+    Dense,
+    Hybrid,
+    /// Sparse matched fewer than k documents; the dense index answered.
+    DenseFallback,
+}
+
+/// The re-ranking stage of a response.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RerankReport {
+    /// Candidates the re-ranker scored.
+    pub scored: usize,
+    /// Candidates it could not score (same modality as the query, or an image without a stored
+    /// thumbnail); they follow the re-scored ones in first-stage order.
+    pub unscored: usize,
+    /// Time spent re-ranking (included in `took_ms`).
+    pub took_ms: f64,
+}
+
 /// Error codes every API error carries (`{"error": {"code", "message"}}`).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

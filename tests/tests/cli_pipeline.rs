@@ -176,6 +176,72 @@ fn tsv_counts_errors_and_search() {
         .collect();
     assert!(ids.contains(&"img0007"), "{ids:?}");
     assert_eq!(ids.len(), corpus.good);
+    // A query in words or an image, encoded by lexlip search itself, ranks as the vector that
+    // `lexlip encode` writes for it (the same encoder, then the same search).
+    let col = coll.display().to_string();
+    let image = tmp.path().join("images/0007.png").display().to_string();
+    let text_terms = lexlip_json(
+        &[
+            vec!["encode".to_string(), "--text".into(), "a red square".into()],
+            model_args(),
+            vec!["--json".into()],
+        ]
+        .concat(),
+    );
+    let search = |query: &[String]| {
+        let base = ["search", "--collection", &col, "-k", "20", "--json"];
+        let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        args.extend(query.iter().cloned());
+        let out = lexlip_json(&args);
+        let hits: Vec<(String, f64)> = out["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["id"].as_str().unwrap().to_string(),
+                    h["score"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(out["path"], "sparse", "{out}");
+        hits
+    };
+    let by_vector = |terms: &Value| search(&["--vector".into(), terms["terms"].to_string()]);
+    let by_image = search(&[vec!["--image".to_string(), image.clone()], model_args()].concat());
+    assert_eq!(by_image, by_vector(&terms));
+    assert!(
+        by_image.iter().any(|(id, _)| id == "img0007"),
+        "{by_image:?}"
+    );
+    let by_text = search(
+        &[
+            vec!["--text".to_string(), "a red square".into()],
+            model_args(),
+        ]
+        .concat(),
+    );
+    assert_eq!(by_text, by_vector(&text_terms));
+    assert!(!by_text.is_empty());
+    // Refusals say what to add.
+    let out = lexlip(&["search", "--collection", &col, "--text", "a dog"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--text needs --model"), "{stderr}");
+    let mut dense = vec![
+        "search",
+        "--collection",
+        &col,
+        "--mode",
+        "dense",
+        "--image",
+        &image,
+    ];
+    let model = model_args();
+    dense.extend(model.iter().map(String::as_str));
+    let out = lexlip(&dense);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dense search off"), "{stderr}");
 
     // Re-running a finished job does nothing and changes nothing (it reports the job's counts).
     let errors_text = std::fs::read_to_string(&errors).unwrap();

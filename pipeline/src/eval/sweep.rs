@@ -8,20 +8,16 @@ use std::path::Path;
 use std::time::Instant;
 
 use lexlip_index::dense::DenseParams;
-use lexlip_index::{Collection, CollectionSettings, SearchOptions, Snapshot};
+use lexlip_index::{Collection, CollectionSettings, Snapshot};
 use lexlip_proto::api::{Filter, Hit};
-use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+use lexlip_proto::{Modality, QuantizedVector, VectorInput};
+use lexlip_search::{DenseNeed, Mode as SearchMode, SearchError, SearchPlan};
 
 use super::recall::{DEPTH, recall};
 use super::{Encoded, Entry, EvalObserver, Mode, SettingReport, Vector};
 use crate::error::{PipelineError, Result};
 
 /// A query ready to search: impacts (quantized like the server quantizes) or a dense vector.
-enum Query {
-    Sparse(QuantizedVector),
-    Dense(DenseVector),
-}
-
 /// Builds the collection of setting `top_k` (documents cut to their K largest impacts by the
 /// collection's own quantizer) in `dir`, then answers every query of `encoded` against it.
 pub fn evaluate(
@@ -80,7 +76,7 @@ pub fn evaluate(
     snapshot.warm_dense()?;
     let index_seconds = built.elapsed().as_secs_f64();
 
-    let mut searcher = Searcher {
+    let mut searcher = QueryRunner {
         collection: &collection,
         snapshot: &snapshot,
         observer,
@@ -244,7 +240,7 @@ struct SingleModal {
 /// ranking before it is cut to [`DEPTH`].
 fn single_modal_recall(
     encoded: &Encoded,
-    searcher: &mut Searcher<'_>,
+    searcher: &mut QueryRunner<'_>,
     image_ids: &HashMap<&str, usize>,
     text_ids: &HashMap<&str, usize>,
 ) -> Result<SingleModal> {
@@ -370,7 +366,7 @@ fn positions(entries: &[Entry]) -> HashMap<&str, usize> {
 }
 
 /// Runs queries against one snapshot and reports progress.
-struct Searcher<'a> {
+struct QueryRunner<'a> {
     collection: &'a Collection,
     snapshot: &'a Snapshot,
     observer: &'a mut dyn EvalObserver,
@@ -379,7 +375,7 @@ struct Searcher<'a> {
     total: u64,
 }
 
-impl Searcher<'_> {
+impl QueryRunner<'_> {
     /// Searches each entry's vector among the documents of modality `target` (the first
     /// `depth` hits); returns each query's ranking (positions given by `ids`) and the seconds spent in the search calls
     /// alone (queries are prepared before the clock starts, hits read back after it stops).
@@ -390,49 +386,38 @@ impl Searcher<'_> {
         ids: &HashMap<&str, usize>,
         depth: usize,
     ) -> Result<(Vec<Vec<usize>>, f64)> {
-        let filter = Filter {
+        // The search policy the server and `lexlip search` run, without the dense fallback.
+        let mut plan = SearchPlan::top(depth);
+        plan.filter = Filter {
             modality: Some(target),
             ..Filter::default()
         };
-        let options = SearchOptions {
-            filter: filter.clone(),
-            ..SearchOptions::top(depth)
-        };
+        let searcher = lexlip_search::Searcher::new(self.snapshot);
         let mut seconds = 0.0;
         let mut rankings = Vec::new();
         for entry in queries {
-            let query = match &entry.vector {
-                Vector::Sparse(q) => Query::Sparse(
-                    self.collection
+            let (sparse, dense) = match &entry.vector {
+                Vector::Sparse(q) => {
+                    let q = self
+                        .collection
                         .quantizer()
-                        .query(VectorInput::Impacts(q.clone()))?,
-                ),
-                Vector::Dense(d) => Query::Dense(d.clone()),
+                        .query(VectorInput::Impacts(q.clone()))?;
+                    (Some(q), None)
+                }
+                Vector::Dense(d) => (None, Some(d.clone())),
+            };
+            plan.mode = if dense.is_some() {
+                SearchMode::Dense
+            } else {
+                SearchMode::Sparse
             };
             let started = Instant::now();
-            let hits: Vec<Hit> = match &query {
-                // The server answers an empty query with no hits, without searching.
-                Query::Sparse(q) if q.is_empty() => Vec::new(),
-                Query::Sparse(q) => {
-                    let found = self.snapshot.search(q, &options)?.hits;
-                    seconds += started.elapsed().as_secs_f64();
-                    found
-                        .iter()
-                        .map(|s| self.snapshot.hit(s, None))
-                        .collect::<lexlip_index::Result<_>>()?
-                }
-                Query::Dense(v) => {
-                    let found = self.snapshot.search_dense(v, depth, true, &filter)?;
-                    seconds += started.elapsed().as_secs_f64();
-                    found
-                        .iter()
-                        .map(|d| {
-                            self.snapshot
-                                .hit_at(d.segment_ord, d.doc, f64::from(d.score))
-                        })
-                        .collect::<lexlip_index::Result<_>>()?
-                }
-            };
+            let ranked = searcher.rank(&plan, sparse.as_ref(), |need| match need {
+                DenseNeed::Required => Ok::<_, SearchError>(dense),
+                DenseNeed::Fallback => Ok(None),
+            })?;
+            seconds += started.elapsed().as_secs_f64();
+            let hits: Vec<Hit> = searcher.hits(&ranked, None, None)?;
             let ranking = hits
                 .iter()
                 .map(|h| {

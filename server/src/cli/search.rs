@@ -1,32 +1,54 @@
-//! `lexlip search`: one query vector, or a batch of queries written as a TREC run.
+//! `lexlip search`: one query (words, an image or a vector), or a batch of query vectors written
+//! as a TREC run. The same search policy as the server (`lexlip_search`): sparse, dense,
+//! hybrid and the dense fallback.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use lexlip_index::{Collection, SearchOptions};
+use clap::ValueEnum;
+use lexlip_index::Collection;
+use lexlip_model::Encoders;
 use lexlip_pipeline::sources::vectors::{open_lines, parse_line};
-use lexlip_proto::api::{Filter, Precision};
-use lexlip_proto::{Modality, QuantizedVector};
+use lexlip_proto::api::{Filter, Hit, SearchPath};
+use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+use lexlip_search::{DenseNeed, Mode, SearchError, SearchPlan, Searcher};
 use rayon::prelude::*;
 
 use super::index::parse_modality;
+use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("query").required(true)))]
 pub struct SearchArgs {
     /// Collection directory.
     #[arg(long)]
     pub collection: PathBuf,
-    /// One query: a JSON object of term → weight (integers are impacts, other numbers weights).
-    #[arg(long, conflicts_with = "queries", required_unless_present = "queries")]
+    /// One query in words, encoded by --model's text encoder.
+    #[arg(long, group = "query")]
+    pub text: Option<String>,
+    /// One query image (a file), encoded by --model's image encoder.
+    #[arg(long, group = "query", value_name = "FILE")]
+    pub image: Option<PathBuf>,
+    /// One query vector: a JSON object of term → weight (integers are impacts, other numbers
+    /// weights).
+    #[arg(long, group = "query")]
     pub vector: Option<String>,
-    /// Many queries, JsonVectorCollection JSONL (the id is the query id); needs --run.
-    #[arg(long, requires = "run")]
+    /// Many query vectors, JsonVectorCollection JSONL (the id is the query id); needs --run.
+    #[arg(long, group = "query", requires = "run")]
     pub queries: Option<PathBuf>,
     /// Where to write the TREC run (`qid Q0 docid rank score lexlip`).
     #[arg(long)]
     pub run: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Which index answers: sparse (the lexicon index; when it matches fewer than k documents
+    /// and the collection keeps dense vectors, the dense index answers instead), dense, or
+    /// hybrid (reciprocal-rank fusion of both). Dense and hybrid need a collection with dense
+    /// vectors and a --model with a dense encoder.
+    #[arg(long, value_enum, default_value_t = ModeArg::Sparse)]
+    pub mode: ModeArg,
     /// Number of results per query.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
@@ -45,7 +67,7 @@ pub struct SearchArgs {
     /// Show the matched terms of each hit.
     #[arg(long)]
     pub explain: bool,
-    /// Print {"hits": [...]} as JSON.
+    /// Print {"hits": [...], "path", "took_ms"} as JSON.
     #[arg(long)]
     pub json: bool,
     /// Threads for batch search (default: all cores).
@@ -53,21 +75,33 @@ pub struct SearchArgs {
     pub threads: Option<usize>,
 }
 
-fn options(args: &SearchArgs) -> SearchOptions {
-    SearchOptions {
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Sparse,
+    Dense,
+    Hybrid,
+}
+
+fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
+    let (precision, term_cut) = lexlip_search::precision(None, args.approx, args.term_cut)?;
+    let plan = SearchPlan {
         k: args.k,
-        precision: match (args.approx, args.term_cut) {
-            (Some(f), _) => Precision::Approx(f),
-            (None, Some(c)) if c > 0.0 => Precision::Approx(1.0),
-            _ => Precision::Exact,
+        mode: match args.mode {
+            ModeArg::Sparse => Mode::Sparse,
+            ModeArg::Dense => Mode::Dense,
+            ModeArg::Hybrid => Mode::Hybrid,
         },
-        term_cut: args.term_cut.unwrap_or(0.0),
+        precision,
+        term_cut,
         filter: Filter {
             modality: args.modality,
             ..Filter::default()
         },
-        ..SearchOptions::default()
-    }
+        explain: args.explain,
+        threads: 0,
+    };
+    plan.check(dense)?;
+    Ok(plan)
 }
 
 fn query_vector(c: &Collection, json: &str) -> anyhow::Result<QuantizedVector> {
@@ -79,42 +113,180 @@ fn query_vector(c: &Collection, json: &str) -> anyhow::Result<QuantizedVector> {
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let c = Collection::open(&args.collection)?;
-    let opts = options(&args);
-    opts.validate().map_err(|e| anyhow::anyhow!(e))?;
-    match (&args.vector, &args.queries) {
-        (Some(v), _) => single(&c, &args, &opts, v),
-        (None, Some(q)) => batch(&c, &args, &opts, q),
-        (None, None) => bail!("give --vector or --queries"),
+    let plan = plan(&args, c.manifest().settings.dense_dim.is_some())?;
+    if let Some(q) = &args.queries {
+        if plan.mode != Mode::Sparse {
+            bail!("--queries holds sparse vectors: search them with --mode sparse");
+        }
+        return batch(&c, &args, &plan, q);
     }
+    let query = match (&args.text, &args.image, &args.vector) {
+        (Some(t), _, _) => Query::Text(t.clone()),
+        (_, Some(p), _) => Query::Image(p.clone()),
+        (_, _, Some(v)) => Query::Vector(v.clone()),
+        _ => bail!("give a query: --text, --image, --vector, or --queries with --run"),
+    };
+    single(&c, &args, &plan, query)
+}
+
+/// One query as the user gave it.
+enum Query {
+    Text(String),
+    Image(PathBuf),
+    Vector(String),
+}
+
+/// The query encoded: its sparse vector (none in dense mode) and, when the model has a dense
+/// encoder, how to get its dense one.
+struct Encoded<'a> {
+    sparse: Option<QuantizedVector>,
+    encoders: Option<&'a Encoders>,
+    source: &'a Query,
+    image: Option<Vec<u8>>,
+}
+
+impl Encoded<'_> {
+    /// The dense query, encoded only when the search asks for it. Without a dense encoder a
+    /// fallback keeps the sparse answer, and dense or hybrid mode are refused with what to do.
+    fn dense(&self, need: DenseNeed) -> anyhow::Result<Option<DenseVector>> {
+        let dense = self.encoders.and_then(|e| e.dense());
+        let Some(d) = dense else {
+            return match (need, self.source) {
+                (DenseNeed::Fallback, _) | (_, Query::Vector(_)) => Ok(None),
+                _ => bail!(
+                    "--model has no dense encoder: give a CLIP directory or a model from \
+                     `lexlip train --objective dense`, or search with --mode sparse"
+                ),
+            };
+        };
+        let mut out = match (self.source, &self.image) {
+            (Query::Text(t), _) => d.encode_texts(&[t.as_str()])?,
+            (Query::Image(p), Some(bytes)) => {
+                let image = d.preprocess_image(bytes, &p.display().to_string())?;
+                d.encode_images(&[image])?
+            }
+            _ => return Ok(None),
+        };
+        Ok(out.pop())
+    }
+}
+
+/// Loads --model for a text or image query and checks it writes the collection's terms.
+fn encoders(c: &Collection, args: &SearchArgs, what: &str) -> anyhow::Result<Encoders> {
+    let (path, encoders) = args
+        .model
+        .load(what, lexlip_model::LoadOptions::default())?;
+    let space = &c.manifest().term_space;
+    let model_space = encoders
+        .text()
+        .map(|t| t.term_space().clone())
+        .or_else(|_| encoders.image().map(|i| i.term_space().clone()));
+    if let Ok(ts) = model_space
+        && !space.is_free()
+        && !space.same_vocabulary(&ts)
+    {
+        bail!(
+            "the collection was built for {space}, but {} writes {ts}: search it with the model \
+             that indexed it",
+            path.display()
+        );
+    }
+    Ok(encoders)
+}
+
+fn encode<'a>(
+    c: &Collection,
+    plan: &SearchPlan,
+    query: &'a Query,
+    encoders: Option<&'a Encoders>,
+) -> anyhow::Result<Encoded<'a>> {
+    let image = match query {
+        Query::Image(p) => {
+            Some(std::fs::read(p).with_context(|| format!("cannot read --image {}", p.display()))?)
+        }
+        _ => None,
+    };
+    let weights = match (query, &image) {
+        (Query::Vector(v), _) => {
+            return Ok(Encoded {
+                sparse: Some(query_vector(c, v)?),
+                encoders,
+                source: query,
+                image,
+            });
+        }
+        _ if plan.mode == Mode::Dense => None,
+        (Query::Text(t), _) => {
+            let e = encoders.context("--text needs --model")?;
+            e.text()?.encode(&[t.as_str()])?.pop()
+        }
+        (Query::Image(p), Some(bytes)) => {
+            let e = encoders.context("--image needs --model")?.image()?;
+            let pre = e.preprocess_named(bytes, &p.display().to_string())?;
+            e.encode(&[pre])?.pop()
+        }
+        (Query::Image(_), None) => None,
+    };
+    let sparse = match weights {
+        Some(w) => Some(c.quantizer().query(VectorInput::Weights(w))?),
+        None if plan.mode == Mode::Dense => None,
+        None => bail!("the encoder returned no vector"),
+    };
+    Ok(Encoded {
+        sparse,
+        encoders,
+        source: query,
+        image,
+    })
 }
 
 fn single(
     c: &Collection,
     args: &SearchArgs,
-    opts: &SearchOptions,
-    vector: &str,
+    plan: &SearchPlan,
+    query: Query,
 ) -> anyhow::Result<()> {
-    let q = query_vector(c, vector)?;
+    let loaded = match &query {
+        Query::Text(_) => Some(encoders(c, args, "--text")?),
+        Query::Image(_) => Some(encoders(c, args, "--image")?),
+        Query::Vector(_) => None,
+    };
+    let encoded = encode(c, plan, &query, loaded.as_ref())?;
     let snap = c.snapshot()?;
     let t = Instant::now();
-    let out = snap.search(&q, opts)?;
+    let found =
+        Searcher::new(&snap).search(plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    let explain = args.explain.then_some(&q);
-    let hits = out
-        .hits
-        .iter()
-        .map(|h| snap.hit(h, explain))
-        .collect::<Result<Vec<_>, _>>()?;
     if args.json {
         println!(
             "{}",
-            serde_json::to_string(&serde_json::json!({"hits": hits, "took_ms": ms}))?
+            serde_json::to_string(&serde_json::json!({
+                "hits": found.hits,
+                "path": found.path,
+                "took_ms": ms,
+            }))?
         );
         return Ok(());
     }
+    print_hits(&found.hits);
+    let path = match found.path {
+        SearchPath::Sparse => "sparse",
+        SearchPath::Dense => "dense",
+        SearchPath::Hybrid => "hybrid",
+        SearchPath::DenseFallback => "dense fallback: the sparse index matched fewer than k",
+    };
+    eprintln!("{} hits ({path}) in {ms:.2} ms", found.hits.len());
+    Ok(())
+}
+
+fn print_hits(hits: &[Hit]) {
     for (rank, h) in hits.iter().enumerate() {
+        let strength = h
+            .match_strength
+            .map(|m| format!(", match {:.0} %", m * 100.0))
+            .unwrap_or_default();
         println!(
-            "{:>3}. {}  score {}  ({})",
+            "{:>3}. {}  score {}  ({}{strength})",
             rank + 1,
             h.id,
             h.score,
@@ -122,6 +294,8 @@ fn single(
         );
         if let Some(text) = &h.text {
             println!("     {text}");
+        } else if let Some(uri) = &h.uri {
+            println!("     {uri}");
         }
         for t in h.explain.iter().flatten() {
             println!(
@@ -130,8 +304,6 @@ fn single(
             );
         }
     }
-    eprintln!("{} hits in {ms:.2} ms", hits.len());
-    Ok(())
 }
 
 /// (query id, query vector) of every line of a JsonVectorCollection file, quantized as the
@@ -156,7 +328,7 @@ pub(crate) fn read_queries(
 fn batch(
     c: &Collection,
     args: &SearchArgs,
-    opts: &SearchOptions,
+    plan: &SearchPlan,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
     let queries = read_queries(c, path)?;
@@ -164,14 +336,15 @@ fn batch(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads.unwrap_or(0))
         .build()?;
+    let no_dense = |_| Ok::<_, SearchError>(None);
     let start = Instant::now();
-    let results: Vec<anyhow::Result<(Vec<lexlip_index::ScoredDoc>, f64)>> = pool.install(|| {
+    let results: Vec<anyhow::Result<(lexlip_search::Ranking, f64)>> = pool.install(|| {
         queries
             .par_iter()
             .map(|(_, q)| {
                 let t = Instant::now();
-                let out = snap.search(q, opts)?;
-                Ok((out.hits, t.elapsed().as_secs_f64() * 1e3))
+                let ranking = Searcher::new(&snap).rank(plan, Some(q), no_dense)?;
+                Ok((ranking, t.elapsed().as_secs_f64() * 1e3))
             })
             .collect()
     });
@@ -186,10 +359,10 @@ fn batch(
     );
     let mut latencies = Vec::with_capacity(results.len());
     for ((qid, _), r) in queries.iter().zip(results) {
-        let (hits, ms) = r?;
+        let (ranking, ms) = r?;
         latencies.push(ms);
-        for (rank, h) in hits.iter().enumerate() {
-            let id = snap.hit(h, None)?.id;
+        for (rank, h) in ranking.docs.iter().enumerate() {
+            let id = snap.hit_at(h.segment_ord, h.doc, h.score)?.id;
             writeln!(out, "{qid} Q0 {id} {} {} lexlip", rank + 1, h.score)?;
         }
     }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use lexlip_proto::Modality;
 use lexlip_proto::api::{CollectionStats, Filter, Hit};
+pub use lexlip_proto::api::{Mode, RerankReport, SearchPath};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -111,18 +112,6 @@ pub struct Query {
     pub dense: Option<Vec<f32>>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// The lexicon index (falls back to dense when it matches fewer than k documents and a
-    /// dense query is available).
-    #[default]
-    Sparse,
-    Dense,
-    /// Reciprocal-rank fusion of the sparse and dense lists.
-    Hybrid,
-}
-
 /// The options every search request shares, once parsed.
 #[derive(Debug, Clone)]
 pub struct SearchParams {
@@ -149,18 +138,6 @@ pub struct Rerank {
     #[serde(deserialize_with = "whole_number")]
     #[schema(minimum = 1, maximum = 256)]
     pub top: usize,
-}
-
-/// The re-ranking stage of a response.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RerankReport {
-    /// Candidates the re-ranker scored.
-    pub scored: usize,
-    /// Candidates it could not score (same modality as the query, or an image without a stored
-    /// thumbnail); they follow the re-scored ones in first-stage order.
-    pub unscored: usize,
-    /// Time spent re-ranking (included in `took_ms`).
-    pub took_ms: f64,
 }
 
 impl SearchParams {
@@ -272,17 +249,6 @@ pub fn optional_whole_number<'de, D: serde::Deserializer<'de>>(
     #[derive(Deserialize)]
     struct Whole(#[serde(deserialize_with = "whole_number")] usize);
     Ok(Option::<Whole>::deserialize(d)?.map(|Whole(n)| n))
-}
-
-/// Which index answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SearchPath {
-    Sparse,
-    Dense,
-    Hybrid,
-    /// Sparse matched fewer than k documents; the dense index answered.
-    DenseFallback,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -111,6 +111,17 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+impl From<lexlip_search::SearchError> for ApiError {
+    fn from(e: lexlip_search::SearchError) -> Self {
+        use lexlip_search::SearchError;
+        match e {
+            SearchError::Invalid(m) => ApiError::unprocessable(m),
+            SearchError::Index(e) => e.into(),
+            SearchError::Rerank(m) => ApiError::internal(format!("re-ranking: {m}")),
+        }
+    }
+}
+
 impl From<IndexError> for ApiError {
     fn from(e: IndexError) -> Self {
         let message = chain(&e);

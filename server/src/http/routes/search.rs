@@ -5,36 +5,29 @@
 //! future, which cancels its sparse searches: they stop within milliseconds and the blocking
 //! thread is free again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Multipart, Path, State};
-use axum::http::HeaderMap;
-use axum::http::Request;
-use lexlip_index::{Cancel, IndexError, MAX_K, SearchOptions};
-use lexlip_proto::api::{Hit, Precision, Stage};
+use axum::http::{HeaderMap, Request, StatusCode};
+use lexlip_index::{Cancel, MAX_K};
 use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+use lexlip_search::{DenseNeed, RerankQuery, SearchPlan, Searcher};
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
 use crate::http::api::{
     ImageToText, Mode, SearchParams, SearchPath, SearchRequest, SearchResponse, TextToImage,
     default_k,
 };
+use crate::http::encoders::EncoderService;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::state::SharedState;
 
-/// Reciprocal-rank fusion constant (Cormack et al. 2009).
-const RRF_K: f64 = 60.0;
 /// Most candidates one request may re-rank.
 pub const MAX_RERANK: usize = 256;
-/// What `"exact": false` alone means for the sparse search: the query's lightest terms, up to
-/// a tenth of its largest possible score, left out of the block bounds at factor 1 (recall@10
-/// 0.976 on real SPLADE vectors and 0.982 on the 1M synthetic bench, faster than the factor
-/// that keeps as much; `docs/benchmarks.md`).
-const DEFAULT_TERM_CUT: f32 = 0.1;
 
 /// What a query is made of.
 pub enum QueryInput {
@@ -72,38 +65,9 @@ impl QueryInput {
     }
 }
 
-/// The sparse search's precision and term cut from a request's `exact`, `approx` and
-/// `term_cut`.
-fn precision(
-    exact: Option<bool>,
-    approx: Option<f32>,
-    term_cut: Option<f32>,
-) -> ApiResult<(Precision, f32)> {
-    if let Some(x) = approx
-        && !(x.is_finite() && x >= 1.0)
-    {
-        return Err(ApiError::unprocessable(format!(
-            "approx must be a number >= 1 (1 is exact), got {x}"
-        )));
-    }
-    if let Some(c) = term_cut {
-        lexlip_index::check_term_cut(c).map_err(ApiError::unprocessable)?;
-    }
-    match (exact, approx, term_cut) {
-        (Some(true), Some(_), _) => Err(ApiError::unprocessable(
-            "\"exact\": true and \"approx\" exclude each other",
-        )),
-        (Some(true), _, Some(c)) if c > 0.0 => Err(ApiError::unprocessable(
-            "\"exact\": true and \"term_cut\" exclude each other",
-        )),
-        (Some(false), None, None) => Ok((Precision::Approx(1.0), DEFAULT_TERM_CUT)),
-        (_, None, None) | (Some(true), _, _) => Ok((Precision::Exact, 0.0)),
-        // Either knob makes the search approximate; a cut alone runs at factor 1.
-        (_, x, c) => Ok((Precision::Approx(x.unwrap_or(1.0)), c.unwrap_or(0.0))),
-    }
-}
-
-/// Runs one search.
+/// Runs one search: parses the request into a [`SearchPlan`], encodes the query with the
+/// server's batched encoders and lets [`Searcher`] (the same policy `lexlip search` and `lexlip
+/// eval` use) answer it on one snapshot.
 pub async fn execute(
     state: &SharedState,
     name: &str,
@@ -113,22 +77,10 @@ pub async fn execute(
     let start = Instant::now();
     let open = state.get(name)?;
     let c = open.collection.clone();
-    if params.k == 0 || params.k > MAX_K {
-        return Err(ApiError::unprocessable(format!(
-            "k must be between 1 and {MAX_K}, got {}",
-            params.k
-        )));
-    }
     let reranker = match params.rerank {
         None => None,
         Some(r) => Some((rerank_setup(state, &input, r)?, r.top)),
     };
-    // The first stage finds at least the candidates the re-ranker reads.
-    let wanted = params.k;
-    let mut params = params;
-    if let Some((_, top)) = &reranker {
-        params.k = params.k.max(*top).min(MAX_K);
-    }
     let mut filter = params.filter;
     match (params.target, filter.modality) {
         (Some(t), Some(f)) if t != f => {
@@ -141,30 +93,36 @@ pub async fn execute(
         (Some(t), _) => filter.modality = Some(t),
         _ => {}
     }
-    let (precision, term_cut) = precision(params.exact, params.approx, params.term_cut)?;
-    let dense_on = c.manifest().settings.dense_dim.is_some();
+    let (precision, term_cut) =
+        lexlip_search::precision(params.exact, params.approx, params.term_cut)?;
     let mut mode = params.mode;
     if matches!(input, QueryInput::Dense(_)) && mode == Mode::Sparse {
         // A dense vector can only be answered by the dense index.
         mode = Mode::Dense;
     }
-    if mode != Mode::Sparse && !dense_on {
-        return Err(ApiError::unprocessable(format!(
-            "collection {name:?} has dense search off; create it with \"dense\": true for mode {}",
-            if mode == Mode::Dense {
-                "dense"
-            } else {
-                "hybrid"
-            }
-        )));
+    let wanted = params.k;
+    let mut plan = SearchPlan {
+        k: wanted,
+        mode,
+        precision,
+        term_cut,
+        filter,
+        explain: params.explain,
+        threads: 0,
+    };
+    plan.check(c.manifest().settings.dense_dim.is_some())
+        .map_err(|e| ApiError::unprocessable(format!("collection {name:?}: {e}")))?;
+    // The first stage finds at least the candidates the re-ranker reads.
+    if let Some((_, top)) = &reranker {
+        plan.k = plan.k.max(*top).min(MAX_K);
     }
-    let quantizer = c.quantizer().clone();
     let encoders = state.encoders.clone();
 
     // The sparse query.
     let sparse = if mode == Mode::Dense {
         None
     } else {
+        let quantizer = c.quantizer().clone();
         let q: QuantizedVector = match &input {
             QueryInput::Text(t) => {
                 state.check_encodable(name, &c)?;
@@ -189,36 +147,7 @@ pub async fn execute(
         };
         Some(q)
     };
-
-    // The dense query, computed when it will be used (for `sparse`, only on fallback).
-    let dense_query = |input: &QueryInput| {
-        let encoders = encoders.clone();
-        let v = match input {
-            QueryInput::Text(t) => DenseSource::Text(t.clone()),
-            QueryInput::Image(b) => DenseSource::Image(b.clone()),
-            QueryInput::Dense(v) => DenseSource::Given(v.clone()),
-            QueryInput::Sparse(_) => DenseSource::None,
-        };
-        async move {
-            match v {
-                DenseSource::Text(t) => encoders.dense_text(t).await.map(Some),
-                DenseSource::Image(b) => encoders
-                    .dense_image(b, "query.image".into())
-                    .await
-                    .map(Some),
-                DenseSource::Given(v) => Ok(Some(DenseVector::new(v)?)),
-                DenseSource::None => Ok(None),
-            }
-        }
-    };
-
-    let snapshot = {
-        let c = c.clone();
-        Arc::new(blocking(move || Ok(c.snapshot()?)).await?)
-    };
-    let k = params.k;
-    let explain = params.explain;
-    let query_terms = match (&sparse, explain) {
+    let query_terms = match (&sparse, params.explain) {
         (Some(q), true) => Some(
             q.iter()
                 .map(|(t, i)| (t.to_string(), i))
@@ -227,132 +156,67 @@ pub async fn execute(
         _ => None,
     };
 
+    let snapshot = {
+        let c = c.clone();
+        Arc::new(blocking(move || Ok(c.snapshot()?)).await?)
+    };
     // Dropped with this future: an abandoned request stops its searches.
     let cancel = Cancel::new();
     let _cancel_on_drop = cancel.on_drop();
-    let run_sparse = |n: usize| {
+    let dense_source = DenseSource::of(&input);
+    let found = {
         let snapshot = snapshot.clone();
-        let q = sparse.clone();
-        let mut options = SearchOptions {
-            k: n,
-            precision,
-            term_cut,
-            filter: filter.clone(),
-            cancel: cancel.clone(),
-            ..SearchOptions::top(n)
-        };
         let metrics = state.metrics.clone();
         let query_threads = state.limits.query_threads;
+        let runtime = tokio::runtime::Handle::current();
         blocking(move || {
-            let Some(q) = q else { return Ok(Vec::new()) };
-            if q.is_empty() {
-                return Ok(Vec::new());
-            }
             let _running = metrics.search_running();
             // Alone on the machine: this search may use the idle cores too.
             if metrics.searches_running() == 1 {
-                options.threads = query_threads;
+                plan.threads = query_threads;
             }
-            match snapshot.search(&q, &options) {
-                Ok(out) => Ok(out.hits),
-                Err(IndexError::Cancelled) => {
-                    metrics.search_cancelled();
-                    Err(IndexError::Cancelled.into())
+            // The dense query is encoded (on the batcher) only when the plan needs it.
+            let dense = |need| match runtime.block_on(dense_source.encode(&encoders)) {
+                // No dense encoder: the sparse result stands.
+                Err(e)
+                    if need == DenseNeed::Fallback
+                        && e.status == StatusCode::UNPROCESSABLE_ENTITY =>
+                {
+                    Ok(None)
                 }
-                Err(e) => Err(e.into()),
+                other => other,
+            };
+            let found = Searcher::new(&snapshot).with_cancel(cancel.clone()).search(
+                &plan,
+                sparse.as_ref(),
+                dense,
+            );
+            if found.is_err() && cancel.is_cancelled() {
+                metrics.search_cancelled();
             }
+            found
         })
+        .await?
     };
-    let run_dense = |v: DenseVector, n: usize| {
-        let snapshot = snapshot.clone();
-        let filter = filter.clone();
-        let exact = precision == Precision::Exact;
-        blocking(move || Ok(snapshot.search_dense(&v, n, exact, &filter)?))
-    };
-
-    let (hits, path, sparse_matches): (Vec<Hit>, SearchPath, Option<usize>) = match mode {
-        Mode::Sparse => {
-            let found = run_sparse(k).await?;
-            let matched = found.len();
-            let fallback = if matched < k && dense_on {
-                match dense_query(&input).await {
-                    Ok(Some(v)) => Some(v),
-                    Ok(None) => None,
-                    // No dense encoder: the sparse result stands.
-                    Err(e) if e.status == axum::http::StatusCode::UNPROCESSABLE_ENTITY => None,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                None
+    let path = found.path;
+    let (hits, rerank) = match reranker {
+        None => (found.hits, None),
+        Some((model, top)) => {
+            let query = match &input {
+                QueryInput::Text(t) => RerankInput::Text(t.clone()),
+                QueryInput::Image(b) => RerankInput::Image(b.clone()),
+                _ => return Err(ApiError::internal("rerank without a text or image query")),
             };
-            match fallback {
-                Some(v) => {
-                    let dense = run_dense(v, k).await?;
-                    let hits = dense_hits(snapshot.clone(), dense).await?;
-                    (hits, SearchPath::DenseFallback, Some(matched))
-                }
-                None => {
-                    let snap = snapshot.clone();
-                    let q = sparse.clone();
-                    let hits = blocking(move || {
-                        found
-                            .iter()
-                            .map(|s| {
-                                let mut hit = snap.hit(s, q.as_ref().filter(|_| explain))?;
-                                hit.match_strength =
-                                    q.as_ref().map(|q| q.match_strength(hit.score));
-                                Ok(hit)
-                            })
-                            .collect()
-                    })
-                    .await?;
-                    (hits, SearchPath::Sparse, Some(matched))
-                }
-            }
-        }
-        Mode::Dense => {
-            let v = dense_query(&input).await?.ok_or_else(|| {
-                ApiError::unprocessable("a sparse query cannot be searched in the dense index")
-            })?;
-            let dense = run_dense(v, k).await?;
-            let hits = dense_hits(snapshot.clone(), dense).await?;
-            (hits, SearchPath::Dense, None)
-        }
-        Mode::Hybrid => {
-            let depth = k.clamp(50, MAX_K);
-            let found = run_sparse(depth).await?;
-            let matched = found.len().min(k);
-            let dense = match dense_query(&input).await? {
-                Some(v) => run_dense(v, depth).await?,
-                None => Vec::new(),
-            };
-            let mut fused: HashMap<(u32, u32), f64> = HashMap::new();
-            for (rank, s) in found.iter().enumerate() {
-                *fused.entry((s.segment_ord, s.doc)).or_default() +=
-                    1.0 / (RRF_K + rank as f64 + 1.0);
-            }
-            for (rank, d) in dense.iter().enumerate() {
-                *fused.entry((d.segment_ord, d.doc)).or_default() +=
-                    1.0 / (RRF_K + rank as f64 + 1.0);
-            }
-            let mut order: Vec<((u32, u32), f64)> = fused.into_iter().collect();
-            order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            order.truncate(k);
-            let snap = snapshot.clone();
-            let hits = blocking(move || {
-                order
-                    .iter()
-                    .map(|((seg, doc), score)| Ok(snap.hit_at(*seg, *doc, *score)?))
-                    .collect()
+            let (hits, report) = blocking(move || {
+                let query = match &query {
+                    RerankInput::Text(t) => RerankQuery::Text(t),
+                    RerankInput::Image(b) => RerankQuery::Image(b),
+                };
+                Ok(lexlip_search::rerank(
+                    &model, &snapshot, query, found.hits, top,
+                )?)
             })
             .await?;
-            (hits, SearchPath::Hybrid, Some(matched))
-        }
-    };
-    let (hits, rerank) = match reranker {
-        None => (hits, None),
-        Some((model, top)) => {
-            let (hits, report) = rerank(model, snapshot.clone(), &input, hits, top).await?;
             (hits, Some(report))
         }
     };
@@ -368,7 +232,7 @@ pub async fn execute(
     Ok(SearchResponse {
         hits,
         path,
-        sparse_matches,
+        sparse_matches: found.sparse_matches,
         query_terms,
         rerank,
         weak_match,
@@ -403,119 +267,41 @@ fn rerank_setup(
     Ok(model)
 }
 
-/// Re-scores the first `top` hits that the re-ranker can read (image hits with a stored
-/// thumbnail for a text query, text hits for an image query) and puts them first, best match
-/// first; the other hits follow in first-stage order. Only first-stage candidates are returned.
-async fn rerank(
-    model: Arc<lexlip_model::Reranker>,
-    snapshot: Arc<lexlip_index::Snapshot>,
-    input: &QueryInput,
-    hits: Vec<Hit>,
-    top: usize,
-) -> ApiResult<(Vec<Hit>, crate::http::api::RerankReport)> {
-    let started = Instant::now();
-    let query = match input {
-        QueryInput::Text(t) => RerankQuery::Text(t.clone()),
-        QueryInput::Image(b) => RerankQuery::Image(b.clone()),
-        _ => return Err(ApiError::internal("rerank without a text or image query")),
-    };
-    blocking(move || {
-        let n = top.min(hits.len());
-        let mut scorable = Vec::new();
-        let mut images = Vec::new();
-        let mut texts = Vec::new();
-        for (i, hit) in hits.iter().take(n).enumerate() {
-            match (&query, hit.modality) {
-                (RerankQuery::Text(_), Modality::Image) => {
-                    let thumbnail = snapshot.get(&hit.id, false)?.and_then(|d| d.thumbnail);
-                    if let Some(bytes) = thumbnail {
-                        let image = model
-                            .towers()
-                            .image_encoder()
-                            .preprocess_named(&bytes, &hit.id)
-                            .map_err(|e| {
-                                ApiError::internal(format!("thumbnail of {}: {e}", hit.id))
-                            })?;
-                        images.push(image);
-                        scorable.push(i);
-                    }
-                }
-                (RerankQuery::Image(_), Modality::Text) => {
-                    if let Some(text) = &hit.text {
-                        texts.push(text.clone());
-                        scorable.push(i);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let scores = match &query {
-            RerankQuery::Text(t) if !images.is_empty() => model.score_text_images(t, &images),
-            RerankQuery::Image(b) if !texts.is_empty() => {
-                let image = model
-                    .towers()
-                    .image_encoder()
-                    .preprocess_named(b, "query.image")
-                    .map_err(|e| ApiError::unprocessable(format!("query.image: {e}")))?;
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                model.score_image_texts(&image, &refs)
-            }
-            _ => Ok(Vec::new()),
-        }
-        .map_err(|e| ApiError::internal(format!("re-ranking: {e}")))?;
-        let mut out = Vec::with_capacity(hits.len());
-        let mut hits: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
-        for k in lexlip_model::rerank::order_by_score(&scores) {
-            if let Some(mut hit) = hits[scorable[k]].take() {
-                hit.first_stage_score = Some(hit.score);
-                hit.score = f64::from(scores[k]);
-                hit.stage = Some(Stage::Rerank);
-                out.push(hit);
-            }
-        }
-        for hit in hits.into_iter().flatten() {
-            let mut hit = hit;
-            hit.stage = Some(Stage::First);
-            out.push(hit);
-        }
-        let report = crate::http::api::RerankReport {
-            scored: scores.len(),
-            unscored: n - scores.len(),
-            took_ms: started.elapsed().as_secs_f64() * 1000.0,
-        };
-        Ok((out, report))
-    })
-    .await
-}
-
-enum RerankQuery {
+/// The query the re-ranker reads, owned for the blocking thread.
+enum RerankInput {
     Text(String),
     Image(Arc<Vec<u8>>),
 }
 
-/// Dense results as API hits (cosine similarity as the score).
-async fn dense_hits(
-    snapshot: Arc<lexlip_index::Snapshot>,
-    dense: Vec<lexlip_index::dense::DenseHit>,
-) -> ApiResult<Vec<Hit>> {
-    blocking(move || {
-        dense
-            .iter()
-            .map(|d| {
-                let mut hit = snapshot.hit_at(d.segment_ord, d.doc, f64::from(d.score))?;
-                hit.match_strength = Some(f64::from(d.score).clamp(0.0, 1.0));
-                Ok(hit)
-            })
-            .collect()
-    })
-    .await
-}
-
+/// What the dense query is encoded from.
 enum DenseSource {
     Text(String),
     Image(Arc<Vec<u8>>),
     Given(Vec<f32>),
     None,
+}
+
+impl DenseSource {
+    fn of(input: &QueryInput) -> Self {
+        match input {
+            QueryInput::Text(t) => DenseSource::Text(t.clone()),
+            QueryInput::Image(b) => DenseSource::Image(b.clone()),
+            QueryInput::Dense(v) => DenseSource::Given(v.clone()),
+            QueryInput::Sparse(_) => DenseSource::None,
+        }
+    }
+
+    async fn encode(&self, encoders: &EncoderService) -> ApiResult<Option<DenseVector>> {
+        match self {
+            DenseSource::Text(t) => encoders.dense_text(t.clone()).await.map(Some),
+            DenseSource::Image(b) => encoders
+                .dense_image(b.clone(), "query.image".into())
+                .await
+                .map(Some),
+            DenseSource::Given(v) => Ok(Some(DenseVector::new(v.clone())?)),
+            DenseSource::None => Ok(None),
+        }
+    }
 }
 
 /// `POST /v1/collections/{name}/search`
@@ -623,42 +409,4 @@ pub async fn image_to_text(
         )
         .await?,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every combination of the three fields: the precision and cut it means, or a refusal.
-    #[test]
-    fn precision_from_exact_approx_and_term_cut() {
-        let ok = |e, a, c| precision(e, a, c).unwrap();
-        assert_eq!(ok(None, None, None), (Precision::Exact, 0.0));
-        assert_eq!(ok(Some(true), None, None), (Precision::Exact, 0.0));
-        assert_eq!(ok(Some(true), None, Some(0.0)), (Precision::Exact, 0.0));
-        assert_eq!(
-            ok(Some(false), None, None),
-            (Precision::Approx(1.0), DEFAULT_TERM_CUT)
-        );
-        assert_eq!(ok(None, Some(1.5), None), (Precision::Approx(1.5), 0.0));
-        assert_eq!(
-            ok(Some(false), Some(1.5), None),
-            (Precision::Approx(1.5), 0.0)
-        );
-        assert_eq!(ok(None, None, Some(0.2)), (Precision::Approx(1.0), 0.2));
-        assert_eq!(
-            ok(None, Some(1.1), Some(0.2)),
-            (Precision::Approx(1.1), 0.2)
-        );
-        for (e, a, c) in [
-            (Some(true), Some(1.5), None),
-            (Some(true), None, Some(0.1)),
-            (None, Some(0.5), None),
-            (None, Some(f32::NAN), None),
-            (None, None, Some(1.0)),
-            (None, None, Some(-0.1)),
-        ] {
-            assert!(precision(e, a, c).is_err(), "{e:?} {a:?} {c:?}");
-        }
-    }
 }

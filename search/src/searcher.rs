@@ -1,0 +1,245 @@
+//! Runs a [`SearchPlan`] on one snapshot.
+
+use lexlip_index::{Cancel, ScoredDoc, SearchOptions, Snapshot};
+use lexlip_proto::api::{Hit, Mode, Precision, SearchPath};
+use lexlip_proto::{DenseVector, QuantizedVector};
+
+use crate::{SearchError, SearchPlan, fusion};
+
+/// Candidates each list gives hybrid fusion, at least (more when k is larger).
+pub const HYBRID_DEPTH: usize = 50;
+
+/// Why the searcher asks for the dense query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenseNeed {
+    /// Mode dense or hybrid: without one the search fails (dense) or fuses nothing (hybrid).
+    Required,
+    /// The sparse index matched fewer than k documents; without a dense query its result
+    /// stands, so a caller with no dense encoder answers `Ok(None)`.
+    Fallback,
+}
+
+/// One ranked document, by address in the snapshot that ranked it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranked {
+    pub segment_ord: u32,
+    pub doc: u32,
+    /// The integer dot product of impacts (sparse), the cosine (dense) or the fused score.
+    pub score: f64,
+}
+
+/// A search's ranking, before its stored fields are read.
+#[derive(Debug, Clone)]
+pub struct Ranking {
+    /// Best first, at most k.
+    pub docs: Vec<Ranked>,
+    pub path: SearchPath,
+    /// Documents the sparse query matched among the first k (when the sparse index ran).
+    pub sparse_matches: Option<usize>,
+}
+
+/// A search's answer.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Best first, at most k.
+    pub hits: Vec<Hit>,
+    pub path: SearchPath,
+    /// Documents the sparse query matched among the first k (when the sparse index ran).
+    pub sparse_matches: Option<usize>,
+}
+
+/// Searches one snapshot: every list a plan needs comes from the same commit.
+///
+/// ```no_run
+/// # fn demo(snapshot: &lexlip_index::Snapshot, q: &lexlip_proto::QuantizedVector)
+/// #     -> Result<(), lexlip_search::SearchError> {
+/// use lexlip_search::{SearchPlan, Searcher};
+/// let no_dense = |_| Ok::<_, lexlip_search::SearchError>(None);
+/// let found = Searcher::new(snapshot).search(&SearchPlan::top(10), Some(q), no_dense)?;
+/// for hit in &found.hits {
+///     println!("{} {}", hit.id, hit.score);
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Searcher<'a> {
+    snapshot: &'a Snapshot,
+    cancel: Cancel,
+}
+
+impl<'a> Searcher<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Self {
+        Self {
+            snapshot,
+            cancel: Cancel::new(),
+        }
+    }
+
+    /// Sparse searches stop (with `IndexError::Cancelled`) once `cancel` is set.
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Runs `plan` with the sparse query `sparse` (none only in dense mode) and reads the
+    /// hits' stored fields. `dense` is called at most once, only when the plan needs the dense
+    /// query (see [`DenseNeed`]), so a caller pays for the dense encoder only then. The plan is
+    /// assumed [`SearchPlan::check`]ed.
+    pub fn search<E: From<SearchError>>(
+        &self,
+        plan: &SearchPlan,
+        sparse: Option<&QuantizedVector>,
+        dense: impl FnOnce(DenseNeed) -> Result<Option<DenseVector>, E>,
+    ) -> Result<Found, E> {
+        let ranking = self.rank(plan, sparse, dense)?;
+        let explain = sparse.filter(|_| plan.explain);
+        Ok(Found {
+            hits: self.hits(&ranking, sparse, explain)?,
+            path: ranking.path,
+            sparse_matches: ranking.sparse_matches,
+        })
+    }
+
+    /// The ranking of [`Searcher::search`], without reading stored fields (what `lexlip eval`
+    /// times).
+    pub fn rank<E: From<SearchError>>(
+        &self,
+        plan: &SearchPlan,
+        sparse: Option<&QuantizedVector>,
+        dense: impl FnOnce(DenseNeed) -> Result<Option<DenseVector>, E>,
+    ) -> Result<Ranking, E> {
+        let k = plan.k;
+        let ranking = |docs, path, sparse_matches| Ranking {
+            docs,
+            path,
+            sparse_matches,
+        };
+        match plan.mode {
+            Mode::Sparse => {
+                let q = sparse.ok_or_else(|| SearchError::invalid("no sparse query to search"))?;
+                let found = self.sparse(q, plan, k)?;
+                let matched = found.len();
+                if matched < k
+                    && self.snapshot.has_dense()
+                    && let Some(v) = dense(DenseNeed::Fallback)?
+                {
+                    let docs = self.dense(&v, plan, k)?;
+                    return Ok(ranking(docs, SearchPath::DenseFallback, Some(matched)));
+                }
+                Ok(ranking(found, SearchPath::Sparse, Some(matched)))
+            }
+            Mode::Dense => {
+                let v = dense(DenseNeed::Required)?.ok_or_else(|| {
+                    SearchError::invalid("a sparse query cannot be searched in the dense index")
+                })?;
+                Ok(ranking(self.dense(&v, plan, k)?, SearchPath::Dense, None))
+            }
+            Mode::Hybrid => {
+                let depth = k.clamp(HYBRID_DEPTH, lexlip_index::MAX_K);
+                let found = match sparse {
+                    Some(q) => self.sparse(q, plan, depth)?,
+                    None => Vec::new(),
+                };
+                let dense = match dense(DenseNeed::Required)? {
+                    Some(v) => self.dense(&v, plan, depth)?,
+                    None => Vec::new(),
+                };
+                let address = |r: &Ranked| (r.segment_ord, r.doc);
+                let lists = [
+                    found.iter().map(address).collect(),
+                    dense.iter().map(address).collect(),
+                ];
+                let docs = fusion::reciprocal_rank(&lists, k)
+                    .into_iter()
+                    .map(|((segment_ord, doc), score)| Ranked {
+                        segment_ord,
+                        doc,
+                        score,
+                    })
+                    .collect();
+                let matched = Some(found.len().min(k));
+                Ok(ranking(docs, SearchPath::Hybrid, matched))
+            }
+        }
+    }
+
+    /// The ranked documents as API hits. Sparse hits carry their match strength (score over
+    /// the query's self-score) and, with `explain`, their matched terms; dense hits their
+    /// cosine clamped to [0, 1] as the strength; fused hits none.
+    pub fn hits(
+        &self,
+        ranking: &Ranking,
+        sparse: Option<&QuantizedVector>,
+        explain: Option<&QuantizedVector>,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let hit = |r: &Ranked| -> Result<Hit, SearchError> {
+            Ok(match ranking.path {
+                SearchPath::Sparse => {
+                    let scored = ScoredDoc {
+                        segment_ord: r.segment_ord,
+                        doc: r.doc,
+                        score: r.score as u64,
+                    };
+                    let mut hit = self.snapshot.hit(&scored, explain)?;
+                    hit.match_strength = sparse.map(|q| q.match_strength(hit.score));
+                    hit
+                }
+                SearchPath::Dense | SearchPath::DenseFallback => {
+                    let mut hit = self.snapshot.hit_at(r.segment_ord, r.doc, r.score)?;
+                    hit.match_strength = Some(r.score.clamp(0.0, 1.0));
+                    hit
+                }
+                SearchPath::Hybrid => self.snapshot.hit_at(r.segment_ord, r.doc, r.score)?,
+            })
+        };
+        ranking.docs.iter().map(hit).collect()
+    }
+
+    /// The sparse top `n` (an empty query matches nothing).
+    fn sparse(
+        &self,
+        q: &QuantizedVector,
+        plan: &SearchPlan,
+        n: usize,
+    ) -> Result<Vec<Ranked>, SearchError> {
+        if q.is_empty() {
+            return Ok(Vec::new());
+        }
+        let options = SearchOptions {
+            k: n,
+            precision: plan.precision,
+            term_cut: plan.term_cut,
+            filter: plan.filter.clone(),
+            cancel: self.cancel.clone(),
+            threads: plan.threads,
+            ..SearchOptions::top(n)
+        };
+        let found = self.snapshot.search(q, &options)?.hits;
+        Ok(found
+            .iter()
+            .map(|s| Ranked {
+                segment_ord: s.segment_ord,
+                doc: s.doc,
+                score: s.score as f64,
+            })
+            .collect())
+    }
+
+    /// The dense top `n`: exact for an exact plan, else through the graph.
+    fn dense(
+        &self,
+        v: &DenseVector,
+        plan: &SearchPlan,
+        n: usize,
+    ) -> Result<Vec<Ranked>, SearchError> {
+        let exact = plan.precision == Precision::Exact;
+        let found = self.snapshot.search_dense(v, n, exact, &plan.filter)?;
+        Ok(found
+            .iter()
+            .map(|d| Ranked {
+                segment_ord: d.segment_ord,
+                doc: d.doc,
+                score: f64::from(d.score),
+            })
+            .collect())
+    }
+}

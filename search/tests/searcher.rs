@@ -1,0 +1,233 @@
+//! The search policy on a real collection: hybrid fusion and the dense fallback worked out by
+//! hand on four documents, and sparse search with its fallback against brute force.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use lexlip_index::dense::DenseParams;
+use lexlip_index::{Collection, CollectionSettings};
+use lexlip_proto::api::SearchPath;
+use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, TermSpace};
+use lexlip_search::{DenseNeed, Mode, SearchError, SearchPlan, Searcher};
+use proptest::prelude::*;
+
+fn collection(dir: &std::path::Path, dim: usize) -> Collection {
+    let settings = CollectionSettings {
+        dense_dim: Some(dim),
+        ..CollectionSettings::default()
+    };
+    let mut c =
+        Collection::create(dir, TermSpace::from_tokens("free", []), settings, None).unwrap();
+    // Exact scans only: the oracle is a brute-force cosine.
+    c.set_dense_params(DenseParams {
+        hnsw_min_docs: usize::MAX,
+        ..DenseParams::default()
+    });
+    c
+}
+
+fn add(c: &Collection, id: &str, terms: &[(&str, u64)], dense: &[f32]) {
+    let doc = Document::new(DocId::new(id).unwrap(), Modality::Image);
+    let sparse = QuantizedVector::new(terms.iter().copied()).unwrap();
+    let dense = DenseVector::new(dense.to_vec()).unwrap();
+    c.add_with_dense(doc, sparse, Some(dense)).unwrap();
+}
+
+/// a {cat 3}, b {cat 2, dog 1}, c {dog 5}, d {fish 1}; dense vectors on the unit circle.
+fn four_documents(dir: &std::path::Path) -> Collection {
+    let c = collection(dir, 2);
+    add(&c, "a", &[("cat", 3)], &[1.0, 0.0]);
+    add(&c, "b", &[("cat", 2), ("dog", 1)], &[0.6, 0.8]);
+    add(&c, "c", &[("dog", 5)], &[0.0, 1.0]);
+    add(&c, "d", &[("fish", 1)], &[-1.0, 0.0]);
+    c.commit().unwrap();
+    c
+}
+
+fn cat() -> QuantizedVector {
+    QuantizedVector::new([("cat", 1u64)]).unwrap()
+}
+
+/// Cosines with the documents: a 0.28, b 0.936, c 0.96, d -0.28.
+fn dense_query() -> DenseVector {
+    DenseVector::new(vec![0.28, 0.96]).unwrap()
+}
+
+fn ids(hits: &[lexlip_proto::api::Hit]) -> Vec<&str> {
+    hits.iter().map(|h| h.id.as_str()).collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+/// Sparse ranks a (3), b (2); dense ranks c, b, a, d. Reciprocal ranks with 60:
+/// a 1/61 + 1/63, b 1/62 + 1/62, c 1/61, d 1/64 — a wins by a hair.
+#[test]
+fn hybrid_fuses_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = four_documents(tmp.path());
+    let snapshot = c.snapshot().unwrap();
+    let plan = SearchPlan {
+        mode: Mode::Hybrid,
+        ..SearchPlan::top(3)
+    };
+    let asked = Cell::new(None);
+    let found = Searcher::new(&snapshot)
+        .search(&plan, Some(&cat()), |need| {
+            asked.set(Some(need));
+            Ok::<_, SearchError>(Some(dense_query()))
+        })
+        .unwrap();
+    assert_eq!(asked.get(), Some(DenseNeed::Required));
+    assert_eq!(found.path, SearchPath::Hybrid);
+    assert_eq!(found.sparse_matches, Some(2));
+    assert_eq!(ids(&found.hits), ["a", "b", "c"]);
+    let want = [1.0 / 61.0 + 1.0 / 63.0, 1.0 / 62.0 + 1.0 / 62.0, 1.0 / 61.0];
+    for (hit, want) in found.hits.iter().zip(want) {
+        assert!(
+            close(hit.score, want),
+            "{}: {} vs {want}",
+            hit.id,
+            hit.score
+        );
+        assert_eq!(hit.match_strength, None, "fused scores have no strength");
+    }
+}
+
+/// Sparse matches 2 documents: k = 2 is answered by the sparse index without asking for the
+/// dense query; k = 3 falls back to the dense index when there is a dense query, and keeps the
+/// sparse answer when there is none.
+#[test]
+fn dense_fallback_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = four_documents(tmp.path());
+    let snapshot = c.snapshot().unwrap();
+    let searcher = Searcher::new(&snapshot);
+
+    let found = searcher
+        .search(
+            &SearchPlan::top(2),
+            Some(&cat()),
+            |_| -> Result<_, SearchError> { panic!("k documents matched: no fallback") },
+        )
+        .unwrap();
+    assert_eq!(found.path, SearchPath::Sparse);
+    assert_eq!(ids(&found.hits), ["a", "b"]);
+    assert_eq!(found.hits[0].score, 3.0);
+    // Match strength: score over the query's self-score (1), capped at 1.
+    assert_eq!(found.hits[0].match_strength, Some(1.0));
+
+    let found = searcher
+        .search(&SearchPlan::top(3), Some(&cat()), |need| {
+            assert_eq!(need, DenseNeed::Fallback);
+            Ok::<_, SearchError>(Some(dense_query()))
+        })
+        .unwrap();
+    assert_eq!(found.path, SearchPath::DenseFallback);
+    assert_eq!(found.sparse_matches, Some(2));
+    assert_eq!(ids(&found.hits), ["c", "b", "a"]);
+    for (hit, want) in found.hits.iter().zip([0.96, 0.936, 0.28]) {
+        assert!(
+            close(hit.score, want),
+            "{}: {} vs {want}",
+            hit.id,
+            hit.score
+        );
+        assert!(close(hit.match_strength.unwrap(), want));
+    }
+
+    let found = searcher
+        .search(&SearchPlan::top(3), Some(&cat()), |_| {
+            Ok::<_, SearchError>(None)
+        })
+        .unwrap();
+    assert_eq!(found.path, SearchPath::Sparse);
+    assert_eq!(ids(&found.hits), ["a", "b"]);
+}
+
+#[test]
+fn dense_mode_without_a_dense_query_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = four_documents(tmp.path());
+    let snapshot = c.snapshot().unwrap();
+    let plan = SearchPlan {
+        mode: Mode::Dense,
+        ..SearchPlan::top(3)
+    };
+    let e = Searcher::new(&snapshot)
+        .search(&plan, Some(&cat()), |_| Ok::<_, SearchError>(None))
+        .unwrap_err();
+    assert!(matches!(e, SearchError::Invalid(_)), "{e}");
+    let found = Searcher::new(&snapshot)
+        .search(&plan, None, |_| Ok::<_, SearchError>(Some(dense_query())))
+        .unwrap();
+    assert_eq!(found.path, SearchPath::Dense);
+    assert_eq!(found.sparse_matches, None);
+    assert_eq!(ids(&found.hits), ["c", "b", "a"]);
+}
+
+/// Integer dot product of impacts, the sparse oracle.
+fn dot(q: &BTreeMap<String, u64>, d: &BTreeMap<String, u64>) -> u64 {
+    q.iter()
+        .map(|(t, w)| w * d.get(t).copied().unwrap_or(0))
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Sparse mode against brute force: the sparse top-k scores when at least k documents
+    /// share a term with the query, else the brute-force cosine top-k (the fallback).
+    #[test]
+    fn sparse_and_fallback_equal_brute_force(
+        docs in proptest::collection::vec(
+            (proptest::collection::btree_map(0u8..12, 1u64..50, 1..4),
+             proptest::collection::vec(-1.0f32..1.0, 3)),
+            1..40),
+        query in proptest::collection::btree_map(0u8..12, 1u64..20, 1..3),
+        dense_q in proptest::collection::vec(-1.0f32..1.0, 3),
+        k in 1usize..12,
+    ) {
+        prop_assume!(dense_q.iter().any(|x| x.abs() > 0.1));
+        prop_assume!(docs.iter().all(|(_, v)| v.iter().any(|x| x.abs() > 0.1)));
+        let tmp = tempfile::tempdir().unwrap();
+        let c = collection(tmp.path(), 3);
+        let term = |t: &u8| format!("t{t}");
+        let mut plain = Vec::new();
+        for (i, (terms, v)) in docs.iter().enumerate() {
+            let terms: BTreeMap<String, u64> = terms.iter().map(|(t, w)| (term(t), *w)).collect();
+            let pairs: Vec<(&str, u64)> = terms.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+            add(&c, &format!("d{i}"), &pairs, v);
+            plain.push((format!("d{i}"), terms, DenseVector::new(v.clone()).unwrap().normalized()));
+        }
+        c.commit().unwrap();
+        let q: BTreeMap<String, u64> = query.iter().map(|(t, w)| (term(t), *w)).collect();
+        let qv = QuantizedVector::new(q.iter().map(|(t, w)| (t.as_str(), *w))).unwrap();
+        let dq = DenseVector::new(dense_q).unwrap();
+
+        let snapshot = c.snapshot().unwrap();
+        let found = Searcher::new(&snapshot)
+            .search(&SearchPlan::top(k), Some(&qv), |_| Ok::<_, SearchError>(Some(dq.clone())))
+            .unwrap();
+        let mut sparse: Vec<u64> = plain.iter().map(|(_, d, _)| dot(&q, d)).filter(|s| *s > 0).collect();
+        sparse.sort_unstable_by(|a, b| b.cmp(a));
+        prop_assert_eq!(found.sparse_matches, Some(sparse.len().min(k)));
+        let got: Vec<f64> = found.hits.iter().map(|h| h.score).collect();
+        if sparse.len() >= k {
+            prop_assert_eq!(found.path, SearchPath::Sparse);
+            let want: Vec<f64> = sparse.iter().take(k).map(|s| *s as f64).collect();
+            prop_assert_eq!(got, want);
+        } else {
+            prop_assert_eq!(found.path, SearchPath::DenseFallback);
+            let unit = dq.normalized();
+            let mut want: Vec<f32> = plain.iter().map(|(_, _, v)| v.dot(&unit)).collect();
+            want.sort_by(|a, b| b.total_cmp(a));
+            want.truncate(k);
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((g - f64::from(*w)).abs() < 1e-5, "{} vs {}", g, w);
+            }
+        }
+    }
+}
