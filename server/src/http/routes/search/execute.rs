@@ -1,29 +1,20 @@
-//! Search: `POST /v1/collections/{name}/search` and the two convenience routes.
-//!
-//! One snapshot answers a request, so sparse, dense and fused lists all see the same commit. A
-//! request that is abandoned (its timeout fired, its client went away) drops this handler's
-//! future, which cancels its sparse searches: they stop within milliseconds and the blocking
-//! thread is free again.
+//! One search request from parsed input to response: the request's options become a
+//! [`SearchPlan`], the query is encoded on the server's batched encoders, and [`Searcher`] (the
+//! same policy `lexlip search` and `lexlip eval` run) answers on one snapshot.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Json;
-use axum::body::Body;
-use axum::extract::{Multipart, Path, State};
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::StatusCode;
 use lexlip_index::{Cancel, MAX_K};
-use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+use lexlip_proto::{DenseVector, QuantizedVector, VectorInput};
 use lexlip_search::{DenseNeed, RerankQuery, SearchPlan, Searcher};
 
-use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
-use crate::http::api::{
-    ImageToText, Mode, SearchParams, SearchPath, SearchRequest, SearchResponse, TextToImage,
-    default_k,
-};
+use crate::http::api::{Mode, SearchParams, SearchPath, SearchResponse};
 use crate::http::encoders::EncoderService;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::routes::{blocking, decode_base64};
 use crate::http::state::SharedState;
 
 /// Most candidates one request may re-rank.
@@ -38,7 +29,7 @@ pub enum QueryInput {
 }
 
 impl QueryInput {
-    fn from_request(q: crate::http::api::Query) -> ApiResult<Self> {
+    pub(super) fn from_request(q: crate::http::api::Query) -> ApiResult<Self> {
         let given = [
             q.text.is_some(),
             q.image.is_some(),
@@ -302,111 +293,4 @@ impl DenseSource {
             DenseSource::None => Ok(None),
         }
     }
-}
-
-/// `POST /v1/collections/{name}/search`
-#[utoipa::path(post, path = "/v1/collections/{name}/search", tag = "search",
-    params(("name" = String, Path, description = "collection")),
-    request_body = SearchRequest,
-    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
-        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
-pub async fn search(
-    State(state): State<SharedState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Json<SearchResponse>> {
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
-    let req: SearchRequest = parse_json(&headers, &bytes)?;
-    let params = req.params(req.target);
-    let input = QueryInput::from_request(req.query)?;
-    Ok(Json(execute(&state, &name, input, params).await?))
-}
-
-/// `POST /v1/search/text-to-image`
-#[utoipa::path(post, path = "/v1/search/text-to-image", tag = "search",
-    request_body = TextToImage,
-    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
-        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
-pub async fn text_to_image(
-    State(state): State<SharedState>,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult<Json<SearchResponse>> {
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
-    let req: TextToImage = parse_json(&headers, &bytes)?;
-    let params = req.params(Some(Modality::Image));
-    Ok(Json(
-        execute(&state, &req.collection, QueryInput::Text(req.text), params).await?,
-    ))
-}
-
-/// `POST /v1/search/image-to-text` (JSON with base64, or multipart with an `image` file part).
-#[utoipa::path(post, path = "/v1/search/image-to-text", tag = "search",
-    request_body = ImageToText,
-    responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
-        (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
-pub async fn image_to_text(
-    State(state): State<SharedState>,
-    request: Request<Body>,
-) -> ApiResult<Json<SearchResponse>> {
-    let (collection, image, params) = if is_multipart(request.headers()) {
-        let mut form = <Multipart as axum::extract::FromRequest<_>>::from_request(request, &state)
-            .await
-            .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?;
-        let (mut collection, mut image, mut k) = (None, None, default_k());
-        while let Some(field) = form
-            .next_field()
-            .await
-            .map_err(super::documents::multipart_error)?
-        {
-            let name = field.name().unwrap_or_default().to_string();
-            let data = field
-                .bytes()
-                .await
-                .map_err(super::documents::multipart_error)?;
-            match name.as_str() {
-                "collection" => collection = Some(String::from_utf8_lossy(&data).into_owned()),
-                "image" | "file" => image = Some(data.to_vec()),
-                "k" => {
-                    k = String::from_utf8_lossy(&data).trim().parse().map_err(|_| {
-                        ApiError::unprocessable("multipart field k must be an integer")
-                    })?
-                }
-                other => {
-                    return Err(ApiError::unprocessable(format!(
-                        "unknown multipart field {other:?} (expected collection, image, k)"
-                    )));
-                }
-            }
-        }
-        let collection = collection
-            .ok_or_else(|| ApiError::unprocessable("multipart field collection is missing"))?;
-        let image =
-            image.ok_or_else(|| ApiError::unprocessable("multipart field image is missing"))?;
-        (
-            collection,
-            image,
-            SearchParams::top(k, Some(Modality::Text)),
-        )
-    } else {
-        let (parts, body) = request.into_parts();
-        let bytes = read_body(body, state.limits.max_body_bytes).await?;
-        let req: ImageToText = parse_json(&parts.headers, &bytes)?;
-        let image = decode_base64("image", &req.image)?;
-        let params = req.params(Some(Modality::Text));
-        (req.collection, image, params)
-    };
-    Ok(Json(
-        execute(
-            &state,
-            &collection,
-            QueryInput::Image(Arc::new(image)),
-            params,
-        )
-        .await?,
-    ))
 }
