@@ -7,6 +7,13 @@ use lexlip_proto::TermSpace;
 
 use crate::error::{ModelError, Result};
 
+/// Function words that a caption carries but no picture shows; never counted as a caption word.
+pub const STOPWORDS: &[&str] = &[
+    "a", "an", "the", "and", "or", "of", "with", "without", "in", "on", "at", "to", "for", "from",
+    "by", "as", "is", "are", "be", "it", "its", "this", "that", "up", "down", "out", "over",
+    "under", "into", "onto", "off", "s",
+];
+
 /// Word-piece tokens in id order, and the [`TermSpace`] identity collections record.
 #[derive(Debug, Clone)]
 pub struct Vocabulary {

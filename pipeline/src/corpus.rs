@@ -125,7 +125,7 @@ fn read_stage(
 }
 
 /// Refuses an item whose id is invalid or was seen earlier in the input.
-pub(crate) fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
+pub fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
     if let Err(e) = DocId::new(item.id.clone()) {
         return Err(BadItem::new(Some(item.id), reason::BAD_ID, e.to_string()));
     }
@@ -219,7 +219,7 @@ fn decode(
 
 /// Reads an item's image and preprocesses it with `preprocess` (bytes, name for errors): a file
 /// that cannot be read is a missing file, an image that does not decode a corrupt one.
-pub(crate) fn decode_with<T>(
+pub fn decode_with<T>(
     id: &str,
     image: &ImageRef,
     preprocess: impl Fn(&[u8], &str) -> lexlip_model::Result<T>,
@@ -243,7 +243,7 @@ pub(crate) fn decode_with<T>(
 }
 
 /// Encodes a batch; if the batch fails, each item alone so one bad item fails only itself.
-pub(crate) fn encode_batch<T, V>(
+pub fn encode_batch<T, V>(
     inputs: &[T],
     f: impl Fn(&[T]) -> lexlip_model::Result<Vec<V>>,
 ) -> Vec<std::result::Result<V, String>> {
@@ -363,7 +363,7 @@ fn encode_chunk(
 }
 
 /// The stored fields of an item (its id was checked by the reader).
-pub(crate) fn document(item: Item) -> std::result::Result<Document, BadItem> {
+pub fn document(item: Item) -> std::result::Result<Document, BadItem> {
     let id = DocId::new(item.id.clone())
         .map_err(|e| BadItem::new(Some(item.id.clone()), reason::BAD_ID, e.to_string()))?;
     let mut doc = Document::new(id, item.modality);

@@ -38,11 +38,11 @@ impl PipelineError {
     }
 }
 
-impl From<lexlip_search::SearchError> for PipelineError {
-    fn from(e: lexlip_search::SearchError) -> Self {
+impl From<lexlip_corpus::CorpusError> for PipelineError {
+    fn from(e: lexlip_corpus::CorpusError) -> Self {
         match e {
-            lexlip_search::SearchError::Index(e) => PipelineError::Index(e),
-            other => PipelineError::Input(other.to_string()),
+            lexlip_corpus::CorpusError::Io { path, source } => PipelineError::Io { path, source },
+            lexlip_corpus::CorpusError::Input(m) => PipelineError::Input(m),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Training pairs from the corpora `lexlip index` reads (through `lexlip-pipeline`'s readers,
+//! Training pairs from the corpora `lexlip index` reads (through `lexlip-corpus`'s readers,
 //! with their bad-item handling): every caption of an image is one (image, caption) pair. Bad
 //! items are skipped and counted by reason, as `lexlip index` does; images are decoded once up
 //! front so a missing or corrupt one is skipped before training rather than failing a step.
@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use candle_core::{Device, Tensor};
-use lexlip_pipeline::item::reason;
-use lexlip_pipeline::{ImageRef, Input};
+use lexlip_corpus::item::reason;
+use lexlip_corpus::{ImageRef, Input};
 use lexlip_proto::Modality;
 use rayon::prelude::*;
 

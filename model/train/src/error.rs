@@ -23,7 +23,7 @@ pub enum TrainError {
     #[error(transparent)]
     Model(#[from] lexlip_model::ModelError),
     #[error(transparent)]
-    Pipeline(#[from] lexlip_pipeline::PipelineError),
+    Input(#[from] lexlip_corpus::CorpusError),
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
 }

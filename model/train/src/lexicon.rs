@@ -83,15 +83,13 @@ impl Idf {
 
     /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces without the
     /// function words `lexlip eval` does not count as caption words either
-    /// (`lexlip_pipeline::eval::lexicon::STOPWORDS`), and [`MAX_TARGET_DF`].
+    /// (`lexlip_model::vocab::STOPWORDS`), and [`MAX_TARGET_DF`].
     pub fn of_corpus<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,
     ) -> Self {
-        let stop: std::collections::HashSet<&str> = lexlip_pipeline::eval::lexicon::STOPWORDS
-            .iter()
-            .copied()
-            .collect();
+        let stop: std::collections::HashSet<&str> =
+            lexlip_model::vocab::STOPWORDS.iter().copied().collect();
         Self::from_captions(captions, tokenizer.vocab, MAX_TARGET_DF, |t| {
             tokenizer.is_word_piece(t)
                 && !tokenizer

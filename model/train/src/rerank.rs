@@ -1025,7 +1025,7 @@ mod tests {
 
     #[test]
     fn hard_negatives_rank_by_lexicon_score_and_skip_positives() {
-        use lexlip_pipeline::ImageRef;
+        use lexlip_corpus::ImageRef;
         let v = |terms: &[(&str, f32)]| SparseVector::new(terms.iter().copied()).unwrap();
         let corpus = Corpus {
             images: (0..3)

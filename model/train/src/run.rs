@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
-use lexlip_pipeline::Input;
+use lexlip_corpus::Input;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -190,7 +190,7 @@ fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
 fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
     Ok(match input {
         Input::Tsv { path, .. } | Input::Manifest(path) => vec![path.clone()],
-        Input::WebDataset(paths) => lexlip_pipeline::sources::webdataset::shards(paths)?,
+        Input::WebDataset(paths) => lexlip_corpus::sources::webdataset::shards(paths)?,
         Input::ImageDir(_) => Vec::new(),
     })
 }
@@ -658,10 +658,8 @@ fn write_train_json(
         .images
         .iter()
         .map(|r| match r {
-            lexlip_pipeline::ImageRef::File(p) => {
-                std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
-            }
-            lexlip_pipeline::ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
+            lexlip_corpus::ImageRef::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+            lexlip_corpus::ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
         })
         .sum();
     let doc = serde_json::json!({

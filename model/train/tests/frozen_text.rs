@@ -86,7 +86,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
     let o = frozen_options(&tsv, &tmp.path().join("model"));
     let init = lexlip_train::init::resolve(&o, &tmp.path().join("scratch")).unwrap();
     let tokenizer = TextTokenizer::load(&init.tokenizer, o.max_length).unwrap();
-    let input = lexlip_pipeline::Input::Tsv {
+    let input = lexlip_corpus::Input::Tsv {
         path: tsv.clone(),
         images_root: None,
     };

@@ -1,12 +1,12 @@
 //! `lexlip eval`: text ↔ image retrieval of a model on a test corpus (R@1/5/10, index size,
-//! speed) over full vectors and a top-K sweep, around `lexlip_pipeline::eval`.
+//! speed) over full vectors and a top-K sweep, around `lexlip_eval`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::ValueEnum;
+use lexlip_eval::{self as eval, EvalObserver, EvalOptions};
 use lexlip_model::LoadOptions;
-use lexlip_pipeline::eval::{self, EvalObserver, EvalOptions};
 use lexlip_pipeline::{BadItem, Input};
 use lexlip_proto::DEFAULT_SCALE;
 

@@ -9,7 +9,7 @@ pub mod webdataset;
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{PipelineError, Result};
+use crate::error::{CorpusError, Result};
 use crate::item::SourceItem;
 
 /// The input of a run.
@@ -59,16 +59,16 @@ impl Input {
             Input::WebDataset(paths) => webdataset::shards(paths)?,
             Input::ImageDir(root) => image_dir::files(root)?,
         };
-        let mut h = crate::progress::fnv1a(b"");
+        let mut h = crate::hash::fnv1a(b"");
         for f in &files {
-            let m = std::fs::metadata(f).map_err(|e| PipelineError::io(f, e))?;
+            let m = std::fs::metadata(f).map_err(|e| CorpusError::io(f, e))?;
             let modified = m
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos());
             let entry = format!("{}|{}|{modified};", f.display(), m.len());
-            h ^= crate::progress::fnv1a(entry.as_bytes());
+            h ^= crate::hash::fnv1a(entry.as_bytes());
             h = h.rotate_left(5).wrapping_mul(0x0100_0000_01b3);
         }
         out.push_str(&format!("|{} files|{h:016x}", files.len()));
@@ -86,7 +86,7 @@ pub(crate) fn parent_dir(path: &Path) -> PathBuf {
 /// A text file's lines, plain or gzip (detected by its magic bytes).
 pub(crate) fn open_text(path: &Path) -> Result<Box<dyn std::io::BufRead + Send>> {
     if path.is_dir() {
-        return Err(PipelineError::Input(format!(
+        return Err(CorpusError::Input(format!(
             "{} is a directory, not a file",
             path.display()
         )));
@@ -95,5 +95,5 @@ pub(crate) fn open_text(path: &Path) -> Result<Box<dyn std::io::BufRead + Send>>
 }
 
 pub(crate) fn open_file(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::open(path).map_err(|e| PipelineError::io(path, e))
+    std::fs::File::open(path).map_err(|e| CorpusError::io(path, e))
 }

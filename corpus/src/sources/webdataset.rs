@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::{PipelineError, Result};
+use crate::error::{CorpusError, Result};
 use crate::item::{BadItem, ImageRef, Item, SourceItem, link_to_image, reason};
 
 /// The shard files named by `paths`, in order: a `.tar` file; a directory (its `.tar` files,
@@ -19,7 +19,7 @@ pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for p in paths {
         if p.is_dir() {
             let mut tars: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| PipelineError::io(p, e))?
+                .map_err(|e| CorpusError::io(p, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| f.is_file() && f.extension().is_some_and(|e| e == "tar"))
                 .collect();
@@ -30,14 +30,14 @@ pub fn shards(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         } else if let Some(expanded) = expand(p)? {
             out.extend(expanded);
         } else {
-            return Err(PipelineError::Input(format!(
+            return Err(CorpusError::Input(format!(
                 "{}: no such shard or directory",
                 p.display()
             )));
         }
     }
     if out.is_empty() {
-        return Err(PipelineError::Input("no .tar shards found".into()));
+        return Err(CorpusError::Input("no .tar shards found".into()));
     }
     Ok(out)
 }
@@ -58,7 +58,7 @@ fn expand(p: &Path) -> Result<Option<Vec<PathBuf>>> {
         for n in a.min(b)..=a.max(b) {
             let f = dir.join(format!("{prefix}{n:0width$}{suffix}"));
             if !f.is_file() {
-                return Err(PipelineError::Input(format!(
+                return Err(CorpusError::Input(format!(
                     "{}: no such shard (from {})",
                     f.display(),
                     p.display()
@@ -72,7 +72,7 @@ fn expand(p: &Path) -> Result<Option<Vec<PathBuf>>> {
         return Ok(None);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| PipelineError::io(&dir, e))?
+        .map_err(|e| CorpusError::io(&dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|f| {
             f.is_file()
@@ -82,7 +82,7 @@ fn expand(p: &Path) -> Result<Option<Vec<PathBuf>>> {
         })
         .collect();
     if files.is_empty() {
-        return Err(PipelineError::Input(format!(
+        return Err(CorpusError::Input(format!(
             "{}: no shard matches",
             p.display()
         )));
@@ -138,7 +138,7 @@ fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<
     let file = super::open_file(shard)?;
     let mut archive = tar::Archive::new(file);
     let mut sample = Sample::default();
-    let entries = archive.entries().map_err(|e| PipelineError::io(shard, e))?;
+    let entries = archive.entries().map_err(|e| CorpusError::io(shard, e))?;
     for entry in entries {
         let mut entry = match entry {
             Ok(e) => e,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lexlip_pipeline::eval::{Encoded, Entry, Mode, SettingReport, Vector, evaluate};
+use lexlip_eval::{Encoded, Entry, Mode, SettingReport, Vector, evaluate};
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, TermSpace};
 
 fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> Entry {
@@ -243,7 +243,7 @@ fn single_modal_recall_by_hand() {
 /// street}, t5 {w15}: non-zeros 1, 1, 2, 1, 2, 1, median 1, mean 8/6.
 #[test]
 fn lexicon_figures_by_hand() {
-    use lexlip_pipeline::eval::lexicon::{LexiconReport, caption_words};
+    use lexlip_eval::lexicon::{LexiconReport, caption_words};
     let long: Vec<(String, u64)> = (0..20).map(|i| (format!("w{i}"), 20 - i as u64)).collect();
     let long: Vec<(&str, u64)> = long.iter().map(|(t, w)| (t.as_str(), *w)).collect();
     let e = encoded(
@@ -296,7 +296,7 @@ fn lexicon_figures_by_hand() {
 /// listed; `rare` of 1 (4 %) and each image's own term (4 %) are not.
 #[test]
 fn lexicon_common_terms_by_hand() {
-    use lexlip_pipeline::eval::lexicon::LexiconReport;
+    use lexlip_eval::lexicon::LexiconReport;
     let own: Vec<String> = (0..25).map(|i| format!("u{i}")).collect();
     let images: Vec<(&str, Vector)> = own
         .iter()

@@ -8,7 +8,7 @@ use lexlip_model::Reranker;
 use lexlip_model::rerank::order_by_score;
 
 use super::Encoded;
-use crate::error::{PipelineError, Result};
+use lexlip_pipeline::{PipelineError, Result};
 
 fn reorder(ranking: &[usize], top: usize, scores: &[f32]) -> Vec<usize> {
     let n = top.min(ranking.len());

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::Encoded;
-use crate::sources::Input;
+use lexlip_corpus::Input;
 
 /// The measures of one setting (full vectors, or documents cut to their top K terms).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -22,12 +22,7 @@ pub const TOP: usize = 10;
 /// A term among the [`TOP`] strongest of more than this share of the items is reported.
 pub const COMMON_SHARE: f64 = 0.05;
 
-/// Function words that a caption carries but no picture shows; never counted as a caption word.
-pub const STOPWORDS: &[&str] = &[
-    "a", "an", "the", "and", "or", "of", "with", "without", "in", "on", "at", "to", "for", "from",
-    "by", "as", "is", "are", "be", "it", "its", "this", "that", "up", "down", "out", "over",
-    "under", "into", "onto", "off", "s",
-];
+pub use lexlip_model::vocab::STOPWORDS;
 
 /// Figures of the lexicons of one modality.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -15,7 +15,7 @@ use lexlip_search::{DenseNeed, Mode as SearchMode, SearchError, SearchPlan};
 
 use super::recall::{DEPTH, recall};
 use super::{Encoded, Entry, EvalObserver, Mode, SettingReport, Vector};
-use crate::error::{PipelineError, Result};
+use lexlip_pipeline::{PipelineError, Result};
 
 /// A query ready to search: impacts (quantized like the server quantizes) or a dense vector.
 /// Builds the collection of setting `top_k` (documents cut to their K largest impacts by the
@@ -412,12 +412,14 @@ impl QueryRunner<'_> {
                 SearchMode::Sparse
             };
             let started = Instant::now();
-            let ranked = searcher.rank(&plan, sparse.as_ref(), |need| match need {
-                DenseNeed::Required => Ok::<_, SearchError>(dense),
-                DenseNeed::Fallback => Ok(None),
-            })?;
+            let ranked = searcher
+                .rank(&plan, sparse.as_ref(), |need| match need {
+                    DenseNeed::Required => Ok::<_, SearchError>(dense),
+                    DenseNeed::Fallback => Ok(None),
+                })
+                .map_err(search_error)?;
             seconds += started.elapsed().as_secs_f64();
-            let hits: Vec<Hit> = searcher.hits(&ranked, None, None)?;
+            let hits: Vec<Hit> = searcher.hits(&ranked, None, None).map_err(search_error)?;
             let ranking = hits
                 .iter()
                 .map(|h| {
@@ -438,5 +440,12 @@ impl QueryRunner<'_> {
             }
         }
         Ok((rankings, seconds))
+    }
+}
+
+fn search_error(e: SearchError) -> PipelineError {
+    match e {
+        SearchError::Index(e) => PipelineError::Index(e),
+        other => PipelineError::Stage(format!("search: {other}")),
     }
 }

@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{PipelineError, Result};
+use crate::error::{CorpusError, Result};
 use crate::item::{ImageRef, Item, SourceItem};
 
 const EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif"];
 
 pub fn read(root: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
     if !root.is_dir() {
-        return Err(PipelineError::Input(format!(
+        return Err(CorpusError::Input(format!(
             "{} is not a directory",
             root.display()
         )));
@@ -40,10 +40,10 @@ pub fn files(root: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(|e| PipelineError::io(dir, e))? {
-        let entry = entry.map_err(|e| PipelineError::io(dir, e))?;
+    for entry in std::fs::read_dir(dir).map_err(|e| CorpusError::io(dir, e))? {
+        let entry = entry.map_err(|e| CorpusError::io(dir, e))?;
         let path = entry.path();
-        let kind = entry.file_type().map_err(|e| PipelineError::io(&path, e))?;
+        let kind = entry.file_type().map_err(|e| CorpusError::io(&path, e))?;
         if kind.is_dir() {
             walk(&path, out)?;
         } else if path

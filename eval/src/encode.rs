@@ -10,10 +10,10 @@ use lexlip_proto::{Modality, TermSpace, VectorInput};
 use rayon::prelude::*;
 
 use super::{Encoded, Entry, EvalObserver, EvalOptions, Mode, Vector};
-use crate::corpus::{check_id, decode_with, document, encode_batch};
-use crate::error::{PipelineError, Result};
-use crate::item::{BadItem, Item, SourceItem, reason};
-use crate::sources::Input;
+use lexlip_corpus::Input;
+use lexlip_corpus::item::{BadItem, Item, SourceItem, reason};
+use lexlip_pipeline::corpus::{check_id, decode_with, document, encode_batch};
+use lexlip_pipeline::{PipelineError, Result};
 
 /// Captions whose image was skipped: no answer exists for them, so they are left out.
 pub const IMAGE_SKIPPED: &str = "image_skipped";

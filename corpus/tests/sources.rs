@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use lexlip_pipeline::item::{ImageRef, SourceItem};
-use lexlip_pipeline::{Input, Shard};
+use lexlip_corpus::Input;
+use lexlip_corpus::item::{ImageRef, SourceItem};
 use lexlip_proto::Modality;
 
 /// One line per item: `ok ID group=G MODALITY text=… image=… uri=… meta=…` or
@@ -255,26 +255,6 @@ fn signature_follows_the_files() {
 }
 
 #[test]
-fn shards_parse_and_partition() {
-    let shards: Vec<Shard> = (0..4).map(|i| format!("{i}/4").parse().unwrap()).collect();
-    let mut sizes = [0usize; 4];
-    for g in 0..4000 {
-        let group = format!("{g:09}");
-        let owners: Vec<usize> = (0..4).filter(|&i| shards[i].contains(&group)).collect();
-        assert_eq!(owners.len(), 1);
-        sizes[owners[0]] += 1;
-    }
-    // Roughly even (FNV-1a of the group).
-    assert!(sizes.iter().all(|&n| (800..1200).contains(&n)), "{sizes:?}");
-    // Items without an id belong to shard 0 only.
-    assert!(shards[0].owns(None) && !shards[1].owns(None));
-    for bad in ["", "1", "2/2", "1/0", "a/b", "-1/2"] {
-        assert!(bad.parse::<Shard>().is_err(), "{bad}");
-    }
-    assert_eq!(" 1 / 3 ".parse::<Shard>().unwrap().to_string(), "1/3");
-}
-
-#[test]
 fn webdataset_shard_patterns() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -286,7 +266,7 @@ fn webdataset_shard_patterns() {
     }
     std::fs::write(d.join("00003.txt"), "not a shard").unwrap();
     let names = |pattern: &str| -> Result<Vec<String>, String> {
-        lexlip_pipeline::sources::webdataset::shards(&[d.join(pattern)])
+        lexlip_corpus::sources::webdataset::shards(&[d.join(pattern)])
             .map(|v| {
                 v.iter()
                     .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

@@ -33,9 +33,9 @@ use std::path::PathBuf;
 use lexlip_model::Encoders;
 use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, QuantizedVector, TermSpace};
 
-use crate::error::{PipelineError, Result};
-use crate::item::BadItem;
-use crate::sources::Input;
+use lexlip_corpus::BadItem;
+use lexlip_corpus::Input;
+use lexlip_pipeline::{PipelineError, Result};
 
 pub use encode::encode;
 pub use report::{EvalReport, SettingReport};

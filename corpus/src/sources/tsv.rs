@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use crate::error::{PipelineError, Result};
+use crate::error::{CorpusError, Result};
 use crate::item::{BadItem, ImageRef, Item, SourceItem, link_to_image, reason};
 
 pub fn read(
@@ -15,7 +15,7 @@ pub fn read(
 ) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
     let mut lines = super::open_text(path)?.lines();
     let header = match lines.next() {
-        Some(h) => h.map_err(|e| PipelineError::io(path, e))?,
+        Some(h) => h.map_err(|e| CorpusError::io(path, e))?,
         None => String::new(),
     };
     let cols: Vec<&str> = header.trim_end_matches('\r').split('\t').collect();
@@ -23,7 +23,7 @@ pub fn read(
     let (Some(title), Some(file), Some(image_id)) =
         (find("title"), find("filepath"), find("image_id"))
     else {
-        return Err(PipelineError::Input(format!(
+        return Err(CorpusError::Input(format!(
             "{}: the header must name the columns title, filepath and image_id (tab-separated), got {header:?}",
             path.display()
         )));
@@ -71,7 +71,7 @@ pub fn read(
             ))];
         }
         let mut out = Vec::with_capacity(2);
-        let n = captions.entry(crate::progress::id_digest(&id)).or_insert(0);
+        let n = captions.entry(crate::hash::id_digest(&id)).or_insert(0);
         if *n == 0 {
             let rel = fields[file].trim();
             let mut image = Item::image(id.clone(), ImageRef::File(resolve(&root, rel)));

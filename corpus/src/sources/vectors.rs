@@ -12,7 +12,7 @@ use std::path::Path;
 use lexlip_proto::{DocId, Document, Modality, VectorInput};
 use serde::Deserialize;
 
-use crate::error::{PipelineError, Result};
+use crate::error::{CorpusError, Result};
 use crate::line_limit::{LineLimit, MAX_LINE_BYTES};
 
 #[derive(Deserialize)]
@@ -68,12 +68,12 @@ pub fn parse_line(
 
 /// Lines of a plain or gzipped file.
 pub fn open_lines(path: &Path) -> Result<Box<dyn BufRead + Send>> {
-    let mut file = File::open(path).map_err(|e| PipelineError::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| CorpusError::io(path, e))?;
     let mut magic = [0u8; 2];
     let n = file
         .read(&mut magic)
-        .map_err(|e| PipelineError::io(path, e))?;
-    let file = File::open(path).map_err(|e| PipelineError::io(path, e))?;
+        .map_err(|e| CorpusError::io(path, e))?;
+    let file = File::open(path).map_err(|e| CorpusError::io(path, e))?;
     if n == 2 && magic == [0x1f, 0x8b] {
         Ok(Box::new(LineLimit::new(
             BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)),
