@@ -46,6 +46,7 @@ pub mod rerank;
 pub mod rng;
 pub mod run;
 pub mod sampler;
+mod steps;
 pub mod text;
 pub mod text_cache;
 pub mod token_heads;

@@ -12,7 +12,7 @@
 //! The towers being frozen keeps a step cheap on a CPU (their passes need no gradients) and
 //! keeps the re-ranker reading exactly the states the lexicon model produces.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -24,16 +24,17 @@ use lexlip_proto::SparseVector;
 use rayon::prelude::*;
 
 use crate::bert::{BertConfig, BertLayer};
-use crate::checkpoint::{self, State};
+use crate::checkpoint;
 use crate::data::{self, Corpus, Order, mask_patches};
 use crate::error::{Result, TrainError};
 use crate::losses::{cross_entropy, info_nce, l1, l2_normalize};
 use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias, gather_rows};
-use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_rate};
+use crate::optim::{AdamW, AdamWConfig, Param};
 use crate::options::TrainOptions;
 use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::{Rng, key};
-use crate::run::{Observer, RunControl, StepLog, Summary, scalar};
+use crate::run::{Observer, RunControl, Summary};
+use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 
 /// The trainable part: fusion encoder, ITM head and the two reconstruction heads.
@@ -735,7 +736,7 @@ pub fn train(
         weight_decay: opts.weight_decay,
         ..AdamWConfig::default()
     });
-    let mut order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
     let spe = order.steps_per_epoch();
     let total = opts
         .steps
@@ -776,60 +777,40 @@ pub fn train(
         weights.mim,
         opts.image_mask_rate
     ));
-    observer.started(start, total);
-    let run_start = Instant::now();
-    let mut step = start;
-    while step < stop_at {
-        if ctl
-            .stop
-            .as_ref()
-            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
-        {
-            break;
-        }
-        let pairs = order.batch(step);
-        let batch = make_batch(
-            &corpus, &images, &negatives, &tokenizer, &pairs, patch, patches, opts, step,
-        )?;
-        let losses = step_losses(&model, &towers, &batch, weights)?;
-        let grads = losses.total.backward()?;
-        let norm = grad_norm(&params, &grads)?;
-        let lr = learning_rate(opts.lr, step, total, opts.warmup);
-        adam.step(&params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
-        step += 1;
-        summary.steps_done = step;
-        observer.progress(step);
-        let done = step - start;
-        let elapsed = run_start.elapsed().as_secs_f64();
-        if step % opts.log_every.max(1) == 0 || step == stop_at {
-            let mut parts = BTreeMap::new();
-            for (name, t) in &losses.parts {
-                parts.insert((*name).to_string(), scalar(t)?);
-            }
-            parts.insert("itm_accuracy".into(), losses.itm_accuracy);
-            let log = StepLog {
-                step,
-                total_steps: total,
-                epoch: step as f64 / spe.max(1) as f64,
-                loss: scalar(&losses.total)?,
-                parts,
-                nnz_image: None,
-                nnz_text: None,
-                lr,
-                grad_norm: norm,
-                samples_per_s: (done * opts.batch_size as u64) as f64 / elapsed.max(1e-9),
-                elapsed_s: elapsed,
-            };
-            observer.step(&log);
-            summary.last = Some(log);
-        }
-        if step % opts.checkpoint_every.max(1) == 0 || step == stop_at {
-            save_checkpoint(&model, &adam, &fp, step, total, opts)?;
-        }
-    }
+    let batches = RerankBatches {
+        corpus: &corpus,
+        images: &images,
+        negatives: &negatives,
+        tokenizer: &tokenizer,
+        order,
+        patch,
+        patches,
+        opts,
+    };
+    let mut objective = RerankSteps {
+        model: &model,
+        towers: &towers,
+        params: &params,
+        weights,
+    };
+    let span = Span {
+        start,
+        end: stop_at,
+        total,
+        steps_per_epoch: spe,
+    };
+    crate::steps::run(
+        opts,
+        ctl,
+        &fp,
+        &mut objective,
+        batches,
+        &mut adam,
+        span,
+        observer,
+        &mut summary,
+    )?;
     summary.seconds = started.elapsed().as_secs_f64();
-    summary.samples_per_s = ((summary.steps_done - start) * opts.batch_size as u64) as f64
-        / run_start.elapsed().as_secs_f64().max(1e-9);
     summary.interrupted = summary.steps_done < total;
     if summary.steps_done > start || !opts.out.join("rerank.json").is_file() {
         export(&model, &text_dir, &image_dir, image_size, opts)?;
@@ -901,32 +882,71 @@ fn make_batch(
     })
 }
 
-fn save_checkpoint(
-    model: &RerankModel,
-    adam: &AdamW,
-    fp: &str,
-    step: u64,
-    total: u64,
-    opts: &TrainOptions,
-) -> Result<()> {
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    for (name, t) in snapshot(&model.store)? {
-        tensors.insert(format!("rerank/{name}"), t);
+/// The re-ranker's batches: each pair with a hard negative image and caption, a masked copy
+/// of its caption and of its image.
+struct RerankBatches<'a> {
+    corpus: &'a Corpus,
+    images: &'a [PreprocessedImage],
+    negatives: &'a HardNegatives,
+    tokenizer: &'a TextTokenizer,
+    order: Order,
+    patch: usize,
+    patches: usize,
+    opts: &'a TrainOptions,
+}
+
+impl Batches for RerankBatches<'_> {
+    type Batch = RerankBatch;
+
+    fn batch(&mut self, step: u64) -> Result<RerankBatch> {
+        let pairs = self.order.batch(step);
+        make_batch(
+            self.corpus,
+            self.images,
+            self.negatives,
+            self.tokenizer,
+            &pairs,
+            self.patch,
+            self.patches,
+            self.opts,
+            step,
+        )
     }
-    for (name, t) in adam.state()? {
-        tensors.insert(format!("adam/{name}"), t);
+}
+
+/// Re-ranker steps over the frozen towers.
+struct RerankSteps<'a> {
+    model: &'a RerankModel,
+    towers: &'a Towers,
+    params: &'a [Param],
+    weights: Weights,
+}
+
+impl Objective for RerankSteps<'_> {
+    type Batch = RerankBatch;
+
+    fn params(&self) -> &[Param] {
+        self.params
     }
-    let state = State {
-        format: 1,
-        step,
-        total_steps: total,
-        fingerprint: fp.to_string(),
-        adam_t: adam.t,
-        queue_ptr: 0,
-        queue_fill: 0,
-    };
-    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
-    Ok(())
+
+    fn losses(&mut self, _step: u64, batch: RerankBatch) -> Result<Computed> {
+        let losses = step_losses(self.model, self.towers, &batch, self.weights)?;
+        Ok(Computed {
+            total: losses.total,
+            parts: losses.parts,
+            figures: vec![("itm_accuracy", losses.itm_accuracy)],
+            nnz_image: None,
+            nnz_text: None,
+        })
+    }
+
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (name, t) in snapshot(&self.model.store)? {
+            tensors.insert(format!("rerank/{name}"), t);
+        }
+        Ok((tensors, (0, 0)))
+    }
 }
 
 /// Copies the towers, writes the fusion weights, then `rerank.json` (last: its presence says

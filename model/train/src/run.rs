@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
@@ -21,16 +21,14 @@ use crate::init::Init;
 use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule};
 use crate::model::Objectives;
 use crate::nn::Dropout;
-use crate::optim::{AdamW, AdamWConfig, clip_scale, grad_norm, learning_rate};
-use crate::options::{DenseToken, Objective, TrainOptions};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::options::{DenseToken, Objective as ObjectiveKind, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::sampler::{GroupState, Sampler};
+use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 use crate::text_cache::TextCache;
 use crate::trainee::{Trainee, exported_marker};
-
-/// Batches prepared ahead of the step that uses them.
-const PREFETCH: usize = 2;
 
 /// What a caller adds to the options: a stop flag (Ctrl-C) and the command line to record.
 #[derive(Debug, Clone, Default)]
@@ -172,9 +170,9 @@ fn prepare_out(out: &Path) -> Result<()> {
 /// directory and a dense one cannot share a directory: loaders would read the wrong one).
 fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
     let (other, marker) = match opts.objective {
-        Objective::Lexlip => ("a dense model", exported_marker(Objective::Dense)),
-        Objective::Dense => ("a LexLIP model", exported_marker(Objective::Lexlip)),
-        Objective::Rerank => return Ok(()),
+        ObjectiveKind::Lexlip => ("a dense model", exported_marker(ObjectiveKind::Dense)),
+        ObjectiveKind::Dense => ("a LexLIP model", exported_marker(ObjectiveKind::Lexlip)),
+        ObjectiveKind::Rerank => return Ok(()),
     };
     if opts.out.join(marker).is_file() {
         return Err(TrainError::invalid(format!(
@@ -223,7 +221,7 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     opts.validate()?;
-    if opts.objective == Objective::Rerank {
+    if opts.objective == ObjectiveKind::Rerank {
         prepare_out(&opts.out)?;
         return crate::rerank::train(opts, ctl, observer);
     }
@@ -248,9 +246,9 @@ pub fn train(
         )));
     }
     let head = match opts.objective {
-        Objective::Lexlip => format!("image head: {:?}", init.head_init),
-        Objective::Dense => format!("dense: [CLS] → {} dims", opts.dense_dim),
-        Objective::Rerank => String::new(),
+        ObjectiveKind::Lexlip => format!("image head: {:?}", init.head_init),
+        ObjectiveKind::Dense => format!("dense: [CLS] → {} dims", opts.dense_dim),
+        ObjectiveKind::Rerank => String::new(),
     };
     observer.message(&format!(
         "text tower: {}; image tower: {} ({}px, patch {}); {head}",
@@ -331,9 +329,12 @@ pub fn train(
             &mut adam,
             &params,
             &fp,
-            total,
-            start,
-            stop_at,
+            Span {
+                start,
+                end: stop_at,
+                total,
+                steps_per_epoch: spe,
+            },
             observer,
             &mut summary,
         )?;
@@ -359,7 +360,7 @@ pub fn train(
     Ok(summary)
 }
 
-/// The loop over steps `start..end`.
+/// LexLIP and dense steps `start..end` on the one training loop ([`crate::steps`]).
 #[allow(clippy::too_many_arguments)]
 fn run_steps(
     opts: &TrainOptions,
@@ -372,12 +373,11 @@ fn run_steps(
     adam: &mut AdamW,
     params: &[crate::optim::Param],
     fp: &str,
-    total: u64,
-    start: u64,
-    end: u64,
+    span: Span,
     observer: &mut dyn Observer,
     summary: &mut Summary,
 ) -> Result<()> {
+    let total = span.total;
     let augment = Augment {
         processor: lexlip_model::ImageProcessor {
             size: model.image_size(),
@@ -407,10 +407,10 @@ fn run_steps(
         vocab: model.init().vocab.len(),
         warmup_steps: flops.warmup_steps,
     };
-    let mut obj = Objectives {
+    let objectives = Objectives {
         tau: opts.tau,
-        flops: flops.at(start),
-        image_top_k: top_k.at(start),
+        flops: flops.at(span.start),
+        image_top_k: top_k.at(span.start),
         grounding: opts.grounding,
         momentum: opts.momentum,
         consistency: opts.itc_consistency,
@@ -435,180 +435,198 @@ fn run_steps(
     } else {
         None
     };
-    let spe = order.steps_per_epoch().max(1);
-    let run_start = Instant::now();
-    observer.started(start, total);
     let grouped = opts.sampler == Sampler::Grouped;
-    std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<HostBatch>>(PREFETCH);
-        // The grouped order of each epoch, made at the end of the one before (below).
-        let (order_tx, order_rx) = std::sync::mpsc::channel::<(u64, Vec<u32>)>();
-        let seed = opts.seed;
-        let mut order = order.clone();
-        scope.spawn(move || {
-            for step in start..end {
-                let epoch = step / spe;
-                while grouped && epoch > 0 && !order.has(epoch) {
-                    match order_rx.recv() {
-                        Ok((e, o)) => order.set(e, &o),
-                        Err(_) => return,
-                    }
-                }
-                let indices = order.batch(step);
-                let b =
-                    data::make_batch(corpus, &indices, step, seed, &augment, tokenizer, masking);
-                if tx.send(b).is_err() {
-                    return;
-                }
-            }
-        });
-        for step in start..end {
-            let host = rx
-                .recv()
-                .map_err(|_| TrainError::invalid("the data thread stopped"))??;
-            let mut batch = host.to_device(model.device())?;
-            if let Some(cache) = &text_cache {
-                batch.text_lexicon = Some(cache.batch(&host.pairs, model.device())?);
-            }
-            let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
-            obj.flops = flops.at(step);
-            obj.image_top_k = top_k.at(step);
-            let (losses, keys) = model.step(opts.phase, &batch, &drop, &obj)?;
-            // Representations are kept only for an epoch that a grouped one follows.
-            if grouped
-                && (step / spe + 1) * spe < total
-                && let Some((image, text)) = &losses.features
-            {
-                group.collect(&host.pairs, image, text)?;
-            }
-            let loss = scalar(&losses.total)?;
-            if !loss.is_finite() {
-                return Err(TrainError::Diverged {
-                    step: step + 1,
-                    what: "the loss".into(),
-                });
-            }
-            let grads = losses.total.backward()?;
-            let norm = grad_norm(params, &grads)?;
-            if !norm.is_finite() {
-                return Err(TrainError::Diverged {
-                    step: step + 1,
-                    what: "the gradient norm".into(),
-                });
-            }
-            let lr = learning_rate(opts.lr, step, total, opts.warmup);
-            adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
-            std::mem::drop(grads);
-            model.enqueue(keys)?;
-            let done = step + 1;
-            if grouped && done % spe == 0 && done < total {
-                let t = Instant::now();
-                let epoch = done / spe - 1;
-                let next = group.next_epoch(
-                    epoch,
-                    opts.seed,
-                    corpus.pairs.len(),
-                    opts.batch_size,
-                    opts.group_size,
-                )?;
-                observer.message(&format!(
-                    "grouped sampler: epoch {}'s mini-batches from {} pairs in {:.1} s; mean \
-                     similarity of in-batch negatives {:.3} (epoch {} had {:.3})",
-                    epoch + 2,
-                    corpus.pairs.len(),
-                    t.elapsed().as_secs_f64(),
-                    next.after,
-                    epoch + 1,
-                    next.before
-                ));
-                // The data thread is gone when this run stops here; the next one reads the
-                // order from the checkpoint.
-                let _ = order_tx.send((epoch + 1, next.order));
-            }
-            summary.steps_done = done;
-            observer.progress(done);
-            let elapsed = run_start.elapsed().as_secs_f64();
-            let stopping = ctl.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
-            let last = done == end || stopping;
-            if done % opts.log_every == 0 || last {
-                let mut parts = BTreeMap::new();
-                for (name, t) in &losses.parts {
-                    parts.insert((*name).to_string(), scalar(t)?);
-                }
-                let log = StepLog {
-                    step: done,
-                    total_steps: total,
-                    epoch: done as f64 / spe as f64,
-                    loss,
-                    parts,
-                    nnz_image: losses.nnz_image,
-                    nnz_text: losses.nnz_text,
-                    lr,
-                    grad_norm: norm,
-                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64
-                        / elapsed.max(1e-9),
-                    elapsed_s: elapsed,
-                };
-                observer.step(&log);
-                summary.samples_per_s = log.samples_per_s;
-                summary.last = Some(log);
-            }
-            if done % opts.checkpoint_every == 0 || last {
-                save(model, adam, group, fp, done, total, opts)?;
-            }
-            if stopping {
-                break;
+    // The grouped order of each epoch, made at the end of the one before (`updated`).
+    let (order_tx, order_rx) = std::sync::mpsc::channel::<(u64, Vec<u32>)>();
+    let batches = PairBatches {
+        corpus,
+        tokenizer,
+        augment,
+        masking,
+        order: order.clone(),
+        order_rx,
+        grouped,
+        spe: span.steps_per_epoch.max(1),
+        seed: opts.seed,
+    };
+    let mut objective = LexlipSteps {
+        opts,
+        corpus,
+        model,
+        params,
+        group,
+        text_cache,
+        objectives,
+        flops,
+        top_k,
+        order_tx,
+        grouped,
+        spe: span.steps_per_epoch.max(1),
+        total,
+        last: None,
+    };
+    crate::steps::run(
+        opts,
+        ctl,
+        fp,
+        &mut objective,
+        batches,
+        adam,
+        span,
+        observer,
+        summary,
+    )
+}
+
+/// The pair batches of LexLIP and dense runs: augmented, masked, in the run's (possibly
+/// grouped) order.
+struct PairBatches<'a> {
+    corpus: &'a Corpus,
+    tokenizer: &'a TextTokenizer,
+    augment: Augment,
+    masking: Masking,
+    order: Order,
+    order_rx: std::sync::mpsc::Receiver<(u64, Vec<u32>)>,
+    grouped: bool,
+    spe: u64,
+    seed: u64,
+}
+
+impl Batches for PairBatches<'_> {
+    type Batch = HostBatch;
+
+    fn batch(&mut self, step: u64) -> Result<HostBatch> {
+        let epoch = step / self.spe;
+        while self.grouped && epoch > 0 && !self.order.has(epoch) {
+            match self.order_rx.recv() {
+                Ok((e, o)) => self.order.set(e, &o),
+                Err(_) => return Err(TrainError::invalid("the grouped order did not arrive")),
             }
         }
+        let indices = self.order.batch(step);
+        data::make_batch(
+            self.corpus,
+            &indices,
+            step,
+            self.seed,
+            &self.augment,
+            self.tokenizer,
+            self.masking,
+        )
+    }
+}
+
+/// LexLIP (phase 1 and 2) and dense steps.
+struct LexlipSteps<'a> {
+    opts: &'a TrainOptions,
+    corpus: &'a Corpus,
+    model: &'a mut Trainee,
+    params: &'a [crate::optim::Param],
+    group: &'a mut GroupState,
+    text_cache: Option<TextCache>,
+    objectives: Objectives,
+    flops: FlopsSchedule,
+    top_k: TopKSchedule,
+    order_tx: std::sync::mpsc::Sender<(u64, Vec<u32>)>,
+    grouped: bool,
+    spe: u64,
+    total: u64,
+    /// The last step's momentum keys, queued after the update.
+    last: Option<crate::trainee::Keys>,
+}
+
+impl Objective for LexlipSteps<'_> {
+    type Batch = HostBatch;
+
+    fn params(&self) -> &[crate::optim::Param] {
+        self.params
+    }
+
+    fn losses(&mut self, step: u64, host: HostBatch) -> Result<Computed> {
+        let opts = self.opts;
+        let mut batch = host.to_device(self.model.device())?;
+        if let Some(cache) = &self.text_cache {
+            batch.text_lexicon = Some(cache.batch(&host.pairs, self.model.device())?);
+        }
+        let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
+        self.objectives.flops = self.flops.at(step);
+        self.objectives.image_top_k = self.top_k.at(step);
+        let (losses, keys) = self
+            .model
+            .step(opts.phase, &batch, &drop, &self.objectives)?;
+        // Representations are kept only for an epoch that a grouped one follows.
+        if self.grouped
+            && (step / self.spe + 1) * self.spe < self.total
+            && let Some((image, text)) = &losses.features
+        {
+            self.group.collect(&host.pairs, image, text)?;
+        }
+        self.last = Some(keys);
+        Ok(Computed {
+            total: losses.total,
+            parts: losses.parts,
+            figures: Vec::new(),
+            nnz_image: losses.nnz_image,
+            nnz_text: losses.nnz_text,
+        })
+    }
+
+    fn updated(&mut self, step: u64, observer: &mut dyn Observer) -> Result<()> {
+        if let Some(keys) = self.last.take() {
+            self.model.enqueue(keys)?;
+        }
+        let done = step + 1;
+        if self.grouped && done.is_multiple_of(self.spe) && done < self.total {
+            let t = Instant::now();
+            let epoch = done / self.spe - 1;
+            let next = self.group.next_epoch(
+                epoch,
+                self.opts.seed,
+                self.corpus.pairs.len(),
+                self.opts.batch_size,
+                self.opts.group_size,
+            )?;
+            observer.message(&format!(
+                "grouped sampler: epoch {}'s mini-batches from {} pairs in {:.1} s; mean \
+                 similarity of in-batch negatives {:.3} (epoch {} had {:.3})",
+                epoch + 2,
+                self.corpus.pairs.len(),
+                t.elapsed().as_secs_f64(),
+                next.after,
+                epoch + 1,
+                next.before
+            ));
+            // The data thread is gone when this run stops here; the next one reads the order
+            // from the checkpoint.
+            let _ = self.order_tx.send((epoch + 1, next.order));
+        }
         Ok(())
-    })
+    }
+
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (group, store) in self.model.stores() {
+            for (name, t) in crate::params::snapshot(store)? {
+                tensors.insert(format!("{group}/{name}"), t);
+            }
+        }
+        tensors.extend(self.group.tensors()?);
+        let mut queue = (0, 0);
+        if let Some((queue_image, queue_text)) = self.model.queues() {
+            if let Some(rows) = queue_image.rows()? {
+                tensors.insert("queue/image".into(), rows.copy()?);
+            }
+            if let Some(rows) = queue_text.rows()? {
+                tensors.insert("queue/text".into(), rows.copy()?);
+            }
+            queue = (queue_image.ptr, queue_image.fill);
+        }
+        Ok((tensors, queue))
+    }
 }
 
 pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
     Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
-}
-
-fn save(
-    model: &Trainee,
-    adam: &AdamW,
-    group: &GroupState,
-    fp: &str,
-    step: u64,
-    total: u64,
-    opts: &TrainOptions,
-) -> Result<()> {
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    for (group, store) in model.stores() {
-        for (name, t) in crate::params::snapshot(store)? {
-            tensors.insert(format!("{group}/{name}"), t);
-        }
-    }
-    for (name, t) in adam.state()? {
-        tensors.insert(format!("adam/{name}"), t);
-    }
-    tensors.extend(group.tensors()?);
-    let (mut ptr, mut fill) = (0, 0);
-    if let Some((queue_image, queue_text)) = model.queues() {
-        if let Some(rows) = queue_image.rows()? {
-            tensors.insert("queue/image".into(), rows.copy()?);
-        }
-        if let Some(rows) = queue_text.rows()? {
-            tensors.insert("queue/text".into(), rows.copy()?);
-        }
-        ptr = queue_image.ptr;
-        fill = queue_image.fill;
-    }
-    let state = State {
-        format: 1,
-        step,
-        total_steps: total,
-        fingerprint: fp.to_string(),
-        adam_t: adam.t,
-        queue_ptr: ptr,
-        queue_fill: fill,
-    };
-    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
-    Ok(())
 }
 
 fn restore(
@@ -644,8 +662,8 @@ fn write_train_json(
 ) -> Result<()> {
     let init = model.init();
     let image_head = match opts.objective {
-        Objective::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
-        Objective::Dense | Objective::Rerank => None,
+        ObjectiveKind::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
+        ObjectiveKind::Dense | ObjectiveKind::Rerank => None,
     };
     let mut files = Vec::new();
     for f in input_files(input)? {

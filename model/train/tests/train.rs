@@ -237,3 +237,54 @@ fn init_from_splade_and_save_f16() {
     assert!(want.len() > 3);
     assert_eq!(top(&got), top(&want));
 }
+
+/// The re-ranker runs on the same training loop: N steps in one go and k steps, stop, resume
+/// give bitwise the same fusion weights, and a stop flag (Ctrl-C) leaves a checkpoint of the
+/// step it stopped after.
+#[test]
+fn rerank_resumes_bitwise_and_checkpoints_on_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let lexicon = tmp.path().join("lexicon");
+    let mut o = fast_options(&tsv, &lexicon);
+    o.steps = Some(2);
+    run_quietly(&o);
+    let rerank = |out: &std::path::Path| {
+        let mut o = fast_options(&tsv, out);
+        o.objective = lexlip_train::Objective::Rerank;
+        o.init = Some(lexicon.clone());
+        o.tokenizer = None;
+        o.image_size = None;
+        o.patch_size = None;
+        o.steps = Some(4);
+        o.checkpoint_every = 2;
+        o.fusion_layers = 1;
+        o.rerank_negatives = 4;
+        o
+    };
+    let fusion =
+        |dir: &std::path::Path| std::fs::read(dir.join("fusion/model.safetensors")).unwrap();
+    let whole = tmp.path().join("whole");
+    let s = run_quietly(&rerank(&whole));
+    assert_eq!(s.steps_done, 4);
+    assert!(s.last.as_ref().unwrap().parts.contains_key("itm_accuracy"));
+    let parts = tmp.path().join("parts");
+    train_stopped_and_resumed(&rerank(&parts), 1, "rerank.json");
+    assert_eq!(fusion(&whole), fusion(&parts));
+
+    let stopped = tmp.path().join("stopped");
+    let ctl = lexlip_train::RunControl {
+        stop: Some(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            true,
+        ))),
+        ..Default::default()
+    };
+    let s = lexlip_train::train(&rerank(&stopped), &ctl, &mut common::Collect::default()).unwrap();
+    assert!(s.interrupted);
+    assert_eq!(s.steps_done, 1);
+    assert!(
+        stopped
+            .join("checkpoints/step-00000001/state.json")
+            .is_file()
+    );
+}

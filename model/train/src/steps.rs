@@ -1,0 +1,194 @@
+//! The one training loop every objective runs: data order on a prefetching thread, the
+//! learning-rate schedule, the optimizer step with clipping, the checks that stop a diverging
+//! run, logging, periodic atomic checkpoints and the stop flag (Ctrl-C, `--stop-at`).
+//!
+//! An objective says only what is its own: how a batch is made ([`Batches`], on the data
+//! thread), what the losses of a batch are and what happens after an update, and what its
+//! checkpoint holds ([`Objective`]). LexLIP (phase 1 and 2), dense and re-rank runs all step
+//! here, so a fix to the loop reaches every one of them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use crate::checkpoint::{self, State};
+use crate::error::{Result, TrainError};
+use crate::optim::{AdamW, Param, clip_scale, grad_norm, learning_rate};
+use crate::options::TrainOptions;
+use crate::run::{Observer, RunControl, StepLog, Summary, scalar};
+
+/// Batches prepared ahead of the step that uses them.
+const PREFETCH: usize = 2;
+
+/// Makes each step's batch, in step order, on the data thread.
+pub(crate) trait Batches: Send {
+    type Batch: Send;
+    fn batch(&mut self, step: u64) -> Result<Self::Batch>;
+}
+
+/// What one step computed.
+pub(crate) struct Computed {
+    /// The loss the gradients come from.
+    pub total: Tensor,
+    /// Its named parts, logged.
+    pub parts: Vec<(&'static str, Tensor)>,
+    /// Figures logged beside them (e.g. the re-ranker's ITM accuracy).
+    pub figures: Vec<(&'static str, f64)>,
+    /// Mean non-zero terms per image / text lexicon (lexicon objectives only).
+    pub nnz_image: Option<f64>,
+    pub nnz_text: Option<f64>,
+}
+
+/// A trainable objective as the loop drives it.
+pub(crate) trait Objective {
+    type Batch: Send;
+    /// The parameters the optimizer updates (in a fixed order: the optimizer's state follows it).
+    fn params(&self) -> &[Param];
+    /// The losses of step `step` (from 0) on `batch`.
+    fn losses(&mut self, step: u64, batch: Self::Batch) -> Result<Computed>;
+    /// After the parameters were updated with step `step`'s gradients (momentum queues, the
+    /// grouped sampler's next epoch).
+    fn updated(&mut self, _step: u64, _observer: &mut dyn Observer) -> Result<()> {
+        Ok(())
+    }
+    /// What a checkpoint keeps besides the optimizer: named tensors, and the momentum queue's
+    /// (position, fill).
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))>;
+}
+
+/// Which steps this run does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    /// The first step (where a resumed run starts).
+    pub start: u64,
+    /// One past the last step this run does (`--stop-at` or the total).
+    pub end: u64,
+    /// Steps of the whole run.
+    pub total: u64,
+    pub steps_per_epoch: u64,
+}
+
+/// Runs steps `span.start..span.end` of `objective` with batches from `batches`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    fingerprint: &str,
+    objective: &mut O,
+    mut batches: B,
+    adam: &mut AdamW,
+    span: Span,
+    observer: &mut dyn Observer,
+    summary: &mut Summary,
+) -> Result<()> {
+    let Span {
+        start, end, total, ..
+    } = span;
+    let spe = span.steps_per_epoch.max(1);
+    let run_start = Instant::now();
+    observer.started(start, total);
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<B::Batch>>(PREFETCH);
+        scope.spawn(move || {
+            for step in start..end {
+                if tx.send(batches.batch(step)).is_err() {
+                    return;
+                }
+            }
+        });
+        for step in start..end {
+            let batch = rx
+                .recv()
+                .map_err(|_| TrainError::invalid("the data thread stopped"))??;
+            let computed = objective.losses(step, batch)?;
+            let loss = scalar(&computed.total)?;
+            if !loss.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the loss".into(),
+                });
+            }
+            let params = objective.params();
+            let grads = computed.total.backward()?;
+            let norm = grad_norm(params, &grads)?;
+            if !norm.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: step + 1,
+                    what: "the gradient norm".into(),
+                });
+            }
+            let lr = learning_rate(opts.lr, step, total, opts.warmup);
+            adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
+            std::mem::drop(grads);
+            objective.updated(step, observer)?;
+            let done = step + 1;
+            summary.steps_done = done;
+            observer.progress(done);
+            let elapsed = run_start.elapsed().as_secs_f64();
+            let stopping = ctl.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+            let last = done == end || stopping;
+            if done % opts.log_every.max(1) == 0 || last {
+                let mut parts = BTreeMap::new();
+                for (name, t) in &computed.parts {
+                    parts.insert((*name).to_string(), scalar(t)?);
+                }
+                for (name, x) in &computed.figures {
+                    parts.insert((*name).to_string(), *x);
+                }
+                let log = StepLog {
+                    step: done,
+                    total_steps: total,
+                    epoch: done as f64 / spe as f64,
+                    loss,
+                    parts,
+                    nnz_image: computed.nnz_image,
+                    nnz_text: computed.nnz_text,
+                    lr,
+                    grad_norm: norm,
+                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64
+                        / elapsed.max(1e-9),
+                    elapsed_s: elapsed,
+                };
+                observer.step(&log);
+                summary.samples_per_s = log.samples_per_s;
+                summary.last = Some(log);
+            }
+            if done % opts.checkpoint_every.max(1) == 0 || last {
+                save(opts, objective, adam, fingerprint, done, total)?;
+            }
+            if stopping {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Writes the checkpoint of `done` steps (atomically; older ones beyond `--keep-checkpoints`
+/// are removed).
+fn save<O: Objective>(
+    opts: &TrainOptions,
+    objective: &O,
+    adam: &AdamW,
+    fingerprint: &str,
+    done: u64,
+    total: u64,
+) -> Result<()> {
+    let (mut tensors, (queue_ptr, queue_fill)) = objective.checkpoint()?;
+    for (name, t) in adam.state()? {
+        tensors.insert(format!("adam/{name}"), t);
+    }
+    let state = State {
+        format: 1,
+        step: done,
+        total_steps: total,
+        fingerprint: fingerprint.to_string(),
+        adam_t: adam.t,
+        queue_ptr,
+        queue_fill,
+    };
+    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
+    Ok(())
+}
