@@ -5,7 +5,7 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::run::{Observer, StepLog, Summary};
+use crate::observe::{Observer, StepLog, Summary};
 
 pub struct Console {
     bar: ProgressBar,

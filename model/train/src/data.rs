@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use crate::augment::{Augment, decode_rgb};
 use crate::error::{Result, TrainError};
 use crate::model::Batch;
+use crate::options::TrainOptions;
 use crate::rng::{Rng, key};
 use crate::text::TextTokenizer;
 use crate::token_heads::PatchMask;
@@ -452,4 +453,22 @@ impl HostBatch {
                 .transpose()?,
         })
     }
+}
+
+/// The corpus a run reads, from `--tsv`, `--manifest` or `--webdataset`.
+pub(crate) fn input(opts: &TrainOptions) -> Result<Input> {
+    Ok(if let Some(p) = &opts.tsv {
+        Input::Tsv {
+            path: p.clone(),
+            images_root: opts.images_root.clone(),
+        }
+    } else if let Some(p) = &opts.manifest {
+        Input::Manifest(p.clone())
+    } else if !opts.webdataset.is_empty() {
+        Input::WebDataset(opts.webdataset.clone())
+    } else {
+        return Err(TrainError::invalid(
+            "give a corpus: --tsv, --manifest or --webdataset",
+        ));
+    })
 }

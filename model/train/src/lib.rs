@@ -39,6 +39,7 @@ pub mod lexicon;
 pub mod losses;
 pub mod model;
 pub mod nn;
+pub mod observe;
 pub mod optim;
 pub mod options;
 pub mod params;
@@ -55,8 +56,26 @@ pub mod weight_sharing;
 
 pub use console::Console;
 pub use error::{Result, TrainError};
+pub use observe::{Observer, RunControl, Silent, StepLog, Summary};
 pub use options::{
     DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, TrainOptions, VocabBias,
 };
-pub use run::{Observer, RunControl, Silent, StepLog, Summary, train};
+
+/// Trains what `opts.objective` names into `opts.out`: checkpoints as it goes, resumes the
+/// same run from its last checkpoint, stops after the current step when `ctl.stop` is set, and
+/// writes the model directory and `train.json` at the end.
+pub fn train(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    opts.validate()?;
+    match opts.objective {
+        Objective::Rerank => {
+            run::prepare_out(&opts.out)?;
+            rerank::train(opts, ctl, observer)
+        }
+        Objective::Lexlip | Objective::Dense => run::train(opts, ctl, observer),
+    }
+}
 pub use sampler::Sampler;

@@ -11,13 +11,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::checkpoint::{self, State};
 use crate::error::{Result, TrainError};
+use crate::observe::{Observer, RunControl, StepLog, Summary};
 use crate::optim::{AdamW, Param, clip_scale, grad_norm, learning_rate};
 use crate::options::TrainOptions;
-use crate::run::{Observer, RunControl, StepLog, Summary, scalar};
 
 /// Batches prepared ahead of the step that uses them.
 const PREFETCH: usize = 2;
@@ -191,4 +191,9 @@ fn save<O: Objective>(
     };
     checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
     Ok(())
+}
+
+/// A scalar tensor as a number.
+pub(crate) fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(f64::from(t.to_dtype(DType::F32)?.to_scalar::<f32>()?))
 }

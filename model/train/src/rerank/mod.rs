@@ -1,0 +1,380 @@
+//! MaskVLM re-ranker training (`lexlip train --objective rerank --init LEXICON_MODEL`).
+//!
+//! The lexicon model's towers stay frozen; a small fusion encoder on top of their hidden states
+//! learns (MaskVLM sec. 3.2, eq. 1):
+//! - **ITC**: the tower states, through the projections the fusion encoder reads, pooled and
+//!   contrasted in the batch (aligns the fusion's inputs, which frozen towers leave apart);
+//! - **ITM**: whether a text and an image belong together, against hard negatives drawn from the
+//!   lexicon model's own top-k (the mistakes the re-ranker exists to fix);
+//! - **MLM**: the masked tokens of a caption (30 %, `[MASK]` only) from the unmasked image;
+//! - **MIM**: the raw pixels of masked patches (60 %) from the unmasked caption (L1).
+//!
+//! The towers being frozen keeps a step cheap on a CPU (their passes need no gradients) and
+//! keeps the re-ranker reading exactly the states the lexicon model produces.
+//!
+//! Files: [`model`] (the fusion encoder, its heads and the step's losses), [`batch`] (masking
+//! and the batches), [`negatives`] (hard negatives from the lexicon model); this one runs it
+//! on the training loop and exports the result.
+
+pub mod batch;
+pub mod model;
+pub mod negatives;
+
+pub use batch::{mask_text, masked_image, patch_pixels};
+pub use model::{
+    Fused, ITC_TAU, RerankBatch, RerankLosses, RerankModel, Weights, fusion_init, step_losses,
+};
+pub use negatives::{HardNegatives, distinct_captions};
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use lexlip_model::rerank::{FORMAT, FusionConfig, RerankConfig, Towers};
+use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
+use rayon::prelude::*;
+
+use crate::checkpoint;
+use crate::data::{self, Order};
+use crate::error::{Result, TrainError};
+use crate::observe::{Observer, RunControl, Summary};
+use crate::optim::{AdamW, AdamWConfig, Param};
+use crate::options::TrainOptions;
+use crate::params::{Source, snapshot};
+use crate::rng::key;
+use crate::steps::{Computed, Objective, Span};
+use crate::text::TextTokenizer;
+use batch::RerankBatches;
+
+/// What `--objective rerank` reads from a lexicon model directory.
+fn lexicon_dirs(init: Option<&Path>) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let Some(dir) = init else {
+        return Err(TrainError::invalid(
+            "--objective rerank trains on top of a lexicon model: give it as --init (e.g. \
+             --init models/emoji-tiny)",
+        ));
+    };
+    let (text, image) = (dir.join("text"), dir.join("image"));
+    if !text.join("config.json").is_file() || !image.join("config.json").is_file() {
+        return Err(TrainError::invalid(format!(
+            "{}: --objective rerank needs a lexicon model directory with text/ and image/ \
+             towers (what `lexlip train` writes, e.g. models/emoji-tiny)",
+            dir.display()
+        )));
+    }
+    Ok((text, image))
+}
+
+/// Trains a re-ranker into `opts.out` (checkpoints, resume and Ctrl-C as `lexlip train`).
+pub fn train(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let (text_dir, image_dir) = lexicon_dirs(opts.init.as_deref())?;
+    let init = opts.init.clone().unwrap_or_default();
+    std::fs::create_dir_all(&opts.out).map_err(|e| TrainError::io(&opts.out, e))?;
+    let input = crate::data::input(opts)?;
+    let device = lexlip_model::device(opts.gpu)?;
+    let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.max_length)?;
+    let encoders = Encoders::load_with(
+        &init,
+        &device,
+        &LoadOptions {
+            max_length: Some(opts.max_length),
+            image_size: opts.image_size,
+            ..Default::default()
+        },
+    )?;
+    let image_size = encoders.image()?.image_size();
+    let towers = Towers::load(&text_dir, &image_dir, image_size, opts.max_length, &device)?;
+    let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.batch_size || corpus.images.len() < 2 {
+        return Err(TrainError::Corpus(format!(
+            "{} usable pairs over {} images; a re-ranker needs at least one batch \
+             (--batch-size {}) and two images",
+            corpus.pairs.len(),
+            corpus.images.len(),
+            opts.batch_size
+        )));
+    }
+    // Every image once, preprocessed (the towers are frozen: no augmentation).
+    let processor = towers.image_encoder().processor().clone();
+    let images: Vec<PreprocessedImage> = corpus
+        .images
+        .par_iter()
+        .map(|r| {
+            let bytes = data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
+            Ok(processor.preprocess(&bytes)?)
+        })
+        .collect::<Result<_>>()?;
+    // Hard negatives from the lexicon model's ranking of the whole training set.
+    observer.message(&format!(
+        "ranking {} images and their captions with the lexicon model {} for hard negatives",
+        images.len(),
+        init.display()
+    ));
+    let (distinct, caption_of_pair) = distinct_captions(&corpus);
+    let image_vectors = {
+        let enc = encoders.image()?;
+        let mut out = Vec::with_capacity(images.len());
+        for (k, chunk) in images.chunks(64).enumerate() {
+            out.extend(enc.encode(chunk)?);
+            observer.encoding(
+                (k * 64 + chunk.len()) as u64,
+                (images.len() + distinct.len()) as u64,
+            );
+        }
+        out
+    };
+    let caption_vectors = {
+        let enc = encoders.text()?;
+        let mut out = Vec::with_capacity(distinct.len());
+        for chunk in distinct.chunks(256) {
+            out.extend(enc.encode_ids(chunk)?);
+            observer.encoding(
+                (images.len() + out.len()) as u64,
+                (images.len() + distinct.len()) as u64,
+            );
+        }
+        out
+    };
+    let negatives = HardNegatives::mine(
+        &corpus,
+        &image_vectors,
+        &caption_vectors,
+        caption_of_pair,
+        opts.rerank_negatives,
+    );
+    drop(encoders);
+    let patch = towers.image_encoder().patch_size();
+    let patches = (image_size / patch) * (image_size / patch);
+    let h = towers.text_hidden_size();
+    let heads = towers.text_config().num_attention_heads;
+    let config = FusionConfig {
+        hidden_size: h,
+        num_hidden_layers: opts.fusion_layers,
+        num_attention_heads: heads,
+        intermediate_size: 4 * h,
+    };
+    let words = lexlip_model::Weights::from_safetensors_dir(&text_dir)?;
+    let word_embeddings = words
+        .get("bert.embeddings.word_embeddings.weight")
+        .ok_or_else(|| TrainError::invalid("the text tower has no word embeddings"))?
+        .to_device(&device)?;
+    // The fusion layers start as copies of the text tower's layers (ALBEF and MaskVLM start
+    // their cross-modality encoders from a pre-trained text encoder); the rest is random.
+    let start_from = fusion_init(&words, opts.fusion_layers);
+    let model = RerankModel::new(
+        config,
+        h,
+        towers.image_hidden_size(),
+        word_embeddings,
+        3 * patch * patch,
+        Source::WeightsOr(&start_from, opts.seed ^ key("rerank")),
+        &device,
+    )?;
+    let weights = Weights {
+        mlm: opts.rerank_mlm,
+        mim: opts.rerank_mim,
+        itc: opts.rerank_itc,
+    };
+    let params = model.params(weights);
+    let mut adam = AdamW::new(AdamWConfig {
+        weight_decay: opts.weight_decay,
+        ..AdamWConfig::default()
+    });
+    let order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let spe = order.steps_per_epoch();
+    let total = opts
+        .steps
+        .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
+    let fp = {
+        use sha2::{Digest, Sha256};
+        let desc = serde_json::json!({
+            "options": opts.fingerprint_json(),
+            "input": input.signature()?,
+            "init": init,
+        });
+        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
+    };
+    let mut start = 0;
+    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fp, opts.restart)? {
+        let all = checkpoint::tensors(&dir)?;
+        let group = |prefix: &str| checkpoint::group(&all, prefix);
+        crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
+        adam.restore(state.adam_t, &group("adam"), &params)?;
+        start = state.step;
+        observer.message(&format!(
+            "resuming from {} (step {start} of {total})",
+            dir.display()
+        ));
+    }
+    let stop_at = opts.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
+    observer.message(&format!(
+        "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
+         {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
+        opts.fusion_layers,
+        init.display(),
+        100.0 * opts.rerank_hard,
+        opts.rerank_negatives,
+        weights.itc,
+        weights.mlm,
+        opts.mask_rate,
+        weights.mim,
+        opts.image_mask_rate
+    ));
+    let batches = RerankBatches {
+        corpus: &corpus,
+        images: &images,
+        negatives: &negatives,
+        tokenizer: &tokenizer,
+        order,
+        patch,
+        patches,
+        opts,
+    };
+    let mut objective = RerankSteps {
+        model: &model,
+        towers: &towers,
+        params: &params,
+        weights,
+    };
+    let span = Span {
+        start,
+        end: stop_at,
+        total,
+        steps_per_epoch: spe,
+    };
+    crate::steps::run(
+        opts,
+        ctl,
+        &fp,
+        &mut objective,
+        batches,
+        &mut adam,
+        span,
+        observer,
+        &mut summary,
+    )?;
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.interrupted = summary.steps_done < total;
+    if summary.steps_done > start || !opts.out.join("rerank.json").is_file() {
+        export(&model, &text_dir, &image_dir, image_size, opts)?;
+    }
+    // A start that finds the run complete keeps the record of the run that trained it.
+    if summary.steps_done > start || !opts.out.join("train.json").is_file() {
+        write_record(opts, ctl, &summary, &fp, &init)?;
+    }
+    Ok(summary)
+}
+
+/// Re-ranker steps over the frozen towers.
+struct RerankSteps<'a> {
+    model: &'a RerankModel,
+    towers: &'a Towers,
+    params: &'a [Param],
+    weights: Weights,
+}
+
+impl Objective for RerankSteps<'_> {
+    type Batch = RerankBatch;
+
+    fn params(&self) -> &[Param] {
+        self.params
+    }
+
+    fn losses(&mut self, _step: u64, batch: RerankBatch) -> Result<Computed> {
+        let losses = step_losses(self.model, self.towers, &batch, self.weights)?;
+        Ok(Computed {
+            total: losses.total,
+            parts: losses.parts,
+            figures: vec![("itm_accuracy", losses.itm_accuracy)],
+            nnz_image: None,
+            nnz_text: None,
+        })
+    }
+
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (name, t) in snapshot(&self.model.store)? {
+            tensors.insert(format!("rerank/{name}"), t);
+        }
+        Ok((tensors, (0, 0)))
+    }
+}
+
+/// Copies the towers, writes the fusion weights, then `rerank.json` (last: its presence says
+/// the directory is complete).
+fn export(
+    model: &RerankModel,
+    text_dir: &Path,
+    image_dir: &Path,
+    image_size: usize,
+    opts: &TrainOptions,
+) -> Result<()> {
+    for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
+        let to = opts.out.join(name);
+        std::fs::create_dir_all(&to).map_err(|e| TrainError::io(&to, e))?;
+        for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
+            let entry = entry.map_err(|e| TrainError::io(from, e))?;
+            if entry.path().is_file() {
+                let dest = to.join(entry.file_name());
+                std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
+            }
+        }
+    }
+    let fusion = opts.out.join("fusion");
+    std::fs::create_dir_all(&fusion).map_err(|e| TrainError::io(&fusion, e))?;
+    let dtype = match opts.save_dtype {
+        crate::options::SaveDtype::F32 => DType::F32,
+        crate::options::SaveDtype::F16 => DType::F16,
+    };
+    let tensors = model
+        .served_tensors()?
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?.to_device(&Device::Cpu)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let path = fusion.join("model.safetensors");
+    candle_core::safetensors::save(&tensors, &path)
+        .map_err(|e| TrainError::invalid(format!("{}: {e}", path.display())))?;
+    let config = RerankConfig {
+        format: FORMAT.into(),
+        image_size,
+        max_length: opts.max_length,
+        fusion: model.config,
+        source: Some("lexlip train --objective rerank".into()),
+    };
+    let mut text =
+        serde_json::to_string_pretty(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.out.join("rerank.json"), text.as_bytes())
+}
+
+fn write_record(
+    opts: &TrainOptions,
+    ctl: &RunControl,
+    summary: &Summary,
+    fp: &str,
+    init: &Path,
+) -> Result<()> {
+    let doc = serde_json::json!({
+        "status": if summary.interrupted { "interrupted" } else { "complete" },
+        "command": ctl.command_line,
+        "seed": opts.seed,
+        "fingerprint": fp,
+        "options": opts,
+        "init": init,
+        "summary": summary,
+    });
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+}
