@@ -4,12 +4,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    /// Displays the path; the I/O error is the source (printed after it in error chains).
-    #[error("{path}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// A file that cannot be read or written (the path, with the I/O error as the source).
+    #[error(transparent)]
+    Corpus(#[from] lexlip_corpus::CorpusError),
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
@@ -31,19 +28,7 @@ pub enum PipelineError {
 
 impl PipelineError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        PipelineError::Io {
-            path: path.into(),
-            source,
-        }
-    }
-}
-
-impl From<lexlip_corpus::CorpusError> for PipelineError {
-    fn from(e: lexlip_corpus::CorpusError) -> Self {
-        match e {
-            lexlip_corpus::CorpusError::Io { path, source } => PipelineError::Io { path, source },
-            lexlip_corpus::CorpusError::Input(m) => PipelineError::Input(m),
-        }
+        PipelineError::Corpus(lexlip_corpus::CorpusError::io(path, source))
     }
 }
 

@@ -44,6 +44,14 @@ fn four_documents(dir: &std::path::Path) -> Collection {
     c
 }
 
+/// [`four_documents`] in a new directory, with a snapshot of them.
+fn four() -> (tempfile::TempDir, Collection, lexlip_index::Snapshot) {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = four_documents(tmp.path());
+    let snapshot = c.snapshot().unwrap();
+    (tmp, c, snapshot)
+}
+
 fn cat() -> QuantizedVector {
     QuantizedVector::new([("cat", 1u64)]).unwrap()
 }
@@ -57,6 +65,13 @@ fn ids(hits: &[lexlip_proto::api::Hit]) -> Vec<&str> {
     hits.iter().map(|h| h.id.as_str()).collect()
 }
 
+fn plan(mode: Mode, k: usize) -> SearchPlan {
+    SearchPlan {
+        mode,
+        ..SearchPlan::top(k)
+    }
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-6
 }
@@ -65,13 +80,8 @@ fn close(a: f64, b: f64) -> bool {
 /// a 1/61 + 1/63, b 1/62 + 1/62, c 1/61, d 1/64 — a wins by a hair.
 #[test]
 fn hybrid_fuses_by_hand() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = four_documents(tmp.path());
-    let snapshot = c.snapshot().unwrap();
-    let plan = SearchPlan {
-        mode: Mode::Hybrid,
-        ..SearchPlan::top(3)
-    };
+    let (_tmp, _c, snapshot) = four();
+    let plan = plan(Mode::Hybrid, 3);
     let asked = Cell::new(None);
     let found = Searcher::new(&snapshot)
         .search(&plan, Some(&cat()), |need| {
@@ -100,9 +110,7 @@ fn hybrid_fuses_by_hand() {
 /// sparse answer when there is none.
 #[test]
 fn dense_fallback_by_hand() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = four_documents(tmp.path());
-    let snapshot = c.snapshot().unwrap();
+    let (_tmp, _c, snapshot) = four();
     let searcher = Searcher::new(&snapshot);
 
     let found = searcher
@@ -148,13 +156,8 @@ fn dense_fallback_by_hand() {
 
 #[test]
 fn dense_mode_without_a_dense_query_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = four_documents(tmp.path());
-    let snapshot = c.snapshot().unwrap();
-    let plan = SearchPlan {
-        mode: Mode::Dense,
-        ..SearchPlan::top(3)
-    };
+    let (_tmp, _c, snapshot) = four();
+    let plan = plan(Mode::Dense, 3);
     let e = Searcher::new(&snapshot)
         .search(&plan, Some(&cat()), |_| Ok::<_, SearchError>(None))
         .unwrap_err();

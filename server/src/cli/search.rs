@@ -41,14 +41,14 @@ pub struct SearchArgs {
     /// Where to write the TREC run (`qid Q0 docid rank score lexlip`).
     #[arg(long)]
     pub run: Option<PathBuf>,
-    #[command(flatten)]
-    pub model: ModelArgs,
     /// Which index answers: sparse (the lexicon index; when it matches fewer than k documents
     /// and the collection keeps dense vectors, the dense index answers instead), dense, or
     /// hybrid (reciprocal-rank fusion of both). Dense and hybrid need a collection with dense
     /// vectors and a --model with a dense encoder.
     #[arg(long, value_enum, default_value_t = ModeArg::Sparse)]
     pub mode: ModeArg,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Number of results per query.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
