@@ -249,6 +249,18 @@ pub fn file_bytes(reader: &SegmentReader) -> u64 {
         .map_or(0, |f| tantivy::HasLen::len(&f) as u64)
 }
 
+/// A segment's forward index: read from the file written with the segment where there is one
+/// that `plan` accepts, built from the postings otherwise. A damaged file is reported and the
+/// index built from the postings: search stays exact.
+pub fn open(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<SegmentMaxima> {
+    match read(reader, impacts) {
+        Ok(Some(m)) if plan.accepts(m.shift, m.layout()) => return Ok(m),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("{e}; building it from the postings instead"),
+    }
+    SegmentMaxima::compute(reader, impacts, plan)
+}
+
 /// The segment's forward index read from its file, whatever its block size and layout;
 /// `None` when the segment has none (the caller builds it from the postings). An error means the
 /// file is damaged or does not belong to the segment's postings.

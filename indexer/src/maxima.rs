@@ -614,18 +614,6 @@ pub struct SegmentMaxima {
 }
 
 impl SegmentMaxima {
-    /// The segment's forward index: read from the file written with the segment where there is
-    /// one that `plan` accepts ([`crate::forward_file`]), built from the postings otherwise. A
-    /// damaged file is reported and the index built from the postings: search stays exact.
-    pub fn open(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {
-        match crate::forward_file::read(reader, impacts) {
-            Ok(Some(m)) if plan.accepts(m.shift, m.layout()) => return Ok(m),
-            Ok(_) => {}
-            Err(e) => tracing::warn!("{e}; building it from the postings instead"),
-        }
-        Self::compute(reader, impacts, plan)
-    }
-
     /// Builds it from the segment's postings: two passes over them (~ns per posting each), the
     /// first to plan the layout.
     pub fn compute(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {

@@ -8,6 +8,11 @@ use serde_json::Value;
 
 use crate::error::{ModelError, Result};
 
+/// `model_type` of a dual-encoder directory's `config.json` (`lexlip train --objective dense`).
+pub const DUAL_MODEL_TYPE: &str = "lexlip-dual-encoder";
+/// Its `architectures` entry.
+pub const DUAL_ARCHITECTURE: &str = "LexLipDualEncoder";
+
 /// Reads a JSON file.
 pub fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
@@ -62,8 +67,8 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "bert" | "distilbert" => Ok(Architecture::Bert),
         "beit" => Ok(Architecture::Beit),
         "clip" => Ok(Architecture::Clip),
-        crate::dual::MODEL_TYPE => Ok(Architecture::DualEncoder),
-        _ if has(crate::dual::ARCHITECTURE) => Ok(Architecture::DualEncoder),
+        DUAL_MODEL_TYPE => Ok(Architecture::DualEncoder),
+        _ if has(DUAL_ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
         _ if has("Beit") => Ok(Architecture::Beit),
         _ if has("CLIP") => Ok(Architecture::Clip),
@@ -71,7 +76,7 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
             path: path.to_path_buf(),
             message: format!(
                 "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip or {}",
-                crate::dual::MODEL_TYPE
+                DUAL_MODEL_TYPE
             ),
         }),
     }

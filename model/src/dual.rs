@@ -41,10 +41,7 @@ use crate::text::{
 };
 use crate::weights::Weights;
 
-/// `model_type` of the directory's `config.json`.
-pub const MODEL_TYPE: &str = "lexlip-dual-encoder";
-/// Its `architectures` entry.
-pub const ARCHITECTURE: &str = "LexLipDualEncoder";
+pub use crate::config::{DUAL_ARCHITECTURE as ARCHITECTURE, DUAL_MODEL_TYPE as MODEL_TYPE};
 /// Tensor-name prefixes of the two towers and names of the projections.
 pub const TEXT_PREFIX: &str = "text_model.";
 pub const VISION_PREFIX: &str = "vision_model.";

@@ -15,6 +15,7 @@
 //! Everything runs on the CPU by default; with the `cuda` feature, [`device`]`(true)` picks the GPU
 //! and the image encoder runs in f16 there (pooling and `log` in f32).
 
+pub(crate) mod attention;
 pub mod beit;
 pub mod clip;
 pub mod config;

@@ -29,12 +29,11 @@ use candle_transformers::models::bert::{BertEncoder, BertModel, Config as BertCo
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
+use crate::attention::attention_bias;
 use crate::config::read_json;
 use crate::error::{ModelError, Result};
 use crate::image::{ImageEncoder, PreprocessedImage};
-use crate::text::{
-    attention_bias, load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to,
-};
+use crate::text::{load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
 use crate::weights::Weights;
 
 /// The `format` of `rerank.json`.

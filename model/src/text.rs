@@ -276,15 +276,6 @@ pub(crate) fn tokenize(tokenizer: &Tokenizer, texts: &[&str]) -> Result<Vec<Vec<
 
 /// Right-pads token rows with `pad_id` into `(batch, tokens)` ids and an attention mask (1 =
 /// token, 0 = padding).
-/// The additive attention bias `(batch, 1, 1, tokens)` of a `(batch, tokens)` mask (1 = token):
-/// 0 where attended, `f32::MIN` at padding (which is why text runs in f32).
-pub(crate) fn attention_bias(mask: &Tensor, dtype: DType) -> Result<Tensor> {
-    let m = mask.to_dtype(dtype)?;
-    Ok(((m.ones_like()? - &m)? * f64::from(f32::MIN))?
-        .unsqueeze(1)?
-        .unsqueeze(1)?)
-}
-
 pub(crate) fn pad_batch(
     ids: &[Vec<u32>],
     pad_id: u32,

@@ -18,9 +18,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::Activation;
 use serde::{Deserialize, Serialize};
 
+use crate::attention::attention_bias;
 use crate::beit::{self, Layer};
 use crate::error::{ModelError, Result};
-use crate::text::attention_bias;
 use crate::weights::Weights;
 
 /// The `config.json` key and the tensor-name prefix of the shared layers.

@@ -51,7 +51,7 @@ impl Collection {
             let m = match cached {
                 Some(m) => m,
                 None => {
-                    let m = Arc::new(SegmentMaxima::open(
+                    let m = Arc::new(crate::forward_file::open(
                         reader,
                         self.fields.impacts,
                         self.forward_plan(),
@@ -113,7 +113,7 @@ impl Snapshot {
                 allowed: allowed.as_ref().map(|a| &a[ord]),
             })
             .collect();
-        search.segments(&segments)?;
+        crate::search::run(&mut search, &segments)?;
         let (hits, stats) = search.finish();
         Ok(SearchOutcome { hits, stats })
     }

@@ -57,13 +57,6 @@ const FIRST_RANGES: usize = 16;
 /// skipped; the result is the same.
 const BATCH: usize = 8;
 
-/// Below this many documents in the ranges left after the first ones, one thread finishes the
-/// search: waking another (tens of microseconds) and the threshold each thread learns late cost
-/// more than sharing saves. (On a 16-core machine, sharing from 8,192 documents on made the
-/// real vectors' search slower with every thread added: 0.236 ms on one, 0.282 on 2, 0.409
-/// on 16.)
-pub(crate) const SHARE_FROM_DOCS: u64 = 1 << 15;
-
 /// Threads that share one search at most.
 const MAX_SHARING: usize = 4;
 

@@ -20,12 +20,14 @@ pub mod cancel;
 pub mod exhaustive;
 pub mod filter;
 pub mod pruned;
+pub(crate) mod run;
 pub mod sparse;
 pub mod topk;
 
 use lexlip_proto::api::{Filter, Precision};
 
 pub use cancel::{Cancel, CancelOnDrop};
+pub(crate) use run::run;
 pub use sparse::SparseSearch;
 pub use topk::{ScoredDoc, TopK};
 

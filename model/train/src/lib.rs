@@ -26,6 +26,7 @@
 
 pub mod augment;
 pub mod beit;
+pub mod beit_layer;
 pub mod bert;
 pub mod checkpoint;
 pub mod console;

@@ -7,7 +7,7 @@
 use candle_core::Tensor;
 use lexlip_model::weight_sharing::SharedConfig;
 
-use crate::beit::{BeitLayer, tower_act};
+use crate::beit_layer::{BeitLayer, tower_act};
 use crate::error::{Result, TrainError};
 use crate::nn::{Dropout, attention_bias};
 use crate::params::ParamBuilder;
