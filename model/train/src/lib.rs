@@ -39,6 +39,7 @@ pub mod init;
 pub mod lexicon;
 pub mod losses;
 pub mod model;
+pub mod momentum;
 pub mod nn;
 pub mod observe;
 pub mod optim;

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::init::Init;
 use crate::lexicon::{self, Flops};
 use crate::losses;
+pub use crate::momentum::{Queue, ema};
 use crate::nn::Dropout;
 use crate::optim::Param;
 use crate::options::HeadInit;
@@ -119,55 +120,6 @@ impl Objectives {
             }
         }
         Ok(total)
-    }
-}
-
-/// A FIFO of momentum representations `(capacity, vocab)`; rows past `fill` are unused.
-#[derive(Debug, Clone)]
-pub struct Queue {
-    pub data: Tensor,
-    pub ptr: usize,
-    pub fill: usize,
-}
-
-impl Queue {
-    pub fn new(capacity: usize, vocab: usize, dtype: DType, device: &Device) -> Result<Self> {
-        Ok(Self {
-            data: Tensor::zeros((capacity, vocab), dtype, device)?,
-            ptr: 0,
-            fill: 0,
-        })
-    }
-
-    /// The filled rows (negatives), `None` when empty.
-    pub fn rows(&self) -> Result<Option<Tensor>> {
-        Ok((self.fill > 0)
-            .then(|| self.data.narrow(0, 0, self.fill))
-            .transpose()?)
-    }
-
-    /// Adds `keys` (a batch; the capacity is a multiple of the batch size) over the oldest rows.
-    pub fn push(&mut self, keys: &Tensor) -> Result<()> {
-        let b = keys.dim(0)?;
-        let cap = self.data.dim(0)?;
-        let keys = keys.detach().to_dtype(self.data.dtype())?;
-        self.data = self.data.slice_scatter0(&keys, self.ptr)?;
-        self.ptr = (self.ptr + b) % cap;
-        self.fill = (self.fill + b).min(cap);
-        Ok(())
-    }
-
-    /// Restores the filled rows saved in a checkpoint.
-    pub fn restore(&mut self, rows: Option<&Tensor>, ptr: usize, fill: usize) -> Result<()> {
-        self.data = self.data.zeros_like()?;
-        if let Some(r) = rows {
-            self.data = self
-                .data
-                .slice_scatter0(&r.to_device(self.data.device())?, 0)?;
-        }
-        self.ptr = ptr;
-        self.fill = fill;
-        Ok(())
     }
 }
 
@@ -769,24 +721,6 @@ fn share_layers(
     let layers = SharedLayers::new(&pb.pp(weight_sharing::KEY), cfg, text.config.hidden_size)?;
     text.shared = Some(layers.clone());
     image.shared = Some(layers);
-    Ok(())
-}
-
-/// `θ_m ← m θ_m + (1 - m) θ` for each (online, momentum) pair of stores (MoCo's update; LexLIP
-/// eq. 19-20, ConLIP eq. 8).
-pub fn ema(pairs: &[(&VarMap, &VarMap)], m: f64) -> Result<()> {
-    for (online, momentum) in pairs {
-        let online: HashMap<String, candle_core::Var> = sorted_vars(online).into_iter().collect();
-        for (name, var) in sorted_vars(momentum) {
-            let Some(o) = online.get(&name) else {
-                return Err(crate::TrainError::invalid(format!(
-                    "momentum parameter {name} has no online counterpart"
-                )));
-            };
-            let next = ((var.as_tensor().detach() * m)? + (o.as_tensor().detach() * (1.0 - m))?)?;
-            var.set(&next)?;
-        }
-    }
     Ok(())
 }
 
