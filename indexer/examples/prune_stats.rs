@@ -4,7 +4,7 @@
 //! reaches θ even when θ is known from the start (their best case), and the share of the rare
 //! terms' ranges inside those (what a search would still walk to bound them).
 //! `prune_stats [docs] [topical|independent]`
-use lexlip_index::maxima::SegmentMaxima;
+use lexlip_index::forward_index::ForwardIndex;
 use lexlip_index::synth::{Corpus, Generator, Rng};
 use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
 use lexlip_proto::{DocId, Document, Modality, TermSpace};
@@ -38,11 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let snap = c.snapshot()?;
     let field = snap.searcher().schema().get_field("impacts")?;
     let reader = &snap.searcher().segment_readers()[0];
-    let plan = lexlip_index::maxima::ForwardPlan {
-        shift: Some(lexlip_index::maxima::DEFAULT_RANGE_SHIFT),
-        layout: Some(lexlip_index::maxima::Layout::Terms),
+    let plan = lexlip_index::forward_index::ForwardPlan {
+        shift: Some(lexlip_index::forward_index::DEFAULT_RANGE_SHIFT),
+        layout: Some(lexlip_index::forward_index::Layout::Terms),
     };
-    let m = SegmentMaxima::compute(reader, field, plan)?;
+    let m = ForwardIndex::compute(reader, field, plan)?;
     let inverted = reader.inverted_index(field)?;
     let num_ranges = m.num_ranges as usize;
     let (mut reach, mut rare_inside) = ([0.0; GROUPS.len()], [0.0; GROUPS.len()]);

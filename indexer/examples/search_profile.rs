@@ -51,8 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c.set_block_size(Some(b))?;
     }
     c.set_forward_layout(match std::env::var("LAYOUT").as_deref() {
-        Ok("terms") => Some(lexlip_index::maxima::Layout::Terms),
-        Ok("documents") => Some(lexlip_index::maxima::Layout::Documents),
+        Ok("terms") => Some(lexlip_index::forward_index::Layout::Terms),
+        Ok("documents") => Some(lexlip_index::forward_index::Layout::Documents),
         _ => None,
     });
     let snap = c.snapshot()?;

@@ -7,7 +7,7 @@ use lexlip_proto::api::Precision;
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use serde::Serialize;
 
-use crate::maxima::{ForwardPlan, Layout, SegmentMaxima};
+use crate::forward_index::{ForwardIndex, ForwardPlan, Layout};
 use crate::synth::{Corpus, Generator, Rng};
 use crate::{
     Algorithm, Collection, CollectionSettings, Result, ScoredDoc, SearchOptions, Snapshot,
@@ -399,7 +399,7 @@ pub fn run(
     };
     let t = Instant::now();
     for reader in snap.searcher().segment_readers() {
-        SegmentMaxima::compute(reader, snap.fields().impacts, plan)?;
+        ForwardIndex::compute(reader, snap.fields().impacts, plan)?;
     }
     let build_seconds = t.elapsed().as_secs_f64();
     let stats = collection.stats()?;

@@ -2,7 +2,7 @@
 //! documents), its postings in the two forms block-max search needs: scoring one block (a range
 //! of `2^shift` doc ids) reads only that block's postings of the query's terms, and bounding
 //! every block reads one byte per block for common terms. In the *documents layout* (segments
-//! of short documents, [`crate::maxima::Layout`]), scoring reads the documents' vectors
+//! of short documents, [`crate::forward_index::Layout`]), scoring reads the documents' vectors
 //! ([`crate::doc_vectors`]) and a term keeps only its bound codes where it is common
 //! ([`TermPostings::Bounds`]).
 //!
@@ -27,7 +27,7 @@
 //!
 //! Impacts take one byte when the term's largest fits, two otherwise. Written with each segment
 //! and searched in place from its mapped file ([`crate::forward_file`]), or built from the
-//! tantivy postings when a segment is first searched ([`crate::maxima::SegmentMaxima::compute`]);
+//! tantivy postings when a segment is first searched ([`crate::forward_index::ForwardIndex::compute`]);
 //! either way it follows the segment's life: never stale (deleted documents are filtered when
 //! hits are collected, as on every path), dropped with the segment. tantivy stays the store of
 //! record. Its arrays are [`Slab`]s, so both sources are searched by the same code.
@@ -238,7 +238,7 @@ pub enum TermPostings {
     },
     /// A term of a segment in the documents layout ([`crate::doc_vectors`] holds what scoring
     /// reads): its block bound codes where it is common; no postings here. Bounding a term
-    /// without codes reads its tantivy postings ([`crate::maxima::TermMaxima::add_bounds_u32`]).
+    /// without codes reads its tantivy postings ([`crate::forward_index::ForwardTerm::add_bounds_u32`]).
     Bounds { maxima: Option<(BoundCodes, u32)> },
 }
 

@@ -52,8 +52,8 @@ use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlug
 use crate::doc_vectors::{self, DocVectors, EntryLayout};
 use crate::error::{IndexError, Result};
 use crate::forward::{BoundCodes, Docs, Impacts, NARROW_SPAN, TermPostings};
-use crate::maxima::{
-    self, ForwardBuilder, ForwardPlan, Layout, SegmentMaxima, SegmentStats, TermMaxima,
+use crate::forward_index::{
+    self, ForwardBuilder, ForwardIndex, ForwardPlan, ForwardTerm, Layout, SegmentStats,
 };
 use crate::slab::{Plain, Slab};
 
@@ -165,10 +165,10 @@ fn to_tantivy(e: IndexError) -> tantivy::TantivyError {
 pub fn write(segment: &Segment, impacts: Field, plan: ForwardPlan) -> Result<()> {
     let reader = SegmentReader::open(segment)?;
     let stats = SegmentStats::gather(reader.max_doc(), plan, |f| {
-        maxima::for_each_term(&reader, impacts, |_, _, postings, max| f(postings, max))
+        forward_index::for_each_term(&reader, impacts, |_, _, postings, max| f(postings, max))
     })?;
     let mut file = FileWriter::new(segment, &stats, plan)?;
-    maxima::for_each_term(&reader, impacts, |_, _, postings, max| {
+    forward_index::for_each_term(&reader, impacts, |_, _, postings, max| {
         file.term(postings, max)
     })?;
     file.finish()
@@ -252,19 +252,19 @@ pub fn file_bytes(reader: &SegmentReader) -> u64 {
 /// A segment's forward index: read from the file written with the segment where there is one
 /// that `plan` accepts, built from the postings otherwise. A damaged file is reported and the
 /// index built from the postings: search stays exact.
-pub fn open(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<SegmentMaxima> {
+pub fn open(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<ForwardIndex> {
     match read(reader, impacts) {
         Ok(Some(m)) if plan.accepts(m.shift, m.layout()) => return Ok(m),
         Ok(_) => {}
         Err(e) => tracing::warn!("{e}; building it from the postings instead"),
     }
-    SegmentMaxima::compute(reader, impacts, plan)
+    ForwardIndex::compute(reader, impacts, plan)
 }
 
 /// The segment's forward index read from its file, whatever its block size and layout;
 /// `None` when the segment has none (the caller builds it from the postings). An error means the
 /// file is damaged or does not belong to the segment's postings.
-pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<SegmentMaxima>> {
+pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<ForwardIndex>> {
     let Ok(file) = reader.open_read(component()) else {
         return Ok(None);
     };
@@ -282,10 +282,10 @@ pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<SegmentMaxi
     }
     let file_shift = r.u32().map_err(corrupt)?;
     let num_blocks = r.u32().map_err(corrupt)?;
-    if maxima::clamp_shift(file_shift) != file_shift {
+    if forward_index::clamp_shift(file_shift) != file_shift {
         return Err(corrupt("its block size is not one lexlip uses"));
     }
-    if num_blocks != maxima::num_blocks(reader.max_doc(), file_shift) {
+    if num_blocks != forward_index::num_blocks(reader.max_doc(), file_shift) {
         return Err(corrupt("its block count does not match the segment"));
     }
     // Versions before 4 hold the terms layout only.
@@ -306,7 +306,7 @@ pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<SegmentMaxi
     let max_doc = reader.max_doc();
     let inverted = reader.inverted_index(impacts)?;
     let mut stream = inverted.terms().stream()?;
-    let mut out = SegmentMaxima::empty(file_shift, num_blocks, inverted.terms().num_terms());
+    let mut out = ForwardIndex::empty(file_shift, num_blocks, inverted.terms().num_terms());
     let mut nnz = 0u64;
     while stream.advance() {
         let term_info = stream.value().clone();
@@ -321,7 +321,7 @@ pub fn read(reader: &SegmentReader, impacts: Field) -> Result<Option<SegmentMaxi
         if matches!(postings, TermPostings::Bounds { .. }) != entries.is_some() {
             return Err(corrupt("a term's layout is not the segment's"));
         }
-        let term = TermMaxima::new(term_info, max, file_shift, postings);
+        let term = ForwardTerm::new(term_info, max, file_shift, postings);
         out.insert(stream.key(), term);
     }
     if let Some(layout) = entries {

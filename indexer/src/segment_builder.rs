@@ -124,7 +124,7 @@ pub(crate) fn write_segment(
     docs: &[PendingDoc],
     batch: &str,
     doc_order: DocOrder,
-    forward_plan: Option<crate::maxima::ForwardPlan>,
+    forward_plan: Option<crate::forward_index::ForwardPlan>,
 ) -> Result<Option<SegmentMeta>> {
     if docs.is_empty() {
         return Ok(None);
@@ -458,10 +458,10 @@ impl ImpactBuckets {
     fn write_forward_file(
         &self,
         segment: &tantivy::Segment,
-        plan: crate::maxima::ForwardPlan,
+        plan: crate::forward_index::ForwardPlan,
     ) -> Result<()> {
         // Every term's postings, in term order, handed to `f`.
-        let walk = |f: &mut crate::maxima::TermVisitor| {
+        let walk = |f: &mut crate::forward_index::TermVisitor| {
             let mut postings: Vec<(u32, u32)> = Vec::new();
             for &id in &self.terms {
                 let (docs, impacts) = self.postings_of(id);
@@ -472,7 +472,7 @@ impl ImpactBuckets {
             Ok(())
         };
         let max_doc = segment.meta().max_doc();
-        let stats = crate::maxima::SegmentStats::gather(max_doc, plan, walk)?;
+        let stats = crate::forward_index::SegmentStats::gather(max_doc, plan, walk)?;
         let mut file = crate::forward_file::FileWriter::new(segment, &stats, plan)?;
         walk(&mut |postings, max| file.term(postings, max))?;
         file.finish()

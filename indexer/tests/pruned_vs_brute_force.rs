@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use lexlip_index::maxima::Layout;
+use lexlip_index::forward_index::Layout;
 use lexlip_index::{Algorithm, Collection, CollectionSettings, SearchOptions};
 use lexlip_proto::api::{Filter, Precision};
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};

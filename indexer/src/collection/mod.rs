@@ -39,8 +39,8 @@ pub use writer::DocExtras;
 use crate::dense::{DenseCache, DenseParams};
 use crate::error::{IndexError, Result};
 use crate::forward_file::{self, ForwardPlugin};
+use crate::forward_index::{ForwardIndex, ForwardPlan, Layout};
 use crate::manifest::{CollectionSettings, Manifest};
-use crate::maxima::{ForwardPlan, Layout, SegmentMaxima};
 use crate::quantizer::Quantizer;
 use crate::schema::{self, Fields};
 use crate::segment_builder::DocOrder;
@@ -63,7 +63,7 @@ pub struct Collection {
     fields: Fields,
     reader: IndexReader,
     writer: Mutex<Option<WriterState>>,
-    maxima: Mutex<HashMap<SegmentId, Arc<SegmentMaxima>>>,
+    maxima: Mutex<HashMap<SegmentId, Arc<ForwardIndex>>>,
     dense: Arc<DenseCache>,
     dense_params: DenseParams,
     flush_docs: usize,
@@ -284,7 +284,7 @@ impl Collection {
 
     /// Documents per pruning block: a power of two from 8 to 64, or `None` (the default) for
     /// each segment's layout's own (8 in the documents layout, 32 in the terms layout; see
-    /// [`crate::maxima::Layout`]). Smaller blocks bound tighter and cost more memory. Segments
+    /// [`crate::forward_index::Layout`]). Smaller blocks bound tighter and cost more memory. Segments
     /// written from now on get forward index files for this size; those written for another
     /// size are rebuilt from their postings when searched.
     pub fn set_block_size(&mut self, docs: Option<u32>) -> Result<()> {
@@ -292,7 +292,7 @@ impl Collection {
             None => None,
             Some(docs) => {
                 let shift = docs.trailing_zeros();
-                if !docs.is_power_of_two() || !crate::maxima::RANGE_SHIFTS.contains(&shift) {
+                if !docs.is_power_of_two() || !crate::forward_index::RANGE_SHIFTS.contains(&shift) {
                     return Err(IndexError::InvalidSetting(format!(
                         "the block size must be 8, 16, 32 or 64 documents, got {docs}"
                     )));

@@ -10,7 +10,7 @@ use tantivy::Searcher;
 use super::Collection;
 use crate::dense::{DenseCache, DenseHit, DenseParams};
 use crate::error::{IndexError, Result};
-use crate::maxima::SegmentMaxima;
+use crate::forward_index::ForwardIndex;
 use crate::schema::Fields;
 use crate::search::filter::CompiledFilter;
 use crate::search::sparse::Segment;
@@ -26,7 +26,7 @@ pub struct SearchOutcome {
 /// A point-in-time view of a collection: what one commit contains.
 pub struct Snapshot {
     pub(super) searcher: Searcher,
-    maxima: Vec<Arc<SegmentMaxima>>,
+    maxima: Vec<Arc<ForwardIndex>>,
     pub(super) fields: Fields,
     scale: f32,
     dense: Arc<DenseCache>,
@@ -208,6 +208,6 @@ impl Snapshot {
 /// How one segment's forward index is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ForwardSummary {
-    pub layout: crate::maxima::Layout,
+    pub layout: crate::forward_index::Layout,
     pub block_size: u32,
 }

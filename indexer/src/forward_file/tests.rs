@@ -52,7 +52,7 @@ fn create(dir: &Path) -> Collection {
 type TermBytes = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Every term's bytes in the file format, and the documents' vectors' (documents layout).
-fn encoded(m: &SegmentMaxima) -> (TermBytes, Vec<u8>) {
+fn encoded(m: &ForwardIndex) -> (TermBytes, Vec<u8>) {
     let mut terms: TermBytes = m
         .iter()
         .map(|(key, t)| {
@@ -118,7 +118,7 @@ fn files_hold_the_forward_index_built_from_the_postings() {
                     let entry_bytes = if wide > 30_000 { 4 } else { 3 };
                     assert_eq!(d.layout().entry_bytes, entry_bytes);
                 }
-                let built = SegmentMaxima::compute(reader, impacts, plan).unwrap();
+                let built = ForwardIndex::compute(reader, impacts, plan).unwrap();
                 assert_eq!(encoded(&read), encoded(&built));
                 // Read from the mapped file, the arrays take no heap: only the term table.
                 let table: usize = built.iter().map(|(key, _)| key.len() + 64).sum();
@@ -243,10 +243,10 @@ fn version_1_files_are_read() {
     let mut v1 = MAGIC.to_vec();
     v1.push(1);
     put_u32(&mut v1, shift);
-    put_u32(&mut v1, maxima::num_blocks(max_doc, shift));
+    put_u32(&mut v1, forward_index::num_blocks(max_doc, shift));
     let mut narrow = 0;
-    maxima::for_each_term(reader, snap.fields().impacts, |_, _, postings, max| {
-        let blocks = maxima::num_blocks(max_doc, shift);
+    forward_index::for_each_term(reader, snap.fields().impacts, |_, _, postings, max| {
+        let blocks = forward_index::num_blocks(max_doc, shift);
         let t = match TermPostings::build(postings, max, shift, blocks) {
             TermPostings::Sparse {
                 docs,

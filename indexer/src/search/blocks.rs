@@ -5,7 +5,7 @@
 //! All segments of a snapshot are searched together:
 //!
 //! 1. bound every range of every segment: `ub[r] = Σ_t q_t · max_t(r)` from the range maxima
-//!    of [`crate::maxima`] (a vectorized pass over common terms' bound codes, one over the
+//!    of [`crate::forward_index`] (a vectorized pass over common terms' bound codes, one over the
 //!    postings of the others);
 //! 2. score the [`FIRST_RANGES`] best-bounded ranges of all segments, which raises the k-th
 //!    best score θ;
@@ -46,7 +46,7 @@ use super::sparse::{Segment, SparseSearch};
 use super::{Cancel, ScoredDoc, SearchStats, TopK};
 use crate::doc_vectors::{DocVectors, QueryWeights};
 use crate::error::Result;
-use crate::maxima::TermMaxima;
+use crate::forward_index::ForwardTerm;
 
 /// Ranges scored before the others go into the heap: enough to make θ meaningful, so that most
 /// ranges are dropped before the heap is built.
@@ -211,7 +211,7 @@ impl<'a> Part<'a> {
     ) -> Result<Bounded<'a>> {
         cancel.check()?;
         let maxima = segment.maxima;
-        let found: Vec<(u32, &TermMaxima)> = query
+        let found: Vec<(u32, &ForwardTerm)> = query
             .iter()
             .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (q, m)))
             .collect();
@@ -235,13 +235,13 @@ impl<'a> Part<'a> {
         // layout: from their tantivy postings, and nothing to record (scoring reads the
         // documents).
         let cut = cut_terms(&found, term_cut, docs.is_some());
-        let coded: Vec<(u32, &TermMaxima)> = found
+        let coded: Vec<(u32, &ForwardTerm)> = found
             .iter()
             .zip(&cut)
             .filter(|((_, m), cut)| m.has_bound_bytes() && !**cut)
             .map(|(f, _)| *f)
             .collect();
-        crate::maxima::add_code_bounds_u32(&coded, &mut ub, cancel)?;
+        crate::forward_index::add_code_bounds_u32(&coded, &mut ub, cancel)?;
         let mut terms = Vec::with_capacity(found.len());
         for ((q, m), cut) in found.into_iter().zip(cut) {
             // A query of thousands of terms takes a while to bound: stop early when asked.
@@ -321,7 +321,7 @@ impl<'a> Part<'a> {
 /// A document whose range is skipped then scores less than the threshold plus what the cut
 /// terms can add. In the terms layout only terms with bound codes may be cut (the others'
 /// postings are located while they are bounded, and scoring needs them).
-fn cut_terms(found: &[(u32, &TermMaxima)], term_cut: f64, documents: bool) -> Vec<bool> {
+fn cut_terms(found: &[(u32, &ForwardTerm)], term_cut: f64, documents: bool) -> Vec<bool> {
     let mut cut = vec![false; found.len()];
     if term_cut <= 0.0 {
         return cut;
@@ -398,7 +398,7 @@ fn best_of_best_chunks(ub: &[u32], chunk_max: &[u32]) -> Vec<u32> {
 /// A query term present in the segment.
 struct QueryTerm<'a> {
     q: u32,
-    m: &'a TermMaxima,
+    m: &'a ForwardTerm,
     /// Its slot in the [`SpanTable`], for a term without bound bytes.
     slot: Option<usize>,
 }
@@ -436,7 +436,7 @@ impl SpanTable {
 
     /// Adds `q ·` the bounds of a term without bound bytes to `ub`, recording its spans on
     /// the way; returns the term's slot.
-    fn add(&mut self, m: &TermMaxima, q: u32, ub: &mut [u32]) -> usize {
+    fn add(&mut self, m: &ForwardTerm, q: u32, ub: &mut [u32]) -> usize {
         let slot = self.first.len();
         self.first.push(self.spans.len());
         let base = self.bits.len();
@@ -569,7 +569,7 @@ impl<'a> Worker<'a> {
     /// first, then accumulates and collects range by range.
     fn score_postings(&mut self, part: &Part, ranges: &[u32]) {
         let terms = &part.terms;
-        // Spans are located in two passes (see `TermMaxima::locate`), then prefetched.
+        // Spans are located in two passes (see `ForwardTerm::locate`), then prefetched.
         self.spans.clear();
         for &r in ranges {
             for t in terms {
@@ -631,7 +631,7 @@ impl<'a> Worker<'a> {
         for &r in ranges {
             docs.prefetch(r << shift, ((r + 1) << shift).min(max_doc));
         }
-        let mut scores = [0u32; 1 << crate::maxima::MAX_RANGE_SHIFT];
+        let mut scores = [0u32; 1 << crate::forward_index::MAX_RANGE_SHIFT];
         for &range in ranges {
             let (start, end) = (range << shift, ((range + 1) << shift).min(max_doc));
             self.stats.postings_scored += docs.non_zeros(start, end);
@@ -698,7 +698,7 @@ mod tests {
                 postings.sort_unstable();
                 postings.dedup_by_key(|p| p.0);
                 let max = postings.iter().map(|p| p.1).max().unwrap_or(1);
-                let m = TermMaxima::new(
+                let m = ForwardTerm::new(
                     Default::default(),
                     max,
                     shift,

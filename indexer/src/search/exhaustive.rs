@@ -10,7 +10,7 @@ use tantivy::schema::IndexRecordOption;
 use super::ScoredDoc;
 use super::sparse::{Segment, SparseSearch};
 use crate::error::Result;
-use crate::maxima::for_each_posting;
+use crate::forward_index::for_each_posting;
 
 /// Scores every document of the segment that shares a term with the query.
 pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Exact (or explicitly approximate) top-k with block-max pruning over doc-id ranges.
 //!
-//! For each segment, using the per-range maxima of [`crate::maxima`]:
+//! For each segment, using the per-range maxima of [`crate::forward_index`]:
 //!
 //! 1. bound every range: `ub[r] = Σ_t q_t · max_t(r)` (cheap: one pass over the query terms'
 //!    range maxima, not their postings);
@@ -35,7 +35,7 @@ use tantivy::schema::IndexRecordOption;
 use super::ScoredDoc;
 use super::sparse::{Segment, SparseSearch};
 use crate::error::Result;
-use crate::maxima::TermMaxima;
+use crate::forward_index::ForwardTerm;
 
 /// Ranges scored first, best bound first, to raise the threshold early.
 const FIRST_PASS_RANGES: usize = 8;
@@ -46,7 +46,7 @@ pub const FALLBACK_FRACTION: f64 = 0.3;
 /// A query term's reader over one segment, opened lazily and moved forward only.
 struct Cursor<'a> {
     q: u64,
-    maxima: &'a TermMaxima,
+    maxima: &'a ForwardTerm,
     block: Option<BlockSegmentPostings>,
 }
 
@@ -95,7 +95,7 @@ impl Cursor<'_> {
 /// segments' hits).
 pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Result<()> {
     let maxima = segment.maxima;
-    let terms: Vec<(u64, &TermMaxima)> = search
+    let terms: Vec<(u64, &ForwardTerm)> = search
         .query
         .iter()
         .filter_map(|(t, q)| maxima.term(t.as_bytes()).map(|m| (u64::from(q), m)))
@@ -166,7 +166,7 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
 struct RangeScorer<'a> {
     segment: &'a Segment<'a>,
     inverted: &'a InvertedIndexReader,
-    terms: &'a [(u64, &'a TermMaxima)],
+    terms: &'a [(u64, &'a ForwardTerm)],
     /// Score bound of every range.
     ub: &'a [u64],
 }

@@ -19,7 +19,7 @@ use tantivy::schema::Field;
 use super::filter::AllowedDocs;
 use super::{Algorithm, Cancel, ScoredDoc, SearchOptions, SearchStats, TopK};
 use crate::error::{IndexError, Result};
-use crate::maxima::SegmentMaxima;
+use crate::forward_index::ForwardIndex;
 
 /// Below this many documents in the ranges left after the first ones, one thread finishes the
 /// search: waking another (tens of microseconds) and the threshold each thread learns late cost
@@ -55,7 +55,7 @@ pub(crate) struct Segment<'a> {
     pub ord: u32,
     pub reader: &'a SegmentReader,
     pub impacts: Field,
-    pub maxima: &'a SegmentMaxima,
+    pub maxima: &'a ForwardIndex,
     /// Documents the filter allows (None: all).
     pub allowed: Option<&'a AllowedDocs>,
 }

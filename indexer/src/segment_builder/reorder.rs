@@ -1,6 +1,6 @@
 //! Document reordering inside a segment, so that 64-document ranges hold similar documents.
 //!
-//! Range maxima ([`crate::maxima`]) bound a range by the largest impact of each query term in
+//! Range maxima ([`crate::forward_index`]) bound a range by the largest impact of each query term in
 //! it; they are tight only when the documents of a range share their terms. Documents arrive in
 //! whatever order they were added, so before a segment is written its documents are clustered
 //! by their terms and written cluster by cluster (doc ids carry no meaning: search results,

@@ -1,7 +1,7 @@
 //! The forward index options of the benches (`bench engine`, `bench search`): block size and
 //! layout, each fixed or chosen per segment.
 
-use lexlip_index::maxima::Layout;
+use lexlip_index::forward_index::Layout;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ForwardArgs {

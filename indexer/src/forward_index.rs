@@ -1,5 +1,7 @@
-//! Upper bounds for pruning: per term, the maximum impact in every range (block) of document
-//! ids, kept with the term's postings in the layout of [`crate::forward`].
+//! A segment's forward index ([`ForwardIndex`]): for pruning, per term ([`ForwardTerm`]) the
+//! maximum impact in every range (block) of document ids, kept with the term's postings in the
+//! layout of [`crate::forward`] (or the documents' vectors in the documents layout); read from
+//! the file written with the segment ([`crate::forward_file`]) or built from its postings.
 //!
 //! tantivy keeps no usable per-term or per-block maximum term frequency (its block-max data is
 //! BM25-specific), so lexlip computes them when a segment is first searched and caches them by
@@ -244,7 +246,7 @@ pub const MAX_RANGE_SHIFT: u32 = 6;
 
 /// What the search needs to know about one term of one segment.
 #[derive(Debug)]
-pub struct TermMaxima {
+pub struct ForwardTerm {
     pub term_info: TermInfo,
     /// Largest impact of the term in the segment.
     pub max: u32,
@@ -256,7 +258,7 @@ pub struct TermMaxima {
     pub ord: u32,
 }
 
-impl TermMaxima {
+impl ForwardTerm {
     pub(crate) fn new(term_info: TermInfo, max: u32, shift: u32, postings: TermPostings) -> Self {
         Self {
             term_info,
@@ -387,10 +389,10 @@ impl TermMaxima {
 /// while every term's codes are added to them.
 const TILE: usize = 1024;
 
-/// [`TermMaxima::add_bounds_u32`] for terms with bound codes (`(q, term)`), tile by tile of
+/// [`ForwardTerm::add_bounds_u32`] for terms with bound codes (`(q, term)`), tile by tile of
 /// `ub`: each term on its own would read and write all of `ub` again.
 pub(crate) fn add_code_bounds_u32(
-    terms: &[(u32, &TermMaxima)],
+    terms: &[(u32, &ForwardTerm)],
     ub: &mut [u32],
     cancel: &crate::search::Cancel,
 ) -> Result<()> {
@@ -602,18 +604,18 @@ pub(crate) fn for_each_term(
 
 /// Range maxima of every term of the impacts field of one segment.
 #[derive(Debug)]
-pub struct SegmentMaxima {
+pub struct ForwardIndex {
     /// log2 of the documents per range.
     pub shift: u32,
     pub num_ranges: u32,
     /// By term bytes; a fast non-cryptographic hash (keys are the segment's own terms).
-    terms: rustc_hash::FxHashMap<Box<[u8]>, TermMaxima>,
+    terms: rustc_hash::FxHashMap<Box<[u8]>, ForwardTerm>,
     heap_bytes: usize,
     /// The documents' vectors: the segment is in the documents layout.
     pub docs: Option<DocVectors>,
 }
 
-impl SegmentMaxima {
+impl ForwardIndex {
     /// Builds it from the segment's postings: two passes over them (~ns per posting each), the
     /// first to plan the layout.
     pub fn compute(reader: &SegmentReader, impacts: Field, plan: ForwardPlan) -> Result<Self> {
@@ -628,7 +630,7 @@ impl SegmentMaxima {
             let postings = builder.term(postings, max);
             out.insert(
                 key,
-                TermMaxima::new(term_info.clone(), max, shift, postings),
+                ForwardTerm::new(term_info.clone(), max, shift, postings),
             );
             Ok(())
         })?;
@@ -649,7 +651,7 @@ impl SegmentMaxima {
     }
 
     /// Adds the next term, in dictionary order (its ordinal is its rank).
-    pub(crate) fn insert(&mut self, key: &[u8], mut term: TermMaxima) {
+    pub(crate) fn insert(&mut self, key: &[u8], mut term: ForwardTerm) {
         term.ord = self.terms.len() as u32;
         self.heap_bytes += term.heap_bytes() + key.len() + 64;
         self.terms.insert(key.into(), term);
@@ -674,11 +676,11 @@ impl SegmentMaxima {
     }
 
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &TermMaxima)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &ForwardTerm)> {
         self.terms.iter().map(|(k, t)| (&k[..], t))
     }
 
-    pub fn term(&self, term: &[u8]) -> Option<&TermMaxima> {
+    pub fn term(&self, term: &[u8]) -> Option<&ForwardTerm> {
         self.terms.get(term)
     }
 
