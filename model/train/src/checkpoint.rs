@@ -168,14 +168,14 @@ pub fn latest(out: &Path) -> Result<Option<(PathBuf, State)>> {
     Ok(Some((dir, state)))
 }
 
-/// The checkpoint a run with fingerprint `fp` resumes from: none after `--restart` (which
+/// The checkpoint a run with `fingerprint` resumes from: none after `--restart` (which
 /// deletes them), an error when the latest belongs to a run with other options or inputs.
-pub fn resumable(out: &Path, fp: &str, restart: bool) -> Result<Option<(PathBuf, State)>> {
+pub fn resumable(out: &Path, fingerprint: &str, restart: bool) -> Result<Option<(PathBuf, State)>> {
     if restart {
         clear(out)?;
     }
     match latest(out)? {
-        Some((dir, state)) if state.fingerprint != fp => Err(TrainError::Checkpoint {
+        Some((dir, state)) if state.fingerprint != fingerprint => Err(TrainError::Checkpoint {
             path: dir,
             message: "this checkpoint belongs to a run with other options, inputs or initial \
                       model; use another --out or pass --restart to discard it"

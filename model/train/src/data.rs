@@ -214,9 +214,9 @@ impl Order {
     /// The pair indices of `step`: a slice of epoch `step / steps_per_epoch`'s order, set or
     /// (when none is) a uniform permutation of the seed and the epoch.
     pub fn batch(&mut self, step: u64) -> Vec<usize> {
-        let spe = self.steps_per_epoch().max(1);
-        let epoch = step / spe;
-        let k = (step % spe) as usize;
+        let steps_per_epoch = self.steps_per_epoch().max(1);
+        let epoch = step / steps_per_epoch;
+        let k = (step % steps_per_epoch) as usize;
         if self.cached.as_ref().is_none_or(|(e, _)| *e != epoch) {
             let perm = Rng::new(&[self.seed, key("order"), epoch]).permutation(self.pairs);
             self.cached = Some((epoch, perm));

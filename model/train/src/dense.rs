@@ -259,9 +259,9 @@ impl DenseModel {
         losses::l2_normalize(&self.visual_projection.forward(&cls(hidden)?)?)
     }
 
-    /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `obj.dense_loss`) of the batch's
-    /// image and caption embeddings at `obj.tau`, plus ConLIP's token-level losses
-    /// (`obj.dense_token`, [`crate::token_heads`]), the ITC consistency and COOKIE's
+    /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `objectives.dense_loss`) of the batch's
+    /// image and caption embeddings at `objectives.tau`, plus ConLIP's token-level losses
+    /// (`objectives.dense_token`, [`crate::token_heads`]), the ITC consistency and COOKIE's
     /// single-modal losses when they are on.
     ///
     /// With momentum encoders (`--dense-momentum`), they are first moved towards the towers
@@ -271,18 +271,18 @@ impl DenseModel {
         &self,
         batch: &Batch,
         drop: &Dropout,
-        obj: &Objectives,
+        objectives: &Objectives,
     ) -> Result<(StepLosses, Option<(Tensor, Tensor)>)> {
         let image_states = self.image.hidden(&batch.pixels, drop)?;
         let text_states = self.text.hidden(&batch.ids, &batch.mask, drop)?;
         let image = self.project_images(&image_states)?;
         let text = self.project_texts(&text_states)?;
-        let decoupled = obj.dense_loss == DenseLoss::Dcl;
+        let decoupled = objectives.dense_loss == DenseLoss::Dcl;
         let name = if decoupled { "dcl" } else { "info_nce" };
         let mut keys = None;
         let (loss, i2t, t2i) = match &self.momentum {
-            None if decoupled => losses::dcl(&image, &text, obj.tau)?,
-            None => losses::info_nce(&image, &text, obj.tau)?,
+            None if decoupled => losses::dcl(&image, &text, objectives.tau)?,
+            None => losses::info_nce(&image, &text, objectives.tau)?,
             Some(m) => {
                 let pairs: Vec<(&VarMap, &VarMap)> = self
                     .online_stores()
@@ -290,7 +290,7 @@ impl DenseModel {
                     .zip(m.model.online_stores())
                     .map(|((_, online), (_, copy))| (online, copy))
                     .collect();
-                ema(&pairs, obj.momentum)?;
+                ema(&pairs, objectives.momentum)?;
                 let off = Dropout::off();
                 let key_image = m.model.embed_images(&batch.pixels, &off)?.detach();
                 let key_text = m.model.embed_texts(&batch.ids, &batch.mask, &off)?.detach();
@@ -301,7 +301,7 @@ impl DenseModel {
                     &key_text,
                     m.queue_image.rows()?.as_ref(),
                     m.queue_text.rows()?.as_ref(),
-                    obj.tau,
+                    objectives.tau,
                     decoupled,
                 )?;
                 keys = Some((key_image, key_text));
@@ -314,10 +314,10 @@ impl DenseModel {
             .token
             .as_ref()
             .map(|(_, h)| h)
-            .filter(|_| obj.dense_token != DenseToken::None);
+            .filter(|_| objectives.dense_token != DenseToken::None);
         // The masked captions (the SelfMLM input): read by the token heads and COOKIE's
         // textual loss, encoded once for both.
-        let text_masked = (heads.is_some() || obj.text_contrastive > 0.0)
+        let text_masked = (heads.is_some() || objectives.text_contrastive > 0.0)
             .then(|| self.text.hidden(&batch.enc_ids, &batch.mask, drop))
             .transpose()?;
         if let Some(heads) = heads {
@@ -340,16 +340,18 @@ impl DenseModel {
                 patch_rows: &patches.state_rows,
                 patch_targets: &patches.targets(&batch.pixels)?,
             };
-            let (mlm, mim) = heads.losses(&inputs, obj.dense_token, drop)?;
+            let (mlm, mim) = heads.losses(&inputs, objectives.dense_token, drop)?;
             total = ((total + &mlm)? + &mim)?;
             parts.extend([("mlm", mlm), ("mim", mim)]);
         }
         let image2 = match &batch.pixels_view {
-            Some(view) if obj.image_contrastive > 0.0 => Some(self.embed_images(view, drop)?),
+            Some(view) if objectives.image_contrastive > 0.0 => {
+                Some(self.embed_images(view, drop)?)
+            }
             _ => None,
         };
         let text2 = match &text_masked {
-            Some(states) if obj.text_contrastive > 0.0 => Some(self.project_texts(states)?),
+            Some(states) if objectives.text_contrastive > 0.0 => Some(self.project_texts(states)?),
             _ => None,
         };
         let views = Views {
@@ -358,7 +360,7 @@ impl DenseModel {
             image_view: image2.as_ref(),
             text_view: text2.as_ref(),
         };
-        let total = obj.with_extras(total, &mut parts, &views)?;
+        let total = objectives.with_extras(total, &mut parts, &views)?;
         let losses = StepLosses {
             total,
             parts,

@@ -64,20 +64,20 @@ pub use options::{
 };
 
 /// Trains what `opts.objective` names into `opts.out`: checkpoints as it goes, resumes the
-/// same run from its last checkpoint, stops after the current step when `ctl.stop` is set, and
+/// same run from its last checkpoint, stops after the current step when `control.stop` is set, and
 /// writes the model directory and `train.json` at the end.
 pub fn train(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     opts.validate()?;
     match opts.objective {
         Objective::Rerank => {
             run::prepare_out(&opts.out)?;
-            rerank::train(opts, ctl, observer)
+            rerank::train(opts, control, observer)
         }
-        Objective::Lexlip | Objective::Dense => run::train(opts, ctl, observer),
+        Objective::Lexlip | Objective::Dense => run::train(opts, control, observer),
     }
 }
 pub use sampler::Sampler;

@@ -446,13 +446,18 @@ impl LexLipModel {
 
     /// The image lexicon `p_v`, cut to its top K, its distribution `a_v` (eq. 6, 8) and the
     /// caption-word grounding loss. One max-pool of the image logits serves all three.
-    fn image_side(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<ImageSide> {
+    fn image_side(
+        &self,
+        batch: &Batch,
+        drop: &Dropout,
+        objectives: &Objectives,
+    ) -> Result<ImageSide> {
         let pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let p = cut(losses::splade_pooled(&pooled)?, obj.image_top_k)?;
+        let p = cut(losses::splade_pooled(&pooled)?, objectives.image_top_k)?;
         let grounding = match &self.idf {
-            Some(idf) if obj.grounding > 0.0 => {
+            Some(idf) if objectives.grounding > 0.0 => {
                 let (bags, has) = lexicon::grounding_targets(&batch.ids, &batch.mask, idf)?;
-                Some(lexicon::grounding(&p, &bags, &has, obj.tau)?)
+                Some(lexicon::grounding(&p, &bags, &has, objectives.tau)?)
             }
             _ => None,
         };
@@ -468,13 +473,13 @@ impl LexLipModel {
     fn second_view(
         &self,
         batch: &Batch,
-        obj: &Objectives,
+        objectives: &Objectives,
         drop: &Dropout,
     ) -> Result<Option<Tensor>> {
         match &batch.pixels_view {
-            Some(view) if obj.image_contrastive > 0.0 => Ok(Some(cut(
+            Some(view) if objectives.image_contrastive > 0.0 => Ok(Some(cut(
                 losses::splade(&self.image.logits(view, drop)?, None)?,
-                obj.image_top_k,
+                objectives.image_top_k,
             )?)),
             _ => Ok(None),
         }
@@ -485,9 +490,9 @@ impl LexLipModel {
         &self,
         batch: &Batch,
         drop: &Dropout,
-        obj: &Objectives,
+        objectives: &Objectives,
     ) -> Result<StepLosses> {
-        let image = self.image_side(batch, drop, obj)?;
+        let image = self.image_side(batch, drop, objectives)?;
         let (pv, av) = (&image.p, &image.distribution);
         let pl = self.frozen_text_lexicon(batch, drop)?;
         let dec_emb = self
@@ -503,22 +508,22 @@ impl LexLipModel {
         };
         let word = self.text.word_embeddings();
         let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
-        let baco = losses::baco(pv, &pl, obj.tau, obj.flops)?;
+        let baco = losses::baco(pv, &pl, objectives.tau, objectives.flops)?;
         let mut parts = vec![
             ("lex_mlm_i2t", i2t.clone()),
             ("baco", baco.loss.clone()),
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = with_grounding((&i2t + &baco.loss)?, &image, obj, &mut parts)?;
-        let pv2 = self.second_view(batch, obj, drop)?;
+        let total = with_grounding((&i2t + &baco.loss)?, &image, objectives, &mut parts)?;
+        let pv2 = self.second_view(batch, objectives, drop)?;
         let views = Views {
             image: pv,
             text: &pl,
             image_view: pv2.as_ref(),
             text_view: None,
         };
-        let total = obj.with_extras(total, &mut parts, &views)?;
+        let total = objectives.with_extras(total, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,
@@ -529,11 +534,16 @@ impl LexLipModel {
     }
 
     /// Phase 1 (eq. 7-18): SelfMLM + LexMLM i2t + LexMLM t2i + BaCo.
-    pub fn phase1(&self, batch: &Batch, drop: &Dropout, obj: &Objectives) -> Result<StepLosses> {
+    pub fn phase1(
+        &self,
+        batch: &Batch,
+        drop: &Dropout,
+        objectives: &Objectives,
+    ) -> Result<StepLosses> {
         if self.frozen_text {
-            return self.phase1_frozen_text(batch, drop, obj);
+            return self.phase1_frozen_text(batch, drop, objectives);
         }
-        let image = self.image_side(batch, drop, obj)?;
+        let image = self.image_side(batch, drop, objectives)?;
         let (pv, av) = (&image.p, &image.distribution);
 
         let masked_logits = self.text.logits(&batch.enc_ids, &batch.mask, drop)?;
@@ -553,7 +563,7 @@ impl LexLipModel {
         };
         let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
         let t2i = losses::lex_mlm(&self.decoder_text, &al, word, &dec, drop)?;
-        let baco = losses::baco(pv, &pl, obj.tau, obj.flops)?;
+        let baco = losses::baco(pv, &pl, objectives.tau, objectives.flops)?;
         let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
         let mut parts = vec![
             ("self_mlm", self_mlm),
@@ -563,10 +573,10 @@ impl LexLipModel {
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = with_grounding(total, &image, obj, &mut parts)?;
-        let pv2 = self.second_view(batch, obj, drop)?;
+        let total = with_grounding(total, &image, objectives, &mut parts)?;
+        let pv2 = self.second_view(batch, objectives, drop)?;
         // COOKIE's text view: the lexicon of the masked caption SelfMLM already encoded.
-        let pl_masked = (obj.text_contrastive > 0.0)
+        let pl_masked = (objectives.text_contrastive > 0.0)
             .then(|| losses::splade(&masked_logits, Some(&batch.mask)))
             .transpose()?;
         let views = Views {
@@ -575,7 +585,7 @@ impl LexLipModel {
             image_view: pv2.as_ref(),
             text_view: pl_masked.as_ref(),
         };
-        let total = obj.with_extras(total, &mut parts, &views)?;
+        let total = objectives.with_extras(total, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,
@@ -593,22 +603,22 @@ impl LexLipModel {
         &mut self,
         batch: &Batch,
         drop: &Dropout,
-        obj: &Objectives,
+        objectives: &Objectives,
     ) -> Result<(StepLosses, Tensor, Tensor)> {
-        self.ema(obj.momentum)?;
+        self.ema(objectives.momentum)?;
         let off = Dropout::off();
         let Some(m) = &self.momentum else {
             return Err(crate::TrainError::invalid(
                 "phase 2 needs momentum encoders",
             ));
         };
-        let k = obj.image_top_k;
+        let k = objectives.image_top_k;
         let pv_m = cut(
             losses::splade(&m.image.logits(&batch.pixels, &off)?, None)?,
             k,
         )?
         .detach();
-        let image = self.image_side(batch, drop, obj)?;
+        let image = self.image_side(batch, drop, objectives)?;
         let pv = image.p.clone();
         // A frozen text tower is its own momentum encoder (unless shared layers train).
         let (pl, pl_m) = if self.cacheable_text() {
@@ -639,8 +649,8 @@ impl LexLipModel {
             &pl_m,
             qi.as_ref(),
             qt.as_ref(),
-            obj.tau,
-            obj.flops,
+            objectives.tau,
+            objectives.flops,
         )?;
         let mut parts = vec![
             ("moco", moco.loss.clone()),
@@ -649,7 +659,7 @@ impl LexLipModel {
             ("flops_image", moco.flops_image),
             ("flops_text", moco.flops_text),
         ];
-        let total = with_grounding(moco.loss, &image, obj, &mut parts)?;
+        let total = with_grounding(moco.loss, &image, objectives, &mut parts)?;
         Ok((
             StepLosses {
                 total,
@@ -698,13 +708,13 @@ fn cut(p: Tensor, k: usize) -> Result<Tensor> {
 fn with_grounding(
     total: Tensor,
     image: &ImageSide,
-    obj: &Objectives,
+    objectives: &Objectives,
     parts: &mut Vec<(&'static str, Tensor)>,
 ) -> Result<Tensor> {
     match &image.grounding {
         Some(g) => {
             parts.push(("grounding", g.clone()));
-            Ok((total + (g * obj.grounding)?)?)
+            Ok((total + (g * objectives.grounding)?)?)
         }
         None => Ok(total),
     }

@@ -77,7 +77,7 @@ fn sha256_file(path: &Path) -> Result<String> {
 }
 
 /// Everything that determines what a run computes.
-fn fingerprint(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
+fn fingerprint_of(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
     let desc = serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
@@ -89,12 +89,12 @@ fn fingerprint(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String
     Ok(format!("{:x}", Sha256::digest(desc.to_string().as_bytes())))
 }
 
-/// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `ctl.stop`
+/// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `control.stop`
 /// is set (after a checkpoint).
 /// LexLIP and dense runs (the options already validated).
 pub(crate) fn train(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let started = Instant::now();
@@ -140,10 +140,10 @@ pub(crate) fn train(
         )));
     }
     let mut order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
-    let spe = order.steps_per_epoch();
+    let steps_per_epoch = order.steps_per_epoch();
     let total = opts
         .steps
-        .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
+        .unwrap_or_else(|| ((opts.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
     let device = lexlip_model::device(opts.gpu)?;
     let mut model = Trainee::build(opts, &init, DType::F32, &device)?;
     if opts.grounding > 0.0 {
@@ -155,13 +155,13 @@ pub(crate) fn train(
         weight_decay: opts.weight_decay,
         ..AdamWConfig::default()
     });
-    let fp = fingerprint(opts, &input, model.init())?;
+    let fingerprint = fingerprint_of(opts, &input, model.init())?;
     let mut start = 0u64;
     let mut group = GroupState::default();
-    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fp, opts.restart)? {
+    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fingerprint, opts.restart)? {
         group = restore(&mut model, &mut adam, &params, &dir, &state)?;
         start = state.step;
-        let epoch = start / spe.max(1);
+        let epoch = start / steps_per_epoch.max(1);
         if opts.sampler == Sampler::Grouped && epoch > 0 {
             match &group.current {
                 Some((e, o)) if *e == epoch => order.set(epoch, o),
@@ -184,7 +184,16 @@ pub(crate) fn train(
     let stop_at = opts.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, opts.phase, start, total, &corpus);
     let record = |model: &Trainee, summary: &Summary, status: &str| {
-        write_train_json(opts, ctl, &input, &corpus, model, &fp, summary, status)
+        write_train_json(
+            opts,
+            control,
+            &input,
+            &corpus,
+            model,
+            &fingerprint,
+            summary,
+            status,
+        )
     };
     if start < total {
         record(&model, &summary, "running")?;
@@ -192,7 +201,7 @@ pub(crate) fn train(
     if start < stop_at {
         run_steps(
             opts,
-            ctl,
+            control,
             &corpus,
             &tokenizer,
             &mut order,
@@ -200,12 +209,12 @@ pub(crate) fn train(
             &mut model,
             &mut adam,
             &params,
-            &fp,
+            &fingerprint,
             Span {
                 start,
                 end: stop_at,
                 total,
-                steps_per_epoch: spe,
+                steps_per_epoch,
             },
             observer,
             &mut summary,
@@ -236,7 +245,7 @@ pub(crate) fn train(
 #[allow(clippy::too_many_arguments)]
 fn run_steps(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     corpus: &Corpus,
     tokenizer: &TextTokenizer,
     order: &mut Order,
@@ -244,7 +253,7 @@ fn run_steps(
     model: &mut Trainee,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
-    fp: &str,
+    fingerprint: &str,
     span: Span,
     observer: &mut dyn Observer,
     summary: &mut Summary,
@@ -318,7 +327,7 @@ fn run_steps(
         order: order.clone(),
         order_rx,
         grouped,
-        spe: span.steps_per_epoch.max(1),
+        steps_per_epoch: span.steps_per_epoch.max(1),
         seed: opts.seed,
     };
     let mut objective = LexlipSteps {
@@ -333,14 +342,14 @@ fn run_steps(
         top_k,
         order_tx,
         grouped,
-        spe: span.steps_per_epoch.max(1),
+        steps_per_epoch: span.steps_per_epoch.max(1),
         total,
         last: None,
     };
     crate::steps::run(
         opts,
-        ctl,
-        fp,
+        control,
+        fingerprint,
         &mut objective,
         batches,
         adam,
@@ -360,7 +369,7 @@ struct PairBatches<'a> {
     order: Order,
     order_rx: std::sync::mpsc::Receiver<(u64, Vec<u32>)>,
     grouped: bool,
-    spe: u64,
+    steps_per_epoch: u64,
     seed: u64,
 }
 
@@ -368,7 +377,7 @@ impl Batches for PairBatches<'_> {
     type Batch = HostBatch;
 
     fn batch(&mut self, step: u64) -> Result<HostBatch> {
-        let epoch = step / self.spe;
+        let epoch = step / self.steps_per_epoch;
         while self.grouped && epoch > 0 && !self.order.has(epoch) {
             match self.order_rx.recv() {
                 Ok((e, o)) => self.order.set(e, &o),
@@ -401,7 +410,7 @@ struct LexlipSteps<'a> {
     top_k: TopKSchedule,
     order_tx: std::sync::mpsc::Sender<(u64, Vec<u32>)>,
     grouped: bool,
-    spe: u64,
+    steps_per_epoch: u64,
     total: u64,
     /// The last step's momentum keys, queued after the update.
     last: Option<crate::trainee::Keys>,
@@ -428,7 +437,7 @@ impl Objective for LexlipSteps<'_> {
             .step(opts.phase, &batch, &drop, &self.objectives)?;
         // Representations are kept only for an epoch that a grouped one follows.
         if self.grouped
-            && (step / self.spe + 1) * self.spe < self.total
+            && (step / self.steps_per_epoch + 1) * self.steps_per_epoch < self.total
             && let Some((image, text)) = &losses.features
         {
             self.group.collect(&host.pairs, image, text)?;
@@ -448,9 +457,9 @@ impl Objective for LexlipSteps<'_> {
             self.model.enqueue(keys)?;
         }
         let done = step + 1;
-        if self.grouped && done.is_multiple_of(self.spe) && done < self.total {
+        if self.grouped && done.is_multiple_of(self.steps_per_epoch) && done < self.total {
             let t = Instant::now();
-            let epoch = done / self.spe - 1;
+            let epoch = done / self.steps_per_epoch - 1;
             let next = self.group.next_epoch(
                 epoch,
                 self.opts.seed,
@@ -520,11 +529,11 @@ fn restore(
 #[allow(clippy::too_many_arguments)]
 fn write_train_json(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     input: &Input,
     corpus: &Corpus,
     model: &Trainee,
-    fp: &str,
+    fingerprint: &str,
     summary: &Summary,
     status: &str,
 ) -> Result<()> {
@@ -550,10 +559,10 @@ fn write_train_json(
         .sum();
     let doc = serde_json::json!({
         "status": status,
-        "command": ctl.command_line,
+        "command": control.command_line,
         "seed": opts.seed,
         "phase": opts.phase,
-        "fingerprint": fp,
+        "fingerprint": fingerprint,
         "options": opts,
         "init": {
             "text": init.text.from,

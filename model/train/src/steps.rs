@@ -74,7 +74,7 @@ pub(crate) struct Span {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     fingerprint: &str,
     objective: &mut O,
     mut batches: B,
@@ -86,7 +86,7 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
     let Span {
         start, end, total, ..
     } = span;
-    let spe = span.steps_per_epoch.max(1);
+    let steps_per_epoch = span.steps_per_epoch.max(1);
     let run_start = Instant::now();
     observer.started(start, total);
     std::thread::scope(|scope| -> Result<()> {
@@ -127,7 +127,10 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
             summary.steps_done = done;
             observer.progress(done);
             let elapsed = run_start.elapsed().as_secs_f64();
-            let stopping = ctl.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+            let stopping = control
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed));
             let last = done == end || stopping;
             if done % opts.log_every.max(1) == 0 || last {
                 let mut parts = BTreeMap::new();
@@ -140,7 +143,7 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
                 let log = StepLog {
                     step: done,
                     total_steps: total,
-                    epoch: done as f64 / spe as f64,
+                    epoch: done as f64 / steps_per_epoch as f64,
                     loss,
                     parts,
                     nnz_image: computed.nnz_image,

@@ -124,15 +124,15 @@ impl Trainee {
         phase: u8,
         batch: &Batch,
         drop: &Dropout,
-        obj: &Objectives,
+        objectives: &Objectives,
     ) -> Result<(StepLosses, Keys)> {
         match self {
-            Trainee::LexLip(m) if phase == 1 => Ok((m.phase1(batch, drop, obj)?, None)),
+            Trainee::LexLip(m) if phase == 1 => Ok((m.phase1(batch, drop, objectives)?, None)),
             Trainee::LexLip(m) => {
-                let (losses, pv, pl) = m.phase2(batch, drop, obj)?;
+                let (losses, pv, pl) = m.phase2(batch, drop, objectives)?;
                 Ok((losses, Some((pv, pl))))
             }
-            Trainee::Dense(m) => m.step(batch, drop, obj),
+            Trainee::Dense(m) => m.step(batch, drop, objectives),
         }
     }
 

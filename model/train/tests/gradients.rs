@@ -379,19 +379,19 @@ fn lexicon_recipe_gradients_match_finite_differences() {
     for phase in [1u8, 2] {
         let mut model = recipe_model(phase, DType::F64, &dev);
         let b = batch(DType::F64, &dev);
-        let obj = Objectives {
+        let objectives = Objectives {
             momentum: 1.0,
             ..RECIPE
         };
         if phase == 2 {
-            let l = model.phase2(&b, &Dropout::off(), &obj).unwrap();
+            let l = model.phase2(&b, &Dropout::off(), &objectives).unwrap();
             model.enqueue(&l.1, &l.2).unwrap();
         }
         let step = |model: &mut LexLipModel| {
             if phase == 1 {
-                model.phase1(&b, &Dropout::off(), &obj).unwrap()
+                model.phase1(&b, &Dropout::off(), &objectives).unwrap()
             } else {
-                model.phase2(&b, &Dropout::off(), &obj).unwrap().0
+                model.phase2(&b, &Dropout::off(), &objectives).unwrap().0
             }
         };
         let losses = step(&mut model);
@@ -532,13 +532,19 @@ fn dense_gradients_match_finite_differences() {
     let b = batch(DType::F64, &dev);
     let params = model.params(1.0);
     for loss in [DenseLoss::Infonce, DenseLoss::Dcl] {
-        let obj = Objectives {
+        let objectives = Objectives {
             dense_loss: loss,
             ..OBJ
         };
         let worst = check_gradients(
             &params,
-            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().0.total,
+            &mut || {
+                model
+                    .step(&b, &Dropout::off(), &objectives)
+                    .unwrap()
+                    .0
+                    .total
+            },
             &dev,
         );
         eprintln!("dense ({loss:?}): worst relative error {worst:.2e}");
@@ -566,12 +572,12 @@ fn dense_momentum_gradients_match_finite_differences() {
     let params = model.params(1.0);
     assert!(params.iter().all(|p| !p.name.starts_with("momentum")));
     for loss in [DenseLoss::Infonce, DenseLoss::Dcl] {
-        let obj = Objectives {
+        let objectives = Objectives {
             dense_loss: loss,
             momentum: 1.0,
             ..OBJ
         };
-        let (_, queued) = model.step(&b, &Dropout::off(), &obj).unwrap();
+        let (_, queued) = model.step(&b, &Dropout::off(), &objectives).unwrap();
         let (key_image, key_text) = queued.expect("keys to queue");
         assert_eq!(
             (key_image.dims(), key_text.dims()),
@@ -579,7 +585,13 @@ fn dense_momentum_gradients_match_finite_differences() {
         );
         let worst = check_gradients(
             &params,
-            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().0.total,
+            &mut || {
+                model
+                    .step(&b, &Dropout::off(), &objectives)
+                    .unwrap()
+                    .0
+                    .total
+            },
             &dev,
         );
         eprintln!("dense momentum ({loss:?}): worst relative error {worst:.2e}");
@@ -593,7 +605,7 @@ fn dense_momentum_gradients_match_finite_differences() {
 fn dense_token_heads_gradients() {
     let dev = Device::Cpu;
     for token in [DenseToken::Vanilla, DenseToken::Conditioned] {
-        let obj = Objectives {
+        let objectives = Objectives {
             dense_token: token,
             dense_loss: DenseLoss::Dcl,
             ..OBJ
@@ -604,7 +616,7 @@ fn dense_token_heads_gradients() {
             .unwrap();
         let b = batch_with_patches(DType::F32, &dev);
         let drop = Dropout::new(0.1, Rng::new(&[3]));
-        let (losses, _) = model.step(&b, &drop, &obj).unwrap();
+        let (losses, _) = model.step(&b, &drop, &objectives).unwrap();
         let names: Vec<&str> = losses.parts.iter().map(|(n, _)| *n).collect();
         assert!(
             names.contains(&"mlm") && names.contains(&"mim"),
@@ -626,7 +638,13 @@ fn dense_token_heads_gradients() {
         let params = model.params(1.0);
         let worst = check_gradients(
             &params,
-            &mut || model.step(&b, &Dropout::off(), &obj).unwrap().0.total,
+            &mut || {
+                model
+                    .step(&b, &Dropout::off(), &objectives)
+                    .unwrap()
+                    .0
+                    .total
+            },
             &dev,
         );
         eprintln!("dense token heads ({token:?}): worst relative error {worst:.2e}");

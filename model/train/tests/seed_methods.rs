@@ -31,10 +31,10 @@ fn random_row(rng: &mut Rng, vocab: usize, terms: usize) -> SparseRow {
 
 /// The pairs an epoch of `order` trains, with random representations, in training order.
 fn collect_epoch(order: &mut Order, epoch: u64, batch: usize, rng: &mut Rng) -> Vec<Collected> {
-    let spe = order.steps_per_epoch();
-    (epoch * spe..(epoch + 1) * spe)
+    let steps_per_epoch = order.steps_per_epoch();
+    (epoch * steps_per_epoch..(epoch + 1) * steps_per_epoch)
         .flat_map(|s| order.batch(s))
-        .take(spe as usize * batch)
+        .take(steps_per_epoch as usize * batch)
         .map(|p| Collected {
             pair: p as u32,
             image: random_row(rng, 50, 6),
@@ -59,18 +59,18 @@ proptest! {
         let batch = 2 + ((pairs.min(40) - 2) as f64 * batch_frac) as usize;
         let space = batch * space_mult + (seed % 3) as usize;
         let mut order = Order::new(seed, pairs, batch);
-        let spe = order.steps_per_epoch() as usize;
+        let steps_per_epoch = order.steps_per_epoch() as usize;
         let mut rng = Rng::new(&[seed, 1]);
         let mut left_out: HashSet<usize> = HashSet::new();
         for epoch in 0..4u64 {
-            let all: Vec<usize> = (0..spe as u64)
-                .flat_map(|s| order.batch(epoch * spe as u64 + s))
+            let all: Vec<usize> = (0..steps_per_epoch as u64)
+                .flat_map(|s| order.batch(epoch * steps_per_epoch as u64 + s))
                 .collect();
             let trained: HashSet<usize> = all.iter().copied().collect();
-            prop_assert_eq!(trained.len(), spe * batch, "a pair twice in one epoch");
+            prop_assert_eq!(trained.len(), steps_per_epoch * batch, "a pair twice in one epoch");
             prop_assert!(left_out.is_subset(&trained), "left out two epochs in a row");
             if epoch > 0 && !left_out.is_empty() {
-                let first: HashSet<usize> = order.batch(epoch * spe as u64).into_iter().collect();
+                let first: HashSet<usize> = order.batch(epoch * steps_per_epoch as u64).into_iter().collect();
                 prop_assert!(left_out.is_subset(&first));
             }
             left_out = (0..pairs).filter(|p| !trained.contains(p)).collect();

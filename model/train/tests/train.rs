@@ -273,13 +273,14 @@ fn rerank_resumes_bitwise_and_checkpoints_on_stop() {
     assert_eq!(fusion(&whole), fusion(&parts));
 
     let stopped = tmp.path().join("stopped");
-    let ctl = lexlip_train::RunControl {
+    let control = lexlip_train::RunControl {
         stop: Some(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
             true,
         ))),
         ..Default::default()
     };
-    let s = lexlip_train::train(&rerank(&stopped), &ctl, &mut common::Collect::default()).unwrap();
+    let s =
+        lexlip_train::train(&rerank(&stopped), &control, &mut common::Collect::default()).unwrap();
     assert!(s.interrupted);
     assert_eq!(s.steps_done, 1);
     assert!(

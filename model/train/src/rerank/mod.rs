@@ -69,7 +69,7 @@ fn lexicon_dirs(init: Option<&Path>) -> Result<(std::path::PathBuf, std::path::P
 /// Trains a re-ranker into `opts.out` (checkpoints, resume and Ctrl-C as `lexlip train`).
 pub fn train(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let started = Instant::now();
@@ -190,11 +190,11 @@ pub fn train(
         ..AdamWConfig::default()
     });
     let order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
-    let spe = order.steps_per_epoch();
+    let steps_per_epoch = order.steps_per_epoch();
     let total = opts
         .steps
-        .unwrap_or_else(|| ((opts.epochs * spe as f64).ceil() as u64).max(1));
-    let fp = {
+        .unwrap_or_else(|| ((opts.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let fingerprint = {
         use sha2::{Digest, Sha256};
         let desc = serde_json::json!({
             "options": opts.fingerprint_json(),
@@ -204,7 +204,7 @@ pub fn train(
         format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
     };
     let mut start = 0;
-    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fp, opts.restart)? {
+    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fingerprint, opts.restart)? {
         let all = checkpoint::tensors(&dir)?;
         let group = |prefix: &str| checkpoint::group(&all, prefix);
         crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
@@ -250,12 +250,12 @@ pub fn train(
         start,
         end: stop_at,
         total,
-        steps_per_epoch: spe,
+        steps_per_epoch,
     };
     crate::steps::run(
         opts,
-        ctl,
-        &fp,
+        control,
+        &fingerprint,
         &mut objective,
         batches,
         &mut adam,
@@ -270,7 +270,7 @@ pub fn train(
     }
     // A start that finds the run complete keeps the record of the run that trained it.
     if summary.steps_done > start || !opts.out.join("train.json").is_file() {
-        write_record(opts, ctl, &summary, &fp, &init)?;
+        write_record(opts, control, &summary, &fingerprint, &init)?;
     }
     Ok(summary)
 }
@@ -359,16 +359,16 @@ fn export(
 
 fn write_record(
     opts: &TrainOptions,
-    ctl: &RunControl,
+    control: &RunControl,
     summary: &Summary,
-    fp: &str,
+    fingerprint: &str,
     init: &Path,
 ) -> Result<()> {
     let doc = serde_json::json!({
         "status": if summary.interrupted { "interrupted" } else { "complete" },
-        "command": ctl.command_line,
+        "command": control.command_line,
         "seed": opts.seed,
-        "fingerprint": fp,
+        "fingerprint": fingerprint,
         "options": opts,
         "init": init,
         "summary": summary,

@@ -183,10 +183,10 @@ pub fn resume_options(tsv: &Path, out: &Path) -> lexlip_train::TrainOptions {
 /// Runs `o` stopped after `stop` steps (which exports the model so far: `marker` in `--out`),
 /// then the same options again, which must resume there and finish.
 pub fn train_stopped_and_resumed(o: &lexlip_train::TrainOptions, stop: u64, marker: &str) {
-    let ctl = lexlip_train::RunControl::default();
+    let control = lexlip_train::RunControl::default();
     let mut first = o.clone();
     first.stop_at = Some(stop);
-    let s = lexlip_train::train(&first, &ctl, &mut Collect::default()).unwrap();
+    let s = lexlip_train::train(&first, &control, &mut Collect::default()).unwrap();
     assert!(s.interrupted);
     assert_eq!(s.steps_done, stop);
     assert!(
@@ -194,7 +194,7 @@ pub fn train_stopped_and_resumed(o: &lexlip_train::TrainOptions, stop: u64, mark
         "a stopped run leaves a usable model ({marker})"
     );
     let mut seen = Collect::default();
-    let s = lexlip_train::train(o, &ctl, &mut seen).unwrap();
+    let s = lexlip_train::train(o, &control, &mut seen).unwrap();
     assert_eq!((s.resumed_from, s.steps_done), (stop, s.total_steps));
     assert!(seen.messages.iter().any(|m| m.contains("resuming")));
 }
