@@ -457,15 +457,15 @@ impl HostBatch {
 
 /// The corpus a run reads, from `--tsv`, `--manifest` or `--webdataset`.
 pub(crate) fn input(opts: &TrainOptions) -> Result<Input> {
-    Ok(if let Some(p) = &opts.tsv {
+    Ok(if let Some(p) = &opts.data.tsv {
         Input::Tsv {
             path: p.clone(),
-            images_root: opts.images_root.clone(),
+            images_root: opts.data.images_root.clone(),
         }
-    } else if let Some(p) = &opts.manifest {
+    } else if let Some(p) = &opts.data.manifest {
         Input::Manifest(p.clone())
-    } else if !opts.webdataset.is_empty() {
-        Input::WebDataset(opts.webdataset.clone())
+    } else if !opts.data.webdataset.is_empty() {
+        Input::WebDataset(opts.data.webdataset.clone())
     } else {
         return Err(TrainError::invalid(
             "give a corpus: --tsv, --manifest or --webdataset",

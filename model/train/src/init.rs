@@ -243,18 +243,18 @@ fn load_image(dir: &Path) -> Result<(ImageInit, PathBuf)> {
 /// Resolves where both towers start from the options. `scratch` is a directory for converted
 /// checkpoints (inside the output directory).
 pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
-    let tok_opt = opts.tokenizer.as_deref();
-    let lexlip = opts.objective == Objective::Lexlip;
+    let tok_opt = opts.model.tokenizer.as_deref();
+    let lexlip = opts.method.objective == Objective::Lexlip;
     let (mut text_dir, mut image_dir) = (None, None);
-    if let Some(p) = &opts.init {
+    if let Some(p) = &opts.model.init {
         let found = locate(p, tok_opt, scratch)?;
         text_dir = found.text;
         image_dir = found.image;
     }
-    if let Some(p) = &opts.text_init {
+    if let Some(p) = &opts.model.text_init {
         text_dir = Some(tower_dir(p, "text", tok_opt, scratch)?);
     }
-    if let Some(p) = &opts.image_init {
+    if let Some(p) = &opts.model.image_init {
         image_dir = Some(tower_dir(p, "image", tok_opt, scratch)?);
     }
     let mut tokenizers: Vec<PathBuf> = Vec::new();
@@ -275,7 +275,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
         None => None,
     };
     let tokenizer = match (
-        &opts.tokenizer,
+        &opts.model.tokenizer,
         tokenizers.into_iter().find(|t| t.is_file()),
     ) {
         (Some(t), _) => t.clone(),
@@ -292,12 +292,12 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
     let text = match text {
         Some(t) => t,
         None => {
-            let (h, l, heads, i) = text_preset(opts.text_config);
+            let (h, l, heads, i) = text_preset(opts.model.text_config);
             TextInit {
                 config: BertConfig::sized(v, h, l, heads, i),
                 weights: None,
                 untied: false,
-                from: format!("random ({:?} preset)", opts.text_config).to_lowercase(),
+                from: format!("random ({:?} preset)", opts.model.text_config).to_lowercase(),
                 shared: None,
             }
         }
@@ -309,16 +309,22 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
             tokenizer.display()
         )));
     }
-    if text.config.max_position_embeddings < opts.max_length {
+    if text.config.max_position_embeddings < opts.data.max_length {
         return Err(TrainError::invalid(format!(
             "--max-length {} exceeds the text model's {} positions",
-            opts.max_length, text.config.max_position_embeddings
+            opts.data.max_length, text.config.max_position_embeddings
         )));
     }
     let image = match image {
         Some(i) => {
-            if opts.image_size.is_some_and(|s| s != i.config.image_size)
-                || opts.patch_size.is_some_and(|p| p != i.config.patch_size)
+            if opts
+                .model
+                .image_size
+                .is_some_and(|s| s != i.config.image_size)
+                || opts
+                    .model
+                    .patch_size
+                    .is_some_and(|p| p != i.config.patch_size)
             {
                 return Err(TrainError::invalid(format!(
                     "--image-size/--patch-size apply to an image tower from scratch; {} is {}px \
@@ -326,7 +332,7 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
                     i.from, i.config.image_size, i.config.patch_size
                 )));
             }
-            if lexlip && !i.has_head && opts.image_head_init == HeadInit::Auto {
+            if lexlip && !i.has_head && opts.model.image_head_init == HeadInit::Auto {
                 return Err(TrainError::Untrainable {
                     path: PathBuf::from(&i.from),
                     message: format!(
@@ -339,9 +345,9 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
             i
         }
         None => {
-            let (h, l, heads, inter, size, patch) = image_preset(opts.image_config);
-            let size = opts.image_size.unwrap_or(size);
-            let patch = opts.patch_size.unwrap_or(patch);
+            let (h, l, heads, inter, size, patch) = image_preset(opts.model.image_config);
+            let size = opts.model.image_size.unwrap_or(size);
+            let patch = opts.model.patch_size.unwrap_or(patch);
             ImageInit {
                 config: beit_config(h, l, heads, inter, size, patch),
                 head: HeadConfig::default(),
@@ -349,11 +355,11 @@ pub fn resolve(opts: &TrainOptions, scratch: &Path) -> Result<Init> {
                 has_head: false,
                 mean: [0.5; 3],
                 std: [0.5; 3],
-                from: format!("random ({:?} preset)", opts.image_config).to_lowercase(),
+                from: format!("random ({:?} preset)", opts.model.image_config).to_lowercase(),
             }
         }
     };
-    let head_init = match (opts.image_head_init, image.has_head) {
+    let head_init = match (opts.model.image_head_init, image.has_head) {
         (HeadInit::Auto, true) => HeadInit::Auto,
         (HeadInit::Auto, false) if image.config.hidden_size == text.config.hidden_size => {
             HeadInit::Text
@@ -391,7 +397,7 @@ fn shared_init(
     text: &TextInit,
     image: &ImageInit,
 ) -> Result<Option<SharedInit>> {
-    let shared = match (opts.shared_layers, &text.shared) {
+    let shared = match (opts.method.shared_layers, &text.shared) {
         (None, None) | (Some(0), None) => return Ok(None),
         (None, Some(c)) => SharedInit {
             config: c.clone(),

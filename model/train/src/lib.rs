@@ -72,9 +72,9 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     opts.validate()?;
-    match opts.objective {
+    match opts.method.objective {
         Objective::Rerank => {
-            run::prepare_out(&opts.out)?;
+            run::prepare_out(&opts.run.out)?;
             rerank::train(opts, control, observer)
         }
         Objective::Lexlip | Objective::Dense => run::train(opts, control, observer),

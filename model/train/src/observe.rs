@@ -76,7 +76,7 @@ impl Summary {
         corpus: &Corpus,
     ) -> Self {
         Self {
-            out: opts.out.clone(),
+            out: opts.run.out.clone(),
             phase,
             steps_done: start,
             total_steps: total,

@@ -99,8 +99,34 @@ pub enum SaveDtype {
     F16,
 }
 
+/// Everything `lexlip train` can be told, in groups a library user fills without `clap`
+/// ([`TrainOptions::new`] gives the defaults). Serialized flat (the keys of `train.json` and of
+/// the resume fingerprint are the fields' names, whatever their group).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct TrainOptions {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub data: DataOptions,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub model: ModelOptions,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub method: MethodOptions,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub lexicon: LexiconOptions,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub optim: OptimOptions,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunOptions,
+}
+
+/// What a run reads and how its pairs are prepared (corpus, caption length, augmentation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct DataOptions {
     // ---- data
     /// Caption TSV `title<TAB>filepath<TAB>image_id` with a header (plain or gzip); every caption
     /// is one (image, caption) pair.
@@ -131,7 +157,11 @@ pub struct TrainOptions {
     /// pointing left" are direction-specific).
     #[arg(long, help_heading = "Data")]
     pub hflip: bool,
+}
 
+/// Where the towers start and their shapes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct ModelOptions {
     // ---- model
     /// Initialise both towers from a model: a LexLIP directory, a LexLIP Lightning checkpoint
     /// (.ckpt, with --tokenizer), or a single BERT masked-LM / BEiT + MLM head directory.
@@ -163,7 +193,11 @@ pub struct TrainOptions {
     /// Initial image MLM head when the image model has none.
     #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
     pub image_head_init: HeadInit,
+}
 
+/// What is trained and with which losses: the objective, its phase, masking, temperatures, momentum, and the options of the dense and re-rank objectives and the seed methods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct MethodOptions {
     // ---- objectives
     /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers.
     #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
@@ -246,38 +280,6 @@ pub struct TrainOptions {
     /// --flops-text say otherwise).
     #[arg(long, default_value_t = 0.002, help_heading = "Objectives")]
     pub flops_lambda: f64,
-    /// FLOPS weight of the image lexicons (default: --flops-lambda).
-    #[arg(long, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flops_image: Option<f64>,
-    /// FLOPS weight of the text lexicons (default: --flops-lambda).
-    #[arg(long, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flops_text: Option<f64>,
-    /// Fraction of the steps over which sparsity sets in: the FLOPS weights rise quadratically
-    /// from 0 (SPLADE's warm-up) and the image top-K narrows from the whole vocabulary to
-    /// --image-top-k (0 = both in full from the first step).
-    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub flops_warmup: f64,
-    /// Top-K pooling: each image lexicon keeps only its K largest weights, in training and in
-    /// the exported model (recorded in lexlip.json, applied by every encoder), so the index
-    /// stores exactly what was trained. 0 = every non-zero term.
-    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub image_top_k: usize,
-    /// Weight of caption-word grounding (STAIR): each image's lexicon, as a softmax over the
-    /// vocabulary, is trained to predict its caption's word pieces weighted by TF-IDF over the
-    /// corpus, so an image's strongest terms are words people use for it. 0 = off.
-    #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub grounding: f64,
-    /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
-    /// initial one) or train (both learn theirs; a learned bias lets one term top every
-    /// lexicon).
-    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
-    #[serde(default = "legacy_vocab_bias")]
-    pub vocab_bias: VocabBias,
     /// EMA decay m of the momentum encoders (phase 2 and --dense-momentum).
     #[arg(long, default_value_t = 0.99, help_heading = "Objectives")]
     pub momentum: f64,
@@ -319,7 +321,48 @@ pub struct TrainOptions {
     /// choice for a small corpus and a pre-trained text model (e.g. a SPLADE model).
     #[arg(long, help_heading = "Objectives")]
     pub freeze_text: bool,
+}
 
+/// How sparse and grounded the lexicons are (LexLIP only): FLOPS per side, top-K pooling, caption-word grounding, vocabulary biases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct LexiconOptions {
+    /// FLOPS weight of the image lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_image: Option<f64>,
+    /// FLOPS weight of the text lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_text: Option<f64>,
+    /// Fraction of the steps over which sparsity sets in: the FLOPS weights rise quadratically
+    /// from 0 (SPLADE's warm-up) and the image top-K narrows from the whole vocabulary to
+    /// --image-top-k (0 = both in full from the first step).
+    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub flops_warmup: f64,
+    /// Top-K pooling: each image lexicon keeps only its K largest weights, in training and in
+    /// the exported model (recorded in lexlip.json, applied by every encoder), so the index
+    /// stores exactly what was trained. 0 = every non-zero term.
+    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub image_top_k: usize,
+    /// Weight of caption-word grounding (STAIR): each image's lexicon, as a softmax over the
+    /// vocabulary, is trained to predict its caption's word pieces weighted by TF-IDF over the
+    /// corpus, so an image's strongest terms are words people use for it. 0 = off.
+    #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub grounding: f64,
+    /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
+    /// initial one) or train (both learn theirs; a learned bias lets one term top every
+    /// lexicon).
+    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
+    #[serde(default = "legacy_vocab_bias")]
+    pub vocab_bias: VocabBias,
+}
+
+/// How the parameters are updated: batches and their order, steps, learning rates, regularisation, the seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct OptimOptions {
     // ---- optimisation
     /// Pairs per step.
     #[arg(long, default_value_t = 32, help_heading = "Optimisation")]
@@ -362,7 +405,11 @@ pub struct TrainOptions {
     /// Seed of everything random: initial weights, data order, masks, augmentation, dropout.
     #[arg(long, default_value_t = 42, help_heading = "Optimisation")]
     pub seed: u64,
+}
 
+/// Where the run writes and how it reports, checkpoints and stops; none of these changes what it computes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct RunOptions {
     // ---- run
     /// Output directory: the trained LexLIP model (lexlip.json, text/, image/), train.json and
     /// checkpoints/. A run whose checkpoint is here resumes from it.
@@ -437,75 +484,87 @@ impl TrainOptions {
     /// Options with the defaults above (for library callers and tests).
     pub fn new(out: impl Into<PathBuf>) -> Self {
         Self {
-            tsv: None,
-            images_root: None,
-            manifest: None,
-            webdataset: Vec::new(),
-            max_length: 40,
-            crop_scale: 0.8,
-            color_jitter: 0.1,
-            hflip: false,
-            init: None,
-            text_init: None,
-            image_init: None,
-            tokenizer: None,
-            text_config: Preset::Tiny,
-            image_config: Preset::Small,
-            image_size: None,
-            patch_size: None,
-            image_head_init: HeadInit::Auto,
-            objective: Objective::Lexlip,
-            dense_loss: DenseLoss::Infonce,
-            dense_momentum: false,
-            dense_token: DenseToken::None,
-            dense_dim: default_dense_dim(),
-            fusion_layers: default_fusion_layers(),
-            rerank_negatives: default_rerank_negatives(),
-            rerank_hard: default_rerank_hard(),
-            image_mask_rate: default_image_mask_rate(),
-            rerank_mlm: 1.0,
-            rerank_itc: 1.0,
-            rerank_mim: 1.0,
-            phase: 1,
-            mask_rate: 0.3,
-            decoder_mask_rate: 0.5,
-            decoder_layers: 2,
-            tau: 0.05,
-            flops_lambda: 0.002,
-            flops_image: None,
-            flops_text: None,
-            flops_warmup: DEFAULT_FLOPS_WARMUP,
-            image_top_k: DEFAULT_IMAGE_TOP_K,
-            grounding: DEFAULT_GROUNDING,
-            vocab_bias: VocabBias::Fixed,
-            momentum: 0.99,
-            queue_size: 1024,
-            itc_consistency: 0.0,
-            image_contrastive: 0.0,
-            shared_layers: None,
-            text_contrastive: 0.0,
-            freeze_text: false,
-            batch_size: 32,
-            sampler: Sampler::Random,
-            group_size: default_group_size(),
-            steps: None,
-            epochs: 10.0,
-            lr: 1e-4,
-            text_lr: None,
-            warmup: 0.1,
-            weight_decay: 0.01,
-            clip_grad: 1.0,
-            dropout: 0.1,
-            seed: 42,
-            out: out.into(),
-            checkpoint_every: 500,
-            keep_checkpoints: 2,
-            stop_at: None,
-            log_every: 10,
-            json: false,
-            save_dtype: SaveDtype::F32,
-            restart: false,
-            gpu: false,
+            data: DataOptions {
+                tsv: None,
+                images_root: None,
+                manifest: None,
+                webdataset: Vec::new(),
+                max_length: 40,
+                crop_scale: 0.8,
+                color_jitter: 0.1,
+                hflip: false,
+            },
+            model: ModelOptions {
+                init: None,
+                text_init: None,
+                image_init: None,
+                tokenizer: None,
+                text_config: Preset::Tiny,
+                image_config: Preset::Small,
+                image_size: None,
+                patch_size: None,
+                image_head_init: HeadInit::Auto,
+            },
+            method: MethodOptions {
+                objective: Objective::Lexlip,
+                dense_loss: DenseLoss::Infonce,
+                dense_momentum: false,
+                dense_token: DenseToken::None,
+                dense_dim: default_dense_dim(),
+                fusion_layers: default_fusion_layers(),
+                rerank_negatives: default_rerank_negatives(),
+                rerank_hard: default_rerank_hard(),
+                image_mask_rate: default_image_mask_rate(),
+                rerank_mlm: 1.0,
+                rerank_itc: 1.0,
+                rerank_mim: 1.0,
+                phase: 1,
+                mask_rate: 0.3,
+                decoder_mask_rate: 0.5,
+                decoder_layers: 2,
+                tau: 0.05,
+                flops_lambda: 0.002,
+                momentum: 0.99,
+                queue_size: 1024,
+                itc_consistency: 0.0,
+                image_contrastive: 0.0,
+                shared_layers: None,
+                text_contrastive: 0.0,
+                freeze_text: false,
+            },
+            lexicon: LexiconOptions {
+                flops_image: None,
+                flops_text: None,
+                flops_warmup: DEFAULT_FLOPS_WARMUP,
+                image_top_k: DEFAULT_IMAGE_TOP_K,
+                grounding: DEFAULT_GROUNDING,
+                vocab_bias: VocabBias::Fixed,
+            },
+            optim: OptimOptions {
+                batch_size: 32,
+                sampler: Sampler::Random,
+                group_size: default_group_size(),
+                steps: None,
+                epochs: 10.0,
+                lr: 1e-4,
+                text_lr: None,
+                warmup: 0.1,
+                weight_decay: 0.01,
+                clip_grad: 1.0,
+                dropout: 0.1,
+                seed: 42,
+            },
+            run: RunOptions {
+                out: out.into(),
+                checkpoint_every: 500,
+                keep_checkpoints: 2,
+                stop_at: None,
+                log_every: 10,
+                json: false,
+                save_dtype: SaveDtype::F32,
+                restart: false,
+                gpu: false,
+            },
         }
     }
 
@@ -513,26 +572,26 @@ impl TrainOptions {
     /// same ones): everything except where and how often it reports and saves.
     pub fn fingerprint_json(&self) -> serde_json::Value {
         let mut o = self.clone();
-        o.checkpoint_every = 0;
-        o.keep_checkpoints = 0;
-        o.stop_at = None;
-        o.log_every = 0;
-        o.json = false;
-        o.save_dtype = SaveDtype::F32;
-        o.restart = false;
-        o.gpu = false;
-        o.out = PathBuf::new();
+        o.run.checkpoint_every = 0;
+        o.run.keep_checkpoints = 0;
+        o.run.stop_at = None;
+        o.run.log_every = 0;
+        o.run.json = false;
+        o.run.save_dtype = SaveDtype::F32;
+        o.run.restart = false;
+        o.run.gpu = false;
+        o.run.out = PathBuf::new();
         let mut v = serde_json::to_value(&o).unwrap_or_default();
         // LexLIP runs hash as they did before the dense objective existed, so their
         // checkpoints still resume.
-        if self.objective == Objective::Lexlip
+        if self.method.objective == Objective::Lexlip
             && let Some(m) = v.as_object_mut()
         {
             m.remove("objective");
             m.remove("dense_dim");
         }
         // The lexicon options shape LexLIP's lexicons only.
-        if self.objective != Objective::Lexlip
+        if self.method.objective != Objective::Lexlip
             && let Some(m) = v.as_object_mut()
         {
             for key in [
@@ -546,7 +605,7 @@ impl TrainOptions {
                 m.remove(key);
             }
         }
-        if self.objective != Objective::Rerank
+        if self.method.objective != Objective::Rerank
             && let Some(m) = v.as_object_mut()
         {
             for key in [
@@ -559,38 +618,38 @@ impl TrainOptions {
             ] {
                 m.remove(key);
             }
-            if self.dense_token == DenseToken::None {
+            if self.method.dense_token == DenseToken::None {
                 m.remove("image_mask_rate");
             }
         }
         // Options added later hash only when set, so older runs' checkpoints still resume.
         if let Some(m) = v.as_object_mut() {
-            if self.dense_loss == DenseLoss::Infonce {
+            if self.method.dense_loss == DenseLoss::Infonce {
                 m.remove("dense_loss");
             }
-            if !self.dense_momentum {
+            if !self.method.dense_momentum {
                 m.remove("dense_momentum");
             }
-            if self.dense_token == DenseToken::None {
+            if self.method.dense_token == DenseToken::None {
                 m.remove("dense_token");
             }
-            if self.sampler == Sampler::Random {
+            if self.optim.sampler == Sampler::Random {
                 m.remove("sampler");
                 m.remove("group_size");
             }
             for (key, v) in [
-                ("itc_consistency", self.itc_consistency),
-                ("image_contrastive", self.image_contrastive),
-                ("text_contrastive", self.text_contrastive),
-                ("flops_warmup", self.flops_warmup),
-                ("image_top_k", self.image_top_k as f64),
-                ("grounding", self.grounding),
+                ("itc_consistency", self.method.itc_consistency),
+                ("image_contrastive", self.method.image_contrastive),
+                ("text_contrastive", self.method.text_contrastive),
+                ("flops_warmup", self.lexicon.flops_warmup),
+                ("image_top_k", self.lexicon.image_top_k as f64),
+                ("grounding", self.lexicon.grounding),
             ] {
                 if v == 0.0 {
                     m.remove(key);
                 }
             }
-            if self.vocab_bias == VocabBias::Train {
+            if self.lexicon.vocab_bias == VocabBias::Train {
                 m.remove("vocab_bias");
             }
         }
@@ -600,47 +659,50 @@ impl TrainOptions {
     /// Checks values that no type can (rates in range, sizes positive).
     pub fn validate(&self) -> crate::Result<()> {
         let bad = |m: String| Err(crate::TrainError::Invalid(m));
-        let inputs = usize::from(self.tsv.is_some())
-            + usize::from(self.manifest.is_some())
-            + usize::from(!self.webdataset.is_empty());
+        let inputs = usize::from(self.data.tsv.is_some())
+            + usize::from(self.data.manifest.is_some())
+            + usize::from(!self.data.webdataset.is_empty());
         if inputs != 1 {
             return bad("give exactly one corpus: --tsv, --manifest or --webdataset".into());
         }
         for (name, v) in [
-            ("--mask-rate", self.mask_rate),
-            ("--decoder-mask-rate", self.decoder_mask_rate),
+            ("--mask-rate", self.method.mask_rate),
+            ("--decoder-mask-rate", self.method.decoder_mask_rate),
         ] {
             if !(v > 0.0 && v <= 1.0) {
                 return bad(format!("{name} must be in (0, 1], got {v}"));
             }
         }
-        if !(self.image_mask_rate > 0.0 && self.image_mask_rate <= 1.0) {
+        if !(self.method.image_mask_rate > 0.0 && self.method.image_mask_rate <= 1.0) {
             return bad(format!(
                 "--image-mask-rate must be in (0, 1], got {}",
-                self.image_mask_rate
+                self.method.image_mask_rate
             ));
         }
-        if self.objective == Objective::Rerank {
-            if self.shared_layers.is_some() {
+        if self.method.objective == Objective::Rerank {
+            if self.method.shared_layers.is_some() {
                 return bad(
                     "--shared-layers is the lexicon objective's; the re-ranker's fusion layers are \
                      --fusion-layers"
                         .into(),
                 );
             }
-            if !(0.0..=1.0).contains(&self.rerank_hard) {
+            if !(0.0..=1.0).contains(&self.method.rerank_hard) {
                 return bad(format!(
                     "--rerank-hard must be in [0, 1], got {}",
-                    self.rerank_hard
+                    self.method.rerank_hard
                 ));
             }
-            if self.fusion_layers == 0 || self.rerank_negatives == 0 {
+            if self.method.fusion_layers == 0 || self.method.rerank_negatives == 0 {
                 return bad("--fusion-layers and --rerank-negatives must be at least 1".into());
             }
-            if !(self.rerank_mlm >= 0.0 && self.rerank_mim >= 0.0 && self.rerank_itc >= 0.0) {
+            if !(self.method.rerank_mlm >= 0.0
+                && self.method.rerank_mim >= 0.0
+                && self.method.rerank_itc >= 0.0)
+            {
                 return bad("--rerank-mlm, --rerank-mim and --rerank-itc must be ≥ 0".into());
             }
-            if self.init.is_none() {
+            if self.model.init.is_none() {
                 return bad(
                     "--objective rerank trains on top of a lexicon model: give it as --init \
                      (e.g. --init models/emoji-tiny)"
@@ -648,135 +710,151 @@ impl TrainOptions {
                 );
             }
         }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return bad(format!("--dropout must be in [0, 1), got {}", self.dropout));
+        if !(0.0..1.0).contains(&self.optim.dropout) {
+            return bad(format!(
+                "--dropout must be in [0, 1), got {}",
+                self.optim.dropout
+            ));
         }
-        if !(self.crop_scale > 0.0 && self.crop_scale <= 1.0) {
+        if !(self.data.crop_scale > 0.0 && self.data.crop_scale <= 1.0) {
             return bad(format!(
                 "--crop-scale must be in (0, 1], got {}",
-                self.crop_scale
+                self.data.crop_scale
             ));
         }
-        if !(0.0..1.0).contains(&self.color_jitter) {
+        if !(0.0..1.0).contains(&self.data.color_jitter) {
             return bad(format!(
                 "--color-jitter must be in [0, 1), got {}",
-                self.color_jitter
+                self.data.color_jitter
             ));
         }
-        if !(0.0..1.0).contains(&self.warmup) {
-            return bad(format!("--warmup must be in [0, 1), got {}", self.warmup));
+        if !(0.0..1.0).contains(&self.optim.warmup) {
+            return bad(format!(
+                "--warmup must be in [0, 1), got {}",
+                self.optim.warmup
+            ));
         }
-        if !(0.0..1.0).contains(&self.momentum) {
+        if !(0.0..1.0).contains(&self.method.momentum) {
             return bad(format!(
                 "--momentum must be in [0, 1), got {}",
-                self.momentum
+                self.method.momentum
             ));
         }
-        if self.tau <= 0.0 || !self.tau.is_finite() {
-            return bad(format!("--tau must be positive, got {}", self.tau));
+        if self.method.tau <= 0.0 || !self.method.tau.is_finite() {
+            return bad(format!("--tau must be positive, got {}", self.method.tau));
         }
-        let flops = [Some(self.flops_lambda), self.flops_image, self.flops_text];
+        let flops = [
+            Some(self.method.flops_lambda),
+            self.lexicon.flops_image,
+            self.lexicon.flops_text,
+        ];
         if flops
             .iter()
             .flatten()
             .any(|l| !(*l >= 0.0 && l.is_finite()))
-            || self.lr <= 0.0
-            || self.text_lr.is_some_and(|l| l <= 0.0)
+            || self.optim.lr <= 0.0
+            || self.optim.text_lr.is_some_and(|l| l <= 0.0)
         {
             return bad(
                 "--flops-lambda, --flops-image and --flops-text must be >= 0 and learning rates > 0"
                     .into(),
             );
         }
-        if !(0.0..1.0).contains(&self.flops_warmup) {
+        if !(0.0..1.0).contains(&self.lexicon.flops_warmup) {
             return bad(format!(
                 "--flops-warmup must be in [0, 1), got {}",
-                self.flops_warmup
+                self.lexicon.flops_warmup
             ));
         }
-        if !(self.grounding >= 0.0 && self.grounding.is_finite()) {
-            return bad(format!("--grounding must be >= 0, got {}", self.grounding));
+        if !(self.lexicon.grounding >= 0.0 && self.lexicon.grounding.is_finite()) {
+            return bad(format!(
+                "--grounding must be >= 0, got {}",
+                self.lexicon.grounding
+            ));
         }
-        if self.freeze_text && self.text_lr.is_some() {
+        if self.method.freeze_text && self.optim.text_lr.is_some() {
             return bad(
                 "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
             );
         }
         // Seen from the options alone, before anything touches the disk; an --init without a
         // text tower is refused once it is resolved (`run::train`).
-        if self.freeze_text && self.init.is_none() && self.text_init.is_none() {
+        if self.method.freeze_text && self.model.init.is_none() && self.model.text_init.is_none() {
             return bad(
                 "--freeze-text needs a trained text tower: give --text-init or --init".into(),
             );
         }
-        if self.batch_size < 2 {
+        if self.optim.batch_size < 2 {
             return bad("--batch-size must be at least 2 (contrastive negatives)".into());
         }
-        if self.max_length < 3 {
+        if self.data.max_length < 3 {
             return bad("--max-length must be at least 3 ([CLS], a token, [SEP])".into());
         }
-        if self.decoder_layers == 0 || self.checkpoint_every == 0 || self.log_every == 0 {
+        if self.method.decoder_layers == 0
+            || self.run.checkpoint_every == 0
+            || self.run.log_every == 0
+        {
             return bad(
                 "--decoder-layers, --checkpoint-every and --log-every must be positive".into(),
             );
         }
-        if self.steps == Some(0) || (self.steps.is_none() && self.epochs <= 0.0) {
+        if self.optim.steps == Some(0) || (self.optim.steps.is_none() && self.optim.epochs <= 0.0) {
             return bad("--steps / --epochs must be positive".into());
         }
         for (name, v) in [
-            ("--itc-consistency", self.itc_consistency),
-            ("--image-contrastive", self.image_contrastive),
-            ("--text-contrastive", self.text_contrastive),
+            ("--itc-consistency", self.method.itc_consistency),
+            ("--image-contrastive", self.method.image_contrastive),
+            ("--text-contrastive", self.method.text_contrastive),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 return bad(format!("{name} must be >= 0, got {v}"));
             }
-            if v > 0.0 && self.phase == 2 {
+            if v > 0.0 && self.method.phase == 2 {
                 return bad(format!(
                     "{name} adds an in-batch loss to phase 1 (and the dense objective); phase 2 \
                      contrasts against queues"
                 ));
             }
         }
-        if self.text_contrastive > 0.0 && self.freeze_text {
+        if self.method.text_contrastive > 0.0 && self.method.freeze_text {
             return bad(
                 "--text-contrastive trains the text tower, which --freeze-text locks".into(),
             );
         }
-        if self.sampler == Sampler::Grouped && self.group_size < self.batch_size {
+        if self.optim.sampler == Sampler::Grouped && self.optim.group_size < self.optim.batch_size {
             return bad(format!(
                 "--group-size {} must be at least --batch-size {} (a search space fills \
                  mini-batches)",
-                self.group_size, self.batch_size
+                self.optim.group_size, self.optim.batch_size
             ));
         }
-        if self.objective == Objective::Dense {
-            if self.phase != 1 {
+        if self.method.objective == Objective::Dense {
+            if self.method.phase != 1 {
                 return bad(
                     "--objective dense trains in one phase; --phase 2 (MoCo queues) is LexLIP's"
                         .into(),
                 );
             }
-            if self.dense_dim == 0 {
+            if self.method.dense_dim == 0 {
                 return bad("--dense-dim must be positive".into());
             }
-            if self.freeze_text {
+            if self.method.freeze_text {
                 return bad(
                     "--freeze-text is LexLIP's (a frozen lexicon); --objective dense trains both \
                      towers"
                         .into(),
                 );
             }
-            if self.shared_layers.is_some() {
+            if self.method.shared_layers.is_some() {
                 return bad(
                     "--shared-layers sits before the lexicon heads; the dense objective has none \
                      (give --objective lexlip)"
                         .into(),
                 );
             }
-        } else if self.dense_loss != DenseLoss::Infonce
-            || self.dense_momentum
-            || self.dense_token != DenseToken::None
+        } else if self.method.dense_loss != DenseLoss::Infonce
+            || self.method.dense_momentum
+            || self.method.dense_token != DenseToken::None
         {
             return bad(
                 "--dense-loss, --dense-momentum and --dense-token are the dense objective's; give \
@@ -784,12 +862,13 @@ impl TrainOptions {
                     .into(),
             );
         }
-        if (self.phase == 2 || self.dense_momentum)
-            && (self.queue_size == 0 || !self.queue_size.is_multiple_of(self.batch_size))
+        if (self.method.phase == 2 || self.method.dense_momentum)
+            && (self.method.queue_size == 0
+                || !self.method.queue_size.is_multiple_of(self.optim.batch_size))
         {
             return bad(format!(
                 "--queue-size {} must be a positive multiple of --batch-size {}",
-                self.queue_size, self.batch_size
+                self.method.queue_size, self.optim.batch_size
             ));
         }
         Ok(())

@@ -45,16 +45,16 @@ pub(crate) fn prepare_out(out: &Path) -> Result<()> {
 /// Refuses an output directory that holds the exported model of the other objective (a LexLIP
 /// directory and a dense one cannot share a directory: loaders would read the wrong one).
 fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
-    let (other, marker) = match opts.objective {
+    let (other, marker) = match opts.method.objective {
         ObjectiveKind::Lexlip => ("a dense model", exported_marker(ObjectiveKind::Dense)),
         ObjectiveKind::Dense => ("a LexLIP model", exported_marker(ObjectiveKind::Lexlip)),
         ObjectiveKind::Rerank => return Ok(()),
     };
-    if opts.out.join(marker).is_file() {
+    if opts.run.out.join(marker).is_file() {
         return Err(TrainError::invalid(format!(
             "--out {} holds {other} ({marker}); train --objective {} into another directory",
-            opts.out.display(),
-            format!("{:?}", opts.objective).to_lowercase()
+            opts.run.out.display(),
+            format!("{:?}", opts.method.objective).to_lowercase()
         )));
     }
     Ok(())
@@ -98,17 +98,17 @@ pub(crate) fn train(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let started = Instant::now();
-    prepare_out(&opts.out)?;
+    prepare_out(&opts.run.out)?;
     refuse_other_model(opts)?;
     let input = data::input(opts)?;
-    let init = crate::init::resolve(opts, &opts.out.join(".init"))?;
-    if opts.freeze_text && init.text.weights.is_none() {
+    let init = crate::init::resolve(opts, &opts.run.out.join(".init"))?;
+    if opts.method.freeze_text && init.text.weights.is_none() {
         return Err(TrainError::invalid(
             "--freeze-text needs a trained text tower, but the text tower starts from scratch: \
              give --text-init or --init with a text model",
         ));
     }
-    let tokenizer = TextTokenizer::load(&init.tokenizer, opts.max_length)?;
+    let tokenizer = TextTokenizer::load(&init.tokenizer, opts.data.max_length)?;
     if tokenizer.vocab != init.vocab.len() {
         return Err(TrainError::invalid(format!(
             "{}: the tokenizer has {} ids but its vocabulary lists {} tokens",
@@ -117,9 +117,9 @@ pub(crate) fn train(
             init.vocab.len()
         )));
     }
-    let head = match opts.objective {
+    let head = match opts.method.objective {
         ObjectiveKind::Lexlip => format!("image head: {:?}", init.head_init),
-        ObjectiveKind::Dense => format!("dense: [CLS] → {} dims", opts.dense_dim),
+        ObjectiveKind::Dense => format!("dense: [CLS] → {} dims", opts.method.dense_dim),
         ObjectiveKind::Rerank => String::new(),
     };
     observer.message(&format!(
@@ -130,39 +130,45 @@ pub(crate) fn train(
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
-    if corpus.pairs.len() < opts.batch_size {
+    if corpus.pairs.len() < opts.optim.batch_size {
         return Err(TrainError::Corpus(format!(
             "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
              least one batch (skipped: {:?})",
             corpus.pairs.len(),
-            opts.batch_size,
+            opts.optim.batch_size,
             corpus.skipped
         )));
     }
-    let mut order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let mut order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = opts
+        .optim
         .steps
-        .unwrap_or_else(|| ((opts.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
-    let device = lexlip_model::device(opts.gpu)?;
+        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let device = lexlip_model::device(opts.run.gpu)?;
     let mut model = Trainee::build(opts, &init, DType::F32, &device)?;
-    if opts.grounding > 0.0 {
+    if opts.lexicon.grounding > 0.0 {
         let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
         model.ground(&idf)?;
     }
-    let params = model.params(opts.phase, opts.text_lr.unwrap_or(opts.lr) / opts.lr);
+    let params = model.params(
+        opts.method.phase,
+        opts.optim.text_lr.unwrap_or(opts.optim.lr) / opts.optim.lr,
+    );
     let mut adam = AdamW::new(AdamWConfig {
-        weight_decay: opts.weight_decay,
+        weight_decay: opts.optim.weight_decay,
         ..AdamWConfig::default()
     });
     let fingerprint = fingerprint_of(opts, &input, model.init())?;
     let mut start = 0u64;
     let mut group = GroupState::default();
-    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fingerprint, opts.restart)? {
+    if let Some((dir, state)) =
+        checkpoint::resumable(&opts.run.out, &fingerprint, opts.run.restart)?
+    {
         group = restore(&mut model, &mut adam, &params, &dir, &state)?;
         start = state.step;
         let epoch = start / steps_per_epoch.max(1);
-        if opts.sampler == Sampler::Grouped && epoch > 0 {
+        if opts.optim.sampler == Sampler::Grouped && epoch > 0 {
             match &group.current {
                 Some((e, o)) if *e == epoch => order.set(epoch, o),
                 _ => {
@@ -181,8 +187,8 @@ pub(crate) fn train(
             dir.display()
         ));
     }
-    let stop_at = opts.stop_at.unwrap_or(total).min(total);
-    let mut summary = Summary::starting(opts, opts.phase, start, total, &corpus);
+    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary::starting(opts, opts.method.phase, start, total, &corpus);
     let record = |model: &Trainee, summary: &Summary, status: &str| {
         write_train_json(
             opts,
@@ -222,11 +228,17 @@ pub(crate) fn train(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     if summary.steps_done >= total {
-        if !summary.already_complete || !opts.out.join(exported_marker(opts.objective)).is_file() {
-            model.export(&opts.out, opts.save_dtype, opts.max_length)?;
+        if !summary.already_complete
+            || !opts
+                .run
+                .out
+                .join(exported_marker(opts.method.objective))
+                .is_file()
+        {
+            model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length)?;
         }
         // A start that finds the run complete keeps the record of the run that trained it.
-        if !summary.already_complete || !opts.out.join("train.json").is_file() {
+        if !summary.already_complete || !opts.run.out.join("train.json").is_file() {
             record(&model, &summary, "complete")?;
         }
     } else {
@@ -234,7 +246,7 @@ pub(crate) fn train(
         // A stopped run leaves a usable model of the weights so far; the finished run
         // replaces it.
         if summary.steps_done > 0 {
-            model.export(&opts.out, opts.save_dtype, opts.max_length)?;
+            model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length)?;
         }
         record(&model, &summary, "interrupted")?;
     }
@@ -265,40 +277,40 @@ fn run_steps(
             mean: model.init().image.mean,
             std: model.init().image.std,
         },
-        crop_scale: opts.crop_scale,
-        jitter: opts.color_jitter,
-        hflip: opts.hflip,
+        crop_scale: opts.data.crop_scale,
+        jitter: opts.data.color_jitter,
+        hflip: opts.data.hflip,
     };
     let masking = Masking {
-        rate: opts.mask_rate,
-        decoder_rate: opts.decoder_mask_rate,
-        second_view: opts.image_contrastive > 0.0,
-        patches: (opts.dense_token != DenseToken::None).then(|| PatchMasking {
+        rate: opts.method.mask_rate,
+        decoder_rate: opts.method.decoder_mask_rate,
+        second_view: opts.method.image_contrastive > 0.0,
+        patches: (opts.method.dense_token != DenseToken::None).then(|| PatchMasking {
             grid: model.image_size() / model.init().image.config.patch_size,
-            rate: opts.image_mask_rate,
+            rate: opts.method.image_mask_rate,
         }),
     };
     let flops = FlopsSchedule {
-        image: opts.flops_image.unwrap_or(opts.flops_lambda),
-        text: opts.flops_text.unwrap_or(opts.flops_lambda),
-        warmup_steps: (opts.flops_warmup * total as f64).round() as u64,
+        image: opts.lexicon.flops_image.unwrap_or(opts.method.flops_lambda),
+        text: opts.lexicon.flops_text.unwrap_or(opts.method.flops_lambda),
+        warmup_steps: (opts.lexicon.flops_warmup * total as f64).round() as u64,
     };
     let top_k = TopKSchedule {
-        k: opts.image_top_k,
+        k: opts.lexicon.image_top_k,
         vocab: model.init().vocab.len(),
         warmup_steps: flops.warmup_steps,
     };
     let objectives = Objectives {
-        tau: opts.tau,
+        tau: opts.method.tau,
         flops: flops.at(span.start),
         image_top_k: top_k.at(span.start),
-        grounding: opts.grounding,
-        momentum: opts.momentum,
-        consistency: opts.itc_consistency,
-        image_contrastive: opts.image_contrastive,
-        text_contrastive: opts.text_contrastive,
-        dense_loss: opts.dense_loss,
-        dense_token: opts.dense_token,
+        grounding: opts.lexicon.grounding,
+        momentum: opts.method.momentum,
+        consistency: opts.method.itc_consistency,
+        image_contrastive: opts.method.image_contrastive,
+        text_contrastive: opts.method.text_contrastive,
+        dense_loss: opts.method.dense_loss,
+        dense_token: opts.method.dense_token,
     };
     let text_cache = if let Some(model) = model.frozen_text() {
         observer.message(&format!(
@@ -316,7 +328,7 @@ fn run_steps(
     } else {
         None
     };
-    let grouped = opts.sampler == Sampler::Grouped;
+    let grouped = opts.optim.sampler == Sampler::Grouped;
     // The grouped order of each epoch, made at the end of the one before (`updated`).
     let (order_tx, order_rx) = std::sync::mpsc::channel::<(u64, Vec<u32>)>();
     let batches = PairBatches {
@@ -328,7 +340,7 @@ fn run_steps(
         order_rx,
         grouped,
         steps_per_epoch: span.steps_per_epoch.max(1),
-        seed: opts.seed,
+        seed: opts.optim.seed,
     };
     let mut objective = LexlipSteps {
         opts,
@@ -429,12 +441,15 @@ impl Objective for LexlipSteps<'_> {
         if let Some(cache) = &self.text_cache {
             batch.text_lexicon = Some(cache.batch(&host.pairs, self.model.device())?);
         }
-        let drop = Dropout::new(opts.dropout, Rng::new(&[opts.seed, key("dropout"), step]));
+        let drop = Dropout::new(
+            opts.optim.dropout,
+            Rng::new(&[opts.optim.seed, key("dropout"), step]),
+        );
         self.objectives.flops = self.flops.at(step);
         self.objectives.image_top_k = self.top_k.at(step);
         let (losses, keys) = self
             .model
-            .step(opts.phase, &batch, &drop, &self.objectives)?;
+            .step(opts.method.phase, &batch, &drop, &self.objectives)?;
         // Representations are kept only for an epoch that a grouped one follows.
         if self.grouped
             && (step / self.steps_per_epoch + 1) * self.steps_per_epoch < self.total
@@ -462,10 +477,10 @@ impl Objective for LexlipSteps<'_> {
             let epoch = done / self.steps_per_epoch - 1;
             let next = self.group.next_epoch(
                 epoch,
-                self.opts.seed,
+                self.opts.optim.seed,
                 self.corpus.pairs.len(),
-                self.opts.batch_size,
-                self.opts.group_size,
+                self.opts.optim.batch_size,
+                self.opts.optim.group_size,
             )?;
             observer.message(&format!(
                 "grouped sampler: epoch {}'s mini-batches from {} pairs in {:.1} s; mean \
@@ -538,7 +553,7 @@ fn write_train_json(
     status: &str,
 ) -> Result<()> {
     let init = model.init();
-    let image_head = match opts.objective {
+    let image_head = match opts.method.objective {
         ObjectiveKind::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
         ObjectiveKind::Dense | ObjectiveKind::Rerank => None,
     };
@@ -560,8 +575,8 @@ fn write_train_json(
     let doc = serde_json::json!({
         "status": status,
         "command": control.command_line,
-        "seed": opts.seed,
-        "phase": opts.phase,
+        "seed": opts.optim.seed,
+        "phase": opts.method.phase,
         "fingerprint": fingerprint,
         "options": opts,
         "init": {
@@ -592,5 +607,5 @@ fn write_train_json(
     let mut text =
         serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
-    checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+    checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
 }

@@ -119,8 +119,8 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
                     what: "the gradient norm".into(),
                 });
             }
-            let lr = learning_rate(opts.lr, step, total, opts.warmup);
-            adam.step(params, &grads, lr, clip_scale(norm, opts.clip_grad))?;
+            let lr = learning_rate(opts.optim.lr, step, total, opts.optim.warmup);
+            adam.step(params, &grads, lr, clip_scale(norm, opts.optim.clip_grad))?;
             std::mem::drop(grads);
             objective.updated(step, observer)?;
             let done = step + 1;
@@ -132,7 +132,7 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed));
             let last = done == end || stopping;
-            if done % opts.log_every.max(1) == 0 || last {
+            if done % opts.run.log_every.max(1) == 0 || last {
                 let mut parts = BTreeMap::new();
                 for (name, t) in &computed.parts {
                     parts.insert((*name).to_string(), scalar(t)?);
@@ -150,7 +150,7 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
                     nnz_text: computed.nnz_text,
                     lr,
                     grad_norm: norm,
-                    samples_per_s: ((done - start) as usize * opts.batch_size) as f64
+                    samples_per_s: ((done - start) as usize * opts.optim.batch_size) as f64
                         / elapsed.max(1e-9),
                     elapsed_s: elapsed,
                 };
@@ -158,7 +158,7 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
                 summary.samples_per_s = log.samples_per_s;
                 summary.last = Some(log);
             }
-            if done % opts.checkpoint_every.max(1) == 0 || last {
+            if done % opts.run.checkpoint_every.max(1) == 0 || last {
                 save(opts, objective, adam, fingerprint, done, total)?;
             }
             if stopping {
@@ -192,7 +192,7 @@ fn save<O: Objective>(
         queue_ptr,
         queue_fill,
     };
-    checkpoint::save(&opts.out, &state, &tensors, opts.keep_checkpoints)?;
+    checkpoint::save(&opts.run.out, &state, &tensors, opts.run.keep_checkpoints)?;
     Ok(())
 }
 

@@ -27,27 +27,34 @@ pub type Keys = Option<(Tensor, Tensor)>;
 impl Trainee {
     /// Builds what `opts.objective` trains from `init`.
     pub fn build(opts: &TrainOptions, init: &Init, dtype: DType, device: &Device) -> Result<Self> {
-        Ok(match opts.objective {
+        Ok(match opts.method.objective {
             Objective::Lexlip => {
-                let queue = (opts.phase == 2).then_some(opts.queue_size);
-                let mut m =
-                    LexLipModel::build(init, opts.decoder_layers, queue, opts.seed, dtype, device)?;
-                m.frozen_text = opts.freeze_text;
-                m.image_top_k = opts.image_top_k;
-                if opts.vocab_bias == VocabBias::Fixed {
+                let queue = (opts.method.phase == 2).then_some(opts.method.queue_size);
+                let mut m = LexLipModel::build(
+                    init,
+                    opts.method.decoder_layers,
+                    queue,
+                    opts.optim.seed,
+                    dtype,
+                    device,
+                )?;
+                m.frozen_text = opts.method.freeze_text;
+                m.image_top_k = opts.lexicon.image_top_k;
+                if opts.lexicon.vocab_bias == VocabBias::Fixed {
                     m.fix_vocab_bias()?;
                 }
                 Trainee::LexLip(Box::new(m))
             }
             Objective::Dense => {
-                let m = DenseModel::build(init, opts.dense_dim, opts.seed, dtype, device)?;
-                let m = if opts.dense_momentum {
-                    m.with_momentum(opts.queue_size, dtype)?
+                let m =
+                    DenseModel::build(init, opts.method.dense_dim, opts.optim.seed, dtype, device)?;
+                let m = if opts.method.dense_momentum {
+                    m.with_momentum(opts.method.queue_size, dtype)?
                 } else {
                     m
                 };
-                let m = if opts.dense_token != DenseToken::None {
-                    m.with_token_heads(opts.seed, dtype)?
+                let m = if opts.method.dense_token != DenseToken::None {
+                    m.with_token_heads(opts.optim.seed, dtype)?
                 } else {
                     m
                 };

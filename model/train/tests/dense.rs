@@ -89,13 +89,13 @@ fn training_forward_equals_the_exported_encoder() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = Device::Cpu;
     let mut o = TrainOptions::new(tmp.path().join("out"));
-    o.objective = Objective::Dense;
-    o.dense_dim = 24;
-    o.text_init = Some(common::splade_dir());
-    o.image_init = Some(common::model_fixtures().join("beit-tiny"));
-    o.max_length = 16;
+    o.method.objective = Objective::Dense;
+    o.method.dense_dim = 24;
+    o.model.text_init = Some(common::splade_dir());
+    o.model.image_init = Some(common::model_fixtures().join("beit-tiny"));
+    o.data.max_length = 16;
     let init = lexlip_train::init::resolve(&o, tmp.path()).unwrap();
-    let model = DenseModel::build(&init, o.dense_dim, 3, DType::F32, &dev).unwrap();
+    let model = DenseModel::build(&init, o.method.dense_dim, 3, DType::F32, &dev).unwrap();
     // No MLM head was built: nothing under `cls.` in any store.
     for (group, store) in model.stores() {
         for (name, _) in lexlip_train::params::sorted_vars(store) {
@@ -104,7 +104,7 @@ fn training_forward_equals_the_exported_encoder() {
     }
     let out = tmp.path().join("dense");
     std::fs::create_dir_all(&out).unwrap();
-    lexlip_train::export::export_dense(&model, &out, SaveDtype::F32, o.max_length).unwrap();
+    lexlip_train::export::export_dense(&model, &out, SaveDtype::F32, o.data.max_length).unwrap();
     let enc = Encoders::load(&out, &dev).unwrap();
     assert!(!enc.has_text() && !enc.has_image() && enc.term_space().is_none());
     let dense = enc.dense().expect("a dense encoder");
@@ -116,7 +116,7 @@ fn training_forward_equals_the_exported_encoder() {
         "red apple",
         "a very long caption that goes on and on past the sixteen tokens the model reads here",
     ];
-    let tok = TextTokenizer::load(&init.tokenizer, o.max_length).unwrap();
+    let tok = TextTokenizer::load(&init.tokenizer, o.data.max_length).unwrap();
     let ids: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t).unwrap()).collect();
     let t = ids.iter().map(Vec::len).max().unwrap();
     assert_eq!(t, 16, "the long caption is truncated");
@@ -173,8 +173,8 @@ fn training_forward_equals_the_exported_encoder() {
 
 fn dense_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
     let mut o = fast_options(tsv, out);
-    o.objective = Objective::Dense;
-    o.dense_dim = 32;
+    o.method.objective = Objective::Dense;
+    o.method.dense_dim = 32;
     o
 }
 
@@ -219,17 +219,17 @@ fn dcl_dense_steps_lower_the_loss() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let mut o = dense_options(&tsv, &tmp.path().join("model"));
-    o.dense_loss = lexlip_train::DenseLoss::Dcl;
+    o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
     let seen = forty_steps_lower_the_loss(&mut o);
     assert!(seen.logs.iter().all(|l| l.parts.contains_key("dcl")));
-    assert_eq!(train_json(&o.out)["options"]["dense_loss"], "dcl");
+    assert_eq!(train_json(&o.run.out)["options"]["dense_loss"], "dcl");
 }
 
 /// [`resume_options`] for the dense objective.
 fn dense_resume_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
     let mut o = resume_options(tsv, out);
-    o.objective = Objective::Dense;
-    o.dense_dim = 32;
+    o.method.objective = Objective::Dense;
+    o.method.dense_dim = 32;
     o
 }
 
@@ -270,9 +270,9 @@ fn dense_momentum_trains_and_resumes_bitwise() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let base = |out: &std::path::Path| {
         let mut o = dense_resume_options(&tsv, out);
-        o.dense_momentum = true;
-        o.dense_loss = lexlip_train::DenseLoss::Dcl;
-        o.queue_size = 16;
+        o.method.dense_momentum = true;
+        o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
+        o.method.queue_size = 16;
         o
     };
     let (s, state, _) = resumes_bitwise_holding(
@@ -292,8 +292,8 @@ fn dense_momentum_trains_and_resumes_bitwise() {
     assert!(exported.keys().all(|k| !k.starts_with("momentum")));
     // And only with the dense objective.
     let mut lexlip = base(&tmp.path().join("lexlip"));
-    lexlip.objective = Objective::Lexlip;
-    lexlip.dense_loss = lexlip_train::DenseLoss::Infonce;
+    lexlip.method.objective = Objective::Lexlip;
+    lexlip.method.dense_loss = lexlip_train::DenseLoss::Infonce;
     assert!(err_of(&lexlip).contains("give --objective dense"));
 }
 
@@ -306,10 +306,10 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let base = |out: &std::path::Path| {
         let mut o = dense_resume_options(&tsv, out);
-        o.dense_token = lexlip_train::DenseToken::Conditioned;
-        o.dense_momentum = true;
-        o.dense_loss = lexlip_train::DenseLoss::Dcl;
-        o.queue_size = 16;
+        o.method.dense_token = lexlip_train::DenseToken::Conditioned;
+        o.method.dense_momentum = true;
+        o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
+        o.method.queue_size = 16;
         o
     };
     let (s, _, _) = resumes_bitwise_holding(
@@ -342,16 +342,16 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
     assert_eq!(train_json(&whole)["options"]["dense_token"], "conditioned");
     // Only with the dense objective, and a rate in range.
     let mut lexlip = base(&tmp.path().join("lexlip"));
-    lexlip.objective = Objective::Lexlip;
-    lexlip.dense_loss = lexlip_train::DenseLoss::Infonce;
-    lexlip.dense_momentum = false;
+    lexlip.method.objective = Objective::Lexlip;
+    lexlip.method.dense_loss = lexlip_train::DenseLoss::Infonce;
+    lexlip.method.dense_momentum = false;
     assert!(
         err_of(&lexlip).contains("--dense-token"),
         "{}",
         err_of(&lexlip)
     );
     let mut o = base(&tmp.path().join("rate"));
-    o.image_mask_rate = 0.0;
+    o.method.image_mask_rate = 0.0;
     assert!(err_of(&o).contains("--image-mask-rate"), "{}", err_of(&o));
 }
 
@@ -378,34 +378,34 @@ fn dense_options_and_outputs_are_checked() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let out = tmp.path().join("out");
     let mut o = dense_options(&tsv, &out);
-    o.phase = 2;
+    o.method.phase = 2;
     assert!(err_of(&o).contains("--phase 2"), "{}", err_of(&o));
     let mut o = dense_options(&tsv, &out);
-    o.dense_dim = 0;
+    o.method.dense_dim = 0;
     assert!(err_of(&o).contains("--dense-dim"), "{}", err_of(&o));
     let mut o = dense_options(&tsv, &out);
-    o.freeze_text = true;
-    o.text_init = Some(common::splade_dir());
-    o.tokenizer = None;
+    o.method.freeze_text = true;
+    o.model.text_init = Some(common::splade_dir());
+    o.model.tokenizer = None;
     let e = err_of(&o);
     assert!(e.contains("--freeze-text") && e.contains("dense"), "{e}");
     // A directory holding a LexLIP model is not overwritten by a dense one, and vice versa.
     let lexlip = tmp.path().join("lexlip");
     let mut o = fast_options(&tsv, &lexlip);
-    o.steps = Some(1);
+    o.optim.steps = Some(1);
     run_quietly(&o);
     let e = err_of(&dense_options(&tsv, &lexlip));
     assert!(e.contains("holds a LexLIP model"), "{e}");
     let dense = tmp.path().join("dense");
     let mut o = dense_options(&tsv, &dense);
-    o.steps = Some(1);
+    o.optim.steps = Some(1);
     run_quietly(&o);
     let e = err_of(&fast_options(&tsv, &dense));
     assert!(e.contains("holds a dense model"), "{e}");
     // A dense model is not an initial model.
     let mut o = dense_options(&tsv, &out);
-    o.init = Some(dense.clone());
-    o.tokenizer = None;
+    o.model.init = Some(dense.clone());
+    o.model.tokenizer = None;
     let e = err_of(&o);
     assert!(e.contains("cannot be trained"), "{e}");
     // The text tower may come without an MLM head for the dense objective.
@@ -413,8 +413,8 @@ fn dense_options_and_outputs_are_checked() {
     let files = ["config.json", "tokenizer.json"];
     copy_without(&common::splade_dir(), &no_head, &files, "cls.");
     let mut o = dense_options(&tsv, &tmp.path().join("from-bert"));
-    o.text_init = Some(no_head);
-    o.tokenizer = None;
-    o.steps = Some(1);
+    o.model.text_init = Some(no_head);
+    o.model.tokenizer = None;
+    o.optim.steps = Some(1);
     run_quietly(&o);
 }

@@ -15,11 +15,11 @@ use common::{Collect, err_of, fast_options, mean, synthetic_tsv};
 
 fn frozen_options(tsv: &std::path::Path, out: &std::path::Path) -> lexlip_train::TrainOptions {
     let mut o = fast_options(tsv, out);
-    o.tokenizer = None;
-    o.text_init = Some(common::splade_dir());
-    o.image_head_init = lexlip_train::HeadInit::Random;
-    o.freeze_text = true;
-    o.tau = 0.5;
+    o.model.tokenizer = None;
+    o.model.text_init = Some(common::splade_dir());
+    o.model.image_head_init = lexlip_train::HeadInit::Random;
+    o.method.freeze_text = true;
+    o.method.tau = 0.5;
     o
 }
 
@@ -29,8 +29,8 @@ fn a_frozen_text_tower_keeps_its_weights_while_the_image_side_learns() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let out = tmp.path().join("model");
     let mut o = frozen_options(&tsv, &out);
-    o.steps = Some(30);
-    o.warmup = 0.05;
+    o.optim.steps = Some(30);
+    o.optim.warmup = 0.05;
     let mut seen = Collect::default();
     let s = train(&o, &RunControl::default(), &mut seen).unwrap();
     assert_eq!(s.steps_done, 30);
@@ -68,11 +68,11 @@ fn frozen_text_needs_a_trained_text_tower_and_no_text_lr() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let mut o = fast_options(&tsv, &tmp.path().join("a"));
-    o.freeze_text = true;
+    o.method.freeze_text = true;
     let e = err_of(&o);
     assert!(e.contains("--text-init"), "{e}");
     let mut o = frozen_options(&tsv, &tmp.path().join("b"));
-    o.text_lr = Some(1e-5);
+    o.optim.text_lr = Some(1e-5);
     let e = err_of(&o);
     assert!(e.contains("--text-lr"), "{e}");
 }
@@ -85,7 +85,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let o = frozen_options(&tsv, &tmp.path().join("model"));
     let init = lexlip_train::init::resolve(&o, &tmp.path().join("scratch")).unwrap();
-    let tokenizer = TextTokenizer::load(&init.tokenizer, o.max_length).unwrap();
+    let tokenizer = TextTokenizer::load(&init.tokenizer, o.data.max_length).unwrap();
     let input = lexlip_corpus::Input::Tsv {
         path: tsv.clone(),
         images_root: None,

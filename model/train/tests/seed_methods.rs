@@ -161,10 +161,10 @@ fn group_state_round_trips_through_tensors() {
 
 fn grouped_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
     let mut o = resume_options(tsv, out);
-    o.sampler = Sampler::Grouped;
-    o.group_size = 16;
-    o.itc_consistency = 0.2;
-    o.steps = Some(12); // 3 epochs of 4 steps (32 pairs, batch 8)
+    o.optim.sampler = Sampler::Grouped;
+    o.optim.group_size = 16;
+    o.method.itc_consistency = 0.2;
+    o.optim.steps = Some(12); // 3 epochs of 4 steps (32 pairs, batch 8)
     o
 }
 
@@ -198,9 +198,9 @@ fn grouped_training_regroups_and_resumes_bitwise() {
     assert_eq!(train_json["options"]["sampler"], "grouped");
 
     let mut random = grouped_options(&tsv, &tmp.path().join("random"));
-    random.sampler = Sampler::Random;
+    random.optim.sampler = Sampler::Random;
     run_quietly(&random);
-    assert_ne!(model_bytes(&whole), model_bytes(&random.out));
+    assert_ne!(model_bytes(&whole), model_bytes(&random.run.out));
 
     for (name, stop) in [("mid", 6), ("boundary", 8)] {
         let parts = tmp.path().join(name);
@@ -221,8 +221,8 @@ fn single_modal_losses_train_and_resume_bitwise() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let cookie = |out: &std::path::Path| {
         let mut o = resume_options(&tsv, out);
-        o.image_contrastive = 0.5;
-        o.text_contrastive = 0.5;
+        o.method.image_contrastive = 0.5;
+        o.method.text_contrastive = 0.5;
         o
     };
     let whole = tmp.path().join("whole");
@@ -249,25 +249,25 @@ fn bad_sampler_options_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let mut o = grouped_options(&tsv, &tmp.path().join("out"));
-    o.group_size = 4;
+    o.optim.group_size = 4;
     assert!(err_of(&o).contains("--group-size 4 must be at least --batch-size 8"));
     let mut o = grouped_options(&tsv, &tmp.path().join("out"));
-    o.itc_consistency = -1.0;
+    o.method.itc_consistency = -1.0;
     assert!(err_of(&o).contains("--itc-consistency must be >= 0"));
-    o.itc_consistency = 0.2;
-    o.phase = 2;
+    o.method.itc_consistency = 0.2;
+    o.method.phase = 2;
     assert!(err_of(&o).contains("phase 2 contrasts against queues"));
-    o.phase = 1;
-    o.itc_consistency = 0.0;
-    o.image_contrastive = f64::NAN;
+    o.method.phase = 1;
+    o.method.itc_consistency = 0.0;
+    o.method.image_contrastive = f64::NAN;
     assert!(err_of(&o).contains("--image-contrastive must be >= 0"));
-    o.image_contrastive = 0.0;
-    o.text_contrastive = 0.5;
-    o.freeze_text = true;
-    o.text_init = Some(tmp.path().join("a-text-model")); // checked before it is read
+    o.method.image_contrastive = 0.0;
+    o.method.text_contrastive = 0.5;
+    o.method.freeze_text = true;
+    o.model.text_init = Some(tmp.path().join("a-text-model")); // checked before it is read
     assert!(err_of(&o).contains("--text-contrastive trains the text tower"));
     let mut o = grouped_options(&tsv, &tmp.path().join("out"));
-    o.dense_loss = lexlip_train::DenseLoss::Dcl;
+    o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
     assert!(err_of(&o).contains("give --objective dense"));
     assert!(!tmp.path().join("out").exists(), "nothing written");
 }

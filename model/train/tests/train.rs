@@ -85,12 +85,12 @@ fn resume_gives_bitwise_the_same_weights() {
     // Phase 2 from the phase-1 model: momentum encoders and queues resume too.
     let p2 = |out: &std::path::Path| {
         let mut o = base(out);
-        o.phase = 2;
-        o.init = Some(whole.clone());
-        o.tokenizer = None;
-        o.image_size = None;
-        o.patch_size = None;
-        o.queue_size = 16;
+        o.method.phase = 2;
+        o.model.init = Some(whole.clone());
+        o.model.tokenizer = None;
+        o.model.image_size = None;
+        o.model.patch_size = None;
+        o.method.queue_size = 16;
         o
     };
     let whole2 = tmp.path().join("whole2");
@@ -101,8 +101,8 @@ fn resume_gives_bitwise_the_same_weights() {
     assert_eq!(model_bytes(&whole2), model_bytes(&parts2));
     // And a resumed run with other options is refused.
     let mut other = p2(&parts2);
-    other.lr = 5e-4;
-    other.restart = false;
+    other.optim.lr = 5e-4;
+    other.run.restart = false;
     std::fs::remove_file(parts2.join("lexlip.json")).unwrap();
     let err = err_of(&other);
     assert!(err.contains("--restart"), "{err}");
@@ -124,7 +124,7 @@ fn bad_items_are_skipped_and_counted() {
         ],
     );
     let mut o = fast_options(&tsv, &tmp.path().join("out"));
-    o.steps = Some(1);
+    o.optim.steps = Some(1);
     let s = run_quietly(&o);
     assert_eq!(s.pairs, 32);
     assert_eq!(s.skipped["missing_file"], 1);
@@ -142,7 +142,7 @@ fn bad_inputs_get_clear_errors() {
 
     // A corpus smaller than a batch.
     let mut o = fast_options(&tsv, &out);
-    o.batch_size = 64;
+    o.optim.batch_size = 64;
     assert!(err_of(&o).contains("at least one batch"), "{}", err_of(&o));
 
     // An output directory that cannot be written (its parent is a file).
@@ -158,8 +158,8 @@ fn bad_inputs_get_clear_errors() {
     let files = ["config.json", "tokenizer.json"];
     copy_without(&common::splade_dir(), &no_head, &files, "cls.");
     let mut o = fast_options(&tsv, &out);
-    o.text_init = Some(no_head.clone());
-    o.tokenizer = None;
+    o.model.text_init = Some(no_head.clone());
+    o.model.tokenizer = None;
     let e = err_of(&o);
     assert!(
         e.contains("cannot be trained") && e.contains("cls.predictions"),
@@ -176,22 +176,22 @@ fn bad_inputs_get_clear_errors() {
         &files,
         "cls.",
     );
-    o.image_init = Some(beit);
-    o.image_size = None;
-    o.patch_size = None;
+    o.model.image_init = Some(beit);
+    o.model.image_size = None;
+    o.model.patch_size = None;
     let e = err_of(&o);
     assert!(e.contains("--image-head-init"), "{e}");
 
     // Options out of range, and no corpus.
     let mut o = fast_options(&tsv, &out);
-    o.mask_rate = 0.0;
+    o.method.mask_rate = 0.0;
     assert!(err_of(&o).contains("--mask-rate"));
     let mut o = fast_options(&tsv, &out);
-    o.tsv = None;
+    o.data.tsv = None;
     assert!(err_of(&o).contains("exactly one corpus"));
     let mut o = fast_options(&tsv, &out);
-    o.phase = 2;
-    o.queue_size = 12;
+    o.method.phase = 2;
+    o.method.queue_size = 12;
     assert!(err_of(&o).contains("multiple of --batch-size"));
     // Nothing was written by the failed runs.
     assert!(!out.join("lexlip.json").exists());
@@ -206,11 +206,11 @@ fn init_from_splade_and_save_f16() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let out = tmp.path().join("out");
     let mut o = fast_options(&tsv, &out);
-    o.tokenizer = None;
-    o.text_init = Some(common::splade_dir());
-    o.steps = Some(2);
-    o.lr = 1e-7;
-    o.save_dtype = lexlip_train::SaveDtype::F16;
+    o.model.tokenizer = None;
+    o.model.text_init = Some(common::splade_dir());
+    o.optim.steps = Some(2);
+    o.optim.lr = 1e-7;
+    o.run.save_dtype = lexlip_train::SaveDtype::F16;
     let s = run_quietly(&o);
     assert_eq!(s.steps_done, 2);
     let meta = train_json(&out);
@@ -247,19 +247,19 @@ fn rerank_resumes_bitwise_and_checkpoints_on_stop() {
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let lexicon = tmp.path().join("lexicon");
     let mut o = fast_options(&tsv, &lexicon);
-    o.steps = Some(2);
+    o.optim.steps = Some(2);
     run_quietly(&o);
     let rerank = |out: &std::path::Path| {
         let mut o = fast_options(&tsv, out);
-        o.objective = lexlip_train::Objective::Rerank;
-        o.init = Some(lexicon.clone());
-        o.tokenizer = None;
-        o.image_size = None;
-        o.patch_size = None;
-        o.steps = Some(4);
-        o.checkpoint_every = 2;
-        o.fusion_layers = 1;
-        o.rerank_negatives = 4;
+        o.method.objective = lexlip_train::Objective::Rerank;
+        o.model.init = Some(lexicon.clone());
+        o.model.tokenizer = None;
+        o.model.image_size = None;
+        o.model.patch_size = None;
+        o.optim.steps = Some(4);
+        o.run.checkpoint_every = 2;
+        o.method.fusion_layers = 1;
+        o.method.rerank_negatives = 4;
         o
     };
     let fusion =

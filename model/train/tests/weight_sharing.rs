@@ -19,7 +19,7 @@ use common::*;
 
 fn shared_options(tsv: &Path, out: &Path) -> TrainOptions {
     let mut o = resume_options(tsv, out);
-    o.shared_layers = Some(1);
+    o.method.shared_layers = Some(1);
     o
 }
 
@@ -61,11 +61,11 @@ fn the_exported_model_encodes_what_the_training_towers_compute() {
 
     // The training towers, initialised from the exported model, give the inference logits.
     let mut o = shared_options(&tsv, &tmp.path().join("again"));
-    o.init = Some(out.clone());
-    o.shared_layers = None;
-    o.tokenizer = None;
-    o.image_size = None;
-    o.patch_size = None;
+    o.model.init = Some(out.clone());
+    o.method.shared_layers = None;
+    o.model.tokenizer = None;
+    o.model.image_size = None;
+    o.model.patch_size = None;
     let init = lexlip_train::init::resolve(&o, &tmp.path().join("scratch")).unwrap();
     assert!(init.shared.as_ref().is_some_and(|s| s.pretrained));
     let dev = Device::Cpu;
@@ -129,13 +129,13 @@ fn shared_runs_resume_bitwise_and_the_next_run_keeps_the_layers() {
     // (no option needed), keep training, and resume with their momentum copy.
     let p2 = |out: &Path| {
         let mut o = resume_options(&tsv, out);
-        o.phase = 2;
-        o.init = Some(whole.clone());
-        o.freeze_text = true;
-        o.tokenizer = None;
-        o.image_size = None;
-        o.patch_size = None;
-        o.queue_size = 16;
+        o.method.phase = 2;
+        o.model.init = Some(whole.clone());
+        o.method.freeze_text = true;
+        o.model.tokenizer = None;
+        o.model.image_size = None;
+        o.model.patch_size = None;
+        o.method.queue_size = 16;
         o
     };
     let whole2 = tmp.path().join("whole2");
@@ -176,23 +176,23 @@ fn bad_shared_layer_options_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
     let mut o = shared_options(&tsv, &tmp.path().join("dense"));
-    o.objective = Objective::Dense;
+    o.method.objective = Objective::Dense;
     assert!(err_of(&o).contains("--shared-layers"), "{}", err_of(&o));
     let mut o = shared_options(&tsv, &tmp.path().join("widths"));
-    o.image_config = Preset::Small;
+    o.model.image_config = Preset::Small;
     let e = err_of(&o);
     assert!(e.contains("one width (text 128, image 256)"), "{e}");
 
     let first = tmp.path().join("first");
     let mut o = shared_options(&tsv, &first);
-    o.steps = Some(2);
+    o.optim.steps = Some(2);
     run_quietly(&o);
     let mut o = shared_options(&tsv, &tmp.path().join("more"));
-    o.init = Some(first);
-    o.tokenizer = None;
-    o.image_size = None;
-    o.patch_size = None;
-    o.shared_layers = Some(2);
+    o.model.init = Some(first);
+    o.model.tokenizer = None;
+    o.model.image_size = None;
+    o.model.patch_size = None;
+    o.method.shared_layers = Some(2);
     let e = err_of(&o);
     assert!(e.contains("has 1 shared layers"), "{e}");
     assert!(!tmp.path().join("more/lexlip.json").exists());

@@ -21,7 +21,11 @@ pub struct TrainArgs {
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     reuse_large_allocations();
     let mut opts = args.options;
-    for init in [&mut opts.init, &mut opts.text_init, &mut opts.image_init] {
+    for init in [
+        &mut opts.model.init,
+        &mut opts.model.text_init,
+        &mut opts.model.image_init,
+    ] {
         if let Some(path) = init.as_mut() {
             *path = resolve_model(path)?;
         }
@@ -30,11 +34,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         stop: Some(crate::signal::stop_flag()),
         command_line: std::env::args().collect(),
     };
-    let mut console = Console::new(opts.json);
+    let mut console = Console::new(opts.run.json);
     let summary = lexlip_train::train(&opts, &ctl, &mut console)
-        .with_context(|| format!("training into {}", opts.out.display()))?;
+        .with_context(|| format!("training into {}", opts.run.out.display()))?;
     console.finish(&summary);
-    if summary.interrupted && !summary.already_complete && opts.stop_at.is_none() {
+    if summary.interrupted && !summary.already_complete && opts.run.stop_at.is_none() {
         anyhow::bail!(
             "stopped at step {} of {}; run the same command to resume",
             summary.steps_done,

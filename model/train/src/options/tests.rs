@@ -8,19 +8,40 @@ fn fingerprint_keys_per_objective() {
     assert!(lexlip.get("objective").is_none() && lexlip.get("dense_dim").is_none());
     assert_eq!(lexlip["tau"], 0.05);
     let mut o = TrainOptions::new("out");
-    o.objective = Objective::Dense;
+    o.method.objective = Objective::Dense;
     let dense = o.fingerprint_json();
     assert_eq!(dense["objective"], "dense");
     assert_eq!(dense["dense_dim"], 256);
-    o.dense_dim = 64;
+    o.method.dense_dim = 64;
     assert_ne!(o.fingerprint_json(), dense);
     // The sampler and the consistency weight hash only when set.
     assert!(lexlip.get("sampler").is_none() && lexlip.get("itc_consistency").is_none());
     let mut g = TrainOptions::new("out");
-    g.sampler = Sampler::Grouped;
-    g.itc_consistency = 0.2;
+    g.optim.sampler = Sampler::Grouped;
+    g.method.itc_consistency = 0.2;
     let grouped = g.fingerprint_json();
     assert_eq!(grouped["sampler"], "grouped");
     assert_eq!(grouped["group_size"], 1024);
     assert_eq!(grouped["itc_consistency"], 0.2);
+}
+
+/// The options serialize flat, as before they were grouped: `train.json` files and resume
+/// fingerprints of earlier runs stay valid. The fixture is the `options` object of a run made
+/// before the grouping (`lexlip train` of the lexicon recipe).
+#[test]
+fn options_serialize_as_before_the_groups() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/train-options-before-groups.json"
+    );
+    let before: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let options: TrainOptions = serde_json::from_value(before.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&options).unwrap(), before);
+    assert_eq!(options.optim.batch_size, 256);
+    assert_eq!(options.lexicon.image_top_k, 64);
+    let keys = serde_json::to_value(TrainOptions::new("out")).unwrap();
+    for group in ["data", "model", "method", "lexicon", "optim", "run"] {
+        assert!(keys.get(group).is_none(), "{group} must not nest");
+    }
 }

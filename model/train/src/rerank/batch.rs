@@ -77,7 +77,7 @@ fn make_batch(
     opts: &TrainOptions,
     step: u64,
 ) -> Result<RerankBatch> {
-    let mut rng = Rng::new(&[opts.seed, key("rerank-batch"), step]);
+    let mut rng = Rng::new(&[opts.optim.seed, key("rerank-batch"), step]);
     let n = pairs.len();
     let mut ids = Vec::with_capacity(3 * n);
     let mut imgs = Vec::with_capacity(3 * n);
@@ -92,20 +92,27 @@ fn make_batch(
         let image = &images[pair.image as usize];
         ids.push(pair.tokens.clone());
         imgs.push(image.clone());
-        let ni = negatives.image_for(p, pair.image, images.len(), opts.rerank_hard, &mut rng);
+        let ni = negatives.image_for(
+            p,
+            pair.image,
+            images.len(),
+            opts.method.rerank_hard,
+            &mut rng,
+        );
         neg_imgs.push(images[ni as usize].clone());
         let np = negatives.pair_for(
             p,
             pair.image,
             corpus.pairs.len(),
-            opts.rerank_hard,
+            opts.method.rerank_hard,
             &mut rng,
         );
         neg_ids.push(corpus.pairs[np as usize].tokens.clone());
-        let (m, positions, targets) = mask_text(&pair.tokens, tokenizer, opts.mask_rate, &mut rng);
+        let (m, positions, targets) =
+            mask_text(&pair.tokens, tokenizer, opts.method.mask_rate, &mut rng);
         masked_ids.push(m);
         text_masks.push((positions, targets));
-        let masked = mask_patches(patches, opts.image_mask_rate, &mut rng);
+        let masked = mask_patches(patches, opts.method.image_mask_rate, &mut rng);
         let mut pixels = Vec::with_capacity(masked.len() * 3 * patch * patch);
         for &k in &masked {
             pixels.extend(patch_pixels(image, patch, k));

@@ -73,34 +73,40 @@ pub fn train(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let started = Instant::now();
-    let (text_dir, image_dir) = lexicon_dirs(opts.init.as_deref())?;
-    let init = opts.init.clone().unwrap_or_default();
-    std::fs::create_dir_all(&opts.out).map_err(|e| TrainError::io(&opts.out, e))?;
+    let (text_dir, image_dir) = lexicon_dirs(opts.model.init.as_deref())?;
+    let init = opts.model.init.clone().unwrap_or_default();
+    std::fs::create_dir_all(&opts.run.out).map_err(|e| TrainError::io(&opts.run.out, e))?;
     let input = crate::data::input(opts)?;
-    let device = lexlip_model::device(opts.gpu)?;
-    let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.max_length)?;
+    let device = lexlip_model::device(opts.run.gpu)?;
+    let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.data.max_length)?;
     let encoders = Encoders::load_with(
         &init,
         &device,
         &LoadOptions {
-            max_length: Some(opts.max_length),
-            image_size: opts.image_size,
+            max_length: Some(opts.data.max_length),
+            image_size: opts.model.image_size,
             ..Default::default()
         },
     )?;
     let image_size = encoders.image()?.image_size();
-    let towers = Towers::load(&text_dir, &image_dir, image_size, opts.max_length, &device)?;
+    let towers = Towers::load(
+        &text_dir,
+        &image_dir,
+        image_size,
+        opts.data.max_length,
+        &device,
+    )?;
     let corpus = data::load(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
-    if corpus.pairs.len() < opts.batch_size || corpus.images.len() < 2 {
+    if corpus.pairs.len() < opts.optim.batch_size || corpus.images.len() < 2 {
         return Err(TrainError::Corpus(format!(
             "{} usable pairs over {} images; a re-ranker needs at least one batch \
              (--batch-size {}) and two images",
             corpus.pairs.len(),
             corpus.images.len(),
-            opts.batch_size
+            opts.optim.batch_size
         )));
     }
     // Every image once, preprocessed (the towers are frozen: no augmentation).
@@ -149,7 +155,7 @@ pub fn train(
         &image_vectors,
         &caption_vectors,
         caption_of_pair,
-        opts.rerank_negatives,
+        opts.method.rerank_negatives,
     );
     drop(encoders);
     let patch = towers.image_encoder().patch_size();
@@ -158,7 +164,7 @@ pub fn train(
     let heads = towers.text_config().num_attention_heads;
     let config = FusionConfig {
         hidden_size: h,
-        num_hidden_layers: opts.fusion_layers,
+        num_hidden_layers: opts.method.fusion_layers,
         num_attention_heads: heads,
         intermediate_size: 4 * h,
     };
@@ -169,31 +175,32 @@ pub fn train(
         .to_device(&device)?;
     // The fusion layers start as copies of the text tower's layers (ALBEF and MaskVLM start
     // their cross-modality encoders from a pre-trained text encoder); the rest is random.
-    let start_from = fusion_init(&words, opts.fusion_layers);
+    let start_from = fusion_init(&words, opts.method.fusion_layers);
     let model = RerankModel::new(
         config,
         h,
         towers.image_hidden_size(),
         word_embeddings,
         3 * patch * patch,
-        Source::WeightsOr(&start_from, opts.seed ^ key("rerank")),
+        Source::WeightsOr(&start_from, opts.optim.seed ^ key("rerank")),
         &device,
     )?;
     let weights = Weights {
-        mlm: opts.rerank_mlm,
-        mim: opts.rerank_mim,
-        itc: opts.rerank_itc,
+        mlm: opts.method.rerank_mlm,
+        mim: opts.method.rerank_mim,
+        itc: opts.method.rerank_itc,
     };
     let params = model.params(weights);
     let mut adam = AdamW::new(AdamWConfig {
-        weight_decay: opts.weight_decay,
+        weight_decay: opts.optim.weight_decay,
         ..AdamWConfig::default()
     });
-    let order = Order::new(opts.seed, corpus.pairs.len(), opts.batch_size);
+    let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = opts
+        .optim
         .steps
-        .unwrap_or_else(|| ((opts.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
     let fingerprint = {
         use sha2::{Digest, Sha256};
         let desc = serde_json::json!({
@@ -204,7 +211,9 @@ pub fn train(
         format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
     };
     let mut start = 0;
-    if let Some((dir, state)) = checkpoint::resumable(&opts.out, &fingerprint, opts.restart)? {
+    if let Some((dir, state)) =
+        checkpoint::resumable(&opts.run.out, &fingerprint, opts.run.restart)?
+    {
         let all = checkpoint::tensors(&dir)?;
         let group = |prefix: &str| checkpoint::group(&all, prefix);
         crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
@@ -215,20 +224,20 @@ pub fn train(
             dir.display()
         ));
     }
-    let stop_at = opts.stop_at.unwrap_or(total).min(total);
+    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     observer.message(&format!(
         "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
          {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
-        opts.fusion_layers,
+        opts.method.fusion_layers,
         init.display(),
-        100.0 * opts.rerank_hard,
-        opts.rerank_negatives,
+        100.0 * opts.method.rerank_hard,
+        opts.method.rerank_negatives,
         weights.itc,
         weights.mlm,
-        opts.mask_rate,
+        opts.method.mask_rate,
         weights.mim,
-        opts.image_mask_rate
+        opts.method.image_mask_rate
     ));
     let batches = RerankBatches {
         corpus: &corpus,
@@ -265,11 +274,11 @@ pub fn train(
     )?;
     summary.seconds = started.elapsed().as_secs_f64();
     summary.interrupted = summary.steps_done < total;
-    if summary.steps_done > start || !opts.out.join("rerank.json").is_file() {
+    if summary.steps_done > start || !opts.run.out.join("rerank.json").is_file() {
         export(&model, &text_dir, &image_dir, image_size, opts)?;
     }
     // A start that finds the run complete keeps the record of the run that trained it.
-    if summary.steps_done > start || !opts.out.join("train.json").is_file() {
+    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
         write_record(opts, control, &summary, &fingerprint, &init)?;
     }
     Ok(summary)
@@ -320,7 +329,7 @@ fn export(
     opts: &TrainOptions,
 ) -> Result<()> {
     for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
-        let to = opts.out.join(name);
+        let to = opts.run.out.join(name);
         std::fs::create_dir_all(&to).map_err(|e| TrainError::io(&to, e))?;
         for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
             let entry = entry.map_err(|e| TrainError::io(from, e))?;
@@ -330,9 +339,9 @@ fn export(
             }
         }
     }
-    let fusion = opts.out.join("fusion");
+    let fusion = opts.run.out.join("fusion");
     std::fs::create_dir_all(&fusion).map_err(|e| TrainError::io(&fusion, e))?;
-    let dtype = match opts.save_dtype {
+    let dtype = match opts.run.save_dtype {
         crate::options::SaveDtype::F32 => DType::F32,
         crate::options::SaveDtype::F16 => DType::F16,
     };
@@ -347,14 +356,14 @@ fn export(
     let config = RerankConfig {
         format: FORMAT.into(),
         image_size,
-        max_length: opts.max_length,
+        max_length: opts.data.max_length,
         fusion: model.config,
         source: Some("lexlip train --objective rerank".into()),
     };
     let mut text =
         serde_json::to_string_pretty(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
-    checkpoint::write_atomic(&opts.out.join("rerank.json"), text.as_bytes())
+    checkpoint::write_atomic(&opts.run.out.join("rerank.json"), text.as_bytes())
 }
 
 fn write_record(
@@ -367,7 +376,7 @@ fn write_record(
     let doc = serde_json::json!({
         "status": if summary.interrupted { "interrupted" } else { "complete" },
         "command": control.command_line,
-        "seed": opts.seed,
+        "seed": opts.optim.seed,
         "fingerprint": fingerprint,
         "options": opts,
         "init": init,
@@ -376,5 +385,5 @@ fn write_record(
     let mut text =
         serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
-    checkpoint::write_atomic(&opts.out.join("train.json"), text.as_bytes())
+    checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
 }

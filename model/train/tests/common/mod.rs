@@ -115,19 +115,19 @@ pub fn synthetic_tsv(dir: &Path, extra: &[&str]) -> PathBuf {
 /// scratch (tiny preset, 16 px images, patch 8), no dropout or augmentation.
 pub fn fast_options(tsv: &Path, out: &Path) -> lexlip_train::TrainOptions {
     let mut o = lexlip_train::TrainOptions::new(out);
-    o.tsv = Some(tsv.to_path_buf());
-    o.tokenizer = Some(small_tokenizer());
-    o.image_size = Some(16);
-    o.patch_size = Some(8);
-    o.image_config = lexlip_train::Preset::Tiny;
-    o.batch_size = 8;
-    o.steps = Some(6);
-    o.lr = 1e-3;
-    o.dropout = 0.0;
-    o.crop_scale = 1.0;
-    o.color_jitter = 0.0;
-    o.log_every = 1;
-    o.max_length = 12;
+    o.data.tsv = Some(tsv.to_path_buf());
+    o.model.tokenizer = Some(small_tokenizer());
+    o.model.image_size = Some(16);
+    o.model.patch_size = Some(8);
+    o.model.image_config = lexlip_train::Preset::Tiny;
+    o.optim.batch_size = 8;
+    o.optim.steps = Some(6);
+    o.optim.lr = 1e-3;
+    o.optim.dropout = 0.0;
+    o.data.crop_scale = 1.0;
+    o.data.color_jitter = 0.0;
+    o.run.log_every = 1;
+    o.data.max_length = 12;
     o
 }
 
@@ -171,12 +171,12 @@ pub fn err_of(o: &lexlip_train::TrainOptions) -> String {
 /// augmentation on (all of them must resume bit for bit).
 pub fn resume_options(tsv: &Path, out: &Path) -> lexlip_train::TrainOptions {
     let mut o = fast_options(tsv, out);
-    o.steps = Some(6);
-    o.dropout = 0.1;
-    o.crop_scale = 0.6;
-    o.color_jitter = 0.2;
-    o.hflip = true;
-    o.checkpoint_every = 2;
+    o.optim.steps = Some(6);
+    o.optim.dropout = 0.1;
+    o.data.crop_scale = 0.6;
+    o.data.color_jitter = 0.2;
+    o.data.hflip = true;
+    o.run.checkpoint_every = 2;
     o
 }
 
@@ -185,12 +185,12 @@ pub fn resume_options(tsv: &Path, out: &Path) -> lexlip_train::TrainOptions {
 pub fn train_stopped_and_resumed(o: &lexlip_train::TrainOptions, stop: u64, marker: &str) {
     let control = lexlip_train::RunControl::default();
     let mut first = o.clone();
-    first.stop_at = Some(stop);
+    first.run.stop_at = Some(stop);
     let s = lexlip_train::train(&first, &control, &mut Collect::default()).unwrap();
     assert!(s.interrupted);
     assert_eq!(s.steps_done, stop);
     assert!(
-        o.out.join(marker).is_file(),
+        o.run.out.join(marker).is_file(),
         "a stopped run leaves a usable model ({marker})"
     );
     let mut seen = Collect::default();
@@ -237,8 +237,8 @@ pub fn mean(v: &[f64]) -> f64 {
 /// Sets `o` to 40 steps, runs it on the 32 pairs of [`synthetic_tsv`] and checks that the mean
 /// loss of the last 5 steps is under 0.7 times that of the first 5; returns what was logged.
 pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect {
-    o.steps = Some(40);
-    o.warmup = 0.05;
+    o.optim.steps = Some(40);
+    o.optim.warmup = 0.05;
     let mut seen = Collect::default();
     let s = lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
     assert_eq!(
@@ -249,7 +249,7 @@ pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect
     let losses: Vec<f64> = seen.logs.iter().map(|l| l.loss).collect();
     assert_eq!(losses.len(), 40);
     let (first, last) = (mean(&losses[..5]), mean(&losses[35..]));
-    eprintln!("{:?} loss {first:.3} → {last:.3}", o.objective);
+    eprintln!("{:?} loss {first:.3} → {last:.3}", o.method.objective);
     assert!(
         last < 0.7 * first,
         "loss {first:.3} → {last:.3}: {losses:?}"
