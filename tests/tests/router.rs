@@ -370,3 +370,51 @@ async fn match_strength_is_the_share_of_the_self_score() {
         assert!((got - want).abs() < 1e-12, "{id}: {got} against {want}");
     }
 }
+
+/// Errors that say what exists and what to do: a mistyped collection is answered with the
+/// names of the existing ones, and an image given as a file path instead of its bytes with how
+/// to send the file.
+#[tokio::test]
+async fn errors_name_what_exists_and_what_to_do() {
+    let data = tempfile::tempdir().unwrap();
+    let (app, _) = app(data.path(), Duration::from_secs(30));
+    let body = json!({"query": {"sparse": {"dog": 1}}});
+    let (status, e) = call(
+        &app,
+        "POST",
+        "/v1/collections/fotos/search",
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("there are no collections yet"),
+        "{message}"
+    );
+    for name in ["photos", "emoji"] {
+        let (status, _) = call(&app, "PUT", &format!("/v1/collections/{name}"), None).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (status, e) = call(&app, "POST", "/v1/collections/fotos/search", Some(body)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the collections are: emoji, photos") && message.contains("PUT"),
+        "{message}"
+    );
+
+    let search = json!({"collection": "photos", "image": "holiday/cat.jpg"});
+    let (status, e) = call(&app, "POST", "/v1/search/image-to-text", Some(search)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("looks like a file path") && message.contains("-F image=@holiday/cat.jpg"),
+        "{message}"
+    );
+    // Text that is neither base64 nor a path keeps the base64 message.
+    let search = json!({"collection": "photos", "image": "not an image!"});
+    let (_, e) = call(&app, "POST", "/v1/search/image-to-text", Some(search)).await;
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not valid base64"), "{message}");
+}

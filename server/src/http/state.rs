@@ -159,8 +159,18 @@ impl AppState {
                  DELETE /v1/collections/{name} removes it"
             )));
         }
+        let mut existing: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
+        existing.sort();
+        let known = match existing.len() {
+            0 => "there are no collections yet".to_string(),
+            n if n <= 20 => format!("the collections are: {}", existing.join(", ")),
+            n => format!(
+                "there are {n} collections (GET /v1/collections lists them), e.g. {}",
+                existing[..10].join(", ")
+            ),
+        };
         Err(ApiError::not_found(format!(
-            "no collection named {name:?}; create it with PUT /v1/collections/{name}"
+            "no collection named {name:?} ({known}); create it with PUT /v1/collections/{name}"
         )))
     }
 

@@ -70,9 +70,35 @@ pub fn decode_base64(field: &str, text: &str) -> ApiResult<Vec<u8>> {
         base64::engine::GeneralPurposeConfig::new()
             .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
     );
-    engine
-        .decode(cleaned.as_bytes())
-        .map_err(|e| ApiError::unprocessable(format!("{field}: not valid base64: {e}")))
+    engine.decode(cleaned.as_bytes()).map_err(|e| {
+        if looks_like_a_path(text) {
+            ApiError::unprocessable(format!(
+                "{field}: {text:?} looks like a file path, but the server reads no files of \
+                 yours: send the image's bytes base64-encoded (e.g. \"$(base64 -w0 {text})\"), or \
+                 as a multipart file part (curl -F image=@{text} …)"
+            ))
+        } else {
+            ApiError::unprocessable(format!("{field}: not valid base64: {e}"))
+        }
+    })
+}
+
+/// Whether text that is not base64 reads like a file path or URL (`photos/cat.jpg`, `~/a.png`,
+/// `C:\\a.png`, `https://…`): a short single line with a separator or an image extension.
+fn looks_like_a_path(text: &str) -> bool {
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    let image_ext = [".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"]
+        .iter()
+        .any(|e| lower.ends_with(e));
+    t.len() < 4096
+        && !t.contains('\n')
+        && (image_ext
+            || t.starts_with('/')
+            || t.starts_with("./")
+            || t.starts_with("~/")
+            || t.contains("://")
+            || t.contains('\\'))
 }
 
 /// Runs blocking work (index reads and writes, image decoding) off the async runtime. The
