@@ -206,6 +206,24 @@ fn demo_refuses_bad_input_before_writing_anything() {
     );
     assert!(!data.exists(), "nothing is written");
 
+    // A port in use is said first, with the flag that picks another, before any work.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut busy = demo_args(&data, &empty);
+    busy.extend(["--addr".into(), addr.clone()]);
+    let out = lexlip(&busy);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("cannot listen on {addr}")) && err.contains("--addr"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("open http"),
+        "no invitation before the port: {err}"
+    );
+    assert!(!data.exists(), "nothing is written");
+
     // Tarballs that are not the packages: a clear error naming the file.
     std::fs::write(
         empty.join("emoji-datasource-google-16.0.0.tgz"),

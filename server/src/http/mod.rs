@@ -321,6 +321,33 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
 }
 
+/// Fails, with what to do, when `addr` cannot be listened on (the port is taken, or the address
+/// is not this machine's): for commands that would otherwise work for minutes first.
+pub fn check_port(addr: SocketAddr) -> anyhow::Result<()> {
+    std::net::TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|e| cannot_listen(addr, &e))
+}
+
+fn cannot_listen(addr: SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "another program (or another lexlip) listens on port {}: stop it, or choose another \
+             port with --addr {}:{} (port 0 lets the system pick one)",
+            addr.port(),
+            addr.ip(),
+            addr.port().wrapping_add(1).max(1024)
+        ),
+        std::io::ErrorKind::AddrNotAvailable => {
+            "that address is not one of this machine's: use --addr 127.0.0.1:PORT (this \
+             machine only) or --addr 0.0.0.0:PORT (every interface)"
+                .to_string()
+        }
+        _ => "choose another address with --addr".to_string(),
+    };
+    anyhow::anyhow!("cannot listen on {addr}: {e}; {hint}")
+}
+
 /// Serves until Ctrl-C or SIGTERM, then stops accepting and finishes in-flight requests.
 ///
 /// Each connection is served by hyper's HTTP/1 with a header-read timeout (axum's own `serve`
@@ -333,7 +360,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.addr))?;
+        .map_err(|e| cannot_listen(config.addr, &e))?;
     let local = listener.local_addr()?;
     // Tests and scripts read this line to find the port (with --addr 127.0.0.1:0).
     println!("lexlip listening on http://{local}");

@@ -47,6 +47,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             args.model.display()
         );
     }
+    // Before minutes of downloading and indexing: the port must be free to serve on.
+    if !args.no_serve {
+        crate::http::check_port(args.addr)?;
+    }
     let source = args.data.join("emoji");
     let manifest = source.join("manifest.jsonl");
     eprintln!("[1/3] emoji images and labels → {}", source.display());
@@ -97,6 +101,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    crate::http::check_port(args.addr)?;
     eprintln!(
         "[3/3] serving: lexlip serve {}\n  open {} in a browser and search, e.g. \"a dog\" (Ctrl-C stops)",
         serve_cmd.join(" "),
