@@ -255,6 +255,15 @@ fn tsv_counts_errors_and_search() {
     assert_eq!(again["skipped"], s["skipped"]);
     assert_eq!(contents(&coll), docs);
     assert_eq!(std::fs::read_to_string(&errors).unwrap(), errors_text);
+    // The list of a finished job is copied to a new --errors file without indexing again.
+    let errors2 = tmp.path().join("errors2.jsonl");
+    let again = index(
+        &coll,
+        &["--tsv", corpus.tsv.to_str().unwrap()],
+        &["--errors", errors2.to_str().unwrap(), "--batch-size", "8"],
+    );
+    assert_eq!(again["already_complete"], true, "{again}");
+    assert_eq!(std::fs::read_to_string(&errors2).unwrap(), errors_text);
     // A changed input is not taken for the indexed one.
     let mut text = std::fs::read_to_string(&corpus.tsv).unwrap();
     text.push_str("a new caption of a dog\timages/0001.png\timg0001\n");
@@ -271,6 +280,22 @@ fn tsv_counts_errors_and_search() {
         stderr.contains("the saved progress belongs to another run"),
         "{stderr}"
     );
+    // The first skipped items are printed as they are found, with file:line and reason, then
+    // where the whole list is.
+    let tsv_name = corpus.tsv.display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "skipped img0000#1 (empty_caption): {tsv_name}:3: empty caption"
+        )),
+        "{stderr}"
+    );
+    let printed = stderr.lines().filter(|l| l.starts_with("skipped ")).count();
+    assert_eq!(printed, 5, "{stderr}");
+    assert!(
+        stderr.contains("more items skipped: all of them are listed in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("skipped items are listed in"), "{stderr}");
     let changed = lexlip_tests::success_json(&out);
     assert!(changed.get("already_complete").is_none(), "{changed}");
     assert_eq!(changed["indexed"], s["indexed"].as_u64().unwrap() + 1);

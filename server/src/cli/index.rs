@@ -69,9 +69,11 @@ pub struct IndexArgs {
     /// DIR/pipeline-progress.json). Default: 500,000 for vectors, 10,000 for corpora.
     #[arg(long)]
     pub commit_every: Option<usize>,
-    /// Write skipped items here, one JSON object per line (vectors: {"line", "reason"}; corpora:
-    /// {"position", "id", "reason", "message"}). A resumed run keeps the lines of the part it
-    /// resumes after, so the file ends as a clean run's.
+    /// Copy the list of skipped items here, one JSON object per line (vectors: {"line",
+    /// "reason"}; corpora: {"position", "id", "reason", "message"}). Every run keeps the list in
+    /// DIR/index-skipped.jsonl (the first five are printed as they are found), so a finished
+    /// job's list is copied without indexing again. A resumed run keeps the lines of the part it
+    /// resumes after, so the list ends as a clean run's.
     #[arg(long)]
     pub errors: Option<PathBuf>,
     /// Ignore the progress an earlier run of the same command saved (resume point, or "already
@@ -159,6 +161,24 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         Some(path) => vectors(&args, path, start)?,
         None => corpus(&args, start)?,
     };
+    let skipped: u64 = report.skipped.values().sum();
+    let list = collection.dir().join(SKIPPED_FILE);
+    if let Some(to) = &args.errors {
+        match std::fs::copy(&list, to) {
+            Ok(_) => {}
+            // A collection indexed before the list existed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::write(to, b"").with_context(|| format!("writing {}", to.display()))?
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "copying {} to {}",
+                    list.display(),
+                    to.display()
+                )));
+            }
+        }
+    }
     if report.already_complete {
         eprintln!(
             "{}: this input was already indexed completely by an earlier run; nothing to do \
@@ -177,6 +197,13 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", report.human());
+    }
+    if skipped > 0 {
+        let listed = args.errors.as_deref().unwrap_or(&list);
+        eprintln!(
+            "the {skipped} skipped items are listed in {}",
+            listed.display()
+        );
     }
     match report.failure() {
         Some(why) => bail!(why),
@@ -329,18 +356,26 @@ enum Unit {
     Items,
 }
 
-/// The progress bar and the errors file of a run.
+/// Where a collection keeps the list of the items its last index job skipped.
+pub const SKIPPED_FILE: &str = "index-skipped.jsonl";
+/// Skipped items printed as they are found (the rest are in the list).
+const PRINT_SKIPPED: usize = 5;
+
+/// The progress bar and the list of skipped items of a run.
 struct Progress {
     bar: indicatif::ProgressBar,
     unit: Unit,
-    errors: Option<ErrorsFile>,
+    /// The job's list of skipped items, in the collection (`SKIPPED_FILE`).
+    errors: ErrorsFile,
+    /// Skipped items printed so far (the first [`PRINT_SKIPPED`]).
+    shown: usize,
     /// The first progress call (a resumed run starts where the earlier one committed).
     started: bool,
 }
 
 impl Progress {
     fn new(args: &IndexArgs, total: Option<u64>, unit: Unit) -> anyhow::Result<Self> {
-        let errors = args.errors.as_deref().map(ErrorsFile::open).transpose()?;
+        let errors = ErrorsFile::open(&args.collection.join(SKIPPED_FILE))?;
         let bar = match total {
             Some(n) => indicatif::ProgressBar::new(n),
             None => indicatif::ProgressBar::new_spinner(),
@@ -366,6 +401,7 @@ impl Progress {
             bar,
             unit,
             errors,
+            shown: 0,
             started: false,
         })
     }
@@ -373,14 +409,35 @@ impl Progress {
 
 impl Observer for Progress {
     fn skipped(&mut self, position: u64, bad: &BadItem) -> lexlip_pipeline::Result<()> {
-        if let Some(out) = &mut self.errors {
-            let line = match self.unit {
-                Unit::Bytes => serde_json::json!({"line": position, "reason": bad.message}),
-                Unit::Items => serde_json::json!({
-                    "position": position, "id": bad.id, "reason": bad.reason, "message": bad.message,
-                }),
+        let line = match self.unit {
+            Unit::Bytes => serde_json::json!({"line": position, "reason": bad.message}),
+            Unit::Items => serde_json::json!({
+                "position": position, "id": bad.id, "reason": bad.reason, "message": bad.message,
+            }),
+        };
+        self.errors.write(&line)?;
+        if self.shown <= PRINT_SKIPPED {
+            let text = if self.shown == PRINT_SKIPPED {
+                format!(
+                    "more items skipped: all of them are listed in {}",
+                    self.errors.path().display()
+                )
+            } else {
+                match self.unit {
+                    Unit::Bytes => format!("skipped line {position}: {}", bad.message),
+                    Unit::Items => format!(
+                        "skipped {}({}): {}",
+                        bad.id
+                            .as_deref()
+                            .map(|i| format!("{i} "))
+                            .unwrap_or_default(),
+                        bad.reason,
+                        bad.message
+                    ),
+                }
             };
-            out.write(&line)?;
+            self.bar.suspend(|| eprintln!("{text}"));
+            self.shown += 1;
         }
         Ok(())
     }
@@ -408,13 +465,10 @@ impl Observer for Progress {
     }
 
     fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {
-        self.errors.as_mut().map_or(Ok(0), ErrorsFile::checkpoint)
+        self.errors.checkpoint()
     }
 
     fn rewind(&mut self, mark: u64) -> lexlip_pipeline::Result<()> {
-        match &mut self.errors {
-            Some(out) => out.rewind(mark),
-            None => Ok(()),
-        }
+        self.errors.rewind(mark)
     }
 }
