@@ -9,8 +9,11 @@
 //!   `sparse_vector` (Elasticsearch) field. Those engines read a `.` in a key as an object path,
 //!   so a term's `%` and `.` are written `%25` and `%2E` (queries must escape the same way);
 //! - `qdrant`: one point per line, `{"id": UUID, "vector": {NAME: {"indices", "values"}},
-//!   "payload"}`, indices being term ids in the collection's vocabulary (so the collection must
-//!   have one), ready for `PUT /collections/{c}/points` in batches.
+//!   "payload"}`, indices being term ids, ready for `PUT /collections/{c}/points` in batches.
+//!   The ids are those of the collection's vocabulary (`vocab.txt`); a collection built from
+//!   vectors without one numbers its terms in byte order of its term dictionary, and the export
+//!   writes that list (one term per line, line i = id i) to [`ExportOptions::vocab_out`], so
+//!   queries can be numbered the same way.
 //!
 //! Impacts are written as they are stored (integers, `floor(scale · weight)`), so every engine
 //! ranks by the same dot product lexlip computes.
@@ -40,6 +43,8 @@ pub struct ExportOptions {
     pub format: Format,
     /// OpenSearch/Elasticsearch index name, or Qdrant's sparse vector name.
     pub name: String,
+    /// Qdrant, a collection without a vocabulary: where the term list its ids number goes.
+    pub vocab_out: Option<std::path::PathBuf>,
 }
 
 /// Writes every live document of `collection` to `out`, one document per line (two for the
@@ -50,7 +55,7 @@ pub fn export(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let term_ids = match options.format {
-        Format::Qdrant => Some(term_ids(collection)?),
+        Format::Qdrant => Some(term_ids(collection, options.vocab_out.as_deref())?),
         _ => None,
     };
     let snapshot = collection.snapshot()?;
@@ -190,20 +195,37 @@ pub fn point_id(id: &str) -> String {
     )
 }
 
-/// Term → id in the collection's vocabulary (its `vocab.txt`, one token per line in id order).
-fn term_ids(collection: &Collection) -> Result<HashMap<String, u32>> {
+/// Term → id: the collection's vocabulary (its `vocab.txt`, one token per line in id order), or,
+/// without one, the rank of the term in its term dictionary, whose list is written to
+/// `vocab_out` (required then) in the same one-per-line form.
+fn term_ids(
+    collection: &Collection,
+    vocab_out: Option<&std::path::Path>,
+) -> Result<HashMap<String, u32>> {
     let path = collection.dir().join(lexlip_index::collection::VOCAB_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        PipelineError::Input(format!(
-            "the qdrant format needs term ids, but {} has no vocabulary ({} is missing): it \
-             was built from vectors without --vocab",
-            collection.dir().display(),
-            path.display()
-        ))
-    })?;
-    Ok(text
-        .lines()
+    let terms: Vec<String> = match std::fs::read_to_string(&path) {
+        Ok(text) => text.lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let Some(out) = vocab_out else {
+                return Err(PipelineError::Input(format!(
+                    "the qdrant format needs term ids, but {} was built from vectors without \
+                     --vocab: its terms are numbered in the order of its term dictionary, and \
+                     that list must be written somewhere for your queries: give --out FILE \
+                     (the list goes to FILE.vocab.txt) or --vocab-out FILE",
+                    collection.dir().display()
+                )));
+            };
+            let terms = collection.snapshot()?.terms()?;
+            let mut text = terms.join("\n");
+            text.push('\n');
+            std::fs::write(out, text).map_err(|e| PipelineError::io(out, e))?;
+            terms
+        }
+        Err(e) => return Err(PipelineError::io(&path, e)),
+    };
+    Ok(terms
+        .into_iter()
         .enumerate()
-        .map(|(i, t)| (t.to_string(), i as u32))
+        .map(|(i, t)| (t, i as u32))
         .collect())
 }

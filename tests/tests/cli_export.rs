@@ -154,8 +154,11 @@ fn bulk_exports_carry_every_impact_in_the_documented_shape() {
     assert_eq!(points, export(&col, "qdrant"));
 }
 
+/// A collection built from vectors without a vocabulary numbers its terms in the order of its
+/// term dictionary and writes that list beside the export; without a place for it, the export
+/// says which flag gives one.
 #[test]
-fn qdrant_needs_a_vocabulary() {
+fn qdrant_without_a_vocabulary_numbers_the_term_dictionary() {
     let dir = tempfile::tempdir().unwrap();
     let vectors = dir.path().join("v.jsonl");
     std::fs::write(&vectors, VECTORS).unwrap();
@@ -171,9 +174,46 @@ fn qdrant_needs_a_vocabulary() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("needs term ids") && err.contains("--vocab"),
+        err.contains("needs term ids") && err.contains("--vocab-out"),
         "{err}"
     );
+
+    let points_file = dir.path().join("points.jsonl");
+    let out = export_to(&col, "qdrant", &points_file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = std::fs::read_to_string(dir.path().join("points.jsonl.vocab.txt")).unwrap();
+    let terms: Vec<&str> = list.lines().collect();
+    let mut sorted = terms.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(terms, sorted, "distinct, in byte order");
+    let stored = impacts(&col);
+    let points: Vec<Value> = std::fs::read_to_string(&points_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(points.len(), stored.len());
+    for p in &points {
+        let id = p["payload"]["id"].as_str().unwrap();
+        let sparse = &p["vector"]["lexlip"];
+        let got: BTreeMap<String, u32> = sparse["indices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(sparse["values"].as_array().unwrap())
+            .map(|(i, v)| {
+                let term = terms[i.as_u64().unwrap() as usize].to_string();
+                (term, v.as_f64().unwrap() as u32)
+            })
+            .collect();
+        let want: BTreeMap<String, u32> = stored[id].iter().cloned().collect();
+        assert_eq!(got, want, "{id}");
+    }
 }
 
 /// The Qdrant export in a real engine (Qdrant's local mode, from PyPI): the same query finds

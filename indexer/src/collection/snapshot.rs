@@ -118,6 +118,25 @@ impl Snapshot {
         Ok(SearchOutcome { hits, stats })
     }
 
+    /// Every term of the impacts, distinct and in byte order: the union of the segments' term
+    /// dictionaries (what names the dimensions of a collection built without a vocabulary).
+    pub fn terms(&self) -> Result<Vec<String>> {
+        let mut terms = std::collections::BTreeSet::new();
+        for reader in self.searcher.segment_readers() {
+            let inverted = reader.inverted_index(self.fields.impacts)?;
+            let mut stream = inverted.terms().stream()?;
+            while stream.advance() {
+                if !terms.contains(stream.key()) {
+                    terms.insert(stream.key().to_vec());
+                }
+            }
+        }
+        Ok(terms
+            .into_iter()
+            .map(|t| String::from_utf8_lossy(&t).into_owned())
+            .collect())
+    }
+
     /// Whether this collection keeps dense vectors.
     pub fn has_dense(&self) -> bool {
         self.dense_dim.is_some()

@@ -33,6 +33,10 @@ pub struct ExportArgs {
     /// Write here instead of standard output.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Qdrant, for a collection built without a vocabulary: where to write the list of its
+    /// terms (line i is term id i) [default: OUT.vocab.txt].
+    #[arg(long)]
+    pub vocab_out: Option<PathBuf>,
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
@@ -51,7 +55,18 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             .map(|n| n.to_string_lossy().to_lowercase())
             .unwrap_or_else(|| "lexlip".into()),
     });
-    let options = ExportOptions { format, name };
+    let vocab_out = args.vocab_out.clone().or_else(|| {
+        args.out.as_ref().map(|o| {
+            let mut name = o.as_os_str().to_owned();
+            name.push(".vocab.txt");
+            PathBuf::from(name)
+        })
+    });
+    let options = ExportOptions {
+        format,
+        name,
+        vocab_out: vocab_out.clone(),
+    };
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(BufWriter::new(
             std::fs::File::create(path)
@@ -61,5 +76,12 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     };
     let n = export(&collection, &options, &mut out)?;
     eprintln!("exported {n} documents");
+    let derived = !collection
+        .dir()
+        .join(lexlip_index::collection::VOCAB_FILE)
+        .is_file();
+    if let Some(v) = vocab_out.filter(|_| derived && matches!(format, Format::Qdrant)) {
+        eprintln!("term ids are the line numbers (from 0) of {}", v.display());
+    }
     Ok(())
 }
