@@ -169,6 +169,64 @@ async fn the_search_page_works_in_chromium() {
     .await;
     page.console_is_clean(&[]).await;
 
+    // A collection of texts only: a text query finds texts without choosing "Find".
+    let (status, body) = server.call("PUT", "/v1/collections/notes", None);
+    assert_eq!(status, 201, "{body}");
+    let notes = json!({"documents": [
+        {"id": "n1", "modality": "text", "text": "a puppy playing outside with a dog"},
+        {"id": "n2", "modality": "text", "text": "a red apple on a table"},
+    ]});
+    let (status, body) = server.call("POST", "/v1/collections/notes/documents", Some(&notes));
+    assert_eq!(status, 200, "{body}");
+    page.goto("/?c=notes&q=puppy dog").await;
+    let hits = page.results("the results in a collection of texts").await;
+    page.ensure(
+        !hits.is_empty() && hits.iter().all(|h| h["modality"] == "text"),
+        format!(
+            "a text query finds the texts a text-only collection holds: {:?}",
+            brief(&hits)
+        ),
+    )
+    .await;
+    page.ensure(
+        page.value("target").await.is_empty(),
+        "Find defaults to all in a collection without images",
+    )
+    .await;
+    page.console_is_clean(&[]).await;
+
+    // What the address asks for and the page cannot do is said, and the search still runs.
+    page.goto("/?c=nosuch&m=dense&q=dog").await;
+    page.results("the results with an unknown collection in the address")
+        .await;
+    let notice = page
+        .wait(
+            "a notice about the address",
+            "const m = document.getElementById('message');
+             return !m.hidden && m.className === 'info' && m.textContent.trim()",
+        )
+        .await;
+    let notice = notice.as_str().unwrap_or_default().to_string();
+    page.ensure(
+        notice.contains("no collection “nosuch”")
+            && notice.contains("emoji, notes")
+            && notice.contains("Mode “dense” needs dense vectors"),
+        format!(
+            "the notice names the unknown collection, the existing ones and the mode: {notice}"
+        ),
+    )
+    .await;
+
+    // An empty result says which filter emptied it.
+    page.goto("/?c=emoji&q=dog&f=split=nowhere").await;
+    page.wait(
+        "an empty result that names the filter",
+        "const e = document.querySelector('#results li.empty');
+         return !!e && /metadata split=nowhere/.test(e.textContent) && e.textContent",
+    )
+    .await;
+    page.console_is_clean(&[]).await;
+
     // "What the model sees": the lexicon of a text as a word cloud and a table.
     page.click("#tab-lexicon").await;
     page.wait(

@@ -7,8 +7,13 @@ const PARAMS = ["c", "q", "k", "t", "m", "x", "f"];
 let collections = [];
 let queryImage = null; // base64 of the query image, when one is chosen
 // Whether the user (or the address) chose what to find; if not, a text query finds images and
-// an image query finds texts.
+// an image query finds texts, when the collection holds them (otherwise everything).
 let targetChosen = false;
+// What the address asked for that the page could not do (an unknown collection, a mode the
+// collection lacks): said above the results until the user picks another collection.
+let pageNotice = "";
+// The mode the address asked for.
+let requestedMode = "";
 
 // ---- the API ---------------------------------------------------------------------------
 
@@ -69,6 +74,7 @@ function showMessage(text, kind) {
 
 async function loadCollections(wanted) {
   const select = $("collection");
+  pageNotice = "";
   try {
     collections = (await api("/v1/collections")).collections || [];
   } catch (e) {
@@ -87,8 +93,22 @@ async function loadCollections(wanted) {
     return false;
   }
   if (wanted && collections.some((c) => c.name === wanted)) select.value = wanted;
+  else if (wanted) {
+    pageNotice =
+      `There is no collection “${wanted}”; showing “${select.value}”. ` +
+      `The collections are: ${collections.map((c) => c.name).join(", ")}.`;
+  }
   collectionChanged();
+  showMessage(pageNotice, "info");
   return true;
+}
+
+/** What a query finds unless the user chose: the other modality, when the collection holds it. */
+function defaultTarget() {
+  const c = currentCollection();
+  const wanted = queryImage ? "text" : "image";
+  const held = c ? (wanted === "image" ? c.images : c.texts) : 1;
+  return held > 0 ? wanted : "";
 }
 
 function currentCollection() {
@@ -102,7 +122,17 @@ function collectionChanged() {
   for (const option of $("mode").options) {
     if (option.value !== "sparse") option.disabled = !dense;
   }
-  if (!dense) $("mode").value = "sparse";
+  if (!dense && $("mode").value !== "sparse") {
+    if (requestedMode && requestedMode !== "sparse") {
+      pageNotice +=
+        (pageNotice ? " " : "") +
+        `Mode “${requestedMode}” needs dense vectors, which “${c ? c.name : ""}” does not keep: ` +
+        "searching the sparse index.";
+    }
+    $("mode").value = "sparse";
+  }
+  requestedMode = "";
+  if (!targetChosen) $("target").value = defaultTarget();
 }
 
 // ---- the query -------------------------------------------------------------------------
@@ -150,7 +180,10 @@ function readUrl() {
     $("target").value = s.get("t");
     targetChosen = true;
   }
-  if (s.has("m")) $("mode").value = s.get("m");
+  if (s.has("m")) {
+    requestedMode = s.get("m");
+    $("mode").value = requestedMode;
+  }
   if (s.has("x")) $("exact").value = s.get("x");
   if (s.has("f")) $("filter").value = s.get("f");
   return s.get("c");
@@ -191,12 +224,12 @@ async function search() {
   // The server's approximate default: the query's lightest terms left out of the bounds.
   if ($("exact").value === "approx") body.exact = false;
   writeUrl();
-  showMessage("");
+  showMessage(pageNotice, "info");
   $("status").textContent = "Searching…";
   const started = performance.now();
   try {
     const response = await api(`/v1/collections/${encodeURIComponent(collection)}/search`, body);
-    render(collection, response, performance.now() - started);
+    render(collection, response, performance.now() - started, body);
   } catch (e) {
     $("status").textContent = "";
     $("results").replaceChildren();
@@ -207,7 +240,7 @@ async function search() {
 
 // ---- results ---------------------------------------------------------------------------
 
-function render(collection, response, roundTripMs) {
+function render(collection, response, roundTripMs, request) {
   const hits = response.hits || [];
   const path = response.path === "dense_fallback" ? "dense (the sparse index matched too few)" : response.path;
   $("status").textContent =
@@ -230,9 +263,24 @@ function render(collection, response, roundTripMs) {
   if (hits.length === 0) {
     const empty = document.createElement("li");
     empty.className = "empty";
-    empty.textContent = "No document shares a term with this query.";
+    empty.textContent = emptyResult(request);
     list.append(empty);
   }
+}
+
+/** Why a search found nothing: no shared term, among the documents the filters left. */
+function emptyResult(request) {
+  const filters = [];
+  if (request && request.target) filters.push(`Find: ${request.target}s only`);
+  const metadata = request && request.filter && request.filter.metadata;
+  if (metadata) {
+    filters.push("metadata " + Object.entries(metadata).map(([k, v]) => `${k}=${v}`).join(", "));
+  }
+  if (filters.length === 0) return "No document shares a term with this query.";
+  return (
+    `No document left by the filters (${filters.join("; ")}) shares a term with this query: ` +
+    "loosen them (Find: all, an empty filter) to search every document."
+  );
 }
 
 function card(collection, hit, rank, weakBelow) {
@@ -347,7 +395,7 @@ async function setQueryImage(file) {
   $("drop-hint").hidden = true;
   $("drop-preview").hidden = false;
   // An image usually looks for texts (image→text); keep the target if the user chose one.
-  if (!targetChosen) $("target").value = "text";
+  if (!targetChosen) $("target").value = defaultTarget();
   search();
 }
 
@@ -356,7 +404,7 @@ function clearQueryImage() {
   $("file").value = "";
   $("drop-hint").hidden = false;
   $("drop-preview").hidden = true;
-  if (!targetChosen) $("target").value = "image";
+  if (!targetChosen) $("target").value = defaultTarget();
 }
 
 // ---- what the model sees ---------------------------------------------------------------
@@ -421,6 +469,8 @@ function wire() {
     search();
   });
   $("collection").addEventListener("change", () => {
+    pageNotice = "";
+    showMessage("");
     collectionChanged();
     if ($("q").value.trim() || queryImage) search();
   });
