@@ -4,25 +4,31 @@
 # emojibase-data) and Open Clip Art Library PNGs with their SVG metadata (Debian openclipart-*).
 # See docs/data.md for the layout, captions, splits and licences.
 #
-#   scripts/build-emoji-corpus.sh [--out DIR] [--cache DIR] [--clipart-size N]
+#   scripts/build-emoji-corpus.sh [--out DIR | DIR] [--cache DIR] [--clipart-size N]
 #                                 [--test-percent P] [--holdout-style STYLE]... [--workers N]
 #
 # Downloads go to the cache (default target/data-cache, or $LEXLIP_DATA_CACHE) and are reused;
 # the corpus goes to --out (default target/data/emoji-corpus). Same inputs, same output.
+# ----
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${LEXLIP_DATA_CACHE:-$root/target/data-cache}"
 out="$root/target/data/emoji-corpus"
 py_args=()
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^# ----$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+out_given=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out="${2:?--out needs a directory}"; shift 2 ;;
+    --out) out="${2:?--out needs a directory}"; out_given=1; shift 2 ;;
     --cache) cache="${2:?--cache needs a directory}"; shift 2 ;;
     --clipart-size|--test-percent|--holdout-style|--workers)
       py_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "error: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    -*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *)
+      # One directory without --out is the output directory.
+      [ -z "$out_given" ] || { echo "error: unexpected argument $1 (the output is $out)" >&2; usage >&2; exit 2; }
+      out="$1"; out_given=1; shift ;;
   esac
 done
 

@@ -129,6 +129,21 @@ fn demo_builds_the_emoji_collection_reuses_it_and_serves_the_page() {
     assert!(err.contains("12 emoji with their labels"), "{err}");
     assert!(err.contains("lexlip index --manifest"), "{err}");
     assert!(err.contains("lexlip serve --data"), "{err}");
+    // The printed commands work as printed: their program is this binary, by a path that
+    // exists (no `lexlip` on the PATH here) or by the name on the PATH.
+    let serve_line = err
+        .lines()
+        .find(|l| l.contains("serve it with: "))
+        .expect("the serve command is printed");
+    let program = serve_line
+        .split("serve it with: ")
+        .nth(1)
+        .and_then(|rest| rest.split(" serve ").next())
+        .unwrap();
+    assert!(
+        program == "lexlip" || std::path::Path::new(program).is_file(),
+        "{program:?} is no program to run: {serve_line}"
+    );
     let collection = data.join("collections/emoji");
     let docs = collections::contents(&collection);
     assert_eq!(docs.len(), 24, "12 images and their 12 labels: {docs:?}");

@@ -81,7 +81,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         collection.display().to_string(),
     ];
     eprintln!(
-        "[2/3] indexing images and captions with {model}: lexlip index {}",
+        "[2/3] indexing images and captions with {model}: {} index {}",
+        program(),
         index_cmd.join(" ")
     );
     index::run(parse::<IndexArgs>(&index_cmd)?)?;
@@ -96,18 +97,47 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     ];
     if args.no_serve {
         eprintln!(
-            "[3/3] built; serve it with: lexlip serve {}",
+            "[3/3] built; serve it with: {} serve {}",
+            program(),
             serve_cmd.join(" ")
         );
         return Ok(());
     }
     crate::http::check_port(args.addr)?;
     eprintln!(
-        "[3/3] serving: lexlip serve {}\n  open {} in a browser and search, e.g. \"a dog\" (Ctrl-C stops)",
+        "[3/3] serving: {} serve {}\n  open {} in a browser and search, e.g. \"a dog\" (Ctrl-C stops)",
+        program(),
         serve_cmd.join(" "),
         browsable(args.addr)
     );
     serve::run(parse::<ServeArgs>(&serve_cmd)?)
+}
+
+/// How to run this binary again, as the printed commands say it: `lexlip` when that name on
+/// the PATH is this binary (`cargo install --path server`), else its own path (e.g.
+/// `target/release/lexlip` after `cargo run --release`), relative to the working directory
+/// when it lies below it.
+fn program() -> String {
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
+        return "lexlip".into();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths)
+            .filter_map(|dir| dir.join("lexlip").canonicalize().ok())
+            .next()
+            .is_some_and(|found| found == me)
+    });
+    if on_path {
+        return "lexlip".into();
+    }
+    let cwd = std::env::current_dir().and_then(|d| d.canonicalize());
+    match cwd
+        .ok()
+        .and_then(|cwd| me.strip_prefix(cwd).ok().map(|p| p.to_path_buf()))
+    {
+        Some(relative) => relative.display().to_string(),
+        None => me.display().to_string(),
+    }
 }
 
 /// The address to type into a browser: a wildcard listen address is reached on localhost; a
