@@ -74,6 +74,22 @@ async fn the_search_page_works_in_chromium() {
     )
     .await;
     page.console_is_clean(&[]).await;
+    // The page says which model encodes the queries and what it knows.
+    let card = page
+        .wait(
+            "the model card",
+            "const m = document.getElementById('model-card');
+             return !m.hidden && m.textContent",
+        )
+        .await;
+    let card = card.as_str().unwrap_or_default().to_string();
+    page.ensure(
+        card.contains("emoji-tiny")
+            && card.contains("not photographs")
+            && card.contains("how it was made"),
+        format!("the model's name, its one-line card and a link to its README: {card}"),
+    )
+    .await;
 
     // A typed text query finds its emoji first, and the card says which terms matched.
     page.search_text("a dog").await;
@@ -115,6 +131,23 @@ async fn the_search_page_works_in_chromium() {
     )
     .await;
     page.thumbnail_settled().await;
+    // On a phone, the word cloud leaves the results on the first screen.
+    page.viewport(390, 844).await;
+    let cloud_bottom = page
+        .client
+        .execute(
+            "return document.getElementById('query-cloud').getBoundingClientRect().height",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    page.ensure(
+        cloud_bottom.as_f64().is_some_and(|h| h <= 100.0),
+        format!("the word cloud is at most 100 px high on a phone: {cloud_bottom}"),
+    )
+    .await;
+    page.screenshot("1-text-query-phone").await;
+    page.viewport(1200, 800).await;
     let shot = page.screenshot("1-text-query").await;
     if std::env::var_os("LEXLIP_DOCS_SCREENSHOT").is_some() {
         std::fs::copy(&shot, workspace().join("docs/search-page.png")).unwrap();

@@ -49,6 +49,36 @@ pub struct EncoderService {
     describe: serde_json::Value,
     /// Weak-match thresholds of the models that encode text and image queries.
     weak_match: lexlip_model::WeakMatch,
+    /// The query model's card (its `README.md`), served to the page.
+    readme: Option<String>,
+}
+
+/// Largest model card served.
+const MAX_README_BYTES: u64 = 256 << 10;
+
+/// What the page says about the model that encodes queries: its directory's name, the one-line
+/// `card` of its `lexlip.json` (what it was trained on, what it does not know) and its
+/// `README.md`, read once at startup.
+fn model_card(dir: &Path) -> (serde_json::Value, Option<String>) {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let card = std::fs::read_to_string(dir.join("lexlip.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("card").and_then(|c| c.as_str()).map(str::to_string));
+    let readme_path = dir.join("README.md");
+    let readme = std::fs::metadata(&readme_path)
+        .ok()
+        .filter(|m| m.is_file() && m.len() <= MAX_README_BYTES)
+        .and_then(|_| std::fs::read_to_string(&readme_path).ok());
+    let describe = serde_json::json!({
+        "name": name,
+        "card": card,
+        "readme": readme.as_ref().map(|_| "/v1/model/readme"),
+    });
+    (describe, readme)
 }
 
 /// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
@@ -201,7 +231,16 @@ impl EncoderService {
                 })
             }
         };
+        let query_model = text
+            .as_ref()
+            .map(|s| s.source.path().to_path_buf())
+            .or_else(|| image.as_ref().map(|s| s.source.path().to_path_buf()));
+        let (card, readme) = match &query_model {
+            Some(dir) if dir.is_dir() => model_card(dir),
+            _ => (serde_json::Value::Null, None),
+        };
         let describe = serde_json::json!({
+            "model": card,
             "text": text.as_ref().map(|s| s.source.path().display().to_string()),
             "image": image.as_ref().map(|s| s.source.path().display().to_string()),
             "dense": dense.as_ref().map(|s| s.source.path().display().to_string()),
@@ -217,7 +256,13 @@ impl EncoderService {
             vocab,
             describe,
             weak_match,
+            readme,
         })
+    }
+
+    /// The query model's `README.md`, when it has one.
+    pub fn readme(&self) -> Option<&str> {
+        self.readme.as_deref()
     }
 
     /// The match strength below which hits of a text / image query are weak, when the model

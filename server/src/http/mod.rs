@@ -69,6 +69,7 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
             post(routes::search::image_to_text),
         )
         .route("/v1/encode", post(routes::encode::encode))
+        .route("/v1/model/readme", get(routes::system::model_readme))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), admit))
         .layer(middleware::from_fn_with_state(state.clone(), receive_body))

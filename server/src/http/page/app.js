@@ -527,8 +527,35 @@ function wire() {
   });
 }
 
+/** Says which model encodes the queries and what it knows (its `lexlip.json` card). */
+async function showModel() {
+  let ready;
+  try {
+    ready = await api("/readyz");
+  } catch (e) {
+    return;
+  }
+  const model = ready && ready.models && ready.models.model;
+  if (!model || !model.name) return;
+  const box = $("model-card");
+  box.replaceChildren();
+  const name = document.createElement("strong");
+  name.textContent = model.name;
+  box.append("Model: ", name);
+  if (model.card) box.append(" — " + model.card);
+  if (model.readme) {
+    const link = document.createElement("a");
+    link.href = model.readme;
+    link.textContent = "how it was made";
+    link.target = "_blank";
+    box.append(" (", link, ")");
+  }
+  box.hidden = false;
+}
+
 async function start() {
   wire();
+  showModel();
   const wanted = readUrl();
   if ((await loadCollections(wanted)) && $("q").value.trim()) search();
 }

@@ -57,3 +57,19 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
 pub async fn openapi() -> impl IntoResponse {
     Json(crate::http::openapi::document())
 }
+
+/// `GET /v1/model/readme`: the card (`README.md`) of the model that encodes queries: how it was
+/// made, what it knows and what it does not.
+pub async fn model_readme(State(state): State<SharedState>) -> Response {
+    match state.encoders.readme() {
+        Some(text) => (
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            text.to_string(),
+        )
+            .into_response(),
+        None => crate::http::error::ApiError::not_found(
+            "this server's model has no README.md (or the server has no model)",
+        )
+        .into_response(),
+    }
+}
