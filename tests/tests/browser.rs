@@ -4,8 +4,8 @@
 //! query from the URL runs on load; an image chosen through the file input finds texts; the
 //! "What the model sees" tab draws a word cloud; an API error shows as a message; and no script
 //! error reaches the browser console. Screenshots of each state go to
-//! `target/browser-screenshots/` (`LEXLIP_DOCS_SCREENSHOT=1` also refreshes
-//! `docs/search-page.png`).
+//! `target/browser-screenshots/` (`docs/search-page.png` shows the demo instead:
+//! `scripts/docs-screenshot.sh`).
 //!
 //! Needs Chromium and chromedriver: on PATH (`chromium`/`chromedriver`; Debian:
 //! `apt-get install chromium chromium-driver`, as `.ci/run` does) or named by `$CHROME` and
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use lexlip_tests::{EMOJI, Server, emoji_model, emoji_png, index_emoji, workspace};
+use lexlip_tests::{EMOJI, Server, emoji_model, emoji_png, index_emoji};
 use serde_json::{Value, json};
 
 /// The longest any one step may take (a cold browser on a slow, shared machine); waits poll.
@@ -148,10 +148,7 @@ async fn the_search_page_works_in_chromium() {
     .await;
     page.screenshot("1-text-query-phone").await;
     page.viewport(1200, 800).await;
-    let shot = page.screenshot("1-text-query").await;
-    if std::env::var_os("LEXLIP_DOCS_SCREENSHOT").is_some() {
-        std::fs::copy(&shot, workspace().join("docs/search-page.png")).unwrap();
-    }
+    page.screenshot("1-text-query").await;
     page.console_is_clean(&[]).await;
 
     // An image chosen through the file input, after that text query, finds texts (its label
