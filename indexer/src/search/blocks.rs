@@ -70,7 +70,8 @@ type Entry = (u32, Reverse<u32>, Reverse<u32>);
 pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
     // Segments are bounded on several threads where the search may use them and there is
     // enough to share (waking a thread costs tens of microseconds).
-    let bound = |segment| Part::bound(search.query, segment, search.term_cut, &search.cancel);
+    let bound =
+        |segment| SegmentBounds::bound(search.query, segment, search.term_cut, &search.cancel);
     let ranges: u64 = segments
         .iter()
         .map(|s| u64::from(s.maxima.num_ranges))
@@ -85,7 +86,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     for (segment, b) in segments.iter().zip(bounded) {
         search.stats.segments += 1;
         match b? {
-            Bounded::Part(part, candidates) => {
+            Bounded::Ranges(part, candidates) => {
                 search.stats.ranges_candidate += candidates;
                 parts.push(*part);
             }
@@ -174,7 +175,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
 
 /// One segment's share of a search: its query terms, the bound of every range, and what
 /// scoring its ranges needs.
-struct Part<'a> {
+struct SegmentBounds<'a> {
     segment: &'a Segment<'a>,
     /// Query terms present in the segment, with their weights.
     terms: Vec<QueryTerm<'a>>,
@@ -192,7 +193,7 @@ struct Part<'a> {
 /// A segment bounded for a query.
 enum Bounded<'a> {
     /// Its bounds, and how many ranges have one.
-    Part(Box<Part<'a>>, u64),
+    Ranges(Box<SegmentBounds<'a>>, u64),
     /// No query term is in it.
     Empty,
     /// Its bounds could overflow 32 bits (impacts in the tens of thousands on both sides): it
@@ -200,7 +201,7 @@ enum Bounded<'a> {
     Wide,
 }
 
-impl<'a> Part<'a> {
+impl<'a> SegmentBounds<'a> {
     /// Bounds every range of `segment` for `query`, leaving out the terms [`cut_terms`]
     /// picks for `term_cut`.
     fn bound(
@@ -271,7 +272,7 @@ impl<'a> Part<'a> {
             chunk_max,
             head,
         };
-        Ok(Bounded::Part(Box::new(part), candidates))
+        Ok(Bounded::Ranges(Box::new(part), candidates))
     }
 
     /// Scores per range of the terms layout's accumulator.
@@ -469,7 +470,7 @@ impl SpanTable {
 
 /// One thread's share of a search: its own top k, counters and buffers.
 struct Worker<'a> {
-    parts: &'a [Part<'a>],
+    parts: &'a [SegmentBounds<'a>],
     factor: f64,
     cancel: &'a Cancel,
     top: TopK,
@@ -555,7 +556,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Scores a batch of ranges of one segment.
-    fn score(&mut self, part: &Part, ranges: &[u32]) -> Result<()> {
+    fn score(&mut self, part: &SegmentBounds, ranges: &[u32]) -> Result<()> {
         self.cancel.check()?;
         match &part.docs {
             Some((docs, weights)) => self.score_documents(part, docs, weights, ranges),
@@ -567,7 +568,7 @@ impl<'a> Worker<'a> {
 
     /// [`Self::score`] in the terms layout: locates and prefetches every (range, term) span
     /// first, then accumulates and collects range by range.
-    fn score_postings(&mut self, part: &Part, ranges: &[u32]) {
+    fn score_postings(&mut self, part: &SegmentBounds, ranges: &[u32]) {
         let terms = &part.terms;
         // Spans are located in two passes (see `ForwardTerm::locate`), then prefetched.
         self.spans.clear();
@@ -620,7 +621,7 @@ impl<'a> Worker<'a> {
     /// vector.
     fn score_documents(
         &mut self,
-        part: &Part,
+        part: &SegmentBounds,
         docs: &DocVectors,
         weights: &QueryWeights,
         ranges: &[u32],
