@@ -160,7 +160,8 @@ async fn the_page_names_no_other_origin_and_the_script_finds_its_elements() {
 }
 
 /// With `--protect-reads`, `/readyz` tells anyone that the server is ready but shows what it
-/// holds (collections, models) only with a key, and `/metrics` needs one; `/healthz` is open.
+/// holds (collections, models) only with a key, and `/metrics` and `/openapi.json` need one;
+/// `/healthz` is open.
 #[tokio::test]
 async fn protected_reads_cover_readyz_and_metrics() {
     let data = tempfile::tempdir().unwrap();
@@ -189,4 +190,27 @@ async fn protected_reads_cover_readyz_and_metrics() {
     assert!(String::from_utf8_lossy(&body).contains("private"));
     let (st, _, _) = get(&app, "/healthz", None).await;
     assert_eq!(st, StatusCode::OK);
+    // The API's description is a read like the others; the key's scheme is case-insensitive.
+    let (st, _, _) = get(&app, "/openapi.json", None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    for auth in ["Bearer secret", "bearer secret", "BEARER  secret"] {
+        let (st, _, _) = in_process::send(
+            &app,
+            "GET",
+            "/openapi.json",
+            None,
+            &[("authorization", auth)],
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{auth}");
+    }
+    let (st, _, _) = in_process::send(
+        &app,
+        "GET",
+        "/openapi.json",
+        None,
+        &[("authorization", "Basic x")],
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
 }

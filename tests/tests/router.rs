@@ -237,12 +237,13 @@ async fn abandoned_searches_stop_and_free_the_cpu() {
 #[tokio::test]
 async fn cross_origin_writes_are_refused() {
     let data = tempfile::tempdir().unwrap();
+    // The in-process server allows the host name search.example (`--allowed-host`).
     let (app, _) = in_process::app(data.path(), None, in_process::limits());
     let (st, _) = call(&app, "PUT", "/v1/collections/c", None).await;
     assert_eq!(st, StatusCode::CREATED);
     let doc = |id: &str| json!({"documents": [{"id": id, "text": "x", "vector": {"x": 1.0}}]});
-    let post = |id: &str, origin: Option<&'static str>| {
-        let mut headers = vec![("host", "lexlip.local:8080")];
+    let post = |id: &str, host: &'static str, origin: Option<&'static str>| {
+        let mut headers = vec![("host", host)];
         if let Some(o) = origin {
             headers.push(("origin", o));
         }
@@ -260,15 +261,33 @@ async fn cross_origin_writes_are_refused() {
             (st, String::from_utf8_lossy(&body).to_string())
         }
     };
-    let (st, body) = post("evil", Some("http://evil.example")).await;
+    let (st, body) = post("evil", "127.0.0.1:8080", Some("http://evil.example")).await;
     assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
     assert!(body.contains("--cors-origin http://evil.example"), "{body}");
-    let (st, body) = post("page", Some("http://lexlip.local:8080")).await;
-    assert_eq!(st, StatusCode::OK, "{body}");
-    let (st, body) = post("curl", None).await;
+    // DNS rebinding: the attacker's name resolves to this server, so Origin and Host agree.
+    let (st, body) = post(
+        "rebound",
+        "evil.example:8080",
+        Some("http://evil.example:8080"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("--allowed-host evil.example"), "{body}");
+    // This server's own page, reached by an IP address, localhost or an allowed name.
+    for (id, host, origin) in [
+        ("ip", "127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("ipv6", "[::1]:8080", "http://[::1]:8080"),
+        ("local", "localhost:8080", "http://localhost:8080"),
+        ("named", "search.example", "https://search.example"),
+    ] {
+        let (st, body) = post(id, host, Some(origin)).await;
+        assert_eq!(st, StatusCode::OK, "{host}: {body}");
+    }
+    // Clients that are not browsers send no Origin.
+    let (st, body) = post("curl", "lexlip.local:8080", None).await;
     assert_eq!(st, StatusCode::OK, "{body}");
     let (_, info) = call(&app, "GET", "/v1/collections/c", None).await;
-    assert_eq!(info["documents"], 2, "{info}");
+    assert_eq!(info["documents"], 5, "{info}");
 }
 
 /// Counts are whole numbers in the published schema (`integer`, which admits `2.0`): the

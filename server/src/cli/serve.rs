@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// Allowed CORS origin (repeatable; `*` for any). None: no CORS headers.
     #[arg(long)]
     pub cors_origin: Vec<String>,
+    /// A host name browsers reach this server by (repeatable; `*` for any). Writes from web
+    /// pages (searches included) are accepted through IP addresses, `localhost` and these names
+    /// only, against DNS rebinding.
+    #[arg(long)]
+    pub allowed_host: Vec<String>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -142,6 +147,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         addr: args.addr,
         cors_origins: args.cors_origin,
+        allowed_hosts: args.allowed_host,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -32,6 +32,9 @@ use state::SharedState;
 pub struct ServerConfig {
     pub addr: SocketAddr,
     pub cors_origins: Vec<String>,
+    /// Host names a browser may reach the server by for writes, besides IP addresses and
+    /// `localhost` (`--allowed-host`; `*` allows any).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The full router.
@@ -75,7 +78,10 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), receive_body))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(middleware::from_fn_with_state(
-            Arc::new(config.cors_origins.clone()),
+            Arc::new(Origins {
+                cors: config.cors_origins.clone(),
+                hosts: config.allowed_hosts.clone(),
+            }),
             same_origin_writes,
         ))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes));
@@ -219,13 +225,19 @@ async fn admit(State(state): State<SharedState>, mut req: Request, next: Next) -
     response
 }
 
-/// Writes from a web page of another origin are refused unless `--cors-origin` allows it.
-/// CORS alone does not stop them: a cross-origin `multipart/form-data` POST is a "simple"
-/// request that browsers send without asking first, so any page a user visits could add
-/// documents to a server without an API key. Browsers send `Origin` with such requests; other
-/// clients (curl, SDKs) send none and are not affected.
+/// Who may write from a web page: CORS origins and the host names the server is reached by.
+struct Origins {
+    cors: Vec<String>,
+    hosts: Vec<String>,
+}
+
+/// Writes from web pages (requests with an `Origin`) must come from this server's own page or
+/// an allowed CORS origin, and — against DNS rebinding, where an attacker's name comes to
+/// resolve to this server, so that `Origin` and `Host` agree on the attacker's name — reach it
+/// by an IP address, `localhost` or an `--allowed-host` name. Clients that are not browsers
+/// send no `Origin` and are not concerned.
 async fn same_origin_writes(
-    State(allowed): State<Arc<Vec<String>>>,
+    State(allowed): State<Arc<Origins>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -244,18 +256,47 @@ async fn same_origin_writes(
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
+    let cors = allowed.cors.iter().any(|o| o == "*" || o == origin);
     let same = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
         .is_some_and(|rest| !host.is_empty() && rest == host);
-    if same || allowed.iter().any(|o| o == "*" || o == origin) {
-        return next.run(req).await;
+    if !(same || cors) {
+        return ApiError::forbidden(format!(
+            "a write from a web page of another origin ({origin}) is refused; allow it with \
+             --cors-origin {origin}"
+        ))
+        .into_response();
     }
-    ApiError::forbidden(format!(
-        "a write from a web page of another origin ({origin}) is refused; allow it with \
-         --cors-origin {origin}"
-    ))
-    .into_response()
+    if !cors && !host_allowed(host, &allowed.hosts) {
+        let name = host_name(host);
+        return ApiError::forbidden(format!(
+            "a write from a web page that reached this server as {name:?} is refused (a name \
+             other than an IP address or localhost could be DNS rebinding); if {name} is this \
+             server's name, start it with --allowed-host {name}"
+        ))
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// The name part of a `Host` header (`[::1]:8080` → `[::1]`, `a.example:80` → `a.example`).
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+/// Whether a browser may write through `host`: an IP literal, `localhost`, or an allowed name.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = host_name(host);
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(name))
 }
 
 /// API keys: required on write routes when any is configured, and on reads with
@@ -291,7 +332,11 @@ pub(crate) fn key_check(state: &state::AppState, headers: &HeaderMap) -> Result<
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            // The scheme is case-insensitive (RFC 7235).
+            let (scheme, key) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+        })
         .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
     match given {
         Some(k)

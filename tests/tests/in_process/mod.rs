@@ -49,6 +49,7 @@ pub fn app(data: &Path, model: Option<PathBuf>, limits: Limits) -> (Router, Metr
     let config = ServerConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         cors_origins: Vec::new(),
+        allowed_hosts: vec!["search.example".into()],
     };
     (router(state, &config), metrics)
 }

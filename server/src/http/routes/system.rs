@@ -54,8 +54,14 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
 }
 
 /// `GET /openapi.json`
-pub async fn openapi() -> impl IntoResponse {
-    Json(crate::http::openapi::document())
+pub async fn openapi(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    // With `--protect-reads`, the API's shape is a read like any other.
+    if state.limits.protect_reads
+        && let Err(e) = key_check(&state, &headers)
+    {
+        return e.into_response();
+    }
+    Json(crate::http::openapi::document()).into_response()
 }
 
 /// `GET /v1/model/readme`: the card (`README.md`) of the model that encodes queries: how it was
