@@ -111,7 +111,21 @@ impl Catalog {
             return Err(IndexError::NoSuchCollection(name.to_string()));
         }
         std::fs::remove_file(&manifest).map_err(|e| IndexError::io(&manifest, e))?;
-        std::fs::remove_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))
+        // A file that appears while the tree is removed (a writer of the collection still
+        // finishing) makes one pass fail with "directory not empty"; the next one takes it.
+        let mut tries = 0;
+        loop {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    tracing::debug!(dir = %dir.display(), error = %e, "removing again");
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                Err(e) => return Err(IndexError::io(&dir, e)),
+            }
+        }
     }
 }
 

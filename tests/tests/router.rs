@@ -437,3 +437,44 @@ async fn errors_name_what_exists_and_what_to_do() {
     let message = e["error"]["message"].as_str().unwrap();
     assert!(message.contains("not valid base64"), "{message}");
 }
+
+/// Deleting a collection while background merges run (eight quick adds make tantivy merge)
+/// answers truthfully and leaves nothing of it on disk, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_during_background_merges_is_clean() {
+    let data = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_batch_docs: 1000,
+        max_body_bytes: 8 << 20,
+        ..in_process::limits()
+    };
+    let (app, _) = in_process::app(data.path(), None, limits);
+    for round in 0..5 {
+        let (st, body) = call(&app, "PUT", "/v1/collections/busy", None).await;
+        assert_eq!(st, StatusCode::CREATED, "{body}");
+        for batch in 0..8 {
+            let docs: Vec<Value> = (0..1000)
+                .map(|i| {
+                    json!({"id": format!("d{batch}-{i}"), "modality": "text",
+                           "vector": {format!("t{}", i % 50): 3, format!("u{}", i % 7): 1}})
+                })
+                .collect();
+            let (st, body) = call(
+                &app,
+                "POST",
+                "/v1/collections/busy/documents",
+                Some(json!({"documents": docs})),
+            )
+            .await;
+            assert_eq!(st, StatusCode::OK, "round {round}: {body}");
+        }
+        let (st, body) = call(&app, "DELETE", "/v1/collections/busy", None).await;
+        assert_eq!(st, StatusCode::OK, "round {round}: {body}");
+        assert!(
+            !data.path().join("collections/busy").exists(),
+            "round {round}: files left after the delete"
+        );
+        let (st, _) = call(&app, "GET", "/v1/collections/busy", None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+}

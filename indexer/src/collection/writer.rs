@@ -329,6 +329,17 @@ impl Collection {
         self.reload()
     }
 
+    /// Stops writing for good, before the collection's files are deleted: what was not
+    /// committed is dropped and background merges are waited for, so that nothing writes into
+    /// the directory afterwards.
+    pub fn close(&self) -> Result<()> {
+        let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = guard.take() {
+            state.writer.wait_merging_threads()?;
+        }
+        Ok(())
+    }
+
     /// Waits for background merges to finish (useful before measuring size).
     pub fn wait_merges(&self) -> Result<()> {
         let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());

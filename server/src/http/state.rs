@@ -246,8 +246,9 @@ impl AppState {
             Some(open) => {
                 let _writer = open.write.blocking_lock();
                 open.deleted.store(true, Ordering::Release);
-                // Releases its tantivy writer (and lock file) before the files go.
-                open.collection.rollback()?;
+                // Releases its tantivy writer (and lock file) and lets background merges end
+                // before the files go: nothing writes into the directory afterwards.
+                open.collection.close()?;
             }
             None => {
                 let was_broken = self
