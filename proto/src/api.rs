@@ -76,6 +76,35 @@ pub struct Hit {
     /// Absent for fused (hybrid) scores; a re-ranked hit keeps its first stage's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_strength: Option<f64>,
+    /// The stored text is longer than a hit carries ([`MAX_HIT_TEXT_BYTES`], or the response's
+    /// budget of [`MAX_RESPONSE_TEXT_BYTES`] was spent): `text` is its beginning, or absent.
+    /// `GET …/documents/{id}` returns it whole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_truncated: bool,
+}
+
+/// Most bytes of stored text one hit carries.
+pub const MAX_HIT_TEXT_BYTES: usize = 16 << 10;
+/// Most bytes of stored text one response's hits carry together.
+pub const MAX_RESPONSE_TEXT_BYTES: usize = 2 << 20;
+
+impl Hit {
+    /// Cuts `text` to at most `max` bytes (at a character boundary), flagging the cut.
+    pub fn cap_text(&mut self, max: usize) {
+        if let Some(text) = &mut self.text
+            && text.len() > max
+        {
+            let mut end = max;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            self.text_truncated = true;
+            if text.is_empty() {
+                self.text = None;
+            }
+        }
+    }
 }
 
 /// The search stage a hit's score comes from.

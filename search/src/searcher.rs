@@ -191,7 +191,18 @@ impl<'a> Searcher<'a> {
                 SearchPath::Hybrid => self.snapshot.hit_at(r.segment_ord, r.doc, r.score)?,
             })
         };
-        ranking.docs.iter().map(hit).collect()
+        // The response's text budget: later hits carry less (or none) once it is spent.
+        let mut budget = lexlip_proto::api::MAX_RESPONSE_TEXT_BYTES;
+        ranking
+            .docs
+            .iter()
+            .map(|r| {
+                let mut h = hit(r)?;
+                h.cap_text(budget);
+                budget -= h.text.as_ref().map_or(0, String::len);
+                Ok(h)
+            })
+            .collect()
     }
 
     /// The sparse top `n` (an empty query matches nothing).

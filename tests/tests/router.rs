@@ -478,3 +478,93 @@ async fn deleting_during_background_merges_is_clean() {
         assert_eq!(st, StatusCode::NOT_FOUND);
     }
 }
+
+/// Hits carry at most 16 KiB of a document's stored text each (flagged when cut) and 2 MiB
+/// together, so a response stays small whatever was stored; the document route has it whole.
+#[tokio::test]
+async fn hits_carry_bounded_text() {
+    let data = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_body_bytes: 64 << 20,
+        ..in_process::limits()
+    };
+    let (app, _) = in_process::app(data.path(), None, limits);
+    let (st, _) = call(&app, "PUT", "/v1/collections/long", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let long = "é".repeat(300 << 10); // 600 KiB of two-byte characters
+    let mut docs: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("long{i}"), "text": long, "vector": {"x": 10 - i}}))
+        .collect();
+    docs.push(json!({"id": "short", "text": "a short one", "vector": {"x": 1}}));
+    let (st, body) = call(
+        &app,
+        "POST",
+        "/v1/collections/long/documents",
+        Some(json!({"documents": docs})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (st, found) = call(
+        &app,
+        "POST",
+        "/v1/collections/long/search",
+        Some(json!({"query": {"sparse": {"x": 1}}, "k": 10})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{found}");
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 9);
+    for h in &hits[..8] {
+        let text = h["text"].as_str().unwrap();
+        assert!(
+            text.len() <= 16 << 10 && text.len() > (16 << 10) - 2,
+            "{}",
+            text.len()
+        );
+        assert!(long.starts_with(text));
+        assert_eq!(h["text_truncated"], true);
+    }
+    assert_eq!(hits[8]["text"], "a short one");
+    assert!(hits[8].get("text_truncated").is_none(), "{}", hits[8]);
+    let (st, doc) = call(&app, "GET", "/v1/collections/long/documents/long0", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        doc["text"].as_str().map(str::len),
+        Some(long.len()),
+        "whole"
+    );
+    // Together: 150 hits of 16 KiB would be 2.4 MiB; past 2 MiB the hits carry no text.
+    let (st, _) = call(&app, "PUT", "/v1/collections/many", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let text = "w".repeat(20 << 10);
+    let docs: Vec<Value> = (0..150)
+        .map(|i| json!({"id": format!("m{i:03}"), "text": text, "vector": {"x": 1000 - i}}))
+        .collect();
+    for chunk in docs.chunks(50) {
+        let (st, body) = call(
+            &app,
+            "POST",
+            "/v1/collections/many/documents",
+            Some(json!({"documents": chunk})),
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+    }
+    let (_, found) = call(
+        &app,
+        "POST",
+        "/v1/collections/many/search",
+        Some(json!({"query": {"sparse": {"x": 1}}, "k": 150})),
+    )
+    .await;
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 150);
+    let carried: usize = hits
+        .iter()
+        .filter_map(|h| h["text"].as_str())
+        .map(str::len)
+        .sum();
+    assert!(carried <= 2 << 20, "{carried}");
+    assert!(hits.iter().all(|h| h["text_truncated"] == true));
+    assert!(hits.last().unwrap().get("text").is_none());
+}

@@ -174,8 +174,10 @@ impl Snapshot {
     }
 }
 
+/// A stored document as a hit; its text cut to [`lexlip_proto::api::MAX_HIT_TEXT_BYTES`] (a
+/// response of k hits must not carry k whole documents).
 fn as_hit(d: Document, score: f64, explain: Option<Vec<TermContribution>>) -> Hit {
-    Hit {
+    let mut hit = Hit {
         id: d.id.to_string(),
         score,
         modality: d.modality,
@@ -186,7 +188,10 @@ fn as_hit(d: Document, score: f64, explain: Option<Vec<TermContribution>>) -> Hi
         stage: None,
         first_stage_score: None,
         match_strength: None,
-    }
+        text_truncated: false,
+    };
+    hit.cap_text(lexlip_proto::api::MAX_HIT_TEXT_BYTES);
+    hit
 }
 
 /// Moves a fresh postings cursor to `doc`; true when the term occurs in it. (tantivy's `seek`
