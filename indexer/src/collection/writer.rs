@@ -76,6 +76,13 @@ impl Collection {
         if guard.is_none() {
             let writer: IndexWriter = self.index.writer_with_num_threads(1, WRITER_HEAP)?;
             writer.set_merge_policy(Box::new(LogMergePolicy::default()));
+            // A commit killed (or failed, e.g. on a full disk) after writing a file that no
+            // `meta.json` names leaves it behind; the same operation retried reaches the same
+            // opstamp, and thus the same file name, and tantivy refuses to overwrite it. Such
+            // files are removed before the first write of every new writer.
+            if let Err(e) = writer.garbage_collect_files().wait() {
+                tracing::warn!(error = %e, "removing files no commit names");
+            }
             *guard = Some(WriterState {
                 writer,
                 pending: Vec::new(),
