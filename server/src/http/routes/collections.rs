@@ -32,7 +32,7 @@ fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
     request_body = CreateCollection,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
         (status = 201, body = CollectionInfo), (status = 200, body = CollectionInfo),
-        (status = 409, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 409, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse), (status = 507, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn create(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -87,7 +87,7 @@ pub async fn create(
 
 /// `GET /v1/collections`
 #[utoipa::path(get, path = "/v1/collections", tag = "collections",
-    responses((status = 200, body = CollectionList)))]
+    responses((status = 200, body = CollectionList), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn list(State(state): State<SharedState>) -> ApiResult<Json<CollectionList>> {
     let all = state.names();
     let collections = blocking(move || {
@@ -102,7 +102,7 @@ pub async fn list(State(state): State<SharedState>) -> ApiResult<Json<Collection
 /// `GET /v1/collections/{name}`
 #[utoipa::path(get, path = "/v1/collections/{name}", tag = "collections",
     params(("name" = String, Path, description = "collection")),
-    responses((status = 200, body = CollectionInfo), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+    responses((status = 200, body = CollectionInfo), (status = 404, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn show(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -115,7 +115,7 @@ pub async fn show(
 /// `DELETE /v1/collections/{name}`
 #[utoipa::path(delete, path = "/v1/collections/{name}", tag = "collections",
     params(("name" = String, Path, description = "collection")),
-    responses((status = 200, body = Deleted), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+    responses((status = 200, body = Deleted), (status = 404, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse), (status = 507, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn delete(
     State(state): State<SharedState>,
     Path(name): Path<String>,

@@ -212,7 +212,7 @@ async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
     request_body = AddDocuments,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
         (status = 200, body = AddedDocuments), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 413, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 413, body = lexlip_proto::api::ErrorResponse), (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse), (status = 507, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn add(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -301,7 +301,7 @@ pub struct GetParams {
 #[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", tag = "documents",
     params(("name" = String, Path, description = "collection"), ("id" = String, Path, description = "document id"),
         ("explain" = Option<bool>, Query, description = "include the document's terms")),
-    responses((status = 200, body = StoredDocument), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+    responses((status = 200, body = StoredDocument), (status = 404, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn get(
     State(state): State<SharedState>,
     Path((name, id)): Path<(String, String)>,
@@ -323,7 +323,7 @@ pub async fn get(
 /// `DELETE /v1/collections/{name}/documents/{id}`
 #[utoipa::path(delete, path = "/v1/collections/{name}/documents/{id}", tag = "documents",
     params(("name" = String, Path, description = "collection"), ("id" = String, Path, description = "document id")),
-    responses((status = 200, body = Deleted), (status = 404, body = lexlip_proto::api::ErrorResponse)))]
+    responses((status = 200, body = Deleted), (status = 404, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse), (status = 507, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn delete(
     State(state): State<SharedState>,
     Path((name, id)): Path<(String, String)>,

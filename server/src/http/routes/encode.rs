@@ -18,7 +18,7 @@ use crate::http::state::SharedState;
 #[utoipa::path(post, path = "/v1/encode", tag = "encode",
     request_body = EncodeRequest,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
-        (status = 200, body = EncodeResponse), (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 200, body = EncodeResponse), (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn encode(
     State(state): State<SharedState>,
     headers: HeaderMap,

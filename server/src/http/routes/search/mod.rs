@@ -30,7 +30,7 @@ pub use execute::{MAX_RERANK, QueryInput, execute};
     request_body = SearchRequest,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
         (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn search(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -49,7 +49,7 @@ pub async fn search(
     request_body = TextToImage,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
         (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn text_to_image(
     State(state): State<SharedState>,
     headers: HeaderMap,
@@ -68,7 +68,7 @@ pub async fn text_to_image(
     request_body = ImageToText,
     responses((status = 400, body = lexlip_proto::api::ErrorResponse), (status = 415, body = lexlip_proto::api::ErrorResponse),
         (status = 200, body = SearchResponse), (status = 404, body = lexlip_proto::api::ErrorResponse),
-        (status = 422, body = lexlip_proto::api::ErrorResponse)))]
+        (status = 422, body = lexlip_proto::api::ErrorResponse), (status = 401, body = lexlip_proto::api::ErrorResponse), (status = 503, body = lexlip_proto::api::ErrorResponse)))]
 pub async fn image_to_text(
     State(state): State<SharedState>,
     request: Request<Body>,
