@@ -37,6 +37,10 @@ pub enum ModelError {
     NoEncoder { path: PathBuf, what: &'static str },
     #[error("{0}")]
     Invalid(String),
+    /// Too many pixels are being decoded at once in this process ([`crate::image::set_decode_budget`]);
+    /// the same request succeeds later.
+    #[error("{0}")]
+    Busy(String),
     #[error("inference failed: {0}")]
     Candle(#[from] candle_core::Error),
     #[error("the encoder produced an invalid vector: {0}")]

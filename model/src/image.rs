@@ -155,6 +155,64 @@ pub fn max_image_pixels() -> u64 {
     MAX_IMAGE_PIXELS.load(Ordering::Relaxed)
 }
 
+/// The default of [`set_decode_budget`]: 100 megapixels decoded at once in the process (two
+/// images of the largest size, [`DEFAULT_MAX_IMAGE_PIXELS`], and more small ones), about 1 GB
+/// of decoder buffers at most.
+pub const DEFAULT_DECODE_BUDGET_PIXELS: u64 = 100_000_000;
+/// How long a decode waits for its share of the budget before it gives up with
+/// [`ModelError::Busy`].
+const DECODE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+static DECODE_BUDGET: AtomicU64 = AtomicU64::new(DEFAULT_DECODE_BUDGET_PIXELS);
+/// Pixels being decoded now, across threads and requests.
+static DECODING: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+static DECODED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Sets how many pixels the whole process decodes at once: images past it wait (up to 20 s,
+/// then fail with [`ModelError::Busy`]), so concurrent requests cannot add up to more decoder
+/// memory than this allows, whatever the per-image limit.
+pub fn set_decode_budget(pixels: u64) {
+    DECODE_BUDGET.store(pixels.max(1), Ordering::Relaxed);
+}
+
+/// A share of the decode budget, given back when dropped.
+struct DecodePermit(u64);
+
+impl DecodePermit {
+    fn acquire(pixels: u64, input: &str) -> Result<Self> {
+        let budget = DECODE_BUDGET.load(Ordering::Relaxed);
+        // An image larger than the whole budget decodes alone.
+        let want = pixels.min(budget);
+        let deadline = std::time::Instant::now() + DECODE_WAIT;
+        let mut used = DECODING.lock().unwrap_or_else(|p| p.into_inner());
+        while *used + want > budget {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(ModelError::Busy(format!(
+                    "image {input}: the server is decoding {} megapixels of other images (its \
+                     budget is {}); try again shortly",
+                    *used / 1_000_000,
+                    budget / 1_000_000
+                )));
+            }
+            used = DECODED
+                .wait_timeout(used, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *used += want;
+        Ok(Self(want))
+    }
+}
+
+impl Drop for DecodePermit {
+    fn drop(&mut self) {
+        let mut used = DECODING.lock().unwrap_or_else(|p| p.into_inner());
+        *used -= self.0;
+        DECODED.notify_all();
+    }
+}
+
 /// Decodes an image (JPEG, PNG, WebP, GIF: first frame) to RGB pixels, transparency composited
 /// over white ([`rgb_on_white`]). `input` names the image in errors; an empty image is an error,
 /// so every later step can rely on at least one pixel, and so is one larger than
@@ -185,6 +243,7 @@ pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
              (--max-image-pixels); send a smaller image"
         )));
     }
+    let _permit = DecodePermit::acquire(pixels, input)?;
     let mut limits = image::Limits::default();
     // 16-bit RGBA is the widest buffer a decoder fills, plus its working memory.
     limits.max_alloc = Some(max.saturating_mul(8).saturating_add(64 << 20));
@@ -670,6 +729,34 @@ fn random_weights(cfg: &beit::Config, vocab: usize, seed: u64) -> Result<Weights
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two decodes that together exceed the budget run one after the other: the second waits
+    /// until the first gives its share back.
+    #[test]
+    fn the_decode_budget_makes_large_images_wait_their_turn() {
+        use std::sync::atomic::AtomicBool;
+        set_decode_budget(1_000_000);
+        let first = DecodePermit::acquire(600_000, "first").unwrap();
+        let second_in = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let permit = DecodePermit::acquire(600_000, "second").unwrap();
+                second_in.store(true, Ordering::SeqCst);
+                drop(permit);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(
+                !second_in.load(Ordering::SeqCst),
+                "the second decode started while the first held 600,000 of 1,000,000 pixels"
+            );
+            drop(first);
+            waiter.join().unwrap();
+        });
+        assert!(second_in.load(Ordering::SeqCst));
+        // An image larger than the whole budget still decodes, alone.
+        drop(DecodePermit::acquire(5_000_000, "huge").unwrap());
+        set_decode_budget(DEFAULT_DECODE_BUDGET_PIXELS);
+    }
 
     fn png(img: image::DynamicImage) -> Vec<u8> {
         let mut out = Cursor::new(Vec::new());

@@ -47,6 +47,18 @@ impl Server {
         Server { child, base }
     }
 
+    /// The server's peak resident memory so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmHWM")
+            * 1024
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

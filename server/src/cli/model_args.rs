@@ -24,6 +24,10 @@ pub struct ModelArgs {
     /// header before decoding [default: 40000000].
     #[arg(long, value_name = "PIXELS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_image_pixels: Option<u64>,
+    /// Pixels decoded at once across all images and requests; more wait their turn (a server
+    /// answers 503 after 20 s) [default: 100000000].
+    #[arg(long, value_name = "PIXELS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub decode_budget: Option<u64>,
 }
 
 impl ModelArgs {
@@ -33,6 +37,10 @@ impl ModelArgs {
         lexlip_model::image::set_max_image_pixels(
             self.max_image_pixels
                 .unwrap_or(lexlip_model::image::DEFAULT_MAX_IMAGE_PIXELS),
+        );
+        lexlip_model::image::set_decode_budget(
+            self.decode_budget
+                .unwrap_or(lexlip_model::image::DEFAULT_DECODE_BUDGET_PIXELS),
         );
     }
 

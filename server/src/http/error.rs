@@ -154,6 +154,7 @@ impl From<ModelError> for ApiError {
             ModelError::Image { .. } | ModelError::Tokenize { .. } | ModelError::Invalid(_) => {
                 ApiError::unprocessable(message)
             }
+            ModelError::Busy(_) => ApiError::unavailable(message, 1),
             _ => ApiError::internal(message),
         }
     }
