@@ -438,6 +438,21 @@ async fn errors_name_what_exists_and_what_to_do() {
     assert!(message.contains("not valid base64"), "{message}");
 }
 
+/// Adds `docs` to `collection` in one request; they must all be accepted.
+async fn add_documents(app: &Router, collection: &str, docs: &[Value]) {
+    let path = format!("/v1/collections/{collection}/documents");
+    let (st, body) = call(app, "POST", &path, Some(json!({ "documents": docs }))).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+}
+
+/// Searches `collection` with `body`; the answer must be a 200.
+async fn search_ok(app: &Router, collection: &str, body: Value) -> Value {
+    let path = format!("/v1/collections/{collection}/search");
+    let (st, found) = call(app, "POST", &path, Some(body)).await;
+    assert_eq!(st, StatusCode::OK, "{found}");
+    found
+}
+
 /// Deleting a collection while background merges run (eight quick adds make tantivy merge)
 /// answers truthfully and leaves nothing of it on disk, every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,14 +474,7 @@ async fn deleting_during_background_merges_is_clean() {
                            "vector": {format!("t{}", i % 50): 3, format!("u{}", i % 7): 1}})
                 })
                 .collect();
-            let (st, body) = call(
-                &app,
-                "POST",
-                "/v1/collections/busy/documents",
-                Some(json!({"documents": docs})),
-            )
-            .await;
-            assert_eq!(st, StatusCode::OK, "round {round}: {body}");
+            add_documents(&app, "busy", &docs).await;
         }
         let (st, body) = call(&app, "DELETE", "/v1/collections/busy", None).await;
         assert_eq!(st, StatusCode::OK, "round {round}: {body}");
@@ -496,22 +504,13 @@ async fn hits_carry_bounded_text() {
         .map(|i| json!({"id": format!("long{i}"), "text": long, "vector": {"x": 10 - i}}))
         .collect();
     docs.push(json!({"id": "short", "text": "a short one", "vector": {"x": 1}}));
-    let (st, body) = call(
+    add_documents(&app, "long", &docs).await;
+    let found = search_ok(
         &app,
-        "POST",
-        "/v1/collections/long/documents",
-        Some(json!({"documents": docs})),
+        "long",
+        json!({"query": {"sparse": {"x": 1}}, "k": 10}),
     )
     .await;
-    assert_eq!(st, StatusCode::OK, "{body}");
-    let (st, found) = call(
-        &app,
-        "POST",
-        "/v1/collections/long/search",
-        Some(json!({"query": {"sparse": {"x": 1}}, "k": 10})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::OK, "{found}");
     let hits = found["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 9);
     for h in &hits[..8] {
@@ -541,20 +540,12 @@ async fn hits_carry_bounded_text() {
         .map(|i| json!({"id": format!("m{i:03}"), "text": text, "vector": {"x": 1000 - i}}))
         .collect();
     for chunk in docs.chunks(50) {
-        let (st, body) = call(
-            &app,
-            "POST",
-            "/v1/collections/many/documents",
-            Some(json!({"documents": chunk})),
-        )
-        .await;
-        assert_eq!(st, StatusCode::OK, "{body}");
+        add_documents(&app, "many", chunk).await;
     }
-    let (_, found) = call(
+    let found = search_ok(
         &app,
-        "POST",
-        "/v1/collections/many/search",
-        Some(json!({"query": {"sparse": {"x": 1}}, "k": 150})),
+        "many",
+        json!({"query": {"sparse": {"x": 1}}, "k": 150}),
     )
     .await;
     let hits = found["hits"].as_array().unwrap();
