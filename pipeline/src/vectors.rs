@@ -22,6 +22,9 @@ use crate::writer::{Chunk, Prepared, PreparedDoc, Resume};
 
 /// Lines per chunk.
 const CHUNK: usize = 20_000;
+/// Bytes per chunk: a chunk of long lines (documents with megabytes of `contents`) ends sooner,
+/// so the lines read ahead and their parsed copies stay bounded in bytes, not only in lines.
+const CHUNK_BYTES: u64 = 32 << 20;
 
 /// A vectors file, opened (so that a missing file is an error before anything is created).
 pub struct VectorsFile {
@@ -131,7 +134,7 @@ fn read_stage(
     }
 }
 
-/// Up to [`CHUNK`] non-blank lines with their numbers.
+/// Up to [`CHUNK`] non-blank lines with their numbers, and about [`CHUNK_BYTES`].
 fn read_chunk(
     lines: &mut Box<dyn BufRead + Send>,
     line_no: &mut u64,
@@ -139,7 +142,8 @@ fn read_chunk(
 ) -> std::io::Result<Vec<(u64, String)>> {
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut buf = String::new();
-    while chunk.len() < CHUNK {
+    let start = *bytes;
+    while chunk.len() < CHUNK && *bytes - start < CHUNK_BYTES {
         let n = lines.read_line(&mut buf)?;
         if n == 0 {
             break;

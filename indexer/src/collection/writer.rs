@@ -25,7 +25,7 @@ use crate::segment_builder::{PendingDoc, write_segment};
 const WRITER_HEAP: usize = 64 << 20;
 /// Pending documents are also written as a segment once their thumbnails reach this many bytes,
 /// so a batch of image documents holds bounded memory (100,000 thumbnails would be ~1 GB).
-const FLUSH_THUMBNAIL_BYTES: usize = 128 << 20;
+const FLUSH_STORED_BYTES: usize = 128 << 20;
 
 /// What a document may carry besides its stored fields and impacts ([`Collection::add_with`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,7 +43,7 @@ pub(super) struct WriterState {
     /// Position in `pending` of each pending id (a re-add replaces in place).
     pending_ids: HashMap<String, usize>,
     /// Bytes of the pending documents' thumbnails.
-    pending_thumbnail_bytes: usize,
+    pending_bytes: usize,
     /// The `batch` term the pending documents will be written with.
     batch: String,
     /// Ids written into segments since the last commit (the reader, which `committed_contains`
@@ -87,7 +87,7 @@ impl Collection {
                 writer,
                 pending: Vec::new(),
                 pending_ids: HashMap::new(),
-                pending_thumbnail_bytes: 0,
+                pending_bytes: 0,
                 batch: new_batch(),
                 flushed_ids: HashSet::new(),
                 doomed: HashMap::new(),
@@ -141,7 +141,10 @@ impl Collection {
             return Err(IndexError::ReadOnly);
         };
         let id = doc.id.as_str().to_string();
-        let thumbnail_bytes = thumbnail.as_ref().map_or(0, Vec::len);
+        // What the pending document holds in memory until its segment is written: thumbnails
+        // and stored text can be megabytes each, so segments are cut by bytes as well.
+        let thumbnail_bytes =
+            thumbnail.as_ref().map_or(0, Vec::len) + doc.text.as_ref().map_or(0, String::len);
         if let Some(&i) = state.pending_ids.get(&id) {
             let replaced = std::mem::replace(
                 &mut state.pending[i],
@@ -152,8 +155,8 @@ impl Collection {
                     thumbnail,
                 },
             );
-            state.pending_thumbnail_bytes = (state.pending_thumbnail_bytes + thumbnail_bytes)
-                .saturating_sub(replaced.thumbnail.as_ref().map_or(0, Vec::len));
+            state.pending_bytes =
+                (state.pending_bytes + thumbnail_bytes).saturating_sub(stored_bytes(&replaced));
             return Ok(());
         }
         if state.doomed.contains_key(&id)
@@ -170,10 +173,8 @@ impl Collection {
             dense,
             thumbnail,
         });
-        state.pending_thumbnail_bytes += thumbnail_bytes;
-        if state.pending.len() >= self.flush_docs
-            || state.pending_thumbnail_bytes >= FLUSH_THUMBNAIL_BYTES
-        {
+        state.pending_bytes += thumbnail_bytes;
+        if state.pending.len() >= self.flush_docs || state.pending_bytes >= FLUSH_STORED_BYTES {
             self.flush(state)?;
         }
         Ok(())
@@ -189,9 +190,7 @@ impl Collection {
         let mut existed = false;
         if let Some(i) = state.pending_ids.remove(id) {
             let removed = state.pending.swap_remove(i);
-            state.pending_thumbnail_bytes = state
-                .pending_thumbnail_bytes
-                .saturating_sub(removed.thumbnail.as_ref().map_or(0, Vec::len));
+            state.pending_bytes = state.pending_bytes.saturating_sub(stored_bytes(&removed));
             if let Some(moved) = state.pending.get(i) {
                 state
                     .pending_ids
@@ -255,7 +254,7 @@ impl Collection {
         }
         let pending = std::mem::take(&mut state.pending);
         state.pending_ids.clear();
-        state.pending_thumbnail_bytes = 0;
+        state.pending_bytes = 0;
         let batch = std::mem::replace(&mut state.batch, new_batch());
         let forward_plan = self.forward_files.then(|| self.forward_plan());
         if let Some(meta) = write_segment(
@@ -415,4 +414,9 @@ impl Collection {
         }
         Ok(false)
     }
+}
+
+/// Bytes a pending document holds besides its vector: its thumbnail and stored text.
+fn stored_bytes(doc: &PendingDoc) -> usize {
+    doc.thumbnail.as_ref().map_or(0, Vec::len) + doc.doc.text.as_ref().map_or(0, String::len)
 }
