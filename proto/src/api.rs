@@ -99,6 +99,8 @@ impl Hit {
                 end -= 1;
             }
             text.truncate(end);
+            // Truncating keeps the allocation: give the rest of a long text back now.
+            text.shrink_to_fit();
             self.text_truncated = true;
             if text.is_empty() {
                 self.text = None;

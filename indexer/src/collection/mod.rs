@@ -33,6 +33,9 @@ use tantivy::directory::MmapDirectory;
 use tantivy::index::SegmentId;
 use tantivy::{Index, IndexReader, ReloadPolicy};
 
+/// Decompressed document-store blocks cached per segment (tantivy's default is 100).
+const DOC_STORE_CACHE_BLOCKS: usize = 8;
+
 pub use snapshot::{ForwardSummary, SearchOutcome, Snapshot};
 pub use writer::DocExtras;
 
@@ -163,6 +166,10 @@ impl Collection {
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
+            // Decompressed store blocks kept per segment: a block holds one whole document
+            // when documents are large (megabytes of text), and tantivy's default of 100 of
+            // them let a few searches over such documents hold gigabytes.
+            .doc_store_cache_num_blocks(DOC_STORE_CACHE_BLOCKS)
             .try_into()?;
         Ok(Self {
             dir: dir.to_path_buf(),
