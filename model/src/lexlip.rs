@@ -4,7 +4,7 @@
 //! A LexLIP directory:
 //! ```text
 //! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40,
-//!                       "image_top_k": 64} (all optional)
+//!                       "image_top_k": 64, "weak_match": {...}, "card": "…"} (all optional)
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
@@ -104,6 +104,9 @@ pub struct LoadOptions {
     /// query's hits are weak matches (measured by `scripts/match_strength.py`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weak_match: Option<WeakMatch>,
+    /// One line on what the model was trained on and what it does not know, for the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<String>,
     /// Compute dtype of the image encoder (f32 on CPU, f16 on GPU when unset).
     #[serde(skip)]
     pub dtype: Option<DType>,
@@ -120,6 +123,7 @@ impl LoadOptions {
             image_size: self.image_size.or(file.image_size),
             image_top_k: self.image_top_k.or(file.image_top_k),
             weak_match: self.weak_match.or(file.weak_match),
+            card: self.card.clone().or_else(|| file.card.clone()),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
         }
@@ -142,6 +146,7 @@ pub struct WeakMatch {
 pub struct Encoders {
     path: PathBuf,
     weak_match: WeakMatch,
+    card: Option<String>,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
     dense: Option<Dense>,
@@ -194,6 +199,7 @@ impl Encoders {
         let mut enc = Encoders {
             path: path.to_path_buf(),
             weak_match: WeakMatch::default(),
+            card: None,
             text: None,
             image: None,
             dense: None,
@@ -291,6 +297,9 @@ impl Encoders {
         if let Some(w) = opts.weak_match {
             self.weak_match = w;
         }
+        if let Some(c) = &opts.card {
+            self.card = Some(c.clone());
+        }
         Ok(())
     }
 
@@ -314,6 +323,11 @@ impl Encoders {
     /// The model's weak-match calibration (`lexlip.json`'s `weak_match`; empty when none).
     pub fn weak_match(&self) -> WeakMatch {
         self.weak_match
+    }
+
+    /// The model's one-line card (`lexlip.json`'s `card`), when it has one.
+    pub fn card(&self) -> Option<&str> {
+        self.card.as_deref()
     }
 
     /// The text encoder, or an error saying this model has none.

@@ -59,15 +59,12 @@ const MAX_README_BYTES: u64 = 256 << 10;
 /// What the page says about the model that encodes queries: its directory's name, the one-line
 /// `card` of its `lexlip.json` (what it was trained on, what it does not know) and its
 /// `README.md`, read once at startup.
-fn model_card(dir: &Path) -> (serde_json::Value, Option<String>) {
+fn model_card(model: &Encoders) -> (serde_json::Value, Option<String>) {
+    let dir = model.path();
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let card = std::fs::read_to_string(dir.join("lexlip.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.get("card").and_then(|c| c.as_str()).map(str::to_string));
     let readme_path = dir.join("README.md");
     let readme = std::fs::metadata(&readme_path)
         .ok()
@@ -75,7 +72,7 @@ fn model_card(dir: &Path) -> (serde_json::Value, Option<String>) {
         .and_then(|_| std::fs::read_to_string(&readme_path).ok());
     let describe = serde_json::json!({
         "name": name,
-        "card": card,
+        "card": model.card(),
         "readme": readme.as_ref().map(|_| "/v1/model/readme"),
     });
     (describe, readme)
@@ -233,10 +230,10 @@ impl EncoderService {
         };
         let query_model = text
             .as_ref()
-            .map(|s| s.source.path().to_path_buf())
-            .or_else(|| image.as_ref().map(|s| s.source.path().to_path_buf()));
+            .map(|s| s.source.clone())
+            .or_else(|| image.as_ref().map(|s| s.source.clone()));
         let (card, readme) = match &query_model {
-            Some(dir) if dir.is_dir() => model_card(dir),
+            Some(model) if model.path().is_dir() => model_card(model),
             _ => (serde_json::Value::Null, None),
         };
         let describe = serde_json::json!({
