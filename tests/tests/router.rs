@@ -397,16 +397,21 @@ async fn match_strength_is_the_share_of_the_self_score() {
 async fn errors_name_what_exists_and_what_to_do() {
     let data = tempfile::tempdir().unwrap();
     let (app, _) = app(data.path(), Duration::from_secs(30));
-    let body = json!({"query": {"sparse": {"dog": 1}}});
-    let (status, e) = call(
-        &app,
-        "POST",
-        "/v1/collections/fotos/search",
-        Some(body.clone()),
-    )
-    .await;
+    // The status and error message of a POST.
+    let refused = |path: &'static str, body: Value| {
+        let app = app.clone();
+        async move {
+            let (status, e) = call(&app, "POST", path, Some(body)).await;
+            let message = e["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (status, message)
+        }
+    };
+    let search = json!({"query": {"sparse": {"dog": 1}}});
+    let (status, message) = refused("/v1/collections/fotos/search", search.clone()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let message = e["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("there are no collections yet"),
         "{message}"
@@ -415,26 +420,23 @@ async fn errors_name_what_exists_and_what_to_do() {
         let (status, _) = call(&app, "PUT", &format!("/v1/collections/{name}"), None).await;
         assert_eq!(status, StatusCode::CREATED);
     }
-    let (status, e) = call(&app, "POST", "/v1/collections/fotos/search", Some(body)).await;
+    let (status, message) = refused("/v1/collections/fotos/search", search).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let message = e["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("the collections are: emoji, photos") && message.contains("PUT"),
         "{message}"
     );
 
-    let search = json!({"collection": "photos", "image": "holiday/cat.jpg"});
-    let (status, e) = call(&app, "POST", "/v1/search/image-to-text", Some(search)).await;
+    let image = json!({"collection": "photos", "image": "holiday/cat.jpg"});
+    let (status, message) = refused("/v1/search/image-to-text", image).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    let message = e["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("looks like a file path") && message.contains("-F image=@holiday/cat.jpg"),
         "{message}"
     );
     // Text that is neither base64 nor a path keeps the base64 message.
-    let search = json!({"collection": "photos", "image": "not an image!"});
-    let (_, e) = call(&app, "POST", "/v1/search/image-to-text", Some(search)).await;
-    let message = e["error"]["message"].as_str().unwrap();
+    let image = json!({"collection": "photos", "image": "not an image!"});
+    let (_, message) = refused("/v1/search/image-to-text", image).await;
     assert!(message.contains("not valid base64"), "{message}");
 }
 
