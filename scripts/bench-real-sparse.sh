@@ -113,7 +113,7 @@ approx = "  ".join((f"term cut {a['term_cut']:.2f}" if a.get("term_cut") else f"
                    + f" {a['mean_ms']:.3f} ms @ {a['recall_at_10']:.3f}" for a in s["approx"])
 print(f"order {sys.argv[3]:<9} ingest {i['items_per_s']:8.0f} docs/s  {i['bytes_per_nnz']:.2f} B/nnz  "
       f"exhaustive {s['exhaustive']['mean_ms']:.3f} ms  exact {s['exact']['mean_ms']:.3f} ms "
-      f"(ranges scored {100 * s['exact']['ranges_scored_fraction']:.2f} %)  {approx}")
+      f"(blocks scored {100 * s['exact']['blocks_scored_fraction']:.2f} %)  {approx}")
 PY
 done
 

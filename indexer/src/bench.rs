@@ -50,8 +50,8 @@ pub struct ExactFigures {
     pub p99_ms: f64,
     pub speedup: f64,
     pub recall_at_10: f64,
-    /// Fraction of candidate doc-id ranges actually scored.
-    pub ranges_scored_fraction: f64,
+    /// Fraction of candidate doc-id blocks actually scored.
+    pub blocks_scored_fraction: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -116,7 +116,7 @@ pub struct EngineBenchReport {
     pub exhaustive: Throughput,
     /// The default: block-max over the forward index.
     pub exact: ExactFigures,
-    /// The previous default: range pruning over tantivy's postings cursors.
+    /// The previous default: block pruning over tantivy's postings cursors.
     pub exact_postings: ExactFigures,
     pub approx: Vec<ApproxFigures>,
     pub exact_threads: Vec<ThreadFigures>,
@@ -129,8 +129,8 @@ struct Timed {
     results: Vec<Vec<ScoredDoc>>,
     latencies_ms: Vec<f64>,
     total_s: f64,
-    ranges_candidate: u64,
-    ranges_scored: u64,
+    blocks_candidate: u64,
+    blocks_scored: u64,
 }
 
 fn run_queries(
@@ -140,14 +140,14 @@ fn run_queries(
 ) -> Result<Timed> {
     let mut results = Vec::with_capacity(queries.len());
     let mut latencies_ms = Vec::with_capacity(queries.len());
-    let (mut ranges_candidate, mut ranges_scored) = (0, 0);
+    let (mut blocks_candidate, mut blocks_scored) = (0, 0);
     let start = Instant::now();
     for q in queries {
         let t = Instant::now();
         let out = snap.search(q, options)?;
         latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        ranges_candidate += out.stats.ranges_candidate;
-        ranges_scored += out.stats.ranges_scored;
+        blocks_candidate += out.stats.blocks_candidate;
+        blocks_scored += out.stats.blocks_scored;
         results.push(out.hits);
     }
     let total_s = start.elapsed().as_secs_f64();
@@ -156,8 +156,8 @@ fn run_queries(
         results,
         latencies_ms,
         total_s,
-        ranges_candidate,
-        ranges_scored,
+        blocks_candidate,
+        blocks_scored,
     })
 }
 
@@ -172,7 +172,7 @@ pub struct SearchFigures {
     pub exhaustive: Throughput,
     /// The default: block-max over the forward index.
     pub exact: ExactFigures,
-    /// The previous default: range pruning over tantivy's postings cursors.
+    /// The previous default: block pruning over tantivy's postings cursors.
     pub exact_postings: ExactFigures,
     pub approx: Vec<ApproxFigures>,
     /// Exact block-max search with several threads per query.
@@ -293,10 +293,10 @@ fn exact_figures(run: &Timed, exhaustive: &Timed) -> ExactFigures {
         p99_ms: percentile(&run.latencies_ms, 0.99),
         speedup: qps * exhaustive.total_s / exhaustive.results.len() as f64,
         recall_at_10: recall_at_10(&run.results, &exhaustive.results),
-        ranges_scored_fraction: if run.ranges_candidate == 0 {
+        blocks_scored_fraction: if run.blocks_candidate == 0 {
             0.0
         } else {
-            run.ranges_scored as f64 / run.ranges_candidate as f64
+            run.blocks_scored as f64 / run.blocks_candidate as f64
         },
     }
 }

@@ -435,7 +435,7 @@ fn kernel() -> Kernel {
 }
 
 /// 16 entries at a time: their bytes spread into 32-bit lanes (one byte permutation for 3-byte
-/// entries), their weights looked up, multiplied by their impacts and added up; a whole range
+/// entries), their weights looked up, multiplied by their impacts and added up; a whole block
 /// of documents per call, so that the query's tables are loaded into registers once.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

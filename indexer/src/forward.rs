@@ -1,5 +1,5 @@
 //! Each term's part of a segment's forward index. In the *terms layout* (segments of long
-//! documents), its postings in the two forms block-max search needs: scoring one block (a range
+//! documents), its postings in the two forms block-max search needs: scoring one block (a run
 //! of `2^shift` doc ids) reads only that block's postings of the query's terms, and bounding
 //! every block reads one byte per block for common terms. In the *documents layout* (segments
 //! of short documents, [`crate::forward_index::Layout`]), scoring reads the documents' vectors

@@ -1,16 +1,16 @@
 //! A segment's forward index ([`ForwardIndex`]): for pruning, per term ([`ForwardTerm`]) the
-//! maximum impact in every range (block) of document ids, kept with the term's postings in the
+//! maximum impact in every block of document ids, kept with the term's postings in the
 //! layout of [`crate::forward`] (or the documents' vectors in the documents layout); read from
 //! the file written with the segment ([`crate::forward_file`]) or built from its postings.
 //!
 //! tantivy keeps no usable per-term or per-block maximum term frequency (its block-max data is
 //! BM25-specific), so lexlip computes them when a segment is first searched and caches them by
-//! segment id. A *range* is `2^shift` consecutive doc ids of a segment ([`DEFAULT_RANGE_SHIFT`]
-//! unless the collection says otherwise). For a query `q`, `Σ_t q_t · max_t(range)` bounds the
-//! score of every document in the range, which lets the search skip whole ranges (block-max
+//! segment id. A *block* is `2^shift` consecutive doc ids of a segment ([`DEFAULT_BLOCK_SHIFT`]
+//! unless the collection says otherwise). For a query `q`, `Σ_t q_t · max_t(block)` bounds the
+//! score of every document in the block, which lets the search skip whole blocks (block-max
 //! pruning, as in BMP).
 //!
-//! Common terms store their maxima as a code per range, `ceil(max / step)` with a per-term
+//! Common terms store their maxima as a code per block, `ceil(max / step)` with a per-term
 //! `step` chosen so the largest impact fits the code: a byte for the densest terms (step 1 for
 //! LexLIP's 1..=255 impacts, where the bound is exact), four bits for terms in fewer blocks
 //! (within `step` of exact). The others compute exact maxima from their postings: the forward
@@ -24,13 +24,13 @@ use crate::doc_vectors::{DocVectors, DocVectorsBuilder, EntryLayout};
 use crate::error::Result;
 use crate::forward::{BoundCodes, TermPostings};
 
-/// log2 of the number of doc ids per range of a segment in the terms layout unless the
+/// log2 of the number of doc ids per block of a segment in the terms layout unless the
 /// collection sets another.
-pub const DEFAULT_RANGE_SHIFT: u32 = 5;
+pub const DEFAULT_BLOCK_SHIFT: u32 = 5;
 /// The same for the documents layout: blocks of 8 documents, whose bounds are much tighter on
 /// real short-document vectors (`docs/benchmarks.md`); scoring a block reads its documents, so
 /// small blocks cost little.
-pub const DOCUMENTS_RANGE_SHIFT: u32 = 3;
+pub const DOCUMENTS_BLOCK_SHIFT: u32 = 3;
 /// Mean non-zeros per document up to which a segment takes the documents layout: a document's
 /// whole vector is read to score it, which pays for short documents (text) but not for long
 /// ones (LexLIP image lexicons have hundreds of terms), whose query terms are found faster in
@@ -180,8 +180,8 @@ impl SegmentStats {
     fn resolve(&self, plan: ForwardPlan) -> (Layout, u32, Option<EntryLayout>) {
         let (layout, shift, entries) = self.resolve_layout(plan);
         let shift = shift.unwrap_or(match layout {
-            Layout::Terms => DEFAULT_RANGE_SHIFT,
-            Layout::Documents => self.probed_shift.unwrap_or(DOCUMENTS_RANGE_SHIFT),
+            Layout::Terms => DEFAULT_BLOCK_SHIFT,
+            Layout::Documents => self.probed_shift.unwrap_or(DOCUMENTS_BLOCK_SHIFT),
         });
         (layout, clamp_shift(shift), entries)
     }
@@ -238,11 +238,11 @@ impl ForwardBuilder {
         self.docs.as_ref().map(DocVectorsBuilder::layout)
     }
 }
-/// Smallest and largest range shift (8 and 64 documents): a doc offset within a range fits a
+/// Smallest and largest block shift (8 and 64 documents): a doc offset within a block fits a
 /// byte in the forward index.
-pub const RANGE_SHIFTS: std::ops::RangeInclusive<u32> = 3..=MAX_RANGE_SHIFT;
-/// The largest range shift (64 documents).
-pub const MAX_RANGE_SHIFT: u32 = 6;
+pub const BLOCK_SHIFTS: std::ops::RangeInclusive<u32> = 3..=MAX_BLOCK_SHIFT;
+/// The largest block shift (64 documents).
+pub const MAX_BLOCK_SHIFT: u32 = 6;
 
 /// What the search needs to know about one term of one segment.
 #[derive(Debug)]
@@ -250,9 +250,9 @@ pub struct ForwardTerm {
     pub term_info: TermInfo,
     /// Largest impact of the term in the segment.
     pub max: u32,
-    /// log2 of the documents per range.
+    /// log2 of the documents per block.
     shift: u32,
-    /// The term's postings with their range bounds.
+    /// The term's postings with their block bounds.
     pub postings: TermPostings,
     /// Its rank in the segment's term dictionary (how [`crate::doc_vectors`] names it).
     pub ord: u32,
@@ -269,40 +269,40 @@ impl ForwardTerm {
         }
     }
 
-    /// Whether the term may have postings in `range` (false: it has none there). Exact for
+    /// Whether the term may have postings in `block` (false: it has none there). Exact for
     /// terms with bound codes or postings here; `true` for a term of the documents layout
     /// without codes (its postings are only in tantivy).
-    pub fn may_occur_in(&self, range: u32) -> bool {
+    pub fn may_occur_in(&self, block: u32) -> bool {
         match (&self.postings, self.postings.block_maxima()) {
-            (_, Some((codes, _))) => codes.get(range as usize) > 0,
+            (_, Some((codes, _))) => codes.get(block as usize) > 0,
             (TermPostings::Bounds { .. }, None) => true,
             (_, None) => {
-                self.postings.span(range, self.shift).0 < self.postings.span(range, self.shift).1
+                self.postings.span(block, self.shift).0 < self.postings.span(block, self.shift).1
             }
         }
     }
 
-    /// Largest bound the term can give a range.
+    /// Largest bound the term can give a block.
     pub fn largest_bound(&self) -> u32 {
         self.postings.largest_bound(self.max)
     }
 
-    /// Where the term's postings in `range` lie (empty when absent).
+    /// Where the term's postings in `block` lie (empty when absent).
     #[inline]
-    pub fn span_in(&self, range: u32) -> (u32, u32) {
-        self.postings.span(range, self.shift)
+    pub fn span_in(&self, block: u32) -> (u32, u32) {
+        self.postings.span(block, self.shift)
     }
 
     /// [`Self::span_in`] in two steps: see [`TermPostings::locate`].
     #[inline]
-    pub fn locate(&self, range: u32) -> (u32, u32) {
-        self.postings.locate(range)
+    pub fn locate(&self, block: u32) -> (u32, u32) {
+        self.postings.locate(block)
     }
 
     /// The second step of [`Self::span_in`]: see [`TermPostings::span_within`].
     #[inline]
-    pub fn span_within(&self, range: u32, located: (u32, u32)) -> (u32, u32) {
-        self.postings.span_within(range, self.shift, located)
+    pub fn span_within(&self, block: u32, located: (u32, u32)) -> (u32, u32) {
+        self.postings.span_within(block, self.shift, located)
     }
 
     /// Adds `q · impact` of a span's postings into `acc[doc offset]`; returns how many.
@@ -312,7 +312,7 @@ impl ForwardTerm {
             .accumulate(span, q, (1 << self.shift) - 1, acc)
     }
 
-    /// Adds `q · bound(range)` to `ub[range]` for every range the term occurs in; a term
+    /// Adds `q · bound(block)` to `ub[block]` for every block the term occurs in; a term
     /// without codes or postings here (documents layout) reads its postings from `inverted`.
     pub fn add_bounds(&self, q: u64, ub: &mut [u64], inverted: &InvertedIndexReader) -> Result<()> {
         match (&self.postings, self.postings.block_maxima()) {
@@ -359,14 +359,14 @@ impl ForwardTerm {
             .read_block_postings_from_terminfo(&self.term_info, IndexRecordOption::WithFreqs)?)
     }
 
-    /// Whether the term keeps a bound byte per range (otherwise its bounds come from its
+    /// Whether the term keeps a bound byte per block (otherwise its bounds come from its
     /// postings).
     pub fn has_bound_bytes(&self) -> bool {
         self.postings.block_maxima().is_some()
     }
 
     /// [`Self::add_bounds_u32`] for a term without bound bytes (the caller checks
-    /// [`Self::has_bound_bytes`]), handing each of its ranges' postings span to `mark` as well
+    /// [`Self::has_bound_bytes`]), handing each of its blocks' postings span to `mark` as well
     /// (the pass walks its postings anyway).
     pub fn add_bounds_u32_marking(
         &self,
@@ -385,7 +385,7 @@ impl ForwardTerm {
     }
 }
 
-/// Ranges per tile of [`add_code_bounds_u32`]: 4 KiB of bounds, which stay in the fastest cache
+/// Blocks per tile of [`add_code_bounds_u32`]: 4 KiB of bounds, which stay in the fastest cache
 /// while every term's codes are added to them.
 const TILE: usize = 1024;
 
@@ -567,9 +567,9 @@ pub(crate) fn for_each_posting(
     }
 }
 
-/// `shift` brought into [`RANGE_SHIFTS`].
+/// `shift` brought into [`BLOCK_SHIFTS`].
 pub(crate) fn clamp_shift(shift: u32) -> u32 {
-    shift.clamp(*RANGE_SHIFTS.start(), *RANGE_SHIFTS.end())
+    shift.clamp(*BLOCK_SHIFTS.start(), *BLOCK_SHIFTS.end())
 }
 
 /// Blocks of `2^shift` documents of a segment of `max_doc` documents (at least one).
@@ -602,12 +602,12 @@ pub(crate) fn for_each_term(
     Ok(())
 }
 
-/// Range maxima of every term of the impacts field of one segment.
+/// Block maxima of every term of the impacts field of one segment.
 #[derive(Debug)]
 pub struct ForwardIndex {
-    /// log2 of the documents per range.
+    /// log2 of the documents per block.
     pub shift: u32,
-    pub num_ranges: u32,
+    pub num_blocks: u32,
     /// By term bytes; a fast non-cryptographic hash (keys are the segment's own terms).
     terms: rustc_hash::FxHashMap<Box<[u8]>, ForwardTerm>,
     heap_bytes: usize,
@@ -623,9 +623,9 @@ impl ForwardIndex {
             for_each_term(reader, impacts, |_, _, postings, max| f(postings, max))
         })?;
         let mut builder = ForwardBuilder::new(&stats, plan);
-        let (shift, num_ranges) = (builder.shift, builder.num_blocks);
+        let (shift, num_blocks) = (builder.shift, builder.num_blocks);
         let num_terms = reader.inverted_index(impacts)?.terms().num_terms();
-        let mut out = Self::empty(shift, num_ranges, num_terms);
+        let mut out = Self::empty(shift, num_blocks, num_terms);
         for_each_term(reader, impacts, |key, term_info, postings, max| {
             let postings = builder.term(postings, max);
             out.insert(
@@ -638,12 +638,12 @@ impl ForwardIndex {
         Ok(out)
     }
 
-    pub(crate) fn empty(shift: u32, num_ranges: u32, num_terms: usize) -> Self {
+    pub(crate) fn empty(shift: u32, num_blocks: u32, num_terms: usize) -> Self {
         let mut terms = rustc_hash::FxHashMap::default();
         terms.reserve(num_terms);
         Self {
             shift,
-            num_ranges,
+            num_blocks,
             terms,
             heap_bytes: 0,
             docs: None,

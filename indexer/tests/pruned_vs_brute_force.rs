@@ -2,7 +2,7 @@
 //!
 //! Each case builds a real collection with several segments (small flushes, several commits),
 //! replacements, deletes and sometimes a merge, then checks for random queries and k that:
-//! - both pruned exact searches (block-max over the forward index, ranges over tantivy's
+//! - both pruned exact searches (block-max over the forward index, blocks over tantivy's
 //!   postings) return exactly what the exhaustive search returns (ids, scores, order — ties
 //!   broken by document order in all), at every block size, in both forward index layouts;
 //! - both agree with a brute-force dot product over a plain map of the live documents.
@@ -174,8 +174,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
 
-    /// Larger segments (many doc-id ranges) with LexLIP-shaped vectors grouped into topics that
-    /// occupy runs of doc ids (as a corpus ingested source by source does), so that ranges are
+    /// Larger segments (many doc-id blocks) with LexLIP-shaped vectors grouped into topics that
+    /// occupy runs of doc ids (as a corpus ingested source by source does), so that blocks are
     /// really skipped inside a segment.
     #[test]
     fn pruning_skips_ranges_and_stays_exact(seed in any::<u64>(), docs in 500usize..3000, k in 1usize..50, zipf in 0.6f64..1.4, layout in layout()) {
@@ -220,7 +220,7 @@ proptest! {
     }
 }
 
-/// Where the bounds allow it, whole ranges are skipped without reading their postings (or,
+/// Where the bounds allow it, whole blocks are skipped without reading their postings (or,
 /// in the documents layout, their documents), in both layouts.
 #[test]
 fn ranges_below_the_threshold_are_skipped() {
@@ -269,9 +269,9 @@ fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
         .unwrap();
     assert_eq!(pruned.hits, exhaustive.hits, "{layout:?}");
     // 1280 documents in 40 blocks of 32; the two blocks holding the strong "x" decide the top
-    // 10, and the search stops after its first 16 ranges.
-    assert_eq!(pruned.stats.ranges_candidate, 40);
-    assert!(pruned.stats.ranges_scored <= 16, "{:?}", pruned.stats);
+    // 10, and the search stops after its first 16 blocks.
+    assert_eq!(pruned.stats.blocks_candidate, 40);
+    assert!(pruned.stats.blocks_scored <= 16, "{:?}", pruned.stats);
     assert!(
         pruned.stats.postings_scored * 2 < exhaustive.stats.postings_scored,
         "{:?}",
@@ -309,9 +309,9 @@ proptest! {
             let exhaustive = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Exhaustive, ..SearchOptions::default() }).unwrap();
             prop_assert_eq!(&many.hits, &exhaustive.hits);
             prop_assert_eq!(&one.hits, &exhaustive.hits);
-            // More ranges than the first ones: threads shared them (from any number of
+            // More blocks than the first ones: threads shared them (from any number of
             // documents left, as asked below).
-            if one.stats.ranges_scored > 16 + 64 {
+            if one.stats.blocks_scored > 16 + 64 {
                 busy += 1;
             }
         }

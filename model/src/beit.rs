@@ -7,11 +7,16 @@
 //! use LexLIP's interpolation of the relative position bias table (their `interpolate_pos`: a 1-D
 //! linear resampling of the whole table, which is how the official 384×384 models ran).
 
-use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Activation, LayerNorm, Linear, VarBuilder, layer_norm, linear, linear_no_bias};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Activation, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
+use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Mode, Params, linear};
+
+pub(crate) mod layer;
+
+use layer::{Layer, RelativeBias};
 
 /// The subset of Hugging Face's `BeitConfig` the encoder uses (unknown keys are ignored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,7 +95,8 @@ impl Config {
         self.image_size / self.patch_size
     }
 
-    fn validate(&self) -> std::result::Result<(), String> {
+    /// Why this config cannot make a tower, if it cannot.
+    pub fn validate(&self) -> std::result::Result<(), String> {
         if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(format!(
                 "image_size {} is not a multiple of patch_size {}",
@@ -170,188 +176,28 @@ pub fn interpolate_table_lexlip(table: &[Vec<f32>], new_rows: usize) -> Vec<Vec<
         .collect()
 }
 
-/// A relative position bias table and the bias it yields for a given grid.
+/// Tensors derived from weights that no longer change (a loaded model): computed once per input
+/// size instead of at every forward pass.
 #[derive(Debug, Clone)]
-struct RelativePositionBias {
-    /// `(rows, heads)` as stored, f32 on the CPU (interpolation happens there, once).
-    table: Vec<Vec<f32>>,
-    native_grid: usize,
-}
-
-impl RelativePositionBias {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
-        let rows = relative_table_len(cfg.native_grid());
-        let table = vb
-            .get(
-                (rows, cfg.num_attention_heads),
-                "relative_position_bias_table",
-            )?
-            .to_dtype(DType::F32)?
-            .to_device(&Device::Cpu)?
-            .to_vec2::<f32>()?;
-        Ok(Self {
-            table,
-            native_grid: cfg.native_grid(),
-        })
-    }
-
-    /// `(heads, n + 1, n + 1)` bias for a `grid × grid` input.
-    fn bias(&self, grid: usize, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
-        let table = if grid == self.native_grid {
-            self.table.clone()
-        } else {
-            interpolate_table_lexlip(&self.table, relative_table_len(grid))
-        };
-        let heads = table.first().map(Vec::len).unwrap_or(0);
-        let rows = table.len();
-        let flat: Vec<f32> = table.into_iter().flatten().collect();
-        let table = Tensor::from_vec(flat, (rows, heads), &Device::Cpu)?;
-        let n1 = grid * grid + 1;
-        let index = Tensor::from_vec(relative_position_index(grid), n1 * n1, &Device::Cpu)?;
-        table
-            .index_select(&index, 0)?
-            .reshape((n1, n1, heads))?
-            .permute((2, 0, 1))?
-            .contiguous()?
-            .to_dtype(dtype)?
-            .to_device(device)
-    }
-}
-
-#[derive(Debug, Clone)]
-struct SelfAttention {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    output: Linear,
-    relative: Option<RelativePositionBias>,
-    /// The relative bias for the current input grid (computed once per grid).
-    bias: Option<Tensor>,
-    heads: usize,
-    head_dim: usize,
-}
-
-impl SelfAttention {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
-        let h = cfg.hidden_size;
-        let att = vb.pp("attention");
-        let relative = if cfg.use_relative_position_bias {
-            Some(RelativePositionBias::load(
-                att.pp("relative_position_bias"),
-                cfg,
-            )?)
-        } else {
-            None
-        };
-        Ok(Self {
-            query: linear(h, h, att.pp("query"))?,
-            // BEiT has no key bias.
-            key: linear_no_bias(h, h, att.pp("key"))?,
-            value: linear(h, h, att.pp("value"))?,
-            output: linear(h, h, vb.pp("output").pp("dense"))?,
-            relative,
-            bias: None,
-            heads: cfg.num_attention_heads,
-            head_dim: h / cfg.num_attention_heads,
-        })
-    }
-
-    fn forward(&self, xs: &Tensor, shared_bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
-        let (b, n, h) = xs.dims3()?;
-        let split = |t: Tensor| -> candle_core::Result<Tensor> {
-            t.reshape((b, n, self.heads, self.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = split(self.query.forward(xs)?)?;
-        let k = split(self.key.forward(xs)?)?;
-        let v = split(self.value.forward(xs)?)?;
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&k.t()?)? * scale)?;
-        if let Some(bias) = &self.bias {
-            scores = scores.broadcast_add(bias)?;
-        }
-        if let Some(bias) = shared_bias {
-            scores = scores.broadcast_add(bias)?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let ctx = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, n, h))?;
-        self.output.forward(&ctx)
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Layer {
-    attention: SelfAttention,
-    intermediate: Linear,
-    output: Linear,
-    layernorm_before: LayerNorm,
-    layernorm_after: LayerNorm,
-    lambda_1: Option<Tensor>,
-    lambda_2: Option<Tensor>,
-    act: Activation,
-}
-
-impl Layer {
-    pub(crate) fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
-        let h = cfg.hidden_size;
-        let (lambda_1, lambda_2) = if cfg.layer_scale_init_value > 0.0 {
-            (Some(vb.get(h, "lambda_1")?), Some(vb.get(h, "lambda_2")?))
-        } else {
-            (None, None)
-        };
-        Ok(Self {
-            attention: SelfAttention::load(vb.pp("attention"), cfg)?,
-            intermediate: linear(h, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
-            output: linear(cfg.intermediate_size, h, vb.pp("output").pp("dense"))?,
-            layernorm_before: layer_norm(h, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
-            layernorm_after: layer_norm(h, cfg.layer_norm_eps, vb.pp("layernorm_after"))?,
-            lambda_1,
-            lambda_2,
-            act: cfg.hidden_act,
-        })
-    }
-
-    pub(crate) fn forward(
-        &self,
-        xs: &Tensor,
-        shared_bias: Option<&Tensor>,
-    ) -> candle_core::Result<Tensor> {
-        let mut att = self
-            .attention
-            .forward(&self.layernorm_before.forward(xs)?, shared_bias)?;
-        if let Some(l) = &self.lambda_1 {
-            att = att.broadcast_mul(l)?;
-        }
-        let xs = (att + xs)?;
-        let mut mlp = self.output.forward(
-            &self.act.forward(
-                &self
-                    .intermediate
-                    .forward(&self.layernorm_after.forward(&xs)?)?,
-            )?,
-        )?;
-        if let Some(l) = &self.lambda_2 {
-            mlp = mlp.broadcast_mul(l)?;
-        }
-        mlp + xs
-    }
+struct Frozen {
+    /// The patch projection as a `(C·p·p, hidden)` matrix.
+    patch_matrix: Tensor,
+    /// The shared relative bias and each layer's, at the input grid.
+    shared_bias: Option<Tensor>,
+    layer_biases: Vec<Option<Tensor>>,
 }
 
 /// `BeitForMaskedImageModeling` without its visual-token head: pixels → normalised hidden states
-/// of every token `(batch, 1 + patches, hidden)`.
+/// of every token `(batch, 1 + patches, hidden)`. Built by [`Beit::load`] from a checkpoint for
+/// inference, or by [`Beit::new`] over trainable parameters (`lexlip-train`).
 #[derive(Debug, Clone)]
 pub struct Beit {
     cls_token: Tensor,
+    /// `(hidden, channels, p, p)` as stored.
     patch_weight: Tensor,
     patch_bias: Tensor,
     position_embeddings: Option<Tensor>,
-    shared_relative: Option<RelativePositionBias>,
-    shared_bias: Option<Tensor>,
+    shared_relative: Option<RelativeBias>,
     layers: Vec<Layer>,
     /// `beit.layernorm` (present when `use_mean_pooling` is false).
     inner_norm: Option<LayerNorm>,
@@ -359,70 +205,73 @@ pub struct Beit {
     final_norm: LayerNorm,
     config: Config,
     input_size: usize,
-    dtype: DType,
-    device: Device,
+    /// `None` while the weights train: they change in place at every step, so nothing derived
+    /// from them may be kept.
+    frozen: Option<Frozen>,
 }
 
 impl Beit {
-    /// Loads from a `VarBuilder` rooted at the `BeitForMaskedImageModeling` level (`beit.*`,
-    /// `layernorm.*`). Runs at the config's image size until [`Beit::set_input_size`].
-    pub fn load(vb: VarBuilder, config: &Config) -> candle_core::Result<Self> {
-        config.validate().map_err(candle_core::Error::Msg)?;
+    /// The tower over parameters from `pb`, rooted at the `BeitForMaskedImageModeling` level
+    /// (`beit.*`, `layernorm.*`); runs at the config's native size.
+    pub fn new<P: Params>(pb: &P, config: &Config) -> std::result::Result<Self, P::Error> {
+        config
+            .validate()
+            .map_err(|e| P::Error::from(candle_core::Error::Msg(e)))?;
         let h = config.hidden_size;
         let p = config.patch_size;
-        let emb = vb.pp("beit").pp("embeddings");
-        let cls_token = emb.get((1, 1, h), "cls_token")?;
+        let emb = pb.pp("beit").pp("embeddings");
         let proj = emb.pp("patch_embeddings").pp("projection");
-        let patch_weight = proj.get((h, config.num_channels, p, p), "weight")?;
-        let patch_bias = proj.get(h, "bias")?;
         let n = config.native_grid() * config.native_grid();
-        let position_embeddings = if config.use_absolute_position_embeddings {
-            Some(emb.get((1, n + 1, h), "position_embeddings")?)
-        } else {
-            None
-        };
-        let enc = vb.pp("beit").pp("encoder");
-        let shared_relative = if config.use_shared_relative_position_bias {
-            Some(RelativePositionBias::load(
-                enc.pp("relative_position_bias"),
-                config,
-            )?)
-        } else {
-            None
-        };
-        let layers = (0..config.num_hidden_layers)
-            .map(|i| Layer::load(enc.pp("layer").pp(i), config))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let inner_norm = if config.use_mean_pooling {
-            None
-        } else {
-            Some(layer_norm(
-                h,
-                config.layer_norm_eps,
-                vb.pp("beit").pp("layernorm"),
-            )?)
-        };
-        let final_norm = layer_norm(h, config.layer_norm_eps, vb.pp("layernorm"))?;
-        let mut beit = Self {
-            // Flattened once: the patch projection is a matmul over `(C·p·p)` patch vectors.
-            patch_weight: patch_weight
-                .reshape((h, config.num_channels * p * p))?
-                .t()?
-                .contiguous()?,
-            cls_token,
-            patch_bias,
-            position_embeddings,
-            shared_relative,
-            shared_bias: None,
-            layers,
-            inner_norm,
-            final_norm,
+        let enc = pb.pp("beit").pp("encoder");
+        Ok(Self {
+            cls_token: emb.get(&[1, 1, h], "cls_token", Init::Normal(INIT_STD))?,
+            patch_weight: proj.get(
+                &[h, config.num_channels, p, p],
+                "weight",
+                Init::Normal(INIT_STD),
+            )?,
+            patch_bias: proj.get(&[h], "bias", Init::Const(0.0))?,
+            position_embeddings: if config.use_absolute_position_embeddings {
+                Some(emb.get(
+                    &[1, n + 1, h],
+                    "position_embeddings",
+                    Init::Normal(INIT_STD),
+                )?)
+            } else {
+                None
+            },
+            shared_relative: if config.use_shared_relative_position_bias {
+                Some(RelativeBias::new(
+                    &enc.pp("relative_position_bias"),
+                    config,
+                )?)
+            } else {
+                None
+            },
+            layers: (0..config.num_hidden_layers)
+                .map(|i| Layer::new(&enc.pp("layer").pp(i), config))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+            inner_norm: if config.use_mean_pooling {
+                None
+            } else {
+                Some(LayerNorm::new(
+                    &pb.pp("beit").pp("layernorm"),
+                    h,
+                    config.layer_norm_eps,
+                )?)
+            },
+            final_norm: LayerNorm::new(&pb.pp("layernorm"), h, config.layer_norm_eps)?,
             config: config.clone(),
             input_size: config.image_size,
-            dtype: vb.dtype(),
-            device: vb.device().clone(),
-        };
-        beit.set_input_size(config.image_size)?;
+            frozen: None,
+        })
+    }
+
+    /// Loads for inference from a `VarBuilder` rooted at the `BeitForMaskedImageModeling` level.
+    /// Runs at the config's image size until [`Beit::set_input_size`].
+    pub fn load(vb: VarBuilder, config: &Config) -> candle_core::Result<Self> {
+        let mut beit = Self::new(&vb, config)?;
+        beit.freeze(config.image_size)?;
         Ok(beit)
     }
 
@@ -435,12 +284,28 @@ impl Beit {
     }
 
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.cls_token.dtype()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.cls_token.device()
     }
 
     /// Runs at `size × size` pixels. Relative position biases are resampled the way LexLIP does
-    /// for 384 × 384; absolute position embeddings cannot be, so those models keep their size.
+    /// for 384 × 384; absolute position embeddings cannot be, so those models keep their size,
+    /// and so does a tower in training.
     pub fn set_input_size(&mut self, size: usize) -> candle_core::Result<()> {
+        if self.frozen.is_none() && size != self.config.image_size {
+            candle_core::bail!(
+                "a BEiT in training runs at its native {0}×{0}",
+                self.config.image_size
+            )
+        }
+        self.freeze(size)
+    }
+
+    /// Computes what the forward pass derives from the weights, once, for `size × size` inputs.
+    fn freeze(&mut self, size: usize) -> candle_core::Result<()> {
         let p = self.config.patch_size;
         if size == 0 || !size.is_multiple_of(p) {
             candle_core::bail!("image size {size} is not a positive multiple of the patch size {p}")
@@ -452,20 +317,59 @@ impl Beit {
             )
         }
         let grid = size / p;
-        if let Some(r) = &self.shared_relative {
-            self.shared_bias = Some(r.bias(grid, self.dtype, &self.device)?);
-        }
-        for layer in &mut self.layers {
-            if let Some(r) = &layer.attention.relative {
-                layer.attention.bias = Some(r.bias(grid, self.dtype, &self.device)?);
-            }
-        }
+        let bias = |r: &Option<RelativeBias>| r.as_ref().map(|r| r.bias(grid)).transpose();
+        self.frozen = Some(Frozen {
+            patch_matrix: self.patch_matrix()?.t()?.contiguous()?,
+            shared_bias: bias(&self.shared_relative)?,
+            layer_biases: self
+                .layers
+                .iter()
+                .map(|l| bias(&l.relative))
+                .collect::<candle_core::Result<_>>()?,
+        });
         self.input_size = size;
         Ok(())
     }
 
-    /// `(batch, channels, size, size)` pixels → `(batch, 1 + patches, hidden)`.
+    /// The patch projection as `(hidden, C·p·p)`.
+    fn patch_matrix(&self) -> candle_core::Result<Tensor> {
+        let c = &self.config;
+        self.patch_weight
+            .reshape((c.hidden_size, c.num_channels * c.patch_size * c.patch_size))
+    }
+
+    /// `(batch, channels, size, size)` pixels → `(batch, 1 + patches, hidden)`, for inference.
     pub fn forward(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
+        self.hidden(pixels, &Inference)
+    }
+
+    /// Hidden states `(batch, 1 + patches, hidden)` after the final layer norm.
+    pub fn hidden(&self, pixels: &Tensor, mode: &dyn Mode) -> candle_core::Result<Tensor> {
+        self.encode(self.patch_embed(pixels)?, mode)
+    }
+
+    /// [`Self::hidden`] with the patches where `keep` `(batch, patches)` is 0 replaced by the
+    /// embedding `token` `(hidden)` before the layers (SimMIM's and BEiT's learnable mask
+    /// token: zeroed pixels would enter the layers as a bias-only embedding, at first an exact
+    /// zero whose layer-norm gradient explodes).
+    pub fn hidden_masked(
+        &self,
+        pixels: &Tensor,
+        keep: &Tensor,
+        token: &Tensor,
+        mode: &dyn Mode,
+    ) -> candle_core::Result<Tensor> {
+        let emb = self.patch_embed(pixels)?;
+        let keep = keep.to_dtype(emb.dtype())?.unsqueeze(2)?;
+        let masked = (keep.ones_like()? - &keep)?;
+        let emb = (emb.broadcast_mul(&keep)? + masked.broadcast_mul(token)?)?;
+        self.encode(emb, mode)
+    }
+
+    /// Patch embeddings `(batch, patches, hidden)`: non-overlapping patches as vectors in
+    /// (channel, row, col) order, like the convolution's kernel, times the projection (the
+    /// stride-p convolution exactly, and much faster than Candle's CPU conv2d).
+    pub fn patch_embed(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
         let (b, c, hgt, wid) = pixels.dims4()?;
         let size = self.input_size;
         if c != self.config.num_channels || hgt != size || wid != size {
@@ -478,29 +382,48 @@ impl Beit {
         let p = self.config.patch_size;
         let g = size / p;
         let h = self.config.hidden_size;
-        // Non-overlapping patches as vectors in (channel, row, col) order, like the conv kernel.
         let patches = pixels
-            .to_dtype(self.dtype)?
+            .to_dtype(self.dtype())?
             .reshape((b, c, g, p, g, p))?
             .permute((0, 2, 4, 1, 3, 5))?
             .contiguous()?
             .reshape((b * g * g, c * p * p))?;
-        let emb = patches
-            .matmul(&self.patch_weight)?
-            .broadcast_add(&self.patch_bias)?
-            .reshape((b, g * g, h))?;
+        let emb = match &self.frozen {
+            Some(f) => patches
+                .matmul(&f.patch_matrix)?
+                .broadcast_add(&self.patch_bias)?,
+            None => linear(&patches, &self.patch_matrix()?, Some(&self.patch_bias))?,
+        };
+        emb.reshape((b, g * g, h))
+    }
+
+    /// The layers over patch embeddings `(batch, patches, hidden)`.
+    fn encode(&self, emb: Tensor, mode: &dyn Mode) -> candle_core::Result<Tensor> {
+        let (b, _, h) = emb.dims3()?;
         let cls = self.cls_token.broadcast_as((b, 1, h))?;
         let mut xs = Tensor::cat(&[&cls, &emb], 1)?;
         if let Some(pos) = &self.position_embeddings {
             xs = xs.broadcast_add(pos)?;
         }
-        for layer in &self.layers {
-            xs = layer.forward(&xs, self.shared_bias.as_ref())?;
+        xs = mode.dropout(&xs)?;
+        let grid = self.config.native_grid();
+        let live = |r: &Option<RelativeBias>| r.as_ref().map(|r| r.bias(grid)).transpose();
+        let shared = match &self.frozen {
+            Some(f) => f.shared_bias.clone(),
+            None => live(&self.shared_relative)?,
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let own = match &self.frozen {
+                Some(f) => f.layer_biases.get(i).cloned().flatten(),
+                None => live(&layer.relative)?,
+            };
+            let biases: Vec<&Tensor> = own.iter().chain(shared.as_ref()).collect();
+            xs = layer.forward(&xs, &biases, mode)?;
         }
         if let Some(norm) = &self.inner_norm {
-            xs = norm.forward(&xs)?;
+            xs = norm.forward(&xs, mode)?;
         }
-        self.final_norm.forward(&xs)
+        self.final_norm.forward(&xs, mode)
     }
 }
 

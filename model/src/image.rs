@@ -517,7 +517,7 @@ impl ImageEncoder {
         let pixels = stack(images, self.beit.input_size(), &self.device)?;
         let hidden = self.beit.forward(&pixels)?;
         match &self.shared {
-            Some(shared) => shared.forward(&hidden, None),
+            Some(shared) => Ok(shared.forward(&hidden, None, &crate::nn::Inference)?),
             None => Ok(hidden),
         }
     }

@@ -15,8 +15,8 @@
 //! Everything runs on the CPU by default; with the `cuda` feature, [`device`]`(true)` picks the GPU
 //! and the image encoder runs in f16 there (pooling and `log` in f32).
 
-pub(crate) mod attention;
 pub mod beit;
+pub mod bert;
 pub mod clip;
 pub mod config;
 pub mod dense;
@@ -27,6 +27,7 @@ pub mod error;
 pub mod hub;
 pub mod image;
 pub mod lexlip;
+pub mod nn;
 pub mod pooling;
 pub mod rerank;
 pub mod text;

@@ -24,15 +24,15 @@
 use std::path::Path;
 
 use candle_core::{D, DType, Device, Tensor};
-use candle_nn::{LayerNorm, Linear, Module, VarBuilder};
-use candle_transformers::models::bert::{BertEncoder, BertModel, Config as BertConfig};
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
-use crate::attention::attention_bias;
+use crate::bert::{self, BertLayer, LayerShape};
 use crate::config::read_json;
 use crate::error::{ModelError, Result};
 use crate::image::{ImageEncoder, PreprocessedImage};
+use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Linear, Mode, Params, attention_bias};
 use crate::text::{load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
 use crate::weights::Weights;
 
@@ -68,17 +68,14 @@ impl FusionConfig {
         Ok(())
     }
 
-    /// The BERT config of the fusion layers (GELU, ε 1e-12, as the towers).
-    pub fn bert(&self) -> BertConfig {
-        BertConfig {
-            vocab_size: 1,
-            hidden_size: self.hidden_size,
-            num_hidden_layers: self.num_hidden_layers,
-            num_attention_heads: self.num_attention_heads,
-            intermediate_size: self.intermediate_size,
-            hidden_dropout_prob: 0.0,
-            layer_norm_eps: 1e-12,
-            ..BertConfig::default()
+    /// The shape of one fusion layer (GELU, ε 1e-12, as the towers).
+    pub fn layer_shape(&self) -> LayerShape {
+        LayerShape {
+            hidden: self.hidden_size,
+            heads: self.num_attention_heads,
+            intermediate: self.intermediate_size,
+            eps: 1e-12,
+            act: candle_nn::Activation::Gelu,
         }
     }
 }
@@ -118,41 +115,54 @@ impl RerankConfig {
     }
 }
 
-/// The fusion encoder and ITM head (inference).
+/// The fusion encoder and ITM head (served by [`Reranker`], trained by `lexlip-train`).
+#[derive(Debug, Clone)]
 pub struct Fusion {
-    text_projection: Linear,
-    image_projection: Linear,
+    pub text_projection: Linear,
+    pub image_projection: Linear,
     modality: Tensor,
     norm: LayerNorm,
-    encoder: BertEncoder,
+    layers: Vec<BertLayer>,
     itm: Linear,
 }
 
 impl Fusion {
-    /// Loads `fusion.*` and `itm.*`; `text_hidden` / `image_hidden` are the towers' widths.
-    pub fn load(
-        vb: VarBuilder,
+    /// `fusion.*` and `itm.*` from `pb`; `text_hidden` / `image_hidden` are the towers' widths.
+    pub fn new<P: Params>(
+        pb: &P,
         config: &FusionConfig,
         text_hidden: usize,
         image_hidden: usize,
-    ) -> candle_core::Result<Self> {
+    ) -> std::result::Result<Self, P::Error> {
         let h = config.hidden_size;
-        let f = vb.pp("fusion");
+        let f = pb.pp("fusion");
         Ok(Self {
-            text_projection: candle_nn::linear(text_hidden, h, f.pp("text_projection"))?,
-            image_projection: candle_nn::linear(image_hidden, h, f.pp("image_projection"))?,
-            modality: f.get((2, h), "modality_embeddings.weight")?,
-            norm: candle_nn::layer_norm(h, 1e-12, f.pp("LayerNorm"))?,
-            encoder: BertEncoder::load(f.pp("encoder"), &config.bert())?,
-            itm: candle_nn::linear(h, 2, vb.pp("itm"))?,
+            text_projection: Linear::new(&f.pp("text_projection"), text_hidden, h, true)?,
+            image_projection: Linear::new(&f.pp("image_projection"), image_hidden, h, true)?,
+            modality: f.get(
+                &[2, h],
+                "modality_embeddings.weight",
+                Init::Normal(INIT_STD),
+            )?,
+            norm: LayerNorm::new(&f.pp("LayerNorm"), h, 1e-12)?,
+            layers: bert::layers(
+                &f.pp("encoder"),
+                config.num_hidden_layers,
+                &config.layer_shape(),
+            )?,
+            itm: Linear::new(&pb.pp("itm"), h, 2, true)?,
         })
     }
 
-    /// ITM logits `(pairs, 2)` (index 1 = match) of text states `(pairs, nt, ht)` with their
-    /// mask `(pairs, nt)` against image states `(pairs, ni, hi)`. The fused sequence is the text
-    /// then the image; the head reads the product of the fused text `[CLS]` and image `[CLS]`
-    /// (MaskVLM sec. 3.2).
-    pub fn itm_logits(&self, text: &Tensor, mask: &Tensor, image: &Tensor) -> Result<Tensor> {
+    /// Fused states `(pairs, nt + ni, hidden)` of text states `(pairs, nt, ht)` with their
+    /// mask `(pairs, nt)` and image states `(pairs, ni, hi)`: the text, then the image.
+    pub fn fuse(
+        &self,
+        text: &Tensor,
+        mask: &Tensor,
+        image: &Tensor,
+        mode: &dyn Mode,
+    ) -> candle_core::Result<Tensor> {
         let (b, _, _) = text.dims3()?;
         let ni = image.dim(1)?;
         let t = self
@@ -163,7 +173,7 @@ impl Fusion {
             .image_projection
             .forward(image)?
             .broadcast_add(&self.modality.narrow(0, 1, 1)?)?;
-        let xs = self.norm.forward(&Tensor::cat(&[&t, &i], 1)?)?;
+        let mut xs = self.norm.forward(&Tensor::cat(&[&t, &i], 1)?, mode)?;
         let full = Tensor::cat(
             &[
                 &mask.to_dtype(DType::F32)?,
@@ -172,10 +182,24 @@ impl Fusion {
             1,
         )?;
         let bias = attention_bias(&full, DType::F32)?;
-        let out = self.encoder.forward(&xs, &bias)?;
-        let nt = text.dim(1)?;
-        let cls = (out.narrow(1, 0, 1)?.squeeze(1)? * out.narrow(1, nt, 1)?.squeeze(1)?)?;
-        Ok(self.itm.forward(&cls)?)
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &bias, mode)?;
+        }
+        Ok(xs)
+    }
+
+    /// ITM logits `(pairs, 2)` (index 1 = match) of fused states whose text part is `text_tokens`
+    /// long: the product of the fused text `[CLS]` and image `[CLS]` (MaskVLM sec. 3.2).
+    pub fn itm_of(&self, fused: &Tensor, text_tokens: usize) -> candle_core::Result<Tensor> {
+        let cls =
+            (fused.narrow(1, 0, 1)?.squeeze(1)? * fused.narrow(1, text_tokens, 1)?.squeeze(1)?)?;
+        self.itm.forward(&cls)
+    }
+
+    /// ITM logits `(pairs, 2)` of text states with their mask against image states (inference).
+    pub fn itm_logits(&self, text: &Tensor, mask: &Tensor, image: &Tensor) -> Result<Tensor> {
+        let fused = self.fuse(text, mask, image, &Inference)?;
+        Ok(self.itm_of(&fused, text.dim(1)?)?)
     }
 }
 
@@ -308,8 +332,8 @@ impl Reranker {
             device,
         )?;
         let fw = Weights::from_safetensors_dir(&dir.join("fusion"))?;
-        let fusion = Fusion::load(
-            fw.var_builder(DType::F32, device),
+        let fusion = Fusion::new(
+            &fw.var_builder(DType::F32, device),
             &config.fusion,
             towers.text_hidden_size(),
             towers.image_hidden_size(),

@@ -31,7 +31,7 @@ pub const DEFAULT_MAX_LENGTH: usize = 40;
 const TEXT_CHUNK: usize = 32;
 
 /// The Hugging Face defaults of `BertConfig`, for keys a `config.json` omits.
-pub(crate) fn bert_defaults() -> serde_json::Value {
+pub fn bert_defaults() -> serde_json::Value {
     json!({
         "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
         "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
@@ -193,7 +193,7 @@ impl TextEncoder {
         let token_types = ids.zeros_like()?;
         let mut hidden = self.bert.forward(ids, &token_types, Some(mask))?;
         if let Some(shared) = &self.shared {
-            hidden = shared.forward(&hidden, Some(mask))?;
+            hidden = shared.forward(&hidden, Some(mask), &crate::nn::Inference)?;
         }
         Ok(self.head.forward(&hidden)?)
     }

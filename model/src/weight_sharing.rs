@@ -18,9 +18,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::Activation;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::attention_bias;
-use crate::beit::{self, Layer};
+use crate::beit::{self, layer::Layer};
 use crate::error::{ModelError, Result};
+use crate::nn::{Mode, Params, attention_bias};
 use crate::weights::Weights;
 
 /// The `config.json` key and the tensor-name prefix of the shared layers.
@@ -80,13 +80,35 @@ impl SharedConfig {
     }
 }
 
-/// The shared layers as one tower loads them.
+/// The shared layers of one model (in training, the text tower's and the image tower's are clones
+/// of the same variables, so both sides' gradients add up in them).
 #[derive(Debug, Clone)]
 pub struct SharedLayers {
     layers: Vec<Layer>,
 }
 
 impl SharedLayers {
+    /// The layers over parameters from `pb` (the source at [`KEY`]); `hidden`: the towers'
+    /// common width.
+    pub fn new<P: Params>(
+        pb: &P,
+        cfg: &SharedConfig,
+        hidden: usize,
+    ) -> std::result::Result<Self, P::Error> {
+        if cfg.num_attention_heads == 0 || !hidden.is_multiple_of(cfg.num_attention_heads) {
+            return Err(candle_core::Error::Msg(format!(
+                "{KEY}: width {hidden} is not a multiple of num_attention_heads {}",
+                cfg.num_attention_heads
+            ))
+            .into());
+        }
+        let layer_cfg = cfg.layer_config(hidden);
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::new(&pb.pp("layer").pp(i), &layer_cfg))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Self { layers })
+    }
+
     /// The shared layers a tower directory declares in `raw` (its `config.json` at `path`), read
     /// from `weights`; `None` when it declares none.
     pub fn load(
@@ -109,22 +131,25 @@ impl SharedLayers {
                 ),
             ));
         }
-        let layer_cfg = cfg.layer_config(hidden);
-        let vb = weights.var_builder(dtype, device).pp(KEY).pp("layer");
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp(i), &layer_cfg))
-            .collect::<candle_core::Result<Vec<_>>>()
-            .map_err(|e| weights.load_error(e))?;
-        Ok(Some(Self { layers }))
+        let vb = weights.var_builder(dtype, device).pp(KEY);
+        Self::new(&vb, &cfg, hidden)
+            .map(Some)
+            .map_err(|e| weights.load_error(e))
     }
 
     /// `(batch, tokens, hidden)` states through every layer; `mask` `(batch, tokens)` (1 =
     /// token) hides padding from attention.
-    pub fn forward(&self, xs: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        xs: &Tensor,
+        mask: Option<&Tensor>,
+        mode: &dyn Mode,
+    ) -> candle_core::Result<Tensor> {
         let bias = mask.map(|m| attention_bias(m, xs.dtype())).transpose()?;
+        let biases: Vec<&Tensor> = bias.iter().collect();
         let mut xs = xs.clone();
         for layer in &self.layers {
-            xs = layer.forward(&xs, bias.as_ref())?;
+            xs = layer.forward(&xs, &biases, mode)?;
         }
         Ok(xs)
     }

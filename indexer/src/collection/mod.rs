@@ -299,7 +299,7 @@ impl Collection {
             None => None,
             Some(docs) => {
                 let shift = docs.trailing_zeros();
-                if !docs.is_power_of_two() || !crate::forward_index::RANGE_SHIFTS.contains(&shift) {
+                if !docs.is_power_of_two() || !crate::forward_index::BLOCK_SHIFTS.contains(&shift) {
                     return Err(IndexError::InvalidSetting(format!(
                         "the block size must be 8, 16, 32 or 64 documents, got {docs}"
                     )));

@@ -1,35 +1,35 @@
 //! Exact (or explicitly approximate) top-k by block-max pruning over the forward index:
-//! ranges are visited best bound first and the search stops at the first range that cannot
+//! blocks are visited best bound first and the search stops at the first block that cannot
 //! enter the top k (the idea of Block-Max Pruning, Mallia, Suel & Tonellotto, SIGIR 2024).
 //!
 //! All segments of a snapshot are searched together:
 //!
-//! 1. bound every range of every segment: `ub[r] = Σ_t q_t · max_t(r)` from the range maxima
+//! 1. bound every block of every segment: `ub[r] = Σ_t q_t · max_t(r)` from the block maxima
 //!    of [`crate::forward_index`] (a vectorized pass over common terms' bound codes, one over the
 //!    postings of the others);
-//! 2. score the [`FIRST_RANGES`] best-bounded ranges of all segments, which raises the k-th
+//! 2. score the [`FIRST_BLOCKS`] best-bounded blocks of all segments, which raises the k-th
 //!    best score θ;
-//! 3. put the other ranges whose bound reaches θ in one heap by bound and pop them, best
-//!    first, until a bound falls below θ: every later range is bounded lower still, so none of
+//! 3. put the other blocks whose bound reaches θ in one heap by bound and pop them, best
+//!    first, until a bound falls below θ: every later block is bounded lower still, so none of
 //!    their documents can enter the top k.
 //!
-//! Searching the segments one after the other instead would score the first segments' ranges
+//! Searching the segments one after the other instead would score the first segments' blocks
 //! with the low θ of a search just started (on 243k real vectors in three segments, a third
-//! more time). Scoring a range reads that range's documents ([`crate::doc_vectors`]) or its
-//! postings of the query terms ([`crate::forward`]), by the segment's layout. A range whose
+//! more time). Scoring a block reads that block's documents ([`crate::doc_vectors`]) or its
+//! postings of the query terms ([`crate::forward`]), by the segment's layout. A block whose
 //! bound *equals* θ is scored (a document scoring θ may win its tie on document order), so the
 //! result equals the exhaustive search's, ties included. Approximate mode stops when a bound
 //! falls below `f · θ` (`f ≥ 1`), and may leave the query's lightest terms out of the bounds
 //! ([`cut_terms`]).
 //!
-//! Several threads can share step 3: they pop ranges from the same heap, each into its own
+//! Several threads can share step 3: they pop blocks from the same heap, each into its own
 //! top k, and share the best k-th score (a valid θ for all: the final one can only be higher);
 //! the tops are merged at the end.
 //!
 //! ```text
 //! query {dog: 120, grass: 80}; after step 2, θ = 30_000
-//! ranges sorted by bound: s0 r17 (31_200) → scored, θ rises to 31_000
-//!                         s1 r4  (30_900) → below θ: stop; it and every range after skipped
+//! blocks sorted by bound: s0 r17 (31_200) → scored, θ rises to 31_000
+//!                         s1 r4  (30_900) → below θ: stop; it and every block after skipped
 //! ```
 
 use std::cmp::Reverse;
@@ -48,22 +48,22 @@ use crate::doc_vectors::{DocVectors, QueryWeights};
 use crate::error::Result;
 use crate::forward_index::ForwardTerm;
 
-/// Ranges scored before the others go into the heap: enough to make θ meaningful, so that most
-/// ranges are dropped before the heap is built.
-const FIRST_RANGES: usize = 16;
+/// Blocks scored before the others go into the heap: enough to make θ meaningful, so that most
+/// blocks are dropped before the heap is built.
+const FIRST_BLOCKS: usize = 16;
 
-/// Ranges scored together: their postings are located and prefetched first, so the memory
-/// loads of a batch overlap. A batch may score a few ranges a finished search would have
+/// Blocks scored together: their postings are located and prefetched first, so the memory
+/// loads of a batch overlap. A batch may score a few blocks a finished search would have
 /// skipped; the result is the same.
 const BATCH: usize = 8;
 
 /// Threads that share one search at most.
 const MAX_SHARING: usize = 4;
 
-/// Below this many ranges in all, one thread bounds every segment.
+/// Below this many blocks in all, one thread bounds every segment.
 const PARALLEL_BOUNDING: u64 = 1 << 16;
 
-/// A range in the heap: its bound, then (ties) lower segment and range first.
+/// A block in the heap: its bound, then (ties) lower segment and block first.
 type Entry = (u32, Reverse<u32>, Reverse<u32>);
 
 /// Searches `segments` together, pushing into the search's top k.
@@ -72,12 +72,12 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     // enough to share (waking a thread costs tens of microseconds).
     let bound =
         |segment| SegmentBounds::bound(search.query, segment, search.term_cut, &search.cancel);
-    let ranges: u64 = segments
+    let blocks: u64 = segments
         .iter()
-        .map(|s| u64::from(s.maxima.num_ranges))
+        .map(|s| u64::from(s.maxima.num_blocks))
         .sum();
     let bounded: Vec<Result<Bounded>> =
-        if search.threads > 1 && segments.len() > 1 && ranges >= PARALLEL_BOUNDING {
+        if search.threads > 1 && segments.len() > 1 && blocks >= PARALLEL_BOUNDING {
             segments.par_iter().map(bound).collect()
         } else {
             segments.iter().map(bound).collect()
@@ -86,8 +86,8 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     for (segment, b) in segments.iter().zip(bounded) {
         search.stats.segments += 1;
         match b? {
-            Bounded::Ranges(part, candidates) => {
-                search.stats.ranges_candidate += candidates;
+            Bounded::Blocks(part, candidates) => {
+                search.stats.blocks_candidate += candidates;
                 parts.push(*part);
             }
             Bounded::Wide => super::pruned::search_segment(search, segment)?,
@@ -97,7 +97,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     if parts.is_empty() {
         return Ok(());
     }
-    // The FIRST_RANGES best ranges of all segments, from each segment's best; their bounds
+    // The FIRST_BLOCKS best blocks of all segments, from each segment's best; their bounds
     // are cleared so that the heap leaves them out.
     let mut head: Vec<Entry> = parts
         .iter()
@@ -109,7 +109,7 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
         })
         .collect();
     head.sort_unstable_by(|a, b| b.cmp(a));
-    head.truncate(FIRST_RANGES);
+    head.truncate(FIRST_BLOCKS);
     for &(_, Reverse(i), Reverse(r)) in &head {
         parts[i as usize].ub[r as usize] = 0;
     }
@@ -173,8 +173,8 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     result
 }
 
-/// One segment's share of a search: its query terms, the bound of every range, and what
-/// scoring its ranges needs.
+/// One segment's share of a search: its query terms, the bound of every block, and what
+/// scoring its blocks needs.
 struct SegmentBounds<'a> {
     segment: &'a Segment<'a>,
     /// Query terms present in the segment, with their weights.
@@ -184,16 +184,16 @@ struct SegmentBounds<'a> {
     /// The documents' vectors and the query's weights for them (documents layout).
     docs: Option<(&'a DocVectors, QueryWeights)>,
     ub: Vec<u32>,
-    /// Best bound per [`CHUNK`] ranges.
+    /// Best bound per [`CHUNK`] blocks.
     chunk_max: Vec<u32>,
-    /// The segment's best ranges, to score first.
+    /// The segment's best blocks, to score first.
     head: Vec<u32>,
 }
 
 /// A segment bounded for a query.
 enum Bounded<'a> {
-    /// Its bounds, and how many ranges have one.
-    Ranges(Box<SegmentBounds<'a>>, u64),
+    /// Its bounds, and how many blocks have one.
+    Blocks(Box<SegmentBounds<'a>>, u64),
     /// No query term is in it.
     Empty,
     /// Its bounds could overflow 32 bits (impacts in the tens of thousands on both sides): it
@@ -202,7 +202,7 @@ enum Bounded<'a> {
 }
 
 impl<'a> SegmentBounds<'a> {
-    /// Bounds every range of `segment` for `query`, leaving out the terms [`cut_terms`]
+    /// Bounds every block of `segment` for `query`, leaving out the terms [`cut_terms`]
     /// picks for `term_cut`.
     fn bound(
         query: &QuantizedVector,
@@ -226,13 +226,13 @@ impl<'a> SegmentBounds<'a> {
         if largest > u64::from(u32::MAX) {
             return Ok(Bounded::Wide);
         }
-        let mut ub = vec![0u32; maxima.num_ranges as usize];
+        let mut ub = vec![0u32; maxima.num_blocks as usize];
         let mut table = SpanTable::default();
         table.reset(ub.len());
         let docs = maxima.docs.as_ref();
         let inverted = segment.reader.inverted_index(segment.impacts)?;
         // Terms layout: terms without bound codes are bounded from their postings here, and
-        // where each range's postings lie is recorded on the way (see `SpanTable`). Documents
+        // where each block's postings lie is recorded on the way (see `SpanTable`). Documents
         // layout: from their tantivy postings, and nothing to record (scoring reads the
         // documents).
         let cut = cut_terms(&found, term_cut, docs.is_some());
@@ -272,10 +272,10 @@ impl<'a> SegmentBounds<'a> {
             chunk_max,
             head,
         };
-        Ok(Bounded::Ranges(Box::new(part), candidates))
+        Ok(Bounded::Blocks(Box::new(part), candidates))
     }
 
-    /// Scores per range of the terms layout's accumulator.
+    /// Scores per block of the terms layout's accumulator.
     fn acc_len(&self) -> usize {
         if self.docs.is_some() {
             0
@@ -284,7 +284,7 @@ impl<'a> SegmentBounds<'a> {
         }
     }
 
-    /// Appends the ranges whose bound is at least `lowest` (≥ 1), looking only inside the
+    /// Appends the blocks whose bound is at least `lowest` (≥ 1), looking only inside the
     /// chunks whose best bound is.
     fn reaching(&self, part: u32, lowest: u64, out: &mut Vec<Entry>) {
         let Ok(lowest) = u32::try_from(lowest) else {
@@ -295,7 +295,7 @@ impl<'a> SegmentBounds<'a> {
             if self.chunk_max[c] < lowest {
                 continue;
             }
-            // A bit per range that reaches (compare and mask: the compiler vectorizes it).
+            // A bit per block that reaches (compare and mask: the compiler vectorizes it).
             let mut bits = 0u64;
             for (i, &u) in chunk.iter().enumerate() {
                 bits |= u64::from(u >= lowest) << i;
@@ -319,7 +319,7 @@ impl<'a> SegmentBounds<'a> {
 /// Which of a segment's query terms (`(q, maxima)`) the bounds leave out for `term_cut` > 0
 /// ([`crate::SearchOptions::term_cut`]): the lightest by largest contribution `q · largest
 /// impact`, as long as theirs add up to at most `term_cut ·` the query's largest possible score.
-/// A document whose range is skipped then scores less than the threshold plus what the cut
+/// A document whose block is skipped then scores less than the threshold plus what the cut
 /// terms can add. In the terms layout only terms with bound codes may be cut (the others'
 /// postings are located while they are bounded, and scoring needs them).
 fn cut_terms(found: &[(u32, &ForwardTerm)], term_cut: f64, documents: bool) -> Vec<bool> {
@@ -345,11 +345,11 @@ fn cut_terms(found: &[(u32, &ForwardTerm)], term_cut: f64, documents: bool) -> V
     cut
 }
 
-/// Ranges per chunk of [`chunk_maxima`].
+/// Blocks per chunk of [`chunk_maxima`].
 const CHUNK: usize = 64;
 
-/// The largest bound of every [`CHUNK`] ranges, and how many bounds are not 0 (one pass the
-/// compiler vectorizes): picking the best ranges, and those that can still reach θ, then looks
+/// The largest bound of every [`CHUNK`] blocks, and how many bounds are not 0 (one pass the
+/// compiler vectorizes): picking the best blocks, and those that can still reach θ, then looks
 /// only inside the chunks that can hold them.
 fn chunk_maxima(ub: &[u32]) -> (Vec<u32>, u64) {
     let (chunks, rest) = ub.as_chunks::<CHUNK>();
@@ -372,17 +372,17 @@ fn chunk_maxima(ub: &[u32]) -> (Vec<u32>, u64) {
     (maxima, nonzero)
 }
 
-/// The first ranges to score, to raise θ: the best range of each of the [`FIRST_RANGES`] chunks
-/// with the best bounds (these hold the best ranges of all), best first. Which ranges come
+/// The first blocks to score, to raise θ: the best block of each of the [`FIRST_BLOCKS`] chunks
+/// with the best bounds (these hold the best blocks of all), best first. Which blocks come
 /// first changes how fast θ rises, never the result.
 fn best_of_best_chunks(ub: &[u32], chunk_max: &[u32]) -> Vec<u32> {
     let mut chunks: Vec<u32> = (0..chunk_max.len() as u32)
         .filter(|&c| chunk_max[c as usize] > 0)
         .collect();
     let by_bound = |&c: &u32| (Reverse(chunk_max[c as usize]), c);
-    if chunks.len() > FIRST_RANGES {
-        chunks.select_nth_unstable_by_key(FIRST_RANGES, by_bound);
-        chunks.truncate(FIRST_RANGES);
+    if chunks.len() > FIRST_BLOCKS {
+        chunks.select_nth_unstable_by_key(FIRST_BLOCKS, by_bound);
+        chunks.truncate(FIRST_BLOCKS);
     }
     chunks.sort_unstable_by_key(by_bound);
     chunks
@@ -404,20 +404,20 @@ struct QueryTerm<'a> {
     slot: Option<usize>,
 }
 
-/// Where each rare query term's postings lie in every range it occurs in, recorded while its
-/// bounds are computed (which walks its postings anyway). Scoring a range then finds them by
+/// Where each rare query term's postings lie in every block it occurs in, recorded while its
+/// bounds are computed (which walks its postings anyway). Scoring a block then finds them by
 /// testing a bit of a table this search just wrote (in cache) instead of searching the term's
-/// postings (a cache miss or more per term and range, most of them to learn that the term is
+/// postings (a cache miss or more per term and block, most of them to learn that the term is
 /// absent).
 ///
-/// Per term (slot): a bit per range, a running count of set bits per 64 ranges, and the spans
-/// of the ranges whose bit is set, in range order: range `r`'s span is number
-/// `count[r / 64] + (set bits of its word below r)`. Work and memory follow the term's ranges
-/// and the number of ranges / 64, never the number of ranges itself.
+/// Per term (slot): a bit per block, a running count of set bits per 64 blocks, and the spans
+/// of the blocks whose bit is set, in block order: block `r`'s span is number
+/// `count[r / 64] + (set bits of its word below r)`. Work and memory follow the term's blocks
+/// and the number of blocks / 64, never the number of blocks itself.
 #[derive(Default)]
 pub(crate) struct SpanTable {
     words: usize,
-    /// Per slot, a bit per range: the term occurs there.
+    /// Per slot, a bit per block: the term occurs there.
     bits: Vec<u64>,
     /// Per slot and word of `bits`: the set bits of the slot's earlier words.
     before: Vec<u32>,
@@ -427,8 +427,8 @@ pub(crate) struct SpanTable {
 }
 
 impl SpanTable {
-    fn reset(&mut self, num_ranges: usize) {
-        self.words = num_ranges.div_ceil(64);
+    fn reset(&mut self, num_blocks: usize) {
+        self.words = num_blocks.div_ceil(64);
         self.bits.clear();
         self.before.clear();
         self.first.clear();
@@ -443,8 +443,8 @@ impl SpanTable {
         let base = self.bits.len();
         self.bits.resize(base + self.words, 0);
         let (bits, spans) = (&mut self.bits[base..], &mut self.spans);
-        m.add_bounds_u32_marking(q, ub, |range, span| {
-            let r = range as usize;
+        m.add_bounds_u32_marking(q, ub, |block, span| {
+            let r = block as usize;
             bits[r / 64] |= 1 << (r % 64);
             spans.push(span);
         });
@@ -457,8 +457,8 @@ impl SpanTable {
     }
 
     #[inline]
-    fn span(&self, slot: usize, range: u32) -> (u32, u32) {
-        let (r, w) = (range as usize % 64, slot * self.words + range as usize / 64);
+    fn span(&self, slot: usize, block: u32) -> (u32, u32) {
+        let (r, w) = (block as usize % 64, slot * self.words + block as usize / 64);
         let word = self.bits[w];
         if word & (1 << r) == 0 {
             return (0, 0);
@@ -475,9 +475,9 @@ struct Worker<'a> {
     cancel: &'a Cancel,
     top: TopK,
     stats: SearchStats,
-    /// One score per document of a range (terms layout).
+    /// One score per document of a block (terms layout).
     acc: Vec<u64>,
-    /// Postings spans of the batch being scored, range-major (terms layout).
+    /// Postings spans of the batch being scored, block-major (terms layout).
     spans: Vec<(u32, u32)>,
     /// The best k-th score of all workers, when several run.
     shared: Option<&'a AtomicU64>,
@@ -498,13 +498,13 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
+    /// Whether a block bounded by `bound` cannot enter the top k (exact when `factor` is 1).
     fn skips(&self, bound: u64) -> bool {
         bound < self.lowest_kept()
     }
 
     /// The lowest bound that can still enter the top k: `⌈θ · factor⌉` for the best k-th score
-    /// θ known (0 while there is none), so that skipping is one integer test per range.
+    /// θ known (0 while there is none), so that skipping is one integer test per block.
     fn lowest_kept(&self) -> u64 {
         let shared = self.shared.map_or(0, |s| s.load(Ordering::Relaxed));
         let theta = self.top.threshold().map_or(shared, |t| t.max(shared));
@@ -515,7 +515,7 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Scores ranges popped from `heap`, best bound first, until the best left cannot enter
+    /// Scores blocks popped from `heap`, best bound first, until the best left cannot enter
     /// the top k.
     fn drain(&mut self, heap: &Mutex<BinaryHeap<Entry>>) -> Result<()> {
         let mut batch = Vec::with_capacity(BATCH);
@@ -541,38 +541,38 @@ impl<'a> Worker<'a> {
     /// Scores heap entries, segment by segment (`entries` is reordered).
     fn score_entries(&mut self, entries: &mut [Entry]) -> Result<()> {
         entries.sort_unstable_by_key(|e| (e.1.0, e.2.0));
-        // Entries come FIRST_RANGES (the first ones) or BATCH (the heap's) at a time.
-        const _: () = assert!(FIRST_RANGES >= BATCH);
-        let mut ranges = [0u32; FIRST_RANGES];
+        // Entries come FIRST_BLOCKS (the first ones) or BATCH (the heap's) at a time.
+        const _: () = assert!(FIRST_BLOCKS >= BATCH);
+        let mut blocks = [0u32; FIRST_BLOCKS];
         for group in entries.chunk_by(|a, b| a.1 == b.1) {
-            for (r, e) in ranges.iter_mut().zip(group) {
+            for (r, e) in blocks.iter_mut().zip(group) {
                 *r = e.2.0;
             }
-            for batch in ranges[..group.len()].chunks(BATCH) {
+            for batch in blocks[..group.len()].chunks(BATCH) {
                 self.score(&self.parts[group[0].1.0 as usize], batch)?;
             }
         }
         Ok(())
     }
 
-    /// Scores a batch of ranges of one segment.
-    fn score(&mut self, part: &SegmentBounds, ranges: &[u32]) -> Result<()> {
+    /// Scores a batch of blocks of one segment.
+    fn score(&mut self, part: &SegmentBounds, blocks: &[u32]) -> Result<()> {
         self.cancel.check()?;
         match &part.docs {
-            Some((docs, weights)) => self.score_documents(part, docs, weights, ranges),
-            None => self.score_postings(part, ranges),
+            Some((docs, weights)) => self.score_documents(part, docs, weights, blocks),
+            None => self.score_postings(part, blocks),
         }
         self.share_threshold();
         Ok(())
     }
 
-    /// [`Self::score`] in the terms layout: locates and prefetches every (range, term) span
-    /// first, then accumulates and collects range by range.
-    fn score_postings(&mut self, part: &SegmentBounds, ranges: &[u32]) {
+    /// [`Self::score`] in the terms layout: locates and prefetches every (block, term) span
+    /// first, then accumulates and collects block by block.
+    fn score_postings(&mut self, part: &SegmentBounds, blocks: &[u32]) {
         let terms = &part.terms;
         // Spans are located in two passes (see `ForwardTerm::locate`), then prefetched.
         self.spans.clear();
-        for &r in ranges {
+        for &r in blocks {
             for t in terms {
                 self.spans.push(match t.slot {
                     Some(slot) => part.table.span(slot, r),
@@ -580,7 +580,7 @@ impl<'a> Worker<'a> {
                 });
             }
         }
-        for (&r, spans) in ranges.iter().zip(self.spans.chunks_mut(terms.len())) {
+        for (&r, spans) in blocks.iter().zip(self.spans.chunks_mut(terms.len())) {
             for (t, span) in terms.iter().zip(spans) {
                 if t.slot.is_none() {
                     *span = t.m.span_within(r, *span);
@@ -592,13 +592,13 @@ impl<'a> Worker<'a> {
         let shift = segment.maxima.shift;
         let max_doc = segment.reader.max_doc();
         let acc = &mut self.acc[..1 << shift];
-        for (i, &range) in ranges.iter().enumerate() {
+        for (i, &block) in blocks.iter().enumerate() {
             let spans = &self.spans[i * terms.len()..(i + 1) * terms.len()];
             for (t, &span) in terms.iter().zip(spans) {
                 self.stats.postings_scored += t.m.accumulate(span, u64::from(t.q), acc);
             }
-            self.stats.ranges_scored += 1;
-            let start = range << shift;
+            self.stats.blocks_scored += 1;
+            let start = block << shift;
             for (i, slot) in acc.iter_mut().enumerate() {
                 let score = std::mem::take(slot);
                 if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
@@ -617,24 +617,24 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// [`Self::score`] in the documents layout: each document of the ranges scored from its
+    /// [`Self::score`] in the documents layout: each document of the blocks scored from its
     /// vector.
     fn score_documents(
         &mut self,
         part: &SegmentBounds,
         docs: &DocVectors,
         weights: &QueryWeights,
-        ranges: &[u32],
+        blocks: &[u32],
     ) {
         let segment = part.segment;
         let shift = segment.maxima.shift;
         let max_doc = segment.reader.max_doc();
-        for &r in ranges {
+        for &r in blocks {
             docs.prefetch(r << shift, ((r + 1) << shift).min(max_doc));
         }
-        let mut scores = [0u32; 1 << crate::forward_index::MAX_RANGE_SHIFT];
-        for &range in ranges {
-            let (start, end) = (range << shift, ((range + 1) << shift).min(max_doc));
+        let mut scores = [0u32; 1 << crate::forward_index::MAX_BLOCK_SHIFT];
+        for &block in blocks {
+            let (start, end) = (block << shift, ((block + 1) << shift).min(max_doc));
             self.stats.postings_scored += docs.non_zeros(start, end);
             docs.score_docs(start, end, weights, &mut scores);
             for (doc, &score) in (start..end).zip(&scores) {
@@ -650,7 +650,7 @@ impl<'a> Worker<'a> {
                     });
                 }
             }
-            self.stats.ranges_scored += 1;
+            self.stats.blocks_scored += 1;
         }
     }
 
@@ -667,8 +667,8 @@ mod tests {
     use super::*;
     use crate::synth::Rng;
 
-    /// The bounding pass of terms without bound bytes adds each range's largest impact times
-    /// `q` and the table then answers every (slot, range) with the range's postings, as a
+    /// The bounding pass of terms without bound bytes adds each block's largest impact times
+    /// `q` and the table then answers every (slot, block) with the block's postings, as a
     /// plain scan of the postings does: several terms per table, segments of several sizes,
     /// one- and two-byte impacts, wide and narrow doc ids, and reuse across segments.
     #[test]
@@ -677,22 +677,22 @@ mod tests {
         let mut rng = Rng::new(3);
         let mut table = SpanTable::default();
         let shift = 5;
-        for num_ranges in [5u32, 63, 64, 65, 200, 1000, 1 << 17] {
-            table.reset(num_ranges as usize);
-            let mut ub = vec![0u32; num_ranges as usize];
-            let mut want_ub = vec![0u32; num_ranges as usize];
+        for num_blocks in [5u32, 63, 64, 65, 200, 1000, 1 << 17] {
+            table.reset(num_blocks as usize);
+            let mut ub = vec![0u32; num_blocks as usize];
+            let mut want_ub = vec![0u32; num_blocks as usize];
             let mut terms = Vec::new();
             for t in 0..4u32 {
-                // At most one posting per 4 ranges: the term keeps no bound bytes.
-                let n = if num_ranges == 1 << 17 {
+                // At most one posting per 4 blocks: the term keeps no bound bytes.
+                let n = if num_blocks == 1 << 17 {
                     [3_000, 80, 5_000, 1][t as usize]
                 } else {
-                    rng.range(1, (num_ranges as usize - 1) / 4) as u32
+                    rng.range(1, (num_blocks as usize - 1) / 4) as u32
                 };
                 let largest = if t == 2 { 900 } else { 255 };
                 let mut postings: Vec<(u32, u32)> = (0..n)
                     .map(|_| {
-                        let doc = rng.range(0, (num_ranges << shift) as usize - 1) as u32;
+                        let doc = rng.range(0, (num_blocks << shift) as usize - 1) as u32;
                         (doc, rng.range(1, largest) as u32)
                     })
                     .collect();
@@ -703,7 +703,7 @@ mod tests {
                     Default::default(),
                     max,
                     shift,
-                    TermPostings::build(&postings, max, shift, num_ranges),
+                    TermPostings::build(&postings, max, shift, num_blocks),
                 );
                 assert!(!m.has_bound_bytes());
                 let q = 1 + t;
@@ -715,13 +715,13 @@ mod tests {
                 terms.push(postings);
                 for (u, w) in ub.iter_mut().zip(&mut want_ub) {
                     // Bounds add up over terms; compare this term's share.
-                    assert_eq!(*u, *w, "term {t}: {num_ranges} ranges");
+                    assert_eq!(*u, *w, "term {t}: {num_blocks} blocks");
                     *u = 0;
                     *w = 0;
                 }
             }
             for (slot, postings) in terms.iter().enumerate() {
-                let mut want = vec![(0u32, 0u32); num_ranges as usize];
+                let mut want = vec![(0u32, 0u32); num_blocks as usize];
                 for (i, &(doc, _)) in postings.iter().enumerate() {
                     let span = &mut want[(doc >> shift) as usize];
                     if span.1 == 0 {
@@ -729,11 +729,11 @@ mod tests {
                     }
                     span.1 = i as u32 + 1;
                 }
-                for r in 0..num_ranges {
+                for r in 0..num_blocks {
                     assert_eq!(
                         table.span(slot, r),
                         want[r as usize],
-                        "slot {slot} range {r}"
+                        "slot {slot} block {r}"
                     );
                 }
             }

@@ -1,5 +1,5 @@
 //! Stopping a search from outside: the caller keeps a [`Cancel`] and sets it (a request timed
-//! out, its client went away); the search checks it between ranges and between terms, so it
+//! out, its client went away); the search checks it between blocks and between terms, so it
 //! stops within milliseconds and returns [`IndexError::Cancelled`].
 
 use std::sync::Arc;

@@ -6,10 +6,10 @@
 //! Three algorithms compute it:
 //! - [`exhaustive`]: term-at-a-time accumulation of every posting of every query term into a
 //!   dense score array, then top-k selection. The baseline, and the oracle of the pruned ones.
-//! - [`blocks`] (the default): block-max pruning over doc-id ranges, ranges visited best bound
+//! - [`blocks`] (the default): block-max pruning over doc-id blocks, blocks visited best bound
 //!   first and scored through the forward index; exact by default, approximate with an
 //!   explicit knob.
-//! - [`pruned`]: the same bounds, ranges visited in doc order and scored through tantivy's
+//! - [`pruned`]: the same bounds, blocks visited in doc order and scored through tantivy's
 //!   postings cursors; the previous default, kept as a fallback and a second oracle.
 //!
 //! Both score one segment at a time for a [`SparseSearch`], the per-query object that holds the
@@ -40,7 +40,7 @@ pub enum Algorithm {
     /// Block-max pruning over the forward index ([`blocks`]).
     #[default]
     BlockMax,
-    /// Range pruning over tantivy's postings ([`pruned`]).
+    /// Block pruning over tantivy's postings ([`pruned`]).
     Postings,
     /// No pruning ([`exhaustive`]).
     Exhaustive,
@@ -103,7 +103,7 @@ impl SearchOptions {
         Ok(())
     }
 
-    /// Ranges whose bound is below `threshold · factor` are skipped (1 = exact).
+    /// Blocks whose bound is below `threshold · factor` are skipped (1 = exact).
     pub(crate) fn prune_factor(&self) -> f64 {
         match self.precision {
             Precision::Exact => 1.0,
@@ -127,10 +127,10 @@ pub fn check_term_cut(c: f32) -> Result<(), String> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SearchStats {
     pub segments: u32,
-    /// Doc-id ranges that held at least one query term.
-    pub ranges_candidate: u64,
-    /// Ranges scored (the rest were pruned).
-    pub ranges_scored: u64,
+    /// Doc-id blocks that held at least one query term.
+    pub blocks_candidate: u64,
+    /// Blocks scored (the rest were pruned).
+    pub blocks_scored: u64,
     /// Postings read while scoring (in the documents layout: the non-zeros of the documents
     /// scored).
     pub postings_scored: u64,
@@ -139,8 +139,8 @@ pub struct SearchStats {
 impl SearchStats {
     /// Adds another part's counters (segments excepted).
     pub(crate) fn add(&mut self, other: &SearchStats) {
-        self.ranges_candidate += other.ranges_candidate;
-        self.ranges_scored += other.ranges_scored;
+        self.blocks_candidate += other.blocks_candidate;
+        self.blocks_scored += other.blocks_scored;
         self.postings_scored += other.postings_scored;
     }
 }

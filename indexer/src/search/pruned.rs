@@ -1,31 +1,31 @@
-//! Exact (or explicitly approximate) top-k with block-max pruning over doc-id ranges.
+//! Exact (or explicitly approximate) top-k with block-max pruning over doc-id blocks.
 //!
-//! For each segment, using the per-range maxima of [`crate::forward_index`]:
+//! For each segment, using the per-block maxima of [`crate::forward_index`]:
 //!
-//! 1. bound every range: `ub[r] = Σ_t q_t · max_t(r)` (cheap: one pass over the query terms'
-//!    range maxima, not their postings);
-//! 2. score the ranges with the highest bounds first, so the k-th best score (the threshold θ)
+//! 1. bound every block: `ub[r] = Σ_t q_t · max_t(r)` (cheap: one pass over the query terms'
+//!    block maxima, not their postings);
+//! 2. score the blocks with the highest bounds first, so the k-th best score (the threshold θ)
 //!    is high early;
-//! 3. walk the remaining ranges in doc order and score only those with `ub[r] ≥ θ` (θ only grows).
-//!    A skipped range holds no document that could enter the top k: every score in it is
+//! 3. walk the remaining blocks in doc order and score only those with `ub[r] ≥ θ` (θ only grows).
+//!    A skipped block holds no document that could enter the top k: every score in it is
 //!    `≤ ub[r] < θ`, and ties at θ are never skipped, so the result equals the exhaustive one,
 //!    ties included.
 //!
-//! Scoring a range is term-at-a-time into a range-sized accumulator, reading each
-//! term's postings forward from the range start with tantivy's block postings.
+//! Scoring a block is term-at-a-time into a block-sized accumulator, reading each
+//! term's postings forward from the block start with tantivy's block postings.
 //!
-//! When the bounds are too loose to skip much (more than [`FALLBACK_FRACTION`] of the ranges
+//! When the bounds are too loose to skip much (more than [`FALLBACK_FRACTION`] of the blocks
 //! would still be scored after phase 1 — typical when doc ids carry no locality), the rest of the
 //! segment is scored term-at-a-time like the exhaustive search, which is cheaper per posting;
 //! the result is the same.
 //!
 //! Approximate mode multiplies θ by a factor `f ≥ 1` in the skip test (`ub[r] < f·θ` is
-//! skipped): fewer ranges are scored and recall drops; `lexlip bench engine` measures how much.
+//! skipped): fewer blocks are scored and recall drops; `lexlip bench engine` measures how much.
 //!
 //! ```text
 //! query {dog: 120, grass: 80}, θ = 30_000 after phase 2
-//! range 17: ub = 120·200 + 80·90 = 31_200 ≥ θ → scored
-//! range 18: ub = 120·100 + 80·0  = 12_000 < θ → skipped, no posting read
+//! block 17: ub = 120·200 + 80·90 = 31_200 ≥ θ → scored
+//! block 18: ub = 120·100 + 80·0  = 12_000 < θ → skipped, no posting read
 //! ```
 
 use tantivy::InvertedIndexReader;
@@ -37,10 +37,10 @@ use super::sparse::{Segment, SparseSearch};
 use crate::error::Result;
 use crate::forward_index::ForwardTerm;
 
-/// Ranges scored first, best bound first, to raise the threshold early.
-const FIRST_PASS_RANGES: usize = 8;
+/// Blocks scored first, best bound first, to raise the threshold early.
+const FIRST_PASS_BLOCKS: usize = 8;
 
-/// Above this fraction of ranges left to score, switch to term-at-a-time for the segment.
+/// Above this fraction of blocks left to score, switch to term-at-a-time for the segment.
 pub const FALLBACK_FRACTION: f64 = 0.3;
 
 /// A query term's reader over one segment, opened lazily and moved forward only.
@@ -52,7 +52,7 @@ struct Cursor<'a> {
 
 impl Cursor<'_> {
     /// Adds `q · impact` of every posting in `[start, start + acc.len())` into `acc`.
-    fn score_range(
+    fn score_block(
         &mut self,
         inverted: &InvertedIndexReader,
         start: u32,
@@ -104,40 +104,40 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         return Ok(());
     }
     let inverted = segment.reader.inverted_index(segment.impacts)?;
-    let mut ub = vec![0u64; maxima.num_ranges as usize];
+    let mut ub = vec![0u64; maxima.num_blocks as usize];
     for (q, m) in &terms {
         search.check()?;
         m.add_bounds(*q, &mut ub, &inverted)?;
     }
-    let mut candidates: Vec<u32> = (0..maxima.num_ranges)
+    let mut candidates: Vec<u32> = (0..maxima.num_blocks)
         .filter(|&r| ub[r as usize] > 0)
         .collect();
-    search.stats.ranges_candidate += candidates.len() as u64;
+    search.stats.blocks_candidate += candidates.len() as u64;
 
-    // Flat bounds (many ranges within 2x of the best bound) leave nothing to skip: the k-th
+    // Flat bounds (many blocks within 2x of the best bound) leave nothing to skip: the k-th
     // score is far below every bound. Score the segment term-at-a-time straight away.
     let best = ub.iter().copied().max().unwrap_or(0);
     let near_best = ub.iter().filter(|&&u| u.saturating_mul(2) >= best).count();
-    let flat = near_best as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges);
+    let flat = near_best as f64 > FALLBACK_FRACTION * f64::from(maxima.num_blocks);
     if flat
         && search
             .top
             .threshold()
             .is_none_or(|t| (t as f64) * search.factor * 2.0 < best as f64)
     {
-        search.stats.ranges_scored += candidates.len() as u64;
+        search.stats.blocks_scored += candidates.len() as u64;
         return super::exhaustive::score_segment(search, segment, |_| true);
     }
 
-    let ranges = RangeScorer {
+    let blocks = BlockScorer {
         segment,
         inverted: &inverted,
         terms: &terms,
         ub: &ub,
     };
 
-    // Phase 1: the best-bounded ranges, visited in doc order with their own cursors.
-    let first = FIRST_PASS_RANGES.min(candidates.len());
+    // Phase 1: the best-bounded blocks, visited in doc order with their own cursors.
+    let first = FIRST_PASS_BLOCKS.min(candidates.len());
     if first < candidates.len() {
         candidates.select_nth_unstable_by(first, |a, b| {
             ub[*b as usize].cmp(&ub[*a as usize]).then(a.cmp(b))
@@ -145,36 +145,36 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
     }
     let (head, tail) = candidates.split_at_mut(first);
     head.sort_unstable();
-    ranges.score_in_order(search, head)?;
+    blocks.score_in_order(search, head)?;
 
-    // Phase 2: every other range in doc order, skipped when its bound cannot reach θ — or all of
+    // Phase 2: every other block in doc order, skipped when its bound cannot reach θ — or all of
     // them term-at-a-time when too few could be skipped.
     let left = tail
         .iter()
         .filter(|&&r| !search.skips(ub[r as usize]))
         .count();
-    if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_ranges) {
-        search.stats.ranges_scored += left as u64;
+    if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_blocks) {
+        search.stats.blocks_scored += left as u64;
         let not_done = |doc: u32| head.binary_search(&(doc >> maxima.shift)).is_err();
         return super::exhaustive::score_segment(search, segment, not_done);
     }
     tail.sort_unstable();
-    ranges.score_in_order(search, tail)
+    blocks.score_in_order(search, tail)
 }
 
-/// Range-at-a-time scoring of one segment.
-struct RangeScorer<'a> {
+/// Block-at-a-time scoring of one segment.
+struct BlockScorer<'a> {
     segment: &'a Segment<'a>,
     inverted: &'a InvertedIndexReader,
     terms: &'a [(u64, &'a ForwardTerm)],
-    /// Score bound of every range.
+    /// Score bound of every block.
     ub: &'a [u64],
 }
 
-impl RangeScorer<'_> {
-    /// Scores `ranges` (sorted) with one set of forward-only cursors, skipping those whose bound
+impl BlockScorer<'_> {
+    /// Scores `blocks` (sorted) with one set of forward-only cursors, skipping those whose bound
     /// cannot reach the threshold.
-    fn score_in_order(&self, search: &mut SparseSearch, ranges: &[u32]) -> Result<()> {
+    fn score_in_order(&self, search: &mut SparseSearch, blocks: &[u32]) -> Result<()> {
         let mut cursors: Vec<Cursor> = self
             .terms
             .iter()
@@ -184,11 +184,11 @@ impl RangeScorer<'_> {
                 block: None,
             })
             .collect();
-        let mut acc = std::mem::take(&mut search.range_scores);
+        let mut acc = std::mem::take(&mut search.block_scores);
         acc.clear();
         acc.resize(1 << self.segment.maxima.shift, 0);
         let mut result = Ok(());
-        for &r in ranges {
+        for &r in blocks {
             if search.skips(self.ub[r as usize]) {
                 continue;
             }
@@ -200,24 +200,24 @@ impl RangeScorer<'_> {
                 break;
             }
         }
-        search.range_scores = acc;
+        search.block_scores = acc;
         result
     }
 
     fn score(
         &self,
         search: &mut SparseSearch,
-        range: u32,
+        block: u32,
         cursors: &mut [Cursor],
         acc: &mut [u64],
     ) -> Result<()> {
-        let start = range << self.segment.maxima.shift;
+        let start = block << self.segment.maxima.shift;
         for c in cursors.iter_mut() {
-            if c.maxima.may_occur_in(range) {
-                search.stats.postings_scored += c.score_range(self.inverted, start, acc)?;
+            if c.maxima.may_occur_in(block) {
+                search.stats.postings_scored += c.score_block(self.inverted, start, acc)?;
             }
         }
-        search.stats.ranges_scored += 1;
+        search.stats.blocks_scored += 1;
         let max_doc = self.segment.reader.max_doc();
         for (i, slot) in acc.iter_mut().enumerate() {
             let score = std::mem::take(slot);

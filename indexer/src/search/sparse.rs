@@ -21,7 +21,7 @@ use super::{Algorithm, Cancel, ScoredDoc, SearchOptions, SearchStats, TopK};
 use crate::error::{IndexError, Result};
 use crate::forward_index::ForwardIndex;
 
-/// Below this many documents in the ranges left after the first ones, one thread finishes the
+/// Below this many documents in the blocks left after the first ones, one thread finishes the
 /// search: waking another (tens of microseconds) and the threshold each thread learns late cost
 /// more than sharing saves. (On a 16-core machine, sharing from 8,192 documents on made the
 /// real vectors' search slower with every thread added: 0.236 ms on one, 0.282 on 2, 0.409
@@ -31,7 +31,7 @@ pub(crate) const SHARE_FROM_DOCS: u64 = 1 << 15;
 /// A search in progress.
 pub struct SparseSearch<'q> {
     pub(crate) query: &'q QuantizedVector,
-    /// Ranges whose bound is below `factor ·` the k-th score are skipped (1 = exact).
+    /// Blocks whose bound is below `factor ·` the k-th score are skipped (1 = exact).
     pub(crate) factor: f64,
     /// Share of the query's largest possible score its lightest terms may take and still be
     /// left out of the block bounds ([`SearchOptions::term_cut`]).
@@ -41,8 +41,8 @@ pub struct SparseSearch<'q> {
     pub(crate) stats: SearchStats,
     /// One score per document of a segment (term-at-a-time), reused across segments.
     pub(crate) doc_scores: Vec<u64>,
-    /// One score per document of a range (range-at-a-time), reused across ranges.
-    pub(crate) range_scores: Vec<u64>,
+    /// One score per document of a block (block-at-a-time), reused across blocks.
+    pub(crate) block_scores: Vec<u64>,
     pub(crate) cancel: Cancel,
     /// Threads one segment's search may use.
     pub(crate) threads: usize,
@@ -80,7 +80,7 @@ impl<'q> SparseSearch<'q> {
             top: TopK::new(options.k),
             stats: SearchStats::default(),
             doc_scores: Vec::new(),
-            range_scores: Vec::new(),
+            block_scores: Vec::new(),
             cancel: options.cancel.clone(),
             threads: options.threads.max(1),
             share_from_docs: options.share_from_docs.unwrap_or(SHARE_FROM_DOCS),
@@ -93,7 +93,7 @@ impl<'q> SparseSearch<'q> {
         self.cancel.check()
     }
 
-    /// Whether a range bounded by `bound` cannot enter the top k (exact when `factor` is 1).
+    /// Whether a block bounded by `bound` cannot enter the top k (exact when `factor` is 1).
     #[inline]
     pub(crate) fn skips(&self, bound: u64) -> bool {
         self.top

@@ -1,7 +1,7 @@
-//! Document reordering inside a segment, so that 64-document ranges hold similar documents.
+//! Document reordering inside a segment, so that 64-document blocks hold similar documents.
 //!
-//! Range maxima ([`crate::forward_index`]) bound a range by the largest impact of each query term in
-//! it; they are tight only when the documents of a range share their terms. Documents arrive in
+//! Block maxima ([`crate::forward_index`]) bound a block by the largest impact of each query term in
+//! it; they are tight only when the documents of a block share their terms. Documents arrive in
 //! whatever order they were added, so before a segment is written its documents are clustered
 //! by their terms and written cluster by cluster (doc ids carry no meaning: search results,
 //! ties included, follow the written order, and pruned == exhaustive == brute force holds for
@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 
-/// Documents per leaf cluster (one pruning range).
+/// Documents per leaf cluster (one pruning block).
 const LEAF: usize = 64;
 /// Largest number of first-level clusters.
 const MAX_CLUSTERS: usize = 1024;

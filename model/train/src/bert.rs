@@ -2,83 +2,66 @@
 //! names `lexlip_model::TextEncoder` loads; the dense objective uses its encoder without the head),
 //! and the weakened 2-layer decoders of LexMLM, which reuse its layer type.
 
+use std::path::Path;
+
 use candle_core::{DType, Tensor};
+pub use lexlip_model::bert::{BertLayer, LayerShape, PostNorm};
+use lexlip_model::config::with_defaults;
+use lexlip_model::text::bert_defaults;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attend, attention_bias, gather_rows};
+use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, attention_bias, gather_rows};
 use crate::params::{Init, ParamBuilder};
 use crate::weight_sharing::SharedLayers;
 
-/// The `config.json` keys of a BERT the tower uses (Hugging Face names and defaults).
+/// The `config.json` keys of a BERT the tower uses (Hugging Face names); read it with
+/// [`BertConfig::read`], which fills what a file omits with `lexlip_model`'s BERT defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BertConfig {
-    #[serde(default = "d_vocab")]
     pub vocab_size: usize,
-    #[serde(default = "d_hidden")]
     pub hidden_size: usize,
-    #[serde(default = "d_layers")]
     pub num_hidden_layers: usize,
-    #[serde(default = "d_heads")]
     pub num_attention_heads: usize,
-    #[serde(default = "d_inter")]
     pub intermediate_size: usize,
-    #[serde(default = "d_act")]
     pub hidden_act: String,
-    #[serde(default = "d_pos")]
     pub max_position_embeddings: usize,
-    #[serde(default = "d_types")]
     pub type_vocab_size: usize,
-    #[serde(default = "d_eps")]
     pub layer_norm_eps: f64,
-    #[serde(default)]
     pub pad_token_id: usize,
 }
 
-fn d_vocab() -> usize {
-    30522
-}
-fn d_hidden() -> usize {
-    768
-}
-fn d_layers() -> usize {
-    12
-}
-fn d_heads() -> usize {
-    12
-}
-fn d_inter() -> usize {
-    3072
-}
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_pos() -> usize {
-    512
-}
-fn d_types() -> usize {
-    2
-}
-fn d_eps() -> f64 {
-    1e-12
-}
-
 impl BertConfig {
+    /// The config in `raw` (the `config.json` at `path`), with the Hugging Face defaults for
+    /// what it omits.
+    pub fn read(path: &Path, raw: &serde_json::Value) -> Result<Self> {
+        Ok(with_defaults(path, raw, bert_defaults())?)
+    }
+
     /// A BERT of the given shape with the Hugging Face defaults otherwise.
     pub fn sized(vocab: usize, hidden: usize, layers: usize, heads: usize, inter: usize) -> Self {
+        let defaults: Self = serde_json::from_value(bert_defaults())
+            .expect("lexlip-model's BERT defaults name every BertConfig field");
         Self {
             vocab_size: vocab,
             hidden_size: hidden,
             num_hidden_layers: layers,
             num_attention_heads: heads,
             intermediate_size: inter,
-            hidden_act: d_act(),
-            max_position_embeddings: d_pos(),
-            type_vocab_size: d_types(),
-            layer_norm_eps: d_eps(),
-            pad_token_id: 0,
+            ..defaults
         }
+    }
+
+    /// The shape of one encoder layer.
+    pub fn shape(&self) -> Result<LayerShape> {
+        Ok(LayerShape {
+            hidden: self.hidden_size,
+            heads: self.num_attention_heads,
+            intermediate: self.intermediate_size,
+            eps: self.layer_norm_eps,
+            act: self.act()?.into(),
+        })
     }
 
     pub fn act(&self) -> Result<Act> {
@@ -115,100 +98,6 @@ impl BertConfig {
             o.insert("tie_word_embeddings".into(), true.into());
         }
         v
-    }
-}
-
-/// What follows the attention in a post-norm BERT layer: the attention output projection,
-/// residual and layer norm (`{attention}.output.*`), then the feed-forward block, residual and
-/// layer norm (`intermediate.*`, `output.*`). Shared by self- and cross-attention layers.
-#[derive(Debug, Clone)]
-pub struct PostNorm {
-    attn_out: Linear,
-    attn_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
-    out_norm: LayerNorm,
-    act: Act,
-}
-
-impl PostNorm {
-    /// `pb`: the layer; `attention`: its attention block (`attention` or `crossattention`).
-    pub fn new(
-        pb: &ParamBuilder,
-        attention: &ParamBuilder,
-        hidden: usize,
-        intermediate: usize,
-        eps: f64,
-        act: Act,
-    ) -> Result<Self> {
-        let out = attention.pp("output");
-        Ok(Self {
-            attn_out: Linear::new(&out.pp("dense"), hidden, hidden, true)?,
-            attn_norm: LayerNorm::new(&out.pp("LayerNorm"), hidden, eps)?,
-            intermediate: Linear::new(
-                &pb.pp("intermediate").pp("dense"),
-                hidden,
-                intermediate,
-                true,
-            )?,
-            output: Linear::new(&pb.pp("output").pp("dense"), intermediate, hidden, true)?,
-            out_norm: LayerNorm::new(&pb.pp("output").pp("LayerNorm"), hidden, eps)?,
-            act,
-        })
-    }
-
-    /// The layer's output from the attention context `ctx` and the attention's input `xs`.
-    pub fn forward(&self, ctx: &Tensor, xs: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        let att = drop.forward(&self.attn_out.forward(ctx)?)?;
-        let xs = self.attn_norm.forward(&(att + xs)?)?;
-        let mlp = self
-            .output
-            .forward(&self.act.forward(&self.intermediate.forward(&xs)?)?)?;
-        self.out_norm.forward(&(drop.forward(&mlp)? + xs)?)
-    }
-}
-
-/// One post-norm BERT layer.
-#[derive(Debug, Clone)]
-pub struct BertLayer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    post: PostNorm,
-    heads: usize,
-}
-
-impl BertLayer {
-    pub fn new(pb: &ParamBuilder, cfg: &BertConfig) -> Result<Self> {
-        let h = cfg.hidden_size;
-        let att = pb.pp("attention");
-        let s = att.pp("self");
-        Ok(Self {
-            query: Linear::new(&s.pp("query"), h, h, true)?,
-            key: Linear::new(&s.pp("key"), h, h, true)?,
-            value: Linear::new(&s.pp("value"), h, h, true)?,
-            post: PostNorm::new(
-                pb,
-                &att,
-                h,
-                cfg.intermediate_size,
-                cfg.layer_norm_eps,
-                cfg.act()?,
-            )?,
-            heads: cfg.num_attention_heads,
-        })
-    }
-
-    /// `xs: (batch, tokens, hidden)`, `bias`: the additive attention mask.
-    pub fn forward(&self, xs: &Tensor, bias: &Tensor, drop: &Dropout) -> Result<Tensor> {
-        let ctx = attend(
-            &self.query.forward(xs)?,
-            &self.key.forward(xs)?,
-            &self.value.forward(xs)?,
-            self.heads,
-            &[bias],
-        )?;
-        self.post.forward(&ctx, xs, drop)
     }
 }
 
@@ -261,7 +150,7 @@ impl BertEmbeddings {
         let pos = self.position.narrow(0, 0, n)?;
         let typ = self.token_type.narrow(0, 0, 1)?;
         let x = words.broadcast_add(&pos)?.broadcast_add(&typ)?;
-        drop.forward(&self.norm.forward(&x)?)
+        Ok(drop.forward(&self.norm.forward(&x, drop)?)?)
     }
 }
 
@@ -281,9 +170,11 @@ impl BertEncoder {
         let bert = pb.pp("bert");
         Ok(Self {
             embeddings: BertEmbeddings::new(&bert.pp("embeddings"), cfg)?,
-            layers: (0..cfg.num_hidden_layers)
-                .map(|i| BertLayer::new(&bert.pp("encoder").pp("layer").pp(i), cfg))
-                .collect::<Result<Vec<_>>>()?,
+            layers: lexlip_model::bert::layers(
+                &bert.pp("encoder"),
+                cfg.num_hidden_layers,
+                &cfg.shape()?,
+            )?,
             config: cfg.clone(),
         })
     }
@@ -377,9 +268,7 @@ pub struct Decoder {
 impl Decoder {
     pub fn new(pb: &ParamBuilder, cfg: &BertConfig, layers: usize, word: &Tensor) -> Result<Self> {
         Ok(Self {
-            layers: (0..layers)
-                .map(|i| BertLayer::new(&pb.pp("layer").pp(i), cfg))
-                .collect::<Result<Vec<_>>>()?,
+            layers: lexlip_model::bert::layers(pb, layers, &cfg.shape()?)?,
             head: MlmHead::new(
                 &pb.pp("cls"),
                 cfg.hidden_size,

@@ -21,7 +21,7 @@ use candle_nn::VarMap;
 use lexlip_model::Weights;
 use lexlip_model::dual::{TEXT_PROJECTION, VISUAL_PROJECTION};
 
-use crate::beit::BeitEncoder;
+use crate::beit::{self, Beit};
 use crate::bert::BertEncoder;
 use crate::error::Result;
 use crate::init::Init;
@@ -56,7 +56,7 @@ pub struct DenseModel {
     pub image_store: VarMap,
     pub projection_store: VarMap,
     pub text: BertEncoder,
-    pub image: BeitEncoder,
+    pub image: Beit,
     text_projection: Linear,
     visual_projection: Linear,
     /// Embedding dimension.
@@ -116,7 +116,7 @@ impl DenseModel {
         };
         let [text_src, image_src, projection_src] = sources;
         let text = BertEncoder::new(&builder(&text_store, text_src), &init.text.config)?;
-        let image = BeitEncoder::new(&builder(&image_store, image_src), &init.image.config)?;
+        let image = beit::tower(&builder(&image_store, image_src), &init.image.config)?;
         let pb = builder(&projection_store, projection_src);
         let text_projection = Linear::new(
             &pb.pp(TEXT_PROJECTION),

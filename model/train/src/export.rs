@@ -208,7 +208,7 @@ pub fn export_dense(
     if let Some(o) = text_cfg.as_object_mut() {
         o.insert("model_type".into(), json!("bert"));
     }
-    let cfg = &model.image.config;
+    let cfg = model.image.config();
     let config = json!({
         "model_type": MODEL_TYPE,
         "architectures": [ARCHITECTURE],

@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 
 use crate::error::Result;
-use crate::nn::{Act, INIT_STD, LayerNorm, Linear, linear};
+use crate::nn::{Act, Differentiable, INIT_STD, LayerNorm, Linear, linear};
 use crate::params::{Init, ParamBuilder};
 
 #[derive(Debug, Clone)]
@@ -46,9 +46,10 @@ impl MlmHead {
 
     /// Hidden states `(…, hidden)` → logits `(…, vocab)`.
     pub fn forward(&self, hidden: &Tensor) -> Result<Tensor> {
-        let x = self
-            .norm
-            .forward(&self.act.forward(&self.dense.forward(hidden)?)?)?;
-        linear(&x, &self.decoder, Some(&self.bias))
+        let x = self.norm.forward(
+            &self.act.forward(&self.dense.forward(hidden)?)?,
+            &Differentiable,
+        )?;
+        Ok(linear(&x, &self.decoder, Some(&self.bias))?)
     }
 }

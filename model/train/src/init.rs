@@ -185,7 +185,7 @@ fn tower_dir(path: &Path, what: &str, tokenizer: Option<&Path>, scratch: &Path) 
 fn load_text(dir: &Path, need_head: bool) -> Result<(TextInit, PathBuf)> {
     let cfg_path = dir.join("config.json");
     let raw = read_json(&cfg_path)?;
-    let config: BertConfig = with_defaults(&cfg_path, &raw, json!({}))?;
+    let config = BertConfig::read(&cfg_path, &raw)?;
     let shared = SharedConfig::of_tower(&cfg_path, &raw)?;
     let mut weights = Weights::from_safetensors_dir(dir)?;
     if need_head && !weights.contains(HEAD_PROBE) {

@@ -1,14 +1,17 @@
 //! LexLIP training in Candle (`lexlip train`).
 //!
-//! - [`bert`], [`beit`], [`head`]: differentiable towers whose weights live in `VarMap`s under
-//!   the Hugging Face names `lexlip-model` loads, so a trained model needs no conversion.
+//! - [`bert`], [`beit`], [`head`]: the towers over trainable parameters ([`params`]): lexlip-model's
+//!   own architectures (BEiT, BERT layers, weight-sharing and fusion layers) run in a
+//!   differentiable [`nn::Mode`], under the Hugging Face names `lexlip-model` loads, so a trained
+//!   model needs no conversion.
 //! - [`lexicon`]: what keeps image lexicons sparse and grounded: top-K pooling, caption-word
 //!   grounding, FLOPS per side with warm-up.
 //! - [`losses`]: the phase-1 (SelfMLM, LexMLM, BaCo + FLOPS) and phase-2 (MoCo) objectives, and
 //!   the dense baseline's InfoNCE.
 //! - [`model`]: towers, decoders, momentum encoders and queues; one step's losses.
 //! - [`dense`]: the CLIP-style dense baseline on the same towers (`--objective dense`).
-//! - [`trainee`]: either model behind the one interface the loop, checkpoints and export use.
+//! - [`encoder_pair`]: the text and image encoders a run trains (LexLIP's or the dense
+//!   baseline's) behind the one interface the loop, checkpoints and export use.
 //! - [`optim`]: AdamW with savable moments, warm-up/decay schedule, gradient clipping.
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
@@ -26,12 +29,12 @@
 
 pub mod augment;
 pub mod beit;
-pub mod beit_layer;
 pub mod bert;
 pub mod checkpoint;
 pub mod console;
 pub mod data;
 pub mod dense;
+pub mod encoder_pair;
 pub mod error;
 pub mod export;
 pub mod head;
@@ -53,7 +56,6 @@ mod steps;
 pub mod text;
 pub mod text_cache;
 pub mod token_heads;
-pub mod trainee;
 pub mod weight_sharing;
 
 pub use console::Console;

@@ -49,7 +49,7 @@ pub fn splade(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
 
 /// Lexicon-importance distribution `a = softmax(max_t S_t)` over the vocabulary (eq. 8-9).
 pub fn lexicon_distribution(logits: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-    softmax(&max_pool(logits, mask)?)
+    Ok(softmax(&max_pool(logits, mask)?)?)
 }
 
 /// The CBoW bottleneck `b = a · sg(W_te)` (eq. 10): `(batch, vocab) × (vocab, hidden)`, no

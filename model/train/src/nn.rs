@@ -1,95 +1,35 @@
 //! Differentiable building blocks written with primitive tensor ops only.
 //!
 //! Candle's fused kernels (`candle_nn::LayerNorm` on contiguous input, `ops::layer_norm`,
-//! `softmax_last_dim`, …) have no backward pass and drop gradients silently, so the training
-//! towers use these instead; `tests/gradients.rs` checks every parameter gets a gradient and that
-//! gradients match finite differences.
+//! `softmax_last_dim`, …) have no backward pass and drop gradients silently, so training runs
+//! the towers in a [`Mode`] that uses `lexlip_model::nn`'s primitives instead: [`Dropout`] (with
+//! its dropout) or [`Differentiable`] (without). `tests/gradients.rs` checks every parameter gets a
+//! gradient and that gradients match finite differences.
 
 use std::cell::RefCell;
 
-use candle_core::{D, DType, Tensor};
+use candle_core::{D, Module, Tensor};
+pub use lexlip_model::nn::{
+    INIT_STD, LayerNorm, Linear, Mode, attend, attention_bias, layer_norm, linear, softmax,
+};
 
 use crate::error::Result;
-use crate::params::{Init, ParamBuilder};
 use crate::rng::Rng;
 
-/// BERT/BEiT initialiser range.
-pub const INIT_STD: f64 = 0.02;
+/// The training ops without dropout (heads, evaluation, momentum encoders).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Differentiable;
 
-/// `y = x Wᵀ + b` over the last dimension, as one 2-D matmul whatever the rank of `x`.
-#[derive(Debug, Clone)]
-pub struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-}
-
-impl Linear {
-    pub fn new(pb: &ParamBuilder, input: usize, output: usize, bias: bool) -> Result<Self> {
-        let weight = pb.get(&[output, input], "weight", Init::Normal(INIT_STD))?;
-        let bias = if bias {
-            Some(pb.get(&[output], "bias", Init::Const(0.0))?)
-        } else {
-            None
-        };
-        Ok(Self { weight, bias })
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.weight, self.bias.as_ref())
+impl Mode for Differentiable {
+    fn dropout(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(x.clone())
     }
 }
 
-/// `x Wᵀ + b` with `W: (out, in)`.
-pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let (last, lead) = match dims.split_last() {
-        Some((l, lead)) => (*l, lead.to_vec()),
-        None => return Err(crate::TrainError::invalid("linear on a scalar")),
-    };
-    let rows: usize = lead.iter().product();
-    let y = x.reshape((rows, last))?.matmul(&weight.t()?)?;
-    let y = match bias {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out = lead;
-    out.push(weight.dim(0)?);
-    Ok(y.reshape(out)?)
-}
-
-/// Layer normalisation over the last dimension, from primitive ops (differentiable).
-#[derive(Debug, Clone)]
-pub struct LayerNorm {
-    pub weight: Tensor,
-    pub bias: Tensor,
-    pub eps: f64,
-}
-
-impl LayerNorm {
-    pub fn new(pb: &ParamBuilder, size: usize, eps: f64) -> Result<Self> {
-        Ok(Self {
-            weight: pb.get(&[size], "weight", Init::Const(1.0))?,
-            bias: pb.get(&[size], "bias", Init::Const(0.0))?,
-            eps,
-        })
+impl Mode for Dropout {
+    fn dropout(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.forward(x)
     }
-
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mean = x.mean_keepdim(D::Minus1)?;
-        let centred = x.broadcast_sub(&mean)?;
-        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        Ok(normed
-            .broadcast_mul(&self.weight)?
-            .broadcast_add(&self.bias)?)
-    }
-}
-
-/// Softmax over the last dimension (the max is detached: softmax does not depend on it).
-pub fn softmax(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let e = x.broadcast_sub(&max)?.exp()?;
-    Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?)
 }
 
 /// Log-softmax over the last dimension.
@@ -121,11 +61,18 @@ impl Act {
     }
 
     pub fn forward(self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Act::Gelu => x.gelu_erf()?,
-            Act::GeluTanh => x.gelu()?,
-            Act::Relu => x.relu()?,
-        })
+        Ok(candle_nn::Activation::from(self).forward(x)?)
+    }
+}
+
+/// The same functions under Candle's names (what lexlip-model's layers take).
+impl From<Act> for candle_nn::Activation {
+    fn from(act: Act) -> Self {
+        match act {
+            Act::Gelu => candle_nn::Activation::Gelu,
+            Act::GeluTanh => candle_nn::Activation::NewGelu,
+            Act::Relu => candle_nn::Activation::Relu,
+        }
     }
 }
 
@@ -150,7 +97,7 @@ impl Dropout {
         Self::new(0.0, Rng::new(&[0]))
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if self.p <= 0.0 {
             return Ok(x.clone());
         }
@@ -168,15 +115,8 @@ impl Dropout {
             })
             .collect();
         let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        Ok(x.mul(&mask)?)
+        x.mul(&mask)
     }
-}
-
-/// Additive attention mask `(batch, 1, 1, keys)`: 0 for real tokens, `f32::MIN` for padding (as
-/// the inference BERT does, so outputs match bit for bit in spirit and to 1e-6 in practice).
-pub fn attention_bias(mask: &Tensor, dtype: DType) -> Result<Tensor> {
-    let m = mask.to_dtype(dtype)?.unsqueeze(1)?.unsqueeze(1)?;
-    Ok(((m.ones_like()? - m)? * f64::from(f32::MIN))?)
 }
 
 /// Rows `rows` (flattened `b · n + i`, u32) of `(batch, n, dim)` states, as `(rows, dim)`: the
@@ -184,35 +124,4 @@ pub fn attention_bias(mask: &Tensor, dtype: DType) -> Result<Tensor> {
 pub fn gather_rows(states: &Tensor, rows: &Tensor) -> Result<Tensor> {
     let (b, n, d) = states.dims3()?;
     Ok(states.reshape((b * n, d))?.index_select(rows, 0)?)
-}
-
-/// Multi-head attention core: `softmax(q kᵀ / √d + bias) v` for `(batch, tokens, hidden)`
-/// projections (keys and values may have another length than the queries: cross-attention);
-/// `bias` broadcasts to `(batch, heads, queries, keys)`.
-pub fn attend(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    heads: usize,
-    biases: &[&Tensor],
-) -> Result<Tensor> {
-    let (b, n, h) = q.dims3()?;
-    let hd = h / heads;
-    let split = |t: &Tensor| -> Result<Tensor> {
-        let tokens = t.dim(1)?;
-        Ok(t.reshape((b, tokens, heads, hd))?
-            .transpose(1, 2)?
-            .contiguous()?)
-    };
-    let (q, k, v) = (split(q)?, split(k)?, split(v)?);
-    let mut scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-    for bias in biases {
-        scores = scores.broadcast_add(bias)?;
-    }
-    let probs = softmax(&scores)?;
-    Ok(probs
-        .matmul(&v)?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((b, n, h))?)
 }

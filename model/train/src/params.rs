@@ -12,17 +12,11 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use lexlip_model::Weights;
+pub use lexlip_model::nn::Init;
+use lexlip_model::nn::Params;
 
 use crate::error::{Result, TrainError};
 use crate::rng::{Rng, key};
-
-/// How a parameter is initialised when it is not loaded.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Init {
-    /// Normal with this standard deviation, truncated at two deviations (BERT/BEiT's 0.02).
-    Normal(f64),
-    Const(f64),
-}
 
 /// Where parameters come from.
 #[derive(Clone, Copy)]
@@ -146,6 +140,27 @@ impl<'a> ParamBuilder<'a> {
         } else {
             var.as_tensor().clone()
         }
+    }
+}
+
+/// Training builds lexlip-model's architectures over its variables.
+impl Params for ParamBuilder<'_> {
+    type Error = TrainError;
+
+    fn pp(&self, name: impl std::fmt::Display) -> Self {
+        ParamBuilder::pp(self, name)
+    }
+
+    fn get(&self, shape: &[usize], name: &str, init: Init) -> Result<Tensor> {
+        ParamBuilder::get(self, shape, name, init)
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
     }
 }
 

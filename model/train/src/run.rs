@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::augment::Augment;
 use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, HostBatch, Masking, Order, PatchMasking};
+use crate::encoder_pair::{EncoderPair, exported_marker};
 use crate::error::{Result, TrainError};
 use crate::init::Init;
 use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule};
@@ -26,7 +27,6 @@ use crate::sampler::{GroupState, Sampler};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 use crate::text_cache::TextCache;
-use crate::trainee::{Trainee, exported_marker};
 
 /// Creates the output directory and proves it writable before any work.
 pub(crate) fn prepare_out(out: &Path) -> Result<()> {
@@ -146,7 +146,7 @@ pub(crate) fn train(
         .steps
         .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
     let device = lexlip_model::device(opts.run.gpu)?;
-    let mut model = Trainee::build(opts, &init, DType::F32, &device)?;
+    let mut model = EncoderPair::build(opts, &init, DType::F32, &device)?;
     if opts.lexicon.grounding > 0.0 {
         let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
         model.ground(&idf)?;
@@ -189,7 +189,7 @@ pub(crate) fn train(
     }
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, opts.method.phase, start, total, &corpus);
-    let record = |model: &Trainee, summary: &Summary, status: &str| {
+    let record = |model: &EncoderPair, summary: &Summary, status: &str| {
         write_train_json(
             opts,
             control,
@@ -262,7 +262,7 @@ fn run_steps(
     tokenizer: &TextTokenizer,
     order: &mut Order,
     group: &mut GroupState,
-    model: &mut Trainee,
+    model: &mut EncoderPair,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
     fingerprint: &str,
@@ -413,7 +413,7 @@ impl Batches for PairBatches<'_> {
 struct LexlipSteps<'a> {
     opts: &'a TrainOptions,
     corpus: &'a Corpus,
-    model: &'a mut Trainee,
+    model: &'a mut EncoderPair,
     params: &'a [crate::optim::Param],
     group: &'a mut GroupState,
     text_cache: Option<TextCache>,
@@ -425,7 +425,7 @@ struct LexlipSteps<'a> {
     steps_per_epoch: u64,
     total: u64,
     /// The last step's momentum keys, queued after the update.
-    last: Option<crate::trainee::Keys>,
+    last: Option<crate::encoder_pair::Keys>,
 }
 
 impl Objective for LexlipSteps<'_> {
@@ -522,7 +522,7 @@ impl Objective for LexlipSteps<'_> {
 }
 
 fn restore(
-    model: &mut Trainee,
+    model: &mut EncoderPair,
     adam: &mut AdamW,
     params: &[crate::optim::Param],
     dir: &Path,
@@ -547,7 +547,7 @@ fn write_train_json(
     control: &RunControl,
     input: &Input,
     corpus: &Corpus,
-    model: &Trainee,
+    model: &EncoderPair,
     fingerprint: &str,
     summary: &Summary,
     status: &str,

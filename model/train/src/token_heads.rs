@@ -24,10 +24,10 @@
 
 use candle_core::Tensor;
 
-use crate::bert::{BertConfig, PostNorm};
+use crate::bert::{BertConfig, LayerShape, PostNorm};
 use lexlip_model::beit::Config as BeitConfig;
 
-use crate::beit_layer::tower_act;
+use crate::beit::tower_act;
 use crate::error::Result;
 use crate::head::MlmHead;
 use crate::losses::{cross_entropy, l1};
@@ -93,7 +93,17 @@ impl CrossLayer {
             query: Linear::new(&q.pp("query"), h, h, true)?,
             key: Linear::new(&q.pp("key"), s.context, h, true)?,
             value: Linear::new(&q.pp("value"), s.context, h, true)?,
-            post: PostNorm::new(pb, &att, h, s.intermediate, s.eps, s.act)?,
+            post: PostNorm::new(
+                pb,
+                &att,
+                &LayerShape {
+                    hidden: h,
+                    heads: s.heads,
+                    intermediate: s.intermediate,
+                    eps: s.eps,
+                    act: s.act.into(),
+                },
+            )?,
             heads: s.heads,
         })
     }
@@ -114,8 +124,9 @@ impl CrossLayer {
             &self.value.forward(context)?,
             self.heads,
             &biases,
+            drop,
         )?;
-        self.post.forward(&ctx, queries, drop)
+        Ok(self.post.forward(&ctx, queries, drop)?)
     }
 }
 

@@ -142,7 +142,7 @@ fn training_forward_equals_the_exported_encoder() {
         assert!(d < 1e-5, "text {i} alone differs from the batch by {d}");
     }
 
-    let size = model.image.image_size();
+    let size = model.image.input_size();
     let images = random_images(3, size, 7);
     let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
     let pixels = Tensor::from_vec(flat, (3, 3, size, size), &dev).unwrap();

@@ -25,12 +25,7 @@ fn text_tower_equals_text_encoder() {
     let dev = Device::Cpu;
     let enc = TextEncoder::load(&dir, &dev).unwrap();
     let cfg_path = dir.join("config.json");
-    let cfg: BertConfig = with_defaults(
-        &cfg_path,
-        &read_json(&cfg_path).unwrap(),
-        serde_json::json!({}),
-    )
-    .unwrap();
+    let cfg = BertConfig::read(&cfg_path, &read_json(&cfg_path).unwrap()).unwrap();
     let weights = Weights::from_safetensors_dir(&dir).unwrap();
     let store = VarMap::new();
     let tower = BertMlm::new(

@@ -128,8 +128,8 @@ fn fusion_and_losses_equal_the_torch_reference() {
 fn the_served_fusion_encoder_equals_the_trained_one() {
     let f = fixture();
     let weights = params(&f);
-    let served = Fusion::load(
-        weights.var_builder(DType::F32, &Device::Cpu),
+    let served = Fusion::new(
+        &weights.var_builder(DType::F32, &Device::Cpu),
         &config(),
         16,
         10,

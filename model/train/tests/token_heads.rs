@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use lexlip_model::{PreprocessedImage, Weights};
-use lexlip_train::beit::BeitEncoder;
+use lexlip_train::beit;
 use lexlip_train::bert::BertConfig;
 use lexlip_train::data::mask_patches;
 use lexlip_train::init::beit_config;
@@ -195,7 +195,7 @@ fn masked_image_pass_reads_only_kept_patches() {
     let (batch, size, grid) = (2, 16, 2);
     let store = VarMap::new();
     let pb = ParamBuilder::new(&store, Source::Random(5), DType::F32, &dev);
-    let tower = BeitEncoder::new(&pb, &beit_config(12, 1, 2, 20, size, size / grid)).unwrap();
+    let tower = beit::tower(&pb, &beit_config(12, 1, 2, 20, size, size / grid)).unwrap();
     let token = Tensor::from_vec(random_pixels(1, 2, 7)[..12].to_vec(), 12, &dev).unwrap();
     let off = Dropout::off();
     let image = |p: Vec<f32>| Tensor::from_vec(p, (batch, 3, size, size), &dev).unwrap();

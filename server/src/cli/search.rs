@@ -52,7 +52,7 @@ pub struct SearchArgs {
     /// Number of results per query.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
-    /// Approximate search with factor X ≥ 1: doc-id ranges whose score bound is below X times
+    /// Approximate search with factor X ≥ 1: doc-id blocks whose score bound is below X times
     /// the current k-th score are skipped (1 = exact; larger = faster, lower recall).
     #[arg(long)]
     pub approx: Option<f32>,

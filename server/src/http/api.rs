@@ -177,7 +177,7 @@ macro_rules! search_request {
             /// Exact top-k (default). `false` trades recall for speed: with `approx` and/or
             /// `term_cut` as given, alone the sparse search with `term_cut` 0.1.
             pub exact: Option<bool>,
-            /// Approximation factor ≥ 1 for the sparse search (ranges whose bound is below
+            /// Approximation factor ≥ 1 for the sparse search (blocks whose bound is below
             /// this times the k-th score are skipped); for dense, any value uses the HNSW graph.
             pub approx: Option<f32>,
             /// Sparse search, approximate: the query's lightest terms, whose largest

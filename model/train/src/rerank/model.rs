@@ -6,12 +6,11 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use lexlip_model::PreprocessedImage;
-use lexlip_model::rerank::{FusionConfig, Towers};
+use lexlip_model::rerank::{Fusion, FusionConfig, Towers};
 
-use crate::bert::{BertConfig, BertLayer};
 use crate::error::{Result, TrainError};
 use crate::losses::{cross_entropy, info_nce, l1, l2_normalize};
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, Linear, attention_bias, gather_rows};
+use crate::nn::{Act, Differentiable, LayerNorm, Linear, gather_rows};
 use crate::optim::Param;
 use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
 
@@ -19,12 +18,8 @@ use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
 pub struct RerankModel {
     pub store: VarMap,
     pub config: FusionConfig,
-    text_projection: Linear,
-    image_projection: Linear,
-    modality: Tensor,
-    norm: LayerNorm,
-    layers: Vec<BertLayer>,
-    itm: Linear,
+    /// The fusion encoder and ITM head the re-ranker serves.
+    fusion: Fusion,
     mlm_transform: Linear,
     mlm_norm: LayerNorm,
     mlm_bias: Tensor,
@@ -64,28 +59,8 @@ impl RerankModel {
         let vocab = word_embeddings.dim(0)?;
         let store = VarMap::new();
         let pb = ParamBuilder::new(&store, source, DType::F32, device);
-        let f = pb.pp("fusion");
-        let bert = BertConfig::sized(
-            1,
-            h,
-            config.num_hidden_layers,
-            config.num_attention_heads,
-            config.intermediate_size,
-        );
-        let layers = (0..config.num_hidden_layers)
-            .map(|i| BertLayer::new(&f.pp("encoder").pp("layer").pp(i), &bert))
-            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            text_projection: Linear::new(&f.pp("text_projection"), text_hidden, h, true)?,
-            image_projection: Linear::new(&f.pp("image_projection"), image_hidden, h, true)?,
-            modality: f.get(
-                &[2, h],
-                "modality_embeddings.weight",
-                Init::Normal(INIT_STD),
-            )?,
-            norm: LayerNorm::new(&f.pp("LayerNorm"), h, 1e-12)?,
-            layers,
-            itm: Linear::new(&pb.pp("itm"), h, 2, true)?,
+            fusion: Fusion::new(&pb, &config, text_hidden, image_hidden)?,
             mlm_transform: Linear::new(&pb.pp("mlm").pp("dense"), h, h, true)?,
             mlm_norm: LayerNorm::new(&pb.pp("mlm").pp("LayerNorm"), h, 1e-12)?,
             mlm_bias: pb.pp("mlm").get(&[vocab], "bias", Init::Const(0.0))?,
@@ -110,34 +85,11 @@ impl RerankModel {
     }
 
     /// Fuses text states `(pairs, nt, ht)` (mask `(pairs, nt)`) with image states
-    /// `(pairs, ni, hi)`: the same computation as the served [`lexlip_model::rerank::Fusion`].
+    /// `(pairs, ni, hi)`: the served [`Fusion`], computed with gradients.
     pub fn fuse(&self, text: &Tensor, mask: &Tensor, image: &Tensor) -> Result<Fused> {
-        let (b, nt, _) = text.dims3()?;
-        let ni = image.dim(1)?;
-        let t = self
-            .text_projection
-            .forward(text)?
-            .broadcast_add(&self.modality.narrow(0, 0, 1)?)?;
-        let i = self
-            .image_projection
-            .forward(image)?
-            .broadcast_add(&self.modality.narrow(0, 1, 1)?)?;
-        let mut xs = self.norm.forward(&Tensor::cat(&[&t, &i], 1)?)?;
-        let full = Tensor::cat(
-            &[
-                &mask.to_dtype(DType::F32)?,
-                &Tensor::ones((b, ni), DType::F32, xs.device())?,
-            ],
-            1,
-        )?;
-        let bias = attention_bias(&full, DType::F32)?;
-        let drop = Dropout::off();
-        for layer in &self.layers {
-            xs = layer.forward(&xs, &bias, &drop)?;
-        }
         Ok(Fused {
-            states: xs,
-            text_tokens: nt,
+            states: self.fusion.fuse(text, mask, image, &Differentiable)?,
+            text_tokens: text.dim(1)?,
         })
     }
 
@@ -152,36 +104,35 @@ impl RerankModel {
     ) -> Result<(Tensor, Tensor)> {
         let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let t = self
+            .fusion
             .text_projection
             .forward(text)?
             .broadcast_mul(&m)?
             .sum(1)?;
         let t = t.broadcast_div(&m.sum(1)?)?;
-        let i = self.image_projection.forward(image)?.mean(1)?;
+        let i = self.fusion.image_projection.forward(image)?.mean(1)?;
         Ok((l2_normalize(&i)?, l2_normalize(&t)?))
     }
 
     /// ITM logits `(pairs, 2)`: the product of the fused text and image `[CLS]` states.
     pub fn itm_logits(&self, fused: &Fused) -> Result<Tensor> {
-        let s = &fused.states;
-        let cls =
-            (s.narrow(1, 0, 1)?.squeeze(1)? * s.narrow(1, fused.text_tokens, 1)?.squeeze(1)?)?;
-        self.itm.forward(&cls)
+        Ok(self.fusion.itm_of(&fused.states, fused.text_tokens)?)
     }
 
     /// Vocabulary logits of fused states at `rows` (flattened `pair · tokens + position`).
     pub fn mlm_logits(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
         let x = gather_rows(&fused.states, rows)?;
-        let x = self
-            .mlm_norm
-            .forward(&Act::Gelu.forward(&self.mlm_transform.forward(&x)?)?)?;
+        let x = self.mlm_norm.forward(
+            &Act::Gelu.forward(&self.mlm_transform.forward(&x)?)?,
+            &Differentiable,
+        )?;
         Ok(x.matmul(&self.word_embeddings.t()?)?
             .broadcast_add(&self.mlm_bias)?)
     }
 
     /// Reconstructed pixels `(rows, 3·p·p)` of fused states at `rows`.
     pub fn mim_pixels(&self, fused: &Fused, rows: &Tensor) -> Result<Tensor> {
-        self.mim.forward(&gather_rows(&fused.states, rows)?)
+        Ok(self.mim.forward(&gather_rows(&fused.states, rows)?)?)
     }
 
     /// The tensors a served re-ranker loads (`fusion.*`, `itm.*`).

@@ -1,5 +1,5 @@
-//! The model a run trains, LexLIP's or the dense baseline's, behind the one interface the loop,
-//! checkpoints and export use.
+//! The pair of encoders a run trains, LexLIP's or the dense baseline's, behind the one interface
+//! the loop, checkpoints and export use.
 
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use crate::nn::Dropout;
 use crate::optim::Param;
 use crate::options::{DenseToken, Objective, SaveDtype, TrainOptions, VocabBias};
 
-pub enum Trainee {
+pub enum EncoderPair {
     // Boxed: both are large, and of different sizes.
     LexLip(Box<LexLipModel>),
     Dense(Box<DenseModel>),
@@ -24,7 +24,7 @@ pub enum Trainee {
 /// Momentum keys a phase-2 step queues once its update is done.
 pub type Keys = Option<(Tensor, Tensor)>;
 
-impl Trainee {
+impl EncoderPair {
     /// Builds what `opts.objective` trains from `init`.
     pub fn build(opts: &TrainOptions, init: &Init, dtype: DType, device: &Device) -> Result<Self> {
         Ok(match opts.method.objective {
@@ -43,7 +43,7 @@ impl Trainee {
                 if opts.lexicon.vocab_bias == VocabBias::Fixed {
                     m.fix_vocab_bias()?;
                 }
-                Trainee::LexLip(Box::new(m))
+                EncoderPair::LexLip(Box::new(m))
             }
             Objective::Dense => {
                 let m =
@@ -58,7 +58,7 @@ impl Trainee {
                 } else {
                     m
                 };
-                Trainee::Dense(Box::new(m))
+                EncoderPair::Dense(Box::new(m))
             }
             Objective::Rerank => {
                 return Err(crate::TrainError::invalid(
@@ -71,7 +71,7 @@ impl Trainee {
     /// Gives a LexLIP model the corpus's IDF, which caption-word grounding weights words with
     /// (the dense objective has no lexicons to ground).
     pub fn ground(&mut self, idf: &Idf) -> Result<()> {
-        if let Trainee::LexLip(m) = self {
+        if let EncoderPair::LexLip(m) = self {
             m.idf = Some(idf.to_tensor(&m.device)?);
         }
         Ok(())
@@ -81,46 +81,46 @@ impl Trainee {
     /// (`--freeze-text`) without shared layers.
     pub fn frozen_text(&self) -> Option<&LexLipModel> {
         match self {
-            Trainee::LexLip(m) if m.cacheable_text() => Some(m),
+            EncoderPair::LexLip(m) if m.cacheable_text() => Some(m),
             _ => None,
         }
     }
 
     pub fn init(&self) -> &Init {
         match self {
-            Trainee::LexLip(m) => &m.init,
-            Trainee::Dense(m) => &m.init,
+            EncoderPair::LexLip(m) => &m.init,
+            EncoderPair::Dense(m) => &m.init,
         }
     }
 
     pub fn device(&self) -> &Device {
         match self {
-            Trainee::LexLip(m) => &m.device,
-            Trainee::Dense(m) => &m.device,
+            EncoderPair::LexLip(m) => &m.device,
+            EncoderPair::Dense(m) => &m.device,
         }
     }
 
     /// The side of the square images the image tower reads.
     pub fn image_size(&self) -> usize {
         match self {
-            Trainee::LexLip(m) => m.image.image_size(),
-            Trainee::Dense(m) => m.image.image_size(),
+            EncoderPair::LexLip(m) => m.image.image_size(),
+            EncoderPair::Dense(m) => m.image.input_size(),
         }
     }
 
     /// The stores by group name (what checkpoints hold).
     pub fn stores(&self) -> Vec<(&'static str, &VarMap)> {
         match self {
-            Trainee::LexLip(m) => m.stores(),
-            Trainee::Dense(m) => m.stores(),
+            EncoderPair::LexLip(m) => m.stores(),
+            EncoderPair::Dense(m) => m.stores(),
         }
     }
 
     /// The parameters the optimizer updates in `phase`.
     pub fn params(&self, phase: u8, text_lr_scale: f64) -> Vec<Param> {
         match self {
-            Trainee::LexLip(m) => m.params(phase, text_lr_scale),
-            Trainee::Dense(m) => m.params(text_lr_scale),
+            EncoderPair::LexLip(m) => m.params(phase, text_lr_scale),
+            EncoderPair::Dense(m) => m.params(text_lr_scale),
         }
     }
 
@@ -134,20 +134,20 @@ impl Trainee {
         objectives: &Objectives,
     ) -> Result<(StepLosses, Keys)> {
         match self {
-            Trainee::LexLip(m) if phase == 1 => Ok((m.phase1(batch, drop, objectives)?, None)),
-            Trainee::LexLip(m) => {
+            EncoderPair::LexLip(m) if phase == 1 => Ok((m.phase1(batch, drop, objectives)?, None)),
+            EncoderPair::LexLip(m) => {
                 let (losses, pv, pl) = m.phase2(batch, drop, objectives)?;
                 Ok((losses, Some((pv, pl))))
             }
-            Trainee::Dense(m) => m.step(batch, drop, objectives),
+            EncoderPair::Dense(m) => m.step(batch, drop, objectives),
         }
     }
 
     /// Queues the momentum keys of the step just done.
     pub fn enqueue(&mut self, keys: Keys) -> Result<()> {
         match (self, keys) {
-            (Trainee::LexLip(m), Some((pv, pl))) => m.enqueue(&pv, &pl),
-            (Trainee::Dense(m), Some((image, text))) => m.enqueue(&image, &text),
+            (EncoderPair::LexLip(m), Some((pv, pl))) => m.enqueue(&pv, &pl),
+            (EncoderPair::Dense(m), Some((image, text))) => m.enqueue(&image, &text),
             _ => Ok(()),
         }
     }
@@ -155,18 +155,18 @@ impl Trainee {
     /// The image and text queues of momentum keys (LexLIP phase 2, `--dense-momentum`).
     pub fn queues(&self) -> Option<(&Queue, &Queue)> {
         match self {
-            Trainee::LexLip(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
-            Trainee::Dense(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
+            EncoderPair::LexLip(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
+            EncoderPair::Dense(m) => m.momentum.as_ref().map(|m| (&m.queue_image, &m.queue_text)),
         }
     }
 
     pub fn queues_mut(&mut self) -> Option<(&mut Queue, &mut Queue)> {
         match self {
-            Trainee::LexLip(m) => m
+            EncoderPair::LexLip(m) => m
                 .momentum
                 .as_mut()
                 .map(|m| (&mut m.queue_image, &mut m.queue_text)),
-            Trainee::Dense(m) => m
+            EncoderPair::Dense(m) => m
                 .momentum
                 .as_mut()
                 .map(|m| (&mut m.queue_image, &mut m.queue_text)),
@@ -176,8 +176,8 @@ impl Trainee {
     /// Writes the trained model into `out`.
     pub fn export(&self, out: &Path, dtype: SaveDtype, max_length: usize) -> Result<()> {
         match self {
-            Trainee::LexLip(m) => crate::export::export(m, out, dtype, max_length),
-            Trainee::Dense(m) => crate::export::export_dense(m, out, dtype, max_length),
+            EncoderPair::LexLip(m) => crate::export::export(m, out, dtype, max_length),
+            EncoderPair::Dense(m) => crate::export::export_dense(m, out, dtype, max_length),
         }
     }
 }
