@@ -10,7 +10,7 @@ use lexlip_model::image::HeadConfig;
 
 use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
-use crate::nn::{Act, Dropout};
+use crate::nn::{Act, Dropout, tower_act};
 use crate::params::ParamBuilder;
 use crate::weight_sharing::SharedLayers;
 
@@ -93,19 +93,5 @@ fn act_of(name: &str) -> Result<Act> {
         TrainError::invalid(format!(
             "activation {name:?} is not supported for training (gelu, gelu_new, relu)"
         ))
-    })
-}
-
-/// The activation of the tower's layers, as the training ops compute it.
-pub fn tower_act(cfg: &BeitConfig) -> Result<Act> {
-    Ok(match cfg.hidden_act {
-        candle_nn::Activation::Gelu => Act::Gelu,
-        candle_nn::Activation::NewGelu | candle_nn::Activation::GeluPytorchTanh => Act::GeluTanh,
-        candle_nn::Activation::Relu => Act::Relu,
-        other => {
-            return Err(TrainError::invalid(format!(
-                "BEiT activation {other:?} is not supported for training (gelu, gelu_new, relu)"
-            )));
-        }
     })
 }

@@ -13,7 +13,7 @@ pub use lexlip_model::nn::{
     INIT_STD, LayerNorm, Linear, Mode, attend, attention_bias, layer_norm, linear, softmax,
 };
 
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::rng::Rng;
 
 /// The training ops without dropout (heads, evaluation, momentum encoders).
@@ -124,4 +124,18 @@ impl Dropout {
 pub fn gather_rows(states: &Tensor, rows: &Tensor) -> Result<Tensor> {
     let (b, n, d) = states.dims3()?;
     Ok(states.reshape((b * n, d))?.index_select(rows, 0)?)
+}
+
+/// The activation of the tower's layers, as the training ops compute it.
+pub fn tower_act(cfg: &lexlip_model::beit::Config) -> Result<Act> {
+    Ok(match cfg.hidden_act {
+        candle_nn::Activation::Gelu => Act::Gelu,
+        candle_nn::Activation::NewGelu | candle_nn::Activation::GeluPytorchTanh => Act::GeluTanh,
+        candle_nn::Activation::Relu => Act::Relu,
+        other => {
+            return Err(TrainError::invalid(format!(
+                "BEiT activation {other:?} is not supported for training (gelu, gelu_new, relu)"
+            )));
+        }
+    })
 }

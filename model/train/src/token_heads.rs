@@ -27,7 +27,7 @@ use candle_core::Tensor;
 use crate::bert::{BertConfig, LayerShape, PostNorm};
 use lexlip_model::beit::Config as BeitConfig;
 
-use crate::beit::tower_act;
+use crate::nn::tower_act;
 use crate::error::Result;
 use crate::head::MlmHead;
 use crate::losses::{cross_entropy, l1};

@@ -6,7 +6,7 @@
 use lexlip_model::weight_sharing::SharedConfig;
 pub use lexlip_model::weight_sharing::{KEY, SharedLayers};
 
-use crate::beit::tower_act;
+use crate::nn::tower_act;
 use crate::error::Result;
 use crate::params::ParamBuilder;
 
