@@ -27,10 +27,10 @@ use candle_core::Tensor;
 use crate::bert::{BertConfig, LayerShape, PostNorm};
 use lexlip_model::beit::Config as BeitConfig;
 
-use crate::nn::tower_act;
 use crate::error::Result;
 use crate::head::MlmHead;
 use crate::losses::{cross_entropy, l1};
+use crate::nn::tower_act;
 use crate::nn::{Act, Dropout, INIT_STD, Linear, attend, attention_bias, gather_rows};
 use crate::options::DenseToken;
 use crate::params::{Init, ParamBuilder};

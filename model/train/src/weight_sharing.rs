@@ -6,8 +6,8 @@
 use lexlip_model::weight_sharing::SharedConfig;
 pub use lexlip_model::weight_sharing::{KEY, SharedLayers};
 
-use crate::nn::tower_act;
 use crate::error::Result;
+use crate::nn::tower_act;
 use crate::params::ParamBuilder;
 
 /// The shared layers over parameters from `pb` (the builder at [`KEY`]); `hidden`: the towers'

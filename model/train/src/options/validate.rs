@@ -1,0 +1,224 @@
+//! The checks of [`TrainOptions`] that no type can make: rates in range, sizes positive, options
+//! that go together.
+
+use super::*;
+
+impl TrainOptions {
+    /// Checks values that no type can (rates in range, sizes positive).
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: String| Err(crate::TrainError::Invalid(m));
+        let inputs = usize::from(self.data.tsv.is_some())
+            + usize::from(self.data.manifest.is_some())
+            + usize::from(!self.data.webdataset.is_empty());
+        if inputs != 1 {
+            return bad("give exactly one corpus: --tsv, --manifest or --webdataset".into());
+        }
+        for (name, v) in [
+            ("--mask-rate", self.method.mask_rate),
+            ("--decoder-mask-rate", self.method.decoder_mask_rate),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return bad(format!("{name} must be in (0, 1], got {v}"));
+            }
+        }
+        if !(self.method.image_mask_rate > 0.0 && self.method.image_mask_rate <= 1.0) {
+            return bad(format!(
+                "--image-mask-rate must be in (0, 1], got {}",
+                self.method.image_mask_rate
+            ));
+        }
+        if self.method.objective == Objective::Rerank {
+            if self.method.shared_layers.is_some() {
+                return bad(
+                    "--shared-layers is the lexicon objective's; the re-ranker's fusion layers are \
+                     --fusion-layers"
+                        .into(),
+                );
+            }
+            if !(0.0..=1.0).contains(&self.method.rerank_hard) {
+                return bad(format!(
+                    "--rerank-hard must be in [0, 1], got {}",
+                    self.method.rerank_hard
+                ));
+            }
+            if self.method.fusion_layers == 0 || self.method.rerank_negatives == 0 {
+                return bad("--fusion-layers and --rerank-negatives must be at least 1".into());
+            }
+            if !(self.method.rerank_mlm >= 0.0
+                && self.method.rerank_mim >= 0.0
+                && self.method.rerank_itc >= 0.0)
+            {
+                return bad("--rerank-mlm, --rerank-mim and --rerank-itc must be ≥ 0".into());
+            }
+            if self.model.init.is_none() {
+                return bad(
+                    "--objective rerank trains on top of a lexicon model: give it as --init \
+                     (e.g. --init models/emoji-tiny)"
+                        .into(),
+                );
+            }
+        }
+        if !(0.0..1.0).contains(&self.optim.dropout) {
+            return bad(format!(
+                "--dropout must be in [0, 1), got {}",
+                self.optim.dropout
+            ));
+        }
+        if !(self.data.crop_scale > 0.0 && self.data.crop_scale <= 1.0) {
+            return bad(format!(
+                "--crop-scale must be in (0, 1], got {}",
+                self.data.crop_scale
+            ));
+        }
+        if !(0.0..1.0).contains(&self.data.color_jitter) {
+            return bad(format!(
+                "--color-jitter must be in [0, 1), got {}",
+                self.data.color_jitter
+            ));
+        }
+        if !(0.0..1.0).contains(&self.optim.warmup) {
+            return bad(format!(
+                "--warmup must be in [0, 1), got {}",
+                self.optim.warmup
+            ));
+        }
+        if !(0.0..1.0).contains(&self.method.momentum) {
+            return bad(format!(
+                "--momentum must be in [0, 1), got {}",
+                self.method.momentum
+            ));
+        }
+        if self.method.tau <= 0.0 || !self.method.tau.is_finite() {
+            return bad(format!("--tau must be positive, got {}", self.method.tau));
+        }
+        let flops = [
+            Some(self.method.flops_lambda),
+            self.lexicon.flops_image,
+            self.lexicon.flops_text,
+        ];
+        if flops
+            .iter()
+            .flatten()
+            .any(|l| !(*l >= 0.0 && l.is_finite()))
+            || self.optim.lr <= 0.0
+            || self.optim.text_lr.is_some_and(|l| l <= 0.0)
+        {
+            return bad(
+                "--flops-lambda, --flops-image and --flops-text must be >= 0 and learning rates > 0"
+                    .into(),
+            );
+        }
+        if !(0.0..1.0).contains(&self.lexicon.flops_warmup) {
+            return bad(format!(
+                "--flops-warmup must be in [0, 1), got {}",
+                self.lexicon.flops_warmup
+            ));
+        }
+        if !(self.lexicon.grounding >= 0.0 && self.lexicon.grounding.is_finite()) {
+            return bad(format!(
+                "--grounding must be >= 0, got {}",
+                self.lexicon.grounding
+            ));
+        }
+        if self.method.freeze_text && self.optim.text_lr.is_some() {
+            return bad(
+                "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),
+            );
+        }
+        // Seen from the options alone, before anything touches the disk; an --init without a
+        // text tower is refused once it is resolved (`run::train`).
+        if self.method.freeze_text && self.model.init.is_none() && self.model.text_init.is_none() {
+            return bad(
+                "--freeze-text needs a trained text tower: give --text-init or --init".into(),
+            );
+        }
+        if self.optim.batch_size < 2 {
+            return bad("--batch-size must be at least 2 (contrastive negatives)".into());
+        }
+        if self.data.max_length < 3 {
+            return bad("--max-length must be at least 3 ([CLS], a token, [SEP])".into());
+        }
+        if self.method.decoder_layers == 0
+            || self.run.checkpoint_every == 0
+            || self.run.log_every == 0
+        {
+            return bad(
+                "--decoder-layers, --checkpoint-every and --log-every must be positive".into(),
+            );
+        }
+        if self.optim.steps == Some(0) || (self.optim.steps.is_none() && self.optim.epochs <= 0.0) {
+            return bad("--steps / --epochs must be positive".into());
+        }
+        for (name, v) in [
+            ("--itc-consistency", self.method.itc_consistency),
+            ("--image-contrastive", self.method.image_contrastive),
+            ("--text-contrastive", self.method.text_contrastive),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return bad(format!("{name} must be >= 0, got {v}"));
+            }
+            if v > 0.0 && self.method.phase == 2 {
+                return bad(format!(
+                    "{name} adds an in-batch loss to phase 1 (and the dense objective); phase 2 \
+                     contrasts against queues"
+                ));
+            }
+        }
+        if self.method.text_contrastive > 0.0 && self.method.freeze_text {
+            return bad(
+                "--text-contrastive trains the text tower, which --freeze-text locks".into(),
+            );
+        }
+        if self.optim.sampler == Sampler::Grouped && self.optim.group_size < self.optim.batch_size {
+            return bad(format!(
+                "--group-size {} must be at least --batch-size {} (a search space fills \
+                 mini-batches)",
+                self.optim.group_size, self.optim.batch_size
+            ));
+        }
+        if self.method.objective == Objective::Dense {
+            if self.method.phase != 1 {
+                return bad(
+                    "--objective dense trains in one phase; --phase 2 (MoCo queues) is LexLIP's"
+                        .into(),
+                );
+            }
+            if self.method.dense_dim == 0 {
+                return bad("--dense-dim must be positive".into());
+            }
+            if self.method.freeze_text {
+                return bad(
+                    "--freeze-text is LexLIP's (a frozen lexicon); --objective dense trains both \
+                     towers"
+                        .into(),
+                );
+            }
+            if self.method.shared_layers.is_some() {
+                return bad(
+                    "--shared-layers sits before the lexicon heads; the dense objective has none \
+                     (give --objective lexlip)"
+                        .into(),
+                );
+            }
+        } else if self.method.dense_loss != DenseLoss::Infonce
+            || self.method.dense_momentum
+            || self.method.dense_token != DenseToken::None
+        {
+            return bad(
+                "--dense-loss, --dense-momentum and --dense-token are the dense objective's; give \
+                 --objective dense"
+                    .into(),
+            );
+        }
+        if (self.method.phase == 2 || self.method.dense_momentum)
+            && (self.method.queue_size == 0
+                || !self.method.queue_size.is_multiple_of(self.optim.batch_size))
+        {
+            return bad(format!(
+                "--queue-size {} must be a positive multiple of --batch-size {}",
+                self.method.queue_size, self.optim.batch_size
+            ));
+        }
+        Ok(())
+    }
+}
