@@ -414,6 +414,6 @@ fn named_by_meta(index: &std::path::Path, del: &str) -> bool {
         .unwrap_or(Value::Null);
     meta["segments"].as_array().into_iter().flatten().any(|s| {
         s["segment_id"].as_str().map(|id| id.replace('-', "")) == Some(segment.replace('-', ""))
-            && s["deletes"]["opstamp"].to_string() == opstamp
+            && s["deletes"]["opstamp"].as_u64() == opstamp.parse::<u64>().ok()
     })
 }
