@@ -85,12 +85,12 @@ impl ImageProcessor {
     /// `size` (bicubic), centre-crops to `size × size` and normalises. `input` names the image in
     /// errors. Pure CPU work with no shared state: call it from as many threads as you like.
     pub fn preprocess_named(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
-        self.preprocess_rgb(decode_rgb(bytes, input)?, input)
+        self.preprocess_rgb(&*decode_rgb(bytes, input)?, input)
     }
 
     /// [`ImageProcessor::preprocess_named`] of pixels already decoded with [`decode_rgb`] (so that
     /// one decode also serves a thumbnail).
-    pub fn preprocess_rgb(&self, rgb: image::RgbImage, input: &str) -> Result<PreprocessedImage> {
+    pub fn preprocess_rgb(&self, rgb: &image::RgbImage, input: &str) -> Result<PreprocessedImage> {
         let (w, h) = rgb.dimensions();
         if w == 0 || h == 0 {
             return Err(ModelError::Image {
@@ -100,7 +100,7 @@ impl ImageProcessor {
         }
         let size = self.size as u32;
         let rgb = if (w, h) == (size, size) {
-            rgb
+            rgb.clone()
         } else {
             // Shorter side → size, keeping the aspect ratio (as torchvision's Resize(int)).
             let (nw, nh) = if w <= h {
@@ -114,7 +114,7 @@ impl ImageProcessor {
                     size,
                 )
             };
-            let resized = image::imageops::resize(&rgb, nw, nh, FilterType::CatmullRom);
+            let resized = image::imageops::resize(rgb, nw, nh, FilterType::CatmullRom);
             let (x, y) = ((nw - size) / 2, (nh - size) / 2);
             image::imageops::crop_imm(&resized, x, y, size, size).to_image()
         };
@@ -176,6 +176,7 @@ pub fn set_decode_budget(pixels: u64) {
 }
 
 /// A share of the decode budget, given back when dropped.
+#[derive(Debug)]
 struct DecodePermit(u64);
 
 impl DecodePermit {
@@ -217,7 +218,11 @@ impl Drop for DecodePermit {
 /// over white ([`rgb_on_white`]). `input` names the image in errors; an empty image is an error,
 /// so every later step can rely on at least one pixel, and so is one larger than
 /// [`max_image_pixels`] (checked before decoding; the decoder's allocations are bounded too).
-pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
+///
+/// The pixels hold their share of the decode budget ([`set_decode_budget`]) until they are
+/// dropped, so the budget bounds the full-size images alive at once (being decoded, thumbnailed
+/// or resized), not only the decoding itself.
+pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<Decoded> {
     let err = |message: String| ModelError::Image {
         input: input.to_string(),
         message,
@@ -243,7 +248,7 @@ pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
              (--max-image-pixels); send a smaller image"
         )));
     }
-    let _permit = DecodePermit::acquire(pixels, input)?;
+    let permit = DecodePermit::acquire(pixels, input)?;
     let mut limits = image::Limits::default();
     // 16-bit RGBA is the widest buffer a decoder fills, plus its working memory.
     limits.max_alloc = Some(max.saturating_mul(8).saturating_add(64 << 20));
@@ -254,7 +259,25 @@ pub fn decode_rgb(bytes: &[u8], input: &str) -> Result<image::RgbImage> {
     if w == 0 || h == 0 {
         return Err(err("the image is empty".into()));
     }
-    Ok(rgb)
+    Ok(Decoded {
+        rgb,
+        _permit: permit,
+    })
+}
+
+/// Full-size decoded pixels and their share of the decode budget (see [`decode_rgb`]).
+#[derive(Debug)]
+pub struct Decoded {
+    rgb: image::RgbImage,
+    _permit: DecodePermit,
+}
+
+impl std::ops::Deref for Decoded {
+    type Target = image::RgbImage;
+
+    fn deref(&self) -> &image::RgbImage {
+        &self.rgb
+    }
 }
 
 /// The RGB pixels of a decoded image, transparent pixels composited over white as a viewer
@@ -730,25 +753,27 @@ fn random_weights(cfg: &beit::Config, vocab: usize, seed: u64) -> Result<Weights
 mod tests {
     use super::*;
 
-    /// Two decodes that together exceed the budget run one after the other: the second waits
-    /// until the first gives its share back.
+    /// Two images that together exceed the budget are decoded one after the other: the second
+    /// waits until the first one's pixels are dropped (not merely decoded).
     #[test]
     fn the_decode_budget_makes_large_images_wait_their_turn() {
         use std::sync::atomic::AtomicBool;
+        let image = png(image::DynamicImage::new_rgb8(1000, 600));
         set_decode_budget(1_000_000);
-        let first = DecodePermit::acquire(600_000, "first").unwrap();
+        let first = decode_rgb(&image, "first").unwrap();
         let second_in = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let waiter = scope.spawn(|| {
-                let permit = DecodePermit::acquire(600_000, "second").unwrap();
+                let second = decode_rgb(&image, "second").unwrap();
                 second_in.store(true, Ordering::SeqCst);
-                drop(permit);
+                drop(second);
             });
             std::thread::sleep(std::time::Duration::from_millis(300));
             assert!(
                 !second_in.load(Ordering::SeqCst),
-                "the second decode started while the first held 600,000 of 1,000,000 pixels"
+                "the second decode started while the first image held 600,000 of 1,000,000 pixels"
             );
+            assert_eq!(first.dimensions(), (1000, 600));
             drop(first);
             waiter.join().unwrap();
         });

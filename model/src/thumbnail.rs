@@ -67,7 +67,7 @@ pub fn encode(rgb: &image::RgbImage, input: &str) -> Result<Vec<u8>> {
 /// Decodes image bytes and makes their thumbnail (for documents whose vector is precomputed, so
 /// no encoder decodes them).
 pub fn from_bytes(bytes: &[u8], input: &str) -> Result<Vec<u8>> {
-    encode(&decode_rgb(bytes, input)?, input)
+    encode(&*decode_rgb(bytes, input)?, input)
 }
 
 #[cfg(test)]

@@ -213,7 +213,7 @@ fn decode(
             }
             None => None,
         };
-        Ok((enc.processor().preprocess_rgb(rgb, name)?, thumbnail))
+        Ok((enc.processor().preprocess_rgb(&rgb, name)?, thumbnail))
     })
 }
 

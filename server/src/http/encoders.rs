@@ -349,7 +349,7 @@ impl EncoderService {
                         None => None,
                     };
                 Ok((
-                    enc.image()?.processor().preprocess_rgb(rgb, &name)?,
+                    enc.image()?.processor().preprocess_rgb(&rgb, &name)?,
                     thumbnail,
                 ))
             },
