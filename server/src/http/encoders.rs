@@ -321,42 +321,58 @@ impl EncoderService {
         Ok(self.image_with_thumbnail(bytes, name, false).await?.0)
     }
 
-    /// [`Self::image`], and with `thumbnail` the image's thumbnail from the same decode. An
-    /// image that decodes always has one; should encoding it fail all the same, the image is
-    /// still encoded and the thumbnail is `None` (logged), so a thumbnail never fails an add.
+    /// [`Self::image`], and with `thumbnail` the image's thumbnail from the same decode.
     pub async fn image_with_thumbnail(
         &self,
         bytes: Arc<Vec<u8>>,
         name: String,
         thumbnail: bool,
     ) -> ApiResult<(SparseVector, Option<Vec<u8>>)> {
-        let side = self.image.as_ref().ok_or_else(|| {
+        let (pre, thumbnail) = self.preprocess_image(bytes, name, thumbnail).await?;
+        Ok((self.encode_preprocessed(pre).await?, thumbnail))
+    }
+
+    /// Encodes an image [`Self::preprocess_image`] made, batched with other requests' images.
+    pub async fn encode_preprocessed(&self, pre: PreprocessedImage) -> ApiResult<SparseVector> {
+        self.image_side()?.batcher.submit(pre).await
+    }
+
+    /// Decodes and preprocesses an image on a blocking thread (the step that holds full-size
+    /// pixels, within the decode budget), and with `thumbnail` makes its thumbnail from the same
+    /// decode. An image that decodes always has one; should encoding it fail all the same, the
+    /// thumbnail is `None` (logged), so a thumbnail never fails an add.
+    pub async fn preprocess_image(
+        &self,
+        bytes: Arc<Vec<u8>>,
+        name: String,
+        thumbnail: bool,
+    ) -> ApiResult<(PreprocessedImage, Option<Vec<u8>>)> {
+        let enc = self.image_side()?.source.clone();
+        tokio::task::spawn_blocking(move || -> ApiResult<(PreprocessedImage, Option<Vec<u8>>)> {
+            let rgb = lexlip_model::image::decode_rgb(&bytes, &name)?;
+            let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, &name)) {
+                Some(Ok(t)) => Some(t),
+                Some(Err(e)) => {
+                    tracing::warn!(image = %name, error = %e, "added without a thumbnail");
+                    None
+                }
+                None => None,
+            };
+            Ok((
+                enc.image()?.processor().preprocess_rgb(&rgb, &name)?,
+                thumbnail,
+            ))
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+    }
+
+    fn image_side(&self) -> ApiResult<&Side<PreprocessedImage>> {
+        self.image.as_ref().ok_or_else(|| {
             ApiError::unprocessable(
                 "this server has no image encoder: start it with --model (a LexLIP model) or --image-model",
             )
-        })?;
-        let enc = side.source.clone();
-        let (pre, thumbnail) = tokio::task::spawn_blocking(
-            move || -> ApiResult<(PreprocessedImage, Option<Vec<u8>>)> {
-                let rgb = lexlip_model::image::decode_rgb(&bytes, &name)?;
-                let thumbnail =
-                    match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, &name)) {
-                        Some(Ok(t)) => Some(t),
-                        Some(Err(e)) => {
-                            tracing::warn!(image = %name, error = %e, "added without a thumbnail");
-                            None
-                        }
-                        None => None,
-                    };
-                Ok((
-                    enc.image()?.processor().preprocess_rgb(&rgb, &name)?,
-                    thumbnail,
-                ))
-            },
-        )
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok((side.batcher.submit(pre).await?, thumbnail))
+        })
     }
 
     pub fn has_dense(&self) -> bool {

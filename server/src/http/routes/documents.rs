@@ -18,6 +18,7 @@ use lexlip_index::DocExtras;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, VectorInput};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 
 use super::{blocking, decode_base64, is_multipart, parse_json, read_body};
 use lexlip_proto::api::StoredDocument;
@@ -52,6 +53,7 @@ async fn prepare(
     state: &SharedState,
     name: &str,
     open: &Open,
+    decode_slots: &Semaphore,
     n: usize,
     incoming: Incoming,
 ) -> ApiResult<Prepared> {
@@ -83,15 +85,22 @@ async fn prepare(
         ),
         (None, Some(bytes), _) if modality == Modality::Image => {
             state.check_encodable(name, c).map_err(at)?;
-            let (v, thumbnail) = state
-                .encoders
-                .image_with_thumbnail(
-                    bytes.clone(),
-                    format!("document {n} ({})", d.id),
-                    want_thumbnail,
-                )
-                .await
-                .map_err(at)?;
+            let (pre, thumbnail) = {
+                let _slot = decode_slots
+                    .acquire()
+                    .await
+                    .map_err(|e| at(ApiError::internal(e.to_string())))?;
+                state
+                    .encoders
+                    .preprocess_image(
+                        bytes.clone(),
+                        format!("document {n} ({})", d.id),
+                        want_thumbnail,
+                    )
+                    .await
+                    .map_err(at)?
+            };
+            let v = state.encoders.encode_preprocessed(pre).await.map_err(at)?;
             (VectorInput::Weights(v), thumbnail)
         }
         (None, _, Some(text)) => {
@@ -261,11 +270,15 @@ pub async fn add(
             )));
         }
     }
-    // Encode concurrently: the batchers group these with other requests' items.
+    // Encode concurrently: the batchers group these with other requests' items. A request's
+    // images are decoded a few at a time, so that each waits for the decode budget behind other
+    // requests' images rather than behind all of its own (which, under load, would run every
+    // request of many images past the budget's wait and refuse them all).
+    let decode_slots = Semaphore::new(IMAGE_DECODES_PER_REQUEST);
     let futures = incoming
         .into_iter()
         .enumerate()
-        .map(|(n, d)| prepare(&state, &name, &open, n, d));
+        .map(|(n, d)| prepare(&state, &name, &open, &decode_slots, n, d));
     let prepared: Vec<Prepared> = futures_util::future::try_join_all(futures).await?;
     let n = prepared.len();
     let _writer = open.lock_for_write(&name).await?;
@@ -352,6 +365,9 @@ pub async fn delete(
 /// document's new thumbnail shows after at most this long (sooner on a reload, which revalidates
 /// with the ETag).
 const THUMBNAIL_MAX_AGE_S: u32 = 3600;
+
+/// Images of one request decoded at once (the process-wide decode budget bounds all requests).
+const IMAGE_DECODES_PER_REQUEST: usize = 2;
 
 /// `GET /v1/collections/{name}/documents/{id}/thumbnail`: the image document's stored thumbnail
 /// (never a file from disk), with an ETag of its bytes so a page revalidates with a 304.
