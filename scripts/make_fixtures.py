@@ -89,6 +89,16 @@ def randomize(module, scale=0.2):
         p.data = p.data.half().float()
 
 
+def save_f16(model, tokenizer, dst):
+    """Saves `model` as f16 safetensors with `tokenizer` in `dst` (the reference then runs on the
+    same, f16-rounded, weights in f32)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    model.half()
+    model.save_pretrained(dst, safe_serialization=True)
+    model.float()
+    tokenizer.save(str(dst / "tokenizer.json"))
+
+
 def write_json(path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, separators=(",", ":")) + "\n")
@@ -383,11 +393,7 @@ def clip():
     model = CLIPModel(cfg).eval()
     randomize(model)
     dst = OUT / "clip-tiny"
-    dst.mkdir(parents=True, exist_ok=True)
-    model.half()
-    model.save_pretrained(dst, safe_serialization=True)
-    model.float()
-    tk.save(str(dst / "tokenizer.json"))
+    save_f16(model, tk, dst)
     mean = [0.48145466, 0.4578275, 0.40821073]
     std = [0.26862954, 0.26130258, 0.27577711]
     write_json(dst / "preprocessor_config.json", {"image_mean": mean, "image_std": std, "crop_size": {"height": 32, "width": 32}})

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_transformers::models::clip::{
     ClipConfig, ClipModel, text_model::Activation, text_model::ClipTextConfig,
     vision_model::ClipVisionConfig,
@@ -15,9 +15,9 @@ use serde_json::json;
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, unit_rows};
+use crate::dense::{DenseEncoder, image_embeddings, text_embeddings};
 use crate::error::{ModelError, Result};
-use crate::image::{ImageProcessor, PreprocessedImage, stack};
+use crate::image::{ImageProcessor, PreprocessedImage};
 use crate::text::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
@@ -161,34 +161,20 @@ impl DenseEncoder for ClipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
         // Candle's CLIP pools at the position of the largest id (the end-of-text token, as in
         // OpenAI's vocabulary) behind a causal mask, so right-padding with id 0 changes nothing.
-        let ids = self.tokenize(texts)?;
-        let len = ids.iter().map(Vec::len).max().unwrap_or(1).max(1);
-        let flat: Vec<u32> = ids
-            .iter()
-            .flat_map(|r| {
-                r.iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(0, len - r.len()))
-            })
-            .collect();
-        let input = Tensor::from_vec(flat, (ids.len(), len), &self.device)?;
-        unit_rows(&self.model.get_text_features(&input)?)
+        text_embeddings(&self.tokenize(texts)?, 1, 0, &self.device, |ids| {
+            self.model.get_text_features(ids)
+        })
     }
 
-    fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
-        self.processor.preprocess_named(bytes, input)
+    fn image_processor(&self) -> &ImageProcessor {
+        &self.processor
     }
 
     fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {
-        if images.is_empty() {
-            return Ok(Vec::new());
-        }
-        let pixels = stack(images, self.processor.size, &self.device)?;
-        unit_rows(&self.model.get_image_features(&pixels)?)
+        image_embeddings(images, self.processor.size, &self.device, |px| {
+            self.model.get_image_features(px)
+        })
     }
 }

@@ -47,6 +47,8 @@ pub enum Architecture {
     Beit,
     /// CLIP (dense fallback encoder).
     Clip,
+    /// SigLIP (dense fallback encoder, a frozen backbone).
+    Siglip,
     /// The dense dual encoder `lexlip train --objective dense` writes ([`crate::dual`]).
     DualEncoder,
 }
@@ -67,15 +69,17 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "bert" | "distilbert" => Ok(Architecture::Bert),
         "beit" => Ok(Architecture::Beit),
         "clip" => Ok(Architecture::Clip),
+        "siglip" => Ok(Architecture::Siglip),
         DUAL_MODEL_TYPE => Ok(Architecture::DualEncoder),
         _ if has(DUAL_ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
         _ if has("Beit") => Ok(Architecture::Beit),
         _ if has("CLIP") => Ok(Architecture::Clip),
+        _ if has("Siglip") => Ok(Architecture::Siglip),
         other => Err(ModelError::UnknownModel {
             path: path.to_path_buf(),
             message: format!(
-                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip or {}",
+                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip or {}",
                 DUAL_MODEL_TYPE
             ),
         }),

@@ -4,7 +4,7 @@ use candle_core::{DType, Tensor};
 use lexlip_proto::DenseVector;
 
 use crate::error::Result;
-use crate::image::PreprocessedImage;
+use crate::image::{ImageProcessor, PreprocessedImage};
 
 /// Texts and images → L2-normalised dense vectors whose inner product is the cosine similarity.
 /// Implementations are `Send + Sync` so a server can share one across request handlers.
@@ -13,10 +13,62 @@ pub trait DenseEncoder: Send + Sync {
     fn dim(&self) -> usize;
     /// One unit-length vector per text, in input order.
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>>;
+    /// How this encoder's images are resized and normalised.
+    fn image_processor(&self) -> &ImageProcessor;
     /// Decodes and preprocesses an image for this encoder; `input` names it in errors.
-    fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage>;
+    fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
+        self.image_processor().preprocess_named(bytes, input)
+    }
     /// One unit-length vector per image, in input order.
     fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>>;
+}
+
+/// Unit-length embeddings of token ids: right-padded with `pad` to the longest row (at least
+/// `width`) on `device`, through a tower's `features` (`(batch, dim)`).
+pub(crate) fn text_embeddings(
+    ids: &[Vec<u32>],
+    width: usize,
+    pad: u32,
+    device: &candle_core::Device,
+    features: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+) -> Result<Vec<DenseVector>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let len = ids
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .max(width)
+        .max(1);
+    let flat: Vec<u32> = ids
+        .iter()
+        .flat_map(|r| {
+            r.iter()
+                .copied()
+                .chain(std::iter::repeat_n(pad, len - r.len()))
+        })
+        .collect();
+    unit_rows(&features(&Tensor::from_vec(
+        flat,
+        (ids.len(), len),
+        device,
+    )?)?)
+}
+
+/// Unit-length embeddings of preprocessed images: stacked into `(batch, 3, size, size)` pixels on
+/// `device`, through a tower's `features` (`(batch, dim)`).
+pub(crate) fn image_embeddings(
+    images: &[PreprocessedImage],
+    size: usize,
+    device: &candle_core::Device,
+    features: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+) -> Result<Vec<DenseVector>> {
+    if images.is_empty() {
+        return Ok(Vec::new());
+    }
+    unit_rows(&features(&crate::image::stack(images, size, device)?)?)
 }
 
 /// The rows of a `(batch, dim)` embedding tensor as unit-length vectors (in f32).

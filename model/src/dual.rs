@@ -272,8 +272,8 @@ impl DenseEncoder for DualEncoder {
         unit_rows(&self.text_features(texts)?)
     }
 
-    fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
-        self.processor.preprocess_named(bytes, input)
+    fn image_processor(&self) -> &ImageProcessor {
+        &self.processor
     }
 
     fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {

@@ -33,6 +33,9 @@ pub struct ImageProcessor {
     pub size: usize,
     pub mean: [f32; 3],
     pub std: [f32; 3],
+    /// Resize both sides to `size` (SigLIP's processor) instead of the shorter side, then
+    /// centre-crop (BEiT's and CLIP's).
+    pub squash: bool,
 }
 
 impl ImageProcessor {
@@ -42,6 +45,15 @@ impl ImageProcessor {
             size,
             mean: [0.5; 3],
             std: [0.5; 3],
+            squash: false,
+        }
+    }
+
+    /// SigLIP: mean = std = 0.5, both sides resized to `size` (no crop).
+    pub fn siglip(size: usize) -> Self {
+        Self {
+            squash: true,
+            ..Self::beit(size)
         }
     }
 
@@ -51,6 +63,7 @@ impl ImageProcessor {
             size,
             mean: [0.481_454_66, 0.457_827_5, 0.408_210_73],
             std: [0.268_629_54, 0.261_302_6, 0.275_777_1],
+            squash: false,
         }
     }
 
@@ -101,6 +114,8 @@ impl ImageProcessor {
         let size = self.size as u32;
         let rgb = if (w, h) == (size, size) {
             rgb.clone()
+        } else if self.squash {
+            image::imageops::resize(rgb, size, size, FilterType::CatmullRom)
         } else {
             // Shorter side → size, keeping the aspect ratio (as torchvision's Resize(int)).
             let (nw, nh) = if w <= h {
@@ -861,11 +876,7 @@ mod tests {
             rgb_on_white(image::DynamicImage::ImageRgba8(rgba.clone())),
             on_white
         );
-        let p = ImageProcessor {
-            size: 8,
-            mean: [0.5; 3],
-            std: [0.5; 3],
-        };
+        let p = ImageProcessor::beit(8);
         let a = p
             .preprocess(&png(image::DynamicImage::ImageRgba8(rgba)))
             .unwrap();

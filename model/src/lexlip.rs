@@ -8,7 +8,7 @@
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
-//! dense/               optional dense encoder for the fallback: a CLIP directory or a dual
+//! dense/               optional dense encoder for the fallback: a CLIP or SigLIP directory or a dual
 //!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
 //! ```
 //!
@@ -33,6 +33,7 @@ use crate::dense::DenseEncoder;
 use crate::dual::DualEncoder;
 use crate::error::{ModelError, Result};
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
+use crate::siglip::SiglipEncoder;
 use crate::text::{TextEncoder, bert_defaults};
 use crate::vocab::Vocabulary;
 use crate::weights::Weights;
@@ -157,6 +158,7 @@ pub struct Encoders {
 enum Dense {
     // Boxed: both are large, and of different sizes.
     Clip(Box<ClipEncoder>),
+    Siglip(Box<SiglipEncoder>),
     Dual(Box<DualEncoder>),
 }
 
@@ -165,13 +167,14 @@ impl Dense {
     fn load(dir: &Path, arch: Architecture, device: &Device, dtype: DType) -> Result<Self> {
         match arch {
             Architecture::Clip => Ok(Dense::Clip(Box::new(ClipEncoder::load(dir, device)?))),
+            Architecture::Siglip => Ok(Dense::Siglip(Box::new(SiglipEncoder::load(dir, device)?))),
             Architecture::DualEncoder => Ok(Dense::Dual(Box::new(DualEncoder::load_with_dtype(
                 dir, device, dtype,
             )?))),
             other => Err(ModelError::UnknownModel {
                 path: dir.to_path_buf(),
                 message: format!(
-                    "a {other:?} model is not a dense encoder (expected CLIP or {})",
+                    "a {other:?} model is not a dense encoder (expected CLIP, SigLIP or {})",
                     crate::dual::MODEL_TYPE
                 ),
             }),
@@ -181,6 +184,7 @@ impl Dense {
     fn as_dyn(&self) -> &dyn DenseEncoder {
         match self {
             Dense::Clip(c) => c.as_ref(),
+            Dense::Siglip(s) => s.as_ref(),
             Dense::Dual(d) => d.as_ref(),
         }
     }
@@ -267,7 +271,7 @@ impl Encoders {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
                 }
-                Architecture::Clip | Architecture::DualEncoder => {
+                Architecture::Clip | Architecture::Siglip | Architecture::DualEncoder => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.dense = Some(Dense::load(&dir, arch, device, dtype)?)
                 }

@@ -7,8 +7,9 @@
 //! - [`TextEncoder`]: BERT masked LM (Hugging Face `BertForMaskedLM` layout) + tokenizer.
 //! - [`ImageEncoder`]: BEiT ([`beit`], HF layout) + BERT-style MLM head over every token.
 //! - [`weight_sharing`]: COOKIE's layers shared by both towers, between each tower and its head.
-//! - [`DenseEncoder`]: embeddings for the dense fallback, from CLIP ([`ClipEncoder`]) or from the
-//!   dense dual encoder `lexlip train --objective dense` writes ([`DualEncoder`]).
+//! - [`DenseEncoder`]: embeddings for the dense fallback, from CLIP ([`ClipEncoder`]), SigLIP
+//!   ([`SiglipEncoder`]) or the dense dual encoder `lexlip train --objective dense` writes
+//!   ([`DualEncoder`]).
 //! - [`Encoders`]: loads a LexLIP Lightning checkpoint, a LexLIP directory or a single HF encoder
 //!   directory, detecting which; [`convert_checkpoint`] turns a checkpoint into a directory.
 //!
@@ -30,6 +31,7 @@ pub mod lexlip;
 pub mod nn;
 pub mod pooling;
 pub mod rerank;
+pub mod siglip;
 pub mod text;
 pub mod thumbnail;
 pub mod vocab;
@@ -48,6 +50,7 @@ pub use lexlip::{
     Encoders, LexLipModel, LoadOptions, ModelSource, WeakMatch, convert_checkpoint, detect,
 };
 pub use rerank::Reranker;
+pub use siglip::SiglipEncoder;
 pub use text::{DEFAULT_MAX_LENGTH, TextEncoder};
 pub use vocab::Vocabulary;
 pub use weights::Weights;

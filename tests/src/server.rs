@@ -63,6 +63,18 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// Adds `docs` to the collection `name`, which must answer 200; returns the answer.
+    pub fn add(&self, name: &str, docs: Vec<Value>) -> Value {
+        let path = format!("/v1/collections/{name}/documents");
+        let (st, body) = self.call(
+            "POST",
+            &path,
+            Some(&serde_json::json!({ "documents": docs })),
+        );
+        assert_eq!(st, 200, "adding to {name}: {body}");
+        body
+    }
+
     /// Sends a request; returns (status, JSON body).
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         self.call_with(method, path, body, &[])

@@ -181,12 +181,7 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let docs: Vec<Value> = (0..8)
         .map(|i| json!({"id": format!("img{i}"), "image": b64.encode(png(i, 20))}))
         .collect();
-    let (st, body) = s.call(
-        "POST",
-        "/v1/collections/c/documents",
-        Some(&json!({"documents": docs})),
-    );
-    assert_eq!(st, 200, "{body}");
+    s.add("c", docs);
     let q = json!({"query": {"text": "picture number 3"}, "target": "image", "k": 8,
                    "mode": "dense", "exact": true});
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));

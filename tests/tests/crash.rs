@@ -79,16 +79,8 @@ fn acknowledged_writes_survive_sigkill_and_no_write_is_half_visible() {
         };
         assert_eq!(before, landed.last().copied());
 
-        let url = s.url("/v1/collections/c/documents");
-        let body = batch(round);
         let started = Instant::now();
-        let writer = thread::spawn(move || {
-            ureq::post(&url)
-                .timeout(Duration::from_secs(60))
-                .send_json(body)
-                .map(|r| r.status())
-                .ok()
-        });
+        let writer = post_in_background(&s, batch(round));
         if round == 0 {
             // The first write runs to its answer: how long one takes on this machine now.
             while !writer.is_finished() {
@@ -330,15 +322,7 @@ fn a_replace_retried_after_a_kill_at_its_delete_file_succeeds() {
     for round in 1..=ROUNDS {
         let s = Server::start(data.path(), &[]);
         let before = del_files(&index);
-        let url = s.url("/v1/collections/c/documents");
-        let body = replace(round);
-        let writer = thread::spawn(move || {
-            ureq::post(&url)
-                .timeout(Duration::from_secs(60))
-                .send_json(body)
-                .map(|r| r.status())
-                .ok()
-        });
+        let writer = post_in_background(&s, replace(round));
         let deadline = Instant::now() + Duration::from_secs(60);
         let new_del = loop {
             let now = del_files(&index);
@@ -375,6 +359,18 @@ fn a_replace_retried_after_a_kill_at_its_delete_file_succeeds() {
         "{ROUNDS} kills at a new .del file: {orphans} left it unnamed by meta.json (the state that \
          answered 500 before); every retry answered 200"
     );
+}
+
+/// Sends `body` to collection `c`'s documents on another thread; its status, if it answered.
+fn post_in_background(s: &Server, body: Value) -> thread::JoinHandle<Option<u16>> {
+    let url = s.url("/v1/collections/c/documents");
+    thread::spawn(move || {
+        ureq::post(&url)
+            .timeout(Duration::from_secs(60))
+            .send_json(body)
+            .map(|r| r.status())
+            .ok()
+    })
 }
 
 /// The collection's tantivy directory (the one holding `meta.json`).

@@ -13,6 +13,30 @@ fn b64(path: &Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
 }
 
+/// A `multipart/form-data` body of text `fields` and the fixture image `image` as the `image`
+/// file part; with its content type.
+fn multipart(fields: &[(&str, &str)], image: &str) -> (String, Vec<u8>) {
+    let boundary = "lexlipboundary";
+    let mut form = Vec::new();
+    for (name, value) in fields {
+        form.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    form.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"{image}\"\r\nContent-Type: image/png\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    form.extend_from_slice(&std::fs::read(fixtures().join("images").join(image)).unwrap());
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), form)
+}
+
 fn ids(v: &Value) -> Vec<String> {
     v["hits"]
         .as_array()
@@ -151,12 +175,7 @@ fn text_to_image_and_image_to_text() {
     {
         docs.push(json!({"id": format!("t{i}"), "text": t}));
     }
-    let (st, body) = s.call(
-        "POST",
-        "/v1/collections/c/documents",
-        Some(&json!({"documents": docs})),
-    );
-    assert_eq!(st, 200, "{body}");
+    s.add("c", docs);
     let (_, info) = s.call("GET", "/v1/collections/c", None);
     assert_eq!(
         (info["images"].as_u64(), info["texts"].as_u64()),
@@ -186,35 +205,17 @@ fn text_to_image_and_image_to_text() {
         assert_eq!(h["modality"], "text");
     }
     // Multipart form of the same query gives the same hits.
-    let boundary = "lexlipboundary";
-    let mut form = Vec::new();
-    form.extend_from_slice(
-        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"collection\"\r\n\r\nc\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"k\"\r\n\r\n10\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"q.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes(),
-    );
-    form.extend_from_slice(&std::fs::read(fixtures().join("images/img0_64.png")).unwrap());
-    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let (st, m) = s.raw(
-        "POST",
-        "/v1/search/image-to-text",
-        &format!("multipart/form-data; boundary={boundary}"),
-        &form,
-    );
+    let (content_type, form) = multipart(&[("collection", "c"), ("k", "10")], "img0_64.png");
+    let (st, m) = s.raw("POST", "/v1/search/image-to-text", &content_type, &form);
     assert_eq!(st, 200, "{m}");
     assert_eq!(m["hits"], r["hits"]);
 
     // One document as a multipart upload (file part + fields).
-    let mut form = Vec::new();
-    form.extend_from_slice(
-        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\nupload\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n{{\"kind\": \"upload\"}}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"u.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes(),
+    let (content_type, form) = multipart(
+        &[("id", "upload"), ("metadata", r#"{"kind": "upload"}"#)],
+        "img2_64.png",
     );
-    form.extend_from_slice(&std::fs::read(fixtures().join("images/img2_64.png")).unwrap());
-    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let (st, up) = s.raw(
-        "POST",
-        "/v1/collections/c/documents",
-        &format!("multipart/form-data; boundary={boundary}"),
-        &form,
-    );
+    let (st, up) = s.raw("POST", "/v1/collections/c/documents", &content_type, &form);
     assert_eq!(st, 200, "{up}");
     let (st, got) = s.call("GET", "/v1/collections/c/documents/upload", None);
     assert_eq!(st, 200, "{got}");
@@ -455,12 +456,7 @@ fn concurrent_searches_see_committed_batches() {
                 let docs: Vec<Value> = (0..BATCH)
                     .map(|i| json!({"id": format!("d{b}-{i}"), "vector": {"x": 7, format!("t{i}"): 3}}))
                     .collect();
-                let (st, body) = s.call(
-                    "POST",
-                    "/v1/collections/c/documents",
-                    Some(&json!({"documents": docs})),
-                );
-                assert_eq!(st, 200, "{body}");
+                s.add("c", docs);
             }
         });
         let readers: Vec<_> = (0..3)
@@ -615,29 +611,70 @@ fn openapi_document_is_in_sync() {
 /// With a dense encoder (tiny CLIP): a sparse search that matches fewer than k documents falls
 /// back to the dense index and says so; hybrid fuses both; `exact` dense equals the graph-free
 /// scan.
-#[test]
-fn dense_encoder_fallback_and_hybrid() {
-    let data = tempfile::tempdir().unwrap();
+/// A server with the tiny LexLIP model and the fixture `dense` as its dense encoder, and a
+/// collection `c` with dense vectors holding `docs`; with the collection's info.
+fn dense_collection(data: &Path, dense: &str, docs: Vec<Value>) -> (Server, Value) {
     let mut args = lexlip_tiny();
     args.extend([
         "--dense-model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
+        fixtures().join(dense).display().to_string(),
     ]);
-    let s = Server::start(data.path(), &args);
+    let s = Server::start(data, &args);
     let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({"dense": true})));
     assert_eq!(st, 201, "{info}");
-    assert!(info["dense_dim"].as_u64().unwrap() > 0);
+    s.add("c", docs);
+    (s, info)
+}
+
+/// An image document of a fixture image, named by its file.
+fn image_doc(file: &str) -> Value {
+    json!({"id": file, "image": b64(&fixtures().join("images").join(file))})
+}
+
+/// A SigLIP directory as the server's dense encoder: images added through the API and a text
+/// query in dense mode score the cosines of the Hugging Face reference's embeddings
+/// (`model/tests/fixtures/siglip.json`: its first text against `clip0_32.png`, `clip1_32.png`).
+#[test]
+fn a_siglip_dense_encoder_scores_as_the_reference() {
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("siglip.json")).unwrap())
+            .unwrap();
+    let names = ["clip0_32.png", "clip1_32.png"];
+    assert_eq!(fx["images"], json!(names));
+    let data = tempfile::tempdir().unwrap();
+    let docs = names.iter().map(|f| image_doc(f)).collect();
+    let (s, info) = dense_collection(data.path(), "siglip-tiny", docs);
+    assert_eq!(info["dense_dim"], 32, "{info}");
+    let q = json!({"query": {"text": fx["texts"][0]}, "target": "image", "k": 2, "mode": "dense"});
+    let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["path"], "dense");
+    assert_eq!(r["hits"].as_array().map(Vec::len), Some(2), "{r}");
+    for h in r["hits"].as_array().unwrap() {
+        let i = names.iter().position(|n| h["id"] == *n).unwrap();
+        let (q, d) = (&fx["text_embeddings"][0], &fx["image_embeddings"][i]);
+        let cos: f64 = (0..32)
+            .map(|j| q[j].as_f64().unwrap() * d[j].as_f64().unwrap())
+            .sum();
+        let got = h["score"].as_f64().unwrap();
+        assert!(
+            (got - cos).abs() < 1e-3,
+            "{}: {got}, the reference {cos}",
+            h["id"]
+        );
+    }
+}
+
+#[test]
+fn dense_encoder_fallback_and_hybrid() {
+    let data = tempfile::tempdir().unwrap();
     let mut docs: Vec<Value> = ["img0_64.png", "img1_64.png", "img2_64.png"]
         .iter()
-        .map(|f| json!({"id": f, "image": b64(&fixtures().join("images").join(f))}))
+        .map(|f| image_doc(f))
         .collect();
     docs.push(json!({"id": "t0", "text": "a dog on grass"}));
-    let (st, body) = s.call(
-        "POST",
-        "/v1/collections/c/documents",
-        Some(&json!({"documents": docs})),
-    );
-    assert_eq!(st, 200, "{body}");
+    let (s, info) = dense_collection(data.path(), "clip-tiny", docs);
+    assert!(info["dense_dim"].as_u64().unwrap() > 0);
     let (_, stored) = s.call("GET", "/v1/collections/c/documents/img1_64.png", None);
     assert_eq!(stored["dense"], true);
 

@@ -124,3 +124,53 @@ pub fn assert_same_impacts(reference: &[f32], ours: &SparseVector, tokens: &[Str
 pub fn dense_of(v: &SparseVector, tokens: &[String]) -> Vec<f32> {
     tokens.iter().map(|t| v.get(t).unwrap_or(0.0)).collect()
 }
+
+/// A dense encoder against its reference fixture (`texts`, `text_ids`, `text_embeddings`,
+/// `images`, `image_embeddings`): the token ids `tokenize` gives, the text embeddings batched
+/// and one by one, unit length, and the image embeddings. Returns the largest difference.
+pub fn check_dense_parity(
+    enc: &dyn lexlip_model::DenseEncoder,
+    tokenize: &dyn Fn(&[&str]) -> Vec<Vec<u32>>,
+    fixture: &str,
+) -> f32 {
+    let fx = fixture_json(fixture);
+    let texts: Vec<&str> = fx["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for (i, row) in tokenize(&texts).iter().enumerate() {
+        let expected: Vec<u32> = usizes(&fx["text_ids"][i])
+            .into_iter()
+            .map(|x| x as u32)
+            .collect();
+        assert_eq!(row, &expected);
+    }
+    let batch = enc.encode_texts(&texts).unwrap();
+    let mut worst = 0f32;
+    for (i, v) in batch.iter().enumerate() {
+        worst = worst.max(max_abs_diff(v.as_slice(), &f32s(&fx["text_embeddings"][i])));
+        let single = &enc.encode_texts(&texts[i..=i]).unwrap()[0];
+        assert!(max_abs_diff(single.as_slice(), v.as_slice()) <= TOL);
+        let norm: f32 = v.as_slice().iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+    }
+    let images: Vec<_> = fx["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let n = n.as_str().unwrap();
+            let bytes = std::fs::read(fixtures().join("images").join(n)).unwrap();
+            enc.preprocess_image(&bytes, n).unwrap()
+        })
+        .collect();
+    for (i, v) in enc.encode_images(&images).unwrap().iter().enumerate() {
+        worst = worst.max(max_abs_diff(
+            v.as_slice(),
+            &f32s(&fx["image_embeddings"][i]),
+        ));
+    }
+    worst
+}

@@ -99,16 +99,9 @@ pub fn beit_config(
         num_hidden_layers: l,
         num_attention_heads: heads,
         intermediate_size: i,
-        hidden_act: candle_nn::Activation::Gelu,
-        layer_norm_eps: 1e-12,
         image_size: size,
         patch_size: patch,
-        num_channels: 3,
-        use_absolute_position_embeddings: false,
-        use_relative_position_bias: true,
-        use_shared_relative_position_bias: false,
-        layer_scale_init_value: 0.1,
-        use_mean_pooling: true,
+        ..BeitConfig::base_patch16_224()
     }
 }
 
@@ -149,10 +142,17 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
             text: None,
             image: Some(dir),
         },
-        ModelSource::Single(dir, Architecture::Clip) => {
+        ModelSource::Single(dir, arch @ (Architecture::Clip | Architecture::Siglip)) => {
             return Err(TrainError::Untrainable {
                 path: dir,
-                message: "a CLIP model is a dense encoder, not a LexLIP tower".into(),
+                message: format!(
+                    "a {} model is a dense encoder, not a LexLIP tower",
+                    if arch == Architecture::Clip {
+                        "CLIP"
+                    } else {
+                        "SigLIP"
+                    }
+                ),
             });
         }
         ModelSource::Single(dir, Architecture::DualEncoder) => {

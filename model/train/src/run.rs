@@ -276,6 +276,7 @@ fn run_steps(
             size: model.image_size(),
             mean: model.init().image.mean,
             std: model.init().image.std,
+            squash: false,
         },
         crop_scale: opts.data.crop_scale,
         jitter: opts.data.color_jitter,

@@ -106,6 +106,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
             size: model.image.image_size(),
             mean: init.image.mean,
             std: init.image.std,
+            squash: false,
         },
         crop_scale: 1.0,
         jitter: 0.0,
