@@ -10,8 +10,15 @@ use lexlip_proto::Modality;
 pub enum ImageRef {
     /// A file on disk (read in the decode stage).
     File(PathBuf),
-    /// Bytes already read (e.g. from a tar shard); `name` identifies it in errors.
+    /// Bytes already read; `name` identifies it in errors.
     Bytes { name: String, bytes: Arc<Vec<u8>> },
+    /// `len` bytes at `offset` of an uncompressed tar archive (a WebDataset shard), read when
+    /// the image is decoded: a corpus of millions of images holds none of them in memory.
+    Member {
+        archive: Arc<PathBuf>,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl ImageRef {
@@ -19,6 +26,47 @@ impl ImageRef {
         match self {
             ImageRef::File(p) => p.display().to_string(),
             ImageRef::Bytes { name, .. } => name.clone(),
+            ImageRef::Member {
+                archive, offset, ..
+            } => format!("{} (member at byte {offset})", archive.display()),
+        }
+    }
+
+    /// The image's encoded bytes, read from disk unless they are held already.
+    pub fn read(&self) -> std::io::Result<std::borrow::Cow<'_, [u8]>> {
+        use std::io::{Read, Seek, SeekFrom};
+        match self {
+            ImageRef::File(p) => Ok(std::fs::read(p)?.into()),
+            ImageRef::Bytes { bytes, .. } => Ok(bytes.as_slice().into()),
+            ImageRef::Member {
+                archive,
+                offset,
+                len,
+            } => {
+                let mut file = std::fs::File::open(archive.as_path())?;
+                file.seek(SeekFrom::Start(*offset))?;
+                let mut out = Vec::with_capacity(usize::try_from(*len).unwrap_or(0));
+                file.take(*len).read_to_end(&mut out)?;
+                if out.len() as u64 != *len {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the archive ends {} bytes into a {len}-byte member",
+                            out.len()
+                        ),
+                    ));
+                }
+                Ok(out.into())
+            }
+        }
+    }
+
+    /// The encoded size in bytes (a file's from its metadata; 0 when it cannot be read).
+    pub fn encoded_len(&self) -> u64 {
+        match self {
+            ImageRef::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+            ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
+            ImageRef::Member { len, .. } => *len,
         }
     }
 }

@@ -15,7 +15,7 @@ fn describe(items: impl Iterator<Item = SourceItem>, root: &Path) -> Vec<String>
             Ok(i) => {
                 let image = i.image.as_ref().map(|r| match r {
                     ImageRef::File(p) => p.strip_prefix(root).unwrap_or(p).display().to_string(),
-                    ImageRef::Bytes { bytes, .. } => format!("{} bytes", bytes.len()),
+                    other => format!("{} bytes", other.read().unwrap().len()),
                 });
                 let modality = match i.modality {
                     Modality::Image => "image",
@@ -195,6 +195,17 @@ fn webdataset_samples_in_shard_order() {
             "bad Some(\"000010002#text\") group=Some(\"000010002\") empty_caption".to_string(),
         ]
     );
+    // Images are referred to in their shard, not held, and read back byte for byte.
+    let images: Vec<Vec<u8>> = input
+        .open()
+        .unwrap()
+        .filter_map(|i| i.ok()?.image)
+        .map(|r| {
+            assert!(matches!(r, ImageRef::Member { .. }), "{r:?}");
+            r.read().unwrap().into_owned()
+        })
+        .collect();
+    assert_eq!(images, [&b"png"[..], b"jpegbytes", b"webp"]);
     // A truncated shard yields what it holds, then one bad item; the next shard still follows.
     let bytes = std::fs::read(dir.join("00001.tar")).unwrap();
     std::fs::write(dir.join("00000.tar"), &bytes[..700]).unwrap();

@@ -224,21 +224,14 @@ pub fn decode_with<T>(
     image: &ImageRef,
     preprocess: impl Fn(&[u8], &str) -> lexlip_model::Result<T>,
 ) -> std::result::Result<T, BadItem> {
-    let read;
-    let bytes: &[u8] = match image {
-        ImageRef::File(path) => {
-            read = std::fs::read(path).map_err(|e| {
-                BadItem::new(
-                    Some(id.to_string()),
-                    reason::MISSING_FILE,
-                    format!("{}: {e}", path.display()),
-                )
-            })?;
-            &read
-        }
-        ImageRef::Bytes { bytes, .. } => bytes,
-    };
-    preprocess(bytes, &image.name())
+    let bytes = image.read().map_err(|e| {
+        BadItem::new(
+            Some(id.to_string()),
+            reason::MISSING_FILE,
+            format!("{}: {e}", image.name()),
+        )
+    })?;
+    preprocess(&bytes, &image.name())
         .map_err(|e| BadItem::new(Some(id.to_string()), reason::CORRUPT_IMAGE, e.to_string()))
 }
 

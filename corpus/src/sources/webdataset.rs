@@ -2,6 +2,10 @@
 //! webp), `KEY.txt` (caption), `KEY.json` (metadata). A sample becomes an image document `KEY`
 //! (caption stored, metadata from the JSON) and, with a caption, a text document `KEY#text`
 //! linked by `metadata.image_id`.
+//!
+//! Images are not read here: an image document refers to its member of the shard
+//! ([`ImageRef::Member`]), read when it is decoded, so that a reader of millions of samples
+//! (training holds every image reference of its corpus) keeps only offsets in memory.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -104,7 +108,8 @@ fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
 #[derive(Default)]
 struct Sample {
     key: String,
-    image: Option<(String, Vec<u8>)>,
+    /// The image member's (offset, length) in the shard.
+    image: Option<(u64, u64)>,
     caption: Option<String>,
     json: Option<Vec<u8>>,
 }
@@ -136,6 +141,11 @@ pub fn read(shards: &[PathBuf]) -> impl Iterator<Item = SourceItem> + Send + use
 /// Streams one shard's samples into `emit`; false when `emit` refused (the reader is gone).
 fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<bool> {
     let file = super::open_file(shard)?;
+    let shard_len = file
+        .metadata()
+        .map_err(|e| CorpusError::io(shard, e))?
+        .len();
+    let archive_path = Arc::new(shard.to_path_buf());
     let mut archive = tar::Archive::new(file);
     let mut sample = Sample::default();
     let entries = archive.entries().map_err(|e| CorpusError::io(shard, e))?;
@@ -166,13 +176,25 @@ fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<
             continue;
         };
         if key != sample.key {
-            if !flush(shard, std::mem::take(&mut sample), emit) {
+            if !flush(&archive_path, std::mem::take(&mut sample), emit) {
                 return Ok(false);
             }
             sample.key = key.to_string();
         }
+        let ext = ext.to_ascii_lowercase();
+        let is_image = matches!(ext.as_str(), "jpg" | "jpeg" | "png" | "webp" | "gif");
+        let (offset, len) = (entry.raw_file_position(), entry.size());
         let mut data = Vec::new();
-        if let Err(e) = entry.read_to_end(&mut data) {
+        let read = if is_image {
+            // Referred to, not read: only check that the shard holds the whole member.
+            match offset.checked_add(len) {
+                Some(end) if end <= shard_len => Ok(0),
+                _ => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            }
+        } else {
+            entry.read_to_end(&mut data)
+        };
+        if let Err(e) = read {
             let bad = BadItem::new(
                 Some(key.to_string()),
                 reason::BAD_LINE,
@@ -183,18 +205,18 @@ fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<
             }
             continue;
         }
-        match ext.to_ascii_lowercase().as_str() {
-            "jpg" | "jpeg" | "png" | "webp" | "gif" => sample.image = Some((name.clone(), data)),
+        match ext.as_str() {
+            _ if is_image => sample.image = Some((offset, len)),
             "txt" => sample.caption = Some(String::from_utf8_lossy(&data).trim().to_string()),
             "json" => sample.json = Some(data),
             _ => {}
         }
     }
-    Ok(flush(shard, sample, emit))
+    Ok(flush(&archive_path, sample, emit))
 }
 
 /// Emits a finished sample's items; false when `emit` refused.
-fn flush(shard: &Path, s: Sample, emit: &mut dyn FnMut(SourceItem) -> bool) -> bool {
+fn flush(shard: &Arc<PathBuf>, s: Sample, emit: &mut dyn FnMut(SourceItem) -> bool) -> bool {
     if s.key.is_empty() {
         return true;
     }
@@ -206,12 +228,13 @@ fn flush(shard: &Path, s: Sample, emit: &mut dyn FnMut(SourceItem) -> bool) -> b
         .unwrap_or_default();
     let uri = format!("{}#{}", shard.display(), s.key);
     match s.image {
-        Some((name, bytes)) => {
+        Some((offset, len)) => {
             let mut item = Item::image(
                 s.key.clone(),
-                ImageRef::Bytes {
-                    name: format!("{}:{name}", shard.display()),
-                    bytes: Arc::new(bytes),
+                ImageRef::Member {
+                    archive: shard.clone(),
+                    offset,
+                    len,
                 },
             );
             item.text = s.caption.clone();

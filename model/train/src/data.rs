@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use candle_core::{Device, Tensor};
+use lexlip_corpus::hash::id_digest;
 use lexlip_corpus::item::reason;
 use lexlip_corpus::{ImageRef, Input};
 use lexlip_proto::Modality;
@@ -55,19 +56,40 @@ impl Corpus {
     }
 }
 
+/// A caption as [`load`] holds it until the images are checked.
+enum Caption {
+    /// Its image came before it: tokenised at once.
+    Tokenised {
+        id: String,
+        image: u32,
+        tokens: Vec<u32>,
+    },
+    /// Its image had not come yet (or never does).
+    Pending {
+        id: String,
+        image_id: String,
+        text: String,
+    },
+}
+
 /// Reason for a caption whose image was skipped or never given.
 pub const NO_IMAGE: &str = "no_image";
 
 /// Reads the corpus, pairs captions with images, validates images (in parallel) and tokenises
 /// captions. `progress(done, total)` reports the image check.
+///
+/// What it holds per pair is small and fixed (an image reference, an id, the caption's tokens):
+/// a caption whose image came before it, as in a WebDataset shard, is tokenised at once rather
+/// than kept as text, and images are looked up by a 16-byte digest of their id.
 pub fn load(
     input: &Input,
     tokenizer: &TextTokenizer,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Corpus> {
     let mut corpus = Corpus::default();
-    let mut by_id: HashMap<String, u32> = HashMap::new();
-    let mut captions: Vec<(String, String, String)> = Vec::new(); // (id, image id, text)
+    let mut by_id: HashMap<u128, u32> = HashMap::new();
+    // In input order; paired once the images are checked.
+    let mut captions: Vec<Caption> = Vec::new();
     for item in input.open()? {
         corpus.read += 1;
         let item = match item {
@@ -80,14 +102,15 @@ pub fn load(
         };
         match (item.modality, item.image) {
             (Modality::Image, Some(image)) => {
-                if by_id.contains_key(&item.id) {
+                let digest = id_digest(&item.id);
+                if by_id.contains_key(&digest) {
                     corpus.skip(
                         reason::DUPLICATE_ID,
                         format!("image id {:?} appears earlier in this input", item.id),
                     );
                     continue;
                 }
-                by_id.insert(item.id.clone(), corpus.images.len() as u32);
+                by_id.insert(digest, corpus.images.len() as u32);
                 corpus.images.push(image);
                 corpus.image_ids.push(item.id);
             }
@@ -98,7 +121,18 @@ pub fn load(
                     .and_then(|v| v.as_str())
                     .map(str::to_string);
                 match (image_id, item.text) {
-                    (Some(img), Some(text)) => captions.push((item.id, img, text)),
+                    (Some(img), Some(text)) => captions.push(match by_id.get(&id_digest(&img)) {
+                        Some(&image) => Caption::Tokenised {
+                            tokens: tokenizer.encode(&text)?,
+                            id: item.id,
+                            image,
+                        },
+                        None => Caption::Pending {
+                            id: item.id,
+                            image_id: img,
+                            text,
+                        },
+                    }),
                     _ => corpus.skip(NO_IMAGE, format!("{}: a text without an image", item.id)),
                 }
             }
@@ -114,23 +148,29 @@ pub fn load(
         let (reason, message) = why;
         corpus.skip(reason, format!("{}: {message}", corpus.image_ids[i]));
     }
-    for (id, image_id, text) in captions {
-        let Some(&img) = by_id.get(&image_id) else {
-            corpus.skip(
-                NO_IMAGE,
-                format!("{id}: image {image_id:?} is not in the corpus"),
-            );
-            continue;
+    for caption in captions {
+        let (id, img, tokens) = match caption {
+            Caption::Tokenised { id, image, tokens } => (id, image, tokens),
+            Caption::Pending { id, image_id, text } => {
+                let Some(&img) = by_id.get(&id_digest(&image_id)) else {
+                    corpus.skip(
+                        NO_IMAGE,
+                        format!("{id}: image {image_id:?} is not in the corpus"),
+                    );
+                    continue;
+                };
+                (id, img, tokenizer.encode(&text)?)
+            }
         };
         if !usable[img as usize] {
+            let image_id = &corpus.image_ids[img as usize];
             corpus.skip(NO_IMAGE, format!("{id}: image {image_id:?} was skipped"));
             continue;
         }
-        let tokens = tokenizer.encode(&text)?;
         if tokens.len() < 3 {
             corpus.skip(
                 reason::EMPTY_CAPTION,
-                format!("{id}: no tokens in {text:?}"),
+                format!("{id}: no tokens in its caption"),
             );
             continue;
         }
@@ -169,12 +209,9 @@ fn check_images(
 
 /// The encoded bytes of an image.
 pub fn read_image(r: &ImageRef) -> std::result::Result<Vec<u8>, (&'static str, String)> {
-    match r {
-        ImageRef::File(p) => {
-            std::fs::read(p).map_err(|e| (reason::MISSING_FILE, format!("{}: {e}", p.display())))
-        }
-        ImageRef::Bytes { bytes, .. } => Ok(bytes.to_vec()),
-    }
+    r.read()
+        .map(|b| b.into_owned())
+        .map_err(|e| (reason::MISSING_FILE, format!("{}: {e}", r.name())))
 }
 
 /// Which pairs each step trains on.

@@ -139,7 +139,7 @@ pub struct DataOptions {
     #[arg(long, help_heading = "Data")]
     pub manifest: Option<PathBuf>,
     /// img2dataset WebDataset shards (files, directories, `'shards/*.tar'`,
-    /// `'shards/{00000..00009}.tar'`). Samples are held in memory.
+    /// `'shards/{00000..00009}.tar'`). Images stay in the shards, read when a batch needs them.
     #[arg(long, num_args = 1.., help_heading = "Data")]
     pub webdataset: Vec<PathBuf>,
     /// Tokens per caption, special tokens included (longer captions are truncated).

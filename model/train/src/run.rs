@@ -565,14 +565,7 @@ fn write_train_json(
             .len();
         files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": sha256_file(&f)?}));
     }
-    let image_bytes: u64 = corpus
-        .images
-        .iter()
-        .map(|r| match r {
-            lexlip_corpus::ImageRef::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
-            lexlip_corpus::ImageRef::Bytes { bytes, .. } => bytes.len() as u64,
-        })
-        .sum();
+    let image_bytes: u64 = corpus.images.iter().map(|r| r.encoded_len()).sum();
     let doc = serde_json::json!({
         "status": status,
         "command": control.command_line,

@@ -289,3 +289,57 @@ fn rerank_resumes_bitwise_and_checkpoints_on_stop() {
             .is_file()
     );
 }
+
+/// The same 16 pictures and captions as one WebDataset shard and as a TSV (one caption per
+/// picture, same order): training reads the shard's images in place, and gives the TSV's weights
+/// byte for byte; stopped mid-epoch and resumed, the same again.
+#[test]
+fn a_webdataset_trains_as_its_tsv_and_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let full = synthetic_tsv(&data, &[]);
+    // Keep the first caption of each picture.
+    let text = std::fs::read_to_string(&full).unwrap();
+    let mut lines = text.lines();
+    let mut tsv = format!("{}\n", lines.next().unwrap());
+    let mut shard = tar::Builder::new(std::fs::File::create(data.join("00000.tar")).unwrap());
+    let mut add = |name: &str, bytes: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        shard.append_data(&mut h, name, bytes).unwrap();
+    };
+    for line in lines.step_by(2) {
+        tsv.push_str(line);
+        tsv.push('\n');
+        let [caption, rel, id] = line.split('\t').collect::<Vec<_>>()[..] else {
+            panic!("{line}")
+        };
+        add(
+            &format!("{id}.png"),
+            &std::fs::read(data.join(rel)).unwrap(),
+        );
+        add(&format!("{id}.txt"), caption.as_bytes());
+    }
+    shard.finish().unwrap();
+    drop(shard);
+    let one_caption = data.join("one-caption.tsv");
+    std::fs::write(&one_caption, tsv).unwrap();
+
+    let from_tsv = tmp.path().join("tsv");
+    run_quietly(&fast_options(&one_caption, &from_tsv));
+    let wds = |out: &std::path::Path| {
+        let mut o = fast_options(&one_caption, out);
+        o.data.tsv = None;
+        o.data.webdataset = vec![data.join("00000.tar")];
+        o
+    };
+    let from_shard = tmp.path().join("wds");
+    run_quietly(&wds(&from_shard));
+    assert_eq!(model_bytes(&from_tsv), model_bytes(&from_shard));
+    // 6 steps of 8 pairs over 16 (two steps an epoch), stopped after step 3 and resumed.
+    let parts = tmp.path().join("wds-parts");
+    train_stopped_and_resumed(&wds(&parts), 3, "lexlip.json");
+    assert_eq!(model_bytes(&from_shard), model_bytes(&parts));
+}
