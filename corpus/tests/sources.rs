@@ -146,11 +146,7 @@ fn manifest_lines() {
 fn tar_with(path: &Path, members: &[(&str, &[u8])]) {
     let mut b = tar::Builder::new(std::fs::File::create(path).unwrap());
     for (name, data) in members {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, name, *data).unwrap();
+        lexlip_corpus::sources::webdataset::append_member(&mut b, name, data).unwrap();
     }
     b.finish().unwrap();
 }

@@ -19,6 +19,7 @@
 //! worded captions of its concept. The query itself, and captions worded exactly like it, are
 //! left out of its ranking.
 
+pub mod compose;
 pub mod encode;
 pub mod lexicon;
 pub mod plot;

@@ -23,6 +23,15 @@ fn sparse(pairs: &[(&str, u64)]) -> Vector {
     Vector::Sparse(QuantizedVector::new(pairs.iter().copied()).unwrap())
 }
 
+/// img0 {dog, grass, x}, img1 {cat, sofa}, img2 {red, street, car}.
+fn three_images() -> Vec<(&'static str, Vector)> {
+    vec![
+        ("img0", sparse(&[("dog", 90), ("grass", 50), ("x", 10)])),
+        ("img1", sparse(&[("cat", 90), ("sofa", 50)])),
+        ("img2", sparse(&[("red", 80), ("street", 70), ("car", 30)])),
+    ]
+}
+
 fn dense(values: &[f32]) -> Vector {
     Vector::Dense(DenseVector::new(values.to_vec()).unwrap())
 }
@@ -78,11 +87,7 @@ fn close(a: [f64; 3], b: [f64; 3]) -> bool {
 fn sparse_recall_nnz_and_the_top_k_cut_by_hand() {
     let e = encoded(
         Mode::Sparse,
-        vec![
-            ("img0", sparse(&[("dog", 90), ("grass", 50), ("x", 10)])),
-            ("img1", sparse(&[("cat", 90), ("sofa", 50)])),
-            ("img2", sparse(&[("red", 80), ("street", 70), ("car", 30)])),
-        ],
+        three_images(),
         vec![
             ("t0", Some(0), sparse(&[("dog", 100)])),
             ("t1", Some(0), sparse(&[("grass", 100)])),
@@ -248,12 +253,10 @@ fn lexicon_figures_by_hand() {
     let long: Vec<(&str, u64)> = long.iter().map(|(t, w)| (t.as_str(), *w)).collect();
     let e = encoded(
         Mode::Sparse,
-        vec![
-            ("img0", sparse(&[("dog", 90), ("grass", 50), ("x", 10)])),
-            ("img1", sparse(&[("cat", 90), ("sofa", 50)])),
-            ("img2", sparse(&[("red", 80), ("street", 70), ("car", 30)])),
-            ("img3", sparse(&long)),
-        ],
+        three_images()
+            .into_iter()
+            .chain([("img3", sparse(&long))])
+            .collect(),
         vec![
             ("t0", Some(0), sparse(&[("dog", 100)])),
             ("t1", Some(0), sparse(&[("grass", 100)])),

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::clip::{
     ClipConfig, ClipModel, text_model::Activation, text_model::ClipTextConfig,
     vision_model::ClipVisionConfig,
@@ -15,9 +15,9 @@ use serde_json::json;
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, image_embeddings, text_embeddings};
+use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
-use crate::image::{ImageProcessor, PreprocessedImage};
+use crate::image::ImageProcessor;
 use crate::text::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
@@ -168,13 +168,15 @@ impl DenseEncoder for ClipEncoder {
         })
     }
 
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     fn image_processor(&self) -> &ImageProcessor {
         &self.processor
     }
 
-    fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {
-        image_embeddings(images, self.processor.size, &self.device, |px| {
-            self.model.get_image_features(px)
-        })
+    fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
+        Ok(self.model.get_image_features(pixels)?)
     }
 }

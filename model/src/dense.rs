@@ -19,8 +19,16 @@ pub trait DenseEncoder: Send + Sync {
     fn preprocess_image(&self, bytes: &[u8], input: &str) -> Result<PreprocessedImage> {
         self.image_processor().preprocess_named(bytes, input)
     }
+    /// The image tower's embeddings `(batch, dim)` of stacked pixels `(batch, 3, size, size)` on
+    /// [`Self::device`].
+    fn image_features(&self, pixels: &Tensor) -> Result<Tensor>;
+    fn device(&self) -> &candle_core::Device;
     /// One unit-length vector per image, in input order.
-    fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>>;
+    fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {
+        image_embeddings(images, self.image_processor().size, self.device(), |px| {
+            self.image_features(px)
+        })
+    }
 }
 
 /// Unit-length embeddings of token ids: right-padded with `pad` to the longest row (at least
@@ -63,7 +71,7 @@ pub(crate) fn image_embeddings(
     images: &[PreprocessedImage],
     size: usize,
     device: &candle_core::Device,
-    features: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+    features: impl Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Vec<DenseVector>> {
     if images.is_empty() {
         return Ok(Vec::new());

@@ -33,9 +33,9 @@ use tokenizers::Tokenizer;
 
 use crate::beit::{self, Beit};
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, unit_rows};
+use crate::dense::{DenseEncoder, image_embeddings, unit_rows};
 use crate::error::{ModelError, Result};
-use crate::image::{ImageProcessor, PreprocessedImage, default_dtype, stack};
+use crate::image::{ImageProcessor, PreprocessedImage, default_dtype};
 use crate::text::{
     DEFAULT_MAX_LENGTH, bert_defaults, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to,
 };
@@ -240,17 +240,6 @@ impl DualEncoder {
         }
         Ok(Tensor::cat(&parts, 0)?)
     }
-
-    /// Projected, not yet normalised image embeddings `(batch, dim)` in f32.
-    pub fn image_features(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
-        let pixels = stack(images, self.vision.input_size(), &self.device)?;
-        let hidden = self.vision.forward(&pixels)?;
-        let pooled = pool(&hidden, self.config.pooling)?;
-        Ok(self
-            .visual_projection
-            .forward(&pooled)?
-            .to_dtype(DType::F32)?)
-    }
 }
 
 /// The representation of each sequence in `(batch, tokens, hidden)` states.
@@ -276,10 +265,23 @@ impl DenseEncoder for DualEncoder {
         &self.processor
     }
 
+    /// Projected, not yet normalised image embeddings `(batch, dim)` in f32.
+    fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
+        let hidden = self.vision.forward(pixels)?;
+        let pooled = pool(&hidden, self.config.pooling)?;
+        Ok(self
+            .visual_projection
+            .forward(&pooled)?
+            .to_dtype(DType::F32)?)
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
     fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {
-        if images.is_empty() {
-            return Ok(Vec::new());
-        }
-        unit_rows(&self.image_features(images)?)
+        image_embeddings(images, self.vision.input_size(), &self.device, |px| {
+            self.image_features(px)
+        })
     }
 }

@@ -8,15 +8,15 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::siglip;
 use lexlip_proto::DenseVector;
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, image_embeddings, text_embeddings};
+use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
-use crate::image::{ImageProcessor, PreprocessedImage};
+use crate::image::ImageProcessor;
 use crate::text::{load_tokenizer, tokenize};
 use crate::weights::Weights;
 
@@ -121,13 +121,15 @@ impl DenseEncoder for SiglipEncoder {
         })
     }
 
+    fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
+        Ok(self.model.get_image_features(pixels)?)
+    }
+
     fn image_processor(&self) -> &ImageProcessor {
         &self.processor
     }
 
-    fn encode_images(&self, images: &[PreprocessedImage]) -> Result<Vec<DenseVector>> {
-        image_embeddings(images, self.processor.size, &self.device, |px| {
-            self.model.get_image_features(px)
-        })
+    fn device(&self) -> &Device {
+        &self.device
     }
 }

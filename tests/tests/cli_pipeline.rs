@@ -339,11 +339,7 @@ fn manifest_webdataset_and_image_dir() {
     let tar_path = dir.join("shard-00000.tar");
     let mut builder = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
     let mut add = |name: &str, data: &[u8]| {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        builder.append_data(&mut h, name, data).unwrap();
+        lexlip_pipeline::sources::webdataset::append_member(&mut builder, name, data).unwrap();
     };
     for i in 0..11u32 {
         let key = format!("{i:09}");

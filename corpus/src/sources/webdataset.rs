@@ -114,6 +114,22 @@ struct Sample {
     json: Option<Vec<u8>>,
 }
 
+/// Appends one member `name` holding `data` to a shard being written, with the plain header
+/// img2dataset writes (a regular file, mode 0644, time 0: no trace of when or by whom, so equal
+/// contents give equal shards).
+pub fn append_member<W: std::io::Write>(
+    shard: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    h.set_cksum();
+    shard.append_data(&mut h, name, data)
+}
+
 /// Samples read ahead of the pipeline (the tar is streamed, never held whole).
 const READ_AHEAD: usize = 64;
 

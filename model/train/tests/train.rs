@@ -304,11 +304,7 @@ fn a_webdataset_trains_as_its_tsv_and_resumes_bitwise() {
     let mut tsv = format!("{}\n", lines.next().unwrap());
     let mut shard = tar::Builder::new(std::fs::File::create(data.join("00000.tar")).unwrap());
     let mut add = |name: &str, bytes: &[u8]| {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(bytes.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        shard.append_data(&mut h, name, bytes).unwrap();
+        lexlip_corpus::sources::webdataset::append_member(&mut shard, name, bytes).unwrap();
     };
     for line in lines.step_by(2) {
         tsv.push_str(line);

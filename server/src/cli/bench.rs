@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 
-use super::{bench_encode, bench_engine, bench_search};
+use super::{bench_compose, bench_encode, bench_engine, bench_search};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -15,6 +15,9 @@ pub enum BenchCommand {
     Search(bench_search::BenchSearchArgs),
     /// Encoder throughput (texts/s, images/s) for several batch sizes.
     Encode(bench_encode::BenchEncodeArgs),
+    /// Compose a benchmark corpus of any size from source pictures (1-4 placed per picture,
+    /// captioned with what they show) as WebDataset shards; the same seed gives the same bytes.
+    Compose(bench_compose::BenchComposeArgs),
     /// Write a BEiT-B/16 + MLM head model directory with random weights (for timing
     /// `lexlip index` on images without a checkpoint).
     RandomBeitBase {
@@ -31,6 +34,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Engine(args) => bench_engine::run(args),
         BenchCommand::Encode(args) => bench_encode::run(args),
         BenchCommand::Search(args) => bench_search::run(args),
+        BenchCommand::Compose(args) => bench_compose::run(args),
         BenchCommand::RandomBeitBase { out, tokenizer } => {
             lexlip_model::image::write_random_beit_base(&out, &tokenizer, 42)?;
             println!("wrote {}", out.display());

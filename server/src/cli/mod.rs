@@ -1,6 +1,7 @@
 //! Command-line interface: one module per subcommand.
 
 mod bench;
+mod bench_compose;
 mod bench_encode;
 mod bench_engine;
 mod bench_search;
