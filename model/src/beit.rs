@@ -295,11 +295,15 @@ impl Beit {
     /// for 384 × 384; absolute position embeddings cannot be, so those models keep their size,
     /// and so does a tower in training.
     pub fn set_input_size(&mut self, size: usize) -> candle_core::Result<()> {
-        if self.frozen.is_none() && size != self.config.image_size {
-            candle_core::bail!(
-                "a BEiT in training runs at its native {0}×{0}",
-                self.config.image_size
-            )
+        if self.frozen.is_none() {
+            // Training: the weights change at every step, so nothing is derived ahead.
+            if size != self.config.image_size {
+                candle_core::bail!(
+                    "a BEiT in training runs at its native {0}×{0}",
+                    self.config.image_size
+                )
+            }
+            return Ok(());
         }
         self.freeze(size)
     }
@@ -512,6 +516,30 @@ fn bad_shape(w: &crate::weights::Weights, name: &str, got: &[usize]) -> ModelErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tower built over parameters (training) derives nothing ahead and keeps its native size;
+    /// a loaded one resamples its relative bias to another size.
+    #[test]
+    fn only_a_loaded_tower_changes_size() {
+        let cfg = Config {
+            hidden_size: 8,
+            num_hidden_layers: 1,
+            num_attention_heads: 2,
+            intermediate_size: 16,
+            image_size: 16,
+            patch_size: 8,
+            ..Config::base_patch16_224()
+        };
+        let vb = VarBuilder::zeros(DType::F32, &Device::Cpu);
+        let mut training = Beit::new(&vb, &cfg).unwrap();
+        training.set_input_size(16).unwrap();
+        assert!(training.frozen.is_none());
+        assert!(training.set_input_size(32).is_err());
+        let mut loaded = Beit::load(vb, &cfg).unwrap();
+        loaded.set_input_size(32).unwrap();
+        let out = loaded.forward(&Tensor::zeros((1, 3, 32, 32), DType::F32, &Device::Cpu).unwrap());
+        assert_eq!(out.unwrap().dims(), &[1, 17, 8]);
+    }
 
     #[test]
     fn table_lengths() {
