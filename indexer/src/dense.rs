@@ -224,10 +224,15 @@ pub struct DenseHit {
     pub score: f32,
 }
 
-/// Per-segment dense data of a collection, loaded on first use and kept while the segment lives.
+/// One segment's place in the cache: filled by the first caller, which holds it locked while
+/// loading, so a search and the background warm-up never build the same graph twice.
+type Slot = Arc<Mutex<Option<Arc<SegmentDense>>>>;
+
+/// Per-segment dense data of a collection, loaded on first use (or by a warm-up) and kept while
+/// the segment lives.
 #[derive(Debug, Default)]
 pub(crate) struct DenseCache {
-    segments: Mutex<HashMap<SegmentId, Arc<SegmentDense>>>,
+    segments: Mutex<HashMap<SegmentId, Slot>>,
 }
 
 impl DenseCache {
@@ -238,21 +243,30 @@ impl DenseCache {
         dim: usize,
         params: &DenseParams,
     ) -> Result<Arc<SegmentDense>> {
-        let id = reader.segment_id();
-        if let Some(s) = self
+        let slot = self
             .segments
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-        {
+            .entry(reader.segment_id())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slot.as_ref() {
             return Ok(s.clone());
         }
         let loaded = Arc::new(SegmentDense::load(reader, fields, dim, params)?);
-        self.segments
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, loaded.clone());
+        *slot = Some(loaded.clone());
         Ok(loaded)
+    }
+
+    /// Whether every segment of `live` is loaded (none is missing or being built).
+    pub(crate) fn holds(&self, live: &[SegmentId]) -> bool {
+        let segments = self.segments.lock().unwrap_or_else(|p| p.into_inner());
+        live.iter().all(|id| {
+            segments
+                .get(id)
+                .is_some_and(|slot| slot.try_lock().is_ok_and(|s| s.is_some()))
+        })
     }
 
     /// Drops segments that no longer exist (merged away).

@@ -731,3 +731,58 @@ fn dense_encoder_fallback_and_hybrid() {
         .sum();
     assert!((norm - 1.0).abs() < 1e-3, "{norm}");
 }
+
+/// After a restart the dense index of a collection is built on a thread of its own: the server
+/// listens at once, `/readyz` lists the collection in `dense_building` until it is built, and
+/// dense searches answer as before the restart.
+#[test]
+fn a_restart_builds_the_dense_index_in_the_background() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(data.path(), &[]);
+    let (st, body) = s.call("PUT", "/v1/collections/d", Some(&json!({"dense_dim": 8})));
+    assert_eq!(st, 201, "{body}");
+    let mut x: u64 = 7;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % 1000) as f32 / 1000.0 - 0.5
+    };
+    for batch in 0..3 {
+        let docs: Vec<Value> = (0..1000)
+            .map(|i| {
+                let dense: Vec<f32> = (0..8).map(|_| next()).collect();
+                json!({"id": format!("d{batch}-{i}"), "vector": {"t": 1}, "dense": dense})
+            })
+            .collect();
+        s.add("d", docs);
+    }
+    let query = json!({"query": {"dense": [0.3, -0.2, 0.1, 0.4, -0.1, 0.0, 0.2, -0.3]}, "k": 10});
+    let (st, before) = s.call("POST", "/v1/collections/d/search", Some(&query));
+    assert_eq!(st, 200, "{before}");
+    let (_, ready) = s.call("GET", "/readyz", None);
+    assert_eq!(ready["dense_building"], json!([]), "{ready}");
+    s.stop();
+
+    let s = Server::start(data.path(), &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (st, ready) = s.call("GET", "/readyz", None);
+        assert_eq!(st, 200, "{ready}");
+        let building = ready["dense_building"].as_array().expect("dense_building");
+        if building.is_empty() {
+            break;
+        }
+        assert_eq!(building, &[json!("d")]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still building: {ready}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (st, after) = s.call("POST", "/v1/collections/d/search", Some(&query));
+    assert_eq!(st, 200, "{after}");
+    assert_eq!(after["path"], "dense");
+    assert_eq!(after["hits"], before["hits"]);
+    s.stop();
+}

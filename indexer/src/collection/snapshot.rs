@@ -142,6 +142,21 @@ impl Snapshot {
         self.dense_dim.is_some()
     }
 
+    /// Whether every segment's dense vectors (and graph) are loaded, so that a dense search
+    /// builds nothing; true without dense vectors.
+    pub fn dense_ready(&self) -> bool {
+        if self.dense_dim.is_none() {
+            return true;
+        }
+        let live: Vec<_> = self
+            .searcher
+            .segment_readers()
+            .iter()
+            .map(|r| r.segment_id())
+            .collect();
+        self.dense.holds(&live)
+    }
+
     /// Loads the dense vectors (and graphs) of every segment now, rather than on first search.
     pub fn warm_dense(&self) -> Result<()> {
         if let Some(dim) = self.dense_dim {

@@ -86,6 +86,37 @@ pub struct AppState {
 
 pub type SharedState = Arc<AppState>;
 
+/// Loads a collection's dense vectors and builds its HNSW graphs on a thread of its own, so that
+/// the server listens at once and the first dense search after a restart does not pay for them
+/// (`/readyz` lists the collections still building in `dense_building`).
+fn warm_dense_in_background(name: &str, collection: &Arc<Collection>) {
+    if collection.manifest().settings.dense_dim.is_none() {
+        return;
+    }
+    let (owned, collection) = (name.to_string(), collection.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("dense-{name}"))
+        .spawn(move || {
+            let name = owned;
+            let started = std::time::Instant::now();
+            match collection.snapshot().and_then(|s| s.warm_dense()) {
+                Ok(()) => tracing::info!(
+                    collection = %name,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "dense index ready"
+                ),
+                Err(e) => tracing::warn!(
+                    collection = %name,
+                    "building the dense index in the background failed ({e}); the first dense \
+                     search builds it"
+                ),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(collection = %name, "no thread to build the dense index: {e}");
+    }
+}
+
 impl AppState {
     /// Opens every collection under `data_dir/collections`.
     pub fn open(
@@ -120,7 +151,9 @@ impl AppState {
                 );
             }
             metrics.set_documents(&name, c.snapshot()?.num_docs());
-            collections.insert(name, Open::new(c));
+            let open = Open::new(c);
+            warm_dense_in_background(&name, &open.collection);
+            collections.insert(name, open);
         }
         let admission = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
         let uploads = Arc::new(Semaphore::new(4 * limits.max_in_flight.max(1)));

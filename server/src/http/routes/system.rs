@@ -14,13 +14,21 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// `GET /readyz`: models loaded and collections open (both happen before the server listens;
-/// this reports what is loaded). With `--protect-reads`, what is loaded (collection names,
+/// this reports what is loaded), and the dense indexes still being built in the background. With `--protect-reads`, what is loaded (collection names,
 /// model paths) is shown only to a request with an API key; the status to anyone.
 pub async fn readyz(State(state): State<SharedState>, headers: HeaderMap) -> impl IntoResponse {
     if state.limits.protect_reads && key_check(&state, &headers).is_err() {
         return (StatusCode::OK, Json(serde_json::json!({"status": "ready"})));
     }
-    let collections: Vec<String> = state.names().into_iter().map(|(n, _)| n).collect();
+    let names = state.names();
+    let collections: Vec<&String> = names.iter().map(|(n, _)| n).collect();
+    // Dense indexes still being built in the background since startup: dense searches on
+    // these wait for them.
+    let dense_building: Vec<&String> = names
+        .iter()
+        .filter(|(_, o)| o.collection.snapshot().is_ok_and(|s| !s.dense_ready()))
+        .map(|(n, _)| n)
+        .collect();
     (
         StatusCode::OK,
         Json(serde_json::json!({
@@ -28,6 +36,7 @@ pub async fn readyz(State(state): State<SharedState>, headers: HeaderMap) -> imp
             "models": state.encoders.describe(),
             "collections": collections,
             "broken_collections": state.broken(),
+            "dense_building": dense_building,
         })),
     )
 }
