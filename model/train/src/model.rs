@@ -19,7 +19,7 @@ use crate::optim::Param;
 use crate::options::HeadInit;
 use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
 use crate::rng::key;
-use crate::weight_sharing::{self, SharedLayers};
+use crate::weight_sharing;
 
 /// The stores of a model, by group name (checkpoint tensor names are `GROUP/NAME`).
 pub const TEXT: &str = "text";
@@ -728,7 +728,7 @@ fn share_layers(
     text: &mut BertMlm,
     image: &mut BeitMlm,
 ) -> Result<()> {
-    let layers = SharedLayers::new(&pb.pp(weight_sharing::KEY), cfg, text.config.hidden_size)?;
+    let layers = weight_sharing::layers(&pb.pp(weight_sharing::KEY), cfg, text.config.hidden_size)?;
     text.shared = Some(layers.clone());
     image.shared = Some(layers);
     Ok(())
