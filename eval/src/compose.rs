@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use lexlip_corpus::sources::webdataset::append_member;
+use lexlip_index::synth::Rng;
 use lexlip_pipeline::{PipelineError, Result};
 
 /// One source picture and the words that name it.
@@ -153,26 +154,27 @@ pub fn clear_white_surround(image: &mut RgbaImage) {
 /// scaled to 45-90 % of its cell, turned by a multiple of 90° or mirrored, and tinted one time in
 /// four, on a light background.
 pub fn compose(sources: &[Source], opts: &ComposeOptions, i: u64) -> Result<Picture> {
-    let mut rng = SplitMix(mix(mix(opts.seed) ^ i));
-    let n = 1 + rng.below(4) as usize;
+    // Each picture's stream starts from a hash of (seed, i): neighbouring pictures are unrelated.
+    let mut rng = Rng::new(Rng::new(opts.seed).next_u64() ^ Rng::new(i).next_u64());
+    let n = rng.range(1, 4);
     let mut chosen: Vec<usize> = Vec::with_capacity(n);
     for _ in 0..n {
         // One time in three, repeat a source already placed: "2 × red heart".
         let source = match chosen.first() {
-            Some(&first) if rng.below(3) == 0 => first,
-            _ => rng.below(sources.len() as u64) as usize,
+            Some(&first) if rng.range(0, 2) == 0 => first,
+            _ => rng.range(0, sources.len() - 1),
         };
         chosen.push(source);
     }
     let size = opts.size;
-    let light = |rng: &mut SplitMix| 190 + rng.below(66) as u8;
+    let light = |rng: &mut Rng| rng.range(190, 255) as u8;
     let background = Rgba([light(&mut rng), light(&mut rng), light(&mut rng), 255]);
     let mut canvas = RgbaImage::from_pixel(size, size, background);
     let side = if n == 1 { 1 } else { 2 };
     let cell = size / side;
     let mut cells: Vec<u32> = (0..side * side).collect();
     for &s in &chosen {
-        let slot = cells.swap_remove(rng.below(cells.len() as u64) as usize);
+        let slot = cells.swap_remove(rng.range(0, cells.len() - 1));
         let scale = 0.45 + 0.45 * rng.unit();
         let target = ((f64::from(cell) * scale) as u32).max(4);
         let src = &sources[s].image;
@@ -183,14 +185,14 @@ pub fn compose(sources: &[Source], opts: &ComposeOptions, i: u64) -> Result<Pict
             ((f64::from(h) * fit) as u32).max(1),
         );
         let mut piece = imageops::resize(src, tw, th, imageops::FilterType::Triangle);
-        piece = match rng.below(5) {
+        piece = match rng.range(0, 4) {
             0 => imageops::rotate90(&piece),
             1 => imageops::rotate180(&piece),
             2 => imageops::rotate270(&piece),
             3 => imageops::flip_horizontal(&piece),
             _ => piece,
         };
-        if rng.below(4) == 0 {
+        if rng.range(0, 3) == 0 {
             let tint = [rng.unit(), rng.unit(), rng.unit()].map(|t| 0.5 + 0.5 * t);
             for p in piece.pixels_mut() {
                 for c in 0..3 {
@@ -200,8 +202,8 @@ pub fn compose(sources: &[Source], opts: &ComposeOptions, i: u64) -> Result<Pict
         }
         let (pw, ph) = piece.dimensions();
         let (cx, cy) = ((slot % side) * cell, (slot / side) * cell);
-        let x = cx + rng.below(u64::from(cell.saturating_sub(pw)) + 1) as u32;
-        let y = cy + rng.below(u64::from(cell.saturating_sub(ph)) + 1) as u32;
+        let x = cx + rng.range(0, cell.saturating_sub(pw) as usize) as u32;
+        let y = cy + rng.range(0, cell.saturating_sub(ph) as usize) as u32;
         imageops::overlay(&mut canvas, &piece, i64::from(x), i64::from(y));
     }
     let placed = count_placed(sources, &chosen);
@@ -307,35 +309,6 @@ fn write_tar(path: &Path, pictures: &[Picture]) -> Result<()> {
         .and_then(|f| f.sync_all())
         .map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
-}
-
-/// SplitMix64's output function: a well-mixed 64-bit hash, so that neighbouring pictures'
-/// streams are unrelated.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// SplitMix64: small, fast, and the same everywhere.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0.wrapping_sub(0x9e37_79b9_7f4a_7c15))
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[cfg(test)]
