@@ -112,26 +112,12 @@ impl ImageProcessor {
             });
         }
         let size = self.size as u32;
+        let resized;
         let rgb = if (w, h) == (size, size) {
-            rgb.clone()
-        } else if self.squash {
-            image::imageops::resize(rgb, size, size, FilterType::CatmullRom)
+            rgb
         } else {
-            // Shorter side → size, keeping the aspect ratio (as torchvision's Resize(int)).
-            let (nw, nh) = if w <= h {
-                (
-                    size,
-                    ((h as u64 * size as u64) / w as u64).max(size as u64) as u32,
-                )
-            } else {
-                (
-                    ((w as u64 * size as u64) / h as u64).max(size as u64) as u32,
-                    size,
-                )
-            };
-            let resized = image::imageops::resize(rgb, nw, nh, FilterType::CatmullRom);
-            let (x, y) = ((nw - size) / 2, (nh - size) / 2);
-            image::imageops::crop_imm(&resized, x, y, size, size).to_image()
+            resized = self.resize(rgb);
+            &resized
         };
         let n = self.size * self.size;
         let mut data = vec![0f32; 3 * n];
@@ -144,6 +130,31 @@ impl ImageProcessor {
             size: self.size,
             data,
         })
+    }
+
+    /// `rgb` at `size × size`: both sides resized when `squash`, else the shorter side resized
+    /// and the middle cropped.
+    fn resize(&self, rgb: &image::RgbImage) -> image::RgbImage {
+        let (w, h) = rgb.dimensions();
+        let size = self.size as u32;
+        if self.squash {
+            return image::imageops::resize(rgb, size, size, FilterType::CatmullRom);
+        }
+        // Shorter side → size, keeping the aspect ratio (as torchvision's Resize(int)).
+        let (nw, nh) = if w <= h {
+            (
+                size,
+                ((h as u64 * size as u64) / w as u64).max(size as u64) as u32,
+            )
+        } else {
+            (
+                ((w as u64 * size as u64) / h as u64).max(size as u64) as u32,
+                size,
+            )
+        };
+        let resized = image::imageops::resize(rgb, nw, nh, FilterType::CatmullRom);
+        let (x, y) = ((nw - size) / 2, (nh - size) / 2);
+        image::imageops::crop_imm(&resized, x, y, size, size).to_image()
     }
 
     /// [`ImageProcessor::preprocess_named`] with the input described by its length.

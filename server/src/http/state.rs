@@ -96,24 +96,26 @@ fn warm_dense_in_background(name: &str, collection: &Arc<Collection>) {
     let (owned, collection) = (name.to_string(), collection.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("dense-{name}"))
-        .spawn(move || {
-            let name = owned;
-            let started = std::time::Instant::now();
-            match collection.snapshot().and_then(|s| s.warm_dense()) {
-                Ok(()) => tracing::info!(
-                    collection = %name,
-                    seconds = started.elapsed().as_secs_f64(),
-                    "dense index ready"
-                ),
-                Err(e) => tracing::warn!(
-                    collection = %name,
-                    "building the dense index in the background failed ({e}); the first dense \
-                     search builds it"
-                ),
-            }
-        });
+        .spawn(move || warm_dense(&owned, &collection));
     if let Err(e) = spawned {
         tracing::warn!(collection = %name, "no thread to build the dense index: {e}");
+    }
+}
+
+/// Loads the dense vectors and graphs of `collection` now, and logs how long it took.
+fn warm_dense(name: &str, collection: &Collection) {
+    let started = std::time::Instant::now();
+    match collection.snapshot().and_then(|s| s.warm_dense()) {
+        Ok(()) => tracing::info!(
+            collection = %name,
+            seconds = started.elapsed().as_secs_f64(),
+            "dense index ready"
+        ),
+        Err(e) => tracing::warn!(
+            collection = %name,
+            "building the dense index in the background failed ({e}); the first dense search \
+             builds it"
+        ),
     }
 }
 

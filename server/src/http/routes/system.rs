@@ -14,8 +14,9 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// `GET /readyz`: models loaded and collections open (both happen before the server listens;
-/// this reports what is loaded), and the dense indexes still being built in the background. With `--protect-reads`, what is loaded (collection names,
-/// model paths) is shown only to a request with an API key; the status to anyone.
+/// this reports what is loaded), and the dense indexes still being built in the background.
+/// With `--protect-reads`, what is loaded (collection names, model paths) is shown only to a
+/// request with an API key; the status to anyone.
 pub async fn readyz(State(state): State<SharedState>, headers: HeaderMap) -> impl IntoResponse {
     if state.limits.protect_reads && key_check(&state, &headers).is_err() {
         return (StatusCode::OK, Json(serde_json::json!({"status": "ready"})));
