@@ -163,7 +163,7 @@ impl DenseEncoder for ClipEncoder {
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
         // Candle's CLIP pools at the position of the largest id (the end-of-text token, as in
         // OpenAI's vocabulary) behind a causal mask, so right-padding with id 0 changes nothing.
-        text_embeddings(&self.tokenize(texts)?, 1, 0, &self.device, |ids| {
+        text_embeddings(&self.tokenize(texts)?, 0, &self.device, |ids| {
             self.model.get_text_features(ids)
         })
     }

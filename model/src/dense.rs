@@ -31,11 +31,10 @@ pub trait DenseEncoder: Send + Sync {
     }
 }
 
-/// Unit-length embeddings of token ids: right-padded with `pad` to the longest row (at least
-/// `width`) on `device`, through a tower's `features` (`(batch, dim)`).
+/// Unit-length embeddings of token ids, right-padded with `pad` to the longest row
+/// ([`crate::text::pad_batch`]) on `device`, through a tower's `features` (`(batch, dim)`).
 pub(crate) fn text_embeddings(
     ids: &[Vec<u32>],
-    width: usize,
     pad: u32,
     device: &candle_core::Device,
     features: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
@@ -43,26 +42,8 @@ pub(crate) fn text_embeddings(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let len = ids
-        .iter()
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0)
-        .max(width)
-        .max(1);
-    let flat: Vec<u32> = ids
-        .iter()
-        .flat_map(|r| {
-            r.iter()
-                .copied()
-                .chain(std::iter::repeat_n(pad, len - r.len()))
-        })
-        .collect();
-    unit_rows(&features(&Tensor::from_vec(
-        flat,
-        (ids.len(), len),
-        device,
-    )?)?)
+    let (ids, _mask) = crate::text::pad_batch(ids, pad, device)?;
+    unit_rows(&features(&ids)?)
 }
 
 /// Unit-length embeddings of preprocessed images: stacked into `(batch, 3, size, size)` pixels on

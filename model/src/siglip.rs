@@ -115,8 +115,8 @@ impl DenseEncoder for SiglipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        let ids = self.tokenize(texts)?;
-        text_embeddings(&ids, self.context, self.pad_id, &self.device, |ids| {
+        // Every row is already the whole context long (see `tokenize`).
+        text_embeddings(&self.tokenize(texts)?, self.pad_id, &self.device, |ids| {
             self.model.get_text_features(ids)
         })
     }
