@@ -61,6 +61,17 @@ impl SharedConfig {
         }
     }
 
+    /// Why layers of this shape cannot run at the towers' width `hidden`, if they cannot.
+    pub fn check_width(&self, hidden: usize) -> std::result::Result<(), String> {
+        if self.num_attention_heads == 0 || !hidden.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "{KEY}: width {hidden} is not a multiple of num_attention_heads {}",
+                self.num_attention_heads
+            ));
+        }
+        Ok(())
+    }
+
     /// One shared layer as a BEiT layer config of width `hidden` (no position bias: the text
     /// side has no patch grid).
     pub fn layer_config(&self, hidden: usize) -> beit::Config {
@@ -95,13 +106,8 @@ impl SharedLayers {
         cfg: &SharedConfig,
         hidden: usize,
     ) -> std::result::Result<Self, P::Error> {
-        if cfg.num_attention_heads == 0 || !hidden.is_multiple_of(cfg.num_attention_heads) {
-            return Err(candle_core::Error::Msg(format!(
-                "{KEY}: width {hidden} is not a multiple of num_attention_heads {}",
-                cfg.num_attention_heads
-            ))
-            .into());
-        }
+        cfg.check_width(hidden)
+            .map_err(|e| P::Error::from(candle_core::Error::Msg(e)))?;
         let layer_cfg = cfg.layer_config(hidden);
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::new(&pb.pp("layer").pp(i), &layer_cfg))
@@ -122,15 +128,8 @@ impl SharedLayers {
         let Some(cfg) = SharedConfig::of_tower(path, raw)? else {
             return Ok(None);
         };
-        if cfg.num_attention_heads == 0 || !hidden.is_multiple_of(cfg.num_attention_heads) {
-            return Err(ModelError::config(
-                path,
-                format!(
-                    "{KEY}: width {hidden} is not a multiple of num_attention_heads {}",
-                    cfg.num_attention_heads
-                ),
-            ));
-        }
+        cfg.check_width(hidden)
+            .map_err(|e| ModelError::config(path, e))?;
         let vb = weights.var_builder(dtype, device).pp(KEY);
         Self::new(&vb, &cfg, hidden)
             .map(Some)
