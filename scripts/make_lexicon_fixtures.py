@@ -53,12 +53,12 @@ def top_k(p, k):
 
 
 def grounding_targets(ids, mask, idf):
-    """The caption's bag of words, every occurrence weighted by its term's IDF (0: no target);
-    rows without a target term are left out."""
+    """The caption's bag of words, every occurrence weighted by its term's IDF (0: no target),
+    scaled to unit length; rows without a target term are left out."""
     bag = torch.zeros(ids.shape[0], V, dtype=torch.float64)
     bag.scatter_add_(1, ids, idf[ids] * mask)
     has = (bag.sum(dim=1) > 0).double()
-    return bag, has
+    return bag / bag.norm(dim=1, keepdim=True).clamp_min(1e-12), has
 
 
 def grounding(pv, bags, has):

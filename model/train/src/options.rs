@@ -346,9 +346,10 @@ pub struct LexiconOptions {
     #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
     #[serde(default)]
     pub image_top_k: usize,
-    /// Weight of caption-word grounding (STAIR): each image's lexicon, as a softmax over the
-    /// vocabulary, is trained to predict its caption's word pieces weighted by TF-IDF over the
-    /// corpus, so an image's strongest terms are words people use for it. 0 = off.
+    /// Weight of caption-word grounding (STAIR): each image's lexicon is contrasted with the
+    /// batch's captions taken as bags of words (IDF-weighted; template words in more than 5 %
+    /// of the captions and function words are no targets), so an image's strongest terms are
+    /// words that tell its caption from the others. 0 = off.
     #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
     #[serde(default)]
     pub grounding: f64,
