@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use lexlip_model::Encoders;
+use lexlip_proto::api::Precision;
 use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, QuantizedVector, TermSpace};
 
 use lexlip_corpus::BadItem;
@@ -66,6 +67,13 @@ pub struct EvalOptions {
     pub mode: Mode,
     /// Document top-K cuts to evaluate after the full vectors (sparse mode only).
     pub top_ks: Vec<usize>,
+    /// Approximation factors (> 1) to also search the full vectors with (sparse mode only).
+    pub approx: Vec<f32>,
+    /// Term cuts (shares of a query's largest possible score, in (0, 1)) to also search the
+    /// full vectors with, each at factor 1 (sparse mode only).
+    pub term_cuts: Vec<f32>,
+    /// Also search the dense index through its HNSW graph (dense mode only).
+    pub hnsw: bool,
     /// Quantization scale of the collections: impact = floor(scale · w).
     pub scale: f32,
     /// Items per encoder batch.
@@ -90,6 +98,9 @@ impl Default for EvalOptions {
         Self {
             mode: Mode::Sparse,
             top_ks: Vec::new(),
+            approx: Vec::new(),
+            term_cuts: Vec::new(),
+            hnsw: false,
             scale: DEFAULT_SCALE,
             batch_size: 32,
             work_dir: None,
@@ -100,23 +111,110 @@ impl Default for EvalOptions {
 }
 
 impl EvalOptions {
-    /// The settings to evaluate: full vectors first, then each top-K once (largest first).
-    pub fn settings(&self) -> Result<Vec<Option<usize>>> {
-        if self.mode == Mode::Dense && !self.top_ks.is_empty() {
-            return Err(PipelineError::Input(
-                "a top-K sweep cuts lexicon vectors; the dense mode has one setting (leave out --top-k)"
-                    .into(),
-            ));
+    /// The settings to evaluate: full vectors searched exactly first, then the full vectors
+    /// at each approximation factor (smallest first) and each term cut, then each top-K once
+    /// (largest first); in dense mode the exact scan, then the HNSW graph.
+    pub fn settings(&self) -> Result<Vec<Setting>> {
+        let refuse = |m: &str| Err(PipelineError::Input(m.into()));
+        if self.mode == Mode::Dense {
+            if !self.top_ks.is_empty() {
+                return refuse(
+                    "a top-K sweep cuts lexicon vectors; the dense mode has one setting (leave out --top-k)",
+                );
+            }
+            if !self.approx.is_empty() || !self.term_cuts.is_empty() {
+                return refuse(
+                    "--approx and --term-cut approximate the sparse search; the dense index's approximate search is its HNSW graph (--hnsw)",
+                );
+            }
+        } else if self.hnsw {
+            return refuse("--hnsw searches the dense index's graph: use it with --mode dense");
         }
         if self.top_ks.contains(&0) {
-            return Err(PipelineError::Input("a top-K must be at least 1".into()));
+            return refuse("a top-K must be at least 1");
         }
+        if let Some(x) = self.approx.iter().find(|x| !(x.is_finite() && **x > 1.0)) {
+            return Err(PipelineError::Input(format!(
+                "an approximation factor must be above 1 (1 is the exact search), got {x}"
+            )));
+        }
+        if let Some(c) = self.term_cuts.iter().find(|c| !(**c > 0.0 && **c < 1.0)) {
+            return Err(PipelineError::Input(format!(
+                "a term cut is a share of the query's largest possible score, above 0 and below 1, got {c}"
+            )));
+        }
+        let mut out = vec![Setting::default()];
+        let mut factors = self.approx.clone();
+        factors.sort_by(f32::total_cmp);
+        factors.dedup();
+        out.extend(factors.into_iter().map(|x| Setting {
+            precision: Precision::Approx(x),
+            ..Setting::default()
+        }));
+        let mut cuts = self.term_cuts.clone();
+        cuts.sort_by(f32::total_cmp);
+        cuts.dedup();
+        out.extend(cuts.into_iter().map(|c| Setting {
+            precision: Precision::Approx(1.0),
+            term_cut: c,
+            ..Setting::default()
+        }));
         let mut ks = self.top_ks.clone();
         ks.sort_unstable_by(|a, b| b.cmp(a));
         ks.dedup();
-        Ok(std::iter::once(None)
-            .chain(ks.into_iter().map(Some))
-            .collect())
+        out.extend(ks.into_iter().map(|k| Setting {
+            top_k: Some(k),
+            ..Setting::default()
+        }));
+        if self.mode == Mode::Dense && self.hnsw {
+            out.push(Setting {
+                precision: Precision::Approx(1.0),
+                ..Setting::default()
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// One evaluated setting: which documents the collection stores and how queries search it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Setting {
+    /// Documents cut to their K largest terms (None: full vectors).
+    pub top_k: Option<usize>,
+    /// Sparse: exact, or approximate at a factor; dense: an exact scan of every vector, or
+    /// (`Approx`, whatever the factor) the HNSW graph.
+    pub precision: Precision,
+    /// Sparse: the share of the query's largest possible score left out of the block bounds
+    /// (with `Approx(1.0)`: the cut alone).
+    pub term_cut: f32,
+}
+
+impl Setting {
+    /// How the queries search: "exact", "approx" (factor or term cut) or, dense, "hnsw".
+    pub fn search(&self, mode: Mode) -> &'static str {
+        match (self.precision, mode) {
+            (Precision::Approx(_), Mode::Dense) => "hnsw",
+            (Precision::Approx(_), Mode::Sparse) => "approx",
+            (Precision::Exact, _) => "exact",
+        }
+    }
+
+    /// The setting's name ([`report::label`]).
+    pub fn label(&self, mode: Mode) -> String {
+        report::label(
+            self.top_k,
+            self.search(mode),
+            self.factor(mode),
+            (self.term_cut > 0.0).then_some(self.term_cut),
+        )
+    }
+
+    /// The sparse approximation factor (None: exact, or the dense graph).
+    pub fn factor(&self, mode: Mode) -> Option<f32> {
+        match (self.precision, mode) {
+            (Precision::Approx(x), Mode::Sparse) => Some(x),
+            _ => None,
+        }
     }
 }
 
@@ -297,11 +395,11 @@ pub fn run(
         )
     })?;
     let mut results = Vec::with_capacity(settings.len());
-    for (n, top_k) in settings.into_iter().enumerate() {
+    for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
         results.push(evaluate(
             &encoded,
-            top_k,
+            setting,
             options.scale,
             options.single_modal,
             options.rerank.as_ref(),
@@ -355,11 +453,12 @@ mod tests {
             top_ks: vec![8, 64, 16, 8, 32],
             ..EvalOptions::default()
         };
+        let ks: Vec<Option<usize>> = o.settings().unwrap().iter().map(|s| s.top_k).collect();
+        assert_eq!(ks, [None, Some(64), Some(32), Some(16), Some(8)]);
         assert_eq!(
-            o.settings().unwrap(),
-            [None, Some(64), Some(32), Some(16), Some(8)]
+            EvalOptions::default().settings().unwrap(),
+            [Setting::default()]
         );
-        assert_eq!(EvalOptions::default().settings().unwrap(), [None]);
         let zero = EvalOptions {
             top_ks: vec![0],
             ..EvalOptions::default()
@@ -371,5 +470,77 @@ mod tests {
             ..EvalOptions::default()
         };
         assert!(dense.settings().unwrap_err().to_string().contains("dense"));
+    }
+
+    /// Full exact first, then factors (smallest first, once), term cuts, top-Ks; the dense
+    /// graph last; knobs of the other mode and out-of-range values refused.
+    #[test]
+    fn approximate_settings_follow_the_exact_one() {
+        let o = EvalOptions {
+            approx: vec![1.5, 1.2, 1.5],
+            term_cuts: vec![0.1],
+            top_ks: vec![64],
+            ..EvalOptions::default()
+        };
+        let got: Vec<(&str, Option<f32>, f32, Option<usize>)> = o
+            .settings()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s.search(Mode::Sparse),
+                    s.factor(Mode::Sparse),
+                    s.term_cut,
+                    s.top_k,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("exact", None, 0.0, None),
+                ("approx", Some(1.2), 0.0, None),
+                ("approx", Some(1.5), 0.0, None),
+                ("approx", Some(1.0), 0.1, None),
+                ("exact", None, 0.0, Some(64)),
+            ]
+        );
+        let dense = EvalOptions {
+            mode: Mode::Dense,
+            hnsw: true,
+            ..EvalOptions::default()
+        };
+        let searches: Vec<&str> = dense
+            .settings()
+            .unwrap()
+            .iter()
+            .map(|s| s.search(Mode::Dense))
+            .collect();
+        assert_eq!(searches, ["exact", "hnsw"]);
+        for bad in [
+            EvalOptions {
+                approx: vec![1.0],
+                ..EvalOptions::default()
+            },
+            EvalOptions {
+                term_cuts: vec![1.0],
+                ..EvalOptions::default()
+            },
+            EvalOptions {
+                hnsw: true,
+                ..EvalOptions::default()
+            },
+            EvalOptions {
+                mode: Mode::Dense,
+                approx: vec![1.2],
+                ..EvalOptions::default()
+            },
+        ] {
+            assert!(
+                bad.settings().is_err(),
+                "{:?}",
+                (bad.mode, bad.approx, bad.term_cuts, bad.hnsw)
+            );
+        }
     }
 }

@@ -181,9 +181,10 @@ fn panel(
         let points: Vec<(f64, f64, String)> = settings
             .iter()
             .map(|st| {
-                let k = st
-                    .top_k
-                    .map_or_else(|| "full".to_string(), |k| k.to_string());
+                let k = match (st.search, st.top_k) {
+                    ("exact", Some(k)) => k.to_string(),
+                    _ => st.label(),
+                };
                 (px(x_of(st)), py(100.0 * (s.value)(st)), k)
             })
             .collect();
@@ -304,6 +305,9 @@ mod tests {
     fn setting(top_k: Option<usize>, bytes: f64, qps: f64, r10: f64) -> SettingReport {
         SettingReport {
             top_k,
+            search: "exact",
+            approx: None,
+            term_cut: None,
             t2i: [r10 / 2.0, r10 * 0.8, r10],
             i2t: [r10 / 3.0, r10 * 0.9, r10],
             i2i: None,

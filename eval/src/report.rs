@@ -13,6 +13,13 @@ use lexlip_corpus::Input;
 pub struct SettingReport {
     /// None: full vectors.
     pub top_k: Option<usize>,
+    /// How the queries searched: "exact", "approx" (sparse: at factor `approx`, with
+    /// `term_cut` when one is set) or "hnsw" (the dense index's graph).
+    pub search: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approx: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub term_cut: Option<f32>,
     /// Text → image R@1, R@5, R@10.
     #[serde(skip)]
     pub t2i: [f64; 3],
@@ -66,10 +73,10 @@ pub struct RerankReport {
 }
 
 impl SettingReport {
-    /// "full" or "top-K".
+    /// "full" or "top-K", and how it was searched when not exactly ("full ×1.2", "full cut
+    /// 0.1", "hnsw").
     pub fn label(&self) -> String {
-        self.top_k
-            .map_or_else(|| "full".to_string(), |k| format!("top-{k}"))
+        label(self.top_k, self.search, self.approx, self.term_cut)
     }
 
     /// The JSON object: the recalls under "t2i.r@1" … "i2t.r@10", then the other fields.
@@ -107,6 +114,23 @@ impl SettingReport {
             out.extend(rest);
         }
         serde_json::Value::Object(out)
+    }
+}
+
+/// A setting's name in the table and on the progress bar: the documents ("full", "top-K") and,
+/// unless searched exactly, how ("full ×1.2", "full cut 0.1", "hnsw").
+pub fn label(
+    top_k: Option<usize>,
+    search: &str,
+    approx: Option<f32>,
+    term_cut: Option<f32>,
+) -> String {
+    let docs = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
+    match (search, approx, term_cut) {
+        ("hnsw", _, _) => "hnsw".into(),
+        (_, _, Some(c)) => format!("{docs} cut {c}"),
+        (_, Some(x), None) => format!("{docs} ×{x}"),
+        _ => docs,
     }
 }
 
@@ -203,7 +227,7 @@ impl EvalReport {
             self.encode_seconds,
         );
         out.push_str(&format!(
-            "{:<8} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10} {:>8} {:>8} {:>8} {:>9}\n",
+            "{:<12} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10} {:>8} {:>8} {:>8} {:>9}\n",
             "setting",
             "T2I R@1",
             "R@5",
@@ -220,7 +244,7 @@ impl EvalReport {
         for s in &self.settings {
             let pct = |x: f64| format!("{:.1}", 100.0 * x);
             out.push_str(&format!(
-                "{:<8} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0}\n",
+                "{:<12} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>9.0}\n",
                 s.label(),
                 pct(s.t2i[0]),
                 pct(s.t2i[1]),

@@ -14,15 +14,16 @@ use lexlip_proto::{Modality, QuantizedVector, VectorInput};
 use lexlip_search::{DenseNeed, Mode as SearchMode, SearchError, SearchPlan};
 
 use super::recall::{DEPTH, recall};
-use super::{Encoded, Entry, EvalObserver, Mode, SettingReport, Vector};
+use super::{Encoded, Entry, EvalObserver, Mode, Setting, SettingReport, Vector};
 use lexlip_pipeline::{PipelineError, Result};
 
 /// A query ready to search: impacts (quantized like the server quantizes) or a dense vector.
-/// Builds the collection of setting `top_k` (documents cut to their K largest impacts by the
-/// collection's own quantizer) in `dir`, then answers every query of `encoded` against it.
+/// Builds the collection of `setting` (documents cut to their K largest impacts by the
+/// collection's own quantizer; dense: with HNSW graphs when the setting searches them) in
+/// `dir`, then answers every query of `encoded` against it as the setting says.
 pub fn evaluate(
     encoded: &Encoded,
-    top_k: Option<usize>,
+    setting: Setting,
     scale: f32,
     single_modal: bool,
     rerank: Option<&super::RerankOptions>,
@@ -31,7 +32,8 @@ pub fn evaluate(
 ) -> Result<SettingReport> {
     // With a re-ranker, the first stage returns its candidates; recall reads the first DEPTH.
     let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
-    let label = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
+    let top_k = setting.top_k;
+    let label = setting.label(encoded.mode);
     let mut queries = encoded.t2i_queries() + encoded.i2t_queries();
     if single_modal {
         // At most one image → image query per image and one text → text query per caption.
@@ -62,9 +64,12 @@ pub fn evaluate(
         settings,
         encoded.tokens.as_deref(),
     )?;
-    // Queries scan every dense vector (the server's exact dense search): no graphs to build.
+    // Exact: queries scan every dense vector (the server's exact dense search), no graphs to
+    // build; the graph setting builds one for every segment (in `warm_dense`, so its cost
+    // counts in `index_seconds`).
+    let graphs = setting.search(encoded.mode) == "hnsw";
     collection.set_dense_params(DenseParams {
-        hnsw_min_docs: usize::MAX,
+        hnsw_min_docs: if graphs { 1 } else { usize::MAX },
         ..DenseParams::default()
     });
     let image_nnz = add_all(&collection, &encoded.images)?;
@@ -77,6 +82,7 @@ pub fn evaluate(
     let index_seconds = built.elapsed().as_secs_f64();
 
     let mut searcher = QueryRunner {
+        setting,
         collection: &collection,
         snapshot: &snapshot,
         observer,
@@ -171,6 +177,9 @@ pub fn evaluate(
     let qps = |n: usize, seconds: f64| n as f64 / seconds.max(1e-9);
     Ok(SettingReport {
         top_k,
+        search: setting.search(encoded.mode),
+        approx: setting.factor(encoded.mode),
+        term_cut: (setting.term_cut > 0.0).then_some(setting.term_cut),
         t2i: t2i_recall,
         i2t: i2t_recall,
         i2i: single.map(|s| s.i2i),
@@ -367,6 +376,8 @@ fn positions(entries: &[Entry]) -> HashMap<&str, usize> {
 
 /// Runs queries against one snapshot and reports progress.
 struct QueryRunner<'a> {
+    /// Sets the searches' precision and term cut.
+    setting: Setting,
     collection: &'a Collection,
     snapshot: &'a Snapshot,
     observer: &'a mut dyn EvalObserver,
@@ -388,6 +399,8 @@ impl QueryRunner<'_> {
     ) -> Result<(Vec<Vec<usize>>, f64)> {
         // The search policy the server and `lexlip search` run, without the dense fallback.
         let mut plan = SearchPlan::top(depth);
+        plan.precision = self.setting.precision;
+        plan.term_cut = self.setting.term_cut;
         plan.filter = Filter {
             modality: Some(target),
             ..Filter::default()

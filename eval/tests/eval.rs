@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use lexlip_eval::{Encoded, Entry, Mode, SettingReport, Vector, evaluate};
+use lexlip_eval::{Encoded, Entry, Mode, Setting, SettingReport, Vector, evaluate};
+use lexlip_proto::api::Precision;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, TermSpace};
 
 fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> Entry {
@@ -63,8 +64,27 @@ fn encoded(
 }
 
 fn run(e: &Encoded, top_k: Option<usize>) -> SettingReport {
+    run_setting(
+        e,
+        Setting {
+            top_k,
+            ..Setting::default()
+        },
+    )
+}
+
+fn run_setting(e: &Encoded, setting: Setting) -> SettingReport {
     let tmp = tempfile::tempdir().unwrap();
-    evaluate(e, top_k, 100.0, false, None, &tmp.path().join("c"), &mut ()).unwrap()
+    evaluate(
+        e,
+        setting,
+        100.0,
+        false,
+        None,
+        &tmp.path().join("c"),
+        &mut (),
+    )
+    .unwrap()
 }
 
 fn close(a: [f64; 3], b: [f64; 3]) -> bool {
@@ -133,6 +153,30 @@ fn sparse_recall_nnz_and_the_top_k_cut_by_hand() {
         (1.0, 1.0, 1.0)
     );
 
+    // Approximate: hits are scored exactly, so skipping documents can only lose recall; the
+    // report says how it searched.
+    let approx = run_setting(
+        &e,
+        Setting {
+            precision: Precision::Approx(1.5),
+            ..Setting::default()
+        },
+    );
+    for (a, x) in approx
+        .t2i
+        .iter()
+        .chain(&approx.i2t)
+        .zip(full.t2i.iter().chain(&full.i2t))
+    {
+        assert!(a <= x, "{approx:?}");
+    }
+    assert_eq!((approx.search, approx.approx), ("approx", Some(1.5)));
+    assert_eq!(approx.label(), "full ×1.5");
+    assert_eq!(
+        (full.search, full.approx, full.label().as_str()),
+        ("exact", None, "full")
+    );
+
     for s in [&full, &top2, &top1] {
         assert!(s.bytes_per_item > 0.0 && s.index_bytes > 0, "{s:?}");
         assert!(s.qps > 0.0 && s.t2i_qps > 0.0 && s.i2t_qps > 0.0, "{s:?}");
@@ -164,6 +208,20 @@ fn dense_recall_by_hand() {
     // Non-zero entries: images 1 each, texts 2 + 3 + 1.
     assert_eq!((s.nnz_per_image, s.nnz_per_text), (1.0, 2.0));
     assert!(s.bytes_per_item > 0.0 && s.qps > 0.0);
+    // Through the HNSW graph: on three vectors it finds what the scan finds.
+    let graph = run_setting(
+        &e,
+        Setting {
+            precision: Precision::Approx(1.0),
+            ..Setting::default()
+        },
+    );
+    assert!(
+        close(graph.t2i, s.t2i) && close(graph.i2t, s.i2t),
+        "{graph:?}"
+    );
+    assert_eq!((graph.search, s.search), ("hnsw", "exact"));
+    assert_eq!(graph.label(), "hnsw");
 }
 
 /// Image → image and text → text recall (`--single-modal`). Images sharing a caption wording
@@ -214,7 +272,16 @@ fn single_modal_recall_by_hand() {
     }
     assert_eq!(e.image_concepts(&e.wordings()), [0, 0, 1, 1, 2]);
     let tmp = tempfile::tempdir().unwrap();
-    let r = evaluate(&e, None, 100.0, true, None, &tmp.path().join("c"), &mut ()).unwrap();
+    let r = evaluate(
+        &e,
+        Setting::default(),
+        100.0,
+        true,
+        None,
+        &tmp.path().join("c"),
+        &mut (),
+    )
+    .unwrap();
     // I2I (the query itself dropped): a0 → a1 7200, b1 5400: 1st. a1 → a0 7200: 1st.
     // b0 → b1 4500: 1st. b1 → a0 5400, a1 4800, b0 4500: 3rd.   R@1 3/4, R@5 = R@10 = 1.
     assert_eq!(r.i2i_queries, Some(4));

@@ -440,3 +440,123 @@ fn bad_inputs_are_clear_errors_or_counted() {
     assert_eq!(report["captions"], 6);
     assert_eq!(report["t2i_queries"], 6);
 }
+
+/// `--webdataset` reads a corpus as `lexlip index` does (pictures composed from the test
+/// corpus's images by `lexlip bench compose`); `--approx` and `--term-cut` add settings on the
+/// full vectors after the exact one, whose hits are scored exactly, so they can only lose
+/// recall; `--hnsw` adds the dense graph after the dense scan (on five vectors it finds what
+/// the scan finds). Knobs of the other mode and factors that mean nothing are refused.
+#[test]
+fn approximate_settings_over_webdataset_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(&tmp.path().join("c"), 5, 1, None);
+    let sources = tmp.path().join("c/sources.jsonl");
+    let lines: Vec<String> = c
+        .captions
+        .iter()
+        .map(|(text, i)| {
+            let rel = c.images[*i].0.strip_prefix(tmp.path().join("c")).unwrap();
+            serde_json::json!({"image": rel, "label": text}).to_string()
+        })
+        .collect();
+    std::fs::write(&sources, lines.join("\n")).unwrap();
+    let shards = tmp.path().join("shards");
+    let out = lexlip(&[
+        "bench",
+        "compose",
+        "--sources",
+        sources.to_str().unwrap(),
+        "--images",
+        "6",
+        "--size",
+        "32",
+        "--out",
+        shards.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wds = |model: &[String], extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "eval".into(),
+            "--webdataset".into(),
+            shards.display().to_string(),
+        ];
+        args.extend(model.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let mut args = wds(
+        &lexlip_tiny_args(),
+        &["--approx", "1.5,1.2", "--term-cut", "0.2"],
+    );
+    args.push("--json".into());
+    let report = lexlip_json(&args);
+    assert_eq!(
+        (report["images"].clone(), report["captions"].clone()),
+        (6.into(), 6.into())
+    );
+    let settings = report["settings"].as_array().unwrap();
+    let how: Vec<(Value, Value, Value)> = settings
+        .iter()
+        .map(|s| {
+            (
+                s["search"].clone(),
+                s["approx"].clone(),
+                s["term_cut"].clone(),
+            )
+        })
+        .collect();
+    let f = |x: f64| Value::from(x as f32);
+    assert_eq!(
+        how,
+        [
+            ("exact".into(), Value::Null, Value::Null),
+            ("approx".into(), f(1.2), Value::Null),
+            ("approx".into(), f(1.5), Value::Null),
+            ("approx".into(), f(1.0), f(0.2)),
+        ]
+    );
+    for s in &settings[1..] {
+        for key in ["t2i.r@1", "t2i.r@10", "i2t.r@1", "i2t.r@10"] {
+            assert!(s[key].as_f64() <= settings[0][key].as_f64(), "{key}: {s}");
+        }
+    }
+
+    let clip = vec![
+        "--model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ];
+    let mut args = wds(&clip, &["--mode", "dense", "--hnsw"]);
+    args.push("--json".into());
+    let report = lexlip_json(&args);
+    let settings = report["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 2, "{report}");
+    assert_eq!(
+        (
+            settings[0]["search"].as_str(),
+            settings[1]["search"].as_str()
+        ),
+        (Some("exact"), Some("hnsw"))
+    );
+    for key in ["t2i.r@1", "t2i.r@10", "i2t.r@1", "i2t.r@10"] {
+        assert_eq!(settings[0][key], settings[1][key], "{key}");
+    }
+
+    fails(&wds(&lexlip_tiny_args(), &["--approx", "1"]), "above 1");
+    fails(&wds(&lexlip_tiny_args(), &["--term-cut", "1.5"]), "below 1");
+    fails(&wds(&lexlip_tiny_args(), &["--hnsw"]), "--mode dense");
+    fails(
+        &wds(&clip, &["--mode", "dense", "--approx", "1.2"]),
+        "--hnsw",
+    );
+    fails(
+        &wds(&lexlip_tiny_args(), &[])
+            .into_iter()
+            .map(|a| a.replace("shards", "nowhere"))
+            .collect::<Vec<_>>(),
+        "nowhere",
+    );
+}

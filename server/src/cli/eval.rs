@@ -13,7 +13,7 @@ use lexlip_proto::DEFAULT_SCALE;
 use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest", "webdataset"])))]
 #[command(mut_arg("model", |a| a.required(true)))]
 pub struct EvalArgs {
     /// Test corpus as a LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header).
@@ -25,6 +25,11 @@ pub struct EvalArgs {
     /// Test corpus as a JSONL manifest `{"id", "image", "text"}` (one caption per image line).
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// Test corpus as img2dataset WebDataset shards (each sample an image and its caption):
+    /// .tar files, directories of them, or quoted patterns ('shards/*.tar'), as `lexlip index`
+    /// takes them.
+    #[arg(long, num_args = 1..)]
+    pub webdataset: Vec<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
@@ -35,6 +40,20 @@ pub struct EvalArgs {
     /// vectors are always evaluated first. Sparse mode only.
     #[arg(long, value_delimiter = ',')]
     pub top_k: Vec<usize>,
+    /// Also search the full vectors approximately at each factor X > 1 (e.g. 1.2,1.5: blocks
+    /// whose bound is below X times the k-th score are skipped, as `lexlip search --approx`).
+    /// Sparse mode only.
+    #[arg(long, value_delimiter = ',')]
+    pub approx: Vec<f32>,
+    /// Also search the full vectors with each term cut (e.g. 0.1: the query's lightest terms,
+    /// up to that share of its largest possible score, are left out of the block bounds, as
+    /// `lexlip search --term-cut`). Sparse mode only.
+    #[arg(long, value_delimiter = ',')]
+    pub term_cut: Vec<f32>,
+    /// Also search the dense index through its HNSW graph (built for the evaluation; its
+    /// build time is the setting's index time), after the exact scan. Dense mode only.
+    #[arg(long)]
+    pub hnsw: bool,
     /// Quantization scale of the collections: impact = floor(scale · weight).
     #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
@@ -84,7 +103,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             images_root: args.images_root.clone(),
         },
         (None, Some(path)) => Input::Manifest(path.clone()),
-        (None, None) => anyhow::bail!("give the test corpus: --tsv or --manifest"),
+        (None, None) if !args.webdataset.is_empty() => {
+            lexlip_pipeline::sources::webdataset::shards(&args.webdataset)?;
+            Input::WebDataset(args.webdataset.clone())
+        }
+        (None, None) => anyhow::bail!("give the test corpus: --tsv, --manifest or --webdataset"),
     };
     let options = EvalOptions {
         mode: match args.mode {
@@ -92,6 +115,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             ModeArg::Dense => eval::Mode::Dense,
         },
         top_ks: args.top_k.clone(),
+        approx: args.approx.clone(),
+        term_cuts: args.term_cut.clone(),
+        hnsw: args.hnsw,
         scale: args.scale,
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
