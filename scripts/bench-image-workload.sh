@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The image workload of LexLIP's Table 2 on lexlip's own models (issue 38): N pictures composed
+# from the emoji + clip-art sources (`lexlip bench compose`, WebDataset shards, deterministic
+# from the seed), then for every model under models/ (and a dense baseline when one is given):
+#
+#   - batch indexing, end to end: `lexlip index --webdataset` (decode, encode, index), its
+#     images/s, peak RSS and wall time (the time to a searchable collection);
+#   - text→image over the N pictures and image→text over their N captions (`lexlip eval
+#     --webdataset`): R@1/10 and single-thread QPS for the sparse exact search, approximate
+#     settings (factor, term cut) and top-K 64/32/16/8 collections; the dense model's exact scan
+#     and HNSW graph on the same items;
+#   - bytes per item: the vectors of an image-only collection (sparse: postings, term dictionary,
+#     forward file; dense: the f32 vectors).
+#
+#   scripts/bench-image-workload.sh [--images N] [--json FILE] [--dense-model DIR] [--gpu]
+#                                   [--seed S] [--size PX] [--work DIR] [--models DIR...]
+#
+# Defaults: --images 1000000, --seed 0, --size 224, --work target/image-workload, every model
+# directory under models/. JSON keys: images, and per model: index.images_per_s,
+# index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
+# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10},
+# bytes_per_item.{sparse,dense}. A dense entry is null without --dense-model (no dense emoji model
+# ships; `lexlip train --objective dense` makes one).
+#
+# The dense baseline is measured through `lexlip eval` alone (its collection build and graph
+# build times as dense_index; `lexlip index` builds sparse collections). Not measured here:
+# server RSS while serving and the dense path's time to answer after a
+# restart (docs/benchmarks.md, issue 38's first part, measured them with `lexlip serve`).
+# --images 20000 takes about 15 minutes on a 2-core CPU with models/emoji-tiny.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lexlip="${LEXLIP:-$root/target/release/lexlip}"
+images=1000000 seed=0 size=224 json="" dense="" gpu=() work="$root/target/image-workload"
+models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --images) images="$2"; shift 2 ;;
+    --json) json="$2"; shift 2 ;;
+    --dense-model) dense="$2"; shift 2 ;;
+    --gpu) gpu=(--gpu); shift ;;
+    --seed) seed="$2"; shift 2 ;;
+    --size) size="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --models) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do models+=("$1"); shift; done ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$lexlip" ] || { echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2; exit 1; }
+[ -x /usr/bin/time ] || { echo "error: /usr/bin/time is needed for peak memory (Debian: apt-get install time)" >&2; exit 1; }
+[ "$images" -ge 1 ] 2>/dev/null || { echo "error: --images must be a positive number, got $images" >&2; exit 2; }
+if [ "${#models[@]}" -eq 0 ]; then
+  for m in "$root"/models/*/; do [ -f "$m/lexlip.json" ] && models+=("${m%/}"); done
+fi
+[ -z "$dense" ] || [ -d "$dense" ] || { echo "error: --dense-model $dense is no directory" >&2; exit 2; }
+corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
+[ -f "$corpus/images.jsonl" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+
+mkdir -p "$work"
+shards="$work/shards-$images-$seed-$size"
+if [ ! -f "$shards/.done" ]; then
+  rm -rf "$shards"
+  "$lexlip" bench compose --sources "$corpus/images.jsonl" --images "$images" --seed "$seed" \
+    --size "$size" --out "$shards"
+  touch "$shards/.done"
+fi
+
+results="$work/results-$images-$seed-$size"
+mkdir -p "$results"
+run_model() { # name model-dir mode
+  local name="$1" model="$2" mode="$3" out="$results/$1"
+  mkdir -p "$out"
+  # `lexlip index` builds sparse collections (a dense-only model has no term space): the dense
+  # baseline's index cost is its eval collection's (index_seconds, vectors and graphs).
+  if [ "$mode" = sparse ]; then
+    echo "== $name: index" >&2
+    rm -rf "$out/collection"
+    /usr/bin/time -f '%e %M' -o "$out/index.time" "$lexlip" index --collection "$out/collection" \
+      --webdataset "$shards" --model "$model" "${gpu[@]}" > "$out/index.log" 2>&1 ||
+      { echo "error: lexlip index failed, see $out/index.log" >&2; exit 1; }
+    rm -rf "$out/collection"
+  fi
+  echo "== $name: eval" >&2
+  local eval_args=(eval --webdataset "$shards" --model "$model" --json --work-dir "$work")
+  if [ "$mode" = dense ]; then
+    eval_args+=(--mode dense --hnsw)
+  else
+    eval_args+=(--approx 1.2 --term-cut 0.1 --top-k 64,32,16,8)
+  fi
+  "$lexlip" "${eval_args[@]}" "${gpu[@]}" > "$out/eval.json"
+}
+
+for m in "${models[@]}"; do run_model "$(basename "$m")" "$m" sparse; done
+[ -z "$dense" ] || run_model "dense-baseline" "$dense" dense
+
+python3 - "$results" "$images" "$json" "${models[@]}" <<'EOF'
+import json, os, sys
+results, images, out, models = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+
+def load(name):
+    d = os.path.join(results, name)
+    if not os.path.isdir(d):
+        return None, None
+    timed = os.path.join(d, "index.time")
+    index = None
+    if os.path.isfile(timed):
+        seconds, rss_kb = open(timed).read().split()[-2:]
+        index = (float(seconds), int(rss_kb))
+    return index, json.load(open(os.path.join(d, "eval.json")))
+
+def same(a, b):
+    # Factors come back as f32 (1.2 reads 1.2000000476837158).
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) < 1e-6
+    return a == b
+
+def pick(settings, **want):
+    for s in settings:
+        if all(same(s.get(k), v) for k, v in want.items()):
+            return s
+    return None
+
+def figures(s, d):
+    return None if s is None else {"qps": s[f"{d}.qps"], "r@1": s[f"{d}.r@1"], "r@10": s[f"{d}.r@10"]}
+
+_, dense = load("dense-baseline")
+dense_settings = dense["settings"] if dense else []
+report = {"images": images, "models": {}}
+for m in models:
+    name = os.path.basename(m.rstrip("/"))
+    index, ev = load(name)
+    seconds, rss_kb = index
+    ss = ev["settings"]
+    rows = {
+        "sparse_exact": pick(ss, search="exact", top_k=None),
+        "sparse_approx": pick(ss, search="approx", approx=1.2),
+        "sparse_cut": pick(ss, search="approx", term_cut=0.1),
+        "dense_exact": pick(dense_settings, search="exact"),
+        "dense_hnsw": pick(dense_settings, search="hnsw"),
+    }
+    for k in (64, 32, 16, 8):
+        rows[f"sparse_top{k}"] = pick(ss, search="exact", top_k=k)
+    entry = {
+        "index.images_per_s": images / seconds,
+        "index.peak_rss_mb": rss_kb / 1024,
+        "index.seconds": seconds,
+        "bytes_per_item.sparse": rows["sparse_exact"]["vector_bytes_per_image"],
+        "bytes_per_item.dense": rows["dense_exact"]["vector_bytes_per_image"] if rows["dense_exact"] else None,
+    }
+    for d in ("t2i", "i2t"):
+        for k, s in rows.items():
+            entry[f"{d}.{k}"] = figures(s, d)
+    report["models"][name] = entry
+if dense:
+    exact = pick(dense_settings, search="exact")
+    hnsw = pick(dense_settings, search="hnsw")
+    report["dense_index"] = {
+        "vectors_seconds": exact["index_seconds"],
+        "hnsw_seconds": hnsw["index_seconds"] if hnsw else None,
+        "encode_seconds": dense["encode_seconds"],
+    }
+text = json.dumps(report, indent=1)
+if out:
+    open(out, "w").write(text + "\n")
+print(text)
+EOF
