@@ -14,11 +14,13 @@
 #
 #   scripts/bench-image-workload.sh [--images N] [--json FILE] [--dense-model DIR] [--gpu]
 #                                   [--seed S] [--size PX] [--work DIR] [--models DIR...]
+#                                   [--max-queries Q]
 #
 # Defaults: --images 1000000, --seed 0, --size 224, --work target/image-workload, every model
-# directory under models/. JSON keys: images, and per model: index.images_per_s,
+# directory under models/, --max-queries 2000 (queries per direction, spread evenly over the N
+# pictures and N captions; every item stays in the collections). JSON keys: images, and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
-# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10},
+# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries},
 # bytes_per_item.{sparse,dense}. A dense entry is null without --dense-model (no dense emoji model
 # ships; `lexlip train --objective dense` makes one).
 #
@@ -31,6 +33,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
 images=1000000 seed=0 size=224 json="" dense="" gpu=() work="$root/target/image-workload"
+max_queries=2000
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     --seed) seed="$2"; shift 2 ;;
     --size) size="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
+    --max-queries) max_queries="$2"; shift 2 ;;
     --models) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do models+=("$1"); shift; done ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -69,6 +73,7 @@ results="$work/results-$images-$seed-$size"
 mkdir -p "$results"
 run_model() { # name model-dir mode
   local name="$1" model="$2" mode="$3" out="$results/$1"
+  rm -rf "$out"
   mkdir -p "$out"
   # `lexlip index` builds sparse collections (a dense-only model has no term space): the dense
   # baseline's index cost is its eval collection's (index_seconds, vectors and graphs).
@@ -81,7 +86,8 @@ run_model() { # name model-dir mode
     rm -rf "$out/collection"
   fi
   echo "== $name: eval" >&2
-  local eval_args=(eval --webdataset "$shards" --model "$model" --json --work-dir "$work")
+  local eval_args=(eval --webdataset "$shards" --model "$model" --json --work-dir "$work"
+    --max-queries "$max_queries")
   if [ "$mode" = dense ]; then
     eval_args+=(--mode dense --hnsw)
   else
@@ -93,9 +99,9 @@ run_model() { # name model-dir mode
 for m in "${models[@]}"; do run_model "$(basename "$m")" "$m" sparse; done
 [ -z "$dense" ] || run_model "dense-baseline" "$dense" dense
 
-python3 - "$results" "$images" "$json" "${models[@]}" <<'EOF'
+python3 - "$results" "$images" "$json" "$dense" "${models[@]}" <<'EOF'
 import json, os, sys
-results, images, out, models = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+results, images, out, dense_model, models = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 
 def load(name):
     d = os.path.join(results, name)
@@ -121,9 +127,12 @@ def pick(settings, **want):
     return None
 
 def figures(s, d):
-    return None if s is None else {"qps": s[f"{d}.qps"], "r@1": s[f"{d}.r@1"], "r@10": s[f"{d}.r@10"]}
+    if s is None:
+        return None
+    return {"qps": s[f"{d}.qps"], "r@1": s[f"{d}.r@1"], "r@10": s[f"{d}.r@10"], "queries": s[f"{d}.queries"]}
 
-_, dense = load("dense-baseline")
+# Only this run's dense baseline (an earlier run's results may lie beside).
+_, dense = load("dense-baseline") if dense_model else (None, None)
 dense_settings = dense["settings"] if dense else []
 report = {"images": images, "models": {}}
 for m in models:

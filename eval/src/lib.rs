@@ -74,6 +74,10 @@ pub struct EvalOptions {
     pub term_cuts: Vec<f32>,
     /// Also search the dense index through its HNSW graph (dense mode only).
     pub hnsw: bool,
+    /// At most this many queries per direction, spread evenly over the corpus (None: all):
+    /// every item stays a document, so a large corpus is searched at its size with fewer
+    /// queries.
+    pub max_queries: Option<usize>,
     /// Quantization scale of the collections: impact = floor(scale · w).
     pub scale: f32,
     /// Items per encoder batch.
@@ -101,6 +105,7 @@ impl Default for EvalOptions {
             approx: Vec::new(),
             term_cuts: Vec::new(),
             hnsw: false,
+            max_queries: None,
             scale: DEFAULT_SCALE,
             batch_size: 32,
             work_dir: None,
@@ -132,6 +137,9 @@ impl EvalOptions {
         }
         if self.top_ks.contains(&0) {
             return refuse("a top-K must be at least 1");
+        }
+        if self.max_queries == Some(0) {
+            return refuse("--max-queries must be at least 1");
         }
         if let Some(x) = self.approx.iter().find(|x| !(x.is_finite() && **x > 1.0)) {
             return Err(PipelineError::Input(format!(
@@ -172,6 +180,9 @@ impl EvalOptions {
                 ..Setting::default()
             });
         }
+        for s in &mut out {
+            s.max_queries = self.max_queries;
+        }
         Ok(out)
     }
 }
@@ -187,6 +198,8 @@ pub struct Setting {
     /// Sparse: the share of the query's largest possible score left out of the block bounds
     /// (with `Approx(1.0)`: the cut alone).
     pub term_cut: f32,
+    /// At most this many queries per direction ([`EvalOptions::max_queries`]).
+    pub max_queries: Option<usize>,
 }
 
 impl Setting {

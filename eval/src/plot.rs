@@ -308,6 +308,8 @@ mod tests {
             search: "exact",
             approx: None,
             term_cut: None,
+            t2i_queries: 1,
+            i2t_queries: 1,
             t2i: [r10 / 2.0, r10 * 0.8, r10],
             i2t: [r10 / 3.0, r10 * 0.9, r10],
             i2i: None,

@@ -20,6 +20,11 @@ pub struct SettingReport {
     pub approx: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub term_cut: Option<f32>,
+    /// Queries searched per direction (fewer than the corpus's with `--max-queries`).
+    #[serde(rename = "t2i.queries")]
+    pub t2i_queries: usize,
+    #[serde(rename = "i2t.queries")]
+    pub i2t_queries: usize,
     /// Text → image R@1, R@5, R@10.
     #[serde(skip)]
     pub t2i: [f64; 3],

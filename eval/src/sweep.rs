@@ -34,7 +34,8 @@ pub fn evaluate(
     let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
     let top_k = setting.top_k;
     let label = setting.label(encoded.mode);
-    let mut queries = encoded.t2i_queries() + encoded.i2t_queries();
+    let most = |n: usize| setting.max_queries.map_or(n, |m| n.min(m));
+    let mut queries = most(encoded.t2i_queries()) + most(encoded.i2t_queries());
     if single_modal {
         // At most one image → image query per image and one text → text query per caption.
         queries += encoded.images.len() + encoded.t2i_queries();
@@ -92,12 +93,15 @@ pub fn evaluate(
     };
     // Text → image: every caption of an encoded image, against the images.
     let image_ids = positions(&encoded.images);
-    let t2i: Vec<(usize, usize)> = encoded
-        .text_image
-        .iter()
-        .enumerate()
-        .filter_map(|(t, i)| i.map(|i| (t, i)))
-        .collect();
+    let t2i: Vec<(usize, usize)> = spread(
+        encoded
+            .text_image
+            .iter()
+            .enumerate()
+            .filter_map(|(t, i)| i.map(|i| (t, i)))
+            .collect(),
+        setting.max_queries,
+    );
     let (t2i_rankings, t2i_seconds) = searcher.run(
         t2i.iter().map(|(t, _)| &encoded.texts[*t]),
         Modality::Image,
@@ -114,9 +118,12 @@ pub fn evaluate(
     // Image → text: every image with captions, against the texts; any caption answers.
     let text_ids = positions(&encoded.texts);
     let captions = encoded.captions_of_images();
-    let i2t: Vec<usize> = (0..encoded.images.len())
-        .filter(|i| !captions[*i].is_empty())
-        .collect();
+    let i2t: Vec<usize> = spread(
+        (0..encoded.images.len())
+            .filter(|i| !captions[*i].is_empty())
+            .collect(),
+        setting.max_queries,
+    );
     let (i2t_rankings, i2t_seconds) = searcher.run(
         i2t.iter().map(|i| &encoded.images[*i]),
         Modality::Text,
@@ -178,6 +185,8 @@ pub fn evaluate(
     Ok(SettingReport {
         top_k,
         search: setting.search(encoded.mode),
+        t2i_queries: t2i.len(),
+        i2t_queries: i2t.len(),
         approx: setting.factor(encoded.mode),
         term_cut: (setting.term_cut > 0.0).then_some(setting.term_cut),
         t2i: t2i_recall,
@@ -199,6 +208,14 @@ pub fn evaluate(
         index_seconds,
         rerank: reranked,
     })
+}
+
+/// At most `max` of `all`, spread evenly (item `i · len / max` for `i < max`), in order.
+fn spread<T: Copy>(all: Vec<T>, max: Option<usize>) -> Vec<T> {
+    match max {
+        Some(m) if m < all.len() => (0..m).map(|i| all[i * all.len() / m]).collect(),
+        _ => all,
+    }
 }
 
 /// A collection of the images alone with `settings` (what an image index costs, without the

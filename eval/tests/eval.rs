@@ -172,6 +172,22 @@ fn sparse_recall_nnz_and_the_top_k_cut_by_hand() {
     }
     assert_eq!((approx.search, approx.approx), ("approx", Some(1.5)));
     assert_eq!(approx.label(), "full ×1.5");
+    // Two queries per direction, spread evenly: t2i t0 and t2 (both 1st), i2t img0 and img1
+    // (both 1st); every document stays.
+    let two = run_setting(
+        &e,
+        Setting {
+            max_queries: Some(2),
+            ..Setting::default()
+        },
+    );
+    assert_eq!((two.t2i_queries, two.i2t_queries), (2, 2));
+    assert_eq!((full.t2i_queries, full.i2t_queries), (5, 3));
+    assert!(
+        close(two.t2i, [1.0, 1.0, 1.0]) && close(two.i2t, [1.0, 1.0, 1.0]),
+        "{two:?}"
+    );
+    assert_eq!(two.nnz_per_item, full.nnz_per_item);
     assert_eq!(
         (full.search, full.approx, full.label().as_str()),
         ("exact", None, "full")

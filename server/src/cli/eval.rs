@@ -54,6 +54,10 @@ pub struct EvalArgs {
     /// build time is the setting's index time), after the exact scan. Dense mode only.
     #[arg(long)]
     pub hnsw: bool,
+    /// Search at most N queries per direction, spread evenly over the corpus (every item stays
+    /// in the collections): recall and QPS of a large corpus in less time.
+    #[arg(long)]
+    pub max_queries: Option<usize>,
     /// Quantization scale of the collections: impact = floor(scale · weight).
     #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
@@ -118,6 +122,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         approx: args.approx.clone(),
         term_cuts: args.term_cut.clone(),
         hnsw: args.hnsw,
+        max_queries: args.max_queries,
         scale: args.scale,
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
