@@ -34,8 +34,26 @@ pub fn evaluate(
     let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
     let top_k = setting.top_k;
     let label = setting.label(encoded.mode);
-    let most = |n: usize| setting.max_queries.map_or(n, |m| n.min(m));
-    let mut queries = most(encoded.t2i_queries()) + most(encoded.i2t_queries());
+    // Text → image: every caption of an encoded image, against the images; image → text: every
+    // image with captions, against the texts (any caption answers). At most
+    // `setting.max_queries` of each.
+    let t2i: Vec<(usize, usize)> = spread(
+        encoded
+            .text_image
+            .iter()
+            .enumerate()
+            .filter_map(|(t, i)| i.map(|i| (t, i)))
+            .collect(),
+        setting.max_queries,
+    );
+    let captions = encoded.captions_of_images();
+    let i2t: Vec<usize> = spread(
+        (0..encoded.images.len())
+            .filter(|i| !captions[*i].is_empty())
+            .collect(),
+        setting.max_queries,
+    );
+    let mut queries = t2i.len() + i2t.len();
     if single_modal {
         // At most one image → image query per image and one text → text query per caption.
         queries += encoded.images.len() + encoded.t2i_queries();
@@ -91,17 +109,7 @@ pub fn evaluate(
         done: 0,
         total: queries as u64,
     };
-    // Text → image: every caption of an encoded image, against the images.
     let image_ids = positions(&encoded.images);
-    let t2i: Vec<(usize, usize)> = spread(
-        encoded
-            .text_image
-            .iter()
-            .enumerate()
-            .filter_map(|(t, i)| i.map(|i| (t, i)))
-            .collect(),
-        setting.max_queries,
-    );
     let (t2i_rankings, t2i_seconds) = searcher.run(
         t2i.iter().map(|(t, _)| &encoded.texts[*t]),
         Modality::Image,
@@ -115,15 +123,7 @@ pub fn evaluate(
             .zip(&t2i_relevant)
             .map(|(r, rel)| (first(r), rel.as_slice())),
     );
-    // Image → text: every image with captions, against the texts; any caption answers.
     let text_ids = positions(&encoded.texts);
-    let captions = encoded.captions_of_images();
-    let i2t: Vec<usize> = spread(
-        (0..encoded.images.len())
-            .filter(|i| !captions[*i].is_empty())
-            .collect(),
-        setting.max_queries,
-    );
     let (i2t_rankings, i2t_seconds) = searcher.run(
         i2t.iter().map(|i| &encoded.images[*i]),
         Modality::Text,

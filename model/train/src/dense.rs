@@ -29,7 +29,7 @@ use crate::losses;
 use crate::model::{
     Batch, IMAGE, MOMENTUM_IMAGE, MOMENTUM_TEXT, Objectives, Queue, StepLosses, TEXT, Views, ema,
 };
-use crate::nn::{Dropout, Linear};
+use crate::nn::{self, Dropout, Linear};
 use crate::optim::Param;
 use crate::options::{DenseLoss, DenseToken};
 use crate::params::{ParamBuilder, Source, snapshot, sorted_vars};
@@ -251,12 +251,12 @@ impl DenseModel {
 
     /// The text embeddings of text tower states.
     fn project_texts(&self, hidden: &Tensor) -> Result<Tensor> {
-        losses::l2_normalize(&self.text_projection.forward(&cls(hidden)?)?)
+        nn::l2_normalize(&self.text_projection.forward(&cls(hidden)?)?)
     }
 
     /// The image embeddings of image tower states.
     fn project_images(&self, hidden: &Tensor) -> Result<Tensor> {
-        losses::l2_normalize(&self.visual_projection.forward(&cls(hidden)?)?)
+        nn::l2_normalize(&self.visual_projection.forward(&cls(hidden)?)?)
     }
 
     /// One step's loss: symmetric InfoNCE (or ConLIP's DCL, `objectives.dense_loss`) of the batch's

@@ -20,7 +20,7 @@
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
-use crate::nn::log_softmax;
+use crate::nn::{l2_normalize, log_softmax};
 use crate::text::TextTokenizer;
 
 /// `(batch, vocab)` weights cut to the `k` largest per row; see
@@ -128,8 +128,7 @@ pub fn grounding_targets(ids: &Tensor, mask: &Tensor, idf: &Tensor) -> Result<(T
         1,
     )?;
     let has = bag.sum(1)?.gt(0.0)?.to_dtype(dtype)?;
-    let norm = bag.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
-    Ok((bag.broadcast_div(&norm)?, has))
+    Ok((l2_normalize(&bag)?, has))
 }
 
 /// Caption-word grounding, STAIR's first stage: the image lexicons `p` `(batch, vocab)` against

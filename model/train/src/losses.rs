@@ -272,13 +272,6 @@ pub fn momentum_contrast(
     )
 }
 
-/// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
-/// PyTorch's `F.normalize`).
-pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
-    let norm = x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.maximum(1e-12)?;
-    Ok(x.broadcast_div(&norm)?)
-}
-
 /// Momentum lexicon-contrastive loss (eq. 21-23): each image against the momentum encoding of
 /// its text (positive) and the queue of earlier momentum text encodings (negatives), and
 /// symmetrically; empty queues leave only the positive.

@@ -119,6 +119,13 @@ impl Dropout {
     }
 }
 
+/// Rows scaled to unit L2 norm (differentiable; norms below `1e-12` count as `1e-12`, as
+/// PyTorch's `F.normalize`).
+pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.maximum(1e-12)?;
+    Ok(x.broadcast_div(&norm)?)
+}
+
 /// Rows `rows` (flattened `b · n + i`, u32) of `(batch, n, dim)` states, as `(rows, dim)`: the
 /// masked positions a reconstruction loss reads.
 pub fn gather_rows(states: &Tensor, rows: &Tensor) -> Result<Tensor> {

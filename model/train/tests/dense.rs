@@ -7,7 +7,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use lexlip_model::Encoders;
 use lexlip_train::dense::DenseModel;
-use lexlip_train::nn::Dropout;
+use lexlip_train::nn::{self, Dropout};
 use lexlip_train::text::TextTokenizer;
 use lexlip_train::{Objective, SaveDtype, TrainOptions, losses};
 
@@ -65,7 +65,7 @@ fn info_nce_is_the_hand_computation() {
 
     // Normalisation: rows of unit length, direction kept; a zero row stays finite.
     let x = Tensor::new(&[[3.0f64, 4.0], [0.0, 0.0]], &dev).unwrap();
-    let n = losses::l2_normalize(&x).unwrap().to_vec2::<f64>().unwrap();
+    let n = nn::l2_normalize(&x).unwrap().to_vec2::<f64>().unwrap();
     assert_eq!(n, vec![vec![0.6, 0.8], vec![0.0, 0.0]]);
 }
 

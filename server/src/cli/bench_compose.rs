@@ -10,8 +10,7 @@ use lexlip_eval::compose::{ComposeOptions, read_sources, write_shards};
 #[derive(clap::Args, Debug)]
 pub struct BenchComposeArgs {
     /// Source pictures: JSONL with `image` (relative to the file) and `label` (or `captions`) per
-    /// line, such as
-    /// the `images.jsonl` of `scripts/build-emoji-corpus.sh`.
+    /// line, such as the `images.jsonl` of `scripts/build-emoji-corpus.sh`.
     #[arg(long)]
     pub sources: PathBuf,
     /// Only the sources whose `split` is this (e.g. `train`); default: all.

@@ -107,10 +107,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             images_root: args.images_root.clone(),
         },
         (None, Some(path)) => Input::Manifest(path.clone()),
-        (None, None) if !args.webdataset.is_empty() => {
-            lexlip_pipeline::sources::webdataset::shards(&args.webdataset)?;
-            Input::WebDataset(args.webdataset.clone())
-        }
+        // A missing shard is refused below, where the input is opened before the model loads.
+        (None, None) if !args.webdataset.is_empty() => Input::WebDataset(args.webdataset.clone()),
         (None, None) => anyhow::bail!("give the test corpus: --tsv, --manifest or --webdataset"),
     };
     let options = EvalOptions {

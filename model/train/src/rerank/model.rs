@@ -9,7 +9,8 @@ use lexlip_model::PreprocessedImage;
 use lexlip_model::rerank::{Fusion, FusionConfig, Towers};
 
 use crate::error::{Result, TrainError};
-use crate::losses::{cross_entropy, info_nce, l1, l2_normalize};
+use crate::losses::{cross_entropy, info_nce, l1};
+use crate::nn::l2_normalize;
 use crate::nn::{Act, Differentiable, LayerNorm, Linear, gather_rows};
 use crate::optim::Param;
 use crate::params::{Init, ParamBuilder, Source, snapshot, sorted_vars};
