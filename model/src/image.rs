@@ -3,6 +3,7 @@
 
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device, Tensor};
@@ -15,7 +16,9 @@ use serde_json::Value;
 
 use crate::beit::{self, Beit};
 use crate::config::{read_json, with_defaults};
+use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
+use crate::heads::{LexiconHead, rows_tensor};
 use crate::pooling::{splade_pool, to_sparse, top_k};
 use crate::text::dir_name;
 use crate::vocab::Vocabulary;
@@ -400,10 +403,7 @@ impl Default for HeadConfig {
 
 /// BEiT + MLM head → sparse lexicon vectors.
 pub struct ImageEncoder {
-    beit: Beit,
-    head: BertOnlyMLMHead,
-    /// COOKIE's weight-sharing layers between the tower and its head, when trained with them.
-    shared: Option<SharedLayers>,
+    tower: Tower,
     vocab: Vocabulary,
     processor: ImageProcessor,
     device: Device,
@@ -412,13 +412,32 @@ pub struct ImageEncoder {
     top_k: Option<usize>,
 }
 
+/// What turns pixels into lexicon weights.
+// One per encoder: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Tower {
+    /// BEiT's MLM logits of every patch, max-pooled (LexLIP).
+    Mlm {
+        beit: Beit,
+        head: BertOnlyMLMHead,
+        /// COOKIE's weight-sharing layers between the tower and its head, when trained with
+        /// them.
+        shared: Option<SharedLayers>,
+    },
+    /// A frozen dense model's image embedding through a lexicon head ([`crate::heads`]).
+    Heads {
+        backbone: Arc<dyn DenseEncoder>,
+        head: LexiconHead,
+    },
+}
+
 impl std::fmt::Debug for ImageEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ImageEncoder")
             .field("term_space", self.vocab.term_space())
-            .field("image_size", &self.beit.input_size())
+            .field("image_size", &self.image_size())
             .field("top_k", &self.top_k)
-            .field("dtype", &self.beit.dtype())
+            .field("dtype", &self.dtype())
             .field("device", &self.device)
             .finish()
     }
@@ -457,7 +476,9 @@ impl ImageEncoder {
         let vocab = Vocabulary::from_tokenizer_json(dir_name(dir), &dir.join("tokenizer.json"))?;
         let processor = ImageProcessor::beit(config.image_size).with_preprocessor_config(dir)?;
         let mut enc = Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)?;
-        enc.shared = shared;
+        if let Tower::Mlm { shared: s, .. } = &mut enc.tower {
+            *s = shared;
+        }
         Ok(enc)
     }
 
@@ -488,9 +509,11 @@ impl ImageEncoder {
         let head =
             BertOnlyMLMHead::load(vb.pp("cls"), &head_config).map_err(|e| weights.load_error(e))?;
         Ok(Self {
-            beit,
-            head,
-            shared: None,
+            tower: Tower::Mlm {
+                beit,
+                head,
+                shared: None,
+            },
             vocab,
             processor,
             device: device.clone(),
@@ -501,13 +524,54 @@ impl ImageEncoder {
     /// Runs at `size × size` pixels (e.g. 384 for LexLIP's fine-tuned models; the relative position
     /// bias is interpolated as LexLIP does).
     pub fn with_image_size(mut self, size: usize) -> Result<Self> {
-        self.beit.set_input_size(size)?;
+        match &mut self.tower {
+            Tower::Mlm { beit, .. } => beit.set_input_size(size)?,
+            Tower::Heads { .. } if size == self.processor.size => {}
+            Tower::Heads { .. } => {
+                return Err(ModelError::Invalid(format!(
+                    "lexicon heads read their dense model's {0}×{0} images; another size ({size}) \
+                     needs another dense model",
+                    self.processor.size
+                )));
+            }
+        }
         self.processor.size = size;
         Ok(self)
     }
 
     pub fn image_size(&self) -> usize {
-        self.beit.input_size()
+        match &self.tower {
+            Tower::Mlm { beit, .. } => beit.input_size(),
+            Tower::Heads { .. } => self.processor.size,
+        }
+    }
+
+    /// An image encoder whose lexicons are `head` over `backbone`'s image embeddings, in the
+    /// term space of `vocab`.
+    pub fn from_heads(
+        backbone: Arc<dyn DenseEncoder>,
+        head: LexiconHead,
+        vocab: Vocabulary,
+    ) -> Result<Self> {
+        if vocab.len() != head.vocab_size() || head.dim() != backbone.dim() {
+            return Err(ModelError::Invalid(format!(
+                "the image head maps {} dims to {} terms, but the dense model gives {} dims and \
+                 the vocabulary has {} terms",
+                head.dim(),
+                head.vocab_size(),
+                backbone.dim(),
+                vocab.len()
+            )));
+        }
+        let processor = backbone.image_processor().clone();
+        let device = backbone.device().clone();
+        Ok(Self {
+            top_k: head.top_k(),
+            tower: Tower::Heads { backbone, head },
+            vocab,
+            processor,
+            device,
+        })
     }
 
     /// Keeps the `k` largest weights of every lexicon (the K the model was trained with).
@@ -521,14 +585,21 @@ impl ImageEncoder {
         self.top_k
     }
 
-    /// Side of the square patches the tower cuts images into.
+    /// Side of the square patches the tower cuts images into (0 for lexicon heads over a
+    /// dense model, which read no patches).
     pub fn patch_size(&self) -> usize {
-        self.beit.config().patch_size
+        match &self.tower {
+            Tower::Mlm { beit, .. } => beit.config().patch_size,
+            Tower::Heads { .. } => 0,
+        }
     }
 
-    /// Width of the tower's hidden states.
+    /// Width of the hidden states the head reads (for lexicon heads, the dense embedding's).
     pub fn hidden_size(&self) -> usize {
-        self.beit.config().hidden_size
+        match &self.tower {
+            Tower::Mlm { beit, .. } => beit.config().hidden_size,
+            Tower::Heads { head, .. } => head.dim(),
+        }
     }
 
     pub fn term_space(&self) -> &TermSpace {
@@ -548,7 +619,10 @@ impl ImageEncoder {
     }
 
     pub fn dtype(&self) -> DType {
-        self.beit.dtype()
+        match &self.tower {
+            Tower::Mlm { beit, .. } => beit.dtype(),
+            Tower::Heads { .. } => DType::F32,
+        }
     }
 
     /// See [`ImageProcessor::preprocess`]; cheap to call from worker threads.
@@ -563,9 +637,14 @@ impl ImageEncoder {
     /// Hidden states `(batch, 1 + patches, hidden)` the head reads: after the final layer norm
     /// and the shared layers, if any.
     pub fn hidden_states(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
-        let pixels = stack(images, self.beit.input_size(), &self.device)?;
-        let hidden = self.beit.forward(&pixels)?;
-        match &self.shared {
+        let Tower::Mlm { beit, shared, .. } = &self.tower else {
+            return Err(ModelError::Invalid(
+                "a lexicon head over a dense model has no per-patch states".into(),
+            ));
+        };
+        let pixels = stack(images, beit.input_size(), &self.device)?;
+        let hidden = beit.forward(&pixels)?;
+        match shared {
             Some(shared) => Ok(shared.forward(&hidden, None, &crate::nn::Inference)?),
             None => Ok(hidden),
         }
@@ -574,7 +653,12 @@ impl ImageEncoder {
     /// MLM logits `(batch, 1 + patches, vocab)` (f32), for tests and inspection.
     pub fn logits(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
         let hidden = self.hidden_states(images)?;
-        Ok(self.head.forward(&hidden)?.to_dtype(DType::F32)?)
+        match &self.tower {
+            Tower::Mlm { head, .. } => Ok(head.forward(&hidden)?.to_dtype(DType::F32)?),
+            Tower::Heads { .. } => Err(ModelError::Invalid(
+                "a lexicon head over a dense model has no per-patch logits".into(),
+            )),
+        }
     }
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
@@ -586,6 +670,14 @@ impl ImageEncoder {
                 &self.device,
             )?);
         }
+        let head = match &self.tower {
+            Tower::Heads { backbone, head } => {
+                // `encode_images` is the embedding the training cache holds.
+                let x = rows_tensor(&backbone.encode_images(images)?, &self.device)?;
+                return head.forward(&x);
+            }
+            Tower::Mlm { head, .. } => head,
+        };
         let hidden = self.hidden_states(images)?;
         let tokens = hidden.dim(1)?;
         let per_pass = (MAX_LOGITS_PER_PASS / (tokens * self.vocab.len()).max(1)).max(1);
@@ -593,7 +685,7 @@ impl ImageEncoder {
         let mut start = 0;
         while start < images.len() {
             let n = per_pass.min(images.len() - start);
-            let logits = self.head.forward(&hidden.narrow(0, start, n)?)?;
+            let logits = head.forward(&hidden.narrow(0, start, n)?)?;
             let pooled = splade_pool(&logits, None)?;
             parts.push(match self.top_k {
                 Some(k) => top_k(&pooled, k)?,

@@ -10,6 +10,8 @@
 //!                      preprocessor_config.json
 //! dense/               optional dense encoder for the fallback: a CLIP or SigLIP directory or a dual
 //!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
+//! heads/               instead of text/ and image/: lexicon heads over dense/'s embeddings
+//!                      (`lexlip train --objective heads`, [`crate::heads`])
 //! ```
 //!
 //! Trained with `--shared-layers`, both `text/` and `image/` also hold COOKIE's shared layers
@@ -19,6 +21,7 @@
 //! encoded by [`Encoders::dense`] only.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::{DType, Device};
 use candle_transformers::models::bert::Config as BertConfig;
@@ -32,9 +35,10 @@ use crate::config::{Architecture, architecture, read_json, with_defaults};
 use crate::dense::DenseEncoder;
 use crate::dual::DualEncoder;
 use crate::error::{ModelError, Result};
+use crate::heads::Heads;
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
 use crate::siglip::SiglipEncoder;
-use crate::text::{TextEncoder, bert_defaults};
+use crate::text::{TextEncoder, bert_defaults, dir_name};
 use crate::vocab::Vocabulary;
 use crate::weights::Weights;
 
@@ -150,7 +154,8 @@ pub struct Encoders {
     card: Option<String>,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
-    dense: Option<Dense>,
+    /// Shared with the sparse encoders of lexicon heads, which read its embeddings.
+    dense: Option<Arc<Dense>>,
 }
 
 /// The dense encoders a model can hold.
@@ -187,6 +192,40 @@ impl Dense {
             Dense::Siglip(s) => s.as_ref(),
             Dense::Dual(d) => d.as_ref(),
         }
+    }
+
+    /// A dual encoder reads texts up to its own `max_length` unless the caller gives one (a
+    /// LexLIP directory's `lexlip.json` speaks for its sparse encoders only); its image size
+    /// stays the one it was trained at.
+    fn with(self, explicit: &LoadOptions) -> Result<Self> {
+        Ok(match (self, explicit.max_length) {
+            (Dense::Dual(d), Some(n)) => Dense::Dual(Box::new((*d).with_max_length(n)?)),
+            (d, _) => d,
+        })
+    }
+}
+
+impl DenseEncoder for Dense {
+    fn dim(&self) -> usize {
+        self.as_dyn().dim()
+    }
+    fn encode_texts(&self, texts: &[&str]) -> Result<Vec<lexlip_proto::DenseVector>> {
+        self.as_dyn().encode_texts(texts)
+    }
+    fn image_processor(&self) -> &ImageProcessor {
+        self.as_dyn().image_processor()
+    }
+    fn image_features(&self, pixels: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        self.as_dyn().image_features(pixels)
+    }
+    fn device(&self) -> &Device {
+        self.as_dyn().device()
+    }
+    fn encode_images(
+        &self,
+        images: &[crate::PreprocessedImage],
+    ) -> Result<Vec<lexlip_proto::DenseVector>> {
+        self.as_dyn().encode_images(images)
     }
 }
 
@@ -259,10 +298,14 @@ impl Encoders {
                     let cfg = p.join("config.json");
                     let arch = architecture(&cfg, &read_json(&cfg)?)?;
                     let dtype = opts.dtype.unwrap_or_else(|| default_dtype(device));
-                    enc.dense = Some(Dense::load(&p, arch, device, dtype)?);
+                    enc.dense = Some(Arc::new(
+                        Dense::load(&p, arch, device, dtype)?.with(options)?,
+                    ));
+                }
+                if let Some(p) = load_sub("heads")? {
+                    enc.load_heads(&p, device)?;
                 }
                 enc.apply(&opts)?;
-                enc.apply_dense(options)?;
                 return Ok(enc);
             }
             ModelSource::Single(dir, arch) => match arch {
@@ -273,13 +316,48 @@ impl Encoders {
                 }
                 Architecture::Clip | Architecture::Siglip | Architecture::DualEncoder => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
-                    enc.dense = Some(Dense::load(&dir, arch, device, dtype)?)
+                    let dense = Dense::load(&dir, arch, device, dtype)?.with(options)?;
+                    enc.dense = Some(Arc::new(dense))
                 }
             },
         }
         enc.apply(options)?;
-        enc.apply_dense(options)?;
         Ok(enc)
+    }
+
+    /// Lexicon heads (`heads/`, [`crate::heads`]) over the directory's dense model: the text
+    /// and image encoders of the model.
+    fn load_heads(&mut self, dir: &Path, device: &Device) -> Result<()> {
+        let Some(dense) = self.dense.clone() else {
+            return Err(ModelError::UnknownModel {
+                path: dir.to_path_buf(),
+                message: "lexicon heads read a dense model's embeddings, but this model \
+                          directory has no dense/ model beside heads/"
+                    .into(),
+            });
+        };
+        if self.text.is_some() || self.image.is_some() {
+            return Err(ModelError::UnknownModel {
+                path: dir.to_path_buf(),
+                message: "a model directory holds either text/ and image/ towers or heads/, \
+                          not both"
+                    .into(),
+            });
+        }
+        let heads = Heads::load(dir, device)?;
+        let tokenizer = dir.join("tokenizer.json");
+        let name = dir_name(self.path.as_path());
+        let vocab = Vocabulary::from_tokenizer_json(&name, &tokenizer)?;
+        let backbone: Arc<dyn DenseEncoder> = dense;
+        self.image = Some(ImageEncoder::from_heads(
+            backbone.clone(),
+            heads.image,
+            vocab,
+        )?);
+        self.text = Some(TextEncoder::from_heads(
+            backbone, heads.text, &tokenizer, &name, device,
+        )?);
+        Ok(())
     }
 
     fn apply(&mut self, opts: &LoadOptions) -> Result<()> {
@@ -303,19 +381,6 @@ impl Encoders {
         }
         if let Some(c) = &opts.card {
             self.card = Some(c.clone());
-        }
-        Ok(())
-    }
-
-    /// A dual encoder reads texts up to its own `max_length` unless the caller gives one (a
-    /// LexLIP directory's `lexlip.json` speaks for its sparse encoders only); its image size
-    /// stays the one it was trained at.
-    fn apply_dense(&mut self, explicit: &LoadOptions) -> Result<()> {
-        if let Some(n) = explicit.max_length
-            && matches!(self.dense, Some(Dense::Dual(_)))
-            && let Some(Dense::Dual(d)) = self.dense.take()
-        {
-            self.dense = Some(Dense::Dual(Box::new((*d).with_max_length(n)?)));
         }
         Ok(())
     }
@@ -360,7 +425,7 @@ impl Encoders {
 
     /// The dense encoder, if the model has one.
     pub fn dense(&self) -> Option<&dyn DenseEncoder> {
-        self.dense.as_ref().map(Dense::as_dyn)
+        self.dense.as_deref().map(Dense::as_dyn)
     }
 
     /// The lexicon term space (text and image encoders of one model share it).

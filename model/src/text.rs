@@ -7,6 +7,7 @@
 //! text is cheap next to images.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::Module;
 use candle_core::{DType, Device, Tensor};
@@ -16,7 +17,9 @@ use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::config::{read_json, with_defaults};
+use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
+use crate::heads::{LexiconHead, rows_tensor};
 use crate::pooling::{splade_pool, to_sparse};
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
@@ -48,16 +51,33 @@ pub fn load_bert_config(path: &Path) -> Result<BertConfig> {
 
 /// BERT masked LM + tokenizer → sparse lexicon vectors.
 pub struct TextEncoder {
-    bert: BertModel,
-    head: BertOnlyMLMHead,
-    /// COOKIE's weight-sharing layers between the tower and its head, when trained with them.
-    shared: Option<SharedLayers>,
+    tower: Tower,
     tokenizer: Tokenizer,
     vocab: Vocabulary,
     device: Device,
     max_length: usize,
     pad_id: u32,
     vocab_size: usize,
+}
+
+/// What turns a text into lexicon weights.
+// One per encoder: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Tower {
+    /// BERT's MLM logits of every token, max-pooled (LexLIP, SPLADE).
+    Mlm {
+        bert: BertModel,
+        head: BertOnlyMLMHead,
+        /// COOKIE's weight-sharing layers between the tower and its head, when trained with
+        /// them.
+        shared: Option<SharedLayers>,
+    },
+    /// A frozen dense model's text embedding through a lexicon head ([`crate::heads`]); the
+    /// tokenizer then only names the vocabulary (caption words), the backbone tokenizes itself.
+    Heads {
+        backbone: Arc<dyn DenseEncoder>,
+        head: LexiconHead,
+    },
 }
 
 impl std::fmt::Debug for TextEncoder {
@@ -93,7 +113,9 @@ impl TextEncoder {
             &dir_name(dir),
             device,
         )?;
-        enc.shared = shared;
+        if let Tower::Mlm { shared: s, .. } = &mut enc.tower {
+            *s = shared;
+        }
         Ok(enc)
     }
 
@@ -128,15 +150,57 @@ impl TextEncoder {
         let tokenizer = load_tokenizer(tokenizer_json)?;
         let pad_id = pad_id(&tokenizer, config.pad_token_id);
         let mut enc = Self {
-            bert,
-            head,
-            shared: None,
+            tower: Tower::Mlm {
+                bert,
+                head,
+                shared: None,
+            },
             tokenizer,
             vocab,
             device: device.clone(),
             max_length: DEFAULT_MAX_LENGTH.min(config.max_position_embeddings),
             pad_id,
             vocab_size: config.vocab_size,
+        };
+        enc.configure_tokenizer()?;
+        Ok(enc)
+    }
+
+    /// A text encoder whose lexicons are `head` over `backbone`'s text embeddings; the
+    /// vocabulary (and the word pieces [`Self::tokenize`] gives) comes from `tokenizer_json`.
+    pub fn from_heads(
+        backbone: Arc<dyn DenseEncoder>,
+        head: LexiconHead,
+        tokenizer_json: &Path,
+        name: &str,
+        device: &Device,
+    ) -> Result<Self> {
+        let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
+        if vocab.len() != head.vocab_size() {
+            return Err(ModelError::ShapeMismatch {
+                file: tokenizer_json.to_path_buf(),
+                name: "model.vocab".into(),
+                expected: vec![head.vocab_size()],
+                got: vec![vocab.len()],
+            });
+        }
+        if head.dim() != backbone.dim() {
+            return Err(ModelError::Invalid(format!(
+                "the lexicon heads read {}-dimensional embeddings but the dense model gives {}",
+                head.dim(),
+                backbone.dim()
+            )));
+        }
+        let tokenizer = load_tokenizer(tokenizer_json)?;
+        let pad_id = pad_id(&tokenizer, 0);
+        let mut enc = Self {
+            vocab_size: vocab.len(),
+            tower: Tower::Heads { backbone, head },
+            tokenizer,
+            vocab,
+            device: device.clone(),
+            max_length: DEFAULT_MAX_LENGTH,
+            pad_id,
         };
         enc.configure_tokenizer()?;
         Ok(enc)
@@ -190,16 +254,36 @@ impl TextEncoder {
 
     /// MLM logits of padded `ids` with attention `mask`: tower, shared layers, head.
     fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let Tower::Mlm { bert, head, shared } = &self.tower else {
+            return Err(ModelError::Invalid(
+                "a lexicon head over a dense model has no per-token logits".into(),
+            ));
+        };
         let token_types = ids.zeros_like()?;
-        let mut hidden = self.bert.forward(ids, &token_types, Some(mask))?;
-        if let Some(shared) = &self.shared {
+        let mut hidden = bert.forward(ids, &token_types, Some(mask))?;
+        if let Some(shared) = shared {
             hidden = shared.forward(&hidden, Some(mask), &crate::nn::Inference)?;
         }
-        Ok(self.head.forward(&hidden)?)
+        Ok(head.forward(&hidden)?)
     }
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
     pub fn pooled(&self, texts: &[&str]) -> Result<Tensor> {
+        if let Tower::Heads { backbone, head } = &self.tower {
+            if texts.is_empty() {
+                return Ok(Tensor::zeros(
+                    (0, self.vocab_size),
+                    DType::F32,
+                    &self.device,
+                )?);
+            }
+            let mut parts = Vec::new();
+            for chunk in texts.chunks(TEXT_CHUNK) {
+                let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
+                parts.push(head.forward(&x)?);
+            }
+            return Ok(Tensor::cat(&parts, 0)?);
+        }
         let mut parts = Vec::new();
         for chunk in texts.chunks(TEXT_CHUNK) {
             let (logits, mask) = self.logits(chunk)?;

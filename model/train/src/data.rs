@@ -40,6 +40,9 @@ pub struct Corpus {
     pub images: Vec<ImageRef>,
     pub image_ids: Vec<String>,
     pub pairs: Vec<Pair>,
+    /// Each pair's caption as written, when asked for ([`load_with_texts`]: a frozen dense
+    /// model tokenizes captions its own way).
+    pub texts: Option<Vec<String>>,
     /// Items the reader produced (good and bad).
     pub read: u64,
     pub skipped: BTreeMap<String, u64>,
@@ -63,6 +66,8 @@ enum Caption {
         id: String,
         image: u32,
         tokens: Vec<u32>,
+        /// Kept only when the caller asks for texts.
+        text: Option<String>,
     },
     /// Its image had not come yet (or never does).
     Pending {
@@ -86,7 +91,26 @@ pub fn load(
     tokenizer: &TextTokenizer,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Corpus> {
+    load_impl(input, tokenizer, progress, false)
+}
+
+/// [`load`], keeping every pair's caption text in [`Corpus::texts`].
+pub fn load_with_texts(
+    input: &Input,
+    tokenizer: &TextTokenizer,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Corpus> {
+    load_impl(input, tokenizer, progress, true)
+}
+
+fn load_impl(
+    input: &Input,
+    tokenizer: &TextTokenizer,
+    progress: &mut dyn FnMut(u64, u64),
+    keep_text: bool,
+) -> Result<Corpus> {
     let mut corpus = Corpus::default();
+    let mut texts = Vec::new();
     let mut by_id: HashMap<u128, u32> = HashMap::new();
     // In input order; paired once the images are checked.
     let mut captions: Vec<Caption> = Vec::new();
@@ -126,6 +150,7 @@ pub fn load(
                             tokens: tokenizer.encode(&text)?,
                             id: item.id,
                             image,
+                            text: keep_text.then_some(text),
                         },
                         None => Caption::Pending {
                             id: item.id,
@@ -149,8 +174,13 @@ pub fn load(
         corpus.skip(reason, format!("{}: {message}", corpus.image_ids[i]));
     }
     for caption in captions {
-        let (id, img, tokens) = match caption {
-            Caption::Tokenised { id, image, tokens } => (id, image, tokens),
+        let (id, img, tokens, text) = match caption {
+            Caption::Tokenised {
+                id,
+                image,
+                tokens,
+                text,
+            } => (id, image, tokens, text),
             Caption::Pending { id, image_id, text } => {
                 let Some(&img) = by_id.get(&id_digest(&image_id)) else {
                     corpus.skip(
@@ -159,7 +189,8 @@ pub fn load(
                     );
                     continue;
                 };
-                (id, img, tokenizer.encode(&text)?)
+                let tokens = tokenizer.encode(&text)?;
+                (id, img, tokens, keep_text.then_some(text))
             }
         };
         if !usable[img as usize] {
@@ -175,6 +206,12 @@ pub fn load(
             continue;
         }
         corpus.pairs.push(Pair { image: img, tokens });
+        if let Some(t) = text {
+            texts.push(t);
+        }
+    }
+    if keep_text {
+        corpus.texts = Some(texts);
     }
     Ok(corpus)
 }

@@ -60,9 +60,10 @@ impl EncoderPair {
                 };
                 EncoderPair::Dense(Box::new(m))
             }
-            Objective::Rerank => {
+            Objective::Rerank | Objective::Heads => {
                 return Err(crate::TrainError::invalid(
-                    "the re-ranker is trained by `rerank::train`, not the lexicon loop",
+                    "the re-ranker and the lexicon heads are trained by their own modules, not \
+                     the tower loop",
                 ));
             }
         })
@@ -188,5 +189,6 @@ pub fn exported_marker(objective: Objective) -> &'static str {
         Objective::Lexlip => "lexlip.json",
         Objective::Dense => "config.json",
         Objective::Rerank => "rerank.json",
+        Objective::Heads => "heads/config.json",
     }
 }

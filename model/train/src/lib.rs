@@ -16,6 +16,8 @@
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
+//! - [`heads`]: lexicon heads over a frozen dense model (`--objective heads`), trained on an
+//!   embedding cache.
 //! - [`rerank`]: the MaskVLM re-ranker (`--objective rerank`): fusion encoder, ITM with the
 //!   lexicon model's hard negatives, masked text and image reconstruction.
 //! - [`weight_sharing`]: COOKIE's layers shared by both towers (`--shared-layers`).
@@ -38,6 +40,7 @@ pub mod encoder_pair;
 pub mod error;
 pub mod export;
 pub mod head;
+pub mod heads;
 pub mod init;
 pub mod lexicon;
 pub mod losses;
@@ -75,6 +78,7 @@ pub fn train(
 ) -> Result<Summary> {
     opts.validate()?;
     match opts.method.objective {
+        Objective::Heads => heads::train(opts, control, observer),
         Objective::Rerank => {
             run::prepare_out(&opts.run.out)?;
             rerank::train(opts, control, observer)

@@ -50,6 +50,13 @@ pub enum Objective {
     /// masked text and image reconstruction; writes a directory `lexlip serve --rerank-model`
     /// and `lexlip eval --rerank-model` load.
     Rerank,
+    /// Lexicon heads over a frozen dense model given as --backbone (lexlip's dense dual
+    /// encoder, CLIP or SigLIP; D2S): every image, caption and vocabulary word is encoded once
+    /// into an embedding cache, then an image head and a text head (linear onto the
+    /// vocabulary, starting from the backbone's own word embeddings) train on it with sparse
+    /// InfoNCE, distillation of the dense model's similarities, FLOPS, top-K and grounding;
+    /// writes a model directory (dense/ + heads/) that every lexlip command loads.
+    Heads,
 }
 
 /// The dense objective's in-batch contrastive loss.
@@ -193,6 +200,19 @@ pub struct ModelOptions {
     /// Initial image MLM head when the image model has none.
     #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
     pub image_head_init: HeadInit,
+    /// --objective heads: the frozen dense model the lexicon heads read (a dense dual-encoder
+    /// directory from `lexlip train --objective dense`, a CLIP or SigLIP directory, or a model
+    /// directory with dense/). The lexicon vocabulary is its tokenizer.json when that is a
+    /// word-piece one, else give --tokenizer.
+    #[arg(long, help_heading = "Model")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backbone: Option<PathBuf>,
+    /// --objective heads: where the backbone's embeddings are cached (default: OUT/cache).
+    /// Built once, resumed if interrupted, reused by later runs over the same backbone and
+    /// corpus.
+    #[arg(long, help_heading = "Model")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<PathBuf>,
 }
 
 /// What is trained and with which losses: the objective, its phase, masking, temperatures, momentum, and the options of the dense and re-rank objectives and the seed methods.
@@ -359,6 +379,36 @@ pub struct LexiconOptions {
     #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
     #[serde(default = "legacy_vocab_bias")]
     pub vocab_bias: VocabBias,
+    /// --objective heads: top-K pooling of the text lexicons (queries), as --image-top-k is
+    /// the images'. 0 = every non-zero term.
+    #[arg(long, default_value_t = DEFAULT_TEXT_TOP_K, help_heading = "Lexicon")]
+    #[serde(default = "default_text_top_k")]
+    pub text_top_k: usize,
+    /// --objective heads: weight of the distillation of the dense model's in-batch
+    /// similarities into the sparse ones (KL both ways).
+    #[arg(long, default_value_t = 1.0, help_heading = "Lexicon")]
+    #[serde(default = "one")]
+    pub distill: f64,
+    /// --objective heads: the temperature of the dense model's similarities in the
+    /// distillation (lexlip's dense objective trains at 0.05; CLIP's logit scale 100 is 0.01).
+    #[arg(long, default_value_t = 0.05, help_heading = "Lexicon")]
+    #[serde(default = "default_teacher_tau")]
+    pub teacher_tau: f64,
+}
+
+/// Query terms the heads keep by default (issue 37: at most 32 per query).
+pub const DEFAULT_TEXT_TOP_K: usize = 32;
+
+fn default_text_top_k() -> usize {
+    DEFAULT_TEXT_TOP_K
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_teacher_tau() -> f64 {
+    0.05
 }
 
 /// How the parameters are updated: batches and their order, steps, learning rates, regularisation, the seed.
@@ -505,6 +555,8 @@ impl TrainOptions {
                 image_size: None,
                 patch_size: None,
                 image_head_init: HeadInit::Auto,
+                backbone: None,
+                cache: None,
             },
             method: MethodOptions {
                 objective: Objective::Lexlip,
@@ -540,6 +592,9 @@ impl TrainOptions {
                 image_top_k: DEFAULT_IMAGE_TOP_K,
                 grounding: DEFAULT_GROUNDING,
                 vocab_bias: VocabBias::Fixed,
+                text_top_k: DEFAULT_TEXT_TOP_K,
+                distill: 1.0,
+                teacher_tau: 0.05,
             },
             optim: OptimOptions {
                 batch_size: 32,
@@ -591,8 +646,20 @@ impl TrainOptions {
             m.remove("objective");
             m.remove("dense_dim");
         }
-        // The lexicon options shape LexLIP's lexicons only.
-        if self.method.objective != Objective::Lexlip
+        // The heads' own options hash for heads runs only, so other runs' checkpoints resume.
+        if self.method.objective != Objective::Heads
+            && let Some(m) = v.as_object_mut()
+        {
+            for key in ["backbone", "cache", "text_top_k", "distill", "teacher_tau"] {
+                m.remove(key);
+            }
+        }
+        // The cache's place changes nothing the run computes.
+        if let Some(m) = v.as_object_mut() {
+            m.remove("cache");
+        }
+        // The lexicon options shape LexLIP's lexicons and the heads' only.
+        if !matches!(self.method.objective, Objective::Lexlip | Objective::Heads)
             && let Some(m) = v.as_object_mut()
         {
             for key in [

@@ -48,7 +48,7 @@ fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
     let (other, marker) = match opts.method.objective {
         ObjectiveKind::Lexlip => ("a dense model", exported_marker(ObjectiveKind::Dense)),
         ObjectiveKind::Dense => ("a LexLIP model", exported_marker(ObjectiveKind::Lexlip)),
-        ObjectiveKind::Rerank => return Ok(()),
+        ObjectiveKind::Rerank | ObjectiveKind::Heads => return Ok(()),
     };
     if opts.run.out.join(marker).is_file() {
         return Err(TrainError::invalid(format!(
@@ -69,7 +69,7 @@ fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
     })
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     let mut f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).map_err(|e| TrainError::io(path, e))?;
@@ -120,7 +120,7 @@ pub(crate) fn train(
     let head = match opts.method.objective {
         ObjectiveKind::Lexlip => format!("image head: {:?}", init.head_init),
         ObjectiveKind::Dense => format!("dense: [CLS] → {} dims", opts.method.dense_dim),
-        ObjectiveKind::Rerank => String::new(),
+        ObjectiveKind::Rerank | ObjectiveKind::Heads => String::new(),
     };
     observer.message(&format!(
         "text tower: {}; image tower: {} ({}px, patch {}); {head}",
@@ -556,7 +556,7 @@ fn write_train_json(
     let init = model.init();
     let image_head = match opts.method.objective {
         ObjectiveKind::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
-        ObjectiveKind::Dense | ObjectiveKind::Rerank => None,
+        ObjectiveKind::Dense | ObjectiveKind::Rerank | ObjectiveKind::Heads => None,
     };
     let mut files = Vec::new();
     for f in input_files(input)? {

@@ -27,6 +27,38 @@ impl TrainOptions {
                 self.method.image_mask_rate
             ));
         }
+        let heads = self.method.objective == Objective::Heads;
+        if !heads && (self.model.backbone.is_some() || self.model.cache.is_some()) {
+            return bad(
+                "--backbone and --cache are the lexicon heads' (give --objective heads)".into(),
+            );
+        }
+        if heads {
+            if self.model.backbone.is_none() {
+                return bad(
+                    "--objective heads trains lexicon heads over a frozen dense model: give it \
+                     as --backbone (e.g. a directory from `lexlip train --objective dense`)"
+                        .into(),
+                );
+            }
+            if self.model.init.is_some()
+                || self.model.text_init.is_some()
+                || self.model.image_init.is_some()
+                || self.method.phase != 1
+                || self.method.freeze_text
+                || self.method.shared_layers.is_some()
+            {
+                return bad(
+                    "--objective heads trains only its heads over --backbone: --init, \
+                     --text-init, --image-init, --phase 2, --freeze-text and --shared-layers \
+                     are the tower objectives'"
+                        .into(),
+                );
+            }
+            if !(self.lexicon.teacher_tau > 0.0 && self.lexicon.distill >= 0.0) {
+                return bad("--teacher-tau must be > 0 and --distill ≥ 0".into());
+            }
+        }
         if self.method.objective == Objective::Rerank {
             if self.method.shared_layers.is_some() {
                 return bad(

@@ -1,0 +1,200 @@
+//! Lexicon heads over a frozen dense model (D2S, Nguyen et al., ECIR 2024): a photo user's
+//! CLIP, SigLIP or lexlip's own dense dual encoder stays as it is, and one linear layer per
+//! side maps its unit-length embedding onto the word-piece vocabulary:
+//!
+//! ```text
+//! embedding x (dim) ──▶ m = W·x + b (vocab) ──▶ p = log(1 + relu(m)) ⊙ allowed ──▶ top-K
+//! ```
+//!
+//! Why a linear head over the pooled embedding: the dense model already put images and texts
+//! in one space, so a term's row of `W` can start as the dense model's own embedding of that
+//! word (`lexlip train --objective heads` does): an image's first lexicon is then the words
+//! whose embedding is nearest to the picture's, for words the training captions never used
+//! too. The embedding is what every dense model gives (no per-architecture code), and training
+//! touches only cached embeddings.
+//!
+//! `allowed` (1 or 0 per term) keeps terms that can name nothing out of every lexicon: special
+//! tokens, pieces without a letter or digit, function words.
+//!
+//! A heads directory (`heads/` of a model directory whose `dense/` is the backbone):
+//! ```text
+//! config.json        {"model_type": "lexlip-lexicon-heads", "dim": 256, "vocab_size": 30522,
+//!                     "image_top_k": 64, "text_top_k": 32}
+//! model.safetensors  image_head.weight (vocab, dim), image_head.bias (vocab),
+//!                    text_head.weight, text_head.bias, allowed (vocab)
+//! tokenizer.json     the vocabulary's word pieces (the terms the index stores)
+//! ```
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{read_json, with_defaults};
+use crate::error::{ModelError, Result};
+use crate::pooling::top_k;
+use crate::weights::Weights;
+
+/// `model_type` of a heads directory's `config.json`.
+pub const MODEL_TYPE: &str = "lexlip-lexicon-heads";
+/// Tensor names.
+pub const IMAGE_HEAD: &str = "image_head";
+pub const TEXT_HEAD: &str = "text_head";
+pub const ALLOWED: &str = "allowed";
+
+/// A heads directory's `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadsConfig {
+    pub model_type: String,
+    /// The backbone's embedding dimension.
+    pub dim: usize,
+    pub vocab_size: usize,
+    /// Top-K pooling per side (0: every non-zero term).
+    #[serde(default)]
+    pub image_top_k: usize,
+    #[serde(default)]
+    pub text_top_k: usize,
+}
+
+impl HeadsConfig {
+    pub fn read(path: &Path) -> Result<Self> {
+        let c: HeadsConfig = with_defaults(path, &read_json(path)?, serde_json::json!({}))?;
+        if c.model_type != MODEL_TYPE {
+            return Err(ModelError::config(
+                path,
+                format!("model_type is {:?}, expected {MODEL_TYPE:?}", c.model_type),
+            ));
+        }
+        if c.dim == 0 || c.vocab_size == 0 {
+            return Err(ModelError::config(
+                path,
+                "dim and vocab_size must be positive",
+            ));
+        }
+        Ok(c)
+    }
+}
+
+/// One side's head: `(batch, dim)` embeddings → `(batch, vocab)` lexicon weights.
+#[derive(Debug, Clone)]
+pub struct LexiconHead {
+    /// `(vocab, dim)`.
+    weight: Tensor,
+    /// `(vocab)`.
+    bias: Tensor,
+    /// `(vocab)`, 1 where a term may carry weight.
+    allowed: Tensor,
+    top_k: Option<usize>,
+}
+
+impl LexiconHead {
+    pub fn new(weight: Tensor, bias: Tensor, allowed: Tensor, top_k: usize) -> Result<Self> {
+        let (vocab, _) = weight.dims2()?;
+        if bias.dims1()? != vocab || allowed.dims1()? != vocab {
+            return Err(ModelError::Invalid(format!(
+                "a lexicon head's bias ({:?}) and allowed terms ({:?}) must have its {vocab} rows",
+                bias.dims(),
+                allowed.dims()
+            )));
+        }
+        Ok(Self {
+            weight,
+            bias,
+            allowed,
+            top_k: (top_k > 0).then_some(top_k),
+        })
+    }
+
+    /// Pooled weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.to_dtype(self.weight.dtype())?;
+        let m = x
+            .matmul(&self.weight.t()?)?
+            .broadcast_add(&self.bias)?
+            .to_dtype(DType::F32)?;
+        let p = m
+            .relu()?
+            .affine(1.0, 1.0)?
+            .log()?
+            .broadcast_mul(&self.allowed)?;
+        Ok(match self.top_k {
+            Some(k) => top_k(&p, k)?,
+            None => p,
+        })
+    }
+
+    pub fn top_k(&self) -> Option<usize> {
+        self.top_k
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.allowed.dims()[0]
+    }
+
+    pub fn dim(&self) -> usize {
+        self.weight.dims()[1]
+    }
+}
+
+/// Both heads of a heads directory.
+#[derive(Debug, Clone)]
+pub struct Heads {
+    pub config: HeadsConfig,
+    pub image: LexiconHead,
+    pub text: LexiconHead,
+}
+
+impl Heads {
+    /// Loads `dir/config.json` and `dir/model.safetensors` (f32 on the CPU, the file's dtype
+    /// converted to f32 anywhere: the heads are small).
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let config = HeadsConfig::read(&cfg_path)?;
+        let weights = Weights::from_safetensors_dir(dir)?;
+        let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
+            let t = weights.get(name).ok_or_else(|| ModelError::MissingTensor {
+                file: weights.source().to_path_buf(),
+                name: name.to_string(),
+            })?;
+            if t.dims() != shape {
+                return Err(ModelError::ShapeMismatch {
+                    file: weights.source().to_path_buf(),
+                    name: name.to_string(),
+                    expected: shape.to_vec(),
+                    got: t.dims().to_vec(),
+                });
+            }
+            Ok(t.to_dtype(DType::F32)?.to_device(device)?)
+        };
+        let (v, d) = (config.vocab_size, config.dim);
+        let allowed = get(ALLOWED, &[v])?;
+        let head = |name: &str, k: usize| -> Result<LexiconHead> {
+            LexiconHead::new(
+                get(&format!("{name}.weight"), &[v, d])?,
+                get(&format!("{name}.bias"), &[v])?,
+                allowed.clone(),
+                k,
+            )
+        };
+        Ok(Self {
+            image: head(IMAGE_HEAD, config.image_top_k)?,
+            text: head(TEXT_HEAD, config.text_top_k)?,
+            config,
+        })
+    }
+}
+
+/// `(batch, dim)` rows of unit vectors on `device`.
+pub fn rows_tensor(rows: &[lexlip_proto::DenseVector], device: &Device) -> Result<Tensor> {
+    let dim = rows.first().map(|r| r.dim()).unwrap_or(0);
+    let mut flat = Vec::with_capacity(rows.len() * dim);
+    for r in rows {
+        if r.dim() != dim {
+            return Err(ModelError::Invalid(
+                "embeddings of one batch differ in length".into(),
+            ));
+        }
+        flat.extend_from_slice(r.as_slice());
+    }
+    Ok(Tensor::from_vec(flat, (rows.len(), dim), device)?)
+}

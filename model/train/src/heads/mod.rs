@@ -1,0 +1,798 @@
+//! Lexicon heads over a frozen dense model (`lexlip train --objective heads --backbone DIR`;
+//! D2S, Nguyen et al., ECIR 2024). The backbone (lexlip's own dense dual encoder, CLIP or
+//! SigLIP) encodes every image, caption and vocabulary word once into the [`cache`]; the two
+//! heads of [`lexlip_model::heads`] then train on cached embeddings only, which is minutes on
+//! a CPU.
+//!
+//! A step, for a batch of pairs with backbone embeddings `x_v`, `x_l`:
+//! ```text
+//! p_v = top_K(log(1 + relu(W_v x_v + b_v)) ⊙ allowed)        image lexicons (K = --image-top-k)
+//! p_l = top_k(log(1 + relu(W_l x_l + b_l)) ⊙ allowed)        caption lexicons (k = --text-top-k)
+//! loss = InfoNCE(p_v·p_l / τ)                                  the sparse sides meet
+//!      + distill · KL(softmax(x_v·x_l / τ_teacher) ‖ softmax(p_v·p_l / τ))   the dense model's ranking
+//!      + λ_v FLOPS(p_v) + λ_l FLOPS(p_l)                       few terms, with warm-up
+//!      + grounding · (G(p_v, bags) + G(p_l, bags))             caption words on top (STAIR)
+//! ```
+//!
+//! Both heads start as the backbone's own text embedding of every vocabulary word (scaled by
+//! [`INIT_SCALE`]): before any step, an image's lexicon is the words the dense model finds
+//! nearest to it — for words no training caption has too, which is what lets a lexicon name
+//! concepts the heads were never trained on.
+
+pub mod cache;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
+use lexlip_model::{DenseEncoder, Encoders, LoadOptions};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::checkpoint;
+use crate::data::{self, Corpus, Order};
+use crate::error::{Result, TrainError};
+use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule, grounding, grounding_targets};
+use crate::losses::{flops, in_batch};
+use crate::nn::log_softmax;
+use crate::observe::{Observer, RunControl, Summary};
+use crate::optim::{AdamW, AdamWConfig, Param};
+use crate::options::{SaveDtype, TrainOptions};
+use crate::params::{restore, snapshot};
+use crate::steps::{Batches, Computed, Objective, Span};
+use crate::text::TextTokenizer;
+use cache::{CacheMeta, EmbeddingCache, Section};
+
+/// Cache sections.
+const IMAGES: &str = "images";
+const TEXTS: &str = "texts";
+const WORDS: &str = "words";
+
+/// The heads' starting scale: a term's logit is 5 × the cosine between the input and the
+/// word, so a word at cosine 0.3 (a close one, for a dense model trained at τ 0.05) starts
+/// near weight 1 (`log(1 + 1.5)`) and a lexicon pair's dot product near the tens, where the
+/// in-batch softmax at τ ~0.5 is neither flat nor saturated.
+pub const INIT_SCALE: f64 = 5.0;
+
+/// Terms a lexicon starts with on either side without a top-K, halved.
+const DEFAULT_START_TERMS: usize = 64;
+
+/// Images per backbone pass while caching.
+const IMAGE_CHUNK: usize = 64;
+const TEXT_CHUNK: usize = 256;
+
+/// The dense model directory a `--backbone` path names: a LexLIP directory's `dense/`, or the
+/// directory itself.
+fn backbone_dir(path: &Path) -> PathBuf {
+    let sub = path.join("dense");
+    if sub.join("config.json").is_file() {
+        sub
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// The vocabulary's `tokenizer.json`: `--tokenizer`, else the backbone's own when it is a
+/// word-piece vocabulary (lexlip's dense dual encoder).
+fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf> {
+    if let Some(t) = &opts.model.tokenizer {
+        return Ok(t.clone());
+    }
+    let own = backbone.join("tokenizer.json");
+    let word_pieces = std::fs::read_to_string(&own)
+        .map(|t| t.contains("\"WordPiece\""))
+        .unwrap_or(false);
+    if word_pieces {
+        return Ok(own);
+    }
+    Err(TrainError::invalid(format!(
+        "{}: the backbone has no word-piece tokenizer.json to take the lexicon vocabulary \
+         from; give the vocabulary the index will store as --tokenizer (e.g. a BERT \
+         tokenizer.json such as a SPLADE model's)",
+        backbone.display()
+    )))
+}
+
+/// A word piece as text the backbone can embed (`##ing` → `ing`).
+fn word_text(token: &str) -> &str {
+    token.strip_prefix("##").unwrap_or(token)
+}
+
+/// The terms a lexicon may hold: word pieces with a letter or digit, not function words.
+fn allowed_terms(tokenizer: &TextTokenizer) -> Vec<f32> {
+    let stop: std::collections::HashSet<&str> =
+        lexlip_model::vocab::STOPWORDS.iter().copied().collect();
+    (0..tokenizer.vocab as u32)
+        .map(|t| {
+            let ok = tokenizer.is_word_piece(t)
+                && !tokenizer
+                    .token(t)
+                    .is_some_and(|w| stop.contains(w.as_str()));
+            if ok { 1.0 } else { 0.0 }
+        })
+        .collect()
+}
+
+/// Trains lexicon heads into `opts.out` (checkpoints, resume and Ctrl-C as `lexlip train`).
+pub fn train(
+    opts: &TrainOptions,
+    control: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let Some(backbone_arg) = opts.model.backbone.clone() else {
+        return Err(TrainError::invalid(
+            "--objective heads trains lexicon heads over a frozen dense model: give it as \
+             --backbone (a dense dual encoder from `lexlip train --objective dense`, a CLIP or \
+             a SigLIP directory)",
+        ));
+    };
+    crate::run::prepare_out(&opts.run.out)?;
+    let input = data::input(opts)?;
+    let device = lexlip_model::device(opts.run.gpu)?;
+    let backbone_path = backbone_dir(&backbone_arg);
+    let encoders = Encoders::load_with(&backbone_path, &device, &LoadOptions::default())?;
+    let backbone = encoders.dense().ok_or_else(|| {
+        TrainError::invalid(format!(
+            "{}: not a dense model lexlip can load as a backbone (a dense dual encoder, CLIP \
+             or SigLIP directory)",
+            backbone_arg.display()
+        ))
+    })?;
+    let dim = backbone.dim();
+    let tokenizer_path = vocabulary_tokenizer(opts, &backbone_path)?;
+    let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
+    observer.message(&format!(
+        "backbone: {} ({dim} dims, frozen); lexicon vocabulary: {} ({} terms)",
+        backbone_path.display(),
+        tokenizer_path.display(),
+        tokenizer.vocab
+    ));
+    let corpus = data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.optim.batch_size {
+        return Err(TrainError::Corpus(format!(
+            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
+             least one batch",
+            corpus.pairs.len(),
+            opts.optim.batch_size
+        )));
+    }
+    let corpus_key = {
+        let desc = serde_json::json!({
+            "input": input.signature()?,
+            "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
+            "pairs": corpus.pairs.len(),
+            "images": corpus.images.len(),
+        });
+        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
+    };
+    let cache_dir = opts
+        .model
+        .cache
+        .clone()
+        .unwrap_or_else(|| opts.run.out.join("cache"));
+    let cache = build_cache(
+        &cache_dir,
+        &backbone_path,
+        backbone,
+        &corpus,
+        &tokenizer,
+        corpus_key,
+        observer,
+    )?;
+    let allowed = allowed_terms(&tokenizer);
+    let keep = |k: usize| {
+        if k == 0 {
+            2 * DEFAULT_START_TERMS
+        } else {
+            2 * k
+        }
+    };
+    let model = HeadsModel::init(
+        &cache,
+        &allowed,
+        [
+            keep(opts.lexicon.image_top_k),
+            keep(opts.lexicon.text_top_k),
+        ],
+        &device,
+    )?;
+    drop(encoders);
+    let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
+    let params = model.params();
+    let mut adam = AdamW::new(AdamWConfig {
+        weight_decay: opts.optim.weight_decay,
+        ..AdamWConfig::default()
+    });
+    let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
+    let steps_per_epoch = order.steps_per_epoch();
+    let total = opts
+        .optim
+        .steps
+        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let fingerprint = {
+        let desc = serde_json::json!({
+            "options": opts.fingerprint_json(),
+            "cache": cache.meta,
+        });
+        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
+    };
+    let mut start = 0;
+    if let Some((dir, state)) =
+        checkpoint::resumable(&opts.run.out, &fingerprint, opts.run.restart)?
+    {
+        let all = checkpoint::tensors(&dir)?;
+        restore(
+            &model.store,
+            &checkpoint::group(&all, "heads"),
+            &dir.display().to_string(),
+        )?;
+        adam.restore(state.adam_t, &checkpoint::group(&all, "adam"), &params)?;
+        start = state.step;
+        observer.message(&format!(
+            "resuming from {} (step {start} of {total})",
+            dir.display()
+        ));
+    }
+    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
+    let flops = FlopsSchedule {
+        image: opts.lexicon.flops_image.unwrap_or(opts.method.flops_lambda),
+        text: opts.lexicon.flops_text.unwrap_or(opts.method.flops_lambda),
+        warmup_steps: (opts.lexicon.flops_warmup * total as f64).round() as u64,
+    };
+    let vocab = tokenizer.vocab;
+    // The heads' lexicons mean something from the first step (they start as the backbone's
+    // word embeddings), so they are cut to K from the first step: a cut that narrows from the
+    // whole vocabulary would start with ten thousand terms per side.
+    let schedule = |k: usize| TopKSchedule {
+        k,
+        vocab,
+        warmup_steps: 0,
+    };
+    observer.message(&format!(
+        "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
+         grounding ×{}; {} pairs, {} steps",
+        opts.lexicon.image_top_k,
+        opts.lexicon.text_top_k,
+        opts.method.tau,
+        opts.lexicon.distill,
+        opts.lexicon.teacher_tau,
+        opts.lexicon.grounding,
+        corpus.pairs.len(),
+        total
+    ));
+    let batches = PairIndices {
+        order,
+        corpus: &corpus,
+    };
+    let mut objective = HeadsSteps {
+        model: &model,
+        cache: &cache,
+        params: &params,
+        idf: idf.to_tensor(&device)?,
+        pad: tokenizer.pad,
+        flops,
+        image_k: schedule(opts.lexicon.image_top_k),
+        text_k: schedule(opts.lexicon.text_top_k),
+        tau: opts.method.tau,
+        teacher_tau: opts.lexicon.teacher_tau,
+        distill: opts.lexicon.distill,
+        grounding: opts.lexicon.grounding,
+        device: device.clone(),
+    };
+    crate::steps::run(
+        opts,
+        control,
+        &fingerprint,
+        &mut objective,
+        batches,
+        &mut adam,
+        Span {
+            start,
+            end: stop_at,
+            total,
+            steps_per_epoch,
+        },
+        observer,
+        &mut summary,
+    )?;
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.interrupted = summary.steps_done < total;
+    let marker = opts.run.out.join("heads").join("config.json");
+    if summary.steps_done > start || !marker.is_file() {
+        export(&model, &backbone_path, &tokenizer_path, dim, opts)?;
+    }
+    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
+        write_record(opts, control, &summary, &fingerprint, &backbone_path)?;
+    }
+    Ok(summary)
+}
+
+/// Encodes what the cache lacks: every image, every pair's caption, every vocabulary word.
+fn build_cache(
+    dir: &Path,
+    backbone_path: &Path,
+    backbone: &dyn DenseEncoder,
+    corpus: &Corpus,
+    tokenizer: &TextTokenizer,
+    corpus_key: String,
+    observer: &mut dyn Observer,
+) -> Result<EmbeddingCache> {
+    let texts = corpus
+        .texts
+        .as_ref()
+        .ok_or_else(|| TrainError::invalid("the corpus was read without its captions"))?;
+    let words: Vec<String> = (0..tokenizer.vocab as u32)
+        .map(|t| {
+            tokenizer
+                .token(t)
+                .map(|w| word_text(&w).to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let meta = CacheMeta::new(
+        backbone_path,
+        corpus_key,
+        backbone.dim(),
+        &[
+            (IMAGES, corpus.images.len()),
+            (TEXTS, texts.len()),
+            (WORDS, words.len()),
+        ],
+    )?;
+    observer.message(&format!(
+        "embedding cache {}: {} images, {} captions, {} vocabulary words",
+        dir.display(),
+        corpus.images.len(),
+        texts.len(),
+        words.len()
+    ));
+    let flat = |v: Vec<lexlip_proto::DenseVector>| -> Vec<f32> {
+        v.into_iter().flat_map(|d| d.as_slice().to_vec()).collect()
+    };
+    let encode_texts = |rows: &[String]| -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        for chunk in rows.chunks(TEXT_CHUNK) {
+            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            out.extend(flat(backbone.encode_texts(&refs)?));
+        }
+        Ok(out)
+    };
+    let sections = vec![
+        Section {
+            name: IMAGES,
+            rows: corpus.images.len(),
+            encode: Box::new(|start, end| {
+                let mut out = Vec::new();
+                for chunk in corpus.images[start..end].chunks(IMAGE_CHUNK) {
+                    let images = chunk
+                        .par_iter()
+                        .map(|r| {
+                            let bytes =
+                                data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
+                            Ok(backbone.preprocess_image(&bytes, &r.name())?)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    out.extend(flat(backbone.encode_images(&images)?));
+                }
+                Ok(out)
+            }),
+        },
+        Section {
+            name: TEXTS,
+            rows: texts.len(),
+            encode: Box::new(|start, end| encode_texts(&texts[start..end])),
+        },
+        Section {
+            name: WORDS,
+            rows: words.len(),
+            encode: Box::new(|start, end| encode_texts(&words[start..end])),
+        },
+    ];
+    EmbeddingCache::build(dir, meta, sections, &mut |d, t| observer.encoding(d, t))
+}
+
+/// The two heads' parameters.
+pub struct HeadsModel {
+    pub store: VarMap,
+    /// `(vocab, dim)` and `(vocab)` per side.
+    pub image_weight: Var,
+    pub image_bias: Var,
+    pub text_weight: Var,
+    pub text_bias: Var,
+    /// `(vocab)`, 1 where a term may carry weight.
+    pub allowed: Tensor,
+}
+
+impl HeadsModel {
+    /// Both heads start as the backbone's embeddings of the vocabulary's words (the cache's
+    /// `words`), scaled by [`INIT_SCALE`], each with one bias for all terms: minus the scaled
+    /// cosine of an input's `2K`-th nearest allowed word (mean over a sample of the side's
+    /// inputs), so a lexicon starts with about `2K` terms whatever the cosines' level.
+    ///
+    /// Why per side: dense dual encoders leave images and texts in separate cones (the
+    /// modality gap), so an image's cosine to every word's text embedding can be negative while
+    /// its ranking of the words is right; a zero bias would then start every image lexicon
+    /// empty, and relu passes no gradient to an empty lexicon.
+    pub fn init(
+        cache: &EmbeddingCache,
+        allowed: &[f32],
+        keep: [usize; 2],
+        device: &Device,
+    ) -> Result<Self> {
+        let vocab = cache.len(WORDS);
+        if allowed.len() != vocab {
+            return Err(TrainError::invalid(format!(
+                "the cache holds {vocab} vocabulary words but the vocabulary has {}",
+                allowed.len()
+            )));
+        }
+        let all: Vec<usize> = (0..vocab).collect();
+        let unit = cache.rows(WORDS, &all, device)?;
+        let allowed_ids: Vec<usize> = (0..vocab).filter(|&t| allowed[t] > 0.0).collect();
+        let bias = |section: &str, k: usize| -> Result<Tensor> {
+            let cut = nearest_cosine(cache, section, &unit, &allowed_ids, k, device)?;
+            Ok(Tensor::full((-INIT_SCALE * cut) as f32, vocab, device)?)
+        };
+        let (image_bias, text_bias) = (bias(IMAGES, keep[0])?, bias(TEXTS, keep[1])?);
+        let words = (&unit * INIT_SCALE)?;
+        Self::from_tensors(
+            [words.clone(), image_bias, words, text_bias],
+            Tensor::from_slice(allowed, vocab, device)?,
+        )
+    }
+
+    /// Heads with the given starting weights: image weight and bias, text weight and bias.
+    pub fn from_tensors(start: [Tensor; 4], allowed: Tensor) -> Result<Self> {
+        let store = VarMap::new();
+        let var = |name: String, t: Tensor| -> Result<Var> {
+            let v = Var::from_tensor(&t)?;
+            store
+                .data()
+                .lock()
+                .map_err(|_| TrainError::invalid("parameter store poisoned"))?
+                .insert(name, v.clone());
+            Ok(v)
+        };
+        let [iw, ib, tw, tb] = start;
+        Ok(Self {
+            image_weight: var(format!("{IMAGE_HEAD}.weight"), iw)?,
+            image_bias: var(format!("{IMAGE_HEAD}.bias"), ib)?,
+            text_weight: var(format!("{TEXT_HEAD}.weight"), tw)?,
+            text_bias: var(format!("{TEXT_HEAD}.bias"), tb)?,
+            allowed,
+            store,
+        })
+    }
+
+    pub fn params(&self) -> Vec<Param> {
+        let mut vars = crate::params::sorted_vars(&self.store);
+        vars.drain(..)
+            .map(|(name, var)| Param::new(name, var, 1.0))
+            .collect()
+    }
+
+    /// `(batch, vocab)` lexicons of `(batch, dim)` embeddings through one head, cut to `k`.
+    pub fn lexicons(&self, x: &Tensor, image: bool, k: usize) -> Result<Tensor> {
+        let (w, b) = if image {
+            (&self.image_weight, &self.image_bias)
+        } else {
+            (&self.text_weight, &self.text_bias)
+        };
+        let p = x
+            .matmul(&w.as_tensor().t()?)?
+            .broadcast_add(b.as_tensor())?
+            .relu()?
+            .affine(1.0, 1.0)?
+            .log()?
+            .broadcast_mul(&self.allowed)?;
+        crate::lexicon::top_k(&p, k)
+    }
+}
+
+/// Inputs sampled per side to set the starting biases.
+const BIAS_SAMPLE: usize = 512;
+
+/// The mean, over up to [`BIAS_SAMPLE`] evenly spaced rows of `section`, of a row's cosine
+/// to its `k`-th nearest word among `allowed` (`words`: unit rows `(vocab, dim)`).
+fn nearest_cosine(
+    cache: &EmbeddingCache,
+    section: &str,
+    words: &Tensor,
+    allowed: &[usize],
+    k: usize,
+    device: &Device,
+) -> Result<f64> {
+    let n = cache.len(section);
+    if n == 0 || allowed.is_empty() {
+        return Ok(0.0);
+    }
+    let take = n.min(BIAS_SAMPLE);
+    let rows: Vec<usize> = (0..take).map(|i| i * n / take).collect();
+    let sims = cache
+        .rows(section, &rows, device)?
+        .matmul(&words.t()?)?
+        .to_vec2::<f32>()?;
+    let k = k.clamp(1, allowed.len());
+    let mut sum = 0.0;
+    for row in sims {
+        let mut v: Vec<f32> = allowed.iter().map(|&t| row[t]).collect();
+        let (_, kth, _) = v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+        sum += f64::from(*kth);
+    }
+    Ok(sum / take as f64)
+}
+
+/// Each step's pair indices, in the run's order.
+struct PairIndices<'a> {
+    order: Order,
+    corpus: &'a Corpus,
+}
+
+/// A batch: pair indices, their images' indices and their captions' tokens.
+struct HeadsBatch {
+    pairs: Vec<usize>,
+    images: Vec<usize>,
+    tokens: Vec<Vec<u32>>,
+}
+
+impl Batches for PairIndices<'_> {
+    type Batch = HeadsBatch;
+
+    fn batch(&mut self, step: u64) -> Result<HeadsBatch> {
+        let pairs = self.order.batch(step);
+        let images = pairs
+            .iter()
+            .map(|&p| self.corpus.pairs[p].image as usize)
+            .collect();
+        let tokens = pairs
+            .iter()
+            .map(|&p| self.corpus.pairs[p].tokens.clone())
+            .collect();
+        Ok(HeadsBatch {
+            pairs,
+            images,
+            tokens,
+        })
+    }
+}
+
+/// The inputs of one step's losses.
+pub struct StepInputs<'a> {
+    /// `(batch, dim)` unit-length backbone embeddings.
+    pub image: &'a Tensor,
+    pub text: &'a Tensor,
+    /// Grounding targets ([`grounding_targets`]).
+    pub bags: &'a Tensor,
+    pub has: &'a Tensor,
+}
+
+/// The weights of one step's losses.
+#[derive(Debug, Clone, Copy)]
+pub struct StepWeights {
+    pub image_k: usize,
+    pub text_k: usize,
+    pub tau: f64,
+    pub teacher_tau: f64,
+    pub distill: f64,
+    pub flops_image: f64,
+    pub flops_text: f64,
+    pub grounding: f64,
+}
+
+/// KL(softmax(teacher) ‖ softmax(student)) per row, mean over rows: the student's in-batch
+/// ranking pulled toward the dense model's.
+pub fn distillation(teacher: &Tensor, student: &Tensor) -> Result<Tensor> {
+    let t = log_softmax(teacher)?.detach();
+    let s = log_softmax(student)?;
+    Ok(t.exp()?.mul(&(&t - &s)?)?.sum(1)?.mean_all()?)
+}
+
+/// One step's losses.
+pub struct HeadsLosses {
+    /// What the gradients come from.
+    pub total: Tensor,
+    /// Its named parts.
+    pub parts: Vec<(&'static str, Tensor)>,
+    /// Mean non-zero terms per image and per text lexicon.
+    pub nnz: (f64, f64),
+}
+
+/// One step's losses (see the module's doc).
+pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Result<HeadsLosses> {
+    let pv = model.lexicons(x.image, true, w.image_k)?;
+    let pl = model.lexicons(x.text, false, w.text_k)?;
+    let (i2t, t2i) = in_batch(&pv, &pl, w.tau)?;
+    let student = (pv.matmul(&pl.t()?)? / w.tau)?;
+    let teacher = (x.image.matmul(&x.text.t()?)? / w.teacher_tau)?;
+    let kd = ((distillation(&teacher, &student)?
+        + distillation(&teacher.t()?.contiguous()?, &student.t()?.contiguous()?)?)?
+        * 0.5)?;
+    let (fv, fl) = (flops(&pv)?, flops(&pl)?);
+    let mut total = (((&i2t + &t2i)? * 0.5)? + (&kd * w.distill)?)?;
+    total = ((total + (&fv * w.flops_image)?)? + (&fl * w.flops_text)?)?;
+    let mut parts = vec![
+        ("i2t", i2t),
+        ("t2i", t2i),
+        ("distill", kd),
+        ("flops_image", fv),
+        ("flops_text", fl),
+    ];
+    if w.grounding > 0.0 {
+        let gv = grounding(&pv, x.bags, x.has, w.tau)?;
+        let gl = grounding(&pl, x.bags, x.has, w.tau)?;
+        total = (total + ((&gv + &gl)? * w.grounding)?)?;
+        parts.push(("ground_image", gv));
+        parts.push(("ground_text", gl));
+    }
+    let nnz = (
+        crate::losses::mean_nonzero(&pv)?,
+        crate::losses::mean_nonzero(&pl)?,
+    );
+    Ok(HeadsLosses { total, parts, nnz })
+}
+
+struct HeadsSteps<'a> {
+    model: &'a HeadsModel,
+    cache: &'a EmbeddingCache,
+    params: &'a [Param],
+    idf: Tensor,
+    pad: u32,
+    flops: FlopsSchedule,
+    image_k: TopKSchedule,
+    text_k: TopKSchedule,
+    tau: f64,
+    teacher_tau: f64,
+    distill: f64,
+    grounding: f64,
+    device: Device,
+}
+
+impl Objective for HeadsSteps<'_> {
+    type Batch = HeadsBatch;
+
+    fn params(&self) -> &[Param] {
+        self.params
+    }
+
+    fn losses(&mut self, step: u64, batch: HeadsBatch) -> Result<Computed> {
+        let image = self.cache.rows(IMAGES, &batch.images, &self.device)?;
+        let text = self.cache.rows(TEXTS, &batch.pairs, &self.device)?;
+        let rows: Vec<&[u32]> = batch.tokens.iter().map(Vec::as_slice).collect();
+        let (ids, mask, width) = data::padded(&rows, self.pad);
+        let ids = Tensor::from_vec(ids, (rows.len(), width), &self.device)?;
+        let mask = Tensor::from_vec(mask, (rows.len(), width), &self.device)?;
+        let (bags, has) = grounding_targets(&ids, &mask.to_dtype(DType::F32)?, &self.idf)?;
+        let flops = self.flops.at(step);
+        let HeadsLosses {
+            total,
+            parts,
+            nnz: (nnz_image, nnz_text),
+        } = step_losses(
+            self.model,
+            &StepInputs {
+                image: &image,
+                text: &text,
+                bags: &bags,
+                has: &has,
+            },
+            StepWeights {
+                image_k: self.image_k.at(step),
+                text_k: self.text_k.at(step),
+                tau: self.tau,
+                teacher_tau: self.teacher_tau,
+                distill: self.distill,
+                flops_image: flops.image,
+                flops_text: flops.text,
+                grounding: self.grounding,
+            },
+        )?;
+        Ok(Computed {
+            total,
+            parts,
+            figures: Vec::new(),
+            nnz_image: Some(nnz_image),
+            nnz_text: Some(nnz_text),
+        })
+    }
+
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+        let mut tensors = HashMap::new();
+        for (name, t) in snapshot(&self.model.store)? {
+            tensors.insert(format!("heads/{name}"), t);
+        }
+        Ok((tensors, (0, 0)))
+    }
+}
+
+/// Writes the model directory: `dense/` (the backbone's files), `heads/` (weights, config, the
+/// vocabulary's tokenizer) and `lexlip.json`; `heads/config.json` last of the heads' files.
+fn export(
+    model: &HeadsModel,
+    backbone: &Path,
+    tokenizer: &Path,
+    dim: usize,
+    opts: &TrainOptions,
+) -> Result<()> {
+    let out = &opts.run.out;
+    let dense = out.join("dense");
+    std::fs::create_dir_all(&dense).map_err(|e| TrainError::io(&dense, e))?;
+    for entry in std::fs::read_dir(backbone).map_err(|e| TrainError::io(backbone, e))? {
+        let entry = entry.map_err(|e| TrainError::io(backbone, e))?;
+        if entry.path().is_file() {
+            let dest = dense.join(entry.file_name());
+            std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
+        }
+    }
+    let heads = out.join("heads");
+    std::fs::create_dir_all(&heads).map_err(|e| TrainError::io(&heads, e))?;
+    let dest = heads.join("tokenizer.json");
+    std::fs::copy(tokenizer, &dest).map_err(|e| TrainError::io(&dest, e))?;
+    let dtype = match opts.run.save_dtype {
+        SaveDtype::F32 => DType::F32,
+        SaveDtype::F16 => DType::F16,
+    };
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    for (name, t) in snapshot(&model.store)? {
+        tensors.insert(name, t.to_dtype(dtype)?.to_device(&Device::Cpu)?);
+    }
+    // Exactly 0 or 1: f16 keeps it.
+    tensors.insert(
+        ALLOWED.into(),
+        model.allowed.to_dtype(dtype)?.to_device(&Device::Cpu)?,
+    );
+    let path = heads.join("model.safetensors");
+    candle_core::safetensors::save(&tensors, &path)
+        .map_err(|e| TrainError::invalid(format!("{}: {e}", path.display())))?;
+    let config = HeadsConfig {
+        model_type: MODEL_TYPE.into(),
+        dim,
+        vocab_size: model.allowed.dims()[0],
+        image_top_k: opts.lexicon.image_top_k,
+        text_top_k: opts.lexicon.text_top_k,
+    };
+    let json = |v: &serde_json::Value| -> Result<Vec<u8>> {
+        let mut text =
+            serde_json::to_string_pretty(v).map_err(|e| TrainError::invalid(e.to_string()))?;
+        text.push('\n');
+        Ok(text.into_bytes())
+    };
+    let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
+    checkpoint::write_atomic(&heads.join("config.json"), &json(&config)?)?;
+    let meta = serde_json::json!({
+        "format": "lexlip",
+        "source": "lexlip train --objective heads",
+        "image_top_k": opts.lexicon.image_top_k,
+    });
+    checkpoint::write_atomic(&out.join("lexlip.json"), &json(&meta)?)
+}
+
+fn write_record(
+    opts: &TrainOptions,
+    control: &RunControl,
+    summary: &Summary,
+    fingerprint: &str,
+    backbone: &Path,
+) -> Result<()> {
+    let doc = serde_json::json!({
+        "status": if summary.interrupted { "interrupted" } else { "complete" },
+        "command": control.command_line,
+        "seed": opts.optim.seed,
+        "fingerprint": fingerprint,
+        "options": opts,
+        "backbone": backbone,
+        "backbone_sha256": cache::fingerprint_dir(backbone)?,
+        "summary": summary,
+    });
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
+    text.push('\n');
+    checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
+}

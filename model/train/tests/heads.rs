@@ -1,0 +1,532 @@
+//! Lexicon heads over a frozen dense model (`--objective heads`): the step's losses against a
+//! PyTorch reference, the embedding cache (resume to the same bytes, corrupt shards and another
+//! backbone refused), whole runs (cache = backbone, export → every lexlip loader, batched =
+//! one by one, resume bitwise) and clear errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor, Var};
+use lexlip_model::Encoders;
+use lexlip_train::heads::cache::{CacheMeta, EmbeddingCache, Section};
+use lexlip_train::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
+use lexlip_train::lexicon;
+use lexlip_train::{Objective, TrainOptions};
+
+use common::{err_of, fast_options, run_quietly, synthetic_tsv, train_json};
+
+/// Relative tolerance on losses; on gradients, relative to the largest expected component.
+const TOL: f64 = 1e-5;
+
+fn fixture() -> std::collections::HashMap<String, Tensor> {
+    let path = common::fixtures().join("heads_vs_torch.safetensors");
+    candle_core::safetensors::load(&path, &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn scalar(t: &Tensor) -> f64 {
+    t.to_dtype(DType::F64).unwrap().to_scalar::<f64>().unwrap()
+}
+
+fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.dims(), want.dims(), "{what}: shape");
+    let (got, want) = (values(got), values(want));
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: the reference is all zeros");
+    let err = common::max_abs_diff(&got, &want);
+    assert!(
+        f64::from(err) <= TOL * f64::from(scale),
+        "{what}: max |diff| {err:e} against a largest component of {scale}"
+    );
+}
+
+#[test]
+fn the_heads_step_equals_the_pytorch_reference() {
+    let f = fixture();
+    let g = |n: &str| f[n].clone();
+    let k = |n: &str| g(n).to_scalar::<i64>().unwrap() as usize;
+    let model = HeadsModel::from_tensors(
+        [g("input.wv"), g("input.bv"), g("input.wl"), g("input.bl")],
+        g("input.allowed"),
+    )
+    .unwrap();
+    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
+    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
+    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
+    let weights = StepWeights {
+        image_k: k("config.k_image"),
+        text_k: k("config.k_text"),
+        tau: scalar(&g("config.tau")),
+        teacher_tau: scalar(&g("config.teacher_tau")),
+        distill: scalar(&g("config.distill")),
+        flops_image: scalar(&g("config.lambda_image")),
+        flops_text: scalar(&g("config.lambda_text")),
+        grounding: scalar(&g("config.grounding")),
+    };
+    let (xv, xl) = (g("input.xv"), g("input.xl"));
+    let inputs = StepInputs {
+        image: &xv,
+        text: &xl,
+        bags: &bags,
+        has: &has,
+    };
+    let pv = model.lexicons(&xv, true, weights.image_k).unwrap();
+    assert_close("image lexicons", &pv, &g("expect.pv"));
+    let pl = model.lexicons(&xl, false, weights.text_k).unwrap();
+    assert_close("text lexicons", &pl, &g("expect.pl"));
+    let lexlip_train::heads::HeadsLosses {
+        total,
+        parts,
+        nnz: (nnz_v, nnz_l),
+    } = step_losses(&model, &inputs, weights).unwrap();
+    // Every image keeps K = 7 terms; one caption has only 4 allowed terms above zero.
+    assert_eq!(nnz_v, 7.0, "top-K of the images");
+    assert!(nnz_l <= 5.0 && nnz_l > 4.0, "top-K of the texts: {nnz_l}");
+    for (name, t) in &parts {
+        let want = scalar(&g(&format!("expect.{name}")));
+        let got = scalar(t);
+        assert!(
+            (got - want).abs() <= TOL * want.abs().max(1e-2),
+            "{name}: candle {got}, torch {want}"
+        );
+    }
+    assert_eq!(parts.len(), 7, "every part is checked");
+    let want = scalar(&g("expect.total"));
+    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
+    let grads = total.backward().unwrap();
+    for (var, name) in [
+        (&model.image_weight, "wv"),
+        (&model.image_bias, "bv"),
+        (&model.text_weight, "wl"),
+        (&model.text_bias, "bl"),
+    ] {
+        let got = grads.get(var.as_tensor()).expect("a gradient");
+        assert_close(
+            &format!("d total / d {name}"),
+            got,
+            &g(&format!("expect.grad_{name}")),
+        );
+    }
+}
+
+/// The gradient of the step's loss with respect to the image head's bias equals central
+/// finite differences (f64, no top-K cut so the loss is smooth where no logit crosses 0).
+#[test]
+fn the_heads_gradient_matches_finite_differences() {
+    let dev = Device::Cpu;
+    let f = fixture();
+    let g = |n: &str| f[n].to_dtype(DType::F64).unwrap();
+    let ids = f["input.ids"].to_dtype(DType::U32).unwrap();
+    let mask = f["input.mask"].to_dtype(DType::U32).unwrap();
+    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
+    let (xv, xl) = (g("input.xv"), g("input.xl"));
+    let weights = StepWeights {
+        image_k: 20,
+        text_k: 20,
+        tau: 0.5,
+        teacher_tau: 0.1,
+        distill: 0.8,
+        flops_image: 0.03,
+        flops_text: 0.01,
+        grounding: 0.6,
+    };
+    let loss_with = |bv: &Tensor| -> (f64, Option<Tensor>) {
+        let model = HeadsModel::from_tensors(
+            [g("input.wv"), bv.clone(), g("input.wl"), g("input.bl")],
+            g("input.allowed"),
+        )
+        .unwrap();
+        let inputs = StepInputs {
+            image: &xv,
+            text: &xl,
+            bags: &bags,
+            has: &has,
+        };
+        let total = step_losses(&model, &inputs, weights).unwrap().total;
+        let grads = total.backward().unwrap();
+        let grad = grads.get(model.image_bias.as_tensor()).cloned();
+        (scalar(&total), grad)
+    };
+    let bv = g("input.bv");
+    let (_, grad) = loss_with(&bv);
+    let grad = grad.unwrap().to_vec1::<f64>().unwrap();
+    let eps = 1e-6;
+    let base = bv.to_vec1::<f64>().unwrap();
+    let mut checked = 0;
+    for (j, &analytic) in grad.iter().enumerate() {
+        let at = |d: f64| {
+            let mut v = base.clone();
+            v[j] += d;
+            loss_with(&Tensor::from_vec(v, base.len(), &dev).unwrap()).0
+        };
+        let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+        assert!(
+            (numeric - analytic).abs() <= 1e-6 + 1e-4 * analytic.abs(),
+            "term {j}: finite differences {numeric}, backward {analytic}"
+        );
+        checked += usize::from(analytic != 0.0);
+    }
+    assert!(checked >= 5, "only {checked} terms carry a gradient");
+    let _ = Var::from_tensor(&bv);
+}
+
+/// Rows `start..end` of a made-up section: row r is `[r, r + 0.5, …]`.
+fn rows(start: usize, end: usize, dim: usize) -> Vec<f32> {
+    (start..end)
+        .flat_map(|r| (0..dim).map(move |c| r as f32 + c as f32 * 0.5))
+        .collect()
+}
+
+fn meta_for(backbone: &Path, n: usize) -> CacheMeta {
+    let mut m = CacheMeta::new(
+        backbone,
+        "corpus-1".into(),
+        3,
+        &[("images", n), ("texts", 2)],
+    )
+    .unwrap();
+    m.shard_rows = 2;
+    m
+}
+
+fn sections<'a>(n: usize, fail_after: Option<usize>) -> Vec<Section<'a>> {
+    let mut calls = 0;
+    vec![
+        Section {
+            name: "images",
+            rows: n,
+            encode: Box::new(move |s, e| {
+                calls += 1;
+                if fail_after.is_some_and(|f| calls > f) {
+                    return Err(lexlip_train::TrainError::invalid("killed"));
+                }
+                Ok(rows(s, e, 3))
+            }),
+        },
+        Section {
+            name: "texts",
+            rows: 2,
+            encode: Box::new(|s, e| Ok(rows(100 + s, 100 + e, 3))),
+        },
+    ]
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_killed_cache_build_resumes_to_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backbone = tmp.path().join("backbone");
+    std::fs::create_dir_all(&backbone).unwrap();
+    std::fs::write(backbone.join("config.json"), "{}").unwrap();
+    let (whole, parts) = (tmp.path().join("whole"), tmp.path().join("parts"));
+    let c = EmbeddingCache::build(
+        &whole,
+        meta_for(&backbone, 5),
+        sections(5, None),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let dev = Device::Cpu;
+    let got = c.rows("images", &[4, 0, 3], &dev).unwrap();
+    assert_eq!(
+        got.to_vec2::<f32>().unwrap(),
+        vec![
+            vec![4.0, 4.5, 5.0],
+            vec![0.0, 0.5, 1.0],
+            vec![3.0, 3.5, 4.0]
+        ]
+    );
+    assert_eq!(
+        c.rows("texts", &[1], &dev)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()[0][0],
+        101.0
+    );
+    // Killed after the first shard: the shards so far are whole and kept.
+    let e = EmbeddingCache::build(
+        &parts,
+        meta_for(&backbone, 5),
+        sections(5, Some(1)),
+        &mut |_, _| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("killed"), "{e}");
+    assert!(parts.join("images-00000.f32").is_file());
+    assert!(!parts.join("images-00001.f32").exists());
+    // The next start encodes only what is missing (a section that fails at once would stop it).
+    let mut encoded = Vec::new();
+    let mut s = sections(5, None);
+    s[0].encode = Box::new(|st, en| {
+        encoded.push(st);
+        Ok(rows(st, en, 3))
+    });
+    EmbeddingCache::build(&parts, meta_for(&backbone, 5), s, &mut |_, _| {}).unwrap();
+    assert_eq!(encoded, vec![2, 4], "shard 0 was kept");
+    assert_eq!(files(&whole), files(&parts));
+}
+
+#[test]
+fn a_corrupt_shard_or_another_backbone_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backbone = tmp.path().join("backbone");
+    std::fs::create_dir_all(&backbone).unwrap();
+    std::fs::write(backbone.join("config.json"), "{}").unwrap();
+    let dir = tmp.path().join("cache");
+    EmbeddingCache::build(
+        &dir,
+        meta_for(&backbone, 5),
+        sections(5, None),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let before = files(&dir);
+    // Another backbone (its files differ): refused, nothing written.
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("config.json"), "{\"x\": 1}").unwrap();
+    let e = EmbeddingCache::build(&dir, meta_for(&other, 5), sections(5, None), &mut |_, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("another backbone") && e.contains("--cache"),
+        "{e}"
+    );
+    // Another corpus: refused too.
+    let e = EmbeddingCache::build(
+        &dir,
+        meta_for(&backbone, 4),
+        sections(4, None),
+        &mut |_, _| {},
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("another corpus"), "{e}");
+    assert_eq!(files(&dir), before);
+    // One flipped byte in a shard: refused with the shard's name.
+    let shard = dir.join("images-00001.f32");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[5] ^= 0x40;
+    std::fs::write(&shard, &bytes).unwrap();
+    let e = EmbeddingCache::open(&dir, &meta_for(&backbone, 5))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("images-00001.f32") && e.contains("corrupt"),
+        "{e}"
+    );
+    // A truncated one too.
+    std::fs::write(&shard, &bytes[..10]).unwrap();
+    let e = EmbeddingCache::open(&dir, &meta_for(&backbone, 5))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("corrupt") && e.contains("bytes"), "{e}");
+}
+
+/// A tiny dense dual encoder (the backbone), trained once per test binary.
+fn backbone(tmp: &Path) -> PathBuf {
+    let tsv = synthetic_tsv(&tmp.join("data"), &[]);
+    let out = tmp.join("dense");
+    let mut o = fast_options(&tsv, &out);
+    o.method.objective = Objective::Dense;
+    // BERT's real vocabulary (the tiny SPLADE model's tokenizer), whose words a lexicon can
+    // hold; the dense towers have no vocabulary-sized layer, so it costs little.
+    o.model.tokenizer = Some(common::splade_dir().join("tokenizer.json"));
+    o.method.dense_dim = 16;
+    o.optim.steps = Some(40);
+    o.optim.warmup = 0.05;
+    run_quietly(&o);
+    out
+}
+
+fn heads_options(tsv: &Path, backbone: &Path, out: &Path) -> TrainOptions {
+    let mut o = fast_options(tsv, out);
+    o.model.tokenizer = None;
+    o.method.objective = Objective::Heads;
+    o.model.backbone = Some(backbone.to_path_buf());
+    o.method.tau = 0.5;
+    o.lexicon.image_top_k = 8;
+    o.lexicon.text_top_k = 4;
+    o.lexicon.teacher_tau = 0.1;
+    o.optim.steps = Some(10);
+    o.optim.lr = 1e-3;
+    o.run.checkpoint_every = 4;
+    o
+}
+
+#[test]
+fn heads_train_on_the_cache_and_export_a_model_every_command_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = backbone(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let out = tmp.path().join("heads");
+    let o = heads_options(&tsv, &dense, &out);
+    let mut seen = common::Collect::default();
+    let s = lexlip_train::train(&o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    for l in &seen.logs {
+        let (v, t) = (l.nnz_image.unwrap_or(99.0), l.nnz_text.unwrap_or(99.0));
+        assert!(v <= 8.0 && t <= 4.0, "step {}: {v} / {t} terms", l.step);
+        for part in ["i2t", "t2i", "distill", "flops_image", "flops_text"] {
+            assert!(l.parts[part].is_finite(), "{part} at step {}", l.step);
+        }
+    }
+    assert_eq!((s.steps_done, s.pairs, s.images), (10, 32, 16));
+    let dev = Device::Cpu;
+    // The cache holds what the backbone gives for the same images and captions (a batch of
+    // one rounds differently from the cache's batches in the last bits).
+    let backbone = Encoders::load(&dense, &dev).unwrap();
+    let d = backbone.dense().unwrap();
+    let png = common::shape_png([220, 30, 30], "square", 24);
+    let img = d.preprocess_image(&png, "red-square").unwrap();
+    let want = d.encode_images(std::slice::from_ref(&img)).unwrap();
+    let meta: CacheMeta =
+        serde_json::from_str(&std::fs::read_to_string(out.join("cache/cache.json")).unwrap())
+            .unwrap();
+    let cache = EmbeddingCache::open(&out.join("cache"), &meta).unwrap();
+    // red-square is the first image of the TSV, "a red square" its first caption.
+    let row = cache
+        .rows("images", &[0], &dev)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    assert!(common::max_abs_diff(&row[0], want[0].as_slice()) < 1e-5);
+    let text = cache
+        .rows("texts", &[0], &dev)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let want = d.encode_texts(&["a red square"]).unwrap();
+    assert!(common::max_abs_diff(&text[0], want[0].as_slice()) < 1e-5);
+    assert_eq!(cache.len("words"), 30522);
+
+    // The exported directory: dense/ + heads/, loaded as any model.
+    let model = Encoders::load(&out, &dev).unwrap();
+    assert!(model.has_text() && model.has_image() && model.dense().is_some());
+    let image = model.image().unwrap();
+    assert_eq!(image.image_size(), 16);
+    let pngs: Vec<_> = [("red", "disc"), ("blue", "bar"), ("green", "cross")]
+        .iter()
+        .map(|(c, s)| {
+            let rgb = common::COLOURS.iter().find(|(n, _)| n == c).unwrap().1;
+            image
+                .preprocess_named(&common::shape_png(rgb, s, 30), s)
+                .unwrap()
+        })
+        .collect();
+    let batched = image.encode(&pngs).unwrap();
+    // A 40-step backbone's cosines are nearly flat, so some lexicons of this tiny model are
+    // empty; the real models' are measured by `lexlip eval` (docs/benchmarks.md).
+    assert!(
+        batched.iter().any(|v| !v.is_empty()),
+        "every image lexicon is empty"
+    );
+    for (i, p) in pngs.iter().enumerate() {
+        let one = image.encode(std::slice::from_ref(p)).unwrap();
+        let (a, b) = (&one[0], &batched[i]);
+        assert_eq!(a.len(), b.len(), "batched = one by one");
+        for ((ta, wa), (tb, wb)) in a.iter().zip(b.iter()) {
+            assert!(ta == tb && (wa - wb).abs() < 1e-4, "{ta} {wa} vs {tb} {wb}");
+        }
+        assert!(one[0].len() <= 8, "{} terms", one[0].len());
+    }
+    let texts = model
+        .text()
+        .unwrap()
+        .encode(&["a red disc", "bar in blue"])
+        .unwrap();
+    for t in &texts {
+        assert!(t.len() <= 4, "{} terms", t.len());
+        for (term, _) in t.iter() {
+            assert!(!term.starts_with('['), "special token {term} in a lexicon");
+        }
+    }
+    let meta = train_json(&out);
+    assert_eq!(meta["status"], "complete");
+    assert_eq!(meta["options"]["objective"], "heads");
+    // A second start finds it complete and changes nothing.
+    let record = std::fs::read(out.join("train.json")).unwrap();
+    assert!(run_quietly(&o).already_complete);
+    assert_eq!(std::fs::read(out.join("train.json")).unwrap(), record);
+
+    // Resume is bitwise: stopped at step 4 and resumed equals the uninterrupted run.
+    let parts = tmp.path().join("parts");
+    let mut p = heads_options(&tsv, &dense, &parts);
+    p.model.cache = Some(out.join("cache"));
+    common::train_stopped_and_resumed(&p, 4, "heads/config.json");
+    assert_eq!(
+        std::fs::read(parts.join("heads/model.safetensors")).unwrap(),
+        std::fs::read(out.join("heads/model.safetensors")).unwrap()
+    );
+    // The shared cache was reused, not rebuilt in parts/.
+    assert!(!parts.join("cache").exists());
+}
+
+#[test]
+fn heads_options_and_inputs_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let out = tmp.path().join("out");
+    // No backbone.
+    let mut o = heads_options(&tsv, Path::new("unused"), &out);
+    o.model.backbone = None;
+    assert!(err_of(&o).contains("--backbone"), "{}", err_of(&o));
+    // --backbone without --objective heads.
+    let mut o = fast_options(&tsv, &out);
+    o.model.backbone = Some(tmp.path().to_path_buf());
+    assert!(err_of(&o).contains("--objective heads"), "{}", err_of(&o));
+    // A backbone that is no dense model (the tiny SPLADE text model).
+    let o = heads_options(&tsv, &common::splade_dir(), &out);
+    let e = err_of(&o);
+    assert!(e.contains("not a dense model"), "{e}");
+    // A path that is nothing.
+    let o = heads_options(&tsv, &tmp.path().join("missing"), &out);
+    assert!(!err_of(&o).is_empty());
+    assert!(!out.join("heads").exists(), "nothing exported");
+}
+
+/// A cache built with one vocabulary is refused under another (`--tokenizer`).
+#[test]
+fn a_cache_of_another_vocabulary_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = backbone(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let out = tmp.path().join("heads");
+    let mut o = heads_options(&tsv, &dense, &out);
+    o.optim.steps = Some(1);
+    run_quietly(&o);
+    let mut other = heads_options(&tsv, &dense, &tmp.path().join("other"));
+    other.model.cache = Some(out.join("cache"));
+    other.model.tokenizer = Some(common::small_tokenizer());
+    let e = err_of(&other);
+    assert!(e.contains("another corpus or vocabulary"), "{e}");
+}

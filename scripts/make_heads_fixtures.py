@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""PyTorch reference of the lexicon heads' step (`lexlip train --objective heads`, issue 37) for
+`model/train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
+`log(1 + relu(.))`, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
+dense similarities (KL both ways), FLOPS per side and caption-word grounding on both sides.
+
+Written here from the description in model/train/src/heads/mod.rs (torch.topk for the cut,
+torch.nn.functional.kl_div for the distillation), not from the Rust code; evaluated in float64
+on fixed small random tensors (seeded). Inputs (float32), expected losses (float64) and
+gradients with respect to the head parameters (float32) go to one small safetensors file the
+Rust test reads; CI never runs this.
+
+Regenerate (torch is only needed here):
+
+    python3 -m venv .venv-torch        # git-ignored (/.venv*/)
+    .venv-torch/bin/pip install torch safetensors numpy
+    .venv-torch/bin/python scripts/make_heads_fixtures.py
+
+Writes model/train/tests/fixtures/heads_vs_torch.safetensors.
+"""
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
+
+B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
+K_IMAGE, K_TEXT = 7, 5
+TAU, TEACHER_TAU, DISTILL = 0.5, 0.1, 0.8
+LAMBDA_IMAGE, LAMBDA_TEXT, GROUNDING = 0.03, 0.01, 0.6
+
+gen = torch.Generator().manual_seed(20241127)
+
+
+def unit_rows(x):
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def lexicon(x, w, b, allowed, k):
+    p = torch.log1p(torch.clamp(x @ w.T + b, min=0)) * allowed
+    idx = p.topk(k, dim=1).indices
+    keep = torch.zeros_like(p).scatter(1, idx, 1.0)
+    return p * keep
+
+
+def in_batch(a, b, tau):
+    sim = a @ b.T / tau
+    diag = torch.arange(a.shape[0])
+    return F.cross_entropy(sim, diag), F.cross_entropy(sim.T, diag)
+
+
+def kl_rows(teacher, student):
+    """KL(softmax(teacher) || softmax(student)) per row, mean over rows; no gradient to the
+    teacher."""
+    t = F.log_softmax(teacher, dim=1).detach()
+    s = F.log_softmax(student, dim=1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
+def flops(p):
+    return (p.mean(dim=0) ** 2).sum()
+
+
+def bags_of(ids, mask, idf):
+    bag = torch.zeros(ids.shape[0], V, dtype=torch.float64)
+    bag.scatter_add_(1, ids, idf[ids] * mask)
+    has = (bag.sum(dim=1) > 0).double()
+    return bag / bag.norm(dim=1, keepdim=True).clamp_min(1e-12), has
+
+
+def grounding(p, bags, has):
+    sim = p @ bags.T / TAU
+    diag = torch.arange(B)
+    i2t = F.cross_entropy(sim, diag, reduction="none")
+    t2i = F.cross_entropy(sim.T, diag, reduction="none")
+    return ((i2t + t2i) * has).sum() / (2 * has.sum()).clamp(min=1)
+
+
+def main():
+    f64 = lambda t: t.float().double()
+    xv = f64(unit_rows(torch.randn(B, D, generator=gen)))
+    xl = f64(unit_rows(xv + 0.6 * torch.randn(B, D, generator=gen)))
+    words = unit_rows(torch.randn(V, D, generator=gen))
+    wv = f64(words * 3 + 0.3 * torch.randn(V, D, generator=gen)).requires_grad_()
+    bv = f64(0.2 * torch.randn(V, generator=gen)).requires_grad_()
+    wl = f64(words * 3 + 0.3 * torch.randn(V, D, generator=gen)).requires_grad_()
+    bl = f64(0.2 * torch.randn(V, generator=gen)).requires_grad_()
+    allowed = torch.ones(V, dtype=torch.float64)
+    allowed[[0, 1, 2, 9]] = 0.0
+    ids = torch.tensor(
+        [[0, 5, 7, 9, 1, 2], [0, 7, 7, 11, 1, 2], [0, 1, 2, 2, 2, 2], [0, 13, 5, 19, 17, 1]]
+    )
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0], [1] * 6])
+    idf = torch.rand(V, generator=gen).double() * 3 + 0.5
+    idf[0] = idf[1] = idf[2] = 0.0
+
+    pv = lexicon(xv, wv, bv, allowed, K_IMAGE)
+    pl = lexicon(xl, wl, bl, allowed, K_TEXT)
+    i2t, t2i = in_batch(pv, pl, TAU)
+    student = pv @ pl.T / TAU
+    teacher = xv @ xl.T / TEACHER_TAU
+    kd = (kl_rows(teacher, student) + kl_rows(teacher.T, student.T)) / 2
+    fv, fl = flops(pv), flops(pl)
+    bags, has = bags_of(ids, mask.double(), idf)
+    gv, gl = grounding(pv, bags, has), grounding(pl, bags, has)
+    total = (i2t + t2i) / 2 + DISTILL * kd + LAMBDA_IMAGE * fv + LAMBDA_TEXT * fl
+    total = total + GROUNDING * (gv + gl)
+    grads = torch.autograd.grad(total, [wv, bv, wl, bl])
+
+    f32 = lambda t: t.detach().float().contiguous()
+    scalar = lambda v: torch.tensor(float(v), dtype=torch.float64)
+    out = {
+        "config.tau": scalar(TAU),
+        "config.teacher_tau": scalar(TEACHER_TAU),
+        "config.distill": scalar(DISTILL),
+        "config.lambda_image": scalar(LAMBDA_IMAGE),
+        "config.lambda_text": scalar(LAMBDA_TEXT),
+        "config.grounding": scalar(GROUNDING),
+        "config.k_image": torch.tensor(K_IMAGE, dtype=torch.int64),
+        "config.k_text": torch.tensor(K_TEXT, dtype=torch.int64),
+        "input.xv": f32(xv),
+        "input.xl": f32(xl),
+        "input.wv": f32(wv),
+        "input.bv": f32(bv),
+        "input.wl": f32(wl),
+        "input.bl": f32(bl),
+        "input.allowed": f32(allowed),
+        "input.ids": ids.to(torch.int64).contiguous(),
+        "input.mask": mask.to(torch.int64).contiguous(),
+        "input.idf": f32(idf),
+        "expect.pv": f32(pv),
+        "expect.pl": f32(pl),
+        "expect.i2t": scalar(i2t),
+        "expect.t2i": scalar(t2i),
+        "expect.distill": scalar(kd),
+        "expect.flops_image": scalar(fv),
+        "expect.flops_text": scalar(fl),
+        "expect.ground_image": scalar(gv),
+        "expect.ground_text": scalar(gl),
+        "expect.total": scalar(total),
+        "expect.grad_wv": f32(grads[0]),
+        "expect.grad_bv": f32(grads[1]),
+        "expect.grad_wl": f32(grads[2]),
+        "expect.grad_bl": f32(grads[3]),
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    save_file(out, str(OUT))
+    print(f"wrote {OUT}: total {float(total):.6f}")
+
+
+if __name__ == "__main__":
+    main()
