@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference of the lexicon heads' step (`lexlip train --objective heads`, issue 37) for
 `model/train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
-`log(1 + relu(.))`, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
+`log(1 + relu(.))` of the centred input, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
 dense similarities (KL both ways), FLOPS per side and caption-word grounding on both sides.
 
 Written here from the description in model/train/src/heads/mod.rs (torch.topk for the cut,
@@ -40,8 +40,8 @@ def unit_rows(x):
     return x / x.norm(dim=1, keepdim=True)
 
 
-def lexicon(x, w, b, allowed, k):
-    p = torch.log1p(torch.clamp(x @ w.T + b, min=0)) * allowed
+def lexicon(x, c, w, b, allowed, k):
+    p = torch.log1p(torch.clamp((x - c) @ w.T + b, min=0)) * allowed
     idx = p.topk(k, dim=1).indices
     keep = torch.zeros_like(p).scatter(1, idx, 1.0)
     return p * keep
@@ -84,6 +84,8 @@ def main():
     f64 = lambda t: t.float().double()
     xv = f64(unit_rows(torch.randn(B, D, generator=gen)))
     xl = f64(unit_rows(xv + 0.6 * torch.randn(B, D, generator=gen)))
+    cv = f64(xv.mean(dim=0))
+    cl = f64(xl.mean(dim=0))
     words = unit_rows(torch.randn(V, D, generator=gen))
     wv = f64(words * 3 + 0.3 * torch.randn(V, D, generator=gen)).requires_grad_()
     bv = f64(0.2 * torch.randn(V, generator=gen)).requires_grad_()
@@ -98,8 +100,8 @@ def main():
     idf = torch.rand(V, generator=gen).double() * 3 + 0.5
     idf[0] = idf[1] = idf[2] = 0.0
 
-    pv = lexicon(xv, wv, bv, allowed, K_IMAGE)
-    pl = lexicon(xl, wl, bl, allowed, K_TEXT)
+    pv = lexicon(xv, cv, wv, bv, allowed, K_IMAGE)
+    pl = lexicon(xl, cl, wl, bl, allowed, K_TEXT)
     i2t, t2i = in_batch(pv, pl, TAU)
     student = pv @ pl.T / TAU
     teacher = xv @ xl.T / TEACHER_TAU
@@ -124,6 +126,8 @@ def main():
         "config.k_text": torch.tensor(K_TEXT, dtype=torch.int64),
         "input.xv": f32(xv),
         "input.xl": f32(xl),
+        "input.cv": f32(cv),
+        "input.cl": f32(cl),
         "input.wv": f32(wv),
         "input.bv": f32(bv),
         "input.wl": f32(wl),

@@ -3,8 +3,14 @@
 //! side maps its unit-length embedding onto the word-piece vocabulary:
 //!
 //! ```text
-//! embedding x (dim) ──▶ m = W·x + b (vocab) ──▶ p = log(1 + relu(m)) ⊙ allowed ──▶ top-K
+//! embedding x (dim) ──▶ m = W·(x − c) + b (vocab) ──▶ p = log(1 + relu(m)) ⊙ allowed ──▶ top-K
 //! ```
+//!
+//! `c` is the mean embedding of the side's training inputs. A dense model's images (texts)
+//! share a large common component (the modality gap: the mean of unit-length image embeddings
+//! has length ~0.6); a row of `W` that aligned with it would raise its term for every image
+//! alike. Centred, a term's weight follows what sets an input apart, and only the bias can make
+//! a term common, which the FLOPS regulariser sees.
 //!
 //! Why a linear head over the pooled embedding: the dense model already put images and texts
 //! in one space, so a term's row of `W` can start as the dense model's own embedding of that
@@ -21,7 +27,7 @@
 //! config.json        {"model_type": "lexlip-lexicon-heads", "dim": 256, "vocab_size": 30522,
 //!                     "image_top_k": 64, "text_top_k": 32}
 //! model.safetensors  image_head.weight (vocab, dim), image_head.bias (vocab),
-//!                    text_head.weight, text_head.bias, allowed (vocab)
+//!                    image_head.center (dim), text_head.{weight,bias,center}, allowed (vocab)
 //! tokenizer.json     the vocabulary's word pieces (the terms the index stores)
 //! ```
 
@@ -82,24 +88,35 @@ pub struct LexiconHead {
     weight: Tensor,
     /// `(vocab)`.
     bias: Tensor,
+    /// `(dim)`: the side's mean input, subtracted first.
+    center: Tensor,
     /// `(vocab)`, 1 where a term may carry weight.
     allowed: Tensor,
     top_k: Option<usize>,
 }
 
 impl LexiconHead {
-    pub fn new(weight: Tensor, bias: Tensor, allowed: Tensor, top_k: usize) -> Result<Self> {
-        let (vocab, _) = weight.dims2()?;
-        if bias.dims1()? != vocab || allowed.dims1()? != vocab {
+    pub fn new(
+        weight: Tensor,
+        bias: Tensor,
+        center: Tensor,
+        allowed: Tensor,
+        top_k: usize,
+    ) -> Result<Self> {
+        let (vocab, dim) = weight.dims2()?;
+        if bias.dims1()? != vocab || allowed.dims1()? != vocab || center.dims1()? != dim {
             return Err(ModelError::Invalid(format!(
-                "a lexicon head's bias ({:?}) and allowed terms ({:?}) must have its {vocab} rows",
+                "a lexicon head's bias ({:?}), allowed terms ({:?}) and centre ({:?}) must fit \
+                 its {vocab} × {dim} weight",
                 bias.dims(),
-                allowed.dims()
+                allowed.dims(),
+                center.dims()
             )));
         }
         Ok(Self {
             weight,
             bias,
+            center,
             allowed,
             top_k: (top_k > 0).then_some(top_k),
         })
@@ -107,7 +124,9 @@ impl LexiconHead {
 
     /// Pooled weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.to_dtype(self.weight.dtype())?;
+        let x = x
+            .to_dtype(self.weight.dtype())?
+            .broadcast_sub(&self.center)?;
         let m = x
             .matmul(&self.weight.t()?)?
             .broadcast_add(&self.bias)?
@@ -172,6 +191,7 @@ impl Heads {
             LexiconHead::new(
                 get(&format!("{name}.weight"), &[v, d])?,
                 get(&format!("{name}.bias"), &[v])?,
+                get(&format!("{name}.center"), &[d])?,
                 allowed.clone(),
                 k,
             )

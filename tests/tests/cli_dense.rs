@@ -210,3 +210,124 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     }
     s.stop();
 }
+
+/// `lexlip train --objective heads` over the dense model: lexicon heads onto BERT's vocabulary
+/// (the SPLADE tokenizer's, not the backbone's own 1,000 pieces), exported as a model directory
+/// that `lexlip serve --model` indexes and searches sparsely. Every hit's explanation names
+/// terms both lexicons hold, and the hits rank as the in-process quantized dot product does.
+/// (Recall of real heads is measured by `lexlip eval`, docs/benchmarks.md.)
+#[test]
+fn heads_over_a_trained_dense_model_serve_sparse_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = train_dense(tmp.path());
+    let heads = tmp.path().join("heads");
+    let tsv = tmp.path().join("captions.tsv");
+    let vocab = lexlip_tests::splade_dir().join("tokenizer.json");
+    let mut args = train_args(&tsv, &heads, "4");
+    let at = args.iter().position(|a| a == "dense").unwrap();
+    args[at] = "heads".into();
+    // The dense objective's own options give way to the heads'.
+    for flag in [
+        "--dense-dim",
+        "--image-config",
+        "--image-size",
+        "--patch-size",
+    ] {
+        let i = args.iter().position(|a| a == flag).unwrap();
+        args.drain(i..i + 2);
+    }
+    let i = args.iter().position(|a| a == "--tokenizer").unwrap();
+    args[i + 1] = vocab.to_str().unwrap().to_string();
+    args.extend(
+        [
+            "--backbone",
+            dense.to_str().unwrap(),
+            "--image-top-k",
+            "8",
+            "--text-top-k",
+            "4",
+        ]
+        .map(String::from),
+    );
+    let run = lexlip(&args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(heads.join("heads/config.json").is_file());
+    assert!(heads.join("dense/model.safetensors").is_file());
+
+    // The same model in-process: the oracle.
+    let enc = Encoders::load(&heads, &Device::Cpu).unwrap();
+    let text = enc.text().unwrap().encode(&["picture number 3"]).unwrap();
+    assert!(text[0].len() <= 4);
+    let image = enc.image().unwrap();
+    let lexicons: Vec<_> = (0..8)
+        .map(|i| {
+            let img = image.preprocess(&png(i, 20)).unwrap();
+            image.encode(&[img]).unwrap().remove(0)
+        })
+        .collect();
+    assert!(lexicons.iter().all(|l| l.len() <= 8));
+    let impacts = |v: &lexlip_proto::SparseVector| -> std::collections::BTreeMap<String, u64> {
+        v.iter()
+            .map(|(t, w)| (t.to_string(), (100.0 * f64::from(w)).floor() as u64))
+            .filter(|(_, i)| *i > 0)
+            .collect()
+    };
+    // A 3-step backbone's image and text lexicons rarely share a term (and some of its
+    // images' lexicons are empty), so the query is the image of the collection with the most
+    // terms (image → image), which shares its own.
+    let query = (0..8).max_by_key(|&i| lexicons[i].len()).unwrap() as u32;
+    let q = &lexicons[query as usize];
+    assert!(!q.is_empty(), "every image lexicon is empty");
+    let qi = impacts(q);
+    let dot = |d: &lexlip_proto::SparseVector| -> u64 {
+        let di = impacts(d);
+        qi.iter()
+            .map(|(t, w)| w * di.get(t).copied().unwrap_or(0))
+            .sum()
+    };
+
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        data.path(),
+        &["--model".to_string(), heads.to_str().unwrap().to_string()],
+    );
+    let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({})));
+    assert_eq!(st, 201, "{info}");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let docs: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("img{i}"), "image": b64.encode(png(i, 20))}))
+        .collect();
+    s.add("c", docs);
+    let q_json = json!({"query": {"image": b64.encode(png(query, 20))}, "target": "image", "k": 8,
+                        "exact": true, "explain": true});
+    let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q_json));
+    assert_eq!(st, 200, "{r}");
+    let want: Vec<u64> = {
+        let mut v: Vec<u64> = lexicons.iter().map(dot).filter(|s| *s > 0).collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
+    };
+    assert!(!want.is_empty(), "the query shares no term with any image");
+    let hits = r["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), want.len(), "{r}");
+    for (h, w) in hits.iter().zip(&want) {
+        let id = h["id"].as_str().unwrap();
+        let i: usize = id.trim_start_matches("img").parse().unwrap();
+        assert_eq!(dot(&lexicons[i]), *w, "{id} ranks as the oracle does: {r}");
+        let doc = impacts(&lexicons[i]);
+        let explain = h["explain"].as_array().expect("explained hits");
+        assert!(!explain.is_empty(), "{r}");
+        for e in explain {
+            let term = e["term"].as_str().unwrap();
+            assert!(
+                qi.contains_key(term) && doc.contains_key(term),
+                "{term}: {r}"
+            );
+        }
+    }
+    s.stop();
+}

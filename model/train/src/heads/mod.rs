@@ -6,8 +6,8 @@
 //!
 //! A step, for a batch of pairs with backbone embeddings `x_v`, `x_l`:
 //! ```text
-//! p_v = top_K(log(1 + relu(W_v x_v + b_v)) ⊙ allowed)        image lexicons (K = --image-top-k)
-//! p_l = top_k(log(1 + relu(W_l x_l + b_l)) ⊙ allowed)        caption lexicons (k = --text-top-k)
+//! p_v = top_K(log(1 + relu(W_v (x_v − c_v) + b_v)) ⊙ allowed)   image lexicons (K = --image-top-k)
+//! p_l = top_k(log(1 + relu(W_l (x_l − c_l) + b_l)) ⊙ allowed)   caption lexicons (k = --text-top-k)
 //! loss = InfoNCE(p_v·p_l / τ)                                  the sparse sides meet
 //!      + distill · KL(softmax(x_v·x_l / τ_teacher) ‖ softmax(p_v·p_l / τ))   the dense model's ranking
 //!      + λ_v FLOPS(p_v) + λ_l FLOPS(p_l)                       few terms, with warm-up
@@ -101,17 +101,24 @@ fn word_text(token: &str) -> &str {
     token.strip_prefix("##").unwrap_or(token)
 }
 
-/// The terms a lexicon may hold: word pieces with a letter or digit, not function words.
+/// The terms a lexicon may hold: whole words (no `##` continuation pieces, which read as
+/// fragments: "##ump", "##fly") with a letter or digit, of two or more characters unless a
+/// digit ("t" and "k" name nothing; "1" names a keycap), and no function words.
 fn allowed_terms(tokenizer: &TextTokenizer) -> Vec<f32> {
     let stop: std::collections::HashSet<&str> =
         lexlip_model::vocab::STOPWORDS.iter().copied().collect();
     (0..tokenizer.vocab as u32)
         .map(|t| {
-            let ok = tokenizer.is_word_piece(t)
-                && !tokenizer
-                    .token(t)
-                    .is_some_and(|w| stop.contains(w.as_str()));
-            if ok { 1.0 } else { 0.0 }
+            let readable = tokenizer.token(t).is_some_and(|w| {
+                !w.starts_with("##")
+                    && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit()))
+                    && !stop.contains(w.as_str())
+            });
+            if readable && tokenizer.is_word_piece(t) {
+                1.0
+            } else {
+                0.0
+            }
         })
         .collect()
 }
@@ -407,6 +414,9 @@ pub struct HeadsModel {
     pub image_bias: Var,
     pub text_weight: Var,
     pub text_bias: Var,
+    /// `(dim)` per side: the mean input, subtracted before the head (fixed).
+    pub image_center: Tensor,
+    pub text_center: Tensor,
     /// `(vocab)`, 1 where a term may carry weight.
     pub allowed: Tensor,
 }
@@ -437,20 +447,27 @@ impl HeadsModel {
         let all: Vec<usize> = (0..vocab).collect();
         let unit = cache.rows(WORDS, &all, device)?;
         let allowed_ids: Vec<usize> = (0..vocab).filter(|&t| allowed[t] > 0.0).collect();
-        let bias = |section: &str, k: usize| -> Result<Tensor> {
-            let cut = nearest_cosine(cache, section, &unit, &allowed_ids, k, device)?;
+        let (image_center, text_center) = (
+            mean_row(cache, IMAGES, device)?,
+            mean_row(cache, TEXTS, device)?,
+        );
+        let bias = |section: &str, center: &Tensor, k: usize| -> Result<Tensor> {
+            let cut = nearest_cosine(cache, section, center, &unit, &allowed_ids, k, device)?;
             Ok(Tensor::full((-INIT_SCALE * cut) as f32, vocab, device)?)
         };
-        let (image_bias, text_bias) = (bias(IMAGES, keep[0])?, bias(TEXTS, keep[1])?);
+        let image_bias = bias(IMAGES, &image_center, keep[0])?;
+        let text_bias = bias(TEXTS, &text_center, keep[1])?;
         let words = (&unit * INIT_SCALE)?;
         Self::from_tensors(
             [words.clone(), image_bias, words, text_bias],
+            [image_center, text_center],
             Tensor::from_slice(allowed, vocab, device)?,
         )
     }
 
-    /// Heads with the given starting weights: image weight and bias, text weight and bias.
-    pub fn from_tensors(start: [Tensor; 4], allowed: Tensor) -> Result<Self> {
+    /// Heads with the given starting weights (image weight and bias, text weight and bias),
+    /// fixed centres (image, text) and allowed terms.
+    pub fn from_tensors(start: [Tensor; 4], centers: [Tensor; 2], allowed: Tensor) -> Result<Self> {
         let store = VarMap::new();
         let var = |name: String, t: Tensor| -> Result<Var> {
             let v = Var::from_tensor(&t)?;
@@ -467,6 +484,8 @@ impl HeadsModel {
             image_bias: var(format!("{IMAGE_HEAD}.bias"), ib)?,
             text_weight: var(format!("{TEXT_HEAD}.weight"), tw)?,
             text_bias: var(format!("{TEXT_HEAD}.bias"), tb)?,
+            image_center: centers[0].clone(),
+            text_center: centers[1].clone(),
             allowed,
             store,
         })
@@ -481,12 +500,13 @@ impl HeadsModel {
 
     /// `(batch, vocab)` lexicons of `(batch, dim)` embeddings through one head, cut to `k`.
     pub fn lexicons(&self, x: &Tensor, image: bool, k: usize) -> Result<Tensor> {
-        let (w, b) = if image {
-            (&self.image_weight, &self.image_bias)
+        let (w, b, c) = if image {
+            (&self.image_weight, &self.image_bias, &self.image_center)
         } else {
-            (&self.text_weight, &self.text_bias)
+            (&self.text_weight, &self.text_bias, &self.text_center)
         };
         let p = x
+            .broadcast_sub(c)?
             .matmul(&w.as_tensor().t()?)?
             .broadcast_add(b.as_tensor())?
             .relu()?
@@ -500,11 +520,28 @@ impl HeadsModel {
 /// Inputs sampled per side to set the starting biases.
 const BIAS_SAMPLE: usize = 512;
 
-/// The mean, over up to [`BIAS_SAMPLE`] evenly spaced rows of `section`, of a row's cosine
-/// to its `k`-th nearest word among `allowed` (`words`: unit rows `(vocab, dim)`).
+/// Rows of `section` read at once.
+const CHUNK_ROWS: usize = 4096;
+
+/// The mean row of `section` `(dim)`.
+fn mean_row(cache: &EmbeddingCache, section: &str, device: &Device) -> Result<Tensor> {
+    let n = cache.len(section);
+    let mut sum = Tensor::zeros(cache.meta.dim, DType::F64, device)?;
+    for start in (0..n).step_by(CHUNK_ROWS) {
+        let rows: Vec<usize> = (start..(start + CHUNK_ROWS).min(n)).collect();
+        let part = cache.rows(section, &rows, device)?.to_dtype(DType::F64)?;
+        sum = (sum + part.sum(0)?)?;
+    }
+    Ok((sum / n.max(1) as f64)?.to_dtype(DType::F32)?)
+}
+
+/// The mean, over up to [`BIAS_SAMPLE`] evenly spaced rows of `section` less `center`, of a
+/// row's dot product with its `k`-th nearest word among `allowed` (`words`: unit rows
+/// `(vocab, dim)`).
 fn nearest_cosine(
     cache: &EmbeddingCache,
     section: &str,
+    center: &Tensor,
     words: &Tensor,
     allowed: &[usize],
     k: usize,
@@ -518,6 +555,7 @@ fn nearest_cosine(
     let rows: Vec<usize> = (0..take).map(|i| i * n / take).collect();
     let sims = cache
         .rows(section, &rows, device)?
+        .broadcast_sub(center)?
         .matmul(&words.t()?)?
         .to_vec2::<f32>()?;
     let k = k.clamp(1, allowed.len());
@@ -742,6 +780,15 @@ fn export(
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for (name, t) in snapshot(&model.store)? {
         tensors.insert(name, t.to_dtype(dtype)?.to_device(&Device::Cpu)?);
+    }
+    for (name, c) in [
+        (IMAGE_HEAD, &model.image_center),
+        (TEXT_HEAD, &model.text_center),
+    ] {
+        tensors.insert(
+            format!("{name}.center"),
+            c.to_dtype(dtype)?.to_device(&Device::Cpu)?,
+        );
     }
     // Exactly 0 or 1: f16 keeps it.
     tensors.insert(
