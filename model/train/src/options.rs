@@ -201,9 +201,9 @@ pub struct ModelOptions {
     #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
     pub image_head_init: HeadInit,
     /// --objective heads: the frozen dense model the lexicon heads read (a dense dual-encoder
-    /// directory from `lexlip train --objective dense`, a CLIP or SigLIP directory, or a model
-    /// directory with dense/). The lexicon vocabulary is its tokenizer.json when that is a
-    /// word-piece one, else give --tokenizer.
+    /// directory from `lexlip train --objective dense`, a CLIP or SigLIP directory, a model
+    /// directory with dense/, or `hf:OWNER/NAME`). The lexicon vocabulary is its
+    /// tokenizer.json when that is a word-piece one, else give --tokenizer.
     #[arg(long, help_heading = "Model")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backbone: Option<PathBuf>,

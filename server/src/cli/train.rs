@@ -25,6 +25,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         &mut opts.model.init,
         &mut opts.model.text_init,
         &mut opts.model.image_init,
+        &mut opts.model.backbone,
     ] {
         if let Some(path) = init.as_mut() {
             *path = resolve_model(path)?;
