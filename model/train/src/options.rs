@@ -382,17 +382,23 @@ pub struct LexiconOptions {
     /// --objective heads: top-K pooling of the text lexicons (queries), as --image-top-k is
     /// the images'. 0 = every non-zero term.
     #[arg(long, default_value_t = DEFAULT_TEXT_TOP_K, help_heading = "Lexicon")]
-    #[serde(default = "default_text_top_k")]
+    #[serde(
+        default = "default_text_top_k",
+        skip_serializing_if = "is_default_text_top_k"
+    )]
     pub text_top_k: usize,
     /// --objective heads: weight of the distillation of the dense model's in-batch
     /// similarities into the sparse ones (KL both ways).
     #[arg(long, default_value_t = 1.0, help_heading = "Lexicon")]
-    #[serde(default = "one")]
+    #[serde(default = "one", skip_serializing_if = "is_one")]
     pub distill: f64,
     /// --objective heads: the temperature of the dense model's similarities in the
     /// distillation (lexlip's dense objective trains at 0.05; CLIP's logit scale 100 is 0.01).
     #[arg(long, default_value_t = 0.05, help_heading = "Lexicon")]
-    #[serde(default = "default_teacher_tau")]
+    #[serde(
+        default = "default_teacher_tau",
+        skip_serializing_if = "is_default_teacher_tau"
+    )]
     pub teacher_tau: f64,
 }
 
@@ -409,6 +415,20 @@ fn one() -> f64 {
 
 fn default_teacher_tau() -> f64 {
     0.05
+}
+
+// The heads' options serialize only when set, so `train.json` and the options of runs made
+// before them read as they were.
+fn is_default_text_top_k(k: &usize) -> bool {
+    *k == DEFAULT_TEXT_TOP_K
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
+}
+
+fn is_default_teacher_tau(x: &f64) -> bool {
+    *x == default_teacher_tau()
 }
 
 /// How the parameters are updated: batches and their order, steps, learning rates, regularisation, the seed.

@@ -23,6 +23,20 @@ fn fingerprint_keys_per_objective() {
     assert_eq!(grouped["sampler"], "grouped");
     assert_eq!(grouped["group_size"], 1024);
     assert_eq!(grouped["itc_consistency"], 0.2);
+    // The heads' options hash for heads runs only; where the cache lives never does.
+    assert!(lexlip.get("teacher_tau").is_none() && lexlip.get("backbone").is_none());
+    let mut h = TrainOptions::new("out");
+    h.method.objective = Objective::Heads;
+    h.model.backbone = Some("dense".into());
+    h.model.cache = Some("somewhere".into());
+    h.lexicon.text_top_k = 16;
+    let heads = h.fingerprint_json();
+    assert_eq!(heads["backbone"], "dense");
+    assert_eq!(heads["text_top_k"], 16);
+    assert_eq!(heads["image_top_k"], 64);
+    assert!(heads.get("cache").is_none());
+    h.model.cache = Some("elsewhere".into());
+    assert_eq!(h.fingerprint_json(), heads);
 }
 
 /// The options serialize flat, as before they were grouped: `train.json` files and resume
