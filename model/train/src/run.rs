@@ -20,7 +20,7 @@ use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule};
 use crate::model::Objectives;
 use crate::nn::Dropout;
 use crate::observe::{Observer, RunControl, Summary};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::AdamW;
 use crate::options::{DenseToken, Objective as ObjectiveKind, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::sampler::{GroupState, Sampler};
@@ -141,10 +141,7 @@ pub(crate) fn train(
     }
     let mut order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
-    let total = opts
-        .optim
-        .steps
-        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let device = lexlip_model::device(opts.run.gpu)?;
     let mut model = EncoderPair::build(opts, &init, DType::F32, &device)?;
     if opts.lexicon.grounding > 0.0 {
@@ -155,10 +152,7 @@ pub(crate) fn train(
         opts.method.phase,
         opts.optim.text_lr.unwrap_or(opts.optim.lr) / opts.optim.lr,
     );
-    let mut adam = AdamW::new(AdamWConfig {
-        weight_decay: opts.optim.weight_decay,
-        ..AdamWConfig::default()
-    });
+    let mut adam = crate::steps::optimizer(opts);
     let fingerprint = fingerprint_of(opts, &input, model.init())?;
     let mut start = 0u64;
     let mut group = GroupState::default();

@@ -16,7 +16,7 @@ use candle_core::{DType, Tensor};
 use crate::checkpoint::{self, State};
 use crate::error::{Result, TrainError};
 use crate::observe::{Observer, RunControl, StepLog, Summary};
-use crate::optim::{AdamW, Param, clip_scale, grad_norm, learning_rate};
+use crate::optim::{AdamW, AdamWConfig, Param, clip_scale, grad_norm, learning_rate};
 use crate::options::TrainOptions;
 
 /// Batches prepared ahead of the step that uses them.
@@ -167,6 +167,54 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
         }
         Ok(())
     })
+}
+
+/// The optimizer of every objective: AdamW with the run's weight decay.
+pub(crate) fn optimizer(opts: &TrainOptions) -> AdamW {
+    AdamW::new(AdamWConfig {
+        weight_decay: opts.optim.weight_decay,
+        ..AdamWConfig::default()
+    })
+}
+
+/// Steps of the whole run: `--steps`, else `--epochs` × the steps of an epoch (at least one).
+pub(crate) fn total_steps(opts: &TrainOptions, steps_per_epoch: u64) -> u64 {
+    opts.optim
+        .steps
+        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1))
+}
+
+/// The step a run of one parameter store starts at: that of the last checkpoint in `--out`
+/// with this `fingerprint` (its `store` tensors, kept under `group/`, and the optimizer's state
+/// restored), else 0.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn resume_store(
+    opts: &TrainOptions,
+    fingerprint: &str,
+    store: &candle_nn::VarMap,
+    group: &str,
+    adam: &mut AdamW,
+    params: &[Param],
+    total: u64,
+    observer: &mut dyn Observer,
+) -> Result<u64> {
+    let Some((dir, state)) = checkpoint::resumable(&opts.run.out, fingerprint, opts.run.restart)?
+    else {
+        return Ok(0);
+    };
+    let all = checkpoint::tensors(&dir)?;
+    crate::params::restore(
+        store,
+        &checkpoint::group(&all, group),
+        &dir.display().to_string(),
+    )?;
+    adam.restore(state.adam_t, &checkpoint::group(&all, "adam"), params)?;
+    observer.message(&format!(
+        "resuming from {} (step {} of {total})",
+        dir.display(),
+        state.step
+    ));
+    Ok(state.step)
 }
 
 /// Writes the checkpoint of `done` steps (atomically; older ones beyond `--keep-checkpoints`

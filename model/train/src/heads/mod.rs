@@ -39,9 +39,9 @@ use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule, grounding, grounding_targ
 use crate::losses::{flops, in_batch};
 use crate::nn::log_softmax;
 use crate::observe::{Observer, RunControl, Summary};
-use crate::optim::{AdamW, AdamWConfig, Param};
+use crate::optim::Param;
 use crate::options::{SaveDtype, TrainOptions};
-use crate::params::{restore, snapshot};
+use crate::params::snapshot;
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 use cache::{CacheMeta, EmbeddingCache, Section};
@@ -213,16 +213,10 @@ pub fn train(
     drop(encoders);
     let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
     let params = model.params();
-    let mut adam = AdamW::new(AdamWConfig {
-        weight_decay: opts.optim.weight_decay,
-        ..AdamWConfig::default()
-    });
+    let mut adam = crate::steps::optimizer(opts);
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
-    let total = opts
-        .optim
-        .steps
-        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = {
         let desc = serde_json::json!({
             "options": opts.fingerprint_json(),
@@ -230,23 +224,16 @@ pub fn train(
         });
         format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
     };
-    let mut start = 0;
-    if let Some((dir, state)) =
-        checkpoint::resumable(&opts.run.out, &fingerprint, opts.run.restart)?
-    {
-        let all = checkpoint::tensors(&dir)?;
-        restore(
-            &model.store,
-            &checkpoint::group(&all, "heads"),
-            &dir.display().to_string(),
-        )?;
-        adam.restore(state.adam_t, &checkpoint::group(&all, "adam"), &params)?;
-        start = state.step;
-        observer.message(&format!(
-            "resuming from {} (step {start} of {total})",
-            dir.display()
-        ));
-    }
+    let start = crate::steps::resume_store(
+        opts,
+        &fingerprint,
+        &model.store,
+        "heads",
+        &mut adam,
+        &params,
+        total,
+        observer,
+    )?;
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     let flops = FlopsSchedule {

@@ -39,7 +39,7 @@ use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::observe::{Observer, RunControl, Summary};
-use crate::optim::{AdamW, AdamWConfig, Param};
+use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::{Source, snapshot};
 use crate::rng::key;
@@ -191,16 +191,10 @@ pub fn train(
         itc: opts.method.rerank_itc,
     };
     let params = model.params(weights);
-    let mut adam = AdamW::new(AdamWConfig {
-        weight_decay: opts.optim.weight_decay,
-        ..AdamWConfig::default()
-    });
+    let mut adam = crate::steps::optimizer(opts);
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
-    let total = opts
-        .optim
-        .steps
-        .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1));
+    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = {
         use sha2::{Digest, Sha256};
         let desc = serde_json::json!({
@@ -210,20 +204,16 @@ pub fn train(
         });
         format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
     };
-    let mut start = 0;
-    if let Some((dir, state)) =
-        checkpoint::resumable(&opts.run.out, &fingerprint, opts.run.restart)?
-    {
-        let all = checkpoint::tensors(&dir)?;
-        let group = |prefix: &str| checkpoint::group(&all, prefix);
-        crate::params::restore(&model.store, &group("rerank"), &dir.display().to_string())?;
-        adam.restore(state.adam_t, &group("adam"), &params)?;
-        start = state.step;
-        observer.message(&format!(
-            "resuming from {} (step {start} of {total})",
-            dir.display()
-        ));
-    }
+    let start = crate::steps::resume_store(
+        opts,
+        &fingerprint,
+        &model.store,
+        "rerank",
+        &mut adam,
+        &params,
+        total,
+        observer,
+    )?;
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     observer.message(&format!(
