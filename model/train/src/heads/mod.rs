@@ -158,7 +158,7 @@ pub fn train(
         tokenizer_path.display(),
         tokenizer.vocab
     ));
-    let corpus = data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    let mut corpus = data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
@@ -193,6 +193,8 @@ pub fn train(
         corpus_key,
         observer,
     )?;
+    // The captions' text was for the backbone only; the steps read tokens and the cache.
+    corpus.texts = None;
     let allowed = allowed_terms(&tokenizer);
     let keep = |k: usize| {
         if k == 0 {
