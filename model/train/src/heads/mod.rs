@@ -158,7 +158,8 @@ pub fn train(
         tokenizer_path.display(),
         tokenizer.vocab
     ));
-    let mut corpus = data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    let mut corpus =
+        data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
