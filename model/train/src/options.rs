@@ -219,7 +219,8 @@ pub struct ModelOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct MethodOptions {
     // ---- objectives
-    /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers.
+    /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers;
+    /// rerank: a re-ranker for a lexicon model; heads: lexicon heads over a frozen dense model.
     #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
     #[serde(default)]
     pub objective: Objective,

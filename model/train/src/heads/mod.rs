@@ -265,6 +265,14 @@ pub fn train(
         corpus.pairs.len(),
         total
     ));
+    if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
+        observer.message(&format!(
+            "note: --tau {} and --lr {} are far from what the heads were measured with \
+             (--tau 0.5 --lr 1e-2 --batch-size 128, docs/training.md); the defaults are the \
+             tower objectives'",
+            opts.method.tau, opts.optim.lr
+        ));
+    }
     let batches = PairIndices {
         order,
         corpus: &corpus,
