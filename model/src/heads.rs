@@ -122,20 +122,21 @@ impl LexiconHead {
         })
     }
 
-    /// Pooled weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`.
+    /// Lexicon weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`,
+    /// before any top-K cut ([`lexicon_weights`]).
+    pub fn weights(&self, x: &Tensor) -> Result<Tensor> {
+        lexicon_weights(
+            &x.to_dtype(DType::F32)?,
+            &self.center,
+            &self.weight,
+            &self.bias,
+            &self.allowed,
+        )
+    }
+
+    /// [`Self::weights`] cut to the head's own K.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x
-            .to_dtype(self.weight.dtype())?
-            .broadcast_sub(&self.center)?;
-        let m = x
-            .matmul(&self.weight.t()?)?
-            .broadcast_add(&self.bias)?
-            .to_dtype(DType::F32)?;
-        let p = m
-            .relu()?
-            .affine(1.0, 1.0)?
-            .log()?
-            .broadcast_mul(&self.allowed)?;
+        let p = self.weights(x)?;
         Ok(match self.top_k {
             Some(k) => top_k(&p, k)?,
             None => p,
@@ -202,6 +203,26 @@ impl Heads {
             config,
         })
     }
+}
+
+/// `log(1 + relu(W·(x − c) + b)) ⊙ allowed`: one head's lexicon weights `(batch, vocab)` of
+/// embeddings `x` `(batch, dim)`, with `weight` `(vocab, dim)`, `bias` and `allowed` `(vocab)`,
+/// `center` `(dim)`. Training (`lexlip train --objective heads`) and the encoders compute it
+/// here, so the trained lexicon is the served one by construction.
+pub fn lexicon_weights(
+    x: &Tensor,
+    center: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    allowed: &Tensor,
+) -> Result<Tensor> {
+    Ok(x.broadcast_sub(center)?
+        .matmul(&weight.t()?)?
+        .broadcast_add(bias)?
+        .relu()?
+        .affine(1.0, 1.0)?
+        .log()?
+        .broadcast_mul(allowed)?)
 }
 
 /// `(batch, dim)` rows of unit vectors on `device`.

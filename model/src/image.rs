@@ -547,31 +547,20 @@ impl ImageEncoder {
     }
 
     /// An image encoder whose lexicons are `head` over `backbone`'s image embeddings, in the
-    /// term space of `vocab`.
+    /// term space of `vocab` (the caller checked that the three fit), cut to the head's K
+    /// unless [`Self::with_top_k`] says otherwise.
     pub fn from_heads(
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
         vocab: Vocabulary,
-    ) -> Result<Self> {
-        if vocab.len() != head.vocab_size() || head.dim() != backbone.dim() {
-            return Err(ModelError::Invalid(format!(
-                "the image head maps {} dims to {} terms, but the dense model gives {} dims and \
-                 the vocabulary has {} terms",
-                head.dim(),
-                head.vocab_size(),
-                backbone.dim(),
-                vocab.len()
-            )));
-        }
-        let processor = backbone.image_processor().clone();
-        let device = backbone.device().clone();
-        Ok(Self {
+    ) -> Self {
+        Self {
+            processor: backbone.image_processor().clone(),
+            device: backbone.device().clone(),
             top_k: head.top_k(),
             tower: Tower::Heads { backbone, head },
             vocab,
-            processor,
-            device,
-        })
+        }
     }
 
     /// Keeps the `k` largest weights of every lexicon (the K the model was trained with).
@@ -674,7 +663,11 @@ impl ImageEncoder {
             Tower::Heads { backbone, head } => {
                 // `encode_images` is the embedding the training cache holds.
                 let x = rows_tensor(&backbone.encode_images(images)?, &self.device)?;
-                return head.forward(&x);
+                let p = head.weights(&x)?;
+                return Ok(match self.top_k {
+                    Some(k) => top_k(&p, k)?,
+                    None => p,
+                });
             }
             Tower::Mlm { head, .. } => head,
         };

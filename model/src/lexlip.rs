@@ -346,16 +346,31 @@ impl Encoders {
         }
         let heads = Heads::load(dir, device)?;
         let tokenizer = dir.join("tokenizer.json");
-        let name = dir_name(self.path.as_path());
-        let vocab = Vocabulary::from_tokenizer_json(&name, &tokenizer)?;
+        let vocab = Vocabulary::from_tokenizer_json(dir_name(self.path.as_path()), &tokenizer)?;
+        if vocab.len() != heads.config.vocab_size {
+            return Err(ModelError::ShapeMismatch {
+                file: tokenizer,
+                name: "model.vocab".into(),
+                expected: vec![heads.config.vocab_size],
+                got: vec![vocab.len()],
+            });
+        }
+        if heads.config.dim != dense.dim() {
+            return Err(ModelError::Invalid(format!(
+                "{}: the lexicon heads read {}-dimensional embeddings but the dense model gives {}",
+                dir.display(),
+                heads.config.dim,
+                dense.dim()
+            )));
+        }
         let backbone: Arc<dyn DenseEncoder> = dense;
         self.image = Some(ImageEncoder::from_heads(
             backbone.clone(),
             heads.image,
-            vocab,
-        )?);
+            vocab.clone(),
+        ));
         self.text = Some(TextEncoder::from_heads(
-            backbone, heads.text, &tokenizer, &name, device,
+            backbone, heads.text, vocab, &tokenizer, device,
         )?);
         Ok(())
     }

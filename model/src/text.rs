@@ -166,31 +166,16 @@ impl TextEncoder {
         Ok(enc)
     }
 
-    /// A text encoder whose lexicons are `head` over `backbone`'s text embeddings; the
-    /// vocabulary (and the word pieces [`Self::tokenize`] gives) comes from `tokenizer_json`.
+    /// A text encoder whose lexicons are `head` over `backbone`'s text embeddings, in the term
+    /// space of `vocab` (the caller checked that the three fit); `tokenizer_json` (the
+    /// vocabulary's) gives the word pieces [`Self::tokenize`] returns.
     pub fn from_heads(
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
+        vocab: Vocabulary,
         tokenizer_json: &Path,
-        name: &str,
         device: &Device,
     ) -> Result<Self> {
-        let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
-        if vocab.len() != head.vocab_size() {
-            return Err(ModelError::ShapeMismatch {
-                file: tokenizer_json.to_path_buf(),
-                name: "model.vocab".into(),
-                expected: vec![head.vocab_size()],
-                got: vec![vocab.len()],
-            });
-        }
-        if head.dim() != backbone.dim() {
-            return Err(ModelError::Invalid(format!(
-                "the lexicon heads read {}-dimensional embeddings but the dense model gives {}",
-                head.dim(),
-                backbone.dim()
-            )));
-        }
         let tokenizer = load_tokenizer(tokenizer_json)?;
         let pad_id = pad_id(&tokenizer, 0);
         let mut enc = Self {

@@ -88,13 +88,9 @@ impl Idf {
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,
     ) -> Self {
-        let stop: std::collections::HashSet<&str> =
-            lexlip_model::vocab::STOPWORDS.iter().copied().collect();
+        let content = content_words(tokenizer);
         Self::from_captions(captions, tokenizer.vocab, MAX_TARGET_DF, |t| {
-            tokenizer.is_word_piece(t)
-                && !tokenizer
-                    .token(t)
-                    .is_some_and(|w| stop.contains(w.as_str()))
+            content[t as usize]
         })
     }
 
@@ -105,6 +101,22 @@ impl Idf {
             device,
         )?)
     }
+}
+
+/// For every vocabulary id, whether it is a content word: a word piece with a letter or digit
+/// ([`TextTokenizer::is_word_piece`]) that is no function word (`lexlip_model::vocab::STOPWORDS`,
+/// which `lexlip eval` does not count as caption words either).
+pub fn content_words(tokenizer: &TextTokenizer) -> Vec<bool> {
+    let stop: std::collections::HashSet<&str> =
+        lexlip_model::vocab::STOPWORDS.iter().copied().collect();
+    (0..tokenizer.vocab as u32)
+        .map(|t| {
+            tokenizer.is_word_piece(t)
+                && !tokenizer
+                    .token(t)
+                    .is_some_and(|w| stop.contains(w.as_str()))
+        })
+        .collect()
 }
 
 /// The grounding targets of a batch: each caption's bag of target words, every occurrence
@@ -177,6 +189,16 @@ impl Flops {
 }
 
 impl FlopsSchedule {
+    /// The run's schedule: `--flops-image` / `--flops-text` (else `--flops-lambda`), warming
+    /// up over `--flops-warmup` of its `total` steps.
+    pub fn of(opts: &crate::options::TrainOptions, total: u64) -> Self {
+        Self {
+            image: opts.lexicon.flops_image.unwrap_or(opts.method.flops_lambda),
+            text: opts.lexicon.flops_text.unwrap_or(opts.method.flops_lambda),
+            warmup_steps: (opts.lexicon.flops_warmup * total as f64).round() as u64,
+        }
+    }
+
     pub fn at(&self, step: u64) -> Flops {
         let ramp = if self.warmup_steps == 0 || step >= self.warmup_steps {
             1.0

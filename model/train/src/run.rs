@@ -78,15 +78,19 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
 
 /// Everything that determines what a run computes.
 fn fingerprint_of(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
-    let desc = serde_json::json!({
+    Ok(sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
         "text": init.text.from,
         "image": init.image.from,
         "tokenizer": init.tokenizer,
         "vocab": init.vocab.term_space().hash,
-    });
-    Ok(format!("{:x}", Sha256::digest(desc.to_string().as_bytes())))
+    })))
+}
+
+/// SHA-256 of a JSON description (its compact text): what identifies a run or a cache.
+pub(crate) fn sha256_json(desc: &serde_json::Value) -> String {
+    format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
 }
 
 /// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `control.stop`
@@ -285,11 +289,7 @@ fn run_steps(
             rate: opts.method.image_mask_rate,
         }),
     };
-    let flops = FlopsSchedule {
-        image: opts.lexicon.flops_image.unwrap_or(opts.method.flops_lambda),
-        text: opts.lexicon.flops_text.unwrap_or(opts.method.flops_lambda),
-        warmup_steps: (opts.lexicon.flops_warmup * total as f64).round() as u64,
-    };
+    let flops = FlopsSchedule::of(opts, total);
     let top_k = TopKSchedule {
         k: opts.lexicon.image_top_k,
         vocab: model.init().vocab.len(),

@@ -111,15 +111,7 @@ impl EmbeddingCache {
     ) -> Result<Self> {
         let meta_path = dir.join("cache.json");
         if meta_path.is_file() {
-            let text =
-                std::fs::read_to_string(&meta_path).map_err(|e| TrainError::io(&meta_path, e))?;
-            let found: CacheMeta = serde_json::from_str(&text).map_err(|e| {
-                TrainError::invalid(format!(
-                    "{}: not an embedding cache: {e}",
-                    meta_path.display()
-                ))
-            })?;
-            check_same(&meta_path, &found, &meta)?;
+            read_meta(&meta_path, &meta)?;
         } else {
             std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
             let mut text = serde_json::to_string_pretty(&meta)
@@ -157,16 +149,7 @@ impl EmbeddingCache {
 
     /// Opens a complete cache holding what `want` says.
     pub fn open(dir: &Path, want: &CacheMeta) -> Result<Self> {
-        let meta_path = dir.join("cache.json");
-        let text =
-            std::fs::read_to_string(&meta_path).map_err(|e| TrainError::io(&meta_path, e))?;
-        let meta: CacheMeta = serde_json::from_str(&text).map_err(|e| {
-            TrainError::invalid(format!(
-                "{}: not an embedding cache: {e}",
-                meta_path.display()
-            ))
-        })?;
-        check_same(&meta_path, &meta, want)?;
+        let meta = read_meta(&dir.join("cache.json"), want)?;
         let mut sections = BTreeMap::new();
         for (name, &rows) in &meta.sections {
             let mut maps = Vec::new();
@@ -224,6 +207,16 @@ impl EmbeddingCache {
     pub fn len(&self, section: &str) -> usize {
         self.meta.sections.get(section).copied().unwrap_or(0)
     }
+}
+
+/// The `cache.json` at `path`, refused unless it holds what `want` says.
+fn read_meta(path: &Path, want: &CacheMeta) -> Result<CacheMeta> {
+    let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+    let found: CacheMeta = serde_json::from_str(&text).map_err(|e| {
+        TrainError::invalid(format!("{}: not an embedding cache: {e}", path.display()))
+    })?;
+    check_same(path, &found, want)?;
+    Ok(found)
 }
 
 fn check_same(path: &Path, found: &CacheMeta, want: &CacheMeta) -> Result<()> {

@@ -30,12 +30,11 @@ use candle_nn::VarMap;
 use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
 use lexlip_model::{DenseEncoder, Encoders, LoadOptions};
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
-use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule, grounding, grounding_targets};
+use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding, grounding_targets};
 use crate::losses::{flops, in_batch};
 use crate::nn::log_softmax;
 use crate::observe::{Observer, RunControl, Summary};
@@ -101,24 +100,19 @@ fn word_text(token: &str) -> &str {
     token.strip_prefix("##").unwrap_or(token)
 }
 
-/// The terms a lexicon may hold: whole words (no `##` continuation pieces, which read as
-/// fragments: "##ump", "##fly") with a letter or digit, of two or more characters unless a
-/// digit ("t" and "k" name nothing; "1" names a keycap), and no function words.
+/// The terms a lexicon may hold: content words ([`content_words`]) that are whole words (no
+/// `##` continuation pieces, which read as fragments: "##ump", "##fly"), of two or more
+/// characters unless a digit ("t" and "k" name nothing; "1" names a keycap).
 fn allowed_terms(tokenizer: &TextTokenizer) -> Vec<f32> {
-    let stop: std::collections::HashSet<&str> =
-        lexlip_model::vocab::STOPWORDS.iter().copied().collect();
-    (0..tokenizer.vocab as u32)
-        .map(|t| {
-            let readable = tokenizer.token(t).is_some_and(|w| {
+    content_words(tokenizer)
+        .into_iter()
+        .enumerate()
+        .map(|(t, content)| {
+            let readable = tokenizer.token(t as u32).is_some_and(|w| {
                 !w.starts_with("##")
                     && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit()))
-                    && !stop.contains(w.as_str())
             });
-            if readable && tokenizer.is_word_piece(t) {
-                1.0
-            } else {
-                0.0
-            }
+            if content && readable { 1.0 } else { 0.0 }
         })
         .collect()
 }
@@ -171,15 +165,12 @@ pub fn train(
             opts.optim.batch_size
         )));
     }
-    let corpus_key = {
-        let desc = serde_json::json!({
-            "input": input.signature()?,
-            "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
-            "pairs": corpus.pairs.len(),
-            "images": corpus.images.len(),
-        });
-        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
-    };
+    let corpus_key = crate::run::sha256_json(&serde_json::json!({
+        "input": input.signature()?,
+        "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
+        "pairs": corpus.pairs.len(),
+        "images": corpus.images.len(),
+    }));
     let cache_dir = opts
         .model
         .cache
@@ -220,13 +211,10 @@ pub fn train(
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);
-    let fingerprint = {
-        let desc = serde_json::json!({
-            "options": opts.fingerprint_json(),
-            "cache": cache.meta,
-        });
-        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
-    };
+    let fingerprint = crate::run::sha256_json(&serde_json::json!({
+        "options": opts.fingerprint_json(),
+        "cache": cache.meta,
+    }));
     let start = crate::steps::resume_store(
         opts,
         &fingerprint,
@@ -239,20 +227,7 @@ pub fn train(
     )?;
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
-    let flops = FlopsSchedule {
-        image: opts.lexicon.flops_image.unwrap_or(opts.method.flops_lambda),
-        text: opts.lexicon.flops_text.unwrap_or(opts.method.flops_lambda),
-        warmup_steps: (opts.lexicon.flops_warmup * total as f64).round() as u64,
-    };
-    let vocab = tokenizer.vocab;
-    // The heads' lexicons mean something from the first step (they start as the backbone's
-    // word embeddings), so they are cut to K from the first step: a cut that narrows from the
-    // whole vocabulary would start with ten thousand terms per side.
-    let schedule = |k: usize| TopKSchedule {
-        k,
-        vocab,
-        warmup_steps: 0,
-    };
+    let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
          grounding ×{}; {} pairs, {} steps",
@@ -284,8 +259,12 @@ pub fn train(
         idf: idf.to_tensor(&device)?,
         pad: tokenizer.pad,
         flops,
-        image_k: schedule(opts.lexicon.image_top_k),
-        text_k: schedule(opts.lexicon.text_top_k),
+        // The heads' lexicons mean something from the first step (they start as the
+        // backbone's word embeddings), so they are cut to K from the first step, not narrowed
+        // from the whole vocabulary as the towers' are (that would start with ten thousand
+        // terms per side).
+        image_k: opts.lexicon.image_top_k,
+        text_k: opts.lexicon.text_top_k,
         tau: opts.method.tau,
         teacher_tau: opts.lexicon.teacher_tau,
         distill: opts.lexicon.distill,
@@ -490,8 +469,8 @@ impl HeadsModel {
     }
 
     pub fn params(&self) -> Vec<Param> {
-        let mut vars = crate::params::sorted_vars(&self.store);
-        vars.drain(..)
+        crate::params::sorted_vars(&self.store)
+            .into_iter()
             .map(|(name, var)| Param::new(name, var, 1.0))
             .collect()
     }
@@ -503,14 +482,13 @@ impl HeadsModel {
         } else {
             (&self.text_weight, &self.text_bias, &self.text_center)
         };
-        let p = x
-            .broadcast_sub(c)?
-            .matmul(&w.as_tensor().t()?)?
-            .broadcast_add(b.as_tensor())?
-            .relu()?
-            .affine(1.0, 1.0)?
-            .log()?
-            .broadcast_mul(&self.allowed)?;
+        let p = lexlip_model::heads::lexicon_weights(
+            x,
+            c,
+            w.as_tensor(),
+            b.as_tensor(),
+            &self.allowed,
+        )?;
         crate::lexicon::top_k(&p, k)
     }
 }
@@ -682,8 +660,8 @@ struct HeadsSteps<'a> {
     idf: Tensor,
     pad: u32,
     flops: FlopsSchedule,
-    image_k: TopKSchedule,
-    text_k: TopKSchedule,
+    image_k: usize,
+    text_k: usize,
     tau: f64,
     teacher_tau: f64,
     distill: f64,
@@ -720,8 +698,8 @@ impl Objective for HeadsSteps<'_> {
                 has: &has,
             },
             StepWeights {
-                image_k: self.image_k.at(step),
-                text_k: self.text_k.at(step),
+                image_k: self.image_k,
+                text_k: self.text_k,
                 tau: self.tau,
                 teacher_tau: self.teacher_tau,
                 distill: self.distill,

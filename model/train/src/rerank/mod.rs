@@ -195,15 +195,11 @@ pub fn train(
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);
-    let fingerprint = {
-        use sha2::{Digest, Sha256};
-        let desc = serde_json::json!({
-            "options": opts.fingerprint_json(),
-            "input": input.signature()?,
-            "init": init,
-        });
-        format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
-    };
+    let fingerprint = crate::run::sha256_json(&serde_json::json!({
+        "options": opts.fingerprint_json(),
+        "input": input.signature()?,
+        "init": init,
+    }));
     let start = crate::steps::resume_store(
         opts,
         &fingerprint,
