@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::Module;
 use candle_transformers::models::bert::{BertOnlyMLMHead, Config as BertConfig};
 use image::imageops::FilterType;
-use lexlip_proto::{SparseVector, TermSpace};
+use lexlip_proto::{DenseVector, SparseVector, TermSpace};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -652,22 +652,29 @@ impl ImageEncoder {
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
     pub fn pooled(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
+        Ok(self.pooled_with_embeddings(images)?.0)
+    }
+
+    /// [`Self::pooled`], and the backbone's dense embeddings where the lexicons are computed
+    /// from them (lexicon heads): one forward pass gives both.
+    fn pooled_with_embeddings(
+        &self,
+        images: &[PreprocessedImage],
+    ) -> Result<(Tensor, Option<Vec<DenseVector>>)> {
         if images.is_empty() {
-            return Ok(Tensor::zeros(
-                (0, self.vocab.len()),
-                DType::F32,
-                &self.device,
-            )?);
+            let none = Tensor::zeros((0, self.vocab.len()), DType::F32, &self.device)?;
+            return Ok((none, None));
         }
         let head = match &self.tower {
             Tower::Heads { backbone, head } => {
                 // `encode_images` is the embedding the training cache holds.
-                let x = rows_tensor(&backbone.encode_images(images)?, &self.device)?;
-                let p = head.weights(&x)?;
-                return Ok(match self.top_k {
+                let embeddings = backbone.encode_images(images)?;
+                let p = head.weights(&rows_tensor(&embeddings, &self.device)?)?;
+                let p = match self.top_k {
                     Some(k) => top_k(&p, k)?,
                     None => p,
-                });
+                };
+                return Ok((p, Some(embeddings)));
             }
             Tower::Mlm { head, .. } => head,
         };
@@ -686,7 +693,7 @@ impl ImageEncoder {
             });
             start += n;
         }
-        Ok(Tensor::cat(&parts, 0)?)
+        Ok((Tensor::cat(&parts, 0)?, None))
     }
 
     /// Encodes preprocessed images into sparse lexicon vectors, in input order.
@@ -695,6 +702,19 @@ impl ImageEncoder {
             return Ok(Vec::new());
         }
         to_sparse(&self.pooled(images)?, &self.vocab)
+    }
+
+    /// [`Self::encode`], and the dense embeddings of the same images where this encoder's
+    /// lexicons are heads over a dense model (computed in the same pass; `None` otherwise).
+    pub fn encode_with_dense(
+        &self,
+        images: &[PreprocessedImage],
+    ) -> Result<(Vec<SparseVector>, Option<Vec<DenseVector>>)> {
+        if images.is_empty() {
+            return Ok((Vec::new(), None));
+        }
+        let (pooled, dense) = self.pooled_with_embeddings(images)?;
+        Ok((to_sparse(&pooled, &self.vocab)?, dense))
     }
 
     /// A BEiT-B/16 (224) + MLM head with random weights from a fixed seed, for measuring speed

@@ -443,6 +443,31 @@ impl Encoders {
         self.dense.as_deref().map(Dense::as_dyn)
     }
 
+    /// Takes the dense encoder of `other` (a CLIP, SigLIP or dense dual-encoder model loaded on
+    /// its own) as this model's: a sparse model indexed with a separate dense model for the
+    /// fallback (`lexlip index --dense-model`). A model with a dense encoder of its own (lexicon
+    /// heads, a directory with `dense/`) keeps it and refuses a second.
+    pub fn attach_dense(&mut self, other: Encoders) -> Result<()> {
+        if self.dense.is_some() {
+            return Err(ModelError::Invalid(format!(
+                "the model at {} has a dense encoder of its own; a second one ({}) is for a \
+                 model without one",
+                self.path.display(),
+                other.path.display()
+            )));
+        }
+        match other.dense {
+            Some(dense) => {
+                self.dense = Some(dense);
+                Ok(())
+            }
+            None => Err(ModelError::NoEncoder {
+                path: other.path,
+                what: "dense",
+            }),
+        }
+    }
+
     /// The lexicon term space (text and image encoders of one model share it).
     pub fn term_space(&self) -> Option<&TermSpace> {
         self.text

@@ -6,6 +6,10 @@
 //!
 //! The last stage is the one every job shares ([`crate::writer`]).
 //!
+//! A collection that keeps dense vectors (`dense_dim`) gets each item's embedding from the
+//! model's dense encoder in the same encode stage; a dense-only model gives no lexicon, so its
+//! documents are stored with empty impacts and found by dense search only.
+//!
 //! Each stage runs on its own thread (the writer on the caller's), joined by bounded channels of
 //! chunks (one encoder batch each), so memory stays flat whatever the corpus size and the
 //! slowest stage sets the pace. Items keep their input order end to end: after each commit the position
@@ -17,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use lexlip_index::Collection;
-use lexlip_model::{Encoders, PreprocessedImage};
-use lexlip_proto::{DocId, Document, SparseVector, VectorInput};
+use lexlip_model::{DenseEncoder, Encoders, ImageProcessor, PreprocessedImage};
+use lexlip_proto::{DenseVector, DocId, Document, SparseVector, VectorInput};
 use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
@@ -35,7 +39,11 @@ const CHANNEL_CHUNKS: usize = 4;
 /// An item ready to encode.
 struct Ready {
     item: Item,
+    /// The sparse image encoder's input.
     image: Option<PreprocessedImage>,
+    /// The dense encoder's input, where it is preprocessed differently from `image` (or there is
+    /// no sparse image encoder).
+    dense_image: Option<PreprocessedImage>,
     /// The thumbnail to store with an image document.
     thumbnail: Option<Vec<u8>>,
 }
@@ -68,6 +76,14 @@ pub fn index_corpus(
     let shard = options.shard;
     let stop = options.stop.clone();
     let thumbnails = options.thumbnails && collection.stores_thumbnails();
+    let dense = dense_encoder(encoders, collection)?;
+    if encoders.term_space().is_none() && dense.is_none() {
+        return Err(PipelineError::Input(format!(
+            "the model {} has no lexicon encoder and {} keeps no dense vectors: nothing to index",
+            encoders.path().display(),
+            collection.dir().display()
+        )));
+    }
 
     std::thread::scope(|scope| -> Result<Summary> {
         let (read_tx, read_rx) = sync_channel::<Chunk<SourceItem>>(CHANNEL_CHUNKS);
@@ -76,14 +92,39 @@ pub fn index_corpus(
         let (encoded_tx, encoded_rx) = sync_channel::<Result<Chunk<Prepared>>>(CHANNEL_CHUNKS);
         let resume = saved.as_ref().map_or(0, |p| p.position);
         scope.spawn(move || read_stage(source, resume, shard, batch, stop, read_tx));
-        scope.spawn(move || decode_stage(encoders, thumbnails, read_rx, ready_tx));
-        scope.spawn(move || encode_stage(encoders, collection, ready_rx, encoded_tx));
+        scope.spawn(move || decode_stage(encoders, dense, thumbnails, read_rx, ready_tx));
+        scope.spawn(move || encode_stage(encoders, dense, collection, ready_rx, encoded_tx));
         let summary = crate::writer::write(
             collection, options, &fp, saved, "item", encoded_rx, observer,
         );
         // On an early error the receivers drop here, which unblocks and ends the other stages.
         summary
     })
+}
+
+/// The dense encoder of a collection that keeps dense vectors (an error if the model has none,
+/// or one of another dimension), or `None` for a sparse-only collection.
+fn dense_encoder<'a>(
+    encoders: &'a Encoders,
+    collection: &Collection,
+) -> Result<Option<&'a dyn DenseEncoder>> {
+    let Some(dim) = collection.manifest().settings.dense_dim else {
+        return Ok(None);
+    };
+    match encoders.dense() {
+        Some(d) if d.dim() == dim => Ok(Some(d)),
+        Some(d) => Err(PipelineError::Input(format!(
+            "{} keeps dense vectors of {dim} dimensions; the model's dense encoder gives {}",
+            collection.dir().display(),
+            d.dim()
+        ))),
+        None => Err(PipelineError::Input(format!(
+            "{} keeps dense vectors, and the model {} has no dense encoder: give a model with \
+             one, or a dense model beside it",
+            collection.dir().display(),
+            encoders.path().display()
+        ))),
+    }
 }
 
 fn read_stage(
@@ -143,6 +184,7 @@ pub fn check_id(item: Item, seen: &mut HashSet<u128>) -> SourceItem {
 /// `thumbnails`, the thumbnail from the same decode.
 fn decode_stage(
     encoders: &Encoders,
+    dense: Option<&dyn DenseEncoder>,
     thumbnails: bool,
     rx: Receiver<Chunk<SourceItem>>,
     tx: SyncSender<Result<Chunk<Result<Ready, BadItem>>>>,
@@ -152,9 +194,9 @@ fn decode_stage(
             .items
             .iter()
             .any(|(_, i)| i.as_ref().is_ok_and(|i| i.image.is_some()));
-        let image_encoder = match (needs_image, encoders.image()) {
-            (false, _) => None,
-            (true, Ok(e)) => Some(e),
+        let processors = match (needs_image, image_processors(encoders, dense)) {
+            (false, _) => Processors::default(),
+            (true, Ok(p)) => p,
             (true, Err(e)) => {
                 let _ = tx.send(Err(PipelineError::Model(e)));
                 return;
@@ -166,17 +208,15 @@ fn decode_stage(
             .into_par_iter()
             .map(|(pos, item)| {
                 let ready = item.and_then(|item| {
-                    let (image, thumbnail) = match (&item.image, image_encoder) {
-                        (Some(r), Some(enc)) => {
-                            let (image, thumbnail) = decode(enc, &item.id, r, thumbnails)?;
-                            (Some(image), thumbnail)
-                        }
-                        _ => (None, None),
+                    let decoded = match &item.image {
+                        Some(r) => decode(&processors, &item.id, r, thumbnails)?,
+                        None => Decoded::default(),
                     };
                     Ok(Ready {
                         item,
-                        image,
-                        thumbnail,
+                        image: decoded.sparse,
+                        dense_image: decoded.dense,
+                        thumbnail: decoded.thumbnail,
                     })
                 });
                 (pos, ready)
@@ -194,15 +234,48 @@ fn decode_stage(
     }
 }
 
-/// The encoder's input and, with `thumbnail`, the thumbnail, from one read and one decode. An
+/// How a job's images are preprocessed: for the sparse image encoder, and for the dense one
+/// where it needs other pixels.
+#[derive(Default)]
+struct Processors<'a> {
+    sparse: Option<&'a ImageProcessor>,
+    dense: Option<&'a ImageProcessor>,
+}
+
+/// The processors of a job with images: an error when no encoder reads them.
+fn image_processors<'a>(
+    encoders: &'a Encoders,
+    dense: Option<&'a dyn DenseEncoder>,
+) -> lexlip_model::Result<Processors<'a>> {
+    let sparse = match (encoders.image(), dense) {
+        (Ok(e), _) => Some(e.processor()),
+        // A dense-only model: its dense encoder reads the images alone.
+        (Err(_), Some(_)) if encoders.term_space().is_none() => None,
+        (Err(e), _) => return Err(e),
+    };
+    let dense = dense
+        .map(|d| d.image_processor())
+        .filter(|d| sparse != Some(*d));
+    Ok(Processors { sparse, dense })
+}
+
+/// What one read and one decode of an item's image give.
+#[derive(Default)]
+struct Decoded {
+    sparse: Option<PreprocessedImage>,
+    dense: Option<PreprocessedImage>,
+    thumbnail: Option<Vec<u8>>,
+}
+
+/// The encoders' inputs and, with `thumbnail`, the thumbnail, from one read and one decode. An
 /// image that decodes always has a thumbnail; should encoding one fail all the same, the item is
 /// indexed without it rather than skipped.
 fn decode(
-    enc: &lexlip_model::ImageEncoder,
+    processors: &Processors,
     id: &str,
     image: &ImageRef,
     thumbnail: bool,
-) -> std::result::Result<(PreprocessedImage, Option<Vec<u8>>), BadItem> {
+) -> std::result::Result<Decoded, BadItem> {
     decode_with(id, image, |bytes, name| {
         let rgb = lexlip_model::image::decode_rgb(bytes, name)?;
         let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, name)) {
@@ -213,7 +286,13 @@ fn decode(
             }
             None => None,
         };
-        Ok((enc.processor().preprocess_rgb(&rgb, name)?, thumbnail))
+        let sparse = processors.sparse.map(|p| p.preprocess_rgb(&rgb, name));
+        let dense = processors.dense.map(|p| p.preprocess_rgb(&rgb, name));
+        Ok(Decoded {
+            sparse: sparse.transpose()?,
+            dense: dense.transpose()?,
+            thumbnail,
+        })
     })
 }
 
@@ -257,6 +336,7 @@ pub fn encode_batch<T, V>(
 /// the collection. Runs on its own thread so that the writer works on the previous chunk.
 fn encode_stage(
     encoders: &Encoders,
+    dense: Option<&dyn DenseEncoder>,
     collection: &Collection,
     rx: Receiver<Result<Chunk<Result<Ready, BadItem>>>>,
     tx: SyncSender<Result<Chunk<Prepared>>>,
@@ -270,7 +350,7 @@ fn encode_stage(
             }
         };
         let started = std::time::Instant::now();
-        let items = match encode_chunk(encoders, collection, chunk.items) {
+        let items = match encode_chunk(encoders, dense, collection, chunk.items) {
             Ok(items) => items,
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -288,18 +368,32 @@ fn encode_stage(
     }
 }
 
+/// One item's vectors as the encoders returned them (an error message for an item that failed).
+#[derive(Default)]
+struct Encoded {
+    sparse: Option<std::result::Result<SparseVector, String>>,
+    dense: Option<std::result::Result<DenseVector, String>>,
+}
+
 fn encode_chunk(
     encoders: &Encoders,
+    dense: Option<&dyn DenseEncoder>,
     collection: &Collection,
     mut items: Vec<(u64, Result<Ready, BadItem>)>,
 ) -> Result<Vec<(u64, Prepared)>> {
+    // A dense-only model has no lexicons: its documents are stored with empty impacts.
+    let sparse = encoders.term_space().is_some();
     let mut image_slots = Vec::new();
     let mut image_batch: Vec<PreprocessedImage> = Vec::new();
+    let mut dense_batch: Vec<PreprocessedImage> = Vec::new();
     for (i, (_, r)) in items.iter_mut().enumerate() {
-        if let Some(img) = r.as_mut().ok().and_then(|ready| ready.image.take()) {
-            image_slots.push(i);
-            image_batch.push(img);
+        let Ok(ready) = r else { continue };
+        if ready.image.is_none() && ready.dense_image.is_none() {
+            continue;
         }
+        image_slots.push(i);
+        image_batch.extend(ready.image.take());
+        dense_batch.extend(ready.dense_image.take());
     }
     let texts: Vec<(usize, &str)> = items
         .iter()
@@ -309,48 +403,101 @@ fn encode_chunk(
             _ => None,
         })
         .collect();
-    let mut vectors: Vec<Option<std::result::Result<SparseVector, String>>> =
-        (0..items.len()).map(|_| None).collect();
-    if !image_batch.is_empty() {
-        let enc = encoders.image()?;
-        for (i, v) in image_slots
-            .iter()
-            .zip(encode_batch(&image_batch, |b| enc.encode(b)))
-        {
-            vectors[*i] = Some(v);
+    let mut encoded: Vec<Encoded> = (0..items.len()).map(|_| Encoded::default()).collect();
+    if !image_slots.is_empty() {
+        if sparse {
+            let enc = encoders.image()?;
+            let results = encode_batch(&image_batch, |b| {
+                let (lexicons, embeddings) = enc.encode_with_dense(b)?;
+                let embeddings = embeddings.map_or_else(
+                    || vec![None; b.len()],
+                    |e| e.into_iter().map(Some).collect(),
+                );
+                Ok(lexicons.into_iter().zip(embeddings).collect())
+            });
+            for (&i, r) in image_slots.iter().zip(results) {
+                match r {
+                    Ok((lexicon, embedding)) => {
+                        encoded[i].sparse = Some(Ok(lexicon));
+                        // Lexicon heads embed the image in the same pass.
+                        encoded[i].dense = embedding.filter(|_| dense.is_some()).map(Ok);
+                    }
+                    Err(e) => encoded[i].sparse = Some(Err(e)),
+                }
+            }
+        }
+        if let Some(dense) = dense {
+            let inputs = match dense_batch.is_empty() {
+                true => &image_batch,
+                false => &dense_batch,
+            };
+            // The images still to embed, by their place in the batch.
+            let todo: Vec<usize> = (0..image_slots.len())
+                .filter(|&j| {
+                    let e = &encoded[image_slots[j]];
+                    e.dense.is_none() && !matches!(e.sparse, Some(Err(_)))
+                })
+                .collect();
+            let results = if todo.len() == inputs.len() {
+                encode_batch(inputs, |b| dense.encode_images(b))
+            } else {
+                let some: Vec<PreprocessedImage> =
+                    todo.iter().map(|&j| inputs[j].clone()).collect();
+                encode_batch(&some, |b| dense.encode_images(b))
+            };
+            for (&j, r) in todo.iter().zip(results) {
+                encoded[image_slots[j]].dense = Some(r);
+            }
         }
     }
     if !texts.is_empty() {
-        let enc = encoders.text()?;
         let batch: Vec<&str> = texts.iter().map(|(_, t)| *t).collect();
-        for ((i, _), v) in texts.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
-            vectors[*i] = Some(v);
+        if sparse {
+            let enc = encoders.text()?;
+            for ((i, _), v) in texts.iter().zip(encode_batch(&batch, |b| enc.encode(b))) {
+                encoded[*i].sparse = Some(v);
+            }
+        }
+        if let Some(dense) = dense {
+            for ((i, _), v) in texts
+                .iter()
+                .zip(encode_batch(&batch, |b| dense.encode_texts(b)))
+            {
+                encoded[*i].dense = Some(v);
+            }
         }
     }
     Ok(items
         .into_iter()
-        .zip(vectors)
-        .map(|((pos, ready), vector)| {
-            let encoded = ready.and_then(|r| {
+        .zip(encoded)
+        .map(|((pos, ready), e)| {
+            let prepared = ready.and_then(|r| {
                 let id = r.item.id.clone();
-                let v = match vector {
-                    Some(Ok(v)) => v,
-                    Some(Err(e)) => return Err(BadItem::new(Some(id), reason::ENCODE, e)),
-                    None => {
-                        return Err(BadItem::new(Some(id), reason::ENCODE, "nothing to encode"));
-                    }
+                let failed =
+                    |message: String| BadItem::new(Some(id.clone()), reason::ENCODE, message);
+                let nothing = || failed("nothing to encode".to_string());
+                let lexicon = match e.sparse {
+                    Some(v) => v.map_err(failed)?,
+                    None if sparse => return Err(nothing()),
+                    None => SparseVector::default(),
+                };
+                let embedding = match e.dense {
+                    Some(v) => Some(v.map_err(failed)?),
+                    None if dense.is_some() => return Err(nothing()),
+                    None => None,
                 };
                 let impacts = collection
                     .quantizer()
-                    .document(VectorInput::Weights(v))
+                    .document(VectorInput::Weights(lexicon))
                     .map_err(|e| BadItem::new(Some(id.clone()), reason::VECTOR, e.to_string()))?;
                 Ok(PreparedDoc {
                     doc: document(r.item)?,
                     impacts,
+                    dense: embedding,
                     thumbnail: r.thumbnail,
                 })
             });
-            (pos, encoded)
+            (pos, prepared)
         })
         .collect())
 }

@@ -9,17 +9,19 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 
 use lexlip_index::{Collection, DocExtras};
-use lexlip_proto::{Document, QuantizedVector};
+use lexlip_proto::{DenseVector, Document, QuantizedVector};
 
 use crate::error::{PipelineError, Result};
 use crate::item::BadItem;
 use crate::job::{Observer, Options, Summary};
 use crate::progress::{Counts, Progress};
 
-/// A document ready to add: its stored fields, its impacts, and the thumbnail of its image.
+/// A document ready to add: its stored fields, its impacts, its dense vector (collections that
+/// keep them) and the thumbnail of its image.
 pub(crate) struct PreparedDoc {
     pub doc: Document,
     pub impacts: QuantizedVector,
+    pub dense: Option<DenseVector>,
     pub thumbnail: Option<Vec<u8>>,
 }
 
@@ -28,6 +30,7 @@ impl PreparedDoc {
         Self {
             doc,
             impacts,
+            dense: None,
             thumbnail: None,
         }
     }
@@ -151,7 +154,7 @@ pub(crate) fn write(
             match prepared {
                 Ok(p) => {
                     let extras = DocExtras {
-                        dense: None,
+                        dense: p.dense,
                         thumbnail: p.thumbnail,
                     };
                     collection.add_with(p.doc, p.impacts, extras)?;

@@ -1,7 +1,8 @@
 //! The dense baseline end to end: `lexlip train --objective dense` writes a directory that
 //! `lexlip encode --model DIR` encodes into dense vectors (and no terms), that `lexlip serve`
 //! uses as `--dense-model` beside a LexLIP model (dense search ranks as brute-force cosine over
-//! the same encoder's vectors), and that `lexlip index` refuses clearly as a sparse model.
+//! the same encoder's vectors), and that `lexlip index` turns into a collection of dense vectors,
+//! alone or beside a LexLIP model's lexicons (`--dense-model`).
 
 use std::path::{Path, PathBuf};
 
@@ -152,21 +153,101 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     ]);
     unit(&image["dense"], 16);
 
-    // `lexlip index` encodes sparse vectors: a dense-only model is refused, nothing is created.
+    // `lexlip index` of a dense-only model: a collection of dense vectors (no vocabulary, empty
+    // lexicons) that `lexlip search --mode dense` ranks as brute-force cosine over the model's
+    // own vectors; a sparse search is refused with the way to search it.
     let collection = tmp.path().join("c");
     let tsv = tmp.path().join("captions.tsv");
+    let c = collection.to_str().unwrap();
+    let index = |extra: &[&str]| {
+        let mut args = vec!["index", "--collection", c, "--tsv", tsv.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        lexlip(&args)
+    };
+    let out = index(&["--model", m]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(collection.join("lexlip.json")).unwrap()).unwrap();
+    assert_eq!(manifest["dense_dim"], 16, "{manifest}");
+    let images: Vec<_> = (0..8)
+        .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())
+        .collect();
+    let vectors = dense.encode_images(&images).unwrap();
+    let search = |mode: &str| {
+        lexlip_json(&[
+            "search",
+            "--collection",
+            c,
+            "--model",
+            m,
+            "--text",
+            "picture number 3",
+            "--mode",
+            mode,
+            "--modality",
+            "image",
+            "-k",
+            "8",
+            "--json",
+        ])
+    };
+    assert_ranks_as_cosine(
+        &lexlip_tests::hit_scores(&search("dense")),
+        &vectors,
+        &query,
+    );
     let out = lexlip(&[
-        "index",
+        "search",
         "--collection",
-        collection.to_str().unwrap(),
-        "--tsv",
-        tsv.to_str().unwrap(),
+        c,
         "--model",
         m,
+        "--text",
+        "picture number 3",
     ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--mode dense"),
+        "{err}"
+    );
+
+    // `--dense-model DIR` beside a LexLIP model keeps both: the lexicons and this model's
+    // vectors. Into the dense-only collection it is refused (another term space); a dense
+    // model given twice is refused too. Refusals change nothing.
+    let both = tmp.path().join("both");
+    let tiny = lexlip_tiny_args();
+    let b = both.to_str().unwrap();
+    let mut args = vec!["index", "--collection", b, "--tsv", tsv.to_str().unwrap()];
+    args.extend(tiny.iter().map(String::as_str));
+    args.extend(["--dense-model", m]);
+    let out = lexlip(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut args = vec!["search", "--collection", b, "--text", "picture number 3"];
+    args.extend(tiny.iter().map(String::as_str));
+    args.extend(["--modality", "image", "-k", "8", "--json"]);
+    assert!(!lexlip_tests::hit_scores(&lexlip_json(&args)).is_empty());
+    let before = std::fs::read(collection.join("lexlip.json")).unwrap();
+    let mut args = vec!["index", "--collection", c, "--tsv", tsv.to_str().unwrap()];
+    args.extend(tiny.iter().map(String::as_str));
+    args.extend(["--dense-model", m]);
+    let out = lexlip(&args);
+    assert!(!out.status.success());
+    let out = index(&["--model", m, "--dense-model", m]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no sparse"), "{err}");
+    assert!(err.contains("dense encoder of its own"), "{err}");
+    assert_eq!(
+        std::fs::read(collection.join("lexlip.json")).unwrap(),
+        before
+    );
 
     // `lexlip serve --model LEXLIP --dense-model DIR`: documents get this model's vectors and a
     // dense search ranks images by cosine with the query's vector.
@@ -187,28 +268,31 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["path"], "dense");
-    let hits = lexlip_tests::hit_scores(&r);
-    // The oracle: cosine of the query with every image, by the same encoder in-process.
-    let images: Vec<_> = (0..8)
-        .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())
-        .collect();
-    let vectors = dense.encode_images(&images).unwrap();
+    assert_ranks_as_cosine(&lexlip_tests::hit_scores(&r), &vectors, &query);
+    s.stop();
+}
+
+/// The oracle of a dense search over `img0..img7`: the cosine of `query` with each image's
+/// vector, computed by the same encoder in-process; only ties may swap two ids.
+fn assert_ranks_as_cosine(
+    hits: &[(String, f64)],
+    vectors: &[lexlip_proto::DenseVector],
+    query: &lexlip_proto::DenseVector,
+) {
     let mut want: Vec<(String, f64)> = vectors
         .iter()
         .enumerate()
-        .map(|(i, v)| (format!("img{i}"), f64::from(v.dot(&query))))
+        .map(|(i, v)| (format!("img{i}"), f64::from(v.dot(query))))
         .collect();
     want.sort_by(|a, b| b.1.total_cmp(&a.1));
-    assert_eq!(hits.len(), 8);
+    assert_eq!(hits.len(), want.len(), "{hits:?}");
     for ((gid, gs), (wid, ws)) in hits.iter().zip(&want) {
         assert!((gs - ws).abs() < 1e-4, "{hits:?} vs {want:?}");
         if gid != wid {
-            // Only a tie may swap two ids.
             let other = want.iter().find(|(id, _)| id == gid).unwrap().1;
             assert!((other - ws).abs() < 1e-5, "{hits:?} vs {want:?}");
         }
     }
-    s.stop();
 }
 
 /// `lexlip train --objective heads` over the dense model: lexicon heads onto BERT's vocabulary
@@ -330,4 +414,50 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         }
     }
     s.stop();
+
+    // `lexlip index --dense` with the heads: the lexicons and the backbone's own embeddings,
+    // from one pass per batch; a dense search ranks as cosine over the backbone's vectors.
+    let backbone = enc.dense().expect("heads carry their backbone");
+    let images: Vec<_> = (0..8)
+        .map(|i| backbone.preprocess_image(&png(i, 20), "img").unwrap())
+        .collect();
+    let vectors = backbone.encode_images(&images).unwrap();
+    let query = backbone
+        .encode_texts(&["picture number 3"])
+        .unwrap()
+        .remove(0);
+    let collection = tmp.path().join("indexed");
+    let (c, m) = (collection.to_str().unwrap(), heads.to_str().unwrap());
+    let out = lexlip(&[
+        "index",
+        "--collection",
+        c,
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--model",
+        m,
+        "--dense",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dense_hits = lexlip_json(&[
+        "search",
+        "--collection",
+        c,
+        "--model",
+        m,
+        "--text",
+        "picture number 3",
+        "--mode",
+        "dense",
+        "--modality",
+        "image",
+        "-k",
+        "8",
+        "--json",
+    ]);
+    assert_ranks_as_cosine(&lexlip_tests::hit_scores(&dense_hits), &vectors, &query);
 }

@@ -41,6 +41,17 @@ pub struct IndexArgs {
     pub images: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Keep each document's dense embedding too, for `mode: dense` and hybrid search (the
+    /// dense fallback): from the model's own dense encoder (lexicon heads' backbone, a `dense/`
+    /// directory beside a LexLIP model), or from --dense-model. Implied by a dense-only model
+    /// (`lexlip train --objective dense`, CLIP, SigLIP), whose documents have no lexicon. Taken
+    /// when the collection is created.
+    #[arg(long)]
+    pub dense: bool,
+    /// A dense model (CLIP, SigLIP or `lexlip train --objective dense`) whose embeddings are
+    /// kept beside the --model's lexicons (implies --dense).
+    #[arg(long, value_name = "DIR")]
+    pub dense_model: Option<PathBuf>,
     /// Items per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
@@ -114,11 +125,12 @@ pub fn parse_modality(s: &str) -> Result<Modality, String> {
 }
 
 impl IndexArgs {
-    fn settings(&self) -> CollectionSettings {
+    /// The settings of a new collection; `dense_dim` where it keeps dense vectors.
+    fn settings(&self, dense_dim: Option<usize>) -> CollectionSettings {
         CollectionSettings {
             scale: self.scale,
             top_k_terms: self.top_k_terms,
-            dense_dim: None,
+            dense_dim,
             thumbnails: !self.no_thumbnails,
             forward_files: !self.no_forward_files,
         }
@@ -217,9 +229,10 @@ fn vectors(
     path: &std::path::Path,
     start: Instant,
 ) -> anyhow::Result<(Report, Collection)> {
-    if args.model.model.is_some() {
+    if args.model.model.is_some() || args.dense || args.dense_model.is_some() {
         bail!(
-            "--model is for corpus inputs (--tsv, --manifest, --webdataset, --images); --vectors are already encoded"
+            "--model, --dense and --dense-model are for corpus inputs (--tsv, --manifest, \
+             --webdataset, --images); --vectors are already encoded"
         );
     }
     // The input first: a missing file changes nothing.
@@ -233,8 +246,12 @@ fn vectors(
     };
     // Only a directory this run makes is removed again on failure.
     let created = !args.collection.exists();
-    let mut collection =
-        Collection::open_or_create(&args.collection, space, tokens.as_deref(), args.settings())?;
+    let mut collection = Collection::open_or_create(
+        &args.collection,
+        space,
+        tokens.as_deref(),
+        args.settings(None),
+    )?;
     collection.set_doc_order(args.doc_order);
     let total = file.plain_size();
     let mut progress = Progress::new(args, total, Unit::Bytes)?;
@@ -271,14 +288,47 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     if args.vocab.is_some() {
         bail!("--vocab is for --vectors; corpus inputs use the model's vocabulary");
     }
-    let (model_path, encoders) = args.model.load(
-        "--tsv, --manifest, --webdataset and --images",
-        LoadOptions::default(),
-    )?;
-    let space = encoders
-        .term_space()
-        .cloned()
-        .context("the model has no sparse (text or image) encoder")?;
+    let what = "--tsv, --manifest, --webdataset and --images";
+    let (model_path, mut encoders) = args.model.load(what, LoadOptions::default())?;
+    if let Some(dir) = &args.dense_model {
+        let dense_args = ModelArgs {
+            model: Some(dir.clone()),
+            tokenizer: None,
+            ..args.model.clone()
+        };
+        let (_, dense) = dense_args.load(what, LoadOptions::default())?;
+        encoders
+            .attach_dense(dense)
+            .with_context(|| format!("--dense-model {}", dir.display()))?;
+    }
+    let dense_only = encoders.term_space().is_none() && encoders.dense().is_some();
+    let dense_dim = match (
+        args.dense || args.dense_model.is_some() || dense_only,
+        encoders.dense(),
+    ) {
+        (false, _) => None,
+        (true, Some(d)) => Some(d.dim()),
+        (true, None) => bail!(
+            "--dense needs a dense encoder: the model at {} has none; give one with \
+             --dense-model DIR (CLIP, SigLIP or lexlip train --objective dense)",
+            model_path.display()
+        ),
+    };
+    // A dense-only model's collection has no vocabulary: its documents have no lexicon.
+    let (space, tokens) = match encoders.term_space() {
+        Some(space) => {
+            let tokens = encoders
+                .text()
+                .map(|t| t.vocabulary().tokens().to_vec())
+                .or_else(|_| encoders.image().map(|i| i.vocabulary().tokens().to_vec()))?;
+            (space.clone(), Some(tokens))
+        }
+        None if dense_only => (TermSpace::free("dense-only"), None),
+        None => bail!(
+            "the model at {} has no sparse (text or image) encoder and no dense one",
+            model_path.display()
+        ),
+    };
     // Opening the input first means a missing or unreadable input changes nothing. A total for
     // the ETA where counting is cheap (not for tar shards).
     let total = match &input {
@@ -293,19 +343,34 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
                 .count() as u64,
         ),
     };
-    let tokens = encoders
-        .text()
-        .map(|t| t.vocabulary().tokens().to_vec())
-        .or_else(|_| encoders.image().map(|i| i.vocabulary().tokens().to_vec()))?;
-    let mut collection =
-        Collection::open_or_create(&args.collection, space, Some(&tokens), args.settings())?;
+    let mut collection = Collection::open_or_create(
+        &args.collection,
+        space,
+        tokens.as_deref(),
+        args.settings(dense_dim),
+    )?;
+    match (dense_dim, collection.manifest().settings.dense_dim) {
+        (Some(_), None) => bail!(
+            "{} keeps no dense vectors (it was made without --dense): index into a new \
+             collection",
+            args.collection.display()
+        ),
+        (None, Some(_)) if encoders.dense().is_none() => bail!(
+            "{} keeps dense vectors, and the model at {} has no dense encoder: add \
+             --dense-model DIR",
+            args.collection.display(),
+            model_path.display()
+        ),
+        _ => {}
+    }
     collection.set_doc_order(args.doc_order);
     let mut progress = Progress::new(args, total, Unit::Items)?;
     let context = format!(
-        "{}|{}|{:?}",
+        "{}|{}|{:?}|{:?}",
         model_path.display(),
         args.scale,
-        args.top_k_terms
+        args.top_k_terms,
+        args.dense_model
     );
     let result = lexlip_pipeline::index_corpus(
         &input,

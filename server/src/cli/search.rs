@@ -216,6 +216,9 @@ fn encode<'a>(
             });
         }
         _ if plan.mode == Mode::Dense => None,
+        _ if encoders.is_some_and(|e| e.term_space().is_none() && e.dense().is_some()) => {
+            bail!("the model is dense only (it gives no lexicon): search it with --mode dense")
+        }
         (Query::Text(t), _) => {
             let e = encoders.context("--text needs --model")?;
             e.text()?.encode(&[t.as_str()])?.pop()
