@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The image workload of LexLIP's Table 2 on lexlip's own models (issue 38): N pictures composed
 # from the emoji + clip-art sources (`lexlip bench compose`, WebDataset shards, deterministic
-# from the seed), then for every model under models/ (and a dense baseline when one is given):
+# from the seed), then for every lexicon model under models/ and the dense baseline
+# (models/emoji-dense, or --dense-model DIR):
 #
 #   - batch indexing, end to end: `lexlip index --webdataset` (decode, encode, index), its
 #     images/s, peak RSS and wall time (the time to a searchable collection);
@@ -21,12 +22,11 @@
 # pictures and N captions; every item stays in the collections). JSON keys: images, and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
 # sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries},
-# bytes_per_item.{sparse,dense}. A dense entry is null without --dense-model (no dense emoji model
-# ships; `lexlip train --objective dense` makes one).
+# bytes_per_item.{sparse,dense}; dense_index.{images_per_s,peak_rss_mb,seconds} (the dense
+# baseline through `lexlip index`, its graph build timed by `lexlip eval --hnsw`). A dense entry
+# is null when there is no dense model.
 #
-# The dense baseline is measured through `lexlip eval` alone (its collection build and graph
-# build times as dense_index; `lexlip index` builds sparse collections). Not measured here:
-# server RSS while serving and the dense path's time to answer after a
+# Not measured here: server RSS while serving and the dense path's time to answer after a
 # restart (docs/benchmarks.md, issue 38's first part, measured them with `lexlip serve`).
 # --images 20000 takes about 15 minutes on a 2-core CPU with models/emoji-tiny.
 set -euo pipefail
@@ -56,6 +56,7 @@ done
 if [ "${#models[@]}" -eq 0 ]; then
   for m in "$root"/models/*/; do [ -f "$m/lexlip.json" ] && models+=("${m%/}"); done
 fi
+[ -n "$dense" ] || [ ! -f "$root/models/emoji-dense/config.json" ] || dense="$root/models/emoji-dense"
 [ -z "$dense" ] || [ -d "$dense" ] || { echo "error: --dense-model $dense is no directory" >&2; exit 2; }
 corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
 [ -f "$corpus/images.jsonl" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
@@ -75,16 +76,13 @@ run_model() { # name model-dir mode
   local name="$1" model="$2" mode="$3" out="$results/$1"
   rm -rf "$out"
   mkdir -p "$out"
-  # `lexlip index` builds sparse collections (a dense-only model has no term space): the dense
-  # baseline's index cost is its eval collection's (index_seconds, vectors and graphs).
-  if [ "$mode" = sparse ]; then
-    echo "== $name: index" >&2
-    rm -rf "$out/collection"
-    /usr/bin/time -f '%e %M' -o "$out/index.time" "$lexlip" index --collection "$out/collection" \
-      --webdataset "$shards" --model "$model" "${gpu[@]}" > "$out/index.log" 2>&1 ||
-      { echo "error: lexlip index failed, see $out/index.log" >&2; exit 1; }
-    rm -rf "$out/collection"
-  fi
+  # A dense-only model's `lexlip index` keeps its vectors (no lexicons).
+  echo "== $name: index" >&2
+  rm -rf "$out/collection"
+  /usr/bin/time -f '%e %M' -o "$out/index.time" "$lexlip" index --collection "$out/collection" \
+    --webdataset "$shards" --model "$model" "${gpu[@]}" > "$out/index.log" 2>&1 ||
+    { echo "error: lexlip index failed, see $out/index.log" >&2; exit 1; }
+  rm -rf "$out/collection"
   echo "== $name: eval" >&2
   local eval_args=(eval --webdataset "$shards" --model "$model" --json --work-dir "$work"
     --max-queries "$max_queries")
@@ -163,7 +161,12 @@ for m in models:
 if dense:
     exact = pick(dense_settings, search="exact")
     hnsw = pick(dense_settings, search="hnsw")
+    index, _ = load("dense-baseline")
     report["dense_index"] = {
+        "model": os.path.basename(dense_model.rstrip("/")),
+        "images_per_s": images / index[0],
+        "peak_rss_mb": index[1] / 1024,
+        "seconds": index[0],
         "vectors_seconds": exact["index_seconds"],
         "hnsw_seconds": hnsw["index_seconds"] if hnsw else None,
         "encode_seconds": dense["encode_seconds"],

@@ -188,8 +188,9 @@ pub struct ThreadFigures {
     pub figures: ExactFigures,
 }
 
-/// Runs `queries` one at a time with the exhaustive baseline, both exact algorithms, every
-/// approximation factor and every term cut (at factor 1) on this thread, then exact block-max
+/// Runs `queries` one at a time (each with `exact`'s k and filter) with the exhaustive
+/// baseline, both exact algorithms, every approximation factor and every term cut (at factor 1)
+/// on this thread, then exact block-max
 /// with each count of `threads` per query; recall is against the exhaustive results. Every
 /// query is first run once, unmeasured, exhaustively and block-max, so that no figure pays for
 /// reading the postings or the forward files into the page cache (a collection just exported
@@ -197,20 +198,16 @@ pub struct ThreadFigures {
 pub fn measure(
     snap: &Snapshot,
     queries: &[QuantizedVector],
-    k: usize,
+    exact: &SearchOptions,
     approx_factors: &[f32],
     term_cuts: &[f32],
     threads: &[usize],
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<SearchFigures> {
+    let exact_opts = exact.clone();
     let base = SearchOptions {
-        k,
         algorithm: Algorithm::Exhaustive,
-        ..SearchOptions::default()
-    };
-    let exact_opts = SearchOptions {
-        k,
-        ..SearchOptions::default()
+        ..exact_opts.clone()
     };
     progress("warm-up", 0.0);
     run_queries(snap, queries, &base)?;
@@ -239,10 +236,9 @@ pub fn measure(
             f64::from(if term_cut > 0.0 { term_cut } else { knob }),
         );
         let o = SearchOptions {
-            k,
             precision: Precision::Approx(knob),
             term_cut,
-            ..SearchOptions::default()
+            ..exact_opts.clone()
         };
         let a = run_queries(snap, queries, &o)?;
         let f = exact_figures(&a, &exhaustive);
@@ -410,7 +406,7 @@ pub fn run(
     let m = measure(
         &snap,
         &queries,
-        config.k,
+        &SearchOptions::top(config.k),
         &config.approx,
         &config.term_cuts,
         &config.threads,

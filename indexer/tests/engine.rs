@@ -343,3 +343,81 @@ fn a_cancelled_search_stops_and_an_uncancelled_one_is_unchanged() {
         assert!(flag.is_cancelled());
     }
 }
+
+/// Images and texts go to segments of their own and stay apart when segments merge, so each
+/// segment gets the forward layout of its documents (long image lexicons: terms; short
+/// captions: documents) and a search for one modality bounds none of the other's blocks. The
+/// results equal the exhaustive search's, with and without the filter.
+#[test]
+fn images_and_texts_live_in_segments_of_their_own() {
+    use lexlip_index::{Algorithm, forward_index::Layout};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = new_collection(dir.path());
+    c.set_flush_docs(60);
+    // Image lexicons of 300 terms, captions of 6, added in turn.
+    let vector = |pairs: Vec<(u64, u64)>| {
+        QuantizedVector::new(pairs.into_iter().map(|(t, w)| (format!("t{t}"), w))).unwrap()
+    };
+    let image = |i: u64| vector((0..300).map(|t| (t, 1 + (t * 7 + i) % 90)).collect());
+    let text = |i: u64| {
+        vector(
+            (0..6)
+                .map(|t| ((i + t * 37) % 300, 1 + (i + t) % 50))
+                .collect(),
+        )
+    };
+    for i in 0..240u64 {
+        c.add(doc(&format!("img{i}"), Modality::Image), image(i))
+            .unwrap();
+        c.add(doc(&format!("txt{i}"), Modality::Text), text(i))
+            .unwrap();
+        if i % 80 == 79 {
+            c.commit().unwrap();
+        }
+    }
+    c.merge_all().unwrap();
+    assert_eq!(c.stats().unwrap().segments, 2);
+    let snap = c.snapshot().unwrap();
+    let mut layouts: Vec<Layout> = snap.forward_summary().iter().map(|f| f.layout).collect();
+    layouts.sort_by_key(|l| format!("{l:?}"));
+    assert_eq!(layouts, vec![Layout::Documents, Layout::Terms]);
+
+    // An image query against the captions, as image → text searches.
+    let query = image(7);
+    let mut candidates = Vec::new();
+    for modality in [None, Some(Modality::Text), Some(Modality::Image)] {
+        let filter = Filter {
+            modality,
+            ..Filter::default()
+        };
+        let options = SearchOptions {
+            k: 10,
+            filter: filter.clone(),
+            ..SearchOptions::default()
+        };
+        let pruned = snap.search(&query, &options).unwrap();
+        let exhaustive = snap
+            .search(
+                &query,
+                &SearchOptions {
+                    algorithm: Algorithm::Exhaustive,
+                    ..options.clone()
+                },
+            )
+            .unwrap();
+        assert_eq!(pruned.hits, exhaustive.hits);
+        for h in &pruned.hits {
+            let hit = snap.hit(h, None).unwrap();
+            assert!(modality.is_none_or(|m| hit.modality == m), "{hit:?}");
+        }
+        candidates.push(pruned.stats.blocks_candidate);
+    }
+    // A filtered search bounds only its modality's segment: the blocks of both add up to those
+    // of the unfiltered search.
+    assert!(candidates.iter().all(|&c| c > 0), "{candidates:?}");
+    assert_eq!(
+        candidates[1] + candidates[2],
+        candidates[0],
+        "{candidates:?}"
+    );
+}

@@ -318,3 +318,78 @@ proptest! {
         prop_assert!(busy > 0, "no query left enough blocks to share");
     }
 }
+
+/// `n` distinct terms of a vocabulary of 500 with random impacts: a long image lexicon, a long
+/// image query, or a short caption, by `n`.
+fn lexicon(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<(u16, u32)>> {
+    prop::collection::btree_map(0u16..500, 1u32..=300, n).prop_map(|m| m.into_iter().collect())
+}
+
+fn named(terms: &[(u16, u32)]) -> QuantizedVector {
+    QuantizedVector::new(terms.iter().map(|&(t, i)| (format!("w{t}"), u64::from(i)))).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// The image workload: images of hundreds of terms and captions of a few in one collection
+    /// (segments of their own), searched with long image queries and short text queries, each
+    /// for one modality or both. Exact search equals brute force, and a term cut never invents
+    /// a score.
+    #[test]
+    fn long_documents_and_long_queries_stay_exact(
+        images in prop::collection::vec(lexicon(100..400), 1..60),
+        texts in prop::collection::vec(lexicon(1..20), 1..120),
+        queries in prop::collection::vec((prop_oneof![lexicon(100..400), lexicon(1..20)], prop::option::of(any::<bool>())), 1..5),
+        flush in 10usize..80,
+        merge in any::<bool>(),
+        k in 1usize..25,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
+        c.set_flush_docs(flush);
+        let mut model: Vec<(String, bool, QuantizedVector)> = Vec::new();
+        let (mut i, mut t) = (images.iter(), texts.iter());
+        // Interleaved, as a corpus of images and their captions arrives.
+        loop {
+            let (a, b) = (i.next(), t.next());
+            if a.is_none() && b.is_none() {
+                break;
+            }
+            for (v, image) in [(a, true), (b, false)] {
+                if let Some(v) = v {
+                    let id = format!("d{}", model.len());
+                    let m = if image { Modality::Image } else { Modality::Text };
+                    c.add(Document::new(DocId::new(id.clone()).unwrap(), m), named(v)).unwrap();
+                    model.push((id, image, named(v)));
+                }
+            }
+        }
+        c.commit().unwrap();
+        if merge {
+            c.merge_all().unwrap();
+        }
+        let snap = c.snapshot().unwrap();
+        for (terms, modality) in &queries {
+            let q = named(terms);
+            let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
+            let opts = SearchOptions { k, filter, ..SearchOptions::default() };
+            let pruned = snap.search(&q, &opts).unwrap().hits;
+            let exhaustive = snap.search(&q, &SearchOptions { algorithm: Algorithm::Exhaustive, ..opts.clone() }).unwrap().hits;
+            prop_assert_eq!(&pruned, &exhaustive);
+            let mut want: Vec<u64> = model.iter()
+                .filter(|(_, image, _)| modality.is_none_or(|m| m == *image))
+                .map(|(_, _, d)| d.dot(&q))
+                .filter(|&s| s > 0)
+                .collect();
+            want.sort_unstable_by(|a, b| b.cmp(a));
+            want.truncate(k);
+            prop_assert_eq!(pruned.iter().map(|h| h.score).collect::<Vec<_>>(), want);
+            let cut = snap.search(&q, &SearchOptions { precision: Precision::Approx(1.0), term_cut: 0.2, ..opts.clone() }).unwrap().hits;
+            for h in &cut {
+                let id = snap.hit(h, None).unwrap().id;
+                prop_assert!(model.iter().any(|(mid, _, d)| *mid == id && d.dot(&q) == h.score));
+            }
+        }
+    }
+}

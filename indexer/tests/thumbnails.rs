@@ -88,7 +88,8 @@ fn thumbnails_are_stored_replaced_merged_and_reopened() {
     c.merge_all().unwrap();
     drop(c);
     let c = Collection::open(tmp.path()).unwrap();
-    assert_eq!(c.snapshot().unwrap().searcher().segment_readers().len(), 1);
+    // One segment per modality: the images', and the caption's.
+    assert_eq!(c.snapshot().unwrap().searcher().segment_readers().len(), 2);
     assert_eq!(thumbnail_of(&c, "img4").as_deref(), Some(&b"new"[..]));
     assert_eq!(
         thumbnail_of(&c, "img9"),

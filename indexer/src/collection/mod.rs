@@ -19,6 +19,7 @@
 //! ```
 
 mod documents;
+mod modalities;
 mod snapshot;
 mod stats;
 mod writer;
@@ -47,6 +48,7 @@ use crate::manifest::{CollectionSettings, Manifest};
 use crate::quantizer::Quantizer;
 use crate::schema::{self, Fields};
 use crate::segment_builder::DocOrder;
+use modalities::SegmentModalities;
 use writer::WriterState;
 
 /// The vocabulary copy kept inside a collection created with one.
@@ -77,6 +79,8 @@ pub struct Collection {
     /// Whether new and merged segments get a forward index file (collections created before
     /// the files existed do not: tantivy fixes an index's plugins at creation).
     forward_files: bool,
+    /// What each segment holds (images or texts), for the merge policy ([`modalities`]).
+    modalities: SegmentModalities,
 }
 
 impl std::fmt::Debug for Collection {
@@ -171,6 +175,8 @@ impl Collection {
             // them let a few searches over such documents hold gigabytes.
             .doc_store_cache_num_blocks(DOC_STORE_CACHE_BLOCKS)
             .try_into()?;
+        let modalities = SegmentModalities::default();
+        modalities.learn(reader.searcher().segment_readers(), &fields)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             manifest,
@@ -186,6 +192,7 @@ impl Collection {
             doc_order: DocOrder::default(),
             forward_plan,
             forward_files,
+            modalities,
         })
     }
 

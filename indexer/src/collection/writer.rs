@@ -12,13 +12,13 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::MutexGuard;
 
-use lexlip_proto::{DenseVector, DocId, Document, QuantizedVector};
-use tantivy::merge_policy::LogMergePolicy;
+use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector};
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocSet, IndexWriter, TERMINATED, Term};
 
 use super::Collection;
+use super::modalities::ModalityMergePolicy;
 use crate::error::{IndexError, Result};
 use crate::segment_builder::{PendingDoc, write_segment};
 
@@ -75,7 +75,7 @@ impl Collection {
         let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             let writer: IndexWriter = self.index.writer_with_num_threads(1, WRITER_HEAP)?;
-            writer.set_merge_policy(Box::new(LogMergePolicy::default()));
+            writer.set_merge_policy(Box::new(ModalityMergePolicy::new(self.modalities.clone())));
             // A commit killed (or failed, e.g. on a full disk) after writing a file that no
             // `meta.json` names leaves it behind; the same operation retried reaches the same
             // opstamp, and thus the same file name, and tantivy refuses to overwrite it. Such
@@ -257,21 +257,29 @@ impl Collection {
         state.pending_bytes = 0;
         let batch = std::mem::replace(&mut state.batch, new_batch());
         let forward_plan = self.forward_files.then(|| self.forward_plan());
-        if let Some(meta) = write_segment(
-            &self.index,
-            &self.fields,
-            &pending,
-            &batch,
-            self.doc_order,
-            forward_plan,
-        )? {
-            state.writer.add_segment(meta)?;
-            state
-                .flushed_ids
-                .extend(pending.iter().map(|p| p.doc.id.as_str().to_string()));
-            // Freeing a large batch (~50 strings per document) takes a while: off this thread.
-            if pending.len() >= 10_000 {
-                std::thread::spawn(move || drop(pending));
+        // A segment per modality (`super::modalities`), images first.
+        let (images, texts): (Vec<PendingDoc>, Vec<PendingDoc>) = pending
+            .into_iter()
+            .partition(|p| p.doc.modality == Modality::Image);
+        for (modality, docs) in [(Modality::Image, images), (Modality::Text, texts)] {
+            if let Some(meta) = write_segment(
+                &self.index,
+                &self.fields,
+                &docs,
+                &batch,
+                self.doc_order,
+                forward_plan,
+            )? {
+                self.modalities.record(meta.id(), Some(modality));
+                state.writer.add_segment(meta)?;
+                state
+                    .flushed_ids
+                    .extend(docs.iter().map(|p| p.doc.id.as_str().to_string()));
+                // Freeing a large batch (~50 strings per document) takes a while: off this
+                // thread.
+                if docs.len() >= 10_000 {
+                    std::thread::spawn(move || drop(docs));
+                }
             }
         }
         Ok(())
@@ -356,19 +364,23 @@ impl Collection {
         self.reload()
     }
 
-    /// Merges all segments into one (then waits); for benchmarks and batch builds.
+    /// Merges all segments into one per modality (then waits); for benchmarks and batch
+    /// builds.
     pub fn merge_all(&self) -> Result<()> {
         self.commit()?;
         // Let background merges finish first: they would hold some of the segments.
         self.wait_merges()?;
         let ids = self.index.searchable_segment_ids()?;
-        if ids.len() > 1 {
+        let groups = self.modalities.group(&ids, |id| *id);
+        if groups.iter().any(|g| g.len() > 1) {
             let mut guard = self.writer()?;
             if let Some(state) = guard.as_mut() {
                 state
                     .writer
                     .set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));
-                state.writer.merge(&ids).wait()?;
+                for group in groups.iter().filter(|g| g.len() > 1) {
+                    state.writer.merge(group).wait()?;
+                }
             }
         }
         self.wait_merges()
@@ -378,6 +390,8 @@ impl Collection {
     /// warms those of new ones, so the first query does not pay for them.
     fn reload(&self) -> Result<()> {
         self.reader.reload()?;
+        self.modalities
+            .learn(self.reader.searcher().segment_readers(), &self.fields)?;
         let live = self.live_segments();
         self.maxima
             .lock()

@@ -6,7 +6,7 @@
 //!
 //! 1. bound every block of every segment: `ub[r] = Σ_t q_t · max_t(r)` from the block maxima
 //!    of [`crate::forward_index`] (a vectorized pass over common terms' bound codes, one over the
-//!    postings of the others);
+//!    postings of the others); a block that holds no document the filter allows gets 0;
 //! 2. score the [`FIRST_BLOCKS`] best-bounded blocks of all segments, which raises the k-th
 //!    best score θ;
 //! 3. put the other blocks whose bound reaches θ in one heap by bound and pop them, best
@@ -47,6 +47,7 @@ use super::{Cancel, ScoredDoc, SearchStats, TopK};
 use crate::doc_vectors::{DocVectors, QueryWeights};
 use crate::error::Result;
 use crate::forward_index::ForwardTerm;
+use crate::search::filter::AllowedDocs;
 
 /// Blocks scored before the others go into the heap: enough to make θ meaningful, so that most
 /// blocks are dropped before the heap is built.
@@ -211,6 +212,10 @@ impl<'a> SegmentBounds<'a> {
         cancel: &Cancel,
     ) -> Result<Bounded<'a>> {
         cancel.check()?;
+        if segment.allowed.is_some_and(AllowedDocs::is_empty) {
+            // A segment of the other modality, for a search filtered to one.
+            return Ok(Bounded::Empty);
+        }
         let maxima = segment.maxima;
         let found: Vec<(u32, &ForwardTerm)> = query
             .iter()
@@ -256,6 +261,9 @@ impl<'a> SegmentBounds<'a> {
                 Some(table.add(m, q, &mut ub))
             };
             terms.push(QueryTerm { q, m, slot });
+        }
+        if let Some(allowed) = segment.allowed {
+            allowed.clear_blocks_without_any(&mut ub, maxima.shift);
         }
         let (chunk_max, candidates) = chunk_maxima(&ub);
         let head = best_of_best_chunks(&ub, &chunk_max);

@@ -12,14 +12,54 @@ use crate::schema::Fields;
 #[derive(Debug, Clone)]
 pub struct AllowedDocs {
     bits: Vec<u64>,
+    /// No document of the segment is allowed (a search skips it whole).
+    none: bool,
 }
 
 impl AllowedDocs {
+    /// Whether the filter allows no document of this segment.
+    pub fn is_empty(&self) -> bool {
+        self.none
+    }
+
     #[inline]
     pub fn contains(&self, doc: u32) -> bool {
         self.bits
             .get((doc >> 6) as usize)
             .is_some_and(|w| w & (1u64 << (doc & 63)) != 0)
+    }
+
+    /// Sets to 0 the bound `ub[r]` of every block of `2^shift` doc ids that holds no allowed
+    /// document: none of its documents can be returned, so it is never scored. In a collection
+    /// of images and texts searched for one modality, the other's blocks would otherwise be
+    /// scored first whenever their bounds are higher (an image query's 1,000 terms bound the
+    /// images' long lexicons far above the captions it looks for).
+    pub(crate) fn clear_blocks_without_any(&self, ub: &mut [u32], shift: u32) {
+        let docs_per_block = 1usize << shift;
+        for (r, u) in ub.iter_mut().enumerate() {
+            if *u != 0 && !self.any_in(r * docs_per_block, docs_per_block) {
+                *u = 0;
+            }
+        }
+    }
+
+    /// Whether any of the `len` doc ids from `start` is allowed.
+    fn any_in(&self, start: usize, len: usize) -> bool {
+        let (mut doc, end) = (start, start + len);
+        while doc < end {
+            let (word, bit) = (doc >> 6, doc & 63);
+            let take = (64 - bit).min(end - doc);
+            let mask = if take == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << take) - 1) << bit
+            };
+            if self.bits.get(word).is_some_and(|w| w & mask != 0) {
+                return true;
+            }
+            doc += take;
+        }
+        false
     }
 }
 
@@ -101,5 +141,6 @@ fn segment_bits(
         bits[(doc >> 6) as usize] |= 1u64 << (doc & 63);
         doc = scorer.advance();
     }
-    Ok(AllowedDocs { bits })
+    let none = bits.iter().all(|w| *w == 0);
+    Ok(AllowedDocs { bits, none })
 }

@@ -94,6 +94,9 @@ impl Cursor<'_> {
 /// Searches one segment, pushing into the search's top k (which may already hold other
 /// segments' hits).
 pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Result<()> {
+    if segment.allowed.is_some_and(|a| a.is_empty()) {
+        return Ok(());
+    }
     let maxima = segment.maxima;
     let terms: Vec<(u64, &ForwardTerm)> = search
         .query

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use lexlip_index::Collection;
 use lexlip_index::bench::{mean_nnz, measure};
+use lexlip_index::{Collection, SearchOptions};
 
 use super::search::read_queries;
 
@@ -33,6 +33,10 @@ pub struct BenchSearchArgs {
     /// Threads per query to also measure exact search with (one is always measured).
     #[arg(long, value_delimiter = ',', default_value = "2")]
     pub threads: Vec<usize>,
+    /// Search only the documents of this modality (`text` for image queries against the
+    /// captions of a collection of images and captions, as image→text search does).
+    #[arg(long, value_parser = super::index::parse_modality)]
+    pub modality: Option<lexlip_proto::Modality>,
     #[command(flatten)]
     pub forward: super::forward_args::ForwardArgs,
     /// Write the exact top k of every query here as a TREC run (`qid Q0 docid rank score
@@ -58,7 +62,14 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
     let m = measure(
         &snap,
         &vectors,
-        args.k,
+        &SearchOptions {
+            k: args.k,
+            filter: lexlip_proto::api::Filter {
+                modality: args.modality,
+                ..Default::default()
+            },
+            ..SearchOptions::default()
+        },
         &args.approx,
         &args.term_cut,
         &args.threads,
@@ -89,6 +100,7 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         "queries": queries.len(),
         "mean_query_nnz": mean_query_nnz,
         "k": args.k,
+        "modality": args.modality,
         "block_size": args.forward.block_size.0,
         "forward": snap.forward_summary(),
         "warm_seconds": warm_seconds,
