@@ -173,33 +173,8 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(collection.join("lexlip.json")).unwrap()).unwrap();
     assert_eq!(manifest["dense_dim"], 16, "{manifest}");
-    let images: Vec<_> = (0..8)
-        .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())
-        .collect();
-    let vectors = dense.encode_images(&images).unwrap();
-    let search = |mode: &str| {
-        lexlip_json(&[
-            "search",
-            "--collection",
-            c,
-            "--model",
-            m,
-            "--text",
-            "picture number 3",
-            "--mode",
-            mode,
-            "--modality",
-            "image",
-            "-k",
-            "8",
-            "--json",
-        ])
-    };
-    assert_ranks_as_cosine(
-        &lexlip_tests::hit_scores(&search("dense")),
-        &vectors,
-        &query,
-    );
+    let vectors = image_vectors(dense);
+    assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
     let out = lexlip(&[
         "search",
         "--collection",
@@ -270,6 +245,34 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     assert_eq!(r["path"], "dense");
     assert_ranks_as_cosine(&lexlip_tests::hit_scores(&r), &vectors, &query);
     s.stop();
+}
+
+/// The dense vectors of the images `img0..img7` of [`corpus`], by `dense` in-process.
+fn image_vectors(dense: &dyn lexlip_model::DenseEncoder) -> Vec<lexlip_proto::DenseVector> {
+    let images: Vec<_> = (0..8)
+        .map(|i| dense.preprocess_image(&png(i, 20), "img").unwrap())
+        .collect();
+    dense.encode_images(&images).unwrap()
+}
+
+/// `lexlip search --mode dense` of "picture number 3" among the images of `collection`.
+fn dense_search(collection: &str, model: &str) -> Vec<(String, f64)> {
+    lexlip_tests::hit_scores(&lexlip_json(&[
+        "search",
+        "--collection",
+        collection,
+        "--model",
+        model,
+        "--text",
+        "picture number 3",
+        "--mode",
+        "dense",
+        "--modality",
+        "image",
+        "-k",
+        "8",
+        "--json",
+    ]))
 }
 
 /// The oracle of a dense search over `img0..img7`: the cosine of `query` with each image's
@@ -418,10 +421,7 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     // `lexlip index --dense` with the heads: the lexicons and the backbone's own embeddings,
     // from one pass per batch; a dense search ranks as cosine over the backbone's vectors.
     let backbone = enc.dense().expect("heads carry their backbone");
-    let images: Vec<_> = (0..8)
-        .map(|i| backbone.preprocess_image(&png(i, 20), "img").unwrap())
-        .collect();
-    let vectors = backbone.encode_images(&images).unwrap();
+    let vectors = image_vectors(backbone);
     let query = backbone
         .encode_texts(&["picture number 3"])
         .unwrap()
@@ -443,21 +443,5 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let dense_hits = lexlip_json(&[
-        "search",
-        "--collection",
-        c,
-        "--model",
-        m,
-        "--text",
-        "picture number 3",
-        "--mode",
-        "dense",
-        "--modality",
-        "image",
-        "-k",
-        "8",
-        "--json",
-    ]);
-    assert_ranks_as_cosine(&lexlip_tests::hit_scores(&dense_hits), &vectors, &query);
+    assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
 }
