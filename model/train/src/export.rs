@@ -37,7 +37,7 @@ use crate::params::snapshot;
 
 const TMP: &str = ".export-tmp";
 
-fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
+pub(crate) fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
     let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
     s.push('\n');
     s.into_bytes()
@@ -47,7 +47,12 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|e| TrainError::io(path, e))
 }
 
-fn save_weights(tensors: HashMap<String, Tensor>, dtype: SaveDtype, path: &Path) -> Result<()> {
+/// Writes `tensors` as safetensors at `path`, in `dtype`, from the CPU.
+pub(crate) fn save_weights(
+    tensors: HashMap<String, Tensor>,
+    dtype: SaveDtype,
+    path: &Path,
+) -> Result<()> {
     let tensors = tensors
         .into_iter()
         .map(|(k, t)| {
@@ -62,6 +67,20 @@ fn save_weights(tensors: HashMap<String, Tensor>, dtype: SaveDtype, path: &Path)
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+/// Copies the plain files of directory `from` into `to` (created): a frozen part of the model
+/// (a backbone, a tower) exported as it was loaded.
+pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| TrainError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
+        let entry = entry.map_err(|e| TrainError::io(from, e))?;
+        if entry.path().is_file() {
+            let dest = to.join(entry.file_name());
+            std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// An empty temporary directory under `out` to write an export into.

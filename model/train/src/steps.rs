@@ -217,6 +217,18 @@ pub(crate) fn resume_store(
     Ok(state.step)
 }
 
+/// The checkpoint tensors of a single parameter store, named `group/NAME`: what
+/// [`resume_store`] restores.
+pub(crate) fn store_tensors(
+    store: &candle_nn::VarMap,
+    group: &str,
+) -> Result<HashMap<String, Tensor>> {
+    Ok(crate::params::snapshot(store)?
+        .into_iter()
+        .map(|(name, t)| (format!("{group}/{name}"), t))
+        .collect())
+}
+
 /// Writes the checkpoint of `done` steps (atomically; older ones beyond `--keep-checkpoints`
 /// are removed).
 fn save<O: Objective>(

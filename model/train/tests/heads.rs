@@ -25,29 +25,12 @@ fn fixture() -> std::collections::HashMap<String, Tensor> {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn values(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
 fn scalar(t: &Tensor) -> f64 {
     t.to_dtype(DType::F64).unwrap().to_scalar::<f64>().unwrap()
 }
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.dims(), want.dims(), "{what}: shape");
-    let (got, want) = (values(got), values(want));
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert!(scale > 0.0, "{what}: the reference is all zeros");
-    let err = common::max_abs_diff(&got, &want);
-    assert!(
-        f64::from(err) <= TOL * f64::from(scale),
-        "{what}: max |diff| {err:e} against a largest component of {scale}"
-    );
+    common::assert_tensor_close(what, got, want, TOL);
 }
 
 #[test]

@@ -83,15 +83,6 @@ impl Fixture {
     }
 }
 
-fn values(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
 fn assert_loss(what: &str, got: &Tensor, want: f64) {
     let got = f64::from(got.to_scalar::<f32>().unwrap());
     let err = (got - want).abs();
@@ -102,15 +93,7 @@ fn assert_loss(what: &str, got: &Tensor, want: f64) {
 }
 
 fn assert_tensor(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.dims(), want.dims(), "{what}: shape");
-    let (got, want) = (values(got), values(want));
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert!(scale > 0.0, "{what}: the reference is all zeros");
-    let err = common::max_abs_diff(&got, &want);
-    assert!(
-        f64::from(err) <= TOL * f64::from(scale),
-        "{what}: max |diff| {err:e} against a largest component of {scale}"
-    );
+    common::assert_tensor_close(what, got, want, TOL);
 }
 
 fn assert_grad(what: &str, grads: &candle_core::backprop::GradStore, var: &Var, want: &Tensor) {

@@ -34,12 +34,13 @@ use rayon::prelude::*;
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
+use crate::export::{copy_files, json_bytes, save_weights};
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding, grounding_targets};
 use crate::losses::{flops, in_batch};
 use crate::nn::log_softmax;
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
-use crate::options::{SaveDtype, TrainOptions};
+use crate::options::TrainOptions;
 use crate::params::snapshot;
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
@@ -718,11 +719,10 @@ impl Objective for HeadsSteps<'_> {
     }
 
     fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
-        let mut tensors = HashMap::new();
-        for (name, t) in snapshot(&self.model.store)? {
-            tensors.insert(format!("heads/{name}"), t);
-        }
-        Ok((tensors, (0, 0)))
+        Ok((
+            crate::steps::store_tensors(&self.model.store, "heads")?,
+            (0, 0),
+        ))
     }
 }
 
@@ -736,44 +736,25 @@ fn export(
     opts: &TrainOptions,
 ) -> Result<()> {
     let out = &opts.run.out;
-    let dense = out.join("dense");
-    std::fs::create_dir_all(&dense).map_err(|e| TrainError::io(&dense, e))?;
-    for entry in std::fs::read_dir(backbone).map_err(|e| TrainError::io(backbone, e))? {
-        let entry = entry.map_err(|e| TrainError::io(backbone, e))?;
-        if entry.path().is_file() {
-            let dest = dense.join(entry.file_name());
-            std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
-        }
-    }
+    copy_files(backbone, &out.join("dense"))?;
     let heads = out.join("heads");
     std::fs::create_dir_all(&heads).map_err(|e| TrainError::io(&heads, e))?;
     let dest = heads.join("tokenizer.json");
     std::fs::copy(tokenizer, &dest).map_err(|e| TrainError::io(&dest, e))?;
-    let dtype = match opts.run.save_dtype {
-        SaveDtype::F32 => DType::F32,
-        SaveDtype::F16 => DType::F16,
-    };
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    for (name, t) in snapshot(&model.store)? {
-        tensors.insert(name, t.to_dtype(dtype)?.to_device(&Device::Cpu)?);
-    }
+    let mut tensors = snapshot(&model.store)?;
     for (name, c) in [
         (IMAGE_HEAD, &model.image_center),
         (TEXT_HEAD, &model.text_center),
     ] {
-        tensors.insert(
-            format!("{name}.center"),
-            c.to_dtype(dtype)?.to_device(&Device::Cpu)?,
-        );
+        tensors.insert(format!("{name}.center"), c.clone());
     }
     // Exactly 0 or 1: f16 keeps it.
-    tensors.insert(
-        ALLOWED.into(),
-        model.allowed.to_dtype(dtype)?.to_device(&Device::Cpu)?,
-    );
-    let path = heads.join("model.safetensors");
-    candle_core::safetensors::save(&tensors, &path)
-        .map_err(|e| TrainError::invalid(format!("{}: {e}", path.display())))?;
+    tensors.insert(ALLOWED.into(), model.allowed.clone());
+    save_weights(
+        tensors,
+        opts.run.save_dtype,
+        &heads.join("model.safetensors"),
+    )?;
     let config = HeadsConfig {
         model_type: MODEL_TYPE.into(),
         dim,
@@ -781,20 +762,14 @@ fn export(
         image_top_k: opts.lexicon.image_top_k,
         text_top_k: opts.lexicon.text_top_k,
     };
-    let json = |v: &serde_json::Value| -> Result<Vec<u8>> {
-        let mut text =
-            serde_json::to_string_pretty(v).map_err(|e| TrainError::invalid(e.to_string()))?;
-        text.push('\n');
-        Ok(text.into_bytes())
-    };
     let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
-    checkpoint::write_atomic(&heads.join("config.json"), &json(&config)?)?;
+    checkpoint::write_atomic(&heads.join("config.json"), &json_bytes(&config))?;
     let meta = serde_json::json!({
         "format": "lexlip",
         "source": "lexlip train --objective heads",
         "image_top_k": opts.lexicon.image_top_k,
     });
-    checkpoint::write_atomic(&out.join("lexlip.json"), &json(&meta)?)
+    checkpoint::write_atomic(&out.join("lexlip.json"), &json_bytes(&meta))
 }
 
 fn write_record(

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Tensor;
 use lexlip_model::rerank::{FORMAT, FusionConfig, RerankConfig, Towers};
 use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
 use rayon::prelude::*;
@@ -41,7 +41,7 @@ use crate::error::{Result, TrainError};
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
-use crate::params::{Source, snapshot};
+use crate::params::Source;
 use crate::rng::key;
 use crate::steps::{Computed, Objective, Span};
 use crate::text::TextTokenizer;
@@ -297,11 +297,10 @@ impl Objective for RerankSteps<'_> {
     }
 
     fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
-        let mut tensors: HashMap<String, Tensor> = HashMap::new();
-        for (name, t) in snapshot(&self.model.store)? {
-            tensors.insert(format!("rerank/{name}"), t);
-        }
-        Ok((tensors, (0, 0)))
+        Ok((
+            crate::steps::store_tensors(&self.model.store, "rerank")?,
+            (0, 0),
+        ))
     }
 }
 
@@ -315,30 +314,15 @@ fn export(
     opts: &TrainOptions,
 ) -> Result<()> {
     for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
-        let to = opts.run.out.join(name);
-        std::fs::create_dir_all(&to).map_err(|e| TrainError::io(&to, e))?;
-        for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
-            let entry = entry.map_err(|e| TrainError::io(from, e))?;
-            if entry.path().is_file() {
-                let dest = to.join(entry.file_name());
-                std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
-            }
-        }
+        crate::export::copy_files(from, &opts.run.out.join(name))?;
     }
     let fusion = opts.run.out.join("fusion");
     std::fs::create_dir_all(&fusion).map_err(|e| TrainError::io(&fusion, e))?;
-    let dtype = match opts.run.save_dtype {
-        crate::options::SaveDtype::F32 => DType::F32,
-        crate::options::SaveDtype::F16 => DType::F16,
-    };
-    let tensors = model
-        .served_tensors()?
-        .into_iter()
-        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?.to_device(&Device::Cpu)?)))
-        .collect::<Result<HashMap<_, _>>>()?;
-    let path = fusion.join("model.safetensors");
-    candle_core::safetensors::save(&tensors, &path)
-        .map_err(|e| TrainError::invalid(format!("{}: {e}", path.display())))?;
+    crate::export::save_weights(
+        model.served_tensors()?,
+        opts.run.save_dtype,
+        &fusion.join("model.safetensors"),
+    )?;
     let config = RerankConfig {
         format: FORMAT.into(),
         image_size,

@@ -301,6 +301,28 @@ pub fn assert_close_within(
     }
 }
 
+/// `got` has `want`'s shape and every component within `tol` times the largest magnitude in
+/// `want` (no floor: a reference of small values is held to a small bound), which must not be
+/// all zeros.
+pub fn assert_tensor_close(
+    what: &str,
+    got: &candle_core::Tensor,
+    want: &candle_core::Tensor,
+    tol: f64,
+) {
+    assert_eq!(got.dims(), want.dims(), "{what}: shape");
+    let f32s =
+        |t: &candle_core::Tensor| -> Vec<f32> { values(t).into_iter().map(|v| v as f32).collect() };
+    let (got, want) = (f32s(got), f32s(want));
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: the reference is all zeros");
+    let err = max_abs_diff(&got, &want);
+    assert!(
+        f64::from(err) <= tol * f64::from(scale),
+        "{what}: max |diff| {err:e} against a largest component of {scale}"
+    );
+}
+
 /// Token ids `(rows, t)`, each row padded with 0 to `t` (what the text encoder's batch pads to).
 pub fn padded_ids(ids: &[Vec<u32>], t: usize, dev: &candle_core::Device) -> candle_core::Tensor {
     let flat: Vec<u32> = ids
