@@ -334,13 +334,14 @@ proptest! {
 
     /// The image workload: images of hundreds of terms and captions of a few in one collection
     /// (segments of their own), searched with long image queries and short text queries, each
-    /// for one modality or both. Exact search equals brute force, and a term cut never invents
-    /// a score.
+    /// for one modality or both, and for one of three metadata groups or all (a filter that
+    /// allows part of a segment's blocks). Exact search equals brute force, and a term cut
+    /// never invents a score.
     #[test]
     fn long_documents_and_long_queries_stay_exact(
         images in prop::collection::vec(lexicon(100..400), 1..60),
         texts in prop::collection::vec(lexicon(1..20), 1..120),
-        queries in prop::collection::vec((prop_oneof![lexicon(100..400), lexicon(1..20)], prop::option::of(any::<bool>())), 1..5),
+        queries in prop::collection::vec((prop_oneof![lexicon(100..400), lexicon(1..20)], prop::option::of(any::<bool>()), prop::option::of(0u64..3)), 1..5),
         flush in 10usize..80,
         merge in any::<bool>(),
         k in 1usize..25,
@@ -348,7 +349,8 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
         c.set_flush_docs(flush);
-        let mut model: Vec<(String, bool, QuantizedVector)> = Vec::new();
+        // (id, image, group, vector)
+        let mut model: Vec<(String, bool, u64, QuantizedVector)> = Vec::new();
         let (mut i, mut t) = (images.iter(), texts.iter());
         // Interleaved, as a corpus of images and their captions arrives.
         loop {
@@ -358,10 +360,12 @@ proptest! {
             }
             for (v, image) in [(a, true), (b, false)] {
                 if let Some(v) = v {
-                    let id = format!("d{}", model.len());
+                    let (id, group) = (format!("d{}", model.len()), model.len() as u64 % 3);
                     let m = if image { Modality::Image } else { Modality::Text };
-                    c.add(Document::new(DocId::new(id.clone()).unwrap(), m), named(v)).unwrap();
-                    model.push((id, image, named(v)));
+                    let mut d = Document::new(DocId::new(id.clone()).unwrap(), m);
+                    d.metadata.insert("group".into(), group.into());
+                    c.add(d, named(v)).unwrap();
+                    model.push((id, image, group, named(v)));
                 }
             }
         }
@@ -370,16 +374,19 @@ proptest! {
             c.merge_all().unwrap();
         }
         let snap = c.snapshot().unwrap();
-        for (terms, modality) in &queries {
+        for (terms, modality, group) in &queries {
             let q = named(terms);
-            let filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
+            let mut filter = Filter { modality: modality.map(|m| if m { Modality::Image } else { Modality::Text }), ..Filter::default() };
+            if let Some(g) = group {
+                filter.metadata.insert("group".into(), (*g).into());
+            }
             let opts = SearchOptions { k, filter, ..SearchOptions::default() };
             let pruned = snap.search(&q, &opts).unwrap().hits;
             let exhaustive = snap.search(&q, &SearchOptions { algorithm: Algorithm::Exhaustive, ..opts.clone() }).unwrap().hits;
             prop_assert_eq!(&pruned, &exhaustive);
             let mut want: Vec<u64> = model.iter()
-                .filter(|(_, image, _)| modality.is_none_or(|m| m == *image))
-                .map(|(_, _, d)| d.dot(&q))
+                .filter(|(_, image, g, _)| modality.is_none_or(|m| m == *image) && group.is_none_or(|want| want == *g))
+                .map(|(_, _, _, d)| d.dot(&q))
                 .filter(|&s| s > 0)
                 .collect();
             want.sort_unstable_by(|a, b| b.cmp(a));
@@ -388,7 +395,7 @@ proptest! {
             let cut = snap.search(&q, &SearchOptions { precision: Precision::Approx(1.0), term_cut: 0.2, ..opts.clone() }).unwrap().hits;
             for h in &cut {
                 let id = snap.hit(h, None).unwrap().id;
-                prop_assert!(model.iter().any(|(mid, _, d)| *mid == id && d.dot(&q) == h.score));
+                prop_assert!(model.iter().any(|(mid, _, _, d)| *mid == id && d.dot(&q) == h.score));
             }
         }
     }

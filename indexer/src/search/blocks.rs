@@ -262,7 +262,8 @@ impl<'a> SegmentBounds<'a> {
             };
             terms.push(QueryTerm { q, m, slot });
         }
-        if let Some(allowed) = segment.allowed {
+        // Segments are one modality each: a modality filter allows all of one or none.
+        if let Some(allowed) = segment.allowed.filter(|a| !a.allows_all()) {
             allowed.clear_blocks_without_any(&mut ub, maxima.shift);
         }
         let (chunk_max, candidates) = chunk_maxima(&ub);

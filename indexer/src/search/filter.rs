@@ -14,12 +14,20 @@ pub struct AllowedDocs {
     bits: Vec<u64>,
     /// No document of the segment is allowed (a search skips it whole).
     none: bool,
+    /// Every document of the segment is allowed (no block needs a look).
+    all: bool,
 }
 
 impl AllowedDocs {
     /// Whether the filter allows no document of this segment.
     pub fn is_empty(&self) -> bool {
         self.none
+    }
+
+    /// Whether the filter allows every document of this segment (a segment of the modality
+    /// searched for).
+    pub fn allows_all(&self) -> bool {
+        self.all
     }
 
     #[inline]
@@ -141,6 +149,10 @@ fn segment_bits(
         bits[(doc >> 6) as usize] |= 1u64 << (doc & 63);
         doc = scorer.advance();
     }
-    let none = bits.iter().all(|w| *w == 0);
-    Ok(AllowedDocs { bits, none })
+    let allowed: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
+    Ok(AllowedDocs {
+        bits,
+        none: allowed == 0,
+        all: allowed == u64::from(reader.max_doc()),
+    })
 }
