@@ -107,8 +107,8 @@ pub struct IndexArgs {
     /// are the same in every order.
     #[arg(long, default_value = "clusters")]
     pub doc_order: DocOrder,
-    /// When the input is indexed, merge all of the collection's segments into one (as Lucene's
-    /// force-merge): a batch-built collection searches faster as one segment (on the real
+    /// When the input is indexed, merge all of the collection's segments into one per modality
+    /// (as Lucene's force-merge; images and texts always live in segments of their own): a batch-built collection searches faster as one segment (on the real
     /// SPLADE benchmark of docs/benchmarks.md, exact search takes 0.18 ms in one segment and
     /// 0.24 ms in three; the merge took 1.2 s after 3.9 s of indexing). The collection stays
     /// searchable meanwhile.
@@ -388,8 +388,8 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     ))
 }
 
-/// The report of a finished run, after `--merge-segments` has merged all segments into one
-/// (not after an interrupted run, which the same command resumes).
+/// The report of a finished run, after `--merge-segments` has merged all segments into one per
+/// modality (not after an interrupted run, which the same command resumes).
 fn finish(
     args: &IndexArgs,
     collection: &Collection,
@@ -401,7 +401,7 @@ fn finish(
     if args.merge_segments && !summary.interrupted {
         let t = Instant::now();
         if !args.json {
-            eprintln!("merging the segments into one…");
+            eprintln!("merging the segments into one per modality…");
         }
         collection
             .merge_all()
