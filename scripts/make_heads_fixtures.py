@@ -40,8 +40,11 @@ def unit_rows(x):
     return x / x.norm(dim=1, keepdim=True)
 
 
-def lexicon(x, c, w, b, allowed, k):
-    p = torch.log1p(torch.clamp((x - c) @ w.T + b, min=0)) * allowed
+def full_lexicon(x, c, w, b, allowed):
+    return torch.log1p(torch.clamp((x - c) @ w.T + b, min=0)) * allowed
+
+
+def cut(p, k):
     idx = p.topk(k, dim=1).indices
     keep = torch.zeros_like(p).scatter(1, idx, 1.0)
     return p * keep
@@ -100,15 +103,17 @@ def main():
     idf = torch.rand(V, generator=gen).double() * 3 + 0.5
     idf[0] = idf[1] = idf[2] = 0.0
 
-    pv = lexicon(xv, cv, wv, bv, allowed, K_IMAGE)
-    pl = lexicon(xl, cl, wl, bl, allowed, K_TEXT)
+    full_v = full_lexicon(xv, cv, wv, bv, allowed)
+    full_l = full_lexicon(xl, cl, wl, bl, allowed)
+    pv, pl = cut(full_v, K_IMAGE), cut(full_l, K_TEXT)
     i2t, t2i = in_batch(pv, pl, TAU)
     student = pv @ pl.T / TAU
     teacher = xv @ xl.T / TEACHER_TAU
     kd = (kl_rows(teacher, student) + kl_rows(teacher.T, student.T)) / 2
     fv, fl = flops(pv), flops(pl)
     bags, has = bags_of(ids, mask.double(), idf)
-    gv, gl = grounding(pv, bags, has), grounding(pl, bags, has)
+    # Grounding trains the lexicons before the top-K cut.
+    gv, gl = grounding(full_v, bags, has), grounding(full_l, bags, has)
     total = (i2t + t2i) / 2 + DISTILL * kd + LAMBDA_IMAGE * fv + LAMBDA_TEXT * fl
     total = total + GROUNDING * (gv + gl)
     grads = torch.autograd.grad(total, [wv, bv, wl, bl])

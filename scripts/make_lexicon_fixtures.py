@@ -99,7 +99,7 @@ def main():
     pv_full = splade(image_logits)
     pv = top_k(pv_full, K)
     targets, has = grounding_targets(ids, mask.double(), idf)
-    g = grounding(pv, targets, has)
+    g = grounding(pv_full, targets, has)  # before the cut: caption words outside the top K rise
     contrastive = baco(pv, pl)
     total = contrastive + GROUNDING * g
     grad_logits, grad_pl = torch.autograd.grad(total, [image_logits, pl], retain_graph=True)

@@ -13,9 +13,14 @@
 //!   image keeps the same K terms and the towers never learn to tell images apart).
 //!
 //! ```text
-//! pooled logits m ──▶ p = log(1 + relu(m)) ──▶ top_k(p, K) ──┬─▶ contrastive (BaCo / MoCo) + λ_v FLOPS
-//!                                                             └─▶ contrastive vs IDF bags of caption words (grounding)
+//! pooled logits m ──▶ p = log(1 + relu(m)) ──┬─▶ top_k(p, K) ──▶ contrastive (BaCo / MoCo) + λ_v FLOPS
+//!                                           └─▶ contrastive vs IDF bags of caption words (grounding)
 //! ```
+//!
+//! Grounding reads the lexicon before the cut: after it only the K kept terms get a gradient,
+//! so a caption word outside them could never rise in (measured on a GPU: grounding stayed
+//! near chance for 1,000 steps and the strongest terms were noise).
+
 
 use candle_core::{Device, Tensor};
 

@@ -453,11 +453,14 @@ impl LexLipModel {
         objectives: &Objectives,
     ) -> Result<ImageSide> {
         let pooled = losses::max_pool(&self.image.logits(&batch.pixels, drop)?, None)?;
-        let p = cut(losses::splade_pooled(&pooled)?, objectives.image_top_k)?;
+        let full = losses::splade_pooled(&pooled)?;
+        let p = cut(full.clone(), objectives.image_top_k)?;
+        // Grounding trains the lexicon before the cut: after it, a caption word outside the K
+        // strongest terms gets no gradient and can never rise into them.
         let grounding = match &self.idf {
             Some(idf) if objectives.grounding > 0.0 => {
                 let (bags, has) = lexicon::grounding_targets(&batch.ids, &batch.mask, idf)?;
-                Some(lexicon::grounding(&p, &bags, &has, objectives.tau)?)
+                Some(lexicon::grounding(&full, &bags, &has, objectives.tau)?)
             }
             _ => None,
         };

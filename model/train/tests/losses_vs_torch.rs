@@ -402,8 +402,8 @@ fn seed_loss_equals_torch(cases: &[&str], loss: SeedLoss) {
 
 /// The lexicon recipe's objectives (issue 35; `scripts/make_lexicon_fixtures.py`): top-K
 /// pooling (torch.topk), caption-word grounding (image lexicons contrasted with IDF-weighted
-/// bags of caption words) and BaCo with a FLOPS weight per side; losses and gradients through
-/// the cut and the grounding.
+/// bags of caption words, on the lexicon before the cut) and BaCo with a FLOPS weight per side;
+/// losses and gradients through the cut and the grounding.
 #[test]
 fn top_k_grounding_and_flops_per_side_equal_torch() {
     let f = Fixture::named("lexicon_vs_torch.safetensors");
@@ -418,13 +418,15 @@ fn top_k_grounding_and_flops_per_side_equal_torch() {
     let (ids, mask) = (f.ids("input.ids"), f.ids("input.mask"));
 
     let pooled = losses::max_pool(logits.as_tensor(), None).unwrap();
-    let pv = lexicon::top_k(&losses::splade_pooled(&pooled).unwrap(), k).unwrap();
+    let full = losses::splade_pooled(&pooled).unwrap();
+    let pv = lexicon::top_k(&full, k).unwrap();
     assert_tensor("top-K p_v", &pv, &f.get("expect.pv"));
     let (bags, has) = lexicon::grounding_targets(&ids, &mask, &f.get("input.idf")).unwrap();
     assert_tensor("grounding bags", &bags, &f.get("expect.targets"));
     assert_tensor("rows with targets", &has, &f.get("expect.has"));
 
-    let g = lexicon::grounding(&pv, &bags, &has, tau).unwrap();
+    // Grounding reads the lexicon before the cut (as the training step does).
+    let g = lexicon::grounding(&full, &bags, &has, tau).unwrap();
     assert_loss("grounding", &g, f.scalar("expect.grounding"));
     let grads = g.backward().unwrap();
     let want = f.get("expect.grounding.grad_image_logits");

@@ -478,19 +478,25 @@ impl HeadsModel {
 
     /// `(batch, vocab)` lexicons of `(batch, dim)` embeddings through one head, cut to `k`.
     pub fn lexicons(&self, x: &Tensor, image: bool, k: usize) -> Result<Tensor> {
+        crate::lexicon::top_k(&self.full_lexicons(x, image)?, k)
+    }
+
+    /// The lexicons before the top-K cut `(batch, vocab)`: what grounding trains, so that a
+    /// caption word outside an item's K strongest terms still gets the gradient that lifts it
+    /// in (after the cut only the K kept terms get any).
+    pub fn full_lexicons(&self, x: &Tensor, image: bool) -> Result<Tensor> {
         let (w, b, c) = if image {
             (&self.image_weight, &self.image_bias, &self.image_center)
         } else {
             (&self.text_weight, &self.text_bias, &self.text_center)
         };
-        let p = lexlip_model::heads::lexicon_weights(
+        Ok(lexlip_model::heads::lexicon_weights(
             x,
             c,
             w.as_tensor(),
             b.as_tensor(),
             &self.allowed,
-        )?;
-        crate::lexicon::top_k(&p, k)
+        )?)
     }
 }
 
@@ -622,8 +628,12 @@ pub struct HeadsLosses {
 
 /// One step's losses (see the module's doc).
 pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Result<HeadsLosses> {
-    let pv = model.lexicons(x.image, true, w.image_k)?;
-    let pl = model.lexicons(x.text, false, w.text_k)?;
+    let (full_v, full_l) = (
+        model.full_lexicons(x.image, true)?,
+        model.full_lexicons(x.text, false)?,
+    );
+    let pv = crate::lexicon::top_k(&full_v, w.image_k)?;
+    let pl = crate::lexicon::top_k(&full_l, w.text_k)?;
     let (i2t, t2i) = in_batch(&pv, &pl, w.tau)?;
     let student = (pv.matmul(&pl.t()?)? / w.tau)?;
     let teacher = (x.image.matmul(&x.text.t()?)? / w.teacher_tau)?;
@@ -641,8 +651,8 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
         ("flops_text", fl),
     ];
     if w.grounding > 0.0 {
-        let gv = grounding(&pv, x.bags, x.has, w.tau)?;
-        let gl = grounding(&pl, x.bags, x.has, w.tau)?;
+        let gv = grounding(&full_v, x.bags, x.has, w.tau)?;
+        let gl = grounding(&full_l, x.bags, x.has, w.tau)?;
         total = (total + ((&gv + &gl)? * w.grounding)?)?;
         parts.push(("ground_image", gv));
         parts.push(("ground_text", gl));
