@@ -21,7 +21,6 @@
 //! so a caption word outside them could never rise in (measured on a GPU: grounding stayed
 //! near chance for 1,000 steps and the strongest terms were noise).
 
-
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
