@@ -1,10 +1,9 @@
 //! `lexlip`: a search server for image-text retrieval in the lexicon space.
 
-use clap::Parser;
 use lexlip_server::cli;
 
 fn main() -> std::process::ExitCode {
-    let args = cli::Cli::parse();
+    let args = cli::parse();
     cli::init_logging(args.log_format);
     match cli::run(args.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -344,6 +344,16 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     );
     assert!(heads.join("heads/config.json").is_file());
     assert!(heads.join("dense/model.safetensors").is_file());
+    // The heads' own defaults where the line gave none; what it gave stays.
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(heads.join("train.json")).unwrap()).unwrap();
+    let o = &meta["options"];
+    assert_eq!(
+        (o["tau"].as_f64(), o["lr"].as_f64()),
+        (Some(0.5), Some(0.01))
+    );
+    assert_eq!(o["grounding"].as_f64(), Some(1.0));
+    assert_eq!(o["batch_size"].as_u64(), Some(4));
 
     // The same model in-process: the oracle.
     let enc = Encoders::load(&heads, &Device::Cpu).unwrap();

@@ -294,11 +294,12 @@ pub struct MethodOptions {
     /// Transformer layers of each weakened LexMLM decoder.
     #[arg(long, default_value_t = 2, help_heading = "Objectives")]
     pub decoder_layers: usize,
-    /// Contrastive temperature τ (BaCo, MoCo; and the dense objective's InfoNCE).
+    /// Contrastive temperature τ (BaCo, MoCo; and the dense objective's InfoNCE). --objective
+    /// heads: 0.5 unless given.
     #[arg(long, default_value_t = 0.05, help_heading = "Objectives")]
     pub tau: f64,
     /// Weight λ of the FLOPS sparsity regulariser (both sides unless --flops-image /
-    /// --flops-text say otherwise).
+    /// --flops-text say otherwise). --objective heads: 0.01 unless given.
     #[arg(long, default_value_t = 0.002, help_heading = "Objectives")]
     pub flops_lambda: f64,
     /// EMA decay m of the momentum encoders (phase 2 and --dense-momentum).
@@ -370,7 +371,7 @@ pub struct LexiconOptions {
     /// Weight of caption-word grounding (STAIR): each image's lexicon is contrasted with the
     /// batch's captions taken as bags of words (IDF-weighted; template words in more than 5 %
     /// of the captions and function words are no targets), so an image's strongest terms are
-    /// words that tell its caption from the others. 0 = off.
+    /// words that tell its caption from the others. 0 = off. --objective heads: 1 unless given.
     #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
     #[serde(default)]
     pub grounding: f64,
@@ -436,7 +437,7 @@ fn is_default_teacher_tau(x: &f64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct OptimOptions {
     // ---- optimisation
-    /// Pairs per step.
+    /// Pairs per step. --objective heads: 128 unless given.
     #[arg(long, default_value_t = 32, help_heading = "Optimisation")]
     pub batch_size: usize,
     /// How each epoch's mini-batches are drawn. random: a fresh permutation. grouped: GRIT-VLP
@@ -453,10 +454,11 @@ pub struct OptimOptions {
     /// Optimisation steps (default: --epochs passes over the pairs).
     #[arg(long, help_heading = "Optimisation")]
     pub steps: Option<u64>,
-    /// Passes over the pairs when --steps is not given.
+    /// Passes over the pairs when --steps is not given. --objective heads: 2.5 unless given.
     #[arg(long, default_value_t = 10.0, help_heading = "Optimisation")]
     pub epochs: f64,
-    /// Peak learning rate (AdamW, linear decay after warm-up).
+    /// Peak learning rate (AdamW, linear decay after warm-up). --objective heads: 1e-2 unless
+    /// given.
     #[arg(long, default_value_t = 1e-4, help_heading = "Optimisation")]
     pub lr: f64,
     /// Peak learning rate of the text tower (default: --lr), e.g. lower for a pre-trained one.
@@ -552,7 +554,58 @@ fn default_group_size() -> usize {
     1024
 }
 
+/// What `--objective heads` uses for the options a command line leaves at their defaults,
+/// which are the tower objectives': the heads' recipe measured on the emoji corpus
+/// (`docs/benchmarks.md`). At the towers' τ 0.05 and learning rate 1e-4 the heads barely move.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadsDefaults {
+    pub tau: f64,
+    pub lr: f64,
+    pub batch_size: usize,
+    pub epochs: f64,
+    pub flops_lambda: f64,
+    pub grounding: f64,
+}
+
+/// The heads' defaults (see [`HeadsDefaults`]).
+pub const HEADS_DEFAULTS: HeadsDefaults = HeadsDefaults {
+    tau: 0.5,
+    lr: 1e-2,
+    batch_size: 128,
+    epochs: 2.5,
+    flops_lambda: 0.01,
+    grounding: 1.0,
+};
+
 impl TrainOptions {
+    /// Gives the objective its own defaults where they differ from the towers' (today only
+    /// `--objective heads`, [`HEADS_DEFAULTS`]). `given(id)` says whether the command line set
+    /// the option whose clap id (its field name, e.g. `batch_size`) is `id`; what it set stays.
+    pub fn apply_objective_defaults(&mut self, given: impl Fn(&str) -> bool) {
+        if self.method.objective != Objective::Heads {
+            return;
+        }
+        let d = HEADS_DEFAULTS;
+        if !given("tau") {
+            self.method.tau = d.tau;
+        }
+        if !given("flops_lambda") {
+            self.method.flops_lambda = d.flops_lambda;
+        }
+        if !given("lr") {
+            self.optim.lr = d.lr;
+        }
+        if !given("batch_size") {
+            self.optim.batch_size = d.batch_size;
+        }
+        if !given("epochs") {
+            self.optim.epochs = d.epochs;
+        }
+        if !given("grounding") {
+            self.lexicon.grounding = d.grounding;
+        }
+    }
+
     /// Options with the defaults above (for library callers and tests).
     pub fn new(out: impl Into<PathBuf>) -> Self {
         Self {

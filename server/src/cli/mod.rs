@@ -35,6 +35,32 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Parses the command line (exits with clap's message on bad arguments), then gives `lexlip
+/// train` its objective's defaults for the options the line left out
+/// ([`lexlip_train::TrainOptions::apply_objective_defaults`]).
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] over given arguments (the program name first).
+pub fn parse_from<I, T>(args: I) -> Cli
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches_from(args);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Train(train), Some(("train", sub))) = (&mut cli.command, matches.subcommand())
+    {
+        train.options.apply_objective_defaults(|id| {
+            sub.value_source(id)
+                .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue)
+        });
+    }
+    cli
+}
+
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum LogFormat {
     Human,
@@ -111,5 +137,40 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&doc)?);
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Command, parse_from};
+
+    fn train(args: &[&str]) -> lexlip_train::TrainOptions {
+        let line = ["lexlip", "train", "--out", "o"].iter().chain(args);
+        match parse_from(line.copied()).command {
+            Command::Train(t) => t.options,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `--objective heads` takes the heads' defaults for what the line leaves out and keeps
+    /// what it gives; the tower objectives keep theirs.
+    #[test]
+    fn heads_take_their_own_defaults_unless_given() {
+        let towers = train(&[]);
+        assert_eq!(
+            (towers.method.tau, towers.optim.lr, towers.optim.batch_size),
+            (0.05, 1e-4, 32)
+        );
+        let heads = train(&["--objective", "heads"]);
+        let d = lexlip_train::options::HEADS_DEFAULTS;
+        assert_eq!(heads.method.tau, d.tau);
+        assert_eq!(heads.optim.lr, d.lr);
+        assert_eq!(heads.optim.batch_size, d.batch_size);
+        assert_eq!(heads.optim.epochs, d.epochs);
+        assert_eq!(heads.method.flops_lambda, d.flops_lambda);
+        assert_eq!(heads.lexicon.grounding, d.grounding);
+        let given = train(&["--objective", "heads", "--tau", "0.2", "--batch-size", "7"]);
+        assert_eq!((given.method.tau, given.optim.batch_size), (0.2, 7));
+        assert_eq!(given.optim.lr, d.lr);
     }
 }

@@ -244,8 +244,7 @@ pub fn train(
     if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
         observer.message(&format!(
             "note: --tau {} and --lr {} are far from what the heads were measured with \
-             (--tau 0.5 --lr 1e-2 --batch-size 128, docs/training.md); the defaults are the \
-             tower objectives'",
+             (--tau 0.5 --lr 1e-2 --batch-size 128, their defaults; docs/training.md)",
             opts.method.tau, opts.optim.lr
         ));
     }
