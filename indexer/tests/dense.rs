@@ -238,3 +238,54 @@ fn zero_vectors_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("all zeros"), "{e}");
 }
+
+/// Images and texts (segments of their own) with graphs: a search filtered to one modality
+/// returns that modality only, at the brute force's recall, and the unfiltered walk (no filter
+/// checked per node) keeps recall over both.
+#[test]
+fn hnsw_graphs_per_modality_answer_filtered_and_unfiltered_searches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let params = DenseParams {
+        hnsw_min_docs: 500,
+        ..DenseParams::default()
+    };
+    let c = create(tmp.path(), 100_000, params);
+    let mut live = BTreeMap::new();
+    for i in 0..2000u64 {
+        let id = format!("d{i}");
+        let m = if i % 2 == 0 {
+            Modality::Image
+        } else {
+            Modality::Text
+        };
+        let v = unit(i);
+        c.add_with_dense(doc(&id, m), sparse(), Some(v.clone()))
+            .unwrap();
+        live.insert(id, (v, m));
+    }
+    c.commit().unwrap();
+    let snap = c.snapshot().unwrap();
+    for m in [Some(Modality::Image), Some(Modality::Text), None] {
+        let filter = Filter {
+            modality: m,
+            ..Filter::default()
+        };
+        let (mut found, mut total) = (0, 0);
+        for qi in 0..30 {
+            let q = unit(2_000_000 + qi);
+            let want = brute(&live, &q, 10, m);
+            let got = snap.search_dense(&q, 10, false, &filter).unwrap();
+            assert_eq!(got.len(), 10);
+            for g in &got {
+                let hit = snap.hit_at(g.segment_ord, g.doc, 0.0).unwrap();
+                if let Some(m) = m {
+                    assert_eq!(hit.modality, m);
+                }
+                found += usize::from(want.iter().any(|(id, _)| *id == hit.id));
+            }
+            total += want.len();
+        }
+        let recall = found as f64 / total as f64;
+        assert!(recall >= 0.9, "{m:?}: recall {recall}");
+    }
+}
