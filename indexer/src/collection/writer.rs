@@ -375,6 +375,8 @@ impl Collection {
         if groups.iter().any(|g| g.len() > 1) {
             let mut guard = self.writer()?;
             if let Some(state) = guard.as_mut() {
+                // Only for this writer: `wait_merges` below drops it, and the next write opens
+                // one with the modality merge policy again.
                 state
                     .writer
                     .set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));

@@ -11,8 +11,10 @@
 //! loss = InfoNCE(p_v·p_l / τ)                                  the sparse sides meet
 //!      + distill · KL(softmax(x_v·x_l / τ_teacher) ‖ softmax(p_v·p_l / τ))   the dense model's ranking
 //!      + λ_v FLOPS(p_v) + λ_l FLOPS(p_l)                       few terms, with warm-up
-//!      + grounding · (G(p_v, bags) + G(p_l, bags))             caption words on top (STAIR)
+//!      + grounding · (G(l_v, bags) + G(l_l, bags))             caption words on top (STAIR)
 //! ```
+//! where `l_v`, `l_l` are the lexicons before their top-K cut (a caption word outside the K
+//! kept terms still gets the gradient that lifts it in).
 //!
 //! Both heads start as the backbone's own text embedding of every vocabulary word (scaled by
 //! [`INIT_SCALE`]): before any step, an image's lexicon is the words the dense model finds
