@@ -188,8 +188,10 @@ pub fn train(
         corpus_key,
         observer,
     )?;
-    // The captions' text was for the backbone only; the steps read tokens and the cache.
-    corpus.texts = None;
+    // The steps read the cache, each pair's image row and its caption's tokens: the rest of
+    // the corpus (captions' text, image references and ids) goes, and the tokens are packed.
+    let image_count = corpus.images.len();
+    let rows = PairRows::take(&mut corpus);
     let allowed = allowed_terms(&tokenizer);
     let keep = |k: usize| {
         if k == 0 {
@@ -208,10 +210,10 @@ pub fn train(
         &device,
     )?;
     drop(encoders);
-    let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
+    let idf = Idf::of_corpus((0..rows.len()).map(|p| rows.tokens(p)), &tokenizer);
     let params = model.params();
     let mut adam = crate::steps::optimizer(opts);
-    let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
+    let order = Order::new(opts.optim.seed, rows.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = crate::run::sha256_json(&serde_json::json!({
@@ -230,6 +232,8 @@ pub fn train(
     )?;
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
+    summary.images = image_count;
+    summary.pairs = rows.len();
     let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
@@ -240,7 +244,7 @@ pub fn train(
         opts.lexicon.distill,
         opts.lexicon.teacher_tau,
         opts.lexicon.grounding,
-        corpus.pairs.len(),
+        rows.len(),
         total
     ));
     if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
@@ -250,10 +254,7 @@ pub fn train(
             opts.method.tau, opts.optim.lr
         ));
     }
-    let batches = PairIndices {
-        order,
-        corpus: &corpus,
-    };
+    let batches = PairIndices { order, rows: &rows };
     let mut objective = HeadsSteps {
         model: &model,
         cache: &cache,
@@ -552,10 +553,62 @@ fn nearest_cosine(
     Ok(sum / take as f64)
 }
 
+/// What a step needs of each pair once the cache holds the embeddings: its image's row and
+/// its caption's tokens, packed in three arrays (about 4 bytes per token and 8 per pair; a
+/// `Pair` with its own token vector, image reference and id took about 260 bytes per pair,
+/// which made the heads' memory grow with the corpus).
+pub struct PairRows {
+    images: Vec<u32>,
+    tokens: Vec<u32>,
+    /// Pair `p`'s tokens are `tokens[ends[p - 1]..ends[p]]` (from 0 for the first).
+    ends: Vec<u64>,
+}
+
+impl PairRows {
+    /// Packs the corpus's pairs and empties it (pairs, captions' text, image references and
+    /// ids), so their memory goes back before the steps start.
+    pub fn take(corpus: &mut Corpus) -> Self {
+        let pairs = std::mem::take(&mut corpus.pairs);
+        corpus.texts = None;
+        corpus.images = Vec::new();
+        corpus.image_ids = Vec::new();
+        let mut rows = Self {
+            images: Vec::with_capacity(pairs.len()),
+            tokens: Vec::with_capacity(pairs.iter().map(|p| p.tokens.len()).sum()),
+            ends: Vec::with_capacity(pairs.len()),
+        };
+        for pair in pairs {
+            rows.images.push(pair.image);
+            rows.tokens.extend_from_slice(&pair.tokens);
+            rows.ends.push(rows.tokens.len() as u64);
+        }
+        rows
+    }
+
+    pub fn len(&self) -> usize {
+        self.images.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty()
+    }
+
+    /// Pair `p`'s image row in the cache.
+    pub fn image(&self, p: usize) -> u32 {
+        self.images[p]
+    }
+
+    /// Pair `p`'s caption tokens.
+    pub fn tokens(&self, p: usize) -> &[u32] {
+        let start = if p == 0 { 0 } else { self.ends[p - 1] as usize };
+        &self.tokens[start..self.ends[p] as usize]
+    }
+}
+
 /// Each step's pair indices, in the run's order.
 struct PairIndices<'a> {
     order: Order,
-    corpus: &'a Corpus,
+    rows: &'a PairRows,
 }
 
 /// A batch: pair indices, their images' indices and their captions' tokens.
@@ -570,13 +623,10 @@ impl Batches for PairIndices<'_> {
 
     fn batch(&mut self, step: u64) -> Result<HeadsBatch> {
         let pairs = self.order.batch(step);
-        let images = pairs
-            .iter()
-            .map(|&p| self.corpus.pairs[p].image as usize)
-            .collect();
+        let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
         let tokens = pairs
             .iter()
-            .map(|&p| self.corpus.pairs[p].tokens.clone())
+            .map(|&p| self.rows.tokens(p).to_vec())
             .collect();
         Ok(HeadsBatch {
             pairs,
@@ -804,4 +854,43 @@ fn write_record(
         serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
     checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PairRows;
+    use crate::data::{Corpus, Pair};
+
+    /// Packed rows give back every pair's image and tokens (empty captions included), and the
+    /// corpus they came from is emptied.
+    #[test]
+    fn pair_rows_give_back_what_was_packed() {
+        let pairs = vec![
+            Pair {
+                image: 3,
+                tokens: vec![101, 7, 8, 102],
+            },
+            Pair {
+                image: 0,
+                tokens: vec![],
+            },
+            Pair {
+                image: 3,
+                tokens: vec![101, 9, 102],
+            },
+        ];
+        let mut corpus = Corpus {
+            pairs: pairs.clone(),
+            texts: Some(vec!["a".into(), "".into(), "b".into()]),
+            image_ids: vec!["x".into(); 4],
+            ..Corpus::default()
+        };
+        let rows = PairRows::take(&mut corpus);
+        assert_eq!(rows.len(), 3);
+        for (p, pair) in pairs.iter().enumerate() {
+            assert_eq!(rows.image(p), pair.image);
+            assert_eq!(rows.tokens(p), pair.tokens.as_slice());
+        }
+        assert!(corpus.pairs.is_empty() && corpus.texts.is_none() && corpus.image_ids.is_empty());
+    }
 }
