@@ -9,8 +9,8 @@
 #   LEXLIP_GPU=1 scripts/train-lexicon-model.sh   (a binary from scripts/build-cuda.sh)
 #   STEPS=1500 ...                                (default 1,500 steps of 256 pairs: ~15 epochs)
 #
-# Time: ~7.5 minutes on one H200 (887 pairs/s measured for this recipe, alone on the card);
-# days on a 2-core CPU. Needs a release binary (cargo build --release; or $LEXLIP).
+# Time: 7-7.5 minutes on one H200 (887-967 pairs/s measured for this recipe, alone on the card;
+# two runs side by side 577 each); days on a 2-core CPU. Needs a release binary (cargo build --release; or $LEXLIP).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/emoji-lex}"
