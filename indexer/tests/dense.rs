@@ -67,6 +67,15 @@ fn brute(
     all
 }
 
+/// A collection whose segments of 500 or more vectors get a graph, flushed only on commit.
+fn with_graphs(dir: &std::path::Path) -> Collection {
+    let params = DenseParams {
+        hnsw_min_docs: 500,
+        ..DenseParams::default()
+    };
+    create(dir, 100_000, params)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
@@ -121,11 +130,7 @@ proptest! {
 #[test]
 fn hnsw_graph_keeps_recall_and_respects_deletes() {
     let tmp = tempfile::tempdir().unwrap();
-    let params = DenseParams {
-        hnsw_min_docs: 500,
-        ..DenseParams::default()
-    };
-    let c = create(tmp.path(), 100_000, params);
+    let c = with_graphs(tmp.path());
     let mut live = BTreeMap::new();
     for i in 0..3000u64 {
         let id = format!("d{i}");
@@ -245,11 +250,7 @@ fn zero_vectors_are_refused() {
 #[test]
 fn hnsw_graphs_per_modality_answer_filtered_and_unfiltered_searches() {
     let tmp = tempfile::tempdir().unwrap();
-    let params = DenseParams {
-        hnsw_min_docs: 500,
-        ..DenseParams::default()
-    };
-    let c = create(tmp.path(), 100_000, params);
+    let c = with_graphs(tmp.path());
     let mut live = BTreeMap::new();
     for i in 0..2000u64 {
         let id = format!("d{i}");

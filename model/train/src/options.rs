@@ -585,25 +585,26 @@ impl TrainOptions {
         if self.method.objective != Objective::Heads {
             return;
         }
+        fn unless<T>(given: bool, slot: &mut T, value: T) {
+            if !given {
+                *slot = value;
+            }
+        }
         let d = HEADS_DEFAULTS;
-        if !given("tau") {
-            self.method.tau = d.tau;
-        }
-        if !given("flops_lambda") {
-            self.method.flops_lambda = d.flops_lambda;
-        }
-        if !given("lr") {
-            self.optim.lr = d.lr;
-        }
-        if !given("batch_size") {
-            self.optim.batch_size = d.batch_size;
-        }
-        if !given("epochs") {
-            self.optim.epochs = d.epochs;
-        }
-        if !given("grounding") {
-            self.lexicon.grounding = d.grounding;
-        }
+        unless(given("tau"), &mut self.method.tau, d.tau);
+        unless(
+            given("flops_lambda"),
+            &mut self.method.flops_lambda,
+            d.flops_lambda,
+        );
+        unless(given("lr"), &mut self.optim.lr, d.lr);
+        unless(
+            given("batch_size"),
+            &mut self.optim.batch_size,
+            d.batch_size,
+        );
+        unless(given("epochs"), &mut self.optim.epochs, d.epochs);
+        unless(given("grounding"), &mut self.lexicon.grounding, d.grounding);
     }
 
     /// Options with the defaults above (for library callers and tests).
