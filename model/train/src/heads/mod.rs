@@ -582,6 +582,7 @@ impl PairRows {
             rows.tokens.extend_from_slice(&pair.tokens);
             rows.ends.push(rows.tokens.len() as u64);
         }
+        release_freed_memory();
         rows
     }
 
@@ -602,6 +603,18 @@ impl PairRows {
     pub fn tokens(&self, p: usize) -> &[u32] {
         let start = if p == 0 { 0 } else { self.ends[p - 1] as usize };
         &self.tokens[start..self.ends[p] as usize]
+    }
+}
+
+/// Hands freed heap pages back to the system. `lexlip train` keeps freed memory in the heap
+/// (no trimming, so the steps' large tensors reuse it); the corpus's millions of small
+/// allocations, freed, would otherwise stay resident under the steps' tensors, and the heads'
+/// memory would grow with the corpus (measured: +18 % from 10k to 1M pairs).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's heaps to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
