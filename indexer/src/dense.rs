@@ -123,6 +123,8 @@ pub struct SegmentDense {
     dim: usize,
     vectors: Vec<f32>,
     present: Vec<bool>,
+    /// Every document of the segment has a vector (then an unfiltered graph walk checks none).
+    all_present: bool,
     graph: Option<Hnsw<'static, f32, CosineDistance>>,
 }
 
@@ -182,6 +184,7 @@ impl SegmentDense {
         Ok(Self {
             dim,
             vectors,
+            all_present: count == present.len(),
             present,
             graph,
         })
@@ -215,7 +218,7 @@ impl SegmentDense {
         match (&self.graph, exact) {
             (Some(graph), false) => {
                 let filter = |id: &usize| ok(*id);
-                let every = accept.is_none() && self.present.iter().all(|p| *p);
+                let every = accept.is_none() && self.all_present;
                 let filter: Option<&dyn hnsw_rs::filter::FilterT> =
                     if every { None } else { Some(&filter) };
                 let ef = params.ef_search.max(4 * k);
