@@ -309,14 +309,15 @@ impl DenseCache {
     }
 }
 
-/// Top-k over segments by cosine similarity; ties by document order.
+/// Top-k over segments by cosine similarity; ties by document order. `allowed[ord]`: the
+/// documents of segment `ord` the filter allows (None: all).
 pub(crate) fn search(
     segments: &[(&SegmentReader, Arc<SegmentDense>)],
     query: &DenseVector,
     k: usize,
     exact: bool,
     params: &DenseParams,
-    allowed: Option<&[AllowedDocs]>,
+    allowed: &[Option<AllowedDocs>],
 ) -> Vec<DenseHit> {
     let q = query.normalized();
     let mut all = Vec::new();
@@ -325,8 +326,8 @@ pub(crate) fn search(
         // A segment the filter allows nothing of is skipped whole: the filtered graph walk
         // would visit every node of it looking for k that pass (a segment of the other
         // modality, since segments hold one).
-        let allowed = allowed.map(|a| &a[ord]).filter(|a| !a.allows_all());
-        if allowed.is_some_and(|a| a.is_empty()) {
+        let allowed = allowed[ord].as_ref();
+        if allowed.is_some_and(AllowedDocs::is_empty) {
             continue;
         }
         let accept =

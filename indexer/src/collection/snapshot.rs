@@ -110,7 +110,7 @@ impl Snapshot {
                 reader,
                 impacts: self.fields.impacts,
                 maxima: &self.maxima[ord],
-                allowed: allowed.as_ref().map(|a| &a[ord]),
+                allowed: allowed[ord].as_ref(),
             })
             .collect();
         crate::search::run(&mut search, &segments)?;
@@ -213,7 +213,7 @@ impl Snapshot {
             k,
             exact,
             &self.dense_params,
-            allowed.as_deref(),
+            &allowed,
         ))
     }
 

@@ -262,8 +262,7 @@ impl<'a> SegmentBounds<'a> {
             };
             terms.push(QueryTerm { q, m, slot });
         }
-        // Segments are one modality each: a modality filter allows all of one or none.
-        if let Some(allowed) = segment.allowed.filter(|a| !a.allows_all()) {
+        if let Some(allowed) = segment.allowed {
             allowed.clear_blocks_without_any(&mut ub, maxima.shift);
         }
         let (chunk_max, candidates) = chunk_maxima(&ub);

@@ -8,26 +8,18 @@ use tantivy::{DocSet, Searcher, SegmentReader, TERMINATED, Term};
 use crate::error::{IndexError, Result};
 use crate::schema::Fields;
 
-/// Allowed documents of one segment.
+/// Allowed documents of one segment, where a filter allows some but not all of them.
 #[derive(Debug, Clone)]
 pub struct AllowedDocs {
     bits: Vec<u64>,
     /// No document of the segment is allowed (a search skips it whole).
     none: bool,
-    /// Every document of the segment is allowed (no block needs a look).
-    all: bool,
 }
 
 impl AllowedDocs {
     /// Whether the filter allows no document of this segment.
     pub fn is_empty(&self) -> bool {
         self.none
-    }
-
-    /// Whether the filter allows every document of this segment (a segment of the modality
-    /// searched for).
-    pub fn allows_all(&self) -> bool {
-        self.all
     }
 
     #[inline]
@@ -124,24 +116,26 @@ impl CompiledFilter {
         self.query.is_none()
     }
 
-    /// Bitset of matching documents per segment (None = no filter).
-    pub fn allowed(&self, searcher: &Searcher) -> Result<Option<Vec<AllowedDocs>>> {
+    /// Per segment of `searcher`, the documents the filter allows; `None` where it allows every
+    /// one (no filter, or a segment of the modality searched for), so that a search checks no
+    /// document there.
+    pub fn allowed(&self, searcher: &Searcher) -> Result<Vec<Option<AllowedDocs>>> {
+        let readers = searcher.segment_readers();
         let Some(query) = &self.query else {
-            return Ok(None);
+            return Ok(vec![None; readers.len()]);
         };
         let weight = query.weight(EnableScoring::disabled_from_searcher(searcher))?;
-        let mut out = Vec::with_capacity(searcher.segment_readers().len());
-        for reader in searcher.segment_readers() {
-            out.push(segment_bits(weight.as_ref(), reader)?);
-        }
-        Ok(Some(out))
+        readers
+            .iter()
+            .map(|reader| segment_bits(weight.as_ref(), reader))
+            .collect()
     }
 }
 
 fn segment_bits(
     weight: &dyn tantivy::query::Weight,
     reader: &SegmentReader,
-) -> Result<AllowedDocs> {
+) -> Result<Option<AllowedDocs>> {
     let mut bits = vec![0u64; (reader.max_doc() as usize).div_ceil(64)];
     let mut scorer = weight.scorer(reader, 1.0)?;
     let mut doc = scorer.doc();
@@ -150,9 +144,10 @@ fn segment_bits(
         doc = scorer.advance();
     }
     let allowed: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
-    Ok(AllowedDocs {
-        bits,
-        none: allowed == 0,
-        all: allowed == u64::from(reader.max_doc()),
-    })
+    Ok(
+        (allowed < u64::from(reader.max_doc())).then_some(AllowedDocs {
+            bits,
+            none: allowed == 0,
+        }),
+    )
 }
