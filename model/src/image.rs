@@ -698,10 +698,7 @@ impl ImageEncoder {
 
     /// Encodes preprocessed images into sparse lexicon vectors, in input order.
     pub fn encode(&self, images: &[PreprocessedImage]) -> Result<Vec<SparseVector>> {
-        if images.is_empty() {
-            return Ok(Vec::new());
-        }
-        to_sparse(&self.pooled(images)?, &self.vocab)
+        Ok(self.encode_with_dense(images)?.0)
     }
 
     /// [`Self::encode`], and the dense embeddings of the same images where this encoder's

@@ -468,6 +468,12 @@ impl Encoders {
         }
     }
 
+    /// Whether the model gives dense embeddings and no lexicon (CLIP, SigLIP, `lexlip train
+    /// --objective dense`): it is searched with `mode: dense` only.
+    pub fn is_dense_only(&self) -> bool {
+        self.term_space().is_none() && self.dense.is_some()
+    }
+
     /// The lexicon term space (text and image encoders of one model share it).
     pub fn term_space(&self) -> Option<&TermSpace> {
         self.text

@@ -301,7 +301,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
             .attach_dense(dense)
             .with_context(|| format!("--dense-model {}", dir.display()))?;
     }
-    let dense_only = encoders.term_space().is_none() && encoders.dense().is_some();
+    let dense_only = encoders.is_dense_only();
     let dense_dim = match (
         args.dense || args.dense_model.is_some() || dense_only,
         encoders.dense(),

@@ -216,7 +216,7 @@ fn encode<'a>(
             });
         }
         _ if plan.mode == Mode::Dense => None,
-        _ if encoders.is_some_and(|e| e.term_space().is_none() && e.dense().is_some()) => {
+        _ if encoders.is_some_and(Encoders::is_dense_only) => {
             bail!("the model is dense only (it gives no lexicon): search it with --mode dense")
         }
         (Query::Text(t), _) => {
