@@ -49,6 +49,9 @@ pub enum Architecture {
     Clip,
     /// SigLIP (dense fallback encoder, a frozen backbone).
     Siglip,
+    /// MobileCLIP in open_clip's layout (`open_clip_config.json`; dense fallback encoder, a frozen
+    /// backbone).
+    MobileClip,
     /// The dense dual encoder `lexlip train --objective dense` writes ([`crate::dual`]).
     DualEncoder,
 }

@@ -1,5 +1,5 @@
 //! Lexicon heads over a frozen dense model (D2S, Nguyen et al., ECIR 2024): a photo user's
-//! CLIP, SigLIP or lexlip's own dense dual encoder stays as it is, and one linear layer per
+//! CLIP, SigLIP, MobileCLIP or lexlip's own dense dual encoder stays as it is, and one linear layer per
 //! side maps its unit-length embedding onto the word-piece vocabulary:
 //!
 //! ```text

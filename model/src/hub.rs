@@ -6,9 +6,17 @@ use std::path::PathBuf;
 
 use crate::error::{ModelError, Result};
 
-/// Files of one encoder directory; the optional ones are skipped when the repository lacks them.
+/// Files of one encoder directory in the Hugging Face layout; the optional ones are skipped when
+/// the repository lacks them.
 const REQUIRED: &[&str] = &["config.json", "tokenizer.json", "model.safetensors"];
 const OPTIONAL: &[&str] = &["preprocessor_config.json"];
+/// The same in open_clip's layout (MobileCLIP: `apple/MobileCLIP-S1-OpenCLIP`), tried when the
+/// repository has no `config.json`.
+const OPEN_CLIP: &[&str] = &[
+    "open_clip_config.json",
+    "tokenizer.json",
+    "open_clip_model.safetensors",
+];
 
 /// Fetches (or finds in the cache) `repo_id`'s encoder files and returns their directory.
 pub fn download(repo_id: &str) -> Result<PathBuf> {
@@ -19,17 +27,26 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
     let api = hf_hub::api::sync::Api::new().map_err(|e| err(e.to_string()))?;
     let repo = api.model(repo_id.to_string());
     let cache = hf_hub::Cache::from_env().model(repo_id.to_string());
-    let mut dir = None;
-    for file in REQUIRED {
-        let path = match cache.get(file) {
-            Some(p) => p,
+    let fetch = |file: &str| -> Result<PathBuf> {
+        match cache.get(file) {
+            Some(p) => Ok(p),
             None => repo
                 .get(file)
-                .map_err(|e| err(format!("cannot fetch {file}: {e}")))?,
-        };
-        dir = path.parent().map(PathBuf::from);
+                .map_err(|e| err(format!("cannot fetch {file}: {e}"))),
+        }
+    };
+    let (required, optional) = match fetch(REQUIRED[0]) {
+        Ok(_) => (REQUIRED, OPTIONAL),
+        Err(hf) => match fetch(OPEN_CLIP[0]) {
+            Ok(_) => (OPEN_CLIP, &[][..]),
+            Err(_) => return Err(hf),
+        },
+    };
+    let mut dir = None;
+    for file in required {
+        dir = fetch(file)?.parent().map(PathBuf::from);
     }
-    for file in OPTIONAL {
+    for file in optional {
         if cache.get(file).is_none() {
             let _ = repo.get(file);
         }

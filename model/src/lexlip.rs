@@ -8,7 +8,7 @@
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
-//! dense/               optional dense encoder for the fallback: a CLIP or SigLIP directory or a dual
+//! dense/               optional dense encoder for the fallback: a CLIP, SigLIP or MobileCLIP directory or a dual
 //!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
 //! heads/               instead of text/ and image/: lexicon heads over dense/'s embeddings
 //!                      (`lexlip train --objective heads`, [`crate::heads`])
@@ -37,6 +37,7 @@ use crate::dual::DualEncoder;
 use crate::error::{ModelError, Result};
 use crate::heads::Heads;
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
+use crate::mobileclip::MobileClipEncoder;
 use crate::siglip::SiglipEncoder;
 use crate::text::{TextEncoder, bert_defaults, dir_name};
 use crate::vocab::Vocabulary;
@@ -85,9 +86,17 @@ pub fn detect(path: &Path) -> Result<ModelSource> {
         let arch = architecture(&cfg, &read_json(&cfg)?)?;
         return Ok(ModelSource::Single(path.to_path_buf(), arch));
     }
+    let open_clip = path.join(crate::mobileclip::CONFIG_FILE);
+    if open_clip.is_file() {
+        crate::mobileclip::check_open_clip(&open_clip)?;
+        return Ok(ModelSource::Single(
+            path.to_path_buf(),
+            Architecture::MobileClip,
+        ));
+    }
     Err(ModelError::UnknownModel {
         path: path.to_path_buf(),
-        message: "no config.json, lexlip.json, text/ or image/ here".into(),
+        message: "no config.json, open_clip_config.json, lexlip.json, text/ or image/ here".into(),
     })
 }
 
@@ -164,6 +173,7 @@ enum Dense {
     // Boxed: both are large, and of different sizes.
     Clip(Box<ClipEncoder>),
     Siglip(Box<SiglipEncoder>),
+    MobileClip(Box<MobileClipEncoder>),
     Dual(Box<DualEncoder>),
 }
 
@@ -173,13 +183,17 @@ impl Dense {
         match arch {
             Architecture::Clip => Ok(Dense::Clip(Box::new(ClipEncoder::load(dir, device)?))),
             Architecture::Siglip => Ok(Dense::Siglip(Box::new(SiglipEncoder::load(dir, device)?))),
+            Architecture::MobileClip => Ok(Dense::MobileClip(Box::new(MobileClipEncoder::load(
+                dir, device,
+            )?))),
             Architecture::DualEncoder => Ok(Dense::Dual(Box::new(DualEncoder::load_with_dtype(
                 dir, device, dtype,
             )?))),
             other => Err(ModelError::UnknownModel {
                 path: dir.to_path_buf(),
                 message: format!(
-                    "a {other:?} model is not a dense encoder (expected CLIP, SigLIP or {})",
+                    "a {other:?} model is not a dense encoder (expected CLIP, SigLIP, MobileCLIP \
+                     or {})",
                     crate::dual::MODEL_TYPE
                 ),
             }),
@@ -190,6 +204,7 @@ impl Dense {
         match self {
             Dense::Clip(c) => c.as_ref(),
             Dense::Siglip(s) => s.as_ref(),
+            Dense::MobileClip(m) => m.as_ref(),
             Dense::Dual(d) => d.as_ref(),
         }
     }
@@ -294,9 +309,16 @@ impl Encoders {
                     let dtype = opts.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&p, device, dtype)?);
                 }
-                if let Some(p) = load_sub("dense")? {
-                    let cfg = p.join("config.json");
-                    let arch = architecture(&cfg, &read_json(&cfg)?)?;
+                let dense = dir.join("dense");
+                let dense_model = dense.join("config.json").is_file()
+                    || dense.join(crate::mobileclip::CONFIG_FILE).is_file();
+                if dense_model {
+                    let ModelSource::Single(p, arch) = detect(&dense)? else {
+                        return Err(ModelError::UnknownModel {
+                            path: dense,
+                            message: "dense/ holds no single dense model directory".into(),
+                        });
+                    };
                     let dtype = opts.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.dense = Some(Arc::new(
                         Dense::load(&p, arch, device, dtype)?.with(options)?,
@@ -314,7 +336,10 @@ impl Encoders {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
                 }
-                Architecture::Clip | Architecture::Siglip | Architecture::DualEncoder => {
+                Architecture::Clip
+                | Architecture::Siglip
+                | Architecture::MobileClip
+                | Architecture::DualEncoder => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     let dense = Dense::load(&dir, arch, device, dtype)?.with(options)?;
                     enc.dense = Some(Arc::new(dense))
@@ -443,7 +468,7 @@ impl Encoders {
         self.dense.as_deref().map(Dense::as_dyn)
     }
 
-    /// Takes the dense encoder of `other` (a CLIP, SigLIP or dense dual-encoder model loaded on
+    /// Takes the dense encoder of `other` (a CLIP, SigLIP, MobileCLIP or dense dual-encoder model loaded on
     /// its own) as this model's: a sparse model indexed with a separate dense model for the
     /// fallback (`lexlip index --dense-model`). A model with a dense encoder of its own (lexicon
     /// heads, a directory with `dense/`) keeps it and refuses a second.
@@ -468,7 +493,7 @@ impl Encoders {
         }
     }
 
-    /// Whether the model gives dense embeddings and no lexicon (CLIP, SigLIP, `lexlip train
+    /// Whether the model gives dense embeddings and no lexicon (CLIP, SigLIP, MobileCLIP, `lexlip train
     /// --objective dense`): it is searched with `mode: dense` only.
     pub fn is_dense_only(&self) -> bool {
         self.term_space().is_none() && self.dense.is_some()

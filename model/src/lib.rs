@@ -8,7 +8,7 @@
 //! - [`ImageEncoder`]: BEiT ([`beit`], HF layout) + BERT-style MLM head over every token.
 //! - [`weight_sharing`]: COOKIE's layers shared by both towers, between each tower and its head.
 //! - [`DenseEncoder`]: embeddings for the dense fallback, from CLIP ([`ClipEncoder`]), SigLIP
-//!   ([`SiglipEncoder`]) or the dense dual encoder `lexlip train --objective dense` writes
+//!   ([`SiglipEncoder`]), MobileCLIP ([`MobileClipEncoder`]) or the dense dual encoder `lexlip train --objective dense` writes
 //!   ([`DualEncoder`]).
 //! - [`Encoders`]: loads a LexLIP Lightning checkpoint, a LexLIP directory or a single HF encoder
 //!   directory, detecting which; [`convert_checkpoint`] turns a checkpoint into a directory.
@@ -29,6 +29,7 @@ pub mod heads;
 pub mod hub;
 pub mod image;
 pub mod lexlip;
+pub mod mobileclip;
 pub mod nn;
 pub mod pooling;
 pub mod rerank;
@@ -50,6 +51,7 @@ pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};
 pub use lexlip::{
     Encoders, LexLipModel, LoadOptions, ModelSource, WeakMatch, convert_checkpoint, detect,
 };
+pub use mobileclip::MobileClipEncoder;
 pub use rerank::Reranker;
 pub use siglip::SiglipEncoder;
 pub use text::{DEFAULT_MAX_LENGTH, TextEncoder};

@@ -455,3 +455,81 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     );
     assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
 }
+
+/// `lexlip train --objective heads` over a MobileCLIP in open_clip's layout (the tiny random one
+/// of the parity test): the exported directory carries the backbone's files as `dense/`, its
+/// dense vectors are the backbone's own, its lexicons keep the top-K, and `lexlip index
+/// --dense` plus a dense search rank as cosine over the backbone's vectors.
+#[test]
+fn heads_over_a_mobileclip_backbone_export_and_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = corpus(tmp.path());
+    let out = tmp.path().join("heads");
+    let backbone_dir = fixtures().join("mobileclip-tiny");
+    let vocab = lexlip_tests::splade_dir().join("tokenizer.json");
+    let run = lexlip(&[
+        "train",
+        "--objective",
+        "heads",
+        "--backbone",
+        backbone_dir.to_str().unwrap(),
+        "--tokenizer",
+        vocab.to_str().unwrap(),
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--batch-size",
+        "4",
+        "--steps",
+        "2",
+        "--image-top-k",
+        "8",
+        "--text-top-k",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.join("dense/open_clip_config.json").is_file());
+
+    let enc = Encoders::load(&out, &Device::Cpu).unwrap();
+    let own = lexlip_model::MobileClipEncoder::load(&backbone_dir, &Device::Cpu).unwrap();
+    let dense = enc.dense().expect("heads carry their backbone");
+    use lexlip_model::DenseEncoder;
+    assert_eq!(
+        dense.encode_texts(&["picture number 3"]).unwrap(),
+        own.encode_texts(&["picture number 3"]).unwrap()
+    );
+    let text = enc.text().unwrap().encode(&["picture number 3"]).unwrap();
+    assert!(!text[0].is_empty() && text[0].len() <= 4, "{:?}", text[0]);
+    let image = enc.image().unwrap();
+    let lexicon = image
+        .encode(&[image.preprocess(&png(3, 20)).unwrap()])
+        .unwrap()
+        .remove(0);
+    assert!(!lexicon.is_empty() && lexicon.len() <= 8, "{lexicon:?}");
+
+    let vectors = image_vectors(&own);
+    let query = own.encode_texts(&["picture number 3"]).unwrap().remove(0);
+    let collection = tmp.path().join("indexed");
+    let (c, m) = (collection.to_str().unwrap(), out.to_str().unwrap());
+    let index = lexlip(&[
+        "index",
+        "--collection",
+        c,
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--model",
+        m,
+        "--dense",
+    ]);
+    assert!(
+        index.status.success(),
+        "{}",
+        String::from_utf8_lossy(&index.stderr)
+    );
+    assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
+}

@@ -636,14 +636,30 @@ fn image_doc(file: &str) -> Value {
 /// (`model/tests/fixtures/siglip.json`: its first text against `clip0_32.png`, `clip1_32.png`).
 #[test]
 fn a_siglip_dense_encoder_scores_as_the_reference() {
+    dense_encoder_scores_as_the_reference("siglip-tiny", "siglip.json");
+}
+
+/// The same for a MobileCLIP in open_clip's layout, against open_clip's reference
+/// (`model/tests/fixtures/mobileclip.json`: `img0_64.png`, `img1_64.png`).
+#[test]
+fn a_mobileclip_dense_encoder_scores_as_the_reference() {
+    dense_encoder_scores_as_the_reference("mobileclip-tiny", "mobileclip.json");
+}
+
+/// A server with the fixture model `model` as its dense encoder: the reference's first text
+/// against its images scores the cosines of the reference's embeddings (`fixture`).
+fn dense_encoder_scores_as_the_reference(model: &str, fixture: &str) {
     let fx: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("siglip.json")).unwrap())
-            .unwrap();
-    let names = ["clip0_32.png", "clip1_32.png"];
-    assert_eq!(fx["images"], json!(names));
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join(fixture)).unwrap()).unwrap();
+    let names: Vec<&str> = fx["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     let data = tempfile::tempdir().unwrap();
     let docs = names.iter().map(|f| image_doc(f)).collect();
-    let (s, info) = dense_collection(data.path(), "siglip-tiny", docs);
+    let (s, info) = dense_collection(data.path(), model, docs);
     assert_eq!(info["dense_dim"], 32, "{info}");
     let q = json!({"query": {"text": fx["texts"][0]}, "target": "image", "k": 2, "mode": "dense"});
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));

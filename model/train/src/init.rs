@@ -142,16 +142,20 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
             text: None,
             image: Some(dir),
         },
-        ModelSource::Single(dir, arch @ (Architecture::Clip | Architecture::Siglip)) => {
+        ModelSource::Single(
+            dir,
+            arch @ (Architecture::Clip | Architecture::Siglip | Architecture::MobileClip),
+        ) => {
+            let name = match arch {
+                Architecture::Clip => "CLIP",
+                Architecture::Siglip => "SigLIP",
+                _ => "MobileCLIP",
+            };
             return Err(TrainError::Untrainable {
                 path: dir,
                 message: format!(
-                    "a {} model is a dense encoder, not a LexLIP tower",
-                    if arch == Architecture::Clip {
-                        "CLIP"
-                    } else {
-                        "SigLIP"
-                    }
+                    "a {name} model is a dense encoder, not a LexLIP tower; train lexicon heads \
+                     over it with --objective heads --backbone"
                 ),
             });
         }

@@ -51,7 +51,7 @@ pub enum Objective {
     /// and `lexlip eval --rerank-model` load.
     Rerank,
     /// Lexicon heads over a frozen dense model given as --backbone (lexlip's dense dual
-    /// encoder, CLIP or SigLIP; D2S): every image, caption and vocabulary word is encoded once
+    /// encoder, CLIP, SigLIP or MobileCLIP; D2S): every image, caption and vocabulary word is encoded once
     /// into an embedding cache, then an image head and a text head (linear onto the
     /// vocabulary, starting from the backbone's own word embeddings) train on it with sparse
     /// InfoNCE, distillation of the dense model's similarities, FLOPS, top-K and grounding;
@@ -201,7 +201,7 @@ pub struct ModelOptions {
     #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
     pub image_head_init: HeadInit,
     /// --objective heads: the frozen dense model the lexicon heads read (a dense dual-encoder
-    /// directory from `lexlip train --objective dense`, a CLIP or SigLIP directory, a model
+    /// directory from `lexlip train --objective dense`, a CLIP, SigLIP or MobileCLIP directory, a model
     /// directory with dense/, or `hf:OWNER/NAME`). The lexicon vocabulary is its
     /// tokenizer.json when that is a word-piece one, else give --tokenizer.
     #[arg(long, help_heading = "Model")]

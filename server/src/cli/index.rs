@@ -44,11 +44,11 @@ pub struct IndexArgs {
     /// Keep each document's dense embedding too, for `mode: dense` and hybrid search (the
     /// dense fallback): from the model's own dense encoder (lexicon heads' backbone, a `dense/`
     /// directory beside a LexLIP model), or from --dense-model. Implied by a dense-only model
-    /// (`lexlip train --objective dense`, CLIP, SigLIP), whose documents have no lexicon. Taken
+    /// (`lexlip train --objective dense`, CLIP, SigLIP, MobileCLIP), whose documents have no lexicon. Taken
     /// when the collection is created.
     #[arg(long)]
     pub dense: bool,
-    /// A dense model (CLIP, SigLIP or `lexlip train --objective dense`) whose embeddings are
+    /// A dense model (CLIP, SigLIP, MobileCLIP or `lexlip train --objective dense`) whose embeddings are
     /// kept beside the --model's lexicons (implies --dense).
     #[arg(long, value_name = "DIR")]
     pub dense_model: Option<PathBuf>,
@@ -310,7 +310,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         (true, Some(d)) => Some(d.dim()),
         (true, None) => bail!(
             "--dense needs a dense encoder: the model at {} has none; give one with \
-             --dense-model DIR (CLIP, SigLIP or lexlip train --objective dense)",
+             --dense-model DIR (CLIP, SigLIP, MobileCLIP or lexlip train --objective dense)",
             model_path.display()
         ),
     };

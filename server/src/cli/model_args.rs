@@ -9,7 +9,7 @@ use lexlip_model::{Encoders, LoadOptions};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ModelArgs {
     /// Encoders: a LexLIP Lightning .ckpt, a LexLIP directory, a Hugging Face encoder directory
-    /// (BERT masked LM, BEiT + MLM head, CLIP, SigLIP; the kind is detected), a dense model from
+    /// (BERT masked LM, BEiT + MLM head, CLIP, SigLIP, MobileCLIP; the kind is detected), a dense model from
     /// `lexlip train --objective dense` (dense only), or hf:OWNER/NAME (downloaded into the
     /// Hugging Face cache on first use, offline afterwards).
     #[arg(long)]

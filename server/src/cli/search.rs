@@ -154,7 +154,7 @@ impl Encoded<'_> {
             return match (need, self.source) {
                 (DenseNeed::Fallback, _) | (_, Query::Vector(_)) => Ok(None),
                 _ => bail!(
-                    "--model has no dense encoder: give a CLIP or SigLIP directory or a model from \
+                    "--model has no dense encoder: give a CLIP, SigLIP or MobileCLIP directory or a model from \
                      `lexlip train --objective dense`, or search with --mode sparse"
                 ),
             };

@@ -401,7 +401,7 @@ impl EncoderService {
     fn dense_side(&self) -> ApiResult<&DenseSide> {
         self.dense.as_ref().ok_or_else(|| {
             ApiError::unprocessable(
-                "this server has no dense encoder: start it with --dense-model (a CLIP or SigLIP directory \
+                "this server has no dense encoder: start it with --dense-model (a CLIP, SigLIP or MobileCLIP directory \
                  or a lexlip train --objective dense model), or send a precomputed dense vector",
             )
         })

@@ -70,7 +70,9 @@ const TEXT_CHUNK: usize = 256;
 /// directory itself.
 fn backbone_dir(path: &Path) -> PathBuf {
     let sub = path.join("dense");
-    if sub.join("config.json").is_file() {
+    if sub.join("config.json").is_file()
+        || sub.join(lexlip_model::mobileclip::CONFIG_FILE).is_file()
+    {
         sub
     } else {
         path.to_path_buf()
@@ -130,8 +132,8 @@ pub fn train(
     let Some(backbone_arg) = opts.model.backbone.clone() else {
         return Err(TrainError::invalid(
             "--objective heads trains lexicon heads over a frozen dense model: give it as \
-             --backbone (a dense dual encoder from `lexlip train --objective dense`, a CLIP or \
-             a SigLIP directory)",
+             --backbone (a dense dual encoder from `lexlip train --objective dense`, a CLIP, \
+             SigLIP or MobileCLIP directory)",
         ));
     };
     crate::run::prepare_out(&opts.run.out)?;
@@ -141,8 +143,8 @@ pub fn train(
     let encoders = Encoders::load_with(&backbone_path, &device, &LoadOptions::default())?;
     let backbone = encoders.dense().ok_or_else(|| {
         TrainError::invalid(format!(
-            "{}: not a dense model lexlip can load as a backbone (a dense dual encoder, CLIP \
-             or SigLIP directory)",
+            "{}: not a dense model lexlip can load as a backbone (a dense dual encoder, CLIP, \
+             SigLIP or MobileCLIP directory)",
             backbone_arg.display()
         ))
     })?;
