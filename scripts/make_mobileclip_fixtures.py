@@ -16,11 +16,15 @@ It writes, under model/tests/fixtures/:
                     the text tower at the largest id). The image tower is timm's `fastvit_mci0`
                     with one block per stage and widths 8, 16, 32, 64 (MobileCLIP's FastViT MCi:
                     RepMixer stages, then attention with a conditional position encoding).
+  mobileclip-tiny-folded.safetensors
+                    the same weights with the image tower folded for inference by timm's
+                    `reparameterize_model` (`reparam_conv` layers), in f32: lexlip loads both forms.
   mobileclip.json   token ids padded to the context length (16) with 0, as open_clip's tokenizer
                     pads, and the L2-normalised text and image embeddings of a few texts and of the
                     64 × 64 fixture images (MobileCLIP normalises nothing: mean 0, std 1).
 """
 
+import copy
 import sys
 from pathlib import Path
 
@@ -29,6 +33,7 @@ import timm
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from timm.utils.model import reparameterize_model
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,6 +124,16 @@ def main():
             "image_embeddings": [r(v.tolist()) for v in img_emb],
         },
     )
+    folded = copy.deepcopy(model)
+    folded.visual.trunk = reparameterize_model(folded.visual.trunk)
+    with torch.no_grad():
+        again = F.normalize(folded.encode_image(px), dim=-1)
+    assert torch.allclose(again, img_emb, atol=1e-5), (again - img_emb).abs().max()
+    state = {k: v.detach().float().contiguous() for k, v in folded.state_dict().items()
+             if k.startswith("visual.") and not k.endswith("num_batches_tracked")}
+    state.update({k: v.detach().half().contiguous() for k, v in folded.state_dict().items()
+                  if not k.startswith("visual.")})
+    save_file(state, str(OUT / "mobileclip-tiny-folded.safetensors"))
     print(f"written {dst} and {OUT / 'mobileclip.json'}", file=sys.stderr)
 
 

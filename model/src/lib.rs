@@ -24,6 +24,7 @@ pub mod dense;
 pub mod device;
 pub mod dual;
 pub mod error;
+pub mod fastvit;
 pub mod heads;
 #[cfg(feature = "hub")]
 pub mod hub;

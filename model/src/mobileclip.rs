@@ -1,11 +1,11 @@
 //! MobileCLIP (Apple's `apple/MobileCLIP-S1-OpenCLIP`, `-S2-`, `timm/MobileCLIP2-S0/S2-OpenCLIP`)
 //! as a frozen dense dual encoder: the dense fallback, and a backbone whose embeddings lexicon
-//! heads can be trained on. candle-transformers runs both towers: FastViT MCi for images, the
-//! OpenCLIP text transformer for texts.
+//! heads can be trained on. Images go through FastViT MCi ([`crate::fastvit`], folded for
+//! inference at load), texts through candle-transformers' OpenCLIP text transformer.
 //!
 //! These models come in open_clip's layout, not Hugging Face's: `open_clip_config.json`
 //! (`model_cfg`, `preprocess_cfg`), `open_clip_model.safetensors` and `tokenizer.json`. The FastViT
-//! block counts and widths are read off the weights, so any MCi variant candle implements loads.
+//! block counts and widths are read off the weights, so any MCi variant loads.
 //!
 //! Input conventions, as open_clip's: texts are cut to the context (the last kept position
 //! becomes `<|endoftext|>`) and padded with id 0, unmasked (MobileCLIP's text tower has no causal
@@ -15,7 +15,6 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Module, Tensor};
-use candle_transformers::models::fastvit;
 use candle_transformers::models::openclip::text_model::{self, OpenClipTextTransformer};
 use lexlip_proto::DenseVector;
 use serde::Deserialize;
@@ -25,6 +24,7 @@ use tokenizers::Tokenizer;
 use crate::config::{read_json, with_defaults};
 use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
+use crate::fastvit::FastVit;
 use crate::image::ImageProcessor;
 use crate::text::{load_tokenizer, tokenize};
 use crate::weights::Weights;
@@ -32,14 +32,12 @@ use crate::weights::Weights;
 /// The file that marks an open_clip model directory.
 pub const CONFIG_FILE: &str = "open_clip_config.json";
 
-/// The timm image towers of MobileCLIP that candle-transformers' FastViT implements.
+/// The timm image towers of MobileCLIP that [`crate::fastvit`] runs (MCi3/4, MobileCLIP2's
+/// larger ones, have other blocks).
 const FASTVIT_TOWERS: [&str; 3] = ["fastvit_mci0", "fastvit_mci1", "fastvit_mci2"];
 
 /// The token open_clip ends every text with, and pools the text tower at.
 const END_OF_TEXT: &str = "<|endoftext|>";
-
-/// candle's FastViT attention uses heads of this width.
-const FASTVIT_HEAD_DIM: usize = 32;
 
 #[derive(Debug, Clone, Deserialize)]
 struct VisionCfg {
@@ -154,50 +152,12 @@ pub fn load_config(path: &Path) -> Result<MobileClipConfig> {
     })
 }
 
-/// The FastViT shape the weights under `visual.trunk.` have: stem width, blocks per stage, MLP
-/// expansion, attention in the last stage. MCi towers use the activation after the large-kernel
-/// convolutions (`lkc_use_act`).
-fn fastvit_config(weights: &Weights) -> Result<fastvit::Config> {
-    let trunk = "visual.trunk.";
-    let stem = weights.shape(&format!("{trunk}stem.0.conv_kxk.0.conv.weight"))?;
-    let in_channels = stem[0];
-    let mut blocks = [0usize; 4];
-    for (stage, count) in blocks.iter_mut().enumerate() {
-        let prefix = format!("{trunk}stages.{stage}.blocks.");
-        *count = weights
-            .names()
-            .filter_map(|n| n.strip_prefix(&prefix))
-            .filter_map(|rest| rest.split('.').next()?.parse::<usize>().ok())
-            .max()
-            .map_or(0, |last| last + 1);
-    }
-    let fc1 = weights.shape(&format!("{trunk}stages.0.blocks.0.mlp.fc1.weight"))?;
-    let attn = weights.contains(&format!("{trunk}stages.3.blocks.0.token_mixer.qkv.weight"));
-    let last = in_channels * 8;
-    if attn && !last.is_multiple_of(FASTVIT_HEAD_DIM) {
-        return Err(ModelError::Weights {
-            file: weights.source().to_path_buf(),
-            message: format!(
-                "the FastViT attention stage is {last} wide, not a multiple of its \
-                 {FASTVIT_HEAD_DIM}-wide heads"
-            ),
-        });
-    }
-    Ok(fastvit::Config {
-        exp_ratio: fc1[0] / in_channels.max(1),
-        in_channels,
-        blocks,
-        attn,
-        lkc_use_act: true,
-    })
-}
-
 /// MobileCLIP's text and image towers → L2-normalised embeddings in one space.
 pub struct MobileClipEncoder {
     text: OpenClipTextTransformer,
     /// `(width, embed_dim)`.
     text_projection: Tensor,
-    image: candle_nn::Func<'static>,
+    image: FastVit,
     tokenizer: Tokenizer,
     processor: ImageProcessor,
     context: usize,
@@ -221,7 +181,7 @@ impl MobileClipEncoder {
     /// `tokenizer.json`). Runs in f32.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let config = load_config(&dir.join(CONFIG_FILE))?;
-        let mut weights = Weights::from_safetensors_dir(dir).map_err(|e| match e {
+        let weights = Weights::from_safetensors_dir(dir).map_err(|e| match e {
             ModelError::Weights { file, message }
                 if dir.join("open_clip_pytorch_model.bin").is_file() =>
             {
@@ -235,17 +195,17 @@ impl MobileClipEncoder {
             }
             other => other,
         })?;
-        // Layer scales are `gamma` in timm; the loader's legacy renaming made them `weight`.
-        let scales: Vec<String> = weights
-            .names()
-            .filter(|n| n.starts_with("visual.") && n.contains(".layer_scale"))
-            .filter_map(|n| n.strip_suffix(".weight").map(|b| format!("{b}.gamma")))
-            .collect();
-        for gamma in scales {
-            let target = format!("{}.weight", gamma.trim_end_matches(".gamma"));
-            weights.alias(&gamma, &target);
+        let image = FastVit::load(&weights, "visual.trunk.", device)?;
+        if image.dim() != config.embed_dim {
+            return Err(ModelError::config(
+                dir.join(CONFIG_FILE),
+                format!(
+                    "model_cfg.embed_dim is {} but the image tower's head gives {}",
+                    config.embed_dim,
+                    image.dim()
+                ),
+            ));
         }
-        let vision = fastvit_config(&weights)?;
         let t = &config.text;
         let text_config = text_model::Config {
             vocab_size: t.vocab_size,
@@ -263,8 +223,6 @@ impl MobileClipEncoder {
         let text_projection = vb
             .get((t.width, config.embed_dim), "text.text_projection")
             .map_err(load)?;
-        let image =
-            fastvit::fastvit(&vision, config.embed_dim, vb.pp("visual.trunk")).map_err(load)?;
         let tokenizer_path = dir.join("tokenizer.json");
         let tokenizer = load_tokenizer(&tokenizer_path)?;
         let end_of_text =
@@ -329,14 +287,8 @@ impl DenseEncoder for MobileClipEncoder {
         })
     }
 
-    /// One image at a time: candle 0.11's CPU matmul folds a batch wrongly when the left side
-    /// is a transposed view and the right side is shared (huggingface/candle#3744), which is
-    /// what FastViT's attention feeds its `qkv` layer; with one image there is nothing to fold.
     fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
-        let rows = (0..pixels.dim(0)?)
-            .map(|i| pixels.narrow(0, i, 1)?.apply(&self.image))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&rows, 0)?)
+        self.image.forward(pixels)
     }
 
     fn image_processor(&self) -> &ImageProcessor {

@@ -122,3 +122,19 @@ fn unusable_directories_are_refused() {
         .to_string();
     assert!(e.contains("open_clip_model.safetensors"), "{e}");
 }
+
+/// The same model with its image tower already folded by timm (`reparam_conv` layers) gives the
+/// reference's embeddings too.
+#[test]
+fn a_tower_folded_by_timm_loads_and_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture(tmp.path());
+    std::fs::copy(
+        fixtures().join("mobileclip-tiny-folded.safetensors"),
+        tmp.path().join("open_clip_model.safetensors"),
+    )
+    .unwrap();
+    let enc = MobileClipEncoder::load(tmp.path(), &Device::Cpu).unwrap();
+    let worst = check_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "mobileclip.json");
+    assert!(worst <= TOL, "embeddings differ by {worst}");
+}

@@ -533,3 +533,31 @@ fn heads_over_a_mobileclip_backbone_export_and_index() {
     );
     assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
 }
+
+/// `lexlip bench encode` on a dense-only model times its dense towers (the batch sizes given
+/// space- or comma-separated), and says so in its JSON report.
+#[test]
+fn bench_encode_times_a_dense_only_model() {
+    let model = fixtures().join("mobileclip-tiny");
+    for sizes in [&["1", "2"][..], &["1,2"][..]] {
+        let mut args = vec!["bench", "encode", "--model", model.to_str().unwrap()];
+        args.push("--batch-sizes");
+        args.extend(sizes);
+        args.extend(["--seconds", "0.1", "--json"]);
+        let out = lexlip(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(report["dense_model"].as_str().is_some(), "{report}");
+        for side in ["dense_text", "dense_image"] {
+            let rows = report[side].as_array().unwrap();
+            let batches: Vec<u64> = rows.iter().map(|r| r["batch"].as_u64().unwrap()).collect();
+            assert_eq!(batches, [1, 2], "{report}");
+            assert!(rows.iter().all(|r| r["items_per_s"].as_f64().unwrap() > 0.0));
+        }
+        assert_eq!(report["image"].as_array().map(Vec::len), Some(0));
+    }
+}

@@ -8,7 +8,8 @@ use serde::Serialize;
 use super::model_args::ModelArgs;
 
 /// The model's text encoder is timed; so is its image encoder unless --random-beit-base
-/// replaces it.
+/// replaces it. A dense-only model (CLIP, SigLIP, MobileCLIP, `--objective dense`) has its dense
+/// towers timed instead.
 #[derive(clap::Args, Debug)]
 #[command(mut_arg("model", |a| a.required_unless_present("random_beit_base")))]
 pub struct BenchEncodeArgs {
@@ -18,8 +19,8 @@ pub struct BenchEncodeArgs {
     /// the speed of LexLIP's image tower without a checkpoint.
     #[arg(long)]
     pub random_beit_base: bool,
-    /// Batch sizes to time.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 32])]
+    /// Batch sizes to time (`1,8,32` or `1 8 32`).
+    #[arg(long, value_delimiter = ',', num_args = 1.., default_values_t = [1usize, 8, 32])]
     pub batch_sizes: Vec<usize>,
     /// Minimum measuring time per batch size, seconds.
     #[arg(long, default_value_t = 3.0)]
@@ -50,6 +51,10 @@ struct Report {
     image: Vec<Row>,
     /// Decode + resize + normalise of a 640×480 JPEG on one thread.
     preprocess_images_per_s_one_thread: Option<f64>,
+    /// A dense-only model's towers (embeddings, no lexicon).
+    dense_model: Option<String>,
+    dense_text: Vec<Row>,
+    dense_image: Vec<Row>,
 }
 
 pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
@@ -107,14 +112,7 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         report.image_dtype = Some(format!("{:?}", enc.dtype()).to_lowercase());
         let size = enc.image_size();
         let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
-        let images: Vec<PreprocessedImage> = (0..max_b)
-            .map(|i| {
-                let data = (0..3 * size * size)
-                    .map(|j| (((i * 7919 + j * 104_729) % 2001) as f32 / 1000.0) - 1.0)
-                    .collect();
-                PreprocessedImage::from_chw(size, data)
-            })
-            .collect::<Result<_, _>>()?;
+        let images = synthetic_images(max_b, size)?;
         for &b in &args.batch_sizes {
             let row = time(b, min_time, || enc.encode(&images[..b]).map(|_| ()))?;
             eprintln!("image batch {b:>3}: {:>9.2} images/s", row.items_per_s);
@@ -126,9 +124,34 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         })?;
         report.preprocess_images_per_s_one_thread = Some(row.items_per_s);
     }
-    if report.text.is_empty() && report.image.is_empty() {
+    if let Some(dense) = model
+        .as_ref()
+        .filter(|m| m.is_dense_only())
+        .and_then(|m| m.dense())
+    {
+        report.dense_model = args.model.model.as_ref().map(|p| p.display().to_string());
+        let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
+        let texts = captions(max_b);
+        let size = dense.image_processor().size;
+        let images = synthetic_images(max_b, size)?;
+        for &b in &args.batch_sizes {
+            let batch: Vec<&str> = texts.iter().take(b).map(String::as_str).collect();
+            let row = time(b, min_time, || dense.encode_texts(&batch).map(|_| ()))?;
+            eprintln!("dense text  batch {b:>3}: {:>9.1} texts/s", row.items_per_s);
+            report.dense_text.push(row);
+            let row = time(b, min_time, || {
+                dense.encode_images(&images[..b]).map(|_| ())
+            })?;
+            eprintln!(
+                "dense image batch {b:>3}: {:>9.2} images/s",
+                row.items_per_s
+            );
+            report.dense_image.push(row);
+        }
+    }
+    if report.text.is_empty() && report.image.is_empty() && report.dense_image.is_empty() {
         anyhow::bail!(
-            "nothing to time: the model has neither a text nor an image encoder (add --random-beit-base?)"
+            "nothing to time: the model has no text, image or dense encoder (add --random-beit-base?)"
         );
     }
 
@@ -139,6 +162,18 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         for (what, unit, rows, name) in [
             ("text", "texts/s", &report.text, &report.text_model),
             ("image", "images/s", &report.image, &report.image_model),
+            (
+                "dense text",
+                "texts/s",
+                &report.dense_text,
+                &report.dense_model,
+            ),
+            (
+                "dense image",
+                "images/s",
+                &report.dense_image,
+                &report.dense_model,
+            ),
         ] {
             if rows.is_empty() {
                 continue;
@@ -177,6 +212,18 @@ fn time(
         items_per_s: (runs * batch) as f64 / secs,
         ms_per_batch: secs * 1000.0 / runs as f64,
     })
+}
+
+/// `n` preprocessed images of side `size` with deterministic pixels in [-1, 1].
+fn synthetic_images(n: usize, size: usize) -> anyhow::Result<Vec<PreprocessedImage>> {
+    (0..n)
+        .map(|i| {
+            let data = (0..3 * size * size)
+                .map(|j| (((i * 7919 + j * 104_729) % 2001) as f32 / 1000.0) - 1.0)
+                .collect();
+            Ok(PreprocessedImage::from_chw(size, data)?)
+        })
+        .collect()
 }
 
 /// Caption-like texts of 8-20 words (deterministic).
