@@ -349,7 +349,9 @@ def beit(tokenizer_path):
 # ---------------------------------------------------------------------------------------------
 # 3. tiny CLIP
 # ---------------------------------------------------------------------------------------------
-def clip():
+def clip_tokenizer():
+    """A 1000-word word-level tokenizer in CLIP's manner: texts start with `<|startoftext|>` and
+    end with `<|endoftext|>`, the largest id (CLIP and open_clip pool the text tower there)."""
     from tokenizers import models, normalizers, pre_tokenizers, processors
 
     words = ["<pad>", "a", "photo", "of", "dog", "cat", "on", "the", "grass", "red", "car"]
@@ -363,6 +365,11 @@ def clip():
         single="<|startoftext|> $A <|endoftext|>",
         special_tokens=[("<|startoftext|>", 998), ("<|endoftext|>", 999)],
     )
+    return tk
+
+
+def clip():
+    tk = clip_tokenizer()
     cfg = CLIPConfig(
         text_config=dict(
             vocab_size=1000,

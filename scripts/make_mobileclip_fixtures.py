@@ -34,28 +34,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from timm.utils.model import reparameterize_model
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import OUT, pixels_of, r, randomize, write_json  # noqa: E402
+from make_fixtures import OUT, clip_tokenizer, pixels_of, r, randomize, write_json  # noqa: E402
 
 CONTEXT = 16
 EMBED = 32
 SIZE = 64
-
-
-def tokenizer():
-    words = ["<pad>", "a", "photo", "of", "dog", "cat", "on", "the", "grass", "red", "car"]
-    words += [f"w{i}" for i in range(998 - len(words))] + ["<|startoftext|>", "<|endoftext|>"]
-    vocab = {w: i for i, w in enumerate(words)}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tk.normalizer = normalizers.Lowercase()
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.post_processor = processors.TemplateProcessing(
-        single="<|startoftext|> $A <|endoftext|>",
-        special_tokens=[("<|startoftext|>", 998), ("<|endoftext|>", 999)],
-    )
-    return tk
 
 
 def randomize_buffers(model):
@@ -95,7 +80,7 @@ def main():
     state = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()
              if not k.endswith("num_batches_tracked")}
     save_file(state, str(dst / "open_clip_model.safetensors"))
-    tk = tokenizer()
+    tk = clip_tokenizer()
     tk.save(str(dst / "tokenizer.json"))
     mean, std = [0.0] * 3, [1.0] * 3
     write_json(

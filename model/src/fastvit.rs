@@ -6,7 +6,7 @@
 //! is folded at load into the fewest convolutions, as timm's `reparameterize_model` does: a
 //! MobileOne block's branches and BatchNorms become one convolution, a RepMixer one depthwise
 //! convolution, BatchNorms and layer scales fold into the layers beside them. Depthwise
-//! convolutions run as direct loops on the CPU ([`DepthwiseConv`]).
+//! convolutions run as direct loops on the CPU (`DepthwiseConv`).
 //!
 //! The shape (widths, blocks per stage, which stages attend) is read off the weights, in timm's
 //! training-time layout (`conv_kxk`, `conv_scale`, `identity`) or already folded
@@ -36,6 +36,12 @@ impl Reader<'_> {
 
     fn has(&self, name: &str) -> bool {
         self.weights.contains(&self.name(name))
+    }
+
+    /// Whether any tensor lies under `NAME.`.
+    fn has_under(&self, name: &str) -> bool {
+        let prefix = self.name(&format!("{name}."));
+        self.weights.names().any(|n| n.starts_with(&prefix))
     }
 
     fn get(&self, name: &str) -> Result<Tensor> {
@@ -68,6 +74,17 @@ impl Reader<'_> {
         let scale = (gamma / (var + BN_EPS)?.sqrt()?)?;
         let shift = (beta - (mean * &scale)?)?;
         Ok((scale, shift))
+    }
+
+    /// The convolution timm's `reparameterize_model` left at `NAME.reparam_conv`, if any.
+    fn folded(&self, name: &str) -> Result<Option<(Tensor, Tensor)>> {
+        if !self.has(&format!("{name}.reparam_conv.weight")) {
+            return Ok(None);
+        }
+        Ok(Some((
+            self.get(&format!("{name}.reparam_conv.weight"))?,
+            self.get(&format!("{name}.reparam_conv.bias"))?,
+        )))
     }
 
     /// A convolution followed by a BatchNorm (`NAME.conv`, `NAME.bn`) as one convolution.
@@ -294,11 +311,8 @@ impl ConvBlock {
 /// A MobileOne block's kernel and bias: its `conv_kxk.*` branches, its 1×1 `conv_scale` branch
 /// and its `identity` BatchNorm summed into one `k × k` convolution.
 fn mobileone_kernel(r: &Reader, name: &str, in_channels: usize) -> Result<(Tensor, Tensor)> {
-    if r.has(&format!("{name}.reparam_conv.weight")) {
-        return Ok((
-            r.get(&format!("{name}.reparam_conv.weight"))?,
-            r.get(&format!("{name}.reparam_conv.bias"))?,
-        ));
+    if let Some(folded) = r.folded(name)? {
+        return Ok(folded);
     }
     let mut branches = Vec::new();
     for i in 0.. {
@@ -366,11 +380,8 @@ fn patch_embed(
     device: &Device,
 ) -> Result<[ConvBlock; 2]> {
     let lk = format!("{name}.proj.0");
-    let (w, b) = if r.has(&format!("{lk}.reparam_conv.weight")) {
-        (
-            r.get(&format!("{lk}.reparam_conv.weight"))?,
-            r.get(&format!("{lk}.reparam_conv.bias"))?,
-        )
+    let (w, b) = if let Some(folded) = r.folded(&lk)? {
+        folded
     } else {
         let (wl, bl) = r.conv_bn(&format!("{lk}.large_conv"))?;
         let k = wl.dim(3)?;
@@ -514,11 +525,8 @@ impl Block {
             });
         }
         let tm = format!("{name}.token_mixer");
-        let (w, b) = if r.has(&format!("{tm}.reparam_conv.weight")) {
-            (
-                r.get(&format!("{tm}.reparam_conv.weight"))?,
-                r.get(&format!("{tm}.reparam_conv.bias"))?,
-            )
+        let (w, b) = if let Some(folded) = r.folded(&tm)? {
+            folded
         } else {
             // x + γ·(mixer(x) − norm(x)) is one depthwise convolution.
             let (wm, bm) = mobileone_kernel(r, &format!("{tm}.mixer"), dim)?;
@@ -591,16 +599,10 @@ impl FastVit {
         let mut stages = Vec::new();
         for s in 0.. {
             let name = format!("stages.{s}");
-            if !weights
-                .names()
-                .any(|n| n.starts_with(&r.name(&format!("{name}."))))
-            {
+            if !r.has_under(&name) {
                 break;
             }
-            let downsample = match r
-                .has(&format!("{name}.downsample.proj.1.conv_kxk.0.conv.weight"))
-                || r.has(&format!("{name}.downsample.proj.1.reparam_conv.weight"))
-            {
+            let downsample = match r.has_under(&format!("{name}.downsample")) {
                 true => {
                     let d = patch_embed(&r, &format!("{name}.downsample"), dim, device)?;
                     dim = d[1].conv.weight.dim(0)?;
@@ -614,9 +616,7 @@ impl FastVit {
                 let w = (w + identity_kernel(out, per_group, k)?)?;
                 let b = r.get(&format!("{name}.pos_emb.pos_enc.bias"))?;
                 Some(Conv::new(w, b, dim, 1, device)?)
-            } else if r.has(&format!("{name}.pos_emb.reparam_conv.weight")) {
-                let w = r.get(&format!("{name}.pos_emb.reparam_conv.weight"))?;
-                let b = r.get(&format!("{name}.pos_emb.reparam_conv.bias"))?;
+            } else if let Some((w, b)) = r.folded(&format!("{name}.pos_emb"))? {
                 Some(Conv::new(w, b, dim, 1, device)?)
             } else {
                 None
@@ -624,10 +624,7 @@ impl FastVit {
             let mut blocks = Vec::new();
             for b in 0.. {
                 let block = format!("{name}.blocks.{b}");
-                if !weights
-                    .names()
-                    .any(|n| n.starts_with(&r.name(&format!("{block}."))))
-                {
+                if !r.has_under(&block) {
                     break;
                 }
                 blocks.push(Block::load(&r, &block, dim, device)?);

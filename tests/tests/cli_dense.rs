@@ -436,8 +436,19 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         .encode_texts(&["picture number 3"])
         .unwrap()
         .remove(0);
-    let collection = tmp.path().join("indexed");
-    let (c, m) = (collection.to_str().unwrap(), heads.to_str().unwrap());
+    index_dense_and_search(&tmp.path().join("indexed"), &tsv, &heads, &vectors, &query);
+}
+
+/// `lexlip index --dense` of the corpus `tsv` with `model` into `collection`; a dense search of
+/// "picture number 3" then ranks as cosine between `query` and the images' `vectors`.
+fn index_dense_and_search(
+    collection: &Path,
+    tsv: &Path,
+    model: &Path,
+    vectors: &[lexlip_proto::DenseVector],
+    query: &lexlip_proto::DenseVector,
+) {
+    let (c, m) = (collection.to_str().unwrap(), model.to_str().unwrap());
     let out = lexlip(&[
         "index",
         "--collection",
@@ -453,7 +464,7 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
+    assert_ranks_as_cosine(&dense_search(c, m), vectors, query);
 }
 
 /// `lexlip train --objective heads` over a MobileCLIP in open_clip's layout (the tiny random one
@@ -514,24 +525,7 @@ fn heads_over_a_mobileclip_backbone_export_and_index() {
 
     let vectors = image_vectors(&own);
     let query = own.encode_texts(&["picture number 3"]).unwrap().remove(0);
-    let collection = tmp.path().join("indexed");
-    let (c, m) = (collection.to_str().unwrap(), out.to_str().unwrap());
-    let index = lexlip(&[
-        "index",
-        "--collection",
-        c,
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--model",
-        m,
-        "--dense",
-    ]);
-    assert!(
-        index.status.success(),
-        "{}",
-        String::from_utf8_lossy(&index.stderr)
-    );
-    assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
+    index_dense_and_search(&tmp.path().join("indexed"), &tsv, &out, &vectors, &query);
 }
 
 /// `lexlip bench encode` on a dense-only model times its dense towers (the batch sizes given
@@ -556,7 +550,10 @@ fn bench_encode_times_a_dense_only_model() {
             let rows = report[side].as_array().unwrap();
             let batches: Vec<u64> = rows.iter().map(|r| r["batch"].as_u64().unwrap()).collect();
             assert_eq!(batches, [1, 2], "{report}");
-            assert!(rows.iter().all(|r| r["items_per_s"].as_f64().unwrap() > 0.0));
+            assert!(
+                rows.iter()
+                    .all(|r| r["items_per_s"].as_f64().unwrap() > 0.0)
+            );
         }
         assert_eq!(report["image"].as_array().map(Vec::len), Some(0));
     }
