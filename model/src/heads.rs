@@ -82,16 +82,18 @@ impl HeadsConfig {
 }
 
 /// One side's head: `(batch, dim)` embeddings → `(batch, vocab)` lexicon weights.
+///
+/// Served as one matrix product: the centre, the bias and the allowed terms are folded into an
+/// augmented weight at load, `[W ⊙ a | (b − W·c) ⊙ a − (1 − a)]`, so that a row of `[x | 1]`
+/// gives `W·(x − c) + b` for an allowed term and −1 (weight 0 after `relu`) for any other,
+/// with no vocabulary-wide elementwise pass but `log(1 + relu(·))`. It equals
+/// [`lexicon_weights`], which training uses, up to rounding (tested).
 #[derive(Debug, Clone)]
 pub struct LexiconHead {
-    /// `(vocab, dim)`.
-    weight: Tensor,
-    /// `(vocab)`.
-    bias: Tensor,
-    /// `(dim)`: the side's mean input, subtracted first.
-    center: Tensor,
-    /// `(vocab)`, 1 where a term may carry weight.
-    allowed: Tensor,
+    /// `(dim + 1, vocab)`.
+    folded: Tensor,
+    vocab: usize,
+    dim: usize,
     top_k: Option<usize>,
 }
 
@@ -113,25 +115,41 @@ impl LexiconHead {
                 center.dims()
             )));
         }
+        let (weight, bias, center, allowed) = (
+            weight.to_dtype(DType::F32)?,
+            bias.to_dtype(DType::F32)?,
+            center.to_dtype(DType::F32)?,
+            allowed.to_dtype(DType::F32)?,
+        );
+        let shifted = (&bias - weight.matmul(&center.unsqueeze(1)?)?.squeeze(1)?)?;
+        let folded_bias = ((shifted * &allowed)? - (1.0 - &allowed)?)?;
+        let folded = Tensor::cat(
+            &[
+                weight.broadcast_mul(&allowed.unsqueeze(1)?)?,
+                folded_bias.unsqueeze(1)?,
+            ],
+            1,
+        )?
+        .t()?
+        .contiguous()?;
         Ok(Self {
-            weight,
-            bias,
-            center,
-            allowed,
+            folded,
+            vocab,
+            dim,
             top_k: (top_k > 0).then_some(top_k),
         })
     }
 
     /// Lexicon weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`,
-    /// before any top-K cut ([`lexicon_weights`]).
+    /// before any top-K cut ([`lexicon_weights`], folded).
     pub fn weights(&self, x: &Tensor) -> Result<Tensor> {
-        lexicon_weights(
-            &x.to_dtype(DType::F32)?,
-            &self.center,
-            &self.weight,
-            &self.bias,
-            &self.allowed,
-        )
+        let x = x.to_dtype(DType::F32)?;
+        let ones = Tensor::ones((x.dim(0)?, 1), DType::F32, x.device())?;
+        Ok(Tensor::cat(&[&x, &ones], 1)?
+            .matmul(&self.folded)?
+            .relu()?
+            .affine(1.0, 1.0)?
+            .log()?)
     }
 
     /// [`Self::weights`] cut to the head's own K.
@@ -148,11 +166,11 @@ impl LexiconHead {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.allowed.dims()[0]
+        self.vocab
     }
 
     pub fn dim(&self) -> usize {
-        self.weight.dims()[1]
+        self.dim
     }
 }
 
@@ -238,4 +256,38 @@ pub fn rows_tensor(rows: &[lexlip_proto::DenseVector], device: &Device) -> Resul
         flat.extend_from_slice(r.as_slice());
     }
     Ok(Tensor::from_vec(flat, (rows.len(), dim), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The folded head serves what training computes ([`lexicon_weights`]): allowed terms up
+    /// to rounding, every other term exactly 0.
+    #[test]
+    fn the_folded_head_equals_the_training_formula() {
+        let dev = Device::Cpu;
+        let (vocab, dim, batch) = (97, 16, 5);
+        let weight = Tensor::randn(0f32, 1.0, (vocab, dim), &dev).unwrap();
+        let bias = Tensor::randn(0f32, 0.5, vocab, &dev).unwrap();
+        let center = Tensor::randn(0f32, 0.3, dim, &dev).unwrap();
+        let allowed: Vec<f32> = (0..vocab).map(|t| f32::from(t % 3 != 0)).collect();
+        let allowed = Tensor::from_vec(allowed, vocab, &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (batch, dim), &dev).unwrap();
+        let want = lexicon_weights(&x, &center, &weight, &bias, &allowed)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        let head = LexiconHead::new(weight, bias, center, allowed, 0).unwrap();
+        let got = head.weights(&x).unwrap().to_vec2::<f32>().unwrap();
+        let mut positive = 0;
+        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+            positive += usize::from(*w > 0.0);
+        }
+        for t in (0..vocab).filter(|t| t % 3 == 0) {
+            assert!(got.iter().all(|row| row[t] == 0.0));
+        }
+        assert!(positive > batch * vocab / 4, "{positive} positive weights");
+    }
 }

@@ -38,7 +38,16 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
     if k >= vocab {
         return Ok(p.clone());
     }
-    let w = p.detach();
+    let keep = if p.device().is_cpu() && p.dtype() == DType::F32 && p.rank() == 2 {
+        top_k_mask_host(&p.detach(), k)?
+    } else {
+        top_k_mask(&p.detach(), k)?
+    };
+    Ok((p * keep)?)
+}
+
+/// [`top_k`]'s keep mask (1 = kept), bisected with tensor ops on any device.
+fn top_k_mask(w: &Tensor, k: usize) -> Result<Tensor> {
     let limit = k as f64;
     // lo: more than k above it (or 0); hi: at most k above it. Counts are summed in f32.
     let mut lo = Tensor::zeros((w.dim(0)?, 1), w.dtype(), w.device())?;
@@ -53,8 +62,33 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
         lo = too_many.where_cond(&mid, &lo)?;
         hi = too_many.where_cond(&hi, &mid)?;
     }
-    let keep = w.broadcast_gt(&hi)?.to_dtype(w.dtype())?;
-    Ok((p * keep)?)
+    Ok(w.broadcast_gt(&hi)?.to_dtype(w.dtype())?)
+}
+
+/// [`top_k_mask`] for f32 rows on the CPU, the same bisection with the same f32 arithmetic, so
+/// the same mask, without 40 passes over the row: more than `k` weights lie above `mid` exactly
+/// when the row's `k+1`-th largest weight does, so one selection answers every step.
+fn top_k_mask_host(w: &Tensor, k: usize) -> Result<Tensor> {
+    let rows = w.to_vec2::<f32>()?;
+    let mut mask = Vec::with_capacity(rows.len() * rows.first().map_or(0, Vec::len));
+    let mut scratch = Vec::new();
+    for row in &rows {
+        scratch.clear();
+        scratch.extend_from_slice(row);
+        let (_, next, _) = scratch.select_nth_unstable_by(k, |a, b| b.total_cmp(a));
+        let next = *next;
+        let (mut lo, mut hi) = (0f32, row.iter().copied().fold(f32::MIN, f32::max));
+        for _ in 0..BISECTION_STEPS {
+            let mid = (lo + hi) * 0.5;
+            if next > mid {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        mask.extend(row.iter().map(|&x| if x > hi { 1f32 } else { 0.0 }));
+    }
+    Ok(Tensor::from_vec(mask, w.shape(), w.device())?)
 }
 
 /// Turns pooled `(batch, vocab)` weights into sparse vectors named by the vocabulary's tokens;
@@ -101,6 +135,23 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The CPU selection gives the bisection's mask bit for bit, ties and zeros included.
+        #[test]
+        fn host_mask_equals_the_device_bisection(
+            rows in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![Just(0.0f32), 0.0f32..6.0, (0u8..4).prop_map(f32::from)],
+                    40),
+                1..5),
+            k in 0usize..40,
+        ) {
+            let b = rows.len();
+            let w = Tensor::from_slice(&rows.concat(), (b, 40), &Device::Cpu).unwrap();
+            let device = top_k_mask(&w, k).unwrap().to_vec2::<f32>().unwrap();
+            let host = top_k_mask_host(&w, k).unwrap().to_vec2::<f32>().unwrap();
+            proptest::prop_assert_eq!(host, device);
+        }
+
         #[test]
         fn top_k_equals_sorting(
             rows in proptest::collection::vec(
