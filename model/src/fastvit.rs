@@ -16,6 +16,7 @@ use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Shape, Tensor
 use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
+use crate::nn::Linear;
 use crate::weights::Weights;
 
 /// timm's FastViT attention uses heads of this width.
@@ -95,6 +96,14 @@ impl Reader<'_> {
     }
 }
 
+/// A linear layer of `weight` `(out, in)` and `bias` `(out,)` on `device`.
+fn linear_on(weight: Tensor, bias: Tensor, device: &Device) -> Result<Linear> {
+    Ok(Linear {
+        weight: weight.to_device(device)?,
+        bias: Some(bias.to_device(device)?),
+    })
+}
+
 /// `w` `(out, in, k0, k0)` zero-padded to a `k × k` kernel (centred).
 fn pad_kernel(w: Tensor, k: usize) -> Result<Tensor> {
     let k0 = w.dim(3)?;
@@ -115,14 +124,16 @@ fn identity_kernel(out: usize, in_per_group: usize, k: usize) -> Result<Tensor> 
     )?)
 }
 
-/// A convolution with bias; depthwise ones (groups = input channels) run as [`DepthwiseConv`]
-/// on the CPU.
-struct Conv {
-    weight: Tensor,
-    bias: Tensor,
-    stride: usize,
-    groups: usize,
-    depthwise: Option<DepthwiseConv>,
+/// A convolution with bias: depthwise ones (groups = input channels) as [`DepthwiseConv`] on
+/// the CPU, any other through candle.
+enum Conv {
+    Depthwise(DepthwiseConv),
+    Candle {
+        weight: Tensor,
+        bias: Tensor,
+        stride: usize,
+        groups: usize,
+    },
 }
 
 impl Conv {
@@ -136,35 +147,45 @@ impl Conv {
     ) -> Result<Self> {
         let (out, per_group, k, _) = weight.dims4()?;
         let groups = in_channels / per_group.max(1);
-        let depthwise = if groups > 1 && per_group == 1 && device.is_cpu() {
-            Some(DepthwiseConv {
+        if groups > 1 && per_group == 1 && device.is_cpu() {
+            return Ok(Conv::Depthwise(DepthwiseConv {
                 weight: weight.flatten_all()?.to_vec1()?,
                 bias: bias.to_vec1()?,
                 out,
                 k,
                 stride,
-            })
-        } else {
-            None
-        };
-        Ok(Self {
+            }));
+        }
+        Ok(Conv::Candle {
             weight: weight.to_device(device)?,
             bias: bias.to_device(device)?,
             stride,
             groups,
-            depthwise,
         })
     }
 
+    fn out_channels(&self) -> Result<usize> {
+        Ok(match self {
+            Conv::Depthwise(op) => op.out,
+            Conv::Candle { weight, .. } => weight.dim(0)?,
+        })
+    }
+
+    /// `x` `(batch, in, h, w)` in f32.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(op) = &self.depthwise
-            && x.dtype() == DType::F32
-        {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(op)?);
+        match self {
+            Conv::Depthwise(op) => Ok(x.contiguous()?.apply_op1_no_bwd(op)?),
+            Conv::Candle {
+                weight,
+                bias,
+                stride,
+                groups,
+            } => {
+                let k = weight.dim(3)?;
+                let y = x.conv2d(weight, k / 2, *stride, 1, *groups)?;
+                Ok(y.broadcast_add(&bias.reshape((1, (), 1, 1))?)?)
+            }
         }
-        let k = self.weight.dim(3)?;
-        let y = x.conv2d(&self.weight, k / 2, self.stride, 1, self.groups)?;
-        Ok(y.broadcast_add(&self.bias.reshape((1, (), 1, 1))?)?)
     }
 }
 
@@ -255,9 +276,8 @@ impl CustomOp1 for DepthwiseConv {
 
 /// Squeeze-and-excitation: channels scaled by a gate of their means.
 struct SqueezeExcite {
-    /// `(reduced, channels)`, `(channels, reduced)` and biases.
-    fc1: (Tensor, Tensor),
-    fc2: (Tensor, Tensor),
+    fc1: Linear,
+    fc2: Linear,
 }
 
 impl SqueezeExcite {
@@ -265,13 +285,12 @@ impl SqueezeExcite {
         if !r.has(&format!("{name}.fc1.weight")) {
             return Ok(None);
         }
-        let fc = |which: &str| -> Result<(Tensor, Tensor)> {
+        // 1×1 convolutions on the pooled channels: linear layers.
+        let fc = |which: &str| -> Result<Linear> {
             let w = r.get(&format!("{name}.{which}.weight"))?;
             let (o, i) = (w.dim(0)?, w.dim(1)?);
-            Ok((
-                w.reshape((o, i))?.t()?.contiguous()?.to_device(device)?,
-                r.get(&format!("{name}.{which}.bias"))?.to_device(device)?,
-            ))
+            let b = r.get(&format!("{name}.{which}.bias"))?;
+            linear_on(w.reshape((o, i))?, b, device)
         };
         Ok(Some(Self {
             fc1: fc("fc1")?,
@@ -281,11 +300,8 @@ impl SqueezeExcite {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let pooled = x.mean(D::Minus1)?.mean(D::Minus1)?;
-        let s = pooled
-            .matmul(&self.fc1.0)?
-            .broadcast_add(&self.fc1.1)?
-            .relu()?;
-        let s = candle_nn::ops::sigmoid(&s.matmul(&self.fc2.0)?.broadcast_add(&self.fc2.1)?)?;
+        let s = self.fc1.forward(&pooled)?.relu()?;
+        let s = candle_nn::ops::sigmoid(&self.fc2.forward(&s)?)?;
         Ok(x.broadcast_mul(&s.unsqueeze(2)?.unsqueeze(3)?)?)
     }
 }
@@ -434,10 +450,8 @@ impl ConvMlp {
 /// Multi-head self-attention over the positions of a feature map, with the block's BatchNorm
 /// folded into `qkv` and its first layer scale into `proj`.
 struct Attention {
-    /// `(dim, 3·dim)` and `(3·dim,)`.
-    qkv: (Tensor, Tensor),
-    /// `(dim, dim)` and `(dim,)`.
-    proj: (Tensor, Tensor),
+    qkv: Linear,
+    proj: Linear,
     heads: usize,
 }
 
@@ -462,10 +476,9 @@ impl Attention {
             .get(&format!("{block}.token_mixer.proj.weight"))?
             .broadcast_mul(&ls.unsqueeze(1)?)?;
         let bp = (r.get(&format!("{block}.token_mixer.proj.bias"))? * &ls)?;
-        let t = |w: Tensor| -> Result<Tensor> { Ok(w.t()?.contiguous()?.to_device(device)?) };
         Ok(Self {
-            qkv: (t(wqkv)?, bias.to_device(device)?),
-            proj: (t(wp)?, bp.to_device(device)?),
+            qkv: linear_on(wqkv, bias, device)?,
+            proj: linear_on(wp, bp, device)?,
             heads: dim / HEAD_DIM,
         })
     }
@@ -473,29 +486,21 @@ impl Attention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, c, h, w) = x.dims4()?;
         let n = h * w;
-        // Positions as rows of one 2-D matrix, so that no matmul has a batch to fold.
-        let tokens = x
-            .flatten_from(2)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b * n, c))?;
-        let qkv = tokens
-            .matmul(&self.qkv.0)?
-            .broadcast_add(&self.qkv.1)?
+        // `Linear` multiplies all positions as one 2-D matrix: no batch for candle to fold.
+        let tokens = x.flatten_from(2)?.transpose(1, 2)?.contiguous()?;
+        let qkv = self
+            .qkv
+            .forward(&tokens)?
             .reshape((b, n, 3, self.heads, HEAD_DIM))?
             .permute((2, 0, 3, 1, 4))?;
         let part = |i: usize| -> Result<Tensor> { Ok(qkv.get(i)?.contiguous()?) };
         let q = (part(0)? * (HEAD_DIM as f64).powf(-0.5))?;
         let (k, v) = (part(1)?, part(2)?);
         let att = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?.contiguous()?)?)?;
-        let y = att
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b * n, c))?
-            .matmul(&self.proj.0)?
-            .broadcast_add(&self.proj.1)?;
-        Ok(y.reshape((b, n, c))?
+        let y = att.matmul(&v)?.transpose(1, 2)?.reshape((b, n, c))?;
+        Ok(self
+            .proj
+            .forward(&y)?
             .transpose(1, 2)?
             .reshape((b, c, h, w))?)
     }
@@ -578,8 +583,7 @@ pub struct FastVit {
     stem: Vec<ConvBlock>,
     stages: Vec<Stage>,
     final_conv: ConvBlock,
-    /// `(features, embed_dim)` and `(embed_dim,)`.
-    head: (Tensor, Tensor),
+    head: Linear,
 }
 
 impl FastVit {
@@ -593,7 +597,7 @@ impl FastVit {
         let mut stem = Vec::new();
         for (i, stride) in [(0, 2), (1, 2), (2, 1)] {
             let block = mobileone(&r, &format!("stem.{i}"), dim, stride, true, device)?;
-            dim = block.conv.weight.dim(0)?;
+            dim = block.conv.out_channels()?;
             stem.push(block);
         }
         let mut stages = Vec::new();
@@ -605,7 +609,7 @@ impl FastVit {
             let downsample = match r.has_under(&format!("{name}.downsample")) {
                 true => {
                     let d = patch_embed(&r, &format!("{name}.downsample"), dim, device)?;
-                    dim = d[1].conv.weight.dim(0)?;
+                    dim = d[1].conv.out_channels()?;
                     Some(d)
                 }
                 false => None,
@@ -642,7 +646,7 @@ impl FastVit {
             });
         }
         let final_conv = mobileone(&r, "final_conv", dim, 1, true, device)?;
-        let features = final_conv.conv.weight.dim(0)?;
+        let features = final_conv.conv.out_channels()?;
         let fc = r.get("head.fc.weight")?;
         if fc.dim(1)? != features {
             return Err(ModelError::ShapeMismatch {
@@ -652,10 +656,7 @@ impl FastVit {
                 got: fc.dims().to_vec(),
             });
         }
-        let head = (
-            fc.t()?.contiguous()?.to_device(device)?,
-            r.get("head.fc.bias")?.to_device(device)?,
-        );
+        let head = linear_on(fc, r.get("head.fc.bias")?, device)?;
         Ok(Self {
             stem,
             stages,
@@ -666,7 +667,7 @@ impl FastVit {
 
     /// The embedding dimension (the head's outputs).
     pub fn dim(&self) -> usize {
-        self.head.1.dims()[0]
+        self.head.weight.dims()[0]
     }
 
     /// Pixels `(batch, 3, size, size)` → embeddings `(batch, dim)` (not normalised).
@@ -688,7 +689,7 @@ impl FastVit {
         }
         let x = self.final_conv.forward(&x)?;
         let pooled = x.mean(D::Minus1)?.mean(D::Minus1)?;
-        Ok(pooled.matmul(&self.head.0)?.broadcast_add(&self.head.1)?)
+        Ok(self.head.forward(&pooled)?)
     }
 }
 
@@ -733,7 +734,7 @@ mod tests {
                 .unwrap();
             let conv = Conv::new(weight, bias, channels, stride, &Device::Cpu).unwrap();
             let fast = channels > 1;
-            prop_assert_eq!(conv.depthwise.is_some(), fast);
+            prop_assert_eq!(matches!(conv, Conv::Depthwise(_)), fast);
             let got = conv.forward(&x).unwrap();
             prop_assert_eq!(got.dims(), want.dims());
             let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();

@@ -71,7 +71,7 @@ impl ImageProcessor {
     }
 
     /// Overrides mean/std from a Hugging Face `preprocessor_config.json`, if the directory has one.
-    pub fn with_preprocessor_config(mut self, dir: &Path) -> Result<Self> {
+    pub fn with_preprocessor_config(self, dir: &Path) -> Result<Self> {
         let path = dir.join("preprocessor_config.json");
         if !path.exists() {
             return Ok(self);
@@ -85,12 +85,32 @@ impl ImageProcessor {
                     .map_err(|e| ModelError::config(&path, format!("{key}: {e}"))),
             }
         };
-        if let Some(m) = triple("image_mean")? {
+        self.with_mean_std(
+            triple("image_mean")?,
+            triple("image_std")?,
+            &path,
+            "image_std",
+        )
+    }
+
+    /// Overrides the mean and std that are given; a std that is not positive is refused,
+    /// naming `std_key` of the configuration at `path`.
+    pub(crate) fn with_mean_std(
+        mut self,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
+        path: &Path,
+        std_key: &str,
+    ) -> Result<Self> {
+        if let Some(m) = mean {
             self.mean = m;
         }
-        if let Some(s) = triple("image_std")? {
+        if let Some(s) = std {
             if s.iter().any(|x| *x <= 0.0 || !x.is_finite()) {
-                return Err(ModelError::config(&path, "image_std must be positive"));
+                return Err(ModelError::config(
+                    path,
+                    format!("{std_key} must be positive"),
+                ));
             }
             self.std = s;
         }

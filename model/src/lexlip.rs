@@ -59,6 +59,12 @@ pub enum ModelSource {
     Single(PathBuf, Architecture),
 }
 
+/// Whether `dir` has the configuration of a single encoder directory: Hugging Face's
+/// `config.json` or open_clip's `open_clip_config.json`.
+pub fn has_model_config(dir: &Path) -> bool {
+    dir.join("config.json").is_file() || dir.join(crate::mobileclip::CONFIG_FILE).is_file()
+}
+
 /// Tells what `path` is, without loading weights.
 pub fn detect(path: &Path) -> Result<ModelSource> {
     let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
@@ -88,7 +94,7 @@ pub fn detect(path: &Path) -> Result<ModelSource> {
     }
     let open_clip = path.join(crate::mobileclip::CONFIG_FILE);
     if open_clip.is_file() {
-        crate::mobileclip::check_open_clip(&open_clip)?;
+        crate::mobileclip::load_config(&open_clip)?;
         return Ok(ModelSource::Single(
             path.to_path_buf(),
             Architecture::MobileClip,
@@ -310,9 +316,7 @@ impl Encoders {
                     enc.image = Some(ImageEncoder::load_with_dtype(&p, device, dtype)?);
                 }
                 let dense = dir.join("dense");
-                let dense_model = dense.join("config.json").is_file()
-                    || dense.join(crate::mobileclip::CONFIG_FILE).is_file();
-                if dense_model {
+                if has_model_config(&dense) {
                     let ModelSource::Single(p, arch) = detect(&dense)? else {
                         return Err(ModelError::UnknownModel {
                             path: dense,

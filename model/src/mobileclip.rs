@@ -26,7 +26,7 @@ use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
 use crate::fastvit::FastVit;
 use crate::image::ImageProcessor;
-use crate::text::{load_tokenizer, tokenize};
+use crate::text::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
 /// The file that marks an open_clip model directory.
@@ -71,14 +71,9 @@ pub struct MobileClipConfig {
     preprocess: PreprocessCfg,
 }
 
-/// Whether the open_clip config at `path` describes a MobileCLIP lexlip runs; the error says
-/// what else it is and what to use instead.
-pub fn check_open_clip(path: &Path) -> Result<()> {
-    load_config(path).map(|_| ())
-}
-
 /// Reads an open_clip `open_clip_config.json` (Hub layout: `model_cfg` and `preprocess_cfg`; a
-/// bare model config is read too), refusing models this file cannot run.
+/// bare model config is read too), refusing models this file cannot run; the error says what
+/// else the model is and what to use instead.
 pub fn load_config(path: &Path) -> Result<MobileClipConfig> {
     let raw = read_json(path)?;
     let model = raw.get("model_cfg").unwrap_or(&raw);
@@ -136,14 +131,6 @@ pub fn load_config(path: &Path) -> Result<MobileClipConfig> {
             .map_err(|e| ModelError::config(path, format!("preprocess_cfg: {e}")))?,
         None => PreprocessCfg::default(),
     };
-    if let Some(std) = preprocess.std
-        && std.iter().any(|x| *x <= 0.0 || !x.is_finite())
-    {
-        return Err(ModelError::config(
-            path,
-            "preprocess_cfg.std must be positive",
-        ));
-    }
     Ok(MobileClipConfig {
         embed_dim,
         vision,
@@ -161,7 +148,6 @@ pub struct MobileClipEncoder {
     tokenizer: Tokenizer,
     processor: ImageProcessor,
     context: usize,
-    end_of_text: u32,
     device: Device,
     dim: usize,
 }
@@ -224,24 +210,27 @@ impl MobileClipEncoder {
             .get((t.width, config.embed_dim), "text.text_projection")
             .map_err(load)?;
         let tokenizer_path = dir.join("tokenizer.json");
-        let tokenizer = load_tokenizer(&tokenizer_path)?;
-        let end_of_text =
-            tokenizer
-                .token_to_id(END_OF_TEXT)
-                .ok_or_else(|| ModelError::Tokenizer {
-                    path: tokenizer_path.clone(),
-                    message: format!(
-                        "no {END_OF_TEXT} token: MobileCLIP's text tower pools at it (use the \
+        let mut tokenizer = load_tokenizer(&tokenizer_path)?;
+        if tokenizer.token_to_id(END_OF_TEXT).is_none() {
+            return Err(ModelError::Tokenizer {
+                path: tokenizer_path,
+                message: format!(
+                    "no {END_OF_TEXT} token: MobileCLIP's text tower pools at it (use the \
                      tokenizer.json of the model's Hub repository)"
-                    ),
-                })?;
+                ),
+            });
+        }
+        // The tokenizer cuts before adding its special tokens, so a long text keeps
+        // `<|endoftext|>` last, as open_clip's tokenizer does.
+        truncate_to(&mut tokenizer, t.context_length)?;
         let p = &config.preprocess;
         let processor = ImageProcessor {
             size: config.vision.image_size,
-            mean: p.mean.unwrap_or([0.0; 3]),
-            std: p.std.unwrap_or([1.0; 3]),
+            mean: [0.0; 3],
+            std: [1.0; 3],
             squash: false,
-        };
+        }
+        .with_mean_std(p.mean, p.std, &dir.join(CONFIG_FILE), "preprocess_cfg.std")?;
         Ok(Self {
             text,
             text_projection,
@@ -249,24 +238,17 @@ impl MobileClipEncoder {
             tokenizer,
             processor,
             context: t.context_length,
-            end_of_text,
             device: device.clone(),
             dim: config.embed_dim,
         })
     }
 
-    /// Token ids per text as the text tower reads them: cut to the context (the last position
-    /// kept becomes `<|endoftext|>`, as open_clip's tokenizer does), then padded with 0.
+    /// Token ids per text as the text tower reads them: cut to the context by the tokenizer
+    /// (`<|endoftext|>` stays last), then padded with 0, as open_clip's tokenizer does.
     pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         Ok(tokenize(&self.tokenizer, texts)?
             .into_iter()
             .map(|mut ids| {
-                if ids.len() > self.context {
-                    ids.truncate(self.context);
-                    if let Some(last) = ids.last_mut() {
-                        *last = self.end_of_text;
-                    }
-                }
                 ids.resize(self.context, 0);
                 ids
             })

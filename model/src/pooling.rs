@@ -134,15 +134,22 @@ mod tests {
             .collect()
     }
 
+    /// 1-4 rows of 40 non-negative weights, with zeros and ties.
+    fn weight_rows() -> impl Strategy<Value = Vec<Vec<f32>>> {
+        proptest::collection::vec(
+            proptest::collection::vec(
+                proptest::prop_oneof![Just(0.0f32), 0.0f32..6.0, (0u8..4).prop_map(f32::from)],
+                40,
+            ),
+            1..5,
+        )
+    }
+
     proptest::proptest! {
         /// The CPU selection gives the bisection's mask bit for bit, ties and zeros included.
         #[test]
         fn host_mask_equals_the_device_bisection(
-            rows in proptest::collection::vec(
-                proptest::collection::vec(
-                    proptest::prop_oneof![Just(0.0f32), 0.0f32..6.0, (0u8..4).prop_map(f32::from)],
-                    40),
-                1..5),
+            rows in weight_rows(),
             k in 0usize..40,
         ) {
             let b = rows.len();
@@ -154,11 +161,7 @@ mod tests {
 
         #[test]
         fn top_k_equals_sorting(
-            rows in proptest::collection::vec(
-                proptest::collection::vec(
-                    proptest::prop_oneof![Just(0.0f32), 0.0f32..6.0, (0u8..4).prop_map(f32::from)],
-                    40),
-                1..5),
+            rows in weight_rows(),
             k in 0usize..45,
         ) {
             let b = rows.len();

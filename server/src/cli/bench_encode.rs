@@ -79,10 +79,11 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let min_time = Duration::from_secs_f64(args.seconds.max(0.1));
+    let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
 
     if let Some(text) = model.as_ref().and_then(|m| m.text().ok()) {
         report.text_model = args.model.model.as_ref().map(|p| p.display().to_string());
-        let texts = captions(32.max(args.batch_sizes.iter().copied().max().unwrap_or(1)));
+        let texts = captions(32.max(max_b));
         for &b in &args.batch_sizes {
             let batch: Vec<&str> = texts.iter().take(b).map(String::as_str).collect();
             let row = time(b, min_time, || text.encode(&batch).map(|_| ()))?;
@@ -111,7 +112,6 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
     if let Some(enc) = image {
         report.image_dtype = Some(format!("{:?}", enc.dtype()).to_lowercase());
         let size = enc.image_size();
-        let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
         let images = synthetic_images(max_b, size)?;
         for &b in &args.batch_sizes {
             let row = time(b, min_time, || enc.encode(&images[..b]).map(|_| ()))?;
@@ -130,7 +130,6 @@ pub fn run(args: BenchEncodeArgs) -> anyhow::Result<()> {
         .and_then(|m| m.dense())
     {
         report.dense_model = args.model.model.as_ref().map(|p| p.display().to_string());
-        let max_b = args.batch_sizes.iter().copied().max().unwrap_or(1);
         let texts = captions(max_b);
         let size = dense.image_processor().size;
         let images = synthetic_images(max_b, size)?;

@@ -70,9 +70,7 @@ const TEXT_CHUNK: usize = 256;
 /// directory itself.
 fn backbone_dir(path: &Path) -> PathBuf {
     let sub = path.join("dense");
-    if sub.join("config.json").is_file()
-        || sub.join(lexlip_model::mobileclip::CONFIG_FILE).is_file()
-    {
+    if lexlip_model::lexlip::has_model_config(&sub) {
         sub
     } else {
         path.to_path_buf()
