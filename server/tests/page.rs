@@ -1,6 +1,6 @@
 //! The search page served by `GET /`, in-process: every asset the page names is served with
 //! its type, a Content-Security-Policy and a validator; nothing points off the server; the
-//! script only looks up elements the page has. (tests/tests/browser.rs drives it in Chromium.)
+//! script only looks up elements the page has. (server/tests/browser.rs drives it in Chromium.)
 
 use std::collections::BTreeSet;
 
