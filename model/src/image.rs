@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::Module;
-use candle_transformers::models::bert::{BertOnlyMLMHead, Config as BertConfig};
+use candle_transformers::models::bert::Config as BertConfig;
 use image::imageops::FilterType;
 use lexlip_proto::{DenseVector, SparseVector, TermSpace};
 use serde::{Deserialize, Serialize};
@@ -19,14 +18,16 @@ use crate::config::{read_json, with_defaults};
 use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
-use crate::pooling::{splade_pool, to_sparse, top_k};
+use crate::mlm_head::MlmHead;
+use crate::pooling::{to_sparse, top_k};
 use crate::text::dir_name;
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;
 
 /// Upper bound on logits elements per MLM-head pass (`images × tokens × vocab`), so that a batch of
-/// 32 images at 384 × 384 does not materialise 2 GB of logits at once.
+/// 32 images at 384 × 384 does not materialise 2 GB of logits at once (on a GPU: on the CPU the
+/// head pools block by block and never holds them, [`MlmHead::pooled`]).
 const MAX_LOGITS_PER_PASS: usize = 64 << 20;
 
 /// Resizing and normalisation of one model family.
@@ -439,7 +440,7 @@ enum Tower {
     /// BEiT's MLM logits of every patch, max-pooled (LexLIP).
     Mlm {
         beit: Beit,
-        head: BertOnlyMLMHead,
+        head: MlmHead,
         /// COOKIE's weight-sharing layers between the tower and its head, when trained with
         /// them.
         shared: Option<SharedLayers>,
@@ -513,7 +514,7 @@ impl ImageEncoder {
         device: &Device,
         dtype: DType,
     ) -> Result<Self> {
-        weights.alias("cls.predictions.decoder.bias", "cls.predictions.bias");
+        weights.alias("cls.predictions.bias", "cls.predictions.decoder.bias");
         let vb = weights.var_builder(dtype, device);
         let beit = Beit::load(vb.clone(), config).map_err(|e| weights.load_error(e))?;
         let head_config: BertConfig = with_defaults(
@@ -526,8 +527,15 @@ impl ImageEncoder {
             }),
             crate::text::bert_defaults(),
         )?;
-        let head =
-            BertOnlyMLMHead::load(vb.pp("cls"), &head_config).map_err(|e| weights.load_error(e))?;
+        let head = MlmHead::new(
+            &vb.pp("cls"),
+            head_config.hidden_size,
+            head_config.vocab_size,
+            crate::text::activation(head_config.hidden_act),
+            head_config.layer_norm_eps,
+            None,
+        )
+        .map_err(|e| weights.load_error(e))?;
         Ok(Self {
             tower: Tower::Mlm {
                 beit,
@@ -663,7 +671,9 @@ impl ImageEncoder {
     pub fn logits(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
         let hidden = self.hidden_states(images)?;
         match &self.tower {
-            Tower::Mlm { head, .. } => Ok(head.forward(&hidden)?.to_dtype(DType::F32)?),
+            Tower::Mlm { head, .. } => Ok(head
+                .forward(&hidden, &crate::nn::Inference)?
+                .to_dtype(DType::F32)?),
             Tower::Heads { .. } => Err(ModelError::Invalid(
                 "a lexicon head over a dense model has no per-patch logits".into(),
             )),
@@ -705,8 +715,7 @@ impl ImageEncoder {
         let mut start = 0;
         while start < images.len() {
             let n = per_pass.min(images.len() - start);
-            let logits = head.forward(&hidden.narrow(0, start, n)?)?;
-            let pooled = splade_pool(&logits, None)?;
+            let pooled = head.pooled(&hidden.narrow(0, start, n)?, None)?;
             parts.push(match self.top_k {
                 Some(k) => top_k(&pooled, k)?,
                 None => pooled,

@@ -30,6 +30,7 @@ pub mod heads;
 pub mod hub;
 pub mod image;
 pub mod lexlip;
+pub mod mlm_head;
 pub mod mobileclip;
 pub mod nn;
 pub mod pooling;

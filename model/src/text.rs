@@ -9,9 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use candle_core::Module;
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::bert::{BertModel, BertOnlyMLMHead, Config as BertConfig};
+use candle_transformers::models::bert::{BertModel, Config as BertConfig, HiddenAct};
 use lexlip_proto::{SparseVector, TermSpace};
 use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -20,7 +19,8 @@ use crate::config::{read_json, with_defaults};
 use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
-use crate::pooling::{splade_pool, to_sparse};
+use crate::mlm_head::MlmHead;
+use crate::pooling::to_sparse;
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;
@@ -67,7 +67,7 @@ enum Tower {
     /// BERT's MLM logits of every token, max-pooled (LexLIP, SPLADE).
     Mlm {
         bert: BertModel,
-        head: BertOnlyMLMHead,
+        head: MlmHead,
         /// COOKIE's weight-sharing layers between the tower and its head, when trained with
         /// them.
         shared: Option<SharedLayers>,
@@ -128,16 +128,24 @@ impl TextEncoder {
         name: &str,
         device: &Device,
     ) -> Result<Self> {
-        // Tied decoder (transformers saves it only once) and its bias (shared with `predictions.bias`).
+        // Tied decoder (transformers saves it only once) and its bias (`predictions.bias`, or
+        // its copy `predictions.decoder.bias` where only that was saved).
         weights.alias(
             "cls.predictions.decoder.weight",
             "bert.embeddings.word_embeddings.weight",
         );
-        weights.alias("cls.predictions.decoder.bias", "cls.predictions.bias");
+        weights.alias("cls.predictions.bias", "cls.predictions.decoder.bias");
         let vb = weights.var_builder(DType::F32, device);
         let bert = BertModel::load(vb.pp("bert"), config).map_err(|e| weights.load_error(e))?;
-        let head =
-            BertOnlyMLMHead::load(vb.pp("cls"), config).map_err(|e| weights.load_error(e))?;
+        let head = MlmHead::new(
+            &vb.pp("cls"),
+            config.hidden_size,
+            config.vocab_size,
+            activation(config.hidden_act),
+            config.layer_norm_eps,
+            None,
+        )
+        .map_err(|e| weights.load_error(e))?;
         let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
         if vocab.len() != config.vocab_size {
             return Err(ModelError::ShapeMismatch {
@@ -239,6 +247,18 @@ impl TextEncoder {
 
     /// MLM logits of padded `ids` with attention `mask`: tower, shared layers, head.
     fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (hidden, head) = self.hidden_states(ids, mask)?;
+        Ok(head.forward(&hidden, &crate::nn::Inference)?)
+    }
+
+    /// Pooled lexicon weights `(batch, vocab)` of padded `ids` with attention `mask`.
+    fn pooled_ids(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (hidden, head) = self.hidden_states(ids, mask)?;
+        head.pooled(&hidden, Some(mask))
+    }
+
+    /// The states the MLM head reads (tower, then shared layers), and the head.
+    fn hidden_states(&self, ids: &Tensor, mask: &Tensor) -> Result<(Tensor, &MlmHead)> {
         let Tower::Mlm { bert, head, shared } = &self.tower else {
             return Err(ModelError::Invalid(
                 "a lexicon head over a dense model has no per-token logits".into(),
@@ -249,7 +269,7 @@ impl TextEncoder {
         if let Some(shared) = shared {
             hidden = shared.forward(&hidden, Some(mask), &crate::nn::Inference)?;
         }
-        Ok(head.forward(&hidden)?)
+        Ok((hidden, head))
     }
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
@@ -271,8 +291,9 @@ impl TextEncoder {
         }
         let mut parts = Vec::new();
         for chunk in texts.chunks(TEXT_CHUNK) {
-            let (logits, mask) = self.logits(chunk)?;
-            parts.push(splade_pool(&logits, Some(&mask))?);
+            let ids = self.tokenize(chunk)?;
+            let (input_ids, mask) = pad_batch(&ids, self.pad_id, &self.device)?;
+            parts.push(self.pooled_ids(&input_ids, &mask)?);
         }
         if parts.is_empty() {
             return Ok(Tensor::zeros(
@@ -290,8 +311,10 @@ impl TextEncoder {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(TEXT_CHUNK) {
             let (input_ids, mask) = pad_batch(chunk, self.pad_id, &self.device)?;
-            let logits = self.forward(&input_ids, &mask)?;
-            out.extend(to_sparse(&splade_pool(&logits, Some(&mask))?, &self.vocab)?);
+            out.extend(to_sparse(
+                &self.pooled_ids(&input_ids, &mask)?,
+                &self.vocab,
+            )?);
         }
         Ok(out)
     }
@@ -302,6 +325,15 @@ impl TextEncoder {
             return Ok(Vec::new());
         }
         to_sparse(&self.pooled(texts)?, &self.vocab)
+    }
+}
+
+/// The activation candle-transformers' BERT config names, as the layers take it.
+pub(crate) fn activation(act: HiddenAct) -> candle_nn::Activation {
+    match act {
+        HiddenAct::Gelu => candle_nn::Activation::Gelu,
+        HiddenAct::GeluApproximate => candle_nn::Activation::NewGelu,
+        HiddenAct::Relu => candle_nn::Activation::Relu,
     }
 }
 

@@ -10,7 +10,7 @@ use lexlip_model::image::HeadConfig;
 
 use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
-use crate::nn::{Act, Dropout, tower_act};
+use crate::nn::{Act, Differentiable, Dropout, tower_act};
 use crate::params::ParamBuilder;
 use crate::weight_sharing::SharedLayers;
 
@@ -52,7 +52,7 @@ impl BeitMlm {
                 head_pb,
                 cfg.hidden_size,
                 vocab,
-                head_act,
+                head_act.into(),
                 head.layer_norm_eps,
                 None,
             )?,
@@ -82,8 +82,10 @@ impl BeitMlm {
     pub fn logits(&self, pixels: &Tensor, drop: &Dropout) -> Result<Tensor> {
         let hidden = self.hidden(pixels, drop)?;
         match &self.shared {
-            Some(shared) => self.head.forward(&shared.forward(&hidden, None, drop)?),
-            None => self.head.forward(&hidden),
+            Some(shared) => Ok(self
+                .head
+                .forward(&shared.forward(&hidden, None, drop)?, &Differentiable)?),
+            None => Ok(self.head.forward(&hidden, &Differentiable)?),
         }
     }
 }

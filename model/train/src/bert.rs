@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 use crate::head::MlmHead;
-use crate::nn::{Act, Dropout, INIT_STD, LayerNorm, attention_bias, gather_rows};
+use crate::nn::{Act, Differentiable, Dropout, INIT_STD, LayerNorm, attention_bias, gather_rows};
 use crate::params::{Init, ParamBuilder};
 use crate::weight_sharing::SharedLayers;
 
@@ -211,7 +211,7 @@ impl BertMlm {
             &pb.pp("cls"),
             cfg.hidden_size,
             cfg.vocab_size,
-            cfg.act()?,
+            cfg.act()?.into(),
             cfg.layer_norm_eps,
             tied,
         )?;
@@ -236,10 +236,10 @@ impl BertMlm {
     /// MLM logits of the tower's hidden states (`drop` acts in the shared layers only).
     pub fn head_logits(&self, hidden: &Tensor, mask: &Tensor, drop: &Dropout) -> Result<Tensor> {
         match &self.shared {
-            Some(shared) => self
+            Some(shared) => Ok(self
                 .head
-                .forward(&shared.forward(hidden, Some(mask), drop)?),
-            None => self.head.forward(hidden),
+                .forward(&shared.forward(hidden, Some(mask), drop)?, &Differentiable)?),
+            None => Ok(self.head.forward(hidden, &Differentiable)?),
         }
     }
 
@@ -273,7 +273,7 @@ impl Decoder {
                 &pb.pp("cls"),
                 cfg.hidden_size,
                 cfg.vocab_size,
-                cfg.act()?,
+                cfg.act()?.into(),
                 cfg.layer_norm_eps,
                 Some(word),
             )?,
@@ -300,6 +300,8 @@ impl Decoder {
         for layer in &self.layers {
             xs = layer.forward(&xs, &bias, drop)?;
         }
-        self.head.forward(&gather_rows(&xs, rows)?)
+        Ok(self
+            .head
+            .forward(&gather_rows(&xs, rows)?, &Differentiable)?)
     }
 }

@@ -30,8 +30,8 @@ use lexlip_model::beit::Config as BeitConfig;
 use crate::error::Result;
 use crate::head::MlmHead;
 use crate::losses::{cross_entropy, l1};
-use crate::nn::tower_act;
 use crate::nn::{Act, Dropout, INIT_STD, Linear, attend, attention_bias, gather_rows};
+use crate::nn::{Differentiable, tower_act};
 use crate::options::DenseToken;
 use crate::params::{Init, ParamBuilder};
 
@@ -193,7 +193,7 @@ impl TokenHeads {
                 &pb.pp("cls"),
                 ht,
                 text.vocab_size,
-                text_shape.act,
+                text_shape.act.into(),
                 text.layer_norm_eps,
                 Some(word),
             )?,
@@ -220,7 +220,9 @@ impl TokenHeads {
         let fused = self
             .text
             .forward(x.text_masked, &image_context, None, drop)?;
-        let logits = self.mlm.forward(&gather_rows(&fused, x.text_rows)?)?;
+        let logits = self
+            .mlm
+            .forward(&gather_rows(&fused, x.text_rows)?, &Differentiable)?;
         let mlm = cross_entropy(&logits, x.text_targets)?;
         let bias = attention_bias(x.mask, text_context.dtype())?;
         let fused = self
