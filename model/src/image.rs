@@ -527,15 +527,8 @@ impl ImageEncoder {
             }),
             crate::text::bert_defaults(),
         )?;
-        let head = MlmHead::new(
-            &vb.pp("cls"),
-            head_config.hidden_size,
-            head_config.vocab_size,
-            crate::text::activation(head_config.hidden_act),
-            head_config.layer_norm_eps,
-            None,
-        )
-        .map_err(|e| weights.load_error(e))?;
+        let head = MlmHead::from_bert_config(&vb.pp("cls"), &head_config)
+            .map_err(|e| weights.load_error(e))?;
         Ok(Self {
             tower: Tower::Mlm {
                 beit,

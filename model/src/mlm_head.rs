@@ -11,7 +11,8 @@
 //! fused path to.
 
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::Activation;
+use candle_nn::{Activation, VarBuilder};
+use candle_transformers::models::bert::{Config as BertConfig, HiddenAct};
 use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
@@ -55,6 +56,24 @@ impl MlmHead {
             decoder,
             bias: p.get(&[vocab], "bias", Init::Const(0.0))?,
         })
+    }
+
+    /// The head of a checkpoint (`pb` rooted at `cls`, its own `decoder.weight`) with the
+    /// sizes, activation and epsilon of candle-transformers' BERT config.
+    pub fn from_bert_config(pb: &VarBuilder, config: &BertConfig) -> candle_core::Result<Self> {
+        let act = match config.hidden_act {
+            HiddenAct::Gelu => Activation::Gelu,
+            HiddenAct::GeluApproximate => Activation::NewGelu,
+            HiddenAct::Relu => Activation::Relu,
+        };
+        Self::new(
+            pb,
+            config.hidden_size,
+            config.vocab_size,
+            act,
+            config.layer_norm_eps,
+            None,
+        )
     }
 
     /// Hidden states `(…, hidden)` → the transform's output `(…, hidden)`.
@@ -215,7 +234,6 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    use candle_nn::VarBuilder;
     use proptest::prelude::*;
 
     /// `n` values uniform in `[-scale, scale)` from `seed` (a fixed xorshift stream).

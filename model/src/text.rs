@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::bert::{BertModel, Config as BertConfig, HiddenAct};
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use lexlip_proto::{SparseVector, TermSpace};
 use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
@@ -137,15 +137,8 @@ impl TextEncoder {
         weights.alias("cls.predictions.bias", "cls.predictions.decoder.bias");
         let vb = weights.var_builder(DType::F32, device);
         let bert = BertModel::load(vb.pp("bert"), config).map_err(|e| weights.load_error(e))?;
-        let head = MlmHead::new(
-            &vb.pp("cls"),
-            config.hidden_size,
-            config.vocab_size,
-            activation(config.hidden_act),
-            config.layer_norm_eps,
-            None,
-        )
-        .map_err(|e| weights.load_error(e))?;
+        let head =
+            MlmHead::from_bert_config(&vb.pp("cls"), config).map_err(|e| weights.load_error(e))?;
         let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
         if vocab.len() != config.vocab_size {
             return Err(ModelError::ShapeMismatch {
@@ -251,10 +244,11 @@ impl TextEncoder {
         Ok(head.forward(&hidden, &crate::nn::Inference)?)
     }
 
-    /// Pooled lexicon weights `(batch, vocab)` of padded `ids` with attention `mask`.
-    fn pooled_ids(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let (hidden, head) = self.hidden_states(ids, mask)?;
-        head.pooled(&hidden, Some(mask))
+    /// Pooled lexicon weights `(batch, vocab)` of tokenized texts (padded here).
+    fn pooled_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
+        let (input_ids, mask) = pad_batch(ids, self.pad_id, &self.device)?;
+        let (hidden, head) = self.hidden_states(&input_ids, &mask)?;
+        head.pooled(&hidden, Some(&mask))
     }
 
     /// The states the MLM head reads (tower, then shared layers), and the head.
@@ -291,9 +285,7 @@ impl TextEncoder {
         }
         let mut parts = Vec::new();
         for chunk in texts.chunks(TEXT_CHUNK) {
-            let ids = self.tokenize(chunk)?;
-            let (input_ids, mask) = pad_batch(&ids, self.pad_id, &self.device)?;
-            parts.push(self.pooled_ids(&input_ids, &mask)?);
+            parts.push(self.pooled_ids(&self.tokenize(chunk)?)?);
         }
         if parts.is_empty() {
             return Ok(Tensor::zeros(
@@ -310,11 +302,7 @@ impl TextEncoder {
     pub fn encode_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(TEXT_CHUNK) {
-            let (input_ids, mask) = pad_batch(chunk, self.pad_id, &self.device)?;
-            out.extend(to_sparse(
-                &self.pooled_ids(&input_ids, &mask)?,
-                &self.vocab,
-            )?);
+            out.extend(to_sparse(&self.pooled_ids(chunk)?, &self.vocab)?);
         }
         Ok(out)
     }
@@ -325,15 +313,6 @@ impl TextEncoder {
             return Ok(Vec::new());
         }
         to_sparse(&self.pooled(texts)?, &self.vocab)
-    }
-}
-
-/// The activation candle-transformers' BERT config names, as the layers take it.
-pub(crate) fn activation(act: HiddenAct) -> candle_nn::Activation {
-    match act {
-        HiddenAct::Gelu => candle_nn::Activation::Gelu,
-        HiddenAct::GeluApproximate => candle_nn::Activation::NewGelu,
-        HiddenAct::Relu => candle_nn::Activation::Relu,
     }
 }
 
