@@ -52,6 +52,9 @@ pub struct ExactFigures {
     pub recall_at_10: f64,
     /// Fraction of candidate doc-id blocks actually scored.
     pub blocks_scored_fraction: f64,
+    /// Segments per query scored term-at-a-time because their bounds skipped too little
+    /// ([`crate::SearchStats::segments_unpruned`]), on average.
+    pub segments_unpruned_per_query: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +134,7 @@ struct Timed {
     total_s: f64,
     blocks_candidate: u64,
     blocks_scored: u64,
+    segments_unpruned: u64,
 }
 
 fn run_queries(
@@ -141,6 +145,7 @@ fn run_queries(
     let mut results = Vec::with_capacity(queries.len());
     let mut latencies_ms = Vec::with_capacity(queries.len());
     let (mut blocks_candidate, mut blocks_scored) = (0, 0);
+    let mut segments_unpruned = 0;
     let start = Instant::now();
     for q in queries {
         let t = Instant::now();
@@ -148,6 +153,7 @@ fn run_queries(
         latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
         blocks_candidate += out.stats.blocks_candidate;
         blocks_scored += out.stats.blocks_scored;
+        segments_unpruned += u64::from(out.stats.segments_unpruned);
         results.push(out.hits);
     }
     let total_s = start.elapsed().as_secs_f64();
@@ -158,6 +164,7 @@ fn run_queries(
         total_s,
         blocks_candidate,
         blocks_scored,
+        segments_unpruned,
     })
 }
 
@@ -294,6 +301,7 @@ fn exact_figures(run: &Timed, exhaustive: &Timed) -> ExactFigures {
         } else {
             run.blocks_scored as f64 / run.blocks_candidate as f64
         },
+        segments_unpruned_per_query: run.segments_unpruned as f64 / run.results.len().max(1) as f64,
     }
 }
 

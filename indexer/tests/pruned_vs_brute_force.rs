@@ -272,6 +272,7 @@ fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
     // 10, and the search stops after its first 16 blocks.
     assert_eq!(pruned.stats.blocks_candidate, 40);
     assert!(pruned.stats.blocks_scored <= 16, "{:?}", pruned.stats);
+    assert_eq!(pruned.stats.segments_unpruned, 0);
     assert!(
         pruned.stats.postings_scored * 2 < exhaustive.stats.postings_scored,
         "{:?}",
@@ -345,6 +346,7 @@ proptest! {
         flush in 10usize..80,
         merge in any::<bool>(),
         k in 1usize..25,
+        threads in 1usize..4,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Collection::create(dir.path(), TermSpace::from_tokens("t", []), CollectionSettings::default(), None).unwrap();
@@ -384,6 +386,9 @@ proptest! {
             let pruned = snap.search(&q, &opts).unwrap().hits;
             let exhaustive = snap.search(&q, &SearchOptions { algorithm: Algorithm::Exhaustive, ..opts.clone() }).unwrap().hits;
             prop_assert_eq!(&pruned, &exhaustive);
+            // Segments scored term-at-a-time (long queries) share the threads.
+            let shared = snap.search(&q, &SearchOptions { threads, ..opts.clone() }).unwrap().hits;
+            prop_assert_eq!(&shared, &exhaustive);
             let mut want: Vec<u64> = model.iter()
                 .filter(|(_, image, g, _)| modality.is_none_or(|m| m == *image) && group.is_none_or(|want| want == *g))
                 .map(|(_, _, _, d)| d.dot(&q))
@@ -396,6 +401,88 @@ proptest! {
             for h in &cut {
                 let id = snap.hit(h, None).unwrap().id;
                 prop_assert!(model.iter().any(|(mid, _, _, d)| *mid == id && d.dot(&q) == h.score));
+            }
+        }
+    }
+}
+
+/// Where the bounds cannot skip enough, block-max search scores segments term-at-a-time and
+/// the result stays the exhaustive one, on one thread and on several: a query that touches
+/// every document many times (not bounded at all), and flat bounds found out after the first
+/// blocks (every document holds both query terms with impacts of the same range, and k is
+/// large), in both layouts.
+#[test]
+fn segments_the_bounds_cannot_prune_are_scored_term_at_a_time() {
+    use lexlip_index::synth::Rng;
+    for layout in [Layout::Terms, Layout::Documents] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::create(
+            dir.path(),
+            TermSpace::from_tokens("t", []),
+            CollectionSettings::default(),
+            None,
+        )
+        .unwrap();
+        c.set_forward_layout(Some(layout));
+        c.set_flush_docs(700);
+        let mut rng = Rng::new(7);
+        let mut model = Vec::new();
+        for i in 0..2_800u32 {
+            // Two flat terms in every document, and 6 of 12 others.
+            let mut terms = vec![
+                ("x".to_string(), rng.range(1, 100) as u64),
+                ("y".to_string(), rng.range(1, 100) as u64),
+            ];
+            for t in 0..12 {
+                if rng.range(0, 1) == 1 {
+                    terms.push((format!("w{t}"), rng.range(1, 50) as u64));
+                }
+            }
+            let v = QuantizedVector::new(terms).unwrap();
+            let d = Document::new(DocId::new(format!("d{i}")).unwrap(), Modality::Image);
+            c.add(d, v.clone()).unwrap();
+            model.push(v);
+        }
+        c.commit().unwrap();
+        let snap = c.snapshot().unwrap();
+        let flat = QuantizedVector::new([("x", 3u64), ("y", 2)]).unwrap();
+        let every = QuantizedVector::new(
+            std::iter::once(("x".to_string(), 1u64))
+                .chain((0..12).map(|t| (format!("w{t}"), 2 + t as u64))),
+        )
+        .unwrap();
+        for (q, k) in [(&flat, 600), (&every, 10), (&every, 900)] {
+            let exhaustive = snap
+                .search(
+                    q,
+                    &SearchOptions {
+                        k,
+                        algorithm: Algorithm::Exhaustive,
+                        ..SearchOptions::default()
+                    },
+                )
+                .unwrap();
+            let mut want: Vec<u64> = model.iter().map(|d| d.dot(q)).collect();
+            want.sort_unstable_by(|a, b| b.cmp(a));
+            want.truncate(k);
+            let scores: Vec<u64> = exhaustive.hits.iter().map(|h| h.score).collect();
+            assert_eq!(scores, want, "{layout:?}");
+            for threads in [1, 2, 3] {
+                let options = SearchOptions {
+                    k,
+                    threads,
+                    ..SearchOptions::default()
+                };
+                let pruned = snap.search(q, &options).unwrap();
+                assert_eq!(
+                    pruned.hits, exhaustive.hits,
+                    "{layout:?}, k {k}, {threads} threads"
+                );
+                assert!(
+                    pruned.stats.segments_unpruned > 0,
+                    "{layout:?}, k {k}: {:?}",
+                    pruned.stats
+                );
             }
         }
     }

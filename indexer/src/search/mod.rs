@@ -8,7 +8,7 @@
 //!   dense score array, then top-k selection. The baseline, and the oracle of the pruned ones.
 //! - [`blocks`] (the default): block-max pruning over doc-id blocks, blocks visited best bound
 //!   first and scored through the forward index; exact by default, approximate with an
-//!   explicit knob.
+//!   explicit knob. Segments whose bounds cannot skip enough are scored exhaustively instead.
 //! - [`pruned`]: the same bounds, blocks visited in doc order and scored through tantivy's
 //!   postings cursors; the previous default, kept as a fallback and a second oracle.
 //!
@@ -134,6 +134,9 @@ pub struct SearchStats {
     /// Postings read while scoring (in the documents layout: the non-zeros of the documents
     /// scored).
     pub postings_scored: u64,
+    /// Segments a pruned search scored term-at-a-time, like the exhaustive one, because its
+    /// block bounds could skip too little of them.
+    pub segments_unpruned: u32,
 }
 
 impl SearchStats {
@@ -142,5 +145,6 @@ impl SearchStats {
         self.blocks_candidate += other.blocks_candidate;
         self.blocks_scored += other.blocks_scored;
         self.postings_scored += other.postings_scored;
+        self.segments_unpruned += other.segments_unpruned;
     }
 }

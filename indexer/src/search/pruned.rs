@@ -129,7 +129,8 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
             .is_none_or(|t| (t as f64) * search.factor * 2.0 < best as f64)
     {
         search.stats.blocks_scored += candidates.len() as u64;
-        return super::exhaustive::score_segment(search, segment, |_| true);
+        search.stats.segments_unpruned += 1;
+        return super::exhaustive::score_segment(search, segment, &[]);
     }
 
     let blocks = BlockScorer {
@@ -158,8 +159,8 @@ pub(crate) fn search_segment(search: &mut SparseSearch, segment: &Segment) -> Re
         .count();
     if left as f64 > FALLBACK_FRACTION * f64::from(maxima.num_blocks) {
         search.stats.blocks_scored += left as u64;
-        let not_done = |doc: u32| head.binary_search(&(doc >> maxima.shift)).is_err();
-        return super::exhaustive::score_segment(search, segment, not_done);
+        search.stats.segments_unpruned += 1;
+        return super::exhaustive::score_segment(search, segment, head);
     }
     tail.sort_unstable();
     blocks.score_in_order(search, tail)

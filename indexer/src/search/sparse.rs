@@ -87,6 +87,18 @@ impl<'q> SparseSearch<'q> {
         })
     }
 
+    /// The same search with an empty top k, counters and buffers: one thread's share.
+    pub(crate) fn fork(&self) -> Self {
+        Self {
+            top: TopK::new(self.top.k()),
+            stats: SearchStats::default(),
+            doc_scores: Vec::new(),
+            block_scores: Vec::new(),
+            cancel: self.cancel.clone(),
+            ..*self
+        }
+    }
+
     /// Stops with [`IndexError::Cancelled`] once the caller has cancelled.
     #[inline]
     pub(crate) fn check(&self) -> Result<()> {

@@ -144,12 +144,14 @@ pub fn run(args: BenchSearchArgs) -> anyhow::Result<()> {
         ("exact (postings)", &m.exact_postings),
     ] {
         println!(
-            "{name:<20} {:.3} ms/query, p99 {:.2} ms, {:.2}x exhaustive, recall@{} {:.3}",
+            "{name:<20} {:.3} ms/query, p99 {:.2} ms, {:.2}x exhaustive, recall@{} {:.3}; {:.0} % of candidate blocks scored, {:.1} segments per query scored without pruning",
             f.mean_ms,
             f.p99_ms,
             f.speedup,
             args.k.min(10),
-            f.recall_at_10
+            f.recall_at_10,
+            100.0 * f.blocks_scored_fraction,
+            f.segments_unpruned_per_query
         );
     }
     for t in &m.exact_threads {
