@@ -11,7 +11,11 @@
 #     settings (factor, term cut) and top-K 64/32/16/8 collections; the dense model's exact scan
 #     and HNSW graph on the same items;
 #   - bytes per item: the vectors of an image-only collection (sparse: postings, term dictionary,
-#     forward file; dense: the f32 vectors).
+#     forward file; dense: the f32 vectors);
+#   - serving the indexed collection with `lexlip serve` (scripts/serve_probe.py): the time until
+#     it is ready and until the first text→image search answers (for the dense baseline, the
+#     time until the dense path answers after a restart), the mean latency of 200 searches over
+#     HTTP, and the server's resident memory after them (heap and mapped index files apart).
 #
 #   scripts/bench-image-workload.sh [--images N] [--json FILE] [--dense-model DIR] [--gpu]
 #                                   [--seed S] [--size PX] [--work DIR] [--models DIR...]
@@ -23,11 +27,9 @@
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
 # sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries},
 # bytes_per_item.{sparse,dense}; dense_index.{images_per_s,peak_rss_mb,seconds} (the dense
-# baseline through `lexlip index`, its graph build timed by `lexlip eval --hnsw`). A dense entry
-# is null when there is no dense model.
-#
-# Not measured here: server RSS while serving and the dense path's time to answer after a
-# restart (docs/benchmarks.md, issue 38's first part, measured them with `lexlip serve`).
+# baseline through `lexlip index`, its graph build timed by `lexlip eval --hnsw`); serve.{ready_s,
+# first_answer_s,ms_per_query,rss_mb,rss_anon_mb,rss_file_mb} per model and for dense_index. A
+# dense entry is null when there is no dense model.
 # --images 20000 takes about 15 minutes on a 2-core CPU with models/emoji-tiny.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -46,7 +48,7 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --max-queries) max_queries="$2"; shift 2 ;;
     --models) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do models+=("$1"); shift; done ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +74,17 @@ fi
 
 results="$work/results-$images-$seed-$size"
 mkdir -p "$results"
+# Text queries for the server: the first captions of the first shard.
+captions="$results/captions.txt"
+[ -s "$captions" ] || python3 - "$shards" "$captions" <<'EOF'
+import glob, sys, tarfile
+out = []
+with tarfile.open(sorted(glob.glob(sys.argv[1] + "/*.tar"))[0]) as shard:
+    for member in shard:
+        if member.name.endswith(".txt") and len(out) < 200:
+            out.append(" ".join(shard.extractfile(member).read().decode().split()))
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+EOF
 run_model() { # name model-dir mode
   local name="$1" model="$2" mode="$3" out="$results/$1"
   rm -rf "$out"
@@ -82,6 +95,10 @@ run_model() { # name model-dir mode
   /usr/bin/time -f '%e %M' -o "$out/index.time" "$lexlip" index --collection "$out/collection" \
     --webdataset "$shards" --model "$model" "${gpu[@]}" > "$out/index.log" 2>&1 ||
     { echo "error: lexlip index failed, see $out/index.log" >&2; exit 1; }
+  echo "== $name: serve" >&2
+  python3 "$root/scripts/serve_probe.py" "$lexlip" "$out/collection" "$model" "$mode" \
+    "$captions" > "$out/serve.json" ||
+    { echo "error: serving the collection failed" >&2; exit 1; }
   rm -rf "$out/collection"
   echo "== $name: eval" >&2
   local eval_args=(eval --webdataset "$shards" --model "$model" --json --work-dir "$work"
@@ -111,6 +128,10 @@ def load(name):
         seconds, rss_kb = open(timed).read().split()[-2:]
         index = (float(seconds), int(rss_kb))
     return index, json.load(open(os.path.join(d, "eval.json")))
+
+def served(name):
+    f = os.path.join(results, name, "serve.json")
+    return json.load(open(f)) if os.path.isfile(f) else None
 
 def same(a, b):
     # Factors come back as f32 (1.2 reads 1.2000000476837158).
@@ -153,6 +174,7 @@ for m in models:
         "index.seconds": seconds,
         "bytes_per_item.sparse": rows["sparse_exact"]["vector_bytes_per_image"],
         "bytes_per_item.dense": rows["dense_exact"]["vector_bytes_per_image"] if rows["dense_exact"] else None,
+        "serve": served(name),
     }
     for d in ("t2i", "i2t"):
         for k, s in rows.items():
@@ -170,6 +192,7 @@ if dense:
         "vectors_seconds": exact["index_seconds"],
         "hnsw_seconds": hnsw["index_seconds"] if hnsw else None,
         "encode_seconds": dense["encode_seconds"],
+        "serve": served("dense-baseline"),
     }
 text = json.dumps(report, indent=1)
 if out:
