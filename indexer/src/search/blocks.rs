@@ -285,7 +285,9 @@ impl<'a> SegmentBounds<'a> {
         if largest > u64::from(u32::MAX) {
             return Ok(Bounded::Wide);
         }
-        if touches_every_doc(&found, segment.reader.max_doc()) {
+        // (A filter that allows part of the segment leaves its other blocks unbounded: worth
+        // bounding whatever the query.)
+        if segment.allowed.is_none() && touches_every_doc(&found, segment.reader.max_doc()) {
             return Ok(Bounded::Unpruned);
         }
         let cut = cut_terms(&found, term_cut, maxima.docs.is_some());
