@@ -229,8 +229,8 @@ fn ranges_below_the_threshold_are_skipped() {
     }
 }
 
-fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
-    let dir = tempfile::tempdir().unwrap();
+/// An empty collection in `dir` whose segments take the forward `layout`.
+fn collection_in(dir: &tempfile::TempDir, layout: Layout) -> Collection {
     let mut c = Collection::create(
         dir.path(),
         TermSpace::from_tokens("t", []),
@@ -238,8 +238,14 @@ fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
         None,
     )
     .unwrap();
-    c.set_block_size(Some(32)).unwrap();
     c.set_forward_layout(Some(layout));
+    c
+}
+
+fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = collection_in(&dir, layout);
+    c.set_block_size(Some(32)).unwrap();
     for i in 0..1280u32 {
         let impact = if i < 64 {
             200 + u64::from(i % 7)
@@ -416,14 +422,7 @@ fn segments_the_bounds_cannot_prune_are_scored_term_at_a_time() {
     use lexlip_index::synth::Rng;
     for layout in [Layout::Terms, Layout::Documents] {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Collection::create(
-            dir.path(),
-            TermSpace::from_tokens("t", []),
-            CollectionSettings::default(),
-            None,
-        )
-        .unwrap();
-        c.set_forward_layout(Some(layout));
+        let mut c = collection_in(&dir, layout);
         c.set_flush_docs(700);
         let mut rng = Rng::new(7);
         let mut model = Vec::new();
