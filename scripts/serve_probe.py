@@ -2,10 +2,12 @@
 """Serve one collection with `lexlip serve` and measure what a user of the server sees.
 
     serve_probe.py LEXLIP COLLECTION_DIR MODEL_DIR sparse|dense CAPTIONS.txt [--queries N]
+                   [--exact]
 
 Starts the server on a free port over a data directory holding only COLLECTION_DIR (linked),
 then sends text→image searches (the first N captions of CAPTIONS.txt, one per line) one after
-the other, in the given mode. Prints one JSON object:
+the other, in the given mode (`--exact`: dense searches scan every vector instead of walking the
+HNSW graphs). Prints one JSON object:
 
 - ready_s: from the start of the process until /readyz answers 200;
 - first_answer_s: from the start of the process until the first search has answered (for a
@@ -45,6 +47,9 @@ def free_port():
 def main():
     args = sys.argv[1:]
     queries = 200
+    exact = "--exact" in args
+    if exact:
+        args.remove("--exact")
     if "--queries" in args:
         i = args.index("--queries")
         queries = int(args[i + 1])
@@ -81,6 +86,8 @@ def main():
 
             def search(text):
                 body = {"query": {"text": text}, "target": "image", "k": 10, "mode": mode}
+                if exact:
+                    body["exact"] = True
                 request = urllib.request.Request(
                     f"{base}/v1/collections/{name}/search",
                     data=json.dumps(body).encode(),
@@ -104,6 +111,7 @@ def main():
         json.dumps(
             {
                 "mode": mode,
+                "exact": exact,
                 "queries": len(texts),
                 "ready_s": round(ready, 3),
                 "first_answer_s": round(first, 3),
