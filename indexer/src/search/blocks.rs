@@ -105,8 +105,8 @@ pub(crate) fn search(search: &mut SparseSearch, segments: &[Segment]) -> Result<
     for (segment, b) in segments.iter().zip(bounded) {
         search.stats.segments += 1;
         match b? {
-            Bounded::Blocks(part, candidates) => {
-                search.stats.blocks_candidate += candidates;
+            Bounded::Blocks(part) => {
+                search.stats.blocks_candidate += part.candidates;
                 parts.push(*part);
             }
             Bounded::Wide => super::pruned::search_segment(search, segment)?,
@@ -244,8 +244,8 @@ struct SegmentBounds<'a> {
 
 /// A segment bounded for a query.
 enum Bounded<'a> {
-    /// Its bounds, and how many blocks have one.
-    Blocks(Box<SegmentBounds<'a>>, u64),
+    /// Its bounds.
+    Blocks(Box<SegmentBounds<'a>>),
     /// No query term is in it.
     Empty,
     /// Its bounds could overflow 32 bits (impacts in the tens of thousands on both sides): it
@@ -285,8 +285,8 @@ impl<'a> SegmentBounds<'a> {
         if largest > u64::from(u32::MAX) {
             return Ok(Bounded::Wide);
         }
-        // (A filter that allows part of the segment leaves its other blocks unbounded: worth
-        // bounding whatever the query.)
+        // Under a filter that allows part of the segment, bounding pays whatever the query:
+        // blocks with no allowed document are skipped unread.
         if segment.allowed.is_none() && touches_every_doc(&found, segment.reader.max_doc()) {
             return Ok(Bounded::Unpruned);
         }
@@ -340,7 +340,7 @@ impl<'a> SegmentBounds<'a> {
             head,
             candidates,
         };
-        Ok(Bounded::Blocks(Box::new(part), candidates))
+        Ok(Bounded::Blocks(Box::new(part)))
     }
 
     /// Scores per block of the terms layout's accumulator.
@@ -696,7 +696,7 @@ impl<'a> Worker<'a> {
             let start = block << shift;
             for (i, slot) in acc.iter_mut().enumerate() {
                 let score = std::mem::take(slot);
-                if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
+                if score == 0 || self.top.falls_short(score) {
                     continue;
                 }
                 let doc = start + i as u32;
@@ -734,7 +734,7 @@ impl<'a> Worker<'a> {
             docs.score_docs(start, end, weights, &mut scores);
             for (doc, &score) in (start..end).zip(&scores) {
                 let score = u64::from(score);
-                if score == 0 || self.top.threshold().is_some_and(|t| score < t) {
+                if score == 0 || self.top.falls_short(score) {
                     continue;
                 }
                 if segment.returns(doc) {

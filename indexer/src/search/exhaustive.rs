@@ -105,8 +105,7 @@ fn accumulate(search: &mut SparseSearch, segment: &Segment, scores: &mut Vec<u64
 fn collect(search: &mut SparseSearch, segment: &Segment, scores: &[u64]) {
     for (doc, &score) in scores.iter().enumerate() {
         let doc = doc as u32;
-        // Below the k-th score nothing enters (equal may, on document order).
-        if score == 0 || search.top.threshold().is_some_and(|t| score < t) {
+        if score == 0 || search.top.falls_short(score) {
             continue;
         }
         if !segment.returns(doc) {

@@ -65,6 +65,13 @@ impl TopK {
         }
     }
 
+    /// Whether a document scoring `score` cannot enter, whatever its document order (one
+    /// scoring exactly the threshold still may, on document order).
+    #[inline]
+    pub fn falls_short(&self, score: u64) -> bool {
+        self.threshold().is_some_and(|t| score < t)
+    }
+
     #[inline]
     pub fn push(&mut self, candidate: ScoredDoc) {
         if self.k == 0 {
