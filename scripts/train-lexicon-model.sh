@@ -5,7 +5,7 @@
 # evaluates it on the unseen-concept split and the held-out style, with the lexicon figures.
 # Killed, it resumes.
 #
-#   scripts/train-lexicon-model.sh [OUT]          (default OUT: target/emoji-lex)
+#   scripts/train-lexicon-model.sh [OUT]          (default OUT: target/emoji-lex-towers)
 #   LEXLIP_GPU=1 scripts/train-lexicon-model.sh   (a binary from scripts/build-cuda.sh)
 #   STEPS=1500 ...                                (default 1,500 steps of 256 pairs: ~15 epochs)
 #
@@ -13,7 +13,7 @@
 # two runs side by side 577 each); days on a 2-core CPU. Needs a release binary (cargo build --release; or $LEXLIP).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/target/emoji-lex}"
+out="${1:-$root/target/emoji-lex-towers}"
 corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
 [ -x "$lexlip" ] || { echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2; exit 1; }
