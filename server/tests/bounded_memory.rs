@@ -47,10 +47,12 @@ fn an_add_of_many_large_images_stays_within_the_decode_budget() {
     let docs: Vec<Value> = (0..8)
         .map(|i| json!({"id": format!("img{i}"), "modality": "image", "image": image}))
         .collect();
-    let (st, body) = s.call(
+    // The server gives up after its --request-timeout-s (120 s); the client waits that long.
+    let (st, body) = s.call_within(
         "POST",
         "/v1/collections/big/documents",
         Some(&json!({ "documents": docs })),
+        std::time::Duration::from_secs(130),
     );
     // Decoded within the budget, the add succeeds; or, past 20 s of waiting, it is refused
     // whole with a 503 to retry. Never a 500.

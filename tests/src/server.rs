@@ -87,7 +87,30 @@ impl Server {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> (u16, Value) {
-        let mut req = ureq::request(method, &self.url(path)).timeout(Duration::from_secs(60));
+        self.request(method, path, body, headers, Duration::from_secs(60))
+    }
+
+    /// [`Server::call`] for a request the server may take longer than a minute over (one
+    /// started with a longer `--request-timeout-s`, on a slow machine).
+    pub fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> (u16, Value) {
+        self.request(method, path, body, &[], timeout)
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> (u16, Value) {
+        let mut req = ureq::request(method, &self.url(path)).timeout(timeout);
         for (k, v) in headers {
             req = req.set(k, v);
         }
