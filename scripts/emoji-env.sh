@@ -7,4 +7,10 @@ if [ ! -x "$lexlip" ]; then
   echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2
   exit 1
 fi
-[ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+# With $holdout_style set (e.g. twitter), the corpus is built with that art style held out.
+if [ -n "${holdout_style:-}" ]; then
+  [ -f "$corpus/train-holdout-$holdout_style.tsv" ] ||
+    "$root/scripts/build-emoji-corpus.sh" --out "$corpus" --holdout-style "$holdout_style"
+else
+  [ -f "$corpus/train.tsv" ] || "$root/scripts/build-emoji-corpus.sh" --out "$corpus"
+fi

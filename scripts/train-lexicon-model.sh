@@ -14,11 +14,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/emoji-lex-towers}"
-corpus="${LEXLIP_EMOJI_CORPUS:-$root/target/data/emoji-corpus}"
-lexlip="${LEXLIP:-$root/target/release/lexlip}"
-[ -x "$lexlip" ] || { echo "error: no lexlip binary at $lexlip: run cargo build --release or set LEXLIP" >&2; exit 1; }
-[ -f "$corpus/train-holdout-twitter.tsv" ] ||
-  "$root/scripts/build-emoji-corpus.sh" --out "$corpus" --holdout-style twitter
+holdout_style=twitter
+source "$root/scripts/emoji-env.sh"
 splade="$("$root/scripts/fetch-test-model.sh")"
 
 gpu=()
