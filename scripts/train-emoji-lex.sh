@@ -22,13 +22,13 @@ mkdir -p "$work"
 
 # shellcheck disable=SC2086 # DENSE_ARGS is a list of flags
 [ -f "$work/dense/config.json" ] || "$lexlip" train --objective dense \
-  --tsv "$corpus/train-holdout-twitter.tsv" --text-init "$splade" \
+  --tsv "$train_tsv" --text-init "$splade" \
   --image-config tiny --patch-size 16 --max-length 24 --text-lr 1e-4 --lr 5e-4 --tau 0.05 \
   --batch-size 64 --epochs "${EPOCHS:-10}" --seed 42 --checkpoint-every 400 --save-dtype f16 \
   ${DENSE_ARGS:-} --out "$work/dense"
 
 [ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$work/dense" \
-  --tsv "$corpus/train-holdout-twitter.tsv" --max-length 24 --batch-size 128 --steps 500 \
+  --tsv "$train_tsv" --max-length 24 --batch-size 128 --steps 500 \
   --tau 0.5 --lr 1e-2 --flops-image 0.01 --flops-text 0.01 --grounding 1.0 --seed 42 \
   --save-dtype f16 --cache "$work/cache" --out "$out"
 

@@ -20,7 +20,7 @@ splade="$("$root/scripts/fetch-test-model.sh")"
 
 gpu=()
 [ "${LEXLIP_GPU:-0}" = 1 ] && gpu=(--gpu)
-"$lexlip" train --tsv "$corpus/train-holdout-twitter.tsv" --text-init "$splade" \
+"$lexlip" train --tsv "$train_tsv" --text-init "$splade" \
   --image-config tiny --patch-size 16 --max-length 24 --image-head-init random \
   --steps "${STEPS:-1500}" --batch-size 256 --lr 5e-4 --text-lr 1e-4 --tau 0.5 \
   --flops-image 0.005 --flops-text 0.005 --seed 42 \
