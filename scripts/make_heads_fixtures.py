@@ -2,7 +2,9 @@
 """PyTorch reference of the lexicon heads' step (`lexlip train --objective heads`, issue 37) for
 `model/train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
 `log(1 + relu(.))` of the centred input, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
-dense similarities (KL both ways), FLOPS per side and caption-word grounding on both sides.
+dense similarities (KL both ways), FLOPS per side, caption-word grounding on both sides and the
+image head's caption-word likelihood: a softmax of its logits (before the relu) over the allowed
+words.
 
 Written here from the description in model/train/src/heads/mod.rs (torch.topk for the cut,
 torch.nn.functional.kl_div for the distillation), not from the Rust code; evaluated in float64
@@ -32,6 +34,7 @@ B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
 K_IMAGE, K_TEXT = 7, 5
 TAU, TEACHER_TAU, DISTILL = 0.5, 0.1, 0.8
 LAMBDA_IMAGE, LAMBDA_TEXT, GROUNDING = 0.03, 0.01, 0.6
+CAPTION_WORDS, CAPTION_WORDS_TAU = 0.7, 0.2
 
 gen = torch.Generator().manual_seed(20241127)
 
@@ -40,8 +43,12 @@ def unit_rows(x):
     return x / x.norm(dim=1, keepdim=True)
 
 
+def logits(x, c, w, b):
+    return (x - c) @ w.T + b
+
+
 def full_lexicon(x, c, w, b, allowed):
-    return torch.log1p(torch.clamp((x - c) @ w.T + b, min=0)) * allowed
+    return torch.log1p(torch.clamp(logits(x, c, w, b), min=0)) * allowed
 
 
 def cut(p, k):
@@ -83,6 +90,20 @@ def grounding(p, bags, has):
     return ((i2t + t2i) * has).sum() / (2 * has.sum()).clamp(min=1)
 
 
+def caption_words(z, allowed, bags, has):
+    """Cross-entropy of the caption's allowed target words as a distribution (IDF bag over its
+    sum) against a softmax of the head's logits over the allowed words, mean over the rows
+    with such words."""
+    keep = allowed.bool()
+    bags = bags * allowed
+    mass = bags.sum(dim=1)
+    has = has * (mass > 0).double()
+    q = bags[:, keep] / mass.clamp_min(1e-12)[:, None]
+    log_p = F.log_softmax(z[:, keep] / CAPTION_WORDS_TAU, dim=1)
+    per_row = -(q * log_p).sum(dim=1)
+    return (per_row * has).sum() / has.sum().clamp(min=1)
+
+
 def main():
     f64 = lambda t: t.float().double()
     xv = f64(unit_rows(torch.randn(B, D, generator=gen)))
@@ -116,6 +137,9 @@ def main():
     gv, gl = grounding(full_v, bags, has), grounding(full_l, bags, has)
     total = (i2t + t2i) / 2 + DISTILL * kd + LAMBDA_IMAGE * fv + LAMBDA_TEXT * fl
     total = total + GROUNDING * (gv + gl)
+    # ...on the image head's logits, before the relu (a word below 0 still gets a gradient).
+    cw = caption_words(logits(xv, cv, wv, bv), allowed, bags, has)
+    total = total + CAPTION_WORDS * cw
     grads = torch.autograd.grad(total, [wv, bv, wl, bl])
 
     f32 = lambda t: t.detach().float().contiguous()
@@ -127,6 +151,8 @@ def main():
         "config.lambda_image": scalar(LAMBDA_IMAGE),
         "config.lambda_text": scalar(LAMBDA_TEXT),
         "config.grounding": scalar(GROUNDING),
+        "config.caption_words": scalar(CAPTION_WORDS),
+        "config.caption_words_tau": scalar(CAPTION_WORDS_TAU),
         "config.k_image": torch.tensor(K_IMAGE, dtype=torch.int64),
         "config.k_text": torch.tensor(K_TEXT, dtype=torch.int64),
         "input.xv": f32(xv),
@@ -150,6 +176,7 @@ def main():
         "expect.flops_text": scalar(fl),
         "expect.ground_image": scalar(gv),
         "expect.ground_text": scalar(gl),
+        "expect.caption_words": scalar(cw),
         "expect.total": scalar(total),
         "expect.grad_wv": f32(grads[0]),
         "expect.grad_bv": f32(grads[1]),

@@ -234,9 +234,19 @@ pub fn lexicon_weights(
     bias: &Tensor,
     allowed: &Tensor,
 ) -> Result<Tensor> {
+    weights_of_logits(&head_logits(x, center, weight, bias)?, allowed)
+}
+
+/// `W·(x − c) + b` `(batch, vocab)`: a head's logits, before [`weights_of_logits`].
+pub fn head_logits(x: &Tensor, center: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
     Ok(x.broadcast_sub(center)?
         .matmul(&weight.t()?)?
-        .broadcast_add(bias)?
+        .broadcast_add(bias)?)
+}
+
+/// `log(1 + relu(z)) ⊙ allowed`: lexicon weights of a head's logits `z`.
+pub fn weights_of_logits(logits: &Tensor, allowed: &Tensor) -> Result<Tensor> {
+    Ok(logits
         .relu()?
         .affine(1.0, 1.0)?
         .log()?

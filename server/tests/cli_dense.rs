@@ -353,6 +353,11 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         (Some(0.5), Some(0.01))
     );
     assert_eq!(o["grounding"].as_f64(), Some(1.0));
+    assert_eq!(
+        (o["caption_words"].as_f64(), o["caption_words_tau"].as_f64()),
+        (Some(1.0), None),
+        "the caption words on, at their default temperature (not recorded)"
+    );
     assert_eq!(o["batch_size"].as_u64(), Some(4));
 
     // The same model in-process: the oracle.

@@ -375,6 +375,21 @@ pub struct LexiconOptions {
     #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
     #[serde(default)]
     pub grounding: f64,
+    /// --objective heads: weight of the caption-word likelihood of the image lexicons: every
+    /// word of the vocabulary competes with the caption's own words in a softmax at
+    /// --caption-words-tau, so weight on words no caption of the image has (neighbour concepts,
+    /// style words) costs. 0 = off; 1 unless given.
+    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub caption_words: f64,
+    /// --objective heads: the temperature of --caption-words' softmax over the vocabulary
+    /// (lower: the caption's words must stand further above the rest).
+    #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, help_heading = "Lexicon")]
+    #[serde(
+        default = "default_caption_words_tau",
+        skip_serializing_if = "is_default_caption_words_tau"
+    )]
+    pub caption_words_tau: f64,
     /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
     /// initial one) or train (both learn theirs; a learned bias lets one term top every
     /// lexicon).
@@ -423,6 +438,22 @@ fn default_teacher_tau() -> f64 {
 // before them read as they were.
 fn is_default_text_top_k(k: &usize) -> bool {
     *k == DEFAULT_TEXT_TOP_K
+}
+
+/// --caption-words-tau's default (measured on the emoji corpus: at 0.5 one style word topped
+/// 31 % of the held-out style's images; docs/benchmarks.md).
+pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.1;
+
+fn default_caption_words_tau() -> f64 {
+    DEFAULT_CAPTION_WORDS_TAU
+}
+
+fn is_default_caption_words_tau(x: &f64) -> bool {
+    *x == DEFAULT_CAPTION_WORDS_TAU
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn is_one(x: &f64) -> bool {
@@ -565,6 +596,7 @@ pub struct HeadsDefaults {
     pub epochs: f64,
     pub flops_lambda: f64,
     pub grounding: f64,
+    pub caption_words: f64,
 }
 
 /// The heads' defaults (see [`HeadsDefaults`]).
@@ -575,6 +607,7 @@ pub const HEADS_DEFAULTS: HeadsDefaults = HeadsDefaults {
     epochs: 2.5,
     flops_lambda: 0.01,
     grounding: 1.0,
+    caption_words: 1.0,
 };
 
 impl TrainOptions {
@@ -605,6 +638,11 @@ impl TrainOptions {
         );
         unless(given("epochs"), &mut self.optim.epochs, d.epochs);
         unless(given("grounding"), &mut self.lexicon.grounding, d.grounding);
+        unless(
+            given("caption_words"),
+            &mut self.lexicon.caption_words,
+            d.caption_words,
+        );
     }
 
     /// Options with the defaults above (for library callers and tests).
@@ -666,6 +704,8 @@ impl TrainOptions {
                 flops_warmup: DEFAULT_FLOPS_WARMUP,
                 image_top_k: DEFAULT_IMAGE_TOP_K,
                 grounding: DEFAULT_GROUNDING,
+                caption_words: 0.0,
+                caption_words_tau: DEFAULT_CAPTION_WORDS_TAU,
                 vocab_bias: VocabBias::Fixed,
                 text_top_k: DEFAULT_TEXT_TOP_K,
                 distill: 1.0,
@@ -725,7 +765,15 @@ impl TrainOptions {
         if self.method.objective != Objective::Heads
             && let Some(m) = v.as_object_mut()
         {
-            for key in ["backbone", "cache", "text_top_k", "distill", "teacher_tau"] {
+            for key in [
+                "backbone",
+                "cache",
+                "text_top_k",
+                "distill",
+                "teacher_tau",
+                "caption_words",
+                "caption_words_tau",
+            ] {
                 m.remove(key);
             }
         }

@@ -56,6 +56,8 @@ fn the_heads_step_equals_the_pytorch_reference() {
         flops_image: scalar(&g("config.lambda_image")),
         flops_text: scalar(&g("config.lambda_text")),
         grounding: scalar(&g("config.grounding")),
+        caption_words: scalar(&g("config.caption_words")),
+        caption_words_tau: scalar(&g("config.caption_words_tau")),
     };
     let (xv, xl) = (g("input.xv"), g("input.xl"));
     let inputs = StepInputs {
@@ -84,7 +86,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
             "{name}: candle {got}, torch {want}"
         );
     }
-    assert_eq!(parts.len(), 7, "every part is checked");
+    assert_eq!(parts.len(), 8, "every part is checked");
     let want = scalar(&g("expect.total"));
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
     let grads = total.backward().unwrap();
@@ -123,6 +125,8 @@ fn the_heads_gradient_matches_finite_differences() {
         flops_image: 0.03,
         flops_text: 0.01,
         grounding: 0.6,
+        caption_words: 0.7,
+        caption_words_tau: 0.2,
     };
     let loss_with = |bv: &Tensor| -> (f64, Option<Tensor>) {
         let model = HeadsModel::from_tensors(

@@ -12,9 +12,14 @@
 //!      + distill · KL(softmax(x_v·x_l / τ_teacher) ‖ softmax(p_v·p_l / τ))   the dense model's ranking
 //!      + λ_v FLOPS(p_v) + λ_l FLOPS(p_l)                       few terms, with warm-up
 //!      + grounding · (G(l_v, bags) + G(l_l, bags))             caption words on top (STAIR)
+//!      + caption_words · CW(z_v, bags)                         …and above every other word
 //! ```
 //! where `l_v`, `l_l` are the lexicons before their top-K cut (a caption word outside the K
-//! kept terms still gets the gradient that lifts it in).
+//! kept terms still gets the gradient that lifts it in), `G` contrasts a lexicon with the
+//! batch's caption bags ([`grounding`]) and `CW` is the caption words' likelihood under a
+//! softmax of the image head's logits `z_v = W_v (x_v − c_v) + b_v` over the allowed words
+//! ([`caption_words`]): on the logits, because a word the relu zeroes gets no gradient through
+//! the lexicon, so a caption word that starts below 0 for its image would never rise.
 //!
 //! Both heads start as the backbone's own text embedding of every vocabulary word (scaled by
 //! [`INIT_SCALE`]): before any step, an image's lexicon is the words the dense model finds
@@ -37,7 +42,9 @@ use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
 use crate::export::{copy_files, json_bytes, save_weights};
-use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding, grounding_targets};
+use crate::lexicon::{
+    FlopsSchedule, Idf, caption_words, content_words, grounding, grounding_targets,
+};
 use crate::losses::{flops, in_batch};
 use crate::nn::log_softmax;
 use crate::observe::{Observer, RunControl, Summary};
@@ -237,13 +244,15 @@ pub fn train(
     let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
-         grounding ×{}; {} pairs, {} steps",
+         grounding ×{}, caption words ×{} (τ {}); {} pairs, {} steps",
         opts.lexicon.image_top_k,
         opts.lexicon.text_top_k,
         opts.method.tau,
         opts.lexicon.distill,
         opts.lexicon.teacher_tau,
         opts.lexicon.grounding,
+        opts.lexicon.caption_words,
+        opts.lexicon.caption_words_tau,
         rows.len(),
         total
     ));
@@ -272,6 +281,8 @@ pub fn train(
         teacher_tau: opts.lexicon.teacher_tau,
         distill: opts.lexicon.distill,
         grounding: opts.lexicon.grounding,
+        caption_words: opts.lexicon.caption_words,
+        caption_words_tau: opts.lexicon.caption_words_tau,
         device: device.clone(),
     };
     crate::steps::run(
@@ -487,16 +498,29 @@ impl HeadsModel {
     /// caption word outside an item's K strongest terms still gets the gradient that lifts it
     /// in (after the cut only the K kept terms get any).
     pub fn full_lexicons(&self, x: &Tensor, image: bool) -> Result<Tensor> {
+        self.lexicons_of_logits(&self.logits(x, image)?)
+    }
+
+    /// The head's logits `W·(x − c) + b` `(batch, vocab)`, before the relu that zeroes (and
+    /// stops the gradient of) every term below 0.
+    pub fn logits(&self, x: &Tensor, image: bool) -> Result<Tensor> {
         let (w, b, c) = if image {
             (&self.image_weight, &self.image_bias, &self.image_center)
         } else {
             (&self.text_weight, &self.text_bias, &self.text_center)
         };
-        Ok(lexlip_model::heads::lexicon_weights(
+        Ok(lexlip_model::heads::head_logits(
             x,
             c,
             w.as_tensor(),
             b.as_tensor(),
+        )?)
+    }
+
+    /// The lexicons `(batch, vocab)` of a head's [`Self::logits`], before the top-K cut.
+    pub fn lexicons_of_logits(&self, logits: &Tensor) -> Result<Tensor> {
+        Ok(lexlip_model::heads::weights_of_logits(
+            logits,
             &self.allowed,
         )?)
     }
@@ -670,6 +694,9 @@ pub struct StepWeights {
     pub flops_image: f64,
     pub flops_text: f64,
     pub grounding: f64,
+    /// Weight and temperature of the image lexicons' caption-word likelihood.
+    pub caption_words: f64,
+    pub caption_words_tau: f64,
 }
 
 /// KL(softmax(teacher) ‖ softmax(student)) per row, mean over rows: the student's in-batch
@@ -692,8 +719,9 @@ pub struct HeadsLosses {
 
 /// One step's losses (see the module's doc).
 pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Result<HeadsLosses> {
+    let logits_v = model.logits(x.image, true)?;
     let (full_v, full_l) = (
-        model.full_lexicons(x.image, true)?,
+        model.lexicons_of_logits(&logits_v)?,
         model.full_lexicons(x.text, false)?,
     );
     let pv = crate::lexicon::top_k(&full_v, w.image_k)?;
@@ -721,6 +749,17 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
         parts.push(("ground_image", gv));
         parts.push(("ground_text", gl));
     }
+    if w.caption_words > 0.0 {
+        let cw = caption_words(
+            &logits_v,
+            &model.allowed,
+            x.bags,
+            x.has,
+            w.caption_words_tau,
+        )?;
+        total = (total + (&cw * w.caption_words)?)?;
+        parts.push(("caption_words", cw));
+    }
     let nnz = (
         crate::losses::mean_nonzero(&pv)?,
         crate::losses::mean_nonzero(&pl)?,
@@ -741,6 +780,8 @@ struct HeadsSteps<'a> {
     teacher_tau: f64,
     distill: f64,
     grounding: f64,
+    caption_words: f64,
+    caption_words_tau: f64,
     device: Device,
 }
 
@@ -781,6 +822,8 @@ impl Objective for HeadsSteps<'_> {
                 flops_image: flops.image,
                 flops_text: flops.text,
                 grounding: self.grounding,
+                caption_words: self.caption_words,
+                caption_words_tau: self.caption_words_tau,
             },
         )?;
         Ok(Computed {

@@ -28,6 +28,21 @@ impl TrainOptions {
             ));
         }
         let heads = self.method.objective == Objective::Heads;
+        if !(self.lexicon.caption_words >= 0.0 && self.lexicon.caption_words.is_finite())
+            || !(self.lexicon.caption_words_tau > 0.0 && self.lexicon.caption_words_tau.is_finite())
+        {
+            return bad(format!(
+                "--caption-words must be >= 0 and --caption-words-tau > 0, got {} and {}",
+                self.lexicon.caption_words, self.lexicon.caption_words_tau
+            ));
+        }
+        if !heads && self.lexicon.caption_words > 0.0 {
+            return bad(
+                "--caption-words trains the lexicon heads' image lexicons (give --objective \
+                 heads); the towers' image lexicons are grounded with --grounding"
+                    .into(),
+            );
+        }
         if !heads && (self.model.backbone.is_some() || self.model.cache.is_some()) {
             return bad(
                 "--backbone and --cache are the lexicon heads' (give --objective heads)".into(),
