@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces models/emoji-lex: a dense teacher (lexlip's CLIP-style objective, both towers) on the
 # emoji + clip-art corpus with one art style held out (Twemoji: never trained on), then lexicon
-# heads over it (`--objective heads`: 64 image terms, 32 query terms, caption-word grounding,
-# distillation from the teacher), then the evaluations the model card reports: the unseen-concept
+# heads over it (`--objective heads`: 64 image terms, 32 query terms, caption-word grounding and
+# likelihood, distillation from the teacher), then the evaluations the model card reports: the unseen-concept
 # split, Noto and Twemoji apart, and the held-out style on seen concepts, sparse and dense.
 # Killed, it resumes (each stage checkpoints; a finished stage is skipped).
 #
@@ -29,7 +29,8 @@ mkdir -p "$work"
 
 [ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$work/dense" \
   --tsv "$train_tsv" --max-length 24 --batch-size 128 --steps 500 \
-  --tau 0.5 --lr 1e-2 --flops-image 0.01 --flops-text 0.01 --grounding 1.0 --seed 42 \
+  --tau 0.5 --lr 1e-2 --flops-image 0.01 --flops-text 0.01 --grounding 1.0 \
+  --caption-words 1 --caption-words-tau 0.3 --seed 42 \
   --save-dtype f16 --cache "$work/cache" --out "$out"
 
 cp "$corpus/ATTRIBUTION.md" "$out/ATTRIBUTION.md"

@@ -59,3 +59,40 @@ fn options_serialize_as_before_the_groups() {
         assert!(keys.get(group).is_none(), "{group} must not nest");
     }
 }
+
+/// The caption-word likelihood is the heads' (on by default there, off and refused for the
+/// towers), its weight and temperature are checked, and runs without it hash as before it
+/// existed (their checkpoints resume).
+#[test]
+fn caption_words_belong_to_the_heads() {
+    let mut h = TrainOptions::new("out");
+    h.method.objective = Objective::Heads;
+    h.model.backbone = Some("dense".into());
+    h.data.tsv = Some("pairs.tsv".into());
+    h.apply_objective_defaults(|_| false);
+    assert_eq!(h.lexicon.caption_words, 1.0);
+    h.validate().unwrap();
+    assert_eq!(h.fingerprint_json()["caption_words"], 1.0);
+    let mut off = h.clone();
+    off.lexicon.caption_words = 0.0;
+    let before = off.fingerprint_json();
+    assert!(before.get("caption_words").is_none() && before.get("caption_words_tau").is_none());
+    for (weight, tau) in [
+        (-1.0, 0.3),
+        (f64::NAN, 0.3),
+        (1.0, 0.0),
+        (1.0, f64::INFINITY),
+    ] {
+        let mut bad = h.clone();
+        (bad.lexicon.caption_words, bad.lexicon.caption_words_tau) = (weight, tau);
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("--caption-words"), "{e}");
+    }
+    let mut towers = TrainOptions::new("out");
+    towers.data.tsv = Some("pairs.tsv".into());
+    assert_eq!(towers.lexicon.caption_words, 0.0);
+    towers.validate().unwrap();
+    towers.lexicon.caption_words = 1.0;
+    let e = towers.validate().unwrap_err().to_string();
+    assert!(e.contains("--objective heads"), "{e}");
+}

@@ -28,12 +28,10 @@ impl TrainOptions {
             ));
         }
         let heads = self.method.objective == Objective::Heads;
-        if !(self.lexicon.caption_words >= 0.0 && self.lexicon.caption_words.is_finite())
-            || !(self.lexicon.caption_words_tau > 0.0 && self.lexicon.caption_words_tau.is_finite())
-        {
+        let (cw, cw_tau) = (self.lexicon.caption_words, self.lexicon.caption_words_tau);
+        if !(cw >= 0.0 && cw.is_finite() && cw_tau > 0.0 && cw_tau.is_finite()) {
             return bad(format!(
-                "--caption-words must be >= 0 and --caption-words-tau > 0, got {} and {}",
-                self.lexicon.caption_words, self.lexicon.caption_words_tau
+                "--caption-words must be >= 0 and --caption-words-tau > 0, got {cw} and {cw_tau}"
             ));
         }
         if !heads && self.lexicon.caption_words > 0.0 {
