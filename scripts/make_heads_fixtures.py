@@ -3,8 +3,8 @@
 `model/train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
 `log(1 + relu(.))` of the centred input, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
 dense similarities (KL both ways), FLOPS per side, caption-word grounding on both sides and the
-image head's caption-word likelihood: a softmax of its logits (before the relu) over the allowed
-words.
+caption-word likelihood on either head: a softmax of its logits (before the relu) over the
+allowed words.
 
 Written here from the description in model/train/src/heads/mod.rs (torch.topk for the cut,
 torch.nn.functional.kl_div for the distillation), not from the Rust code; evaluated in float64
@@ -34,7 +34,7 @@ B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
 K_IMAGE, K_TEXT = 7, 5
 TAU, TEACHER_TAU, DISTILL = 0.5, 0.1, 0.8
 LAMBDA_IMAGE, LAMBDA_TEXT, GROUNDING = 0.03, 0.01, 0.6
-CAPTION_WORDS, CAPTION_WORDS_TAU = 0.7, 0.2
+CAPTION_WORDS, CAPTION_WORDS_TEXT, CAPTION_WORDS_TAU = 0.7, 0.4, 0.2
 
 gen = torch.Generator().manual_seed(20241127)
 
@@ -139,7 +139,8 @@ def main():
     total = total + GROUNDING * (gv + gl)
     # ...on the image head's logits, before the relu (a word below 0 still gets a gradient).
     cw = caption_words(logits(xv, cv, wv, bv), allowed, bags, has)
-    total = total + CAPTION_WORDS * cw
+    cw_text = caption_words(logits(xl, cl, wl, bl), allowed, bags, has)
+    total = total + CAPTION_WORDS * cw + CAPTION_WORDS_TEXT * cw_text
     grads = torch.autograd.grad(total, [wv, bv, wl, bl])
 
     f32 = lambda t: t.detach().float().contiguous()
@@ -152,6 +153,7 @@ def main():
         "config.lambda_text": scalar(LAMBDA_TEXT),
         "config.grounding": scalar(GROUNDING),
         "config.caption_words": scalar(CAPTION_WORDS),
+        "config.caption_words_text": scalar(CAPTION_WORDS_TEXT),
         "config.caption_words_tau": scalar(CAPTION_WORDS_TAU),
         "config.k_image": torch.tensor(K_IMAGE, dtype=torch.int64),
         "config.k_text": torch.tensor(K_TEXT, dtype=torch.int64),
@@ -177,6 +179,7 @@ def main():
         "expect.ground_image": scalar(gv),
         "expect.ground_text": scalar(gl),
         "expect.caption_words": scalar(cw),
+        "expect.caption_words_text": scalar(cw_text),
         "expect.total": scalar(total),
         "expect.grad_wv": f32(grads[0]),
         "expect.grad_bv": f32(grads[1]),

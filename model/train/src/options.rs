@@ -382,6 +382,11 @@ pub struct LexiconOptions {
     #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words: f64,
+    /// --objective heads: the same likelihood on the text head's logits (the query side), with
+    /// --caption-words-tau. 0 = off.
+    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub caption_words_text: f64,
     /// --objective heads: the temperature of --caption-words' softmax over the image head's
     /// logits (lower: the caption's words must stand further above the rest).
     #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, help_heading = "Lexicon")]
@@ -706,6 +711,7 @@ impl TrainOptions {
                 image_top_k: DEFAULT_IMAGE_TOP_K,
                 grounding: DEFAULT_GROUNDING,
                 caption_words: 0.0,
+                caption_words_text: 0.0,
                 caption_words_tau: DEFAULT_CAPTION_WORDS_TAU,
                 vocab_bias: VocabBias::Fixed,
                 text_top_k: DEFAULT_TEXT_TOP_K,
@@ -773,6 +779,7 @@ impl TrainOptions {
                 "distill",
                 "teacher_tau",
                 "caption_words",
+                "caption_words_text",
                 "caption_words_tau",
             ] {
                 m.remove(key);

@@ -57,6 +57,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
         flops_text: scalar(&g("config.lambda_text")),
         grounding: scalar(&g("config.grounding")),
         caption_words: scalar(&g("config.caption_words")),
+        caption_words_text: scalar(&g("config.caption_words_text")),
         caption_words_tau: scalar(&g("config.caption_words_tau")),
     };
     let (xv, xl) = (g("input.xv"), g("input.xl"));
@@ -86,7 +87,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
             "{name}: candle {got}, torch {want}"
         );
     }
-    assert_eq!(parts.len(), 8, "every part is checked");
+    assert_eq!(parts.len(), 9, "every part is checked");
     let want = scalar(&g("expect.total"));
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
     let grads = total.backward().unwrap();
@@ -126,6 +127,7 @@ fn the_heads_gradient_matches_finite_differences() {
         flops_text: 0.01,
         grounding: 0.6,
         caption_words: 0.7,
+        caption_words_text: 0.4,
         caption_words_tau: 0.2,
     };
     let loss_with = |bv: &Tensor| -> (f64, Option<Tensor>) {

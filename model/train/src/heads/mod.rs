@@ -244,7 +244,7 @@ pub fn train(
     let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
-         grounding ×{}, caption words ×{} (τ {}); {} pairs, {} steps",
+         grounding ×{}, caption words ×{} / ×{} (image / text, τ {}); {} pairs, {} steps",
         opts.lexicon.image_top_k,
         opts.lexicon.text_top_k,
         opts.method.tau,
@@ -252,6 +252,7 @@ pub fn train(
         opts.lexicon.teacher_tau,
         opts.lexicon.grounding,
         opts.lexicon.caption_words,
+        opts.lexicon.caption_words_text,
         opts.lexicon.caption_words_tau,
         rows.len(),
         total
@@ -282,6 +283,7 @@ pub fn train(
         distill: opts.lexicon.distill,
         grounding: opts.lexicon.grounding,
         caption_words: opts.lexicon.caption_words,
+        caption_words_text: opts.lexicon.caption_words_text,
         caption_words_tau: opts.lexicon.caption_words_tau,
         device: device.clone(),
     };
@@ -694,8 +696,9 @@ pub struct StepWeights {
     pub flops_image: f64,
     pub flops_text: f64,
     pub grounding: f64,
-    /// Weight and temperature of the image lexicons' caption-word likelihood.
+    /// Weights (image, text side) and temperature of the caption-word likelihood.
     pub caption_words: f64,
+    pub caption_words_text: f64,
     pub caption_words_tau: f64,
 }
 
@@ -719,10 +722,10 @@ pub struct HeadsLosses {
 
 /// One step's losses (see the module's doc).
 pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Result<HeadsLosses> {
-    let logits_v = model.logits(x.image, true)?;
+    let (logits_v, logits_l) = (model.logits(x.image, true)?, model.logits(x.text, false)?);
     let (full_v, full_l) = (
         model.lexicons_of_logits(&logits_v)?,
-        model.full_lexicons(x.text, false)?,
+        model.lexicons_of_logits(&logits_l)?,
     );
     let pv = crate::lexicon::top_k(&full_v, w.image_k)?;
     let pl = crate::lexicon::top_k(&full_l, w.text_k)?;
@@ -749,16 +752,15 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
         parts.push(("ground_image", gv));
         parts.push(("ground_text", gl));
     }
-    if w.caption_words > 0.0 {
-        let cw = caption_words(
-            &logits_v,
-            &model.allowed,
-            x.bags,
-            x.has,
-            w.caption_words_tau,
-        )?;
-        total = (total + (&cw * w.caption_words)?)?;
-        parts.push(("caption_words", cw));
+    for (name, logits, weight) in [
+        ("caption_words", &logits_v, w.caption_words),
+        ("caption_words_text", &logits_l, w.caption_words_text),
+    ] {
+        if weight > 0.0 {
+            let cw = caption_words(logits, &model.allowed, x.bags, x.has, w.caption_words_tau)?;
+            total = (total + (&cw * weight)?)?;
+            parts.push((name, cw));
+        }
     }
     let nnz = (
         crate::losses::mean_nonzero(&pv)?,
@@ -781,6 +783,7 @@ struct HeadsSteps<'a> {
     distill: f64,
     grounding: f64,
     caption_words: f64,
+    caption_words_text: f64,
     caption_words_tau: f64,
     device: Device,
 }
@@ -823,6 +826,7 @@ impl Objective for HeadsSteps<'_> {
                 flops_text: flops.text,
                 grounding: self.grounding,
                 caption_words: self.caption_words,
+                caption_words_text: self.caption_words_text,
                 caption_words_tau: self.caption_words_tau,
             },
         )?;

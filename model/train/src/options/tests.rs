@@ -77,14 +77,17 @@ fn caption_words_belong_to_the_heads() {
     off.lexicon.caption_words = 0.0;
     let before = off.fingerprint_json();
     assert!(before.get("caption_words").is_none() && before.get("caption_words_tau").is_none());
-    for (weight, tau) in [
-        (-1.0, 0.3),
-        (f64::NAN, 0.3),
-        (1.0, 0.0),
-        (1.0, f64::INFINITY),
+    for (weight, text, tau) in [
+        (-1.0, 0.0, 0.3),
+        (f64::NAN, 0.0, 0.3),
+        (1.0, -0.5, 0.3),
+        (1.0, 0.0, 0.0),
+        (1.0, 0.0, f64::INFINITY),
     ] {
         let mut bad = h.clone();
-        (bad.lexicon.caption_words, bad.lexicon.caption_words_tau) = (weight, tau);
+        bad.lexicon.caption_words = weight;
+        bad.lexicon.caption_words_text = text;
+        bad.lexicon.caption_words_tau = tau;
         let e = bad.validate().unwrap_err().to_string();
         assert!(e.contains("--caption-words"), "{e}");
     }
@@ -92,7 +95,10 @@ fn caption_words_belong_to_the_heads() {
     towers.data.tsv = Some("pairs.tsv".into());
     assert_eq!(towers.lexicon.caption_words, 0.0);
     towers.validate().unwrap();
-    towers.lexicon.caption_words = 1.0;
-    let e = towers.validate().unwrap_err().to_string();
-    assert!(e.contains("--objective heads"), "{e}");
+    for (image, text) in [(1.0, 0.0), (0.0, 1.0)] {
+        towers.lexicon.caption_words = image;
+        towers.lexicon.caption_words_text = text;
+        let e = towers.validate().unwrap_err().to_string();
+        assert!(e.contains("--objective heads"), "{e}");
+    }
 }

@@ -28,16 +28,27 @@ impl TrainOptions {
             ));
         }
         let heads = self.method.objective == Objective::Heads;
-        let (cw, cw_tau) = (self.lexicon.caption_words, self.lexicon.caption_words_tau);
-        if !(cw >= 0.0 && cw.is_finite() && cw_tau > 0.0 && cw_tau.is_finite()) {
+        let (cw, cw_text, cw_tau) = (
+            self.lexicon.caption_words,
+            self.lexicon.caption_words_text,
+            self.lexicon.caption_words_tau,
+        );
+        if !(cw >= 0.0
+            && cw.is_finite()
+            && cw_text >= 0.0
+            && cw_text.is_finite()
+            && cw_tau > 0.0
+            && cw_tau.is_finite())
+        {
             return bad(format!(
-                "--caption-words must be >= 0 and --caption-words-tau > 0, got {cw} and {cw_tau}"
+                "--caption-words and --caption-words-text must be >= 0 and --caption-words-tau \
+                 > 0, got {cw}, {cw_text} and {cw_tau}"
             ));
         }
-        if !heads && self.lexicon.caption_words > 0.0 {
+        if !heads && (cw > 0.0 || cw_text > 0.0) {
             return bad(
-                "--caption-words trains the lexicon heads' image lexicons (give --objective \
-                 heads); the towers' image lexicons are grounded with --grounding"
+                "--caption-words and --caption-words-text train the lexicon heads (give \
+                 --objective heads); the towers' lexicons are grounded with --grounding"
                     .into(),
             );
         }
