@@ -375,10 +375,11 @@ pub struct LexiconOptions {
     #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
     #[serde(default)]
     pub grounding: f64,
-    /// --objective heads: weight of the caption-word likelihood of the image lexicons: every
-    /// word of the vocabulary competes with the caption's own words in a softmax at
-    /// --caption-words-tau, so weight on words no caption of the image has (neighbour concepts,
-    /// style words) costs. 0 = off; 1 unless given.
+    /// --objective heads: weight of the caption-word likelihood of the image head: every
+    /// allowed word competes with the caption's own words in a softmax of the head's logits at
+    /// --caption-words-tau (before the relu, so a caption word at weight 0 still rises), and
+    /// weight on words no caption of the image has (neighbour concepts, style words) costs.
+    /// 0 = off; 1 unless given.
     #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words: f64,
