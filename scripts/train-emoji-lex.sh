@@ -30,7 +30,7 @@ mkdir -p "$work"
 [ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$work/dense" \
   --tsv "$train_tsv" --max-length 24 --batch-size 128 --steps 500 \
   --tau 0.5 --lr 1e-2 --flops-image 0.01 --flops-text 0.01 --grounding 1.0 \
-  --caption-words 1 --caption-words-tau 0.3 --seed 42 \
+  --caption-words 1 --caption-words-text 0.3 --caption-words-tau 0.3 --seed 42 \
   --save-dtype f16 --cache "$work/cache" --out "$out"
 
 cp "$corpus/ATTRIBUTION.md" "$out/ATTRIBUTION.md"

@@ -354,9 +354,13 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     );
     assert_eq!(o["grounding"].as_f64(), Some(1.0));
     assert_eq!(
-        (o["caption_words"].as_f64(), o["caption_words_tau"].as_f64()),
-        (Some(1.0), None),
-        "the caption words on, at their default temperature (not recorded)"
+        (
+            o["caption_words"].as_f64(),
+            o["caption_words_text"].as_f64(),
+            o["caption_words_tau"].as_f64()
+        ),
+        (Some(1.0), Some(0.3), None),
+        "the caption words on both sides, at their default temperature (not recorded)"
     );
     assert_eq!(o["batch_size"].as_u64(), Some(4));
 

@@ -384,7 +384,8 @@ pub struct LexiconOptions {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words: f64,
     /// --objective heads: the same likelihood on the text head's logits (the query side), with
-    /// --caption-words-tau. 0 = off.
+    /// --caption-words-tau; it keeps one term from leading most queries. 0 = off; 0.3 unless
+    /// given.
     #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words_text: f64,
@@ -604,6 +605,7 @@ pub struct HeadsDefaults {
     pub flops_lambda: f64,
     pub grounding: f64,
     pub caption_words: f64,
+    pub caption_words_text: f64,
 }
 
 /// The heads' defaults (see [`HeadsDefaults`]).
@@ -615,6 +617,7 @@ pub const HEADS_DEFAULTS: HeadsDefaults = HeadsDefaults {
     flops_lambda: 0.01,
     grounding: 1.0,
     caption_words: 1.0,
+    caption_words_text: 0.3,
 };
 
 impl TrainOptions {
@@ -649,6 +652,11 @@ impl TrainOptions {
             given("caption_words"),
             &mut self.lexicon.caption_words,
             d.caption_words,
+        );
+        unless(
+            given("caption_words_text"),
+            &mut self.lexicon.caption_words_text,
+            d.caption_words_text,
         );
     }
 

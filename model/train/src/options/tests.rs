@@ -70,13 +70,19 @@ fn caption_words_belong_to_the_heads() {
     h.model.backbone = Some("dense".into());
     h.data.tsv = Some("pairs.tsv".into());
     h.apply_objective_defaults(|_| false);
-    assert_eq!(h.lexicon.caption_words, 1.0);
+    assert_eq!(
+        (h.lexicon.caption_words, h.lexicon.caption_words_text),
+        (1.0, 0.3)
+    );
     h.validate().unwrap();
     assert_eq!(h.fingerprint_json()["caption_words"], 1.0);
     let mut off = h.clone();
     off.lexicon.caption_words = 0.0;
+    off.lexicon.caption_words_text = 0.0;
     let before = off.fingerprint_json();
-    assert!(before.get("caption_words").is_none() && before.get("caption_words_tau").is_none());
+    for key in ["caption_words", "caption_words_text", "caption_words_tau"] {
+        assert!(before.get(key).is_none(), "{key}");
+    }
     for (weight, text, tau) in [
         (-1.0, 0.0, 0.3),
         (f64::NAN, 0.0, 0.3),
