@@ -137,7 +137,7 @@ def main():
     gv, gl = grounding(full_v, bags, has), grounding(full_l, bags, has)
     total = (i2t + t2i) / 2 + DISTILL * kd + LAMBDA_IMAGE * fv + LAMBDA_TEXT * fl
     total = total + GROUNDING * (gv + gl)
-    # ...on the image head's logits, before the relu (a word below 0 still gets a gradient).
+    # ...on each head's logits, before the relu (a word below 0 still gets a gradient).
     cw = caption_words(logits(xv, cv, wv, bv), allowed, bags, has)
     cw_text = caption_words(logits(xl, cl, wl, bl), allowed, bags, has)
     total = total + CAPTION_WORDS * cw + CAPTION_WORDS_TEXT * cw_text

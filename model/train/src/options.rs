@@ -389,8 +389,8 @@ pub struct LexiconOptions {
     #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words_text: f64,
-    /// --objective heads: the temperature of --caption-words' softmax over the image head's
-    /// logits (lower: the caption's words must stand further above the rest).
+    /// --objective heads: the temperature of the caption-word softmax over a head's logits,
+    /// both sides (lower: the caption's words must stand further above the rest).
     #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, help_heading = "Lexicon")]
     #[serde(
         default = "default_caption_words_tau",

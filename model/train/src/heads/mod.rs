@@ -12,14 +12,15 @@
 //!      + distill · KL(softmax(x_v·x_l / τ_teacher) ‖ softmax(p_v·p_l / τ))   the dense model's ranking
 //!      + λ_v FLOPS(p_v) + λ_l FLOPS(p_l)                       few terms, with warm-up
 //!      + grounding · (G(l_v, bags) + G(l_l, bags))             caption words on top (STAIR)
-//!      + caption_words · CW(z_v, bags)                         …and above every other word
+//!      + cw_v · CW(z_v, bags) + cw_l · CW(z_l, bags)          …and above every other word
 //! ```
 //! where `l_v`, `l_l` are the lexicons before their top-K cut (a caption word outside the K
 //! kept terms still gets the gradient that lifts it in), `G` contrasts a lexicon with the
 //! batch's caption bags ([`grounding`]) and `CW` is the caption words' likelihood under a
-//! softmax of the image head's logits `z_v = W_v (x_v − c_v) + b_v` over the allowed words
-//! ([`caption_words`]): on the logits, because a word the relu zeroes gets no gradient through
-//! the lexicon, so a caption word that starts below 0 for its image would never rise.
+//! softmax of a head's logits (`z_v = W_v (x_v − c_v) + b_v`, `z_l` likewise) over the allowed
+//! words ([`caption_words`]; `--caption-words`, `--caption-words-text`): on the logits, because
+//! a word the relu zeroes gets no gradient through the lexicon, so a caption word that starts
+//! below 0 for its item would never rise.
 //!
 //! Both heads start as the backbone's own text embedding of every vocabulary word (scaled by
 //! [`INIT_SCALE`]): before any step, an image's lexicon is the words the dense model finds
@@ -272,19 +273,24 @@ pub fn train(
         idf: idf.to_tensor(&device)?,
         pad: tokenizer.pad,
         flops,
-        // The heads' lexicons mean something from the first step (they start as the
-        // backbone's word embeddings), so they are cut to K from the first step, not narrowed
-        // from the whole vocabulary as the towers' are (that would start with ten thousand
-        // terms per side).
-        image_k: opts.lexicon.image_top_k,
-        text_k: opts.lexicon.text_top_k,
-        tau: opts.method.tau,
-        teacher_tau: opts.lexicon.teacher_tau,
-        distill: opts.lexicon.distill,
-        grounding: opts.lexicon.grounding,
-        caption_words: opts.lexicon.caption_words,
-        caption_words_text: opts.lexicon.caption_words_text,
-        caption_words_tau: opts.lexicon.caption_words_tau,
+        weights: StepWeights {
+            // The heads' lexicons mean something from the first step (they start as the
+            // backbone's word embeddings), so they are cut to K from the first step, not
+            // narrowed from the whole vocabulary as the towers' are (that would start with ten
+            // thousand terms per side).
+            image_k: opts.lexicon.image_top_k,
+            text_k: opts.lexicon.text_top_k,
+            tau: opts.method.tau,
+            teacher_tau: opts.lexicon.teacher_tau,
+            distill: opts.lexicon.distill,
+            // Set each step from `flops`.
+            flops_image: 0.0,
+            flops_text: 0.0,
+            grounding: opts.lexicon.grounding,
+            caption_words: opts.lexicon.caption_words,
+            caption_words_text: opts.lexicon.caption_words_text,
+            caption_words_tau: opts.lexicon.caption_words_tau,
+        },
         device: device.clone(),
     };
     crate::steps::run(
@@ -776,15 +782,8 @@ struct HeadsSteps<'a> {
     idf: Tensor,
     pad: u32,
     flops: FlopsSchedule,
-    image_k: usize,
-    text_k: usize,
-    tau: f64,
-    teacher_tau: f64,
-    distill: f64,
-    grounding: f64,
-    caption_words: f64,
-    caption_words_text: f64,
-    caption_words_tau: f64,
+    /// The run's loss weights; the FLOPS ones follow `flops` step by step.
+    weights: StepWeights,
     device: Device,
 }
 
@@ -817,17 +816,9 @@ impl Objective for HeadsSteps<'_> {
                 has: &has,
             },
             StepWeights {
-                image_k: self.image_k,
-                text_k: self.text_k,
-                tau: self.tau,
-                teacher_tau: self.teacher_tau,
-                distill: self.distill,
                 flops_image: flops.image,
                 flops_text: flops.text,
-                grounding: self.grounding,
-                caption_words: self.caption_words,
-                caption_words_text: self.caption_words_text,
-                caption_words_tau: self.caption_words_tau,
+                ..self.weights
             },
         )?;
         Ok(Computed {
