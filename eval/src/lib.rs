@@ -29,7 +29,7 @@ pub mod rerank;
 pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use lexlip_model::Encoders;
 use lexlip_proto::api::Precision;
@@ -380,6 +380,21 @@ pub trait EvalObserver {
 /// An observer that ignores everything.
 impl EvalObserver for () {}
 
+/// A temporary directory for the collections (removed when dropped), in `dir` (made if it does
+/// not exist yet, as `mkdir -p`) or the system's temporary directory.
+fn work_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("lexlip-eval");
+    match dir {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| builder.tempdir_in(dir))
+            .map_err(|e| PipelineError::io(dir, e)),
+        None => builder
+            .tempdir()
+            .map_err(|e| PipelineError::io(std::env::temp_dir(), e)),
+    }
+}
+
 /// Encodes `input` once with `encoders`, then evaluates every setting of `options`.
 pub fn run(
     input: &Input,
@@ -389,24 +404,15 @@ pub fn run(
 ) -> Result<EvalReport> {
     let started = std::time::Instant::now();
     let settings = options.settings()?;
+    // Before the encoding, which can take an hour: a work directory that cannot be made fails
+    // now, not after it.
+    let work = work_dir(options.work_dir.as_deref())?;
     let encoded = encode(input, encoders, options, observer)?;
     encoded.check()?;
     let lexicons = match options.mode {
         Mode::Sparse => measure_lexicons(&encoded, encoders)?,
         Mode::Dense => None,
     };
-    let work = match &options.work_dir {
-        Some(dir) => tempfile::Builder::new()
-            .prefix("lexlip-eval")
-            .tempdir_in(dir),
-        None => tempfile::Builder::new().prefix("lexlip-eval").tempdir(),
-    }
-    .map_err(|e| {
-        PipelineError::io(
-            options.work_dir.clone().unwrap_or_else(std::env::temp_dir),
-            e,
-        )
-    })?;
     let mut results = Vec::with_capacity(settings.len());
     for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));

@@ -369,7 +369,14 @@ fn dense_mode_equals_brute_force_cosine() {
 fn one_image_is_always_found() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(tmp.path(), 1, 2, None);
-    let report = eval(&lexlip_tiny_args(), &c.tsv, &[]);
+    // A work directory that does not exist yet is made, and left empty.
+    let work = tmp.path().join("work/nested");
+    let report = eval(
+        &lexlip_tiny_args(),
+        &c.tsv,
+        &["--work-dir", work.to_str().unwrap()],
+    );
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
     let s = &report["settings"][0];
     for key in [
         "t2i.r@1", "t2i.r@5", "t2i.r@10", "i2t.r@1", "i2t.r@5", "i2t.r@10",
@@ -426,6 +433,12 @@ fn bad_inputs_are_clear_errors_or_counted() {
     let c = corpus(&tmp.path().join("c"), 4, 2, Some(2));
     let splade = vec!["--model".to_string(), splade_dir().display().to_string()];
     fails(&eval_args(&c.tsv, splade), "no image encoder");
+    // A work directory that cannot be made (under a file): an error naming it.
+    let mut blocked = eval_args(&c.tsv, lexlip_tiny_args());
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    blocked.extend(["--work-dir".into(), file.join("work").display().to_string()]);
+    fails(&blocked, "a-file/work");
     // A model without a dense encoder in dense mode.
     let mut dense = eval_args(&c.tsv, lexlip_tiny_args());
     dense.extend(["--mode".into(), "dense".into()]);

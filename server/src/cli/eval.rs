@@ -70,7 +70,8 @@ pub struct EvalArgs {
     /// Image input size (default: the model's; e.g. 384 for LexLIP's fine-tuned checkpoints).
     #[arg(long)]
     pub image_size: Option<usize>,
-    /// Directory for the temporary collections (default: the system's temporary directory).
+    /// Directory for the temporary collections, made if missing (default: the system's
+    /// temporary directory); checked before the encoding starts.
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
     /// Write recall against bytes per item and against QPS across the settings as an SVG.
