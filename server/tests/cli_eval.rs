@@ -439,6 +439,13 @@ fn bad_inputs_are_clear_errors_or_counted() {
     std::fs::write(&file, "").unwrap();
     blocked.extend(["--work-dir".into(), file.join("work").display().to_string()]);
     fails(&blocked, "a-file/work");
+    // A plot with no directory to go in: refused before anything is encoded.
+    let mut plot = eval_args(&c.tsv, lexlip_tiny_args());
+    plot.extend([
+        "--plot".into(),
+        tmp.path().join("nowhere/plot.svg").display().to_string(),
+    ]);
+    fails(&plot, "no directory");
     // A model without a dense encoder in dense mode.
     let mut dense = eval_args(&c.tsv, lexlip_tiny_args());
     dense.extend(["--mode".into(), "dense".into()]);

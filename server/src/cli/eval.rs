@@ -131,6 +131,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
     drop(input.open()?);
+    if let Some(path) = &args.plot {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
+            anyhow::bail!(
+                "--plot {}: no directory {} to write it in (make it first)",
+                path.display(),
+                dir.display()
+            );
+        }
+    }
     let load = LoadOptions {
         max_length: args.max_length,
         image_size: args.image_size,
@@ -169,6 +179,12 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let result = eval::run(&input, &encoders, &options, &mut progress);
     progress.finish();
     let report = result?;
+    // The report first: a plot that cannot be written must not lose an hour's figures.
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.human());
+    }
     if let Some(path) = &args.plot {
         let title = format!(
             "{} on {} ({} mode)",
@@ -176,11 +192,6 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         );
         std::fs::write(path, eval::plot::svg(&title, &report.settings))
             .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        println!("{}", report.to_json());
-    } else {
-        println!("{}", report.human());
     }
     Ok(())
 }
