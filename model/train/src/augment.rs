@@ -1,5 +1,5 @@
 //! Image inputs for training: decoding, and augmentation (random resized crop, colour jitter,
-//! horizontal flip) drawn from a per-sample random stream, so a step's pixels are a function of
+//! horizontal flip, a flat-style redraw) drawn from a per-sample random stream, so a step's pixels are a function of
 //! the seed and the step. Without augmentation images go through the inference preprocessing
 //! (`lexlip_model::ImageProcessor`: shorter side resized, centre crop), so training sees what
 //! encoding will.
@@ -37,11 +37,14 @@ pub struct Augment {
     /// Brightness/contrast/saturation factors from `[1 - j, 1 + j]` (0 = off).
     pub jitter: f64,
     pub hflip: bool,
+    /// Probability of redrawing an image in a flatter style (blurred, then posterized): the
+    /// tower then learns shapes and colours rather than one art style's shading (0 = off).
+    pub style: f64,
 }
 
 impl Augment {
     pub fn is_identity(&self) -> bool {
-        self.crop_scale >= 1.0 && self.jitter <= 0.0 && !self.hflip
+        self.crop_scale >= 1.0 && self.jitter <= 0.0 && !self.hflip && self.style <= 0.0
     }
 
     /// Normalised `(3, size, size)` pixels of an encoded image.
@@ -56,7 +59,7 @@ impl Augment {
         Ok(self.apply(&decode_rgb(bytes)?, rng))
     }
 
-    /// Crop, resize, flip and jitter a decoded image, then normalise it.
+    /// Crop, resize, flip, jitter and restyle a decoded image, then normalise it.
     pub fn apply(&self, rgb: &RgbImage, rng: &mut Rng) -> Vec<f32> {
         let size = self.processor.size as u32;
         let (x, y, w, h) = self.crop_box(rgb.width(), rgb.height(), rng);
@@ -87,6 +90,11 @@ impl Augment {
                 let g = gray(p);
                 *p = p.map(|v| (g + (v - g) * saturation).clamp(0.0, 1.0));
             }
+        }
+        if self.style > 0.0 && rng.uniform() < self.style {
+            let sigma = 0.3 + 0.7 * rng.uniform() as f32;
+            let levels = 3 + rng.below(4) as u32;
+            rgbf = flat_style(&rgbf, size as usize, sigma, levels);
         }
         let mut data = vec![0f32; 3 * n];
         for (i, p) in rgbf.iter().enumerate() {
@@ -121,6 +129,45 @@ impl Augment {
     }
 }
 
+/// A flat-colour redraw of a `side`×`side` image of `[0, 1]` RGB pixels: a separable Gaussian
+/// blur of `sigma` pixels (edges clamped), then each channel rounded to `levels` evenly spaced
+/// values — shading becomes bands of flat colour, as in emoji styles drawn without gradients.
+pub fn flat_style(rgb: &[[f32; 3]], side: usize, sigma: f32, levels: u32) -> Vec<[f32; 3]> {
+    let radius = (3.0 * sigma).ceil() as isize;
+    let kernel: Vec<f32> = (-radius..=radius)
+        .map(|d| (-(d * d) as f32 / (2.0 * sigma * sigma)).exp())
+        .collect();
+    let total: f32 = kernel.iter().sum();
+    let at = |i: isize| i.clamp(0, side as isize - 1) as usize;
+    let pass = |src: &[[f32; 3]], horizontal: bool| -> Vec<[f32; 3]> {
+        let mut out = vec![[0f32; 3]; src.len()];
+        for y in 0..side {
+            for x in 0..side {
+                let mut acc = [0f32; 3];
+                for (k, w) in kernel.iter().enumerate() {
+                    let d = k as isize - radius;
+                    let (sx, sy) = if horizontal {
+                        (at(x as isize + d), y)
+                    } else {
+                        (x, at(y as isize + d))
+                    };
+                    let p = src[sy * side + sx];
+                    for c in 0..3 {
+                        acc[c] += w * p[c];
+                    }
+                }
+                out[y * side + x] = acc.map(|v| v / total);
+            }
+        }
+        out
+    };
+    let step = (levels.max(2) - 1) as f32;
+    pass(&pass(rgb, true), false)
+        .into_iter()
+        .map(|p| p.map(|v| (v.clamp(0.0, 1.0) * step).round() / step))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +185,7 @@ mod tests {
             crop_scale: 0.5,
             jitter: 0.3,
             hflip: true,
+            style: 0.5,
         };
         let img = gradient(30, 20);
         let a = aug.apply(&img, &mut Rng::new(&[1, 2]));
@@ -156,6 +204,7 @@ mod tests {
             crop_scale: 1.0,
             jitter: 0.0,
             hflip: false,
+            style: 0.0,
         };
         let mut png = Vec::new();
         gradient(30, 20)
@@ -168,5 +217,31 @@ mod tests {
             aug.pixels(b"not an image", "x", &mut Rng::new(&[0]))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn flat_style_keeps_flat_colours_and_bands_gradients() {
+        // A flat image is unchanged by the blur (weights sum to one) and lands on a level.
+        let flat = vec![[1.0, 0.5, 0.0]; 8 * 8];
+        let out = flat_style(&flat, 8, 0.8, 3);
+        assert!(out.iter().all(|p| p == &[1.0, 0.5, 0.0]));
+        // A horizontal ramp becomes monotone bands of at most `levels` values.
+        let ramp: Vec<[f32; 3]> = (0..16 * 16).map(|i| [(i % 16) as f32 / 15.0; 3]).collect();
+        let out = flat_style(&ramp, 16, 0.5, 4);
+        let row: Vec<f32> = out[..16].iter().map(|p| p[0]).collect();
+        assert!(row.windows(2).all(|w| w[0] <= w[1]));
+        let mut values: Vec<u32> = out.iter().map(|p| (p[0] * 3.0).round() as u32).collect();
+        values.sort();
+        values.dedup();
+        assert_eq!(values, vec![0, 1, 2, 3]);
+        // Blur by hand at one pixel: a single white dot spreads to its neighbours.
+        let mut dot = vec![[0.0f32; 3]; 5 * 5];
+        dot[12] = [1.0; 3];
+        let (sigma, w1) = (1.0f32, (-0.5f32).exp());
+        let norm = 1.0 + 2.0 * w1 + 2.0 * (-2.0f32).exp() + 2.0 * (-4.5f32).exp();
+        let centre = 1.0 / (norm * norm);
+        let out = flat_style(&dot, 5, sigma, 256);
+        assert!((out[12][0] - (centre * 255.0).round() / 255.0).abs() < 1e-6);
+        assert!(out[13][0] > 0.0 && out[13][0] < out[12][0]);
     }
 }

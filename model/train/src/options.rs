@@ -164,6 +164,12 @@ pub struct DataOptions {
     /// pointing left" are direction-specific).
     #[arg(long, help_heading = "Data")]
     pub hflip: bool,
+    /// Probability of redrawing a training image in a flat style (a blur of 0.3-1 px, then 3-6
+    /// levels per colour channel), so that the image tower learns shapes and colours rather than
+    /// the shading of the art styles it trains on (0 = off).
+    #[arg(long, default_value_t = 0.0, help_heading = "Data")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub style_augment: f64,
 }
 
 /// Where the towers start and their shapes.
@@ -672,6 +678,7 @@ impl TrainOptions {
                 crop_scale: 0.8,
                 color_jitter: 0.1,
                 hflip: false,
+                style_augment: 0.0,
             },
             model: ModelOptions {
                 init: None,

@@ -279,6 +279,7 @@ fn run_steps(
         crop_scale: opts.data.crop_scale,
         jitter: opts.data.color_jitter,
         hflip: opts.data.hflip,
+        style: opts.data.style_augment,
     };
     let masking = Masking {
         rate: opts.method.mask_rate,

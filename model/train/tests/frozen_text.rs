@@ -111,6 +111,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
         crop_scale: 1.0,
         jitter: 0.0,
         hflip: false,
+        style: 0.0,
     };
     let masking = Masking {
         rate: 0.3,

@@ -108,3 +108,23 @@ fn caption_words_belong_to_the_heads() {
         assert!(e.contains("--objective heads"), "{e}");
     }
 }
+
+/// The flat-style augmentation is off by default and then absent from the options (runs from
+/// before it hash as they did and resume); when on it hashes, and a probability outside [0, 1]
+/// is refused.
+#[test]
+fn style_augment_hashes_only_when_on() {
+    let mut o = TrainOptions::new("out");
+    o.data.tsv = Some("pairs.tsv".into());
+    o.validate().unwrap();
+    let off = o.fingerprint_json();
+    assert!(off.get("style_augment").is_none());
+    o.data.style_augment = 0.5;
+    o.validate().unwrap();
+    assert_eq!(o.fingerprint_json()["style_augment"], 0.5);
+    for bad in [-0.1, 1.5, f64::NAN] {
+        o.data.style_augment = bad;
+        let err = o.validate().unwrap_err().to_string();
+        assert!(err.contains("--style-augment"), "{err}");
+    }
+}

@@ -132,6 +132,12 @@ impl TrainOptions {
                 self.data.color_jitter
             ));
         }
+        if !(0.0..=1.0).contains(&self.data.style_augment) {
+            return bad(format!(
+                "--style-augment is a probability in [0, 1], got {}",
+                self.data.style_augment
+            ));
+        }
         if !(0.0..1.0).contains(&self.optim.warmup) {
             return bad(format!(
                 "--warmup must be in [0, 1), got {}",
