@@ -404,8 +404,8 @@ pub struct LexiconOptions {
     )]
     pub caption_words_tau: f64,
     /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
-    /// initial one) or train (both learn theirs; a learned bias lets one term top every
-    /// lexicon).
+    /// initial one; --objective heads: each head keeps its one shared starting bias) or train
+    /// (both learn a bias per term; a learned bias lets one term top every lexicon).
     #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
     #[serde(default = "legacy_vocab_bias")]
     pub vocab_bias: VocabBias,

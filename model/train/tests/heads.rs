@@ -12,7 +12,7 @@ use lexlip_model::Encoders;
 use lexlip_train::heads::cache::{CacheMeta, EmbeddingCache, Section};
 use lexlip_train::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
 use lexlip_train::lexicon;
-use lexlip_train::{Objective, TrainOptions};
+use lexlip_train::{Objective, TrainOptions, VocabBias};
 
 use common::{err_of, fast_options, run_quietly, synthetic_tsv, train_json};
 
@@ -480,6 +480,48 @@ fn heads_train_on_the_cache_and_export_a_model_every_command_loads() {
     );
     // The shared cache was reused, not rebuilt in parts/.
     assert!(!parts.join("cache").exists());
+}
+
+/// The heads' biases of a run: (image, text).
+fn biases(out: &Path) -> [Vec<f32>; 2] {
+    let w =
+        candle_core::safetensors::load(out.join("heads/model.safetensors"), &Device::Cpu).unwrap();
+    ["image_head.bias", "text_head.bias"].map(|name| {
+        w[name]
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    })
+}
+
+/// `--vocab-bias fixed` (the default) keeps each head's one shared starting bias, so no term
+/// is raised for every item alike; `--vocab-bias train` lets each term learn its own.
+#[test]
+fn a_fixed_bias_stays_shared_and_a_trained_one_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = backbone(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let fixed = tmp.path().join("fixed");
+    let mut o = heads_options(&tsv, &dense, &fixed);
+    o.optim.steps = Some(4);
+    assert_eq!(o.lexicon.vocab_bias, VocabBias::Fixed);
+    run_quietly(&o);
+    for b in biases(&fixed) {
+        assert!(
+            b.iter().all(|&x| x == b[0] && x.is_finite()),
+            "one shared bias"
+        );
+    }
+    let trained = tmp.path().join("trained");
+    let mut t = heads_options(&tsv, &dense, &trained);
+    t.optim.steps = Some(4);
+    t.lexicon.vocab_bias = VocabBias::Train;
+    t.model.cache = Some(fixed.join("cache"));
+    run_quietly(&t);
+    for (b, start) in biases(&trained).iter().zip(biases(&fixed)) {
+        assert!(b.iter().any(|&x| x != start[0]), "a trained bias moved");
+    }
 }
 
 #[test]
