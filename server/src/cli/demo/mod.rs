@@ -25,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "lexlip-demo")]
     pub data: PathBuf,
     /// The LexLIP model that encodes images and captions (and queries).
-    #[arg(long, default_value = "models/emoji-tiny", env = "LEXLIP_MODEL")]
+    #[arg(long, default_value = "models/emoji-lex-all", env = "LEXLIP_MODEL")]
     pub model: PathBuf,
     /// A directory holding the npm tarballs emoji-datasource-google-16.0.0.tgz and
     /// emojibase-data-17.0.0.tgz, instead of downloading them from the npm registry.
@@ -43,7 +43,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     if !args.model.is_dir() {
         bail!(
             "no model at {}: run `lexlip demo` from the root of a lexlip checkout (the model \
-             ships in models/emoji-tiny) or give --model DIR",
+             ships in models/emoji-lex-all) or give --model DIR",
             args.model.display()
         );
     }
