@@ -298,6 +298,35 @@ fn tsv_counts_errors_and_search() {
     assert!(stderr.contains("skipped items are listed in"), "{stderr}");
     let changed = lexlip_tests::success_json(&out);
     assert!(changed.get("already_complete").is_none(), "{changed}");
+
+    // A model changed in place (new weights under the same path) is not taken for the one
+    // that indexed: the same command with a copy of the model, then the copy rewritten.
+    let model_dir = tmp.path().join("model");
+    std::fs::create_dir(&model_dir).unwrap();
+    let original = model_args();
+    let ckpt = model_dir.join("model.ckpt");
+    std::fs::copy(&original[1], &ckpt).unwrap();
+    let copied = |collection: &Path| {
+        let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
+        args.push(collection.display().to_string());
+        args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
+        args.extend(["--model".into(), ckpt.display().to_string()]);
+        args.extend(original[2..].iter().cloned());
+        args.extend(["--batch-size".into(), "8".into(), "--json".into()]);
+        lexlip_tests::lexlip(&args)
+    };
+    let fresh = tmp.path().join("fresh");
+    assert!(copied(&fresh).status.success());
+    let again = lexlip_tests::success_json(&copied(&fresh));
+    assert_eq!(again["already_complete"], true, "{again}");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&ckpt, std::fs::read(&original[1]).unwrap()).unwrap();
+    let out = copied(&fresh);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the saved progress belongs to another run"),
+        "{stderr}"
+    );
     assert_eq!(changed["indexed"], s["indexed"].as_u64().unwrap() + 1);
     let docs = contents(&coll);
     assert!(docs["img0001#2"].contains("a new caption of a dog"));

@@ -1,7 +1,7 @@
 //! `lexlip index`: arguments, progress bar, errors file and summary around the batch jobs of
 //! `lexlip-pipeline` (precomputed vectors, or a corpus encoded with `--model`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -9,6 +9,7 @@ use lexlip_index::{Collection, CollectionSettings, DocOrder};
 use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options, Report, VectorsFile};
 use lexlip_proto::{DEFAULT_SCALE, Modality, TermSpace};
+use sha2::{Digest, Sha256};
 
 use super::model_args::ModelArgs;
 
@@ -365,12 +366,16 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     }
     collection.set_doc_order(args.doc_order);
     let mut progress = Progress::new(args, total, Unit::Items)?;
+    let mut model_files = vec![model_path.clone()];
+    model_files.extend(args.model.tokenizer.clone());
+    model_files.extend(args.dense_model.clone());
     let context = format!(
-        "{}|{}|{:?}|{:?}",
+        "{}|{}|{:?}|{:?}|{}",
         model_path.display(),
         args.scale,
         args.top_k_terms,
-        args.dense_model
+        args.dense_model,
+        files_signature(&model_files)
     );
     let result = lexlip_pipeline::index_corpus(
         &input,
@@ -386,6 +391,44 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         finish(args, &collection, &summary, seconds, true)?,
         collection,
     ))
+}
+
+/// The size and modification time of every file under `paths` (files, or directories walked),
+/// hashed: part of a corpus run's resume fingerprint, so that a model changed in place (new
+/// weights pulled into `models/NAME`) is never taken for the one an earlier run indexed with.
+fn files_signature(paths: &[PathBuf]) -> String {
+    fn walk(path: &Path, out: &mut Vec<String>) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            out.push(format!("{}|missing", path.display()));
+            return;
+        };
+        if meta.is_dir() {
+            let mut children: Vec<PathBuf> = std::fs::read_dir(path)
+                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            children.sort();
+            for child in children {
+                walk(&child, out);
+            }
+        } else {
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            out.push(format!("{}|{}|{modified}", path.display(), meta.len()));
+        }
+    }
+    let mut entries = Vec::new();
+    for p in paths {
+        walk(p, &mut entries);
+    }
+    let mut h = Sha256::new();
+    for e in &entries {
+        h.update(e.as_bytes());
+        h.update(b"\n");
+    }
+    format!("{} model files|{:x}", entries.len(), h.finalize())
 }
 
 /// The report of a finished run, after `--merge-segments` has merged all segments into one per
