@@ -1,7 +1,7 @@
 //! `lexlip demo` as a newcomer runs it, on npm tarballs made here in the packages' layout
 //! from the twelve committed Noto PNGs (so no network): it builds the emoji collection with
-//! `models/emoji-lex-all` (its default), says what it does, reuses its work on a second run, refuses bad input
-//! before writing anything, and serves the page and the collection.
+//! `models/emoji-lex-all` (its default), says what it does, reuses its work on a second run,
+//! refuses bad input before writing anything, and serves the page and the collection.
 
 use std::io::Write;
 use std::path::Path;

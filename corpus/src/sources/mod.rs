@@ -59,21 +59,28 @@ impl Input {
             Input::WebDataset(paths) => webdataset::shards(paths)?,
             Input::ImageDir(root) => image_dir::files(root)?,
         };
-        let mut h = crate::hash::fnv1a(b"");
-        for f in &files {
-            let m = std::fs::metadata(f).map_err(|e| CorpusError::io(f, e))?;
-            let modified = m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            let entry = format!("{}|{}|{modified};", f.display(), m.len());
-            h ^= crate::hash::fnv1a(entry.as_bytes());
-            h = h.rotate_left(5).wrapping_mul(0x0100_0000_01b3);
-        }
-        out.push_str(&format!("|{} files|{h:016x}", files.len()));
+        out.push_str(&files_signature(&files)?);
         Ok(out)
     }
+}
+
+/// The path, size and modification time of every file of `files`, hashed (`|N files|HASH`):
+/// what tells a changed file from the one an earlier run read, for inputs and for the model
+/// that encoded them.
+pub fn files_signature(files: &[PathBuf]) -> Result<String> {
+    let mut h = crate::hash::fnv1a(b"");
+    for f in files {
+        let m = std::fs::metadata(f).map_err(|e| CorpusError::io(f, e))?;
+        let modified = m
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        let entry = format!("{}|{}|{modified};", f.display(), m.len());
+        h ^= crate::hash::fnv1a(entry.as_bytes());
+        h = h.rotate_left(5).wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(format!("|{} files|{h:016x}", files.len()))
 }
 
 pub(crate) fn parent_dir(path: &Path) -> PathBuf {

@@ -9,7 +9,6 @@ use lexlip_index::{Collection, CollectionSettings, DocOrder};
 use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options, Report, VectorsFile};
 use lexlip_proto::{DEFAULT_SCALE, Modality, TermSpace};
-use sha2::{Digest, Sha256};
 
 use super::model_args::ModelArgs;
 
@@ -366,16 +365,16 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     }
     collection.set_doc_order(args.doc_order);
     let mut progress = Progress::new(args, total, Unit::Items)?;
-    let mut model_files = vec![model_path.clone()];
-    model_files.extend(args.model.tokenizer.clone());
-    model_files.extend(args.dense_model.clone());
+    let mut model_paths = vec![model_path.clone()];
+    model_paths.extend(args.model.tokenizer.clone());
+    model_paths.extend(args.dense_model.clone());
     let context = format!(
-        "{}|{}|{:?}|{:?}|{}",
+        "{}|{}|{:?}|{:?}{}",
         model_path.display(),
         args.scale,
         args.top_k_terms,
         args.dense_model,
-        files_signature(&model_files)
+        lexlip_pipeline::sources::files_signature(&model_files(&model_paths)?)?
     );
     let result = lexlip_pipeline::index_corpus(
         &input,
@@ -393,42 +392,29 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     ))
 }
 
-/// The size and modification time of every file under `paths` (files, or directories walked),
-/// hashed: part of a corpus run's resume fingerprint, so that a model changed in place (new
-/// weights pulled into `models/NAME`) is never taken for the one an earlier run indexed with.
-fn files_signature(paths: &[PathBuf]) -> String {
-    fn walk(path: &Path, out: &mut Vec<String>) {
-        let Ok(meta) = std::fs::metadata(path) else {
-            out.push(format!("{}|missing", path.display()));
-            return;
-        };
-        if meta.is_dir() {
-            let mut children: Vec<PathBuf> = std::fs::read_dir(path)
-                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-                .unwrap_or_default();
-            children.sort();
-            for child in children {
-                walk(&child, out);
+/// Every file under `paths` (files, or directories walked), sorted: the model's files, whose
+/// signature (`sources::files_signature`) is part of a corpus run's resume fingerprint, so
+/// that a model changed in place (new weights pulled into `models/NAME`) is never taken for
+/// the one an earlier run indexed with.
+fn model_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    fn walk(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+        if path.is_dir() {
+            let entries =
+                std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?;
+            for entry in entries {
+                walk(&entry?.path(), out)?;
             }
         } else {
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            out.push(format!("{}|{}|{modified}", path.display(), meta.len()));
+            out.push(path.to_path_buf());
         }
+        Ok(())
     }
-    let mut entries = Vec::new();
+    let mut files = Vec::new();
     for p in paths {
-        walk(p, &mut entries);
+        walk(p, &mut files)?;
     }
-    let mut h = Sha256::new();
-    for e in &entries {
-        h.update(e.as_bytes());
-        h.update(b"\n");
-    }
-    format!("{} model files|{:x}", entries.len(), h.finalize())
+    files.sort();
+    Ok(files)
 }
 
 /// The report of a finished run, after `--merge-segments` has merged all segments into one per

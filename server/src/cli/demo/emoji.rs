@@ -34,8 +34,8 @@ impl Package {
     }
 }
 
-/// The same versions as `scripts/build-emoji-corpus.sh`, which made the training data of the shipped
-/// models (`models/emoji-lex-all`, `models/emoji-tiny`).
+/// The same versions as `scripts/build-emoji-corpus.sh`, which made the training data of the
+/// shipped models (`models/emoji-lex-all`, `models/emoji-tiny`).
 pub const IMAGES: Package = Package {
     name: "emoji-datasource-google",
     version: "16.0.0",
