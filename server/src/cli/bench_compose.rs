@@ -59,9 +59,10 @@ pub fn run(args: BenchComposeArgs) -> anyhow::Result<()> {
         }
     })?;
     eprintln!(
-        "{} pictures in {} shards under {} ({:.1} s); index them with `lexlip index --webdataset {}`",
+        "{} pictures in {} shard{} under {} ({:.1} s); index them with `lexlip index --webdataset {}`",
         args.images,
         shards.len(),
+        if shards.len() == 1 { "" } else { "s" },
         args.out.display(),
         started.elapsed().as_secs_f64(),
         args.out.display()
