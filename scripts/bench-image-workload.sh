@@ -25,7 +25,9 @@
 # directory under models/, --max-queries 2000 (queries per direction, spread evenly over the N
 # pictures and N captions; every item stays in the collections). JSON keys: images, and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
-# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries},
+# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries} (and
+# overlap@10, the share of the exact search's first 10 found, beside every setting but the two
+# exact ones: sparse ones against sparse_exact, dense_hnsw against dense_exact),
 # bytes_per_item.{sparse,dense}; dense_index.{images_per_s,peak_rss_mb,seconds} (the dense
 # baseline through `lexlip index`, its graph build timed by `lexlip eval --hnsw`); serve.{ready_s,
 # first_answer_s,ms_per_query,rss_mb,rss_anon_mb,rss_file_mb} per model and for dense_index. A
@@ -148,7 +150,11 @@ def pick(settings, **want):
 def figures(s, d):
     if s is None:
         return None
-    return {"qps": s[f"{d}.qps"], "r@1": s[f"{d}.r@1"], "r@10": s[f"{d}.r@10"], "queries": s[f"{d}.queries"]}
+    out = {"qps": s[f"{d}.qps"], "r@1": s[f"{d}.r@1"], "r@10": s[f"{d}.r@10"], "queries": s[f"{d}.queries"]}
+    # The share of the exact search's first 10 found (every setting but the exact one).
+    if f"{d}.overlap@10" in s:
+        out["overlap@10"] = s[f"{d}.overlap@10"]
+    return out
 
 # Only this run's dense baseline (an earlier run's results may lie beside).
 _, dense = load("dense-baseline") if dense_model else (None, None)

@@ -413,10 +413,10 @@ pub fn run(
         Mode::Sparse => measure_lexicons(&encoded, encoders)?,
         Mode::Dense => None,
     };
-    let mut results = Vec::with_capacity(settings.len());
+    let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
-        results.push(evaluate(
+        let mut result = evaluate(
             &encoded,
             setting,
             options.scale,
@@ -424,7 +424,15 @@ pub fn run(
             options.rerank.as_ref(),
             &dir,
             observer,
-        )?);
+        )?;
+        // The first setting is the exact search; every later one is measured against its
+        // results, and keeps none of its own.
+        if let Some(exact) = results.first() {
+            let rankings = std::mem::take(&mut result.rankings);
+            result.t2i_overlap = recall::overlap(&rankings.t2i, &exact.rankings.t2i);
+            result.i2t_overlap = recall::overlap(&rankings.i2t, &exact.rankings.i2t);
+        }
+        results.push(result);
         // Each collection is measured and searched, then removed: one on disk at a time.
         std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
     }

@@ -328,6 +328,9 @@ mod tests {
             index_bytes: 0,
             index_seconds: 0.0,
             rerank: None,
+            t2i_overlap: None,
+            i2t_overlap: None,
+            rankings: Default::default(),
         }
     }
 

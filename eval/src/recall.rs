@@ -38,6 +38,27 @@ pub fn recall<'a>(queries: impl IntoIterator<Item = (&'a [usize], &'a [usize])>)
     [r[0], r[1], r[2]]
 }
 
+/// Each query's first [`DEPTH`] results, per direction, in query order: what a later setting's
+/// overlap with the exact one is computed from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rankings {
+    pub t2i: Vec<Vec<usize>>,
+    pub i2t: Vec<Vec<usize>>,
+}
+
+/// Of each query's `reference` results (an exact search's first [`DEPTH`]), the share `ours`
+/// also returns, averaged over the queries whose reference is not empty; None when no query has
+/// one. The same queries must come in the same order in both.
+pub fn overlap(ours: &[Vec<usize>], reference: &[Vec<usize>]) -> Option<f64> {
+    let shares: Vec<f64> = ours
+        .iter()
+        .zip(reference)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(o, r)| r.iter().filter(|x| o.contains(x)).count() as f64 / r.len() as f64)
+        .collect();
+    (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +114,19 @@ mod tests {
             vec![(&a, &[0, 1, 2]), (&b, &[3, 4]), (&c, &[5]), (&d, &[6, 7])];
         // R@1 = 1/4 (B); R@5 = 2/4 (A, B); R@10 = 3/4 (A, B, C).
         assert_eq!(recall(queries), [0.25, 0.5, 0.75]);
+    }
+
+    /// Order within the first results does not count; a query without exact results is left
+    /// out of the mean.
+    #[test]
+    fn overlap_by_hand() {
+        let exact = vec![vec![1, 2, 3, 4], vec![5, 6], vec![]];
+        // Query 0: 3 of 4 found (2 missing, order changed); query 1: 1 of 2; query 2 left out.
+        let ours = vec![vec![4, 3, 9, 1], vec![6, 7], vec![8]];
+        assert_eq!(overlap(&ours, &exact), Some((0.75 + 0.5) / 2.0));
+        assert_eq!(overlap(&exact, &exact), Some(1.0));
+        assert_eq!(overlap(&ours, &[vec![], vec![], vec![]]), None);
+        assert_eq!(overlap(&[], &[]), None);
     }
 
     #[test]

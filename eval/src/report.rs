@@ -64,6 +64,17 @@ pub struct SettingReport {
     /// The re-ranked recall of the same queries (with a re-ranker).
     #[serde(skip)]
     pub rerank: Option<RerankReport>,
+    /// Of each query's first 10 results under the run's first setting (full vectors searched
+    /// exactly; dense: the exact scan), the share this setting also returns in its first 10,
+    /// averaged over the queries: what an approximate search, a graph or a top-K cut loses
+    /// against exact search, apart from what the model loses. None on the first setting.
+    #[serde(rename = "t2i.overlap@10", skip_serializing_if = "Option::is_none")]
+    pub t2i_overlap: Option<f64>,
+    #[serde(rename = "i2t.overlap@10", skip_serializing_if = "Option::is_none")]
+    pub i2t_overlap: Option<f64>,
+    /// Each query's first results, which the overlaps are computed from (emptied once read).
+    #[serde(skip)]
+    pub rankings: super::recall::Rankings,
 }
 
 /// Recall after re-ranking the first `top` candidates, and its cost.
@@ -274,6 +285,16 @@ impl EvalReport {
                     s.i2i_queries.unwrap_or(0),
                     pct(t2t),
                     s.t2t_queries.unwrap_or(0),
+                ));
+            }
+        }
+        for s in &self.settings {
+            if let (Some(t2i), Some(i2t)) = (s.t2i_overlap, s.i2t_overlap) {
+                out.push_str(&format!(
+                    "{:<12} finds {:.1} % of the exact top 10 (T2I), {:.1} % (I2T)\n",
+                    s.label(),
+                    100.0 * t2i,
+                    100.0 * i2t,
                 ));
             }
         }

@@ -207,6 +207,12 @@ pub fn evaluate(
         index_bytes: stats.bytes,
         index_seconds,
         rerank: reranked,
+        t2i_overlap: None,
+        i2t_overlap: None,
+        rankings: super::recall::Rankings {
+            t2i: t2i_rankings.iter().map(|r| first(r).to_vec()).collect(),
+            i2t: i2t_rankings.iter().map(|r| first(r).to_vec()).collect(),
+        },
     })
 }
 

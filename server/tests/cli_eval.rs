@@ -134,6 +134,18 @@ fn oracle(
     out
 }
 
+/// The candidates of `scores` (one query's row) that a sparse search returns first, best first,
+/// at most 10: those scoring above 0. None when a tie straddles the tenth place.
+fn first_ten(scores: &[f64]) -> Option<Vec<usize>> {
+    let mut order: Vec<usize> = (0..scores.len()).filter(|&d| scores[d] > 0.0).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    if order.len() > 10 && scores[order[9]] == scores[order[10]] {
+        return None;
+    }
+    order.truncate(10);
+    Some(order)
+}
+
 /// The engine's counts (recall × queries) lie within the oracle's bounds.
 fn check(report: &Value, dir: &str, bounds: [(usize, usize); 3], queries: usize) -> usize {
     let mut ambiguous = 0;
@@ -202,6 +214,8 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     let texts: Vec<_> = texts.iter().map(impacts).collect();
     let images: Vec<_> = images.iter().map(impacts).collect();
     let mut ambiguous = 0;
+    // Each setting's brute-force first 10 per query (None where a tie straddles the cut).
+    let mut firsts: Vec<[Vec<Option<Vec<usize>>>; 2]> = Vec::new();
     for (s, k) in settings.iter().zip([None, Some(16), Some(4)]) {
         // Documents are cut; queries are not.
         let image_docs: Vec<_> = images.iter().map(|v| cut(v, k)).collect();
@@ -220,6 +234,10 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
             .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
             .collect();
         ambiguous += check(s, "i2t", oracle(&i2t, &i2t_relevant, 0.0, true), 6);
+        firsts.push([
+            t2i.iter().map(|r| first_ten(r)).collect(),
+            i2t.iter().map(|r| first_ten(r)).collect(),
+        ]);
         // Non-zeros stored per image, per text and per item.
         let nnz = |docs: &[BTreeMap<String, u64>]| docs.iter().map(|d| d.len()).sum::<usize>();
         let (ni, nt) = (nnz(&image_docs), nnz(&text_docs));
@@ -242,6 +260,38 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     );
     // With this corpus no tie straddles a cut-off: the engine's counts are the oracle's.
     assert_eq!(ambiguous, 0, "ties made some counts ambiguous");
+    // A top-K setting's overlap with the exact search of the full vectors: the brute-force
+    // first 10 of each, compared; the exact setting itself has none.
+    assert!(
+        settings[0].get("t2i.overlap@10").is_none(),
+        "{}",
+        settings[0]
+    );
+    for (n, s) in settings.iter().enumerate().skip(1) {
+        for (d, dir) in ["t2i", "i2t"].into_iter().enumerate() {
+            let pairs: Option<Vec<(Vec<usize>, Vec<usize>)>> = firsts[n][d]
+                .iter()
+                .zip(&firsts[0][d])
+                .map(|(ours, exact)| Some((ours.clone()?, exact.clone()?)))
+                .collect();
+            let pairs = pairs.expect("no tie straddles the first 10 with this corpus");
+            let shares: Vec<f64> = pairs
+                .iter()
+                .filter(|(_, exact)| !exact.is_empty())
+                .map(|(ours, exact)| {
+                    exact.iter().filter(|x| ours.contains(x)).count() as f64 / exact.len() as f64
+                })
+                .collect();
+            let want = shares.iter().sum::<f64>() / shares.len() as f64;
+            let got = s[format!("{dir}.overlap@10")].as_f64().unwrap();
+            assert!(
+                (got - want).abs() < 1e-9,
+                "{dir} overlap {got} != {want}: {s}"
+            );
+        }
+    }
+    // Top-4 documents lose some of the exact first 10 of the image queries.
+    assert!(settings[2]["i2t.overlap@10"].as_f64().unwrap() < 1.0);
 
     // The lexicon figures of the full vectors, against the encoder's own output.
     let lexicon = &report["lexicon"];
@@ -543,6 +593,10 @@ fn approximate_settings_over_webdataset_shards() {
         for key in ["t2i.r@1", "t2i.r@10", "i2t.r@1", "i2t.r@10"] {
             assert!(s[key].as_f64() <= settings[0][key].as_f64(), "{key}: {s}");
         }
+        for key in ["t2i.overlap@10", "i2t.overlap@10"] {
+            let share = s[key].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&share), "{key}: {s}");
+        }
     }
 
     let clip = vec![
@@ -563,6 +617,9 @@ fn approximate_settings_over_webdataset_shards() {
     );
     for key in ["t2i.r@1", "t2i.r@10", "i2t.r@1", "i2t.r@10"] {
         assert_eq!(settings[0][key], settings[1][key], "{key}");
+    }
+    for key in ["t2i.overlap@10", "i2t.overlap@10"] {
+        assert_eq!(settings[1][key], 1.0, "{key}: {}", settings[1]);
     }
 
     fails(&wds(&lexlip_tiny_args(), &["--approx", "1"]), "above 1");
