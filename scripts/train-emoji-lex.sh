@@ -18,7 +18,12 @@
 #                     2,000 composed pictures of the unseen concepts (eval-compose-test.json).
 #                     Needs HOLDOUT_STYLE= (the composed pictures draw on every style).
 #                     models/emoji-lex-compose: COMPOSE=40000 HOLDOUT_STYLE= DENSE_ARGS="--steps
-#                     6400" HEADS_ARGS="--steps 1500 --vocab-bias fixed" (about 2 hours).
+#                     6400" HEADS_ARGS="--steps 1500 --vocab-bias fixed" FLOPS="1.0 3.0"
+#                     (about 2 hours).
+#   FLOPS="I T"       the heads' FLOPS weights, image and text (default "0.01 0.01"). The text
+#                     side's weight is what keeps a term shared by every caption ("3", "computer")
+#                     out of the image lexicons (docs/benchmarks.md, FLOPS as a document-frequency
+#                     control).
 #
 # Time on a 2-core CPU: the teacher ~27 minutes alone (10 epochs, 157 pairs/s), the heads ~6
 # minutes, the evaluations ~5. Needs a release binary (cargo build --release; or $LEXLIP).
@@ -54,10 +59,11 @@ fi
   --batch-size 64 --epochs "${EPOCHS:-10}" --seed 42 --checkpoint-every 400 --save-dtype f16 \
   ${DENSE_ARGS:-} --out "$work/dense"
 
+read -r flops_image flops_text <<< "${FLOPS:-0.01 0.01}"
 # shellcheck disable=SC2086 # HEADS_ARGS is a list of flags
 [ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$work/dense" \
   --tsv "$train_tsv" --max-length 24 --batch-size 128 ${HEADS_ARGS:---steps 500 --vocab-bias train} \
-  --tau 0.5 --lr 1e-2 --flops-image 0.01 --flops-text 0.01 --grounding 1.0 \
+  --tau 0.5 --lr 1e-2 --flops-image "$flops_image" --flops-text "$flops_text" --grounding 1.0 \
   --caption-words 1 --caption-words-text 0.3 --caption-words-tau 0.3 --seed 42 \
   --save-dtype f16 --cache "$work/cache" --out "$out"
 
