@@ -161,7 +161,14 @@ pub fn encode(
         }
         observer.encoding(out.read, total);
     }
-    // Link captions to their images; a caption of an image that was skipped has no answer.
+    link_captions(&mut out, observer);
+    out.encode_seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Links each caption to its image (`metadata.image_id`); a caption of an image that was skipped
+/// has no answer and is left out (counted as [`IMAGE_SKIPPED`]).
+pub(crate) fn link_captions(out: &mut Encoded, observer: &mut dyn EvalObserver) {
     let positions: HashMap<&str, usize> = out
         .images
         .iter()
@@ -193,13 +200,11 @@ pub fn encode(
     out.texts = texts;
     out.text_image = text_image;
     for bad in orphans {
-        skip(&mut out, observer, bad);
+        skip(out, observer, bad);
     }
-    out.encode_seconds = started.elapsed().as_secs_f64();
-    Ok(out)
 }
 
-fn skip(out: &mut Encoded, observer: &mut dyn EvalObserver, bad: BadItem) {
+pub(crate) fn skip(out: &mut Encoded, observer: &mut dyn EvalObserver, bad: BadItem) {
     *out.skipped.entry(bad.reason.to_string()).or_default() += 1;
     observer.skipped(&bad);
 }

@@ -26,6 +26,7 @@ pub mod plot;
 pub mod recall;
 pub mod report;
 pub mod rerank;
+pub mod stored;
 pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
@@ -408,16 +409,61 @@ pub fn run(
     // now, not after it.
     let work = work_dir(options.work_dir.as_deref())?;
     let encoded = encode(input, encoders, options, observer)?;
+    let corpus = report::corpus_name(input);
+    evaluate_encoded(
+        &encoded, encoders, options, settings, &work, observer, corpus, started,
+    )
+}
+
+/// Evaluates every setting of `options` on what the collection in `dir` stores
+/// ([`stored::read`]), without encoding anything again; `encoders` is the model that indexed
+/// it.
+pub fn run_collection(
+    dir: &Path,
+    encoders: &Encoders,
+    options: &EvalOptions,
+    observer: &mut dyn EvalObserver,
+) -> Result<EvalReport> {
+    let started = std::time::Instant::now();
+    let settings = options.settings()?;
+    if options.rerank.is_some() {
+        return Err(PipelineError::Input(
+            "a re-ranker reads the pictures, which a collection does not keep: evaluate the \
+             corpus itself (--tsv, --manifest or --webdataset) to re-rank"
+                .into(),
+        ));
+    }
+    let work = work_dir(options.work_dir.as_deref())?;
+    let encoded = stored::read(dir, encoders, options, observer)?;
+    let corpus = dir.display().to_string();
+    evaluate_encoded(
+        &encoded, encoders, options, settings, &work, observer, corpus, started,
+    )
+}
+
+/// Every setting over the encoded corpus, one collection on disk at a time, with the lexicon
+/// figures in sparse mode.
+#[allow(clippy::too_many_arguments)]
+fn evaluate_encoded(
+    encoded: &Encoded,
+    encoders: &Encoders,
+    options: &EvalOptions,
+    settings: Vec<Setting>,
+    work: &tempfile::TempDir,
+    observer: &mut dyn EvalObserver,
+    corpus: String,
+    started: std::time::Instant,
+) -> Result<EvalReport> {
     encoded.check()?;
     let lexicons = match options.mode {
-        Mode::Sparse => measure_lexicons(&encoded, encoders)?,
+        Mode::Sparse => measure_lexicons(encoded, encoders)?,
         Mode::Dense => None,
     };
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
         let mut result = evaluate(
-            &encoded,
+            encoded,
             setting,
             options.scale,
             options.single_modal,
@@ -438,8 +484,8 @@ pub fn run(
     }
     let mut report = EvalReport::new(
         encoders.path().display().to_string(),
-        input,
-        &encoded,
+        corpus,
+        encoded,
         results,
         started.elapsed().as_secs_f64(),
     );

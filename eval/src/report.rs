@@ -177,21 +177,11 @@ pub struct EvalReport {
 impl EvalReport {
     pub fn new(
         model: String,
-        input: &Input,
+        corpus: String,
         encoded: &Encoded,
         settings: Vec<SettingReport>,
         seconds: f64,
     ) -> Self {
-        let corpus = match input {
-            Input::Tsv { path, .. } | Input::Manifest(path) | Input::ImageDir(path) => {
-                path.display().to_string()
-            }
-            Input::WebDataset(paths) => paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" "),
-        };
         Self {
             model,
             corpus,
@@ -321,5 +311,19 @@ impl EvalReport {
             "\nrecall in %; QPS of the search calls alone (queries encoded beforehand, one thread)",
         );
         out
+    }
+}
+
+/// How a report names its corpus: the input's path (or its shards' paths, space-separated).
+pub fn corpus_name(input: &Input) -> String {
+    match input {
+        Input::Tsv { path, .. } | Input::Manifest(path) | Input::ImageDir(path) => {
+            path.display().to_string()
+        }
+        Input::WebDataset(paths) => paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }

@@ -637,3 +637,137 @@ fn approximate_settings_over_webdataset_shards() {
         "nowhere",
     );
 }
+
+/// The figures of a report that do not depend on time or on where the vectors came from.
+fn figures(report: &Value) -> Value {
+    let settings: Vec<Value> = report["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let kept: serde_json::Map<String, Value> = s
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| !k.contains("qps") && !k.contains("seconds"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Value::Object(kept)
+        })
+        .collect();
+    serde_json::json!({
+        "images": report["images"],
+        "captions": report["captions"],
+        "t2i_queries": report["t2i_queries"],
+        "i2t_queries": report["i2t_queries"],
+        "lexicon": report["lexicon"],
+        "settings": settings,
+    })
+}
+
+/// Asserts that two reports have the same [`figures`], naming the ones that differ.
+fn same_figures(a: &Value, b: &Value) {
+    let (a, b) = (figures(a), figures(b));
+    let mut differ = Vec::new();
+    for key in [
+        "images",
+        "captions",
+        "t2i_queries",
+        "i2t_queries",
+        "lexicon",
+    ] {
+        if a[key] != b[key] {
+            differ.push(format!("{key}: {} against {}", a[key], b[key]));
+        }
+    }
+    let (sa, sb) = (
+        a["settings"].as_array().unwrap(),
+        b["settings"].as_array().unwrap(),
+    );
+    assert_eq!(sa.len(), sb.len());
+    for (n, (x, y)) in sa.iter().zip(sb).enumerate() {
+        for (k, v) in x.as_object().unwrap() {
+            // A collection's files are the same up to a few bytes of tantivy's metadata.
+            let near = |a: f64, b: f64| (a - b).abs() <= 1e-3 * a.abs().max(b.abs());
+            let sizes_near = k.contains("bytes")
+                && matches!((v.as_f64(), y[k].as_f64()), (Some(a), Some(b)) if near(a, b));
+            if y[k] != *v && !sizes_near {
+                differ.push(format!("setting {n} {k}: {v} against {}", y[k]));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+}
+
+/// `--collection`: what `lexlip index` stored evaluates as the corpus itself: every sparse
+/// setting's recalls, overlaps, sizes and lexicon figures, and the dense vectors of a collection
+/// indexed with a dense model beside the lexicons. A collection without dense vectors is refused
+/// for --mode dense, and a folder that is no collection before the model loads.
+#[test]
+fn a_collection_evaluates_like_its_corpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(tmp.path(), 6, 2, None);
+    let tiny = lexlip_tiny_args();
+    let clip = vec![
+        "--model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ];
+    let index = |dir: &Path, extra: &[String]| {
+        let mut args: Vec<String> = vec![
+            "index".into(),
+            "--collection".into(),
+            dir.display().to_string(),
+            "--tsv".into(),
+            c.tsv.display().to_string(),
+        ];
+        args.extend(tiny.iter().cloned());
+        args.extend(extra.iter().cloned());
+        let out = lexlip(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let both = tmp.path().join("both");
+    index(&both, &["--dense-model".into(), clip[1].clone()]);
+    let eval_collection = |model: &[String], dir: &Path, extra: &[&str]| {
+        let mut args: Vec<String> = vec![
+            "eval".into(),
+            "--collection".into(),
+            dir.display().to_string(),
+        ];
+        args.extend(model.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("--json".into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        lexlip_json(&args)
+    };
+
+    let sweep = ["--top-k", "4", "--approx", "1.5"];
+    let corpus_report = eval(&tiny, &c.tsv, &sweep);
+    let stored = eval_collection(&tiny, &both, &sweep);
+    assert_eq!(stored["corpus"], both.display().to_string());
+    assert_eq!(stored["settings"].as_array().unwrap().len(), 3, "{stored}");
+    same_figures(&stored, &corpus_report);
+
+    let dense = ["--mode", "dense"];
+    same_figures(
+        &eval_collection(&clip, &both, &dense),
+        &eval(&clip, &c.tsv, &dense),
+    );
+
+    let sparse_only = tmp.path().join("sparse");
+    index(&sparse_only, &[]);
+    let mut args: Vec<String> = vec![
+        "eval".into(),
+        "--collection".into(),
+        sparse_only.display().to_string(),
+        "--mode".into(),
+        "dense".into(),
+    ];
+    args.extend(clip.iter().cloned());
+    fails(&args, "index it with --dense");
+    args[2] = tmp.path().join("nowhere").display().to_string();
+    fails(&args, "not a collection lexlip index made");
+}

@@ -13,7 +13,7 @@ use lexlip_proto::DEFAULT_SCALE;
 use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest", "webdataset"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest", "webdataset", "collection"])))]
 #[command(mut_arg("model", |a| a.required(true)))]
 pub struct EvalArgs {
     /// Test corpus as a LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header).
@@ -30,6 +30,13 @@ pub struct EvalArgs {
     /// takes them.
     #[arg(long, num_args = 1..)]
     pub webdataset: Vec<PathBuf>,
+    /// Evaluate what a collection made by `lexlip index --collection DIR` stores, instead of
+    /// encoding a corpus again: its pictures and captions (linked by their image_id) with the
+    /// vectors as indexed (lexicons cut to the collection's top-K; with --mode dense, the
+    /// vectors of a collection indexed with --dense). --model must be the model that indexed
+    /// it.
+    #[arg(long)]
+    pub collection: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
@@ -95,6 +102,12 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
+/// What is evaluated: a corpus, encoded here, or a collection's stored vectors.
+enum Source {
+    Corpus(Input),
+    Collection(PathBuf),
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Sparse,
@@ -102,15 +115,20 @@ pub enum ModeArg {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let input = match (&args.tsv, &args.manifest) {
-        (Some(path), _) => Input::Tsv {
+    let source = match (&args.tsv, &args.manifest, &args.collection) {
+        (Some(path), _, _) => Source::Corpus(Input::Tsv {
             path: path.clone(),
             images_root: args.images_root.clone(),
-        },
-        (None, Some(path)) => Input::Manifest(path.clone()),
+        }),
+        (None, Some(path), _) => Source::Corpus(Input::Manifest(path.clone())),
+        (None, None, Some(dir)) => Source::Collection(dir.clone()),
         // A missing shard is refused below, where the input is opened before the model loads.
-        (None, None) if !args.webdataset.is_empty() => Input::WebDataset(args.webdataset.clone()),
-        (None, None) => anyhow::bail!("give the test corpus: --tsv, --manifest or --webdataset"),
+        (None, None, None) if !args.webdataset.is_empty() => {
+            Source::Corpus(Input::WebDataset(args.webdataset.clone()))
+        }
+        (None, None, None) => anyhow::bail!(
+            "give the test corpus: --tsv, --manifest or --webdataset, or an indexed --collection"
+        ),
     };
     let options = EvalOptions {
         mode: match args.mode {
@@ -130,7 +148,17 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
-    drop(input.open()?);
+    match &source {
+        Source::Corpus(input) => drop(input.open()?),
+        Source::Collection(dir) => {
+            drop(lexlip_index::Collection::open(dir).with_context(|| {
+                format!(
+                    "--collection {}: not a collection lexlip index made",
+                    dir.display()
+                )
+            })?)
+        }
+    }
     if let Some(path) = &args.plot {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
@@ -176,7 +204,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         });
     }
     let mut progress = Progress::new();
-    let result = eval::run(&input, &encoders, &options, &mut progress);
+    let result = match &source {
+        Source::Corpus(input) => eval::run(input, &encoders, &options, &mut progress),
+        Source::Collection(dir) => eval::run_collection(dir, &encoders, &options, &mut progress),
+    };
     progress.finish();
     let report = result?;
     // The report first: a plot that cannot be written must not lose an hour's figures.
