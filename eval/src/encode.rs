@@ -122,17 +122,7 @@ pub fn encode(
         other => Some(other.open()?.count() as u64),
     };
     let (term_space, tokens) = encoder.term_space();
-    let mut out = Encoded {
-        mode: options.mode,
-        images: Vec::new(),
-        texts: Vec::new(),
-        text_image: Vec::new(),
-        term_space,
-        tokens,
-        read: 0,
-        skipped: Default::default(),
-        encode_seconds: 0.0,
-    };
+    let mut out = Encoded::new(options.mode, term_space, tokens);
     let mut seen = HashSet::new();
     let mut source = input.open()?;
     let batch = options.batch_size.max(1);

@@ -284,6 +284,21 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// Nothing read yet, for `mode`'s collections over `term_space` (bound to `tokens`).
+    pub fn new(mode: Mode, term_space: TermSpace, tokens: Option<Vec<String>>) -> Self {
+        Self {
+            mode,
+            images: Vec::new(),
+            texts: Vec::new(),
+            text_image: Vec::new(),
+            term_space,
+            tokens,
+            read: 0,
+            skipped: BTreeMap::new(),
+            encode_seconds: 0.0,
+        }
+    }
+
     /// The image → text queries: each image with at least one caption, and its captions.
     pub fn captions_of_images(&self) -> Vec<Vec<usize>> {
         let mut out = vec![Vec::new(); self.images.len()];
@@ -396,74 +411,59 @@ fn work_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
     }
 }
 
-/// Encodes `input` once with `encoders`, then evaluates every setting of `options`.
-pub fn run(
-    input: &Input,
-    encoders: &Encoders,
-    options: &EvalOptions,
-    observer: &mut dyn EvalObserver,
-) -> Result<EvalReport> {
-    let started = std::time::Instant::now();
-    let settings = options.settings()?;
-    // Before the encoding, which can take an hour: a work directory that cannot be made fails
-    // now, not after it.
-    let work = work_dir(options.work_dir.as_deref())?;
-    let encoded = encode(input, encoders, options, observer)?;
-    let corpus = report::corpus_name(input);
-    evaluate_encoded(
-        &encoded, encoders, options, settings, &work, observer, corpus, started,
-    )
+/// What an evaluation reads: a corpus, encoded once, or a collection's stored vectors
+/// ([`stored::read`]: nothing is encoded again).
+#[derive(Debug, Clone)]
+pub enum Source {
+    Corpus(Input),
+    /// A collection made by `lexlip index`, with the model that indexed it.
+    Collection(PathBuf),
 }
 
-/// Evaluates every setting of `options` on what the collection in `dir` stores
-/// ([`stored::read`]), without encoding anything again; `encoders` is the model that indexed
-/// it.
-pub fn run_collection(
-    dir: &Path,
+impl Source {
+    /// How a report names it: the corpus's path (or its shards' paths), or the collection's.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Corpus(input) => report::corpus_name(input),
+            Source::Collection(dir) => dir.display().to_string(),
+        }
+    }
+}
+
+/// Reads `source` once with `encoders` (encoding a corpus, or reading a collection's vectors),
+/// then evaluates every setting of `options`.
+pub fn run(
+    source: &Source,
     encoders: &Encoders,
     options: &EvalOptions,
     observer: &mut dyn EvalObserver,
 ) -> Result<EvalReport> {
     let started = std::time::Instant::now();
     let settings = options.settings()?;
-    if options.rerank.is_some() {
+    if matches!(source, Source::Collection(_)) && options.rerank.is_some() {
         return Err(PipelineError::Input(
             "a re-ranker reads the pictures, which a collection does not keep: evaluate the \
              corpus itself (--tsv, --manifest or --webdataset) to re-rank"
                 .into(),
         ));
     }
+    // Before the encoding, which can take an hour: a work directory that cannot be made fails
+    // now, not after it.
     let work = work_dir(options.work_dir.as_deref())?;
-    let encoded = stored::read(dir, encoders, options, observer)?;
-    let corpus = dir.display().to_string();
-    evaluate_encoded(
-        &encoded, encoders, options, settings, &work, observer, corpus, started,
-    )
-}
-
-/// Every setting over the encoded corpus, one collection on disk at a time, with the lexicon
-/// figures in sparse mode.
-#[allow(clippy::too_many_arguments)]
-fn evaluate_encoded(
-    encoded: &Encoded,
-    encoders: &Encoders,
-    options: &EvalOptions,
-    settings: Vec<Setting>,
-    work: &tempfile::TempDir,
-    observer: &mut dyn EvalObserver,
-    corpus: String,
-    started: std::time::Instant,
-) -> Result<EvalReport> {
+    let encoded = match source {
+        Source::Corpus(input) => encode(input, encoders, options, observer)?,
+        Source::Collection(dir) => stored::read(dir, encoders, options, observer)?,
+    };
     encoded.check()?;
     let lexicons = match options.mode {
-        Mode::Sparse => measure_lexicons(encoded, encoders)?,
+        Mode::Sparse => measure_lexicons(&encoded, encoders)?,
         Mode::Dense => None,
     };
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
         let mut result = evaluate(
-            encoded,
+            &encoded,
             setting,
             options.scale,
             options.single_modal,
@@ -484,8 +484,8 @@ fn evaluate_encoded(
     }
     let mut report = EvalReport::new(
         encoders.path().display().to_string(),
-        corpus,
-        encoded,
+        source.name(),
+        &encoded,
         results,
         started.elapsed().as_secs_f64(),
     );

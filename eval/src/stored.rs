@@ -66,17 +66,7 @@ pub fn read(
     };
     let snapshot = collection.snapshot()?;
     let total = snapshot.num_docs();
-    let mut out = Encoded {
-        mode: options.mode,
-        images: Vec::new(),
-        texts: Vec::new(),
-        text_image: Vec::new(),
-        term_space,
-        tokens,
-        read: 0,
-        skipped: Default::default(),
-        encode_seconds: 0.0,
-    };
+    let mut out = Encoded::new(options.mode, term_space, tokens);
     let mut missing = Vec::new();
     snapshot.for_each_document(|stored| {
         out.read += 1;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::ValueEnum;
-use lexlip_eval::{self as eval, EvalObserver, EvalOptions};
+use lexlip_eval::{self as eval, EvalObserver, EvalOptions, Source};
 use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, Input};
 use lexlip_proto::DEFAULT_SCALE;
@@ -100,12 +100,6 @@ pub struct EvalArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// What is evaluated: a corpus, encoded here, or a collection's stored vectors.
-enum Source {
-    Corpus(Input),
-    Collection(PathBuf),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -204,10 +198,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         });
     }
     let mut progress = Progress::new();
-    let result = match &source {
-        Source::Corpus(input) => eval::run(input, &encoders, &options, &mut progress),
-        Source::Collection(dir) => eval::run_collection(dir, &encoders, &options, &mut progress),
-    };
+    let result = eval::run(&source, &encoders, &options, &mut progress);
     progress.finish();
     let report = result?;
     // The report first: a plot that cannot be written must not lose an hour's figures.
