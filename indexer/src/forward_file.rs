@@ -38,6 +38,7 @@
 //! before them), so they can be read in place. Every length, position and order search relies
 //! on is checked when the file is opened, so a damaged file is refused, never searched.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -46,6 +47,7 @@ use tantivy::directory::{OwnedBytes, TerminatingWrite};
 use tantivy::index::SegmentComponent;
 use tantivy::schema::document::ErasedDocument;
 use tantivy::schema::{Field, Schema};
+use tantivy::space_usage::ComponentSpaceUsage;
 use tantivy::{DocId, Segment, SegmentReader};
 use tantivy::{PluginMergeContext, PluginWriter, PluginWriterContext, SegmentPlugin};
 
@@ -107,6 +109,24 @@ impl SegmentPlugin for ForwardPlugin {
         let max_doc = ctx.readers.iter().map(SegmentReader::num_docs).sum();
         let segment = ctx.target_segment.clone().with_max_doc(max_doc);
         write(&segment, self.impacts, self.plan()).map_err(to_tantivy)
+    }
+
+    /// The file's size, or nothing where it cannot be opened: a segment may have none, and a
+    /// background merge may have deleted a merged segment's file while a snapshot still holds
+    /// the segment (tantivy's default would fail `stats` then).
+    fn space_usage(
+        &self,
+        reader: &SegmentReader,
+    ) -> tantivy::Result<BTreeMap<String, ComponentSpaceUsage>> {
+        let mut usage = BTreeMap::new();
+        if let Ok(file) = reader.open_read(component()) {
+            let bytes = tantivy::HasLen::len(&file);
+            usage.insert(
+                EXTENSION.to_string(),
+                ComponentSpaceUsage::Basic(bytes.into()),
+            );
+        }
+        Ok(usage)
     }
 }
 
