@@ -141,8 +141,10 @@ fn read_stage(
     let mut position = 0u64;
     let stopped = || stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
     for item in source {
-        if position >= resume && stopped() {
-            let _ = tx.send(Chunk::new(chunk, position, false));
+        // Also while passing over what an earlier run committed (a million items take minutes
+        // to read past): the position saved never goes back before `resume`.
+        if stopped() {
+            let _ = tx.send(Chunk::new(chunk, position.max(resume), false));
             return;
         }
         let here = position;

@@ -255,6 +255,11 @@ fn stop_request_commits_and_resumes() {
             .num_docs(),
         first.indexed
     );
+    // A stop requested before the reader has passed over what the first run committed ends
+    // the run there: nothing more is indexed, and the next run still resumes after it.
+    let early = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap();
+    assert!(early.interrupted);
+    assert_eq!((early.read, early.indexed), (first.read, first.indexed));
     flag.store(false, Ordering::Relaxed);
     rec.stop_after = None;
     let r = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut rec).unwrap();
