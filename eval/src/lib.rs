@@ -386,6 +386,8 @@ impl Encoded {
 pub trait EvalObserver {
     /// `done` of `total` input items encoded (`total` when cheap to count).
     fn encoding(&mut self, _done: u64, _total: Option<u64>) {}
+    /// `done` of a collection's `total` documents read back ([`Source::Collection`]).
+    fn reading(&mut self, _done: u64, _total: u64) {}
     /// An item was skipped (missing or corrupt image, empty caption, …).
     fn skipped(&mut self, _bad: &BadItem) {}
     /// Setting `label` is being evaluated: `done` of `total` queries searched (0 while its

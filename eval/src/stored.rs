@@ -104,11 +104,11 @@ pub fn read(
             )),
         }
         if out.read.is_multiple_of(10_000) {
-            observer.encoding(out.read, Some(total));
+            observer.reading(out.read, total);
         }
         Ok(())
     })?;
-    observer.encoding(out.read, Some(total));
+    observer.reading(out.read, total);
     for bad in missing {
         skip(&mut out, observer, bad);
     }

@@ -262,6 +262,17 @@ impl EvalObserver for Progress {
         self.bar.set_position(done);
     }
 
+    fn reading(&mut self, done: u64, total: u64) {
+        if self.label != "read" {
+            self.label = "read".into();
+            self.restart(
+                Some(total),
+                "reading {bar:30} {human_pos}/{human_len} documents, {per_sec}, ETA {eta}",
+            );
+        }
+        self.bar.set_position(done);
+    }
+
     fn skipped(&mut self, bad: &BadItem) {
         tracing::info!(id = ?bad.id, reason = bad.reason, "skipped: {}", bad.message);
     }
