@@ -290,3 +290,41 @@ fn hnsw_graphs_per_modality_answer_filtered_and_unfiltered_searches() {
         assert!(recall >= 0.9, "{m:?}: recall {recall}");
     }
 }
+
+/// A collection that does not warm its dense index on commit (a batch job) builds no graph
+/// while it is written, and its first dense search loads what it needs: the exact scan finds
+/// what a collection warmed at every commit finds.
+#[test]
+fn unwarmed_commits_build_no_graph_and_search_the_same() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let warmed = with_graphs(a.path());
+    let mut cold = with_graphs(b.path());
+    cold.set_warm_dense(false);
+    for c in [&warmed, &cold] {
+        for i in 0..600u64 {
+            c.add_with_dense(
+                doc(&format!("d{i}"), Modality::Image),
+                sparse(),
+                Some(unit(i)),
+            )
+            .unwrap();
+        }
+        c.commit().unwrap();
+    }
+    assert!(warmed.snapshot().unwrap().dense_ready());
+    let snap = cold.snapshot().unwrap();
+    assert!(!snap.dense_ready(), "a cold commit loaded the dense index");
+    let q = unit(9_999);
+    let hits = |s: &lexlip_index::Snapshot, exact: bool| -> Vec<(u32, u32, f32)> {
+        s.search_dense(&q, 10, exact, &Filter::default())
+            .unwrap()
+            .iter()
+            .map(|h| (h.segment_ord, h.doc, h.score))
+            .collect()
+    };
+    assert_eq!(hits(&snap, true), hits(&warmed.snapshot().unwrap(), true));
+    // The first search loaded the segment and built its graph. (Graphs built in parallel may
+    // differ in what they find; their recall is another test's.)
+    assert_eq!(hits(&snap, false).len(), 10);
+    assert!(snap.dense_ready());
+}

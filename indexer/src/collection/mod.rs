@@ -81,6 +81,9 @@ pub struct Collection {
     forward_files: bool,
     /// What each segment holds (images or texts), for the merge policy ([`modalities`]).
     modalities: SegmentModalities,
+    /// Whether a commit loads the new segments' dense vectors and builds their graphs
+    /// ([`Collection::set_warm_dense`]).
+    warm_dense: bool,
 }
 
 impl std::fmt::Debug for Collection {
@@ -193,6 +196,7 @@ impl Collection {
             forward_plan,
             forward_files,
             modalities,
+            warm_dense: true,
         })
     }
 
@@ -286,6 +290,15 @@ impl Collection {
     }
 
     /// Documents written into a segment once this many are pending (default 100,000).
+    /// Whether each commit loads the new segments' dense vectors and builds their HNSW graphs
+    /// (default: yes, so that a server's first dense query after a commit builds nothing). A
+    /// batch job that only writes turns it off: over a million items it rebuilt the graph of
+    /// every merged segment at each commit, and nothing searched them. Searches load what they
+    /// need either way.
+    pub fn set_warm_dense(&mut self, warm: bool) {
+        self.warm_dense = warm;
+    }
+
     pub fn set_flush_docs(&mut self, n: usize) {
         self.flush_docs = n.max(1);
     }

@@ -401,7 +401,7 @@ impl Collection {
             .retain(|id, _| live.contains(id));
         self.dense.retain(&live.into_iter().collect::<Vec<_>>());
         let snapshot = self.snapshot()?;
-        if self.manifest.settings.dense_dim.is_some() {
+        if self.warm_dense && self.manifest.settings.dense_dim.is_some() {
             snapshot.warm_dense()?;
         }
         Ok(())

@@ -364,6 +364,9 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         _ => {}
     }
     collection.set_doc_order(args.doc_order);
+    // Nothing searches the collection while it is written: its dense graphs are built when a
+    // server opens it, not at every commit.
+    collection.set_warm_dense(false);
     let mut progress = Progress::new(args, total, Unit::Items)?;
     let mut model_paths = vec![model_path.clone()];
     model_paths.extend(args.model.tokenizer.clone());
