@@ -7,10 +7,11 @@
 #   - batch indexing, end to end: `lexlip index --webdataset` (decode, encode, index), its
 #     images/s, peak RSS and wall time (the time to a searchable collection);
 #   - text→image over the N pictures and image→text over their N captions (`lexlip eval
-#     --collection` of the indexed collection, whose vectors are read back, not encoded again): R@1/10 and single-thread QPS for the sparse exact search, approximate
-#     settings (factors 1.2, 1.5, 2, of which sparse_approx is the fastest that finds 95 % of the
-#     exact first 10, with its factor in `approx`; term cut 0.1) and top-K 64/32/16/8
-#     collections; the dense model's exact scan and HNSW graph on the same items;
+#     --collection` of the indexed collection: its vectors are read back, not encoded again):
+#     R@1/10 and single-thread QPS for the sparse exact search, approximate settings (factors
+#     1.2, 1.5, 2, of which sparse_approx is the fastest that finds 95 % of the exact first 10,
+#     with its factor in `approx`; term cut 0.1) and top-K 64/32/16/8 collections; the dense
+#     model's exact scan and HNSW graph on the same items;
 #   - bytes per item: the vectors of an image-only collection (sparse: postings, term dictionary,
 #     forward file; dense: the f32 vectors);
 #   - serving the indexed collection with `lexlip serve` (scripts/serve_probe.py): the time until

@@ -67,7 +67,6 @@ pub fn read(
     let snapshot = collection.snapshot()?;
     let total = snapshot.num_docs();
     let mut out = Encoded::new(options.mode, term_space, tokens);
-    let mut missing = Vec::new();
     snapshot.for_each_document(|stored| {
         out.read += 1;
         let vector = match options.mode {
@@ -97,11 +96,14 @@ pub fn read(
                     out.texts.push(entry);
                 }
             }
-            None => missing.push(BadItem::new(
-                Some(stored.doc.id.to_string()),
-                NO_VECTOR,
-                format!("no {} vector stored", options.mode.as_str()),
-            )),
+            None => {
+                let bad = BadItem::new(
+                    Some(stored.doc.id.to_string()),
+                    NO_VECTOR,
+                    format!("no {} vector stored", options.mode.as_str()),
+                );
+                skip(&mut out, observer, bad);
+            }
         }
         if out.read.is_multiple_of(10_000) {
             observer.reading(out.read, total);
@@ -109,9 +111,6 @@ pub fn read(
         Ok(())
     })?;
     observer.reading(out.read, total);
-    for bad in missing {
-        skip(&mut out, observer, bad);
-    }
     link_captions(&mut out, observer);
     out.encode_seconds = started.elapsed().as_secs_f64();
     Ok(out)

@@ -87,7 +87,7 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
                 .map_err(|e| PipelineError::io(parent, e))?,
         )
     };
-    let target = if existing {
+    let mut target = if existing {
         let t = Collection::open(out)?;
         compatible(&t, &opened[0])?;
         t
@@ -105,6 +105,8 @@ pub fn merge(out: &Path, inputs: &[&Path]) -> Result<MergeReport> {
             vocab.as_deref(),
         )?
     };
+    // A batch job: nothing searches the target before it is handed over.
+    target.set_warm_dense(false);
     let mut copied = Vec::new();
     for c in &opened {
         copied.push(copy_documents(c, &target)?);

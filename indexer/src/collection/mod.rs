@@ -289,7 +289,6 @@ impl Collection {
         self.fields.thumbnail.is_some()
     }
 
-    /// Documents written into a segment once this many are pending (default 100,000).
     /// Whether each commit loads the new segments' dense vectors and builds their HNSW graphs
     /// (default: yes, so that a server's first dense query after a commit builds nothing). A
     /// batch job that only writes turns it off: over a million items it rebuilt the graph of
@@ -299,6 +298,7 @@ impl Collection {
         self.warm_dense = warm;
     }
 
+    /// Documents written into a segment once this many are pending (default 100,000).
     pub fn set_flush_docs(&mut self, n: usize) {
         self.flush_docs = n.max(1);
     }

@@ -253,6 +253,8 @@ fn vectors(
         args.settings(None),
     )?;
     collection.set_doc_order(args.doc_order);
+    // A batch job: nothing searches the collection while it is written.
+    collection.set_warm_dense(false);
     let total = file.plain_size();
     let mut progress = Progress::new(args, total, Unit::Bytes)?;
     let context = format!("{:?}", args.vocab.as_deref().map(std::path::Path::display));
@@ -365,7 +367,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     }
     collection.set_doc_order(args.doc_order);
     // Nothing searches the collection while it is written: its dense graphs are built when a
-    // server opens it, not at every commit.
+    // server searches it, not at every commit.
     collection.set_warm_dense(false);
     let mut progress = Progress::new(args, total, Unit::Items)?;
     let mut model_paths = vec![model_path.clone()];
