@@ -280,7 +280,7 @@ fn decode(
 ) -> std::result::Result<Decoded, BadItem> {
     decode_with(id, image, |bytes, name| {
         let rgb = lexlip_model::image::decode_rgb(bytes, name)?;
-        let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, name)) {
+        let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::of(bytes, &rgb, name)) {
             Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
                 tracing::warn!(id, error = %e, "indexed without a thumbnail");

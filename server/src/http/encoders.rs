@@ -350,14 +350,15 @@ impl EncoderService {
         let enc = self.image_side()?.source.clone();
         tokio::task::spawn_blocking(move || -> ApiResult<(PreprocessedImage, Option<Vec<u8>>)> {
             let rgb = lexlip_model::image::decode_rgb(&bytes, &name)?;
-            let thumbnail = match thumbnail.then(|| lexlip_model::thumbnail::encode(&rgb, &name)) {
-                Some(Ok(t)) => Some(t),
-                Some(Err(e)) => {
-                    tracing::warn!(image = %name, error = %e, "added without a thumbnail");
-                    None
-                }
-                None => None,
-            };
+            let thumbnail =
+                match thumbnail.then(|| lexlip_model::thumbnail::of(&bytes, &rgb, &name)) {
+                    Some(Ok(t)) => Some(t),
+                    Some(Err(e)) => {
+                        tracing::warn!(image = %name, error = %e, "added without a thumbnail");
+                        None
+                    }
+                    None => None,
+                };
             Ok((
                 enc.image()?.processor().preprocess_rgb(&rgb, &name)?,
                 thumbnail,
