@@ -11,7 +11,7 @@
 //! memory only (rebuilt when a collection is opened).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hnsw_rs::hnsw::Hnsw;
 use hnsw_rs::prelude::Distance;
@@ -118,6 +118,22 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The threads HNSW graphs are built on, a rayon pool of their own (`dense-graph-N`). On
+/// rayon's global pool, a graph of a million vectors keeps every worker busy for minutes, and
+/// whatever else uses that pool waits behind it: a server building its graphs in the background
+/// timed its text searches out, their tokenizer queued on the same workers. `None` when no
+/// thread can be started (the graph is then built on the global pool, as before).
+fn graph_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("dense-graph-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
 /// The dense vectors of one segment, row `doc` at `doc·dim`.
 pub struct SegmentDense {
     dim: usize,
@@ -178,7 +194,10 @@ impl SegmentDense {
                 .filter(|&d| present[d])
                 .map(|d| (&vectors[d * dim..(d + 1) * dim], d))
                 .collect();
-            graph.parallel_insert_slice(&rows);
+            match graph_pool() {
+                Some(pool) => pool.install(|| graph.parallel_insert_slice(&rows)),
+                None => graph.parallel_insert_slice(&rows),
+            }
             graph
         });
         Ok(Self {

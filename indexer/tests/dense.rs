@@ -328,3 +328,51 @@ fn unwarmed_commits_build_no_graph_and_search_the_same() {
     assert_eq!(hits(&snap, false).len(), 10);
     assert!(snap.dense_ready());
 }
+
+/// Graphs are built on a pool of their own: with every worker of rayon's global pool held (as a
+/// server's query tokenizer or any other user of it may find them, busy), a graph still gets
+/// built, and the global pool is not where it waits. Built on the global pool, this load would
+/// wait until the workers are released.
+#[test]
+fn graphs_are_built_beside_a_busy_global_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = with_graphs(dir.path());
+    c.set_warm_dense(false);
+    for i in 0..600u64 {
+        c.add_with_dense(
+            doc(&format!("d{i}"), Modality::Image),
+            sparse(),
+            Some(unit(i)),
+        )
+        .unwrap();
+    }
+    c.commit().unwrap();
+    let snap = c.snapshot().unwrap();
+    assert!(!snap.dense_ready());
+
+    let workers = rayon::current_num_threads();
+    let all_busy = std::sync::Arc::new(std::sync::Barrier::new(workers + 1));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(released));
+    for _ in 0..workers {
+        let (all_busy, released) = (all_busy.clone(), released.clone());
+        rayon::spawn(move || {
+            all_busy.wait();
+            let _ = released.lock().unwrap().recv();
+        });
+    }
+    all_busy.wait();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(snap.warm_dense().map(|()| snap.dense_ready()));
+    });
+    let built = finished.recv_timeout(std::time::Duration::from_secs(120));
+    // Release the global pool's workers (each takes one message), whatever happened.
+    for _ in 0..workers {
+        let _ = release.send(());
+    }
+    assert!(
+        matches!(built, Ok(Ok(true))),
+        "the graph was not built while the global pool was busy: {built:?}"
+    );
+}
