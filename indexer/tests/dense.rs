@@ -76,6 +76,20 @@ fn with_graphs(dir: &std::path::Path) -> Collection {
     create(dir, 100_000, params)
 }
 
+/// Adds 600 image documents with dense vectors (enough for a graph under [`with_graphs`]) and
+/// commits.
+fn add_600_images(c: &Collection) {
+    for i in 0..600u64 {
+        c.add_with_dense(
+            doc(&format!("d{i}"), Modality::Image),
+            sparse(),
+            Some(unit(i)),
+        )
+        .unwrap();
+    }
+    c.commit().unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
@@ -301,15 +315,7 @@ fn unwarmed_commits_build_no_graph_and_search_the_same() {
     let mut cold = with_graphs(b.path());
     cold.set_warm_dense(false);
     for c in [&warmed, &cold] {
-        for i in 0..600u64 {
-            c.add_with_dense(
-                doc(&format!("d{i}"), Modality::Image),
-                sparse(),
-                Some(unit(i)),
-            )
-            .unwrap();
-        }
-        c.commit().unwrap();
+        add_600_images(c);
     }
     assert!(warmed.snapshot().unwrap().dense_ready());
     let snap = cold.snapshot().unwrap();
@@ -338,15 +344,7 @@ fn graphs_are_built_beside_a_busy_global_pool() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = with_graphs(dir.path());
     c.set_warm_dense(false);
-    for i in 0..600u64 {
-        c.add_with_dense(
-            doc(&format!("d{i}"), Modality::Image),
-            sparse(),
-            Some(unit(i)),
-        )
-        .unwrap();
-    }
-    c.commit().unwrap();
+    add_600_images(&c);
     let snap = c.snapshot().unwrap();
     assert!(!snap.dense_ready());
 
