@@ -87,7 +87,7 @@ pub fn of(bytes: &[u8], rgb: &image::RgbImage, input: &str) -> Result<Vec<u8>> {
 /// they fit [`MAX_SIDE`], take at most [`REUSE_BITS_PER_PIXEL`], carry no Exif block and have one
 /// or three components (a browser shows them as the decoder read them). Reads only the marker
 /// segments before the scan; anything it does not understand says no.
-pub fn reusable(bytes: &[u8], width: u32, height: u32) -> bool {
+fn reusable(bytes: &[u8], width: u32, height: u32) -> bool {
     let pixels = width as usize * height as usize;
     if fitted_size(width, height) != (width, height)
         || bytes.len() * 8 > pixels * REUSE_BITS_PER_PIXEL
