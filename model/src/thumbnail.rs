@@ -74,7 +74,7 @@ pub fn encode(rgb: &image::RgbImage, input: &str) -> Result<Vec<u8>> {
 }
 
 /// The thumbnail of an image whose bytes decoded to `rgb`: the bytes themselves when they are a
-/// JPEG that can be kept ([`reusable`]), else [`encode`] of the pixels.
+/// JPEG that can be kept (see the module docs), else [`encode`] of the pixels.
 pub fn of(bytes: &[u8], rgb: &image::RgbImage, input: &str) -> Result<Vec<u8>> {
     let (w, h) = rgb.dimensions();
     if reusable(bytes, w, h) {
