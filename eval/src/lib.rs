@@ -23,6 +23,7 @@ pub mod compose;
 pub mod encode;
 pub mod lexicon;
 pub mod plot;
+pub mod queries;
 pub mod recall;
 pub mod report;
 pub mod rerank;
@@ -41,6 +42,7 @@ use lexlip_corpus::Input;
 use lexlip_pipeline::{PipelineError, Result};
 
 pub use encode::encode;
+pub use queries::{Queries, Relevance};
 pub use report::{EvalReport, SettingReport};
 pub use sweep::evaluate;
 
@@ -79,6 +81,8 @@ pub struct EvalOptions {
     /// every item stays a document, so a large corpus is searched at its size with fewer
     /// queries.
     pub max_queries: Option<usize>,
+    /// What answers a query: its own item, or any item of the same caption wording.
+    pub relevance: Relevance,
     /// Quantization scale of the collections: impact = floor(scale · w).
     pub scale: f32,
     /// Items per encoder batch.
@@ -107,6 +111,7 @@ impl Default for EvalOptions {
             term_cuts: Vec::new(),
             hnsw: false,
             max_queries: None,
+            relevance: Relevance::Item,
             scale: DEFAULT_SCALE,
             batch_size: 32,
             work_dir: None,
@@ -183,6 +188,7 @@ impl EvalOptions {
         }
         for s in &mut out {
             s.max_queries = self.max_queries;
+            s.relevance = self.relevance;
         }
         Ok(out)
     }
@@ -201,6 +207,8 @@ pub struct Setting {
     pub term_cut: f32,
     /// At most this many queries per direction ([`EvalOptions::max_queries`]).
     pub max_queries: Option<usize>,
+    /// What answers a query ([`EvalOptions::relevance`]).
+    pub relevance: Relevance,
 }
 
 impl Setting {
@@ -492,6 +500,7 @@ pub fn run(
         started.elapsed().as_secs_f64(),
     );
     report.lexicon = lexicons;
+    report.relevance = options.relevance.as_str();
     Ok(report)
 }
 

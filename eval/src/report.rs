@@ -162,6 +162,8 @@ pub struct EvalReport {
     pub captions: usize,
     pub t2i_queries: usize,
     pub i2t_queries: usize,
+    /// What answered a query ([`super::Relevance`]): "item" or "caption".
+    pub relevance: &'static str,
     pub read: u64,
     pub skipped: BTreeMap<String, u64>,
     #[serde(skip)]
@@ -190,6 +192,7 @@ impl EvalReport {
             captions: encoded.texts.len(),
             t2i_queries: encoded.t2i_queries(),
             i2t_queries: encoded.i2t_queries(),
+            relevance: super::Relevance::Item.as_str(),
             read: encoded.read,
             skipped: encoded.skipped.clone(),
             settings,
@@ -220,7 +223,7 @@ impl EvalReport {
         let skipped: u64 = self.skipped.values().sum();
         let mut out = format!(
             "model {} ({} mode)\ncorpus {}: {} images, {} captions ({} text→image and {} image→text \
-             queries); {} items read, {skipped} skipped {:?}; encoded in {:.2} s\n\n",
+             queries, answered by {}); {} items read, {skipped} skipped {:?}; encoded in {:.2} s\n\n",
             self.model,
             self.mode,
             self.corpus,
@@ -228,6 +231,10 @@ impl EvalReport {
             self.captions,
             self.t2i_queries,
             self.i2t_queries,
+            match self.relevance {
+                "caption" => "any item of the same caption",
+                _ => "their own items",
+            },
             self.read,
             self.skipped,
             self.encode_seconds,

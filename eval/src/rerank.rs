@@ -59,12 +59,12 @@ pub fn image_to_text(
     model: &Reranker,
     top: usize,
     encoded: &Encoded,
-    queries: &[usize],
+    queries: impl Iterator<Item = usize>,
     rankings: &[Vec<usize>],
 ) -> Result<(Vec<Vec<usize>>, f64)> {
     let mut seconds = 0.0;
     let mut out = Vec::with_capacity(rankings.len());
-    for (&i, ranking) in queries.iter().zip(rankings) {
+    for (i, ranking) in queries.zip(rankings) {
         let image = encoded.images[i].pixels.as_ref().ok_or_else(|| {
             PipelineError::Stage("the corpus images were not kept for re-ranking".into())
         })?;

@@ -13,6 +13,7 @@ use lexlip_proto::api::{Filter, Hit};
 use lexlip_proto::{Modality, QuantizedVector, VectorInput};
 use lexlip_search::{DenseNeed, Mode as SearchMode, SearchError, SearchPlan};
 
+use super::queries::Queries;
 use super::recall::{DEPTH, recall};
 use super::{Encoded, Entry, EvalObserver, Mode, Setting, SettingReport, Vector};
 use lexlip_pipeline::{PipelineError, Result};
@@ -34,25 +35,9 @@ pub fn evaluate(
     let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
     let top_k = setting.top_k;
     let label = setting.label(encoded.mode);
-    // Text → image: every caption of an encoded image, against the images; image → text: every
-    // image with captions, against the texts (any caption answers). At most
-    // `setting.max_queries` of each.
-    let t2i: Vec<(usize, usize)> = spread(
-        encoded
-            .text_image
-            .iter()
-            .enumerate()
-            .filter_map(|(t, i)| i.map(|i| (t, i)))
-            .collect(),
-        setting.max_queries,
-    );
-    let captions = encoded.captions_of_images();
-    let i2t: Vec<usize> = spread(
-        (0..encoded.images.len())
-            .filter(|i| !captions[*i].is_empty())
-            .collect(),
-        setting.max_queries,
-    );
+    // Text → image: captions against the images; image → text: images with captions against
+    // the texts. At most `setting.max_queries` of each, answered as `setting.relevance` says.
+    let Queries { t2i, i2t } = Queries::new(encoded, setting.relevance, setting.max_queries);
     let mut queries = t2i.len() + i2t.len();
     if single_modal {
         // At most one image → image query per image and one text → text query per caption.
@@ -116,16 +101,15 @@ pub fn evaluate(
         &image_ids,
         depth,
     )?;
-    let t2i_relevant: Vec<[usize; 1]> = t2i.iter().map(|(_, i)| [*i]).collect();
     let t2i_recall = recall(
         t2i_rankings
             .iter()
-            .zip(&t2i_relevant)
-            .map(|(r, rel)| (first(r), rel.as_slice())),
+            .zip(&t2i)
+            .map(|(r, (_, rel))| (first(r), rel.as_slice())),
     );
     let text_ids = positions(&encoded.texts);
     let (i2t_rankings, i2t_seconds) = searcher.run(
-        i2t.iter().map(|i| &encoded.images[*i]),
+        i2t.iter().map(|(i, _)| &encoded.images[*i]),
         Modality::Text,
         &text_ids,
         depth,
@@ -134,7 +118,7 @@ pub fn evaluate(
         i2t_rankings
             .iter()
             .zip(&i2t)
-            .map(|(r, i)| (first(r), captions[*i].as_slice())),
+            .map(|(r, (_, rel))| (first(r), rel.as_slice())),
     );
     let reranked = match rerank {
         None => None,
@@ -146,21 +130,26 @@ pub fn evaluate(
                 t2i.iter().map(|(t, _)| *t),
                 &t2i_rankings,
             )?;
-            let (i2t_reranked, i2t_seconds) =
-                super::rerank::image_to_text(&r.model, r.top, encoded, &i2t, &i2t_rankings)?;
+            let (i2t_reranked, i2t_seconds) = super::rerank::image_to_text(
+                &r.model,
+                r.top,
+                encoded,
+                i2t.iter().map(|(i, _)| *i),
+                &i2t_rankings,
+            )?;
             Some(super::report::RerankReport {
                 top: r.top,
                 t2i: recall(
                     t2i_reranked
                         .iter()
-                        .zip(&t2i_relevant)
-                        .map(|(r, rel)| (first(r), rel.as_slice())),
+                        .zip(&t2i)
+                        .map(|(r, (_, rel))| (first(r), rel.as_slice())),
                 ),
                 i2t: recall(
                     i2t_reranked
                         .iter()
                         .zip(&i2t)
-                        .map(|(r, i)| (first(r), captions[*i].as_slice())),
+                        .map(|(r, (_, rel))| (first(r), rel.as_slice())),
                 ),
                 t2i_ms_per_query: 1000.0 * t2i_seconds / t2i.len().max(1) as f64,
                 i2t_ms_per_query: 1000.0 * i2t_seconds / i2t.len().max(1) as f64,
@@ -214,14 +203,6 @@ pub fn evaluate(
             i2t: i2t_rankings.iter().map(|r| first(r).to_vec()).collect(),
         },
     })
-}
-
-/// At most `max` of `all`, spread evenly (item `i · len / max` for `i < max`), in order.
-fn spread<T: Copy>(all: Vec<T>, max: Option<usize>) -> Vec<T> {
-    match max {
-        Some(m) if m < all.len() => (0..m).map(|i| all[i * all.len() / m]).collect(),
-        _ => all,
-    }
 }
 
 /// A collection of the images alone with `settings` (what an image index costs, without the

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use lexlip_eval::{Encoded, Entry, Mode, Setting, SettingReport, Vector, evaluate};
+use lexlip_eval::{
+    Encoded, Entry, Mode, Queries, Relevance, Setting, SettingReport, Vector, evaluate,
+};
 use lexlip_proto::api::Precision;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, TermSpace};
 
@@ -252,6 +254,81 @@ fn dense_recall_by_hand() {
 /// t4 → b1 "cat face" {cat 90, face 60}      t5 → b1 "kitty" {kitty 100, cat 20}
 /// t6 → c "car" {car 100}
 /// ```
+/// Captions repeated over pictures: the item rule asks for the one picture a caption was
+/// written for, the caption rule for any picture of the same wording, each wording once.
+///
+/// ```text
+/// img0 {dog 90}    img1 {dog 95}    img2 {cat 90, dog 10}
+/// t0 "A dog" → img0 {dog 100}   t1 "a  dog" → img1 {dog 99}   t2 "a cat" → img2 {cat 100}
+/// t3 "a cat" → img2 {cat 98}    t4 "dog" (no picture) {dog 50}
+/// ```
+#[test]
+fn recall_when_captions_repeat_by_hand() {
+    let mut e = encoded(
+        Mode::Sparse,
+        vec![
+            ("img0", sparse(&[("dog", 90)])),
+            ("img1", sparse(&[("dog", 95)])),
+            ("img2", sparse(&[("cat", 90), ("dog", 10)])),
+        ],
+        vec![
+            ("t0", Some(0), sparse(&[("dog", 100)])),
+            ("t1", Some(1), sparse(&[("dog", 99)])),
+            ("t2", Some(2), sparse(&[("cat", 100)])),
+            ("t3", Some(2), sparse(&[("cat", 98)])),
+            ("t4", None, sparse(&[("dog", 50)])),
+        ],
+    );
+    for (t, w) in e
+        .texts
+        .iter_mut()
+        .zip(["A dog", "a  dog", "a cat", "a cat", "dog"])
+    {
+        t.doc.text = Some(w.to_string());
+    }
+    // The item rule: every linked caption asks for its picture; each picture for its captions.
+    let item = Queries::new(&e, Relevance::Item, None);
+    assert_eq!(
+        item.t2i,
+        [(0, vec![0]), (1, vec![1]), (2, vec![2]), (3, vec![2])]
+    );
+    assert_eq!(item.i2t, [(0, vec![0]), (1, vec![1]), (2, vec![2, 3])]);
+    // The caption rule: "a dog" (t0, t1) and "a cat" (t2, t3) asked once each, by their first
+    // caption; img2 counts once although two of its captions say "a cat"; t4 says "dog", another
+    // wording, and answers nothing.
+    let caption = Queries::new(&e, Relevance::Caption, None);
+    assert_eq!(caption.t2i, [(0, vec![0, 1]), (2, vec![2])]);
+    assert_eq!(
+        caption.i2t,
+        [(0, vec![0, 1]), (1, vec![0, 1]), (2, vec![2, 3])]
+    );
+    // At most one query per direction: the first of each list.
+    let one = Queries::new(&e, Relevance::Caption, Some(1));
+    assert_eq!((one.t2i.len(), one.i2t.len()), (1, 1));
+    assert_eq!((one.t2i[0].0, one.i2t[0].0), (0, 0));
+
+    // T2I, item rule: t0 → img1 9500, img0 9000 (2nd); t1 → img1 9405 (1st); t2 → img2 9000
+    // (1st); t3 → img2 8820 (1st).   R@1 3/4, R@5 = R@10 = 1.
+    // I2T, item rule: img0 → t0 9000 (1st); img1 → t0 9500, t1 9405 (2nd); img2 → t2 9000
+    // (1st).   R@1 2/3, R@5 = R@10 = 1.
+    let by_item = run(&e, None);
+    assert_eq!((by_item.t2i_queries, by_item.i2t_queries), (4, 3));
+    assert!(close(by_item.t2i, [0.75, 1.0, 1.0]), "{by_item:?}");
+    assert!(close(by_item.i2t, [2.0 / 3.0, 1.0, 1.0]), "{by_item:?}");
+    // Caption rule: t0 → img1 answers; t2 → img2. img1 → t0 answers ("a dog" too).
+    // R@1 = R@5 = R@10 = 1 both ways.
+    let by_caption = run_setting(
+        &e,
+        Setting {
+            relevance: Relevance::Caption,
+            ..Setting::default()
+        },
+    );
+    assert_eq!((by_caption.t2i_queries, by_caption.i2t_queries), (2, 3));
+    assert!(close(by_caption.t2i, [1.0, 1.0, 1.0]), "{by_caption:?}");
+    assert!(close(by_caption.i2t, [1.0, 1.0, 1.0]), "{by_caption:?}");
+}
+
 #[test]
 fn single_modal_recall_by_hand() {
     let e = encoded(

@@ -453,6 +453,66 @@ fn one_image_is_always_found() {
     assert!(full.contains("100.0"), "{full}");
 }
 
+/// `--relevance caption` on a corpus that repeats a caption: three pictures say "a red dog",
+/// one "a blue cat". Each wording is asked once, and with four pictures every one is among the
+/// first ten, so every query is answered by R@10; the item rule asks all four captions.
+#[test]
+fn repeated_captions_are_asked_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("img")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    for (i, caption) in ["a red dog", "A red  dog", "a red dog", "a blue cat"]
+        .iter()
+        .enumerate()
+    {
+        std::fs::write(
+            tmp.path().join(format!("img/{i}.png")),
+            png(i as u32 * 7 + 1, 32),
+        )
+        .unwrap();
+        tsv.push_str(&format!("{caption}\timg/{i}.png\tim{i}\n"));
+    }
+    let path = tmp.path().join("test.tsv");
+    std::fs::write(&path, tsv).unwrap();
+    let by_item = eval(&lexlip_tiny_args(), &path, &[]);
+    let by_caption = eval(&lexlip_tiny_args(), &path, &["--relevance", "caption"]);
+    assert_eq!(by_item["relevance"], "item", "{by_item}");
+    assert_eq!(by_caption["relevance"], "caption", "{by_caption}");
+    let (item, caption) = (&by_item["settings"][0], &by_caption["settings"][0]);
+    assert_eq!(
+        (item["t2i.queries"].as_u64(), item["i2t.queries"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert_eq!(
+        (
+            caption["t2i.queries"].as_u64(),
+            caption["i2t.queries"].as_u64()
+        ),
+        (Some(2), Some(4))
+    );
+    assert_eq!(caption["t2i.r@10"], 1.0, "{by_caption}");
+    assert_eq!(caption["i2t.r@10"], 1.0, "{by_caption}");
+    // More answers per query can only raise recall: image → text asks the same four queries,
+    // and the three dog captions encode alike (an uncased tokenizer), so text → image's one
+    // dog query stands for the three of the item rule.
+    for key in ["t2i.r@1", "i2t.r@1"] {
+        assert!(
+            caption[key].as_f64() >= item[key].as_f64(),
+            "{key}: {by_item} {by_caption}"
+        );
+    }
+    fails(
+        &[
+            "eval".into(),
+            "--tsv".into(),
+            path.display().to_string(),
+            "--relevance".into(),
+            "picture".into(),
+        ],
+        "picture",
+    );
+}
+
 fn fails(args: &[String], message: &str) {
     let out = lexlip(args);
     let stderr = String::from_utf8_lossy(&out.stderr);

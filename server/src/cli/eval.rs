@@ -65,6 +65,12 @@ pub struct EvalArgs {
     /// in the collections): recall and QPS of a large corpus in less time.
     #[arg(long)]
     pub max_queries: Option<usize>,
+    /// What answers a query. item: a caption's own picture, a picture's own captions (the
+    /// Flickr30k / MS-COCO rule). caption: any picture with a caption worded the same (case and
+    /// spaces aside), and any caption worded like one of the picture's own; each wording is
+    /// asked once. Use caption on corpora that repeat captions, such as `lexlip bench compose`'s.
+    #[arg(long, value_enum, default_value_t = RelevanceArg::Item)]
+    pub relevance: RelevanceArg,
     /// Quantization scale of the collections: impact = floor(scale · weight).
     #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
@@ -103,6 +109,12 @@ pub struct EvalArgs {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RelevanceArg {
+    Item,
+    Caption,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Sparse,
     Dense,
@@ -134,6 +146,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         term_cuts: args.term_cut.clone(),
         hnsw: args.hnsw,
         max_queries: args.max_queries,
+        relevance: match args.relevance {
+            RelevanceArg::Item => eval::Relevance::Item,
+            RelevanceArg::Caption => eval::Relevance::Caption,
+        },
         scale: args.scale,
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
