@@ -201,7 +201,11 @@ pub(crate) fn skip(out: &mut Encoded, observer: &mut dyn EvalObserver, bad: BadI
 
 /// The image a text document belongs to (`metadata.image_id`, set by the corpus readers).
 fn image_of(entry: &Entry) -> Option<&str> {
-    entry.doc.metadata.get("image_id").and_then(|v| v.as_str())
+    entry
+        .doc
+        .metadata
+        .get(super::IMAGE_ID)
+        .and_then(|v| v.as_str())
 }
 
 /// Decodes the chunk's images in parallel, then encodes its images and its texts, one batch
@@ -277,7 +281,7 @@ fn encode_chunk(
                 ))
             })?;
             Ok(Entry {
-                doc: document(item)?,
+                doc: super::lean(document(item)?),
                 vector,
                 pixels,
             })

@@ -86,7 +86,7 @@ pub fn read(
         match vector {
             Some(vector) => {
                 let entry = Entry {
-                    doc: stored.doc,
+                    doc: super::lean(stored.doc),
                     vector,
                     pixels: None,
                 };
