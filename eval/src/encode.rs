@@ -3,13 +3,14 @@
 //! vectors stay in memory; every setting builds its collection from them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use lexlip_index::Quantizer;
 use lexlip_model::{Encoders, PreprocessedImage};
 use lexlip_proto::{Modality, TermSpace, VectorInput};
 use rayon::prelude::*;
 
-use super::{Encoded, Entry, EvalObserver, EvalOptions, Mode, Vector};
+use super::{Encoded, Entry, EvalObserver, EvalOptions, Impacts, Interner, Mode, Vector};
 use lexlip_corpus::Input;
 use lexlip_corpus::item::{BadItem, Item, SourceItem, reason};
 use lexlip_pipeline::corpus::{check_id, decode_with, document, encode_batch};
@@ -24,6 +25,8 @@ enum Encoder<'a> {
         text: &'a lexlip_model::TextEncoder,
         image: &'a lexlip_model::ImageEncoder,
         quantizer: Quantizer,
+        /// Term names shared by every lexicon encoded ([`super::Impacts`]).
+        names: Mutex<Interner>,
     },
     Dense(&'a dyn lexlip_model::DenseEncoder),
 }
@@ -36,6 +39,7 @@ impl<'a> Encoder<'a> {
                 image: encoders.image()?,
                 // The collections' scale, uncut: each setting cuts documents itself.
                 quantizer: Quantizer::new(options.scale, None, None)?,
+                names: Mutex::default(),
             },
             Mode::Dense => Encoder::Dense(encoders.dense().ok_or_else(|| {
                 PipelineError::Input(format!(
@@ -57,8 +61,11 @@ impl<'a> Encoder<'a> {
     fn images(&self, batch: &[PreprocessedImage]) -> Vec<std::result::Result<Vector, String>> {
         match self {
             Encoder::Sparse {
-                image, quantizer, ..
-            } => self.quantize(encode_batch(batch, |b| image.encode(b)), quantizer),
+                image,
+                quantizer,
+                names,
+                ..
+            } => quantize(encode_batch(batch, |b| image.encode(b)), quantizer, names),
             Encoder::Dense(d) => encode_batch(batch, |b| d.encode_images(b))
                 .into_iter()
                 .map(|r| r.map(Vector::Dense))
@@ -69,30 +76,16 @@ impl<'a> Encoder<'a> {
     fn texts(&self, batch: &[&str]) -> Vec<std::result::Result<Vector, String>> {
         match self {
             Encoder::Sparse {
-                text, quantizer, ..
-            } => self.quantize(encode_batch(batch, |b| text.encode(b)), quantizer),
+                text,
+                quantizer,
+                names,
+                ..
+            } => quantize(encode_batch(batch, |b| text.encode(b)), quantizer, names),
             Encoder::Dense(d) => encode_batch(batch, |b| d.encode_texts(b))
                 .into_iter()
                 .map(|r| r.map(Vector::Dense))
                 .collect(),
         }
-    }
-
-    fn quantize(
-        &self,
-        weights: Vec<std::result::Result<lexlip_proto::SparseVector, String>>,
-        quantizer: &Quantizer,
-    ) -> Vec<std::result::Result<Vector, String>> {
-        weights
-            .into_iter()
-            .map(|w| {
-                let w = w?;
-                quantizer
-                    .query(VectorInput::Weights(w))
-                    .map(Vector::Sparse)
-                    .map_err(|e| e.to_string())
-            })
-            .collect()
     }
 
     fn term_space(&self) -> (TermSpace, Option<Vec<String>>) {
@@ -104,6 +97,26 @@ impl<'a> Encoder<'a> {
             Encoder::Dense(_) => (TermSpace::free("dense"), None),
         }
     }
+}
+
+/// Quantizes each lexicon of a batch, its term names shared through `names`.
+fn quantize(
+    weights: Vec<std::result::Result<lexlip_proto::SparseVector, String>>,
+    quantizer: &Quantizer,
+    names: &Mutex<Interner>,
+) -> Vec<std::result::Result<Vector, String>> {
+    let mut names = names
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    weights
+        .into_iter()
+        .map(|w| {
+            let q = quantizer
+                .query(VectorInput::Weights(w?))
+                .map_err(|e| e.to_string())?;
+            Ok(Vector::Sparse(Impacts::new(&q, &mut names)))
+        })
+        .collect()
 }
 
 /// Reads and encodes every item of `input` (bad items are skipped and counted), then leaves out

@@ -73,7 +73,7 @@ fn median(sorted: &[usize]) -> f64 {
 }
 
 /// The sparse vectors of `entries`; None when any is dense.
-fn sparse(entries: &[super::Entry]) -> Option<Vec<&lexlip_proto::QuantizedVector>> {
+fn sparse(entries: &[super::Entry]) -> Option<Vec<&super::Impacts>> {
     entries
         .iter()
         .map(|e| match &e.vector {
@@ -84,11 +84,11 @@ fn sparse(entries: &[super::Entry]) -> Option<Vec<&lexlip_proto::QuantizedVector
 }
 
 /// The strongest `n` terms of a vector (ties broken as the index breaks them).
-fn strongest(v: &lexlip_proto::QuantizedVector, n: usize) -> Vec<&str> {
+fn strongest(v: &super::Impacts, n: usize) -> Vec<&str> {
     v.by_weight().into_iter().take(n).map(|(t, _)| t).collect()
 }
 
-fn side(vectors: &[&lexlip_proto::QuantizedVector]) -> SideFigures {
+fn side(vectors: &[&super::Impacts]) -> SideFigures {
     let mut nnz: Vec<usize> = vectors.iter().map(|v| v.len()).collect();
     nnz.sort_unstable();
     let n = vectors.len().max(1) as f64;

@@ -21,6 +21,7 @@
 
 pub mod compose;
 pub mod encode;
+pub mod impacts;
 pub mod lexicon;
 pub mod plot;
 pub mod queries;
@@ -35,13 +36,14 @@ use std::path::{Path, PathBuf};
 
 use lexlip_model::Encoders;
 use lexlip_proto::api::Precision;
-use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, QuantizedVector, TermSpace};
+use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, TermSpace};
 
 use lexlip_corpus::BadItem;
 use lexlip_corpus::Input;
 use lexlip_pipeline::{PipelineError, Result};
 
 pub use encode::encode;
+pub use impacts::{Impacts, Interner};
 pub use queries::{Queries, Relevance};
 pub use report::{EvalReport, SettingReport};
 pub use sweep::evaluate;
@@ -245,7 +247,7 @@ impl Setting {
 pub enum Vector {
     /// Lexicon impacts quantized with the evaluation's scale, uncut (each setting cuts them
     /// with its collection's quantizer).
-    Sparse(QuantizedVector),
+    Sparse(Impacts),
     Dense(DenseVector),
 }
 

@@ -17,7 +17,7 @@ use lexlip_pipeline::{PipelineError, Result};
 use lexlip_proto::{DenseVector, Modality, TermSpace};
 
 use super::encode::{link_captions, skip};
-use super::{Encoded, Entry, EvalObserver, EvalOptions, Mode, Vector};
+use super::{Encoded, Entry, EvalObserver, EvalOptions, Impacts, Interner, Mode, Vector};
 
 /// A stored document of no vector for the mode (a dense evaluation of a document indexed
 /// without its dense vector).
@@ -67,10 +67,13 @@ pub fn read(
     let snapshot = collection.snapshot()?;
     let total = snapshot.num_docs();
     let mut out = Encoded::new(options.mode, term_space, tokens);
+    let mut names = Interner::default();
     snapshot.for_each_document(|stored| {
         out.read += 1;
         let vector = match options.mode {
-            Mode::Sparse => stored.impacts.map(Vector::Sparse),
+            Mode::Sparse => stored
+                .impacts
+                .map(|q| Vector::Sparse(Impacts::new(&q, &mut names))),
             Mode::Dense => stored
                 .dense
                 .map(DenseVector::new)

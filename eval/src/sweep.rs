@@ -352,7 +352,7 @@ fn add_all(collection: &Collection, entries: &[Entry]) -> Result<usize> {
             Vector::Sparse(q) => {
                 let impacts = collection
                     .quantizer()
-                    .document(VectorInput::Impacts(q.clone()))?;
+                    .document(VectorInput::Impacts(q.vector()))?;
                 nnz += impacts.len();
                 collection.add(e.doc.clone(), impacts)?;
             }
@@ -418,7 +418,7 @@ impl QueryRunner<'_> {
                     let q = self
                         .collection
                         .quantizer()
-                        .query(VectorInput::Impacts(q.clone()))?;
+                        .query(VectorInput::Impacts(q.vector()))?;
                     (Some(q), None)
                 }
                 Vector::Dense(d) => (None, Some(d.clone())),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use lexlip_eval::{
-    Encoded, Entry, Mode, Queries, Relevance, Setting, SettingReport, Vector, evaluate,
+    Encoded, Entry, Impacts, Mode, Queries, Relevance, Setting, SettingReport, Vector, evaluate,
 };
 use lexlip_proto::api::Precision;
 use lexlip_proto::{DenseVector, DocId, Document, Modality, QuantizedVector, TermSpace};
@@ -23,7 +23,9 @@ fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> E
 }
 
 fn sparse(pairs: &[(&str, u64)]) -> Vector {
-    Vector::Sparse(QuantizedVector::new(pairs.iter().copied()).unwrap())
+    Vector::Sparse(Impacts::from(
+        &QuantizedVector::new(pairs.iter().copied()).unwrap(),
+    ))
 }
 
 /// img0 {dog, grass, x}, img1 {cat, sofa}, img2 {red, street, car}.
