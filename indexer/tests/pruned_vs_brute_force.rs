@@ -427,12 +427,12 @@ fn segments_the_bounds_cannot_prune_are_scored_term_at_a_time() {
         let mut rng = Rng::new(7);
         let mut model = Vec::new();
         for i in 0..2_800u32 {
-            // Two flat terms in every document, and 6 of 12 others.
+            // Two flat terms in every document, and about 12 of 24 others.
             let mut terms = vec![
                 ("x".to_string(), rng.range(1, 100) as u64),
                 ("y".to_string(), rng.range(1, 100) as u64),
             ];
-            for t in 0..12 {
+            for t in 0..24 {
                 if rng.range(0, 1) == 1 {
                     terms.push((format!("w{t}"), rng.range(1, 50) as u64));
                 }
@@ -447,7 +447,7 @@ fn segments_the_bounds_cannot_prune_are_scored_term_at_a_time() {
         let flat = QuantizedVector::new([("x", 3u64), ("y", 2)]).unwrap();
         let every = QuantizedVector::new(
             std::iter::once(("x".to_string(), 1u64))
-                .chain((0..12).map(|t| (format!("w{t}"), 2 + t as u64))),
+                .chain((0..24).map(|t| (format!("w{t}"), 2 + t as u64))),
         )
         .unwrap();
         for (q, k) in [(&flat, 600), (&every, 10), (&every, 900)] {
