@@ -101,12 +101,7 @@ pub fn evaluate(
         &image_ids,
         depth,
     )?;
-    let t2i_recall = recall(
-        t2i_rankings
-            .iter()
-            .zip(&t2i)
-            .map(|(r, (_, rel))| (first(r), rel.as_slice())),
-    );
+    let t2i_recall = recall_of(&t2i_rankings, &t2i);
     let text_ids = positions(&encoded.texts);
     let (i2t_rankings, i2t_seconds) = searcher.run(
         i2t.iter().map(|(i, _)| &encoded.images[*i]),
@@ -114,12 +109,7 @@ pub fn evaluate(
         &text_ids,
         depth,
     )?;
-    let i2t_recall = recall(
-        i2t_rankings
-            .iter()
-            .zip(&i2t)
-            .map(|(r, (_, rel))| (first(r), rel.as_slice())),
-    );
+    let i2t_recall = recall_of(&i2t_rankings, &i2t);
     let reranked = match rerank {
         None => None,
         Some(r) => {
@@ -139,18 +129,8 @@ pub fn evaluate(
             )?;
             Some(super::report::RerankReport {
                 top: r.top,
-                t2i: recall(
-                    t2i_reranked
-                        .iter()
-                        .zip(&t2i)
-                        .map(|(r, (_, rel))| (first(r), rel.as_slice())),
-                ),
-                i2t: recall(
-                    i2t_reranked
-                        .iter()
-                        .zip(&i2t)
-                        .map(|(r, (_, rel))| (first(r), rel.as_slice())),
-                ),
+                t2i: recall_of(&t2i_reranked, &t2i),
+                i2t: recall_of(&i2t_reranked, &i2t),
                 t2i_ms_per_query: 1000.0 * t2i_seconds / t2i.len().max(1) as f64,
                 i2t_ms_per_query: 1000.0 * i2t_seconds / i2t.len().max(1) as f64,
             })
@@ -316,6 +296,11 @@ fn single_modal_recall(
         i2i_queries: i2i.len(),
         t2t_queries: t2t.len(),
     })
+}
+
+/// R@1/5/10 of `queries` (query, relevant items) ranked by `rankings`, each read to [`DEPTH`].
+fn recall_of(rankings: &[Vec<usize>], queries: &[(usize, Vec<usize>)]) -> [f64; 3] {
+    recall_without(rankings, queries, |_, _| false)
 }
 
 /// R@1/5/10 of `queries` (query, relevant items) ranked by `rankings`, each ranking first
