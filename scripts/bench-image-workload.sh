@@ -26,7 +26,7 @@
 #
 # Defaults: --images 1000000, --seed 0, --size 224, --work target/image-workload, every model
 # directory under models/, --max-queries 2000 (queries per direction, spread evenly over the N
-# pictures and N captions; every item stays in the collections). JSON keys: images, and per model: index.images_per_s,
+# pictures and N captions; every item stays in the collections). JSON keys: images, relevance ("caption"), and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
 # sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries} (and
 # overlap@10, the share of the exact search's first 10 found, beside every setting but the two
@@ -163,7 +163,8 @@ def figures(s, d):
 # Only this run's dense baseline (an earlier run's results may lie beside).
 _, dense = load("dense-baseline") if dense_model else (None, None)
 dense_settings = dense["settings"] if dense else []
-report = {"images": images, "models": {}}
+# What answered a query in every evaluation of the run (`lexlip eval --relevance`).
+report = {"images": images, "relevance": "caption", "models": {}}
 for m in models:
     name = os.path.basename(m.rstrip("/"))
     index, ev = load(name)
