@@ -78,14 +78,10 @@ pub struct CompiledFilter {
 
 impl CompiledFilter {
     pub fn new(filter: &Filter, fields: &Fields) -> Result<Self> {
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let term_query =
-            |t: Term| -> Box<dyn Query> { Box::new(TermQuery::new(t, IndexRecordOption::Basic)) };
+        // Every term must match.
         let mut terms = Vec::new();
         if let Some(m) = filter.modality {
-            let term = Term::from_field_text(fields.modality, m.as_str());
-            terms.push(term.clone());
-            clauses.push((Occur::Must, term_query(term)));
+            terms.push(Term::from_field_text(fields.modality, m.as_str()));
         }
         for (key, value) in &filter.metadata {
             // tantivy splits a JSON path at '.': a key's own dots (and backslashes) are escaped,
@@ -110,15 +106,19 @@ impl CompiledFilter {
                     )));
                 }
             }
-            terms.push(term.clone());
-            clauses.push((Occur::Must, term_query(term)));
+            terms.push(term);
         }
-        let single = (terms.len() == 1).then(|| terms.remove(0));
-        let query: Option<Box<dyn Query>> = match clauses.len() {
-            0 => None,
-            1 => clauses.pop().map(|(_, q)| q),
-            _ => Some(Box::new(BooleanQuery::new(clauses))),
+        let term_query = |t: &Term| -> Box<dyn Query> {
+            Box::new(TermQuery::new(t.clone(), IndexRecordOption::Basic))
         };
+        let query: Option<Box<dyn Query>> = match terms.as_slice() {
+            [] => None,
+            [one] => Some(term_query(one)),
+            all => Some(Box::new(BooleanQuery::new(
+                all.iter().map(|t| (Occur::Must, term_query(t))).collect(),
+            ))),
+        };
+        let single = (terms.len() == 1).then(|| terms.remove(0));
         Ok(Self { query, single })
     }
 
