@@ -513,7 +513,7 @@ pub fn run(
         started.elapsed().as_secs_f64(),
     );
     report.lexicon = lexicons;
-    report.relevance = options.relevance.as_str();
+    report.relevance = options.relevance;
     Ok(report)
 }
 

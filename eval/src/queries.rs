@@ -12,8 +12,9 @@ use std::collections::HashMap;
 
 use super::Encoded;
 
-/// What counts as a correct answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What counts as a correct answer (reports name it "item" or "caption").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Relevance {
     /// The picture a caption belongs to; a picture's own captions.
     #[default]
@@ -21,16 +22,6 @@ pub enum Relevance {
     /// Every picture with a caption worded like the query; every caption worded like one of the
     /// picture's own. Each wording is asked once.
     Caption,
-}
-
-impl Relevance {
-    /// How reports and the command line name it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Relevance::Item => "item",
-            Relevance::Caption => "caption",
-        }
-    }
 }
 
 /// The queries of both directions: (query position, positions of the items that answer it).

@@ -162,8 +162,8 @@ pub struct EvalReport {
     pub captions: usize,
     pub t2i_queries: usize,
     pub i2t_queries: usize,
-    /// What answered a query ([`super::Relevance`]): "item" or "caption".
-    pub relevance: &'static str,
+    /// What answered a query.
+    pub relevance: super::Relevance,
     pub read: u64,
     pub skipped: BTreeMap<String, u64>,
     #[serde(skip)]
@@ -192,7 +192,7 @@ impl EvalReport {
             captions: encoded.texts.len(),
             t2i_queries: encoded.t2i_queries(),
             i2t_queries: encoded.i2t_queries(),
-            relevance: super::Relevance::Item.as_str(),
+            relevance: super::Relevance::Item,
             read: encoded.read,
             skipped: encoded.skipped.clone(),
             settings,
@@ -232,8 +232,8 @@ impl EvalReport {
             self.t2i_queries,
             self.i2t_queries,
             match self.relevance {
-                "caption" => "any item of the same caption",
-                _ => "their own items",
+                super::Relevance::Caption => "any item of the same caption",
+                super::Relevance::Item => "their own items",
             },
             self.read,
             self.skipped,
