@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use lexlip_model::Encoders;
 use lexlip_proto::api::Precision;
-use lexlip_proto::{DEFAULT_SCALE, DenseVector, Document, TermSpace};
+use lexlip_proto::{DEFAULT_SCALE, DenseVector, DocId, Document, TermSpace};
 
 use lexlip_corpus::BadItem;
 use lexlip_corpus::Input;
@@ -95,6 +95,10 @@ pub struct EvalOptions {
     pub single_modal: bool,
     /// Also re-rank each text → image and image → text query's first candidates.
     pub rerank: Option<RerankOptions>,
+    /// A collection indexed with the same model whose pictures and captions join every search
+    /// as distractors, never asked and never an answer (LexLIP's Table 2: a test set among a
+    /// million other pictures).
+    pub distractors: Option<PathBuf>,
 }
 
 /// A second stage to evaluate: `model` re-scores the first `top` candidates of each query.
@@ -119,6 +123,7 @@ impl Default for EvalOptions {
             work_dir: None,
             single_modal: false,
             rerank: None,
+            distractors: None,
         }
     }
 }
@@ -302,7 +307,22 @@ pub struct Encoded {
     pub skipped: BTreeMap<String, u64>,
     /// Seconds spent reading, decoding and encoding.
     pub encode_seconds: f64,
+    /// The distractors added at the end of `images` and `texts` ([`Encoded::add_distractors`]).
+    pub distractors: Option<Distractors>,
 }
+
+/// Where an evaluation's distractors came from, and how many joined each side.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Distractors {
+    pub collection: String,
+    pub images: usize,
+    pub captions: usize,
+    /// Seconds spent reading them back.
+    pub read_seconds: f64,
+}
+
+/// What a distractor's id starts with, so that it never takes the id of a test item.
+pub const DISTRACTOR_PREFIX: &str = "distractor/";
 
 impl Encoded {
     /// Nothing read yet, for `mode`'s collections over `term_space` (bound to `tokens`).
@@ -317,7 +337,64 @@ impl Encoded {
             read: 0,
             skipped: BTreeMap::new(),
             encode_seconds: 0.0,
+            distractors: None,
         }
+    }
+
+    /// Adds the pictures and texts of `other` (read from the collection `name`) as
+    /// distractors: documents of every search, after this corpus's, that answer no query and
+    /// ask none. They lose their links and metadata, and their ids take [`DISTRACTOR_PREFIX`].
+    pub fn add_distractors(&mut self, other: Encoded, name: String) -> Result<()> {
+        if self.mode != other.mode || self.term_space != other.term_space {
+            return Err(PipelineError::Input(format!(
+                "the distractors at {name} were not encoded like the test corpus ({} mode, term \
+                 space {:?}): index them with the same model",
+                self.mode.as_str(),
+                self.term_space
+            )));
+        }
+        let dim = |e: Option<&Entry>| match e.map(|e| &e.vector) {
+            Some(Vector::Dense(d)) => Some(d.dim()),
+            _ => None,
+        };
+        let (ours, theirs) = (dim(self.images.first()), dim(other.images.first()));
+        if let (Some(a), Some(b)) = (ours, theirs)
+            && a != b
+        {
+            return Err(PipelineError::Input(format!(
+                "the distractors at {name} hold dense vectors of {b} dimensions, the model's \
+                 have {a}: index them with the same model"
+            )));
+        }
+        let rename = |entry: Entry| -> Result<Entry> {
+            let id = DocId::new(format!("{DISTRACTOR_PREFIX}{}", entry.doc.id))
+                .map_err(|e| PipelineError::Input(format!("a distractor's id: {e}")))?;
+            let mut doc = Document::new(id, entry.doc.modality);
+            doc.text = entry.doc.text;
+            Ok(Entry {
+                doc,
+                vector: entry.vector,
+                pixels: None,
+            })
+        };
+        let counts = Distractors {
+            collection: name,
+            images: other.images.len(),
+            captions: other.texts.len(),
+            read_seconds: other.encode_seconds,
+        };
+        self.images.reserve(counts.images);
+        for entry in other.images {
+            self.images.push(rename(entry)?);
+        }
+        self.texts.reserve(counts.captions);
+        self.text_image.reserve(counts.captions);
+        for entry in other.texts {
+            self.texts.push(rename(entry)?);
+            self.text_image.push(None);
+        }
+        self.distractors = Some(counts);
+        Ok(())
     }
 
     /// The image → text queries: each image with at least one caption, and its captions.
@@ -463,25 +540,39 @@ pub fn run(
 ) -> Result<EvalReport> {
     let started = std::time::Instant::now();
     let settings = options.settings()?;
-    if matches!(source, Source::Collection(_)) && options.rerank.is_some() {
+    if (matches!(source, Source::Collection(_)) || options.distractors.is_some())
+        && options.rerank.is_some()
+    {
         return Err(PipelineError::Input(
             "a re-ranker reads the pictures, which a collection does not keep: evaluate the \
-             corpus itself (--tsv, --manifest or --webdataset) to re-rank"
+             corpus itself (--tsv, --manifest or --webdataset), without distractors, to re-rank"
+                .into(),
+        ));
+    }
+    if options.distractors.is_some() && options.single_modal {
+        return Err(PipelineError::Input(
+            "single-modal recall asks every picture and caption of the collection: leave \
+             --single-modal out with distractors"
                 .into(),
         ));
     }
     // Before the encoding, which can take an hour: a work directory that cannot be made fails
     // now, not after it.
     let work = work_dir(options.work_dir.as_deref())?;
-    let encoded = match source {
+    let mut encoded = match source {
         Source::Corpus(input) => encode(input, encoders, options, observer)?,
         Source::Collection(dir) => stored::read(dir, encoders, options, observer)?,
     };
     encoded.check()?;
+    // The test corpus's lexicons alone.
     let lexicons = match options.mode {
         Mode::Sparse => measure_lexicons(&encoded, encoders)?,
         Mode::Dense => None,
     };
+    if let Some(dir) = &options.distractors {
+        let others = stored::read(dir, encoders, options, observer)?;
+        encoded.add_distractors(others, dir.display().to_string())?;
+    }
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     for (n, setting) in settings.into_iter().enumerate() {
         let dir = work.path().join(format!("setting-{n}"));
@@ -558,6 +649,76 @@ mod tests {
         assert_eq!(lean.metadata.len(), 1);
         assert_eq!(lean.metadata[IMAGE_ID], "im0");
         assert_eq!((lean.id, lean.text), (doc.id, doc.text));
+    }
+
+    /// A one-term item of `modality`, linked to picture `image` when given.
+    fn entry(id: &str, modality: lexlip_proto::Modality, image: Option<&str>) -> Entry {
+        let mut doc = Document::new(DocId::new(id).unwrap(), modality);
+        doc.text = Some(format!("text of {id}"));
+        if let Some(image) = image {
+            doc.metadata.insert(IMAGE_ID.into(), image.into());
+        }
+        let q = lexlip_proto::QuantizedVector::new([("dog".to_string(), 7)]).unwrap();
+        Entry {
+            doc,
+            vector: Vector::Sparse(Impacts::new(&q, &mut Interner::default())),
+            pixels: None,
+        }
+    }
+
+    /// Distractors join both sides after the corpus, renamed and unlinked: the queries and
+    /// their answers stay the corpus's, under either relevance rule.
+    #[test]
+    fn distractors_are_neither_asked_nor_answers() {
+        use lexlip_proto::Modality::{Image, Text};
+        let space = TermSpace::free("test");
+        let mut corpus = Encoded::new(Mode::Sparse, space.clone(), None);
+        corpus.images = vec![entry("im0", Image, None), entry("im1", Image, None)];
+        corpus.texts = vec![
+            entry("t0", Text, Some("im0")),
+            entry("t1", Text, Some("im1")),
+        ];
+        corpus.text_image = vec![Some(0), Some(1)];
+        let mut others = Encoded::new(Mode::Sparse, space.clone(), None);
+        // The same ids and wordings as the corpus's, linked among themselves.
+        others.images = vec![entry("im0", Image, None)];
+        others.texts = vec![entry("t0", Text, Some("im0")), entry("x", Text, None)];
+        others.text_image = vec![Some(0), None];
+        others.encode_seconds = 2.0;
+        let before: Vec<Queries> = [Relevance::Item, Relevance::Caption]
+            .map(|r| Queries::new(&corpus, r, None))
+            .into();
+        corpus
+            .add_distractors(others.clone(), "c1m".into())
+            .unwrap();
+        assert_eq!(corpus.images.len(), 3);
+        assert_eq!(corpus.texts.len(), 4);
+        assert_eq!(corpus.text_image, [Some(0), Some(1), None, None]);
+        assert_eq!(corpus.images[2].doc.id.as_str(), "distractor/im0");
+        assert_eq!(corpus.texts[2].doc.id.as_str(), "distractor/t0");
+        assert!(corpus.texts[2].doc.metadata.is_empty());
+        assert_eq!(corpus.texts[2].doc.text.as_deref(), Some("text of t0"));
+        assert_eq!(corpus.texts[2].vector, others.texts[0].vector);
+        let after: Vec<Queries> = [Relevance::Item, Relevance::Caption]
+            .map(|r| Queries::new(&corpus, r, None))
+            .into();
+        assert_eq!(after, before);
+        assert_eq!(
+            corpus.distractors,
+            Some(Distractors {
+                collection: "c1m".into(),
+                images: 1,
+                captions: 2,
+                read_seconds: 2.0,
+            })
+        );
+        // Another term space is refused, and changes nothing.
+        let mut stranger = Encoded::new(Mode::Sparse, TermSpace::free("other"), None);
+        stranger.images = vec![entry("im9", Image, None)];
+        let err = corpus.add_distractors(stranger, "x".into()).unwrap_err();
+        assert!(err.to_string().contains("same model"), "{err}");
+        assert_eq!((corpus.images.len(), corpus.texts.len()), (3, 4));
+        assert_eq!(corpus.distractors.unwrap().collection, "c1m");
     }
 
     #[test]

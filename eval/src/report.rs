@@ -164,6 +164,9 @@ pub struct EvalReport {
     pub i2t_queries: usize,
     /// What answered a query.
     pub relevance: super::Relevance,
+    /// Pictures and captions searched beside the corpus's, answering nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distractors: Option<super::Distractors>,
     pub read: u64,
     pub skipped: BTreeMap<String, u64>,
     #[serde(skip)]
@@ -184,12 +187,14 @@ impl EvalReport {
         settings: Vec<SettingReport>,
         seconds: f64,
     ) -> Self {
+        let distractors = encoded.distractors.clone();
         Self {
             model,
             corpus,
             mode: encoded.mode.as_str(),
-            images: encoded.images.len(),
-            captions: encoded.texts.len(),
+            images: encoded.images.len() - distractors.as_ref().map_or(0, |d| d.images),
+            captions: encoded.texts.len() - distractors.as_ref().map_or(0, |d| d.captions),
+            distractors,
             t2i_queries: encoded.t2i_queries(),
             i2t_queries: encoded.i2t_queries(),
             relevance: super::Relevance::Item,
@@ -239,6 +244,13 @@ impl EvalReport {
             self.skipped,
             self.encode_seconds,
         );
+        if let Some(d) = &self.distractors {
+            out.push_str(&format!(
+                "distractors {}: {} images, {} captions searched beside them, answering nothing \
+                 (read in {:.2} s)\n\n",
+                d.collection, d.images, d.captions, d.read_seconds
+            ));
+        }
         out.push_str(&format!(
             "{:<12} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>10} {:>8} {:>8} {:>8} {:>9}\n",
             "setting",

@@ -64,6 +64,7 @@ fn encoded(
         read: 0,
         skipped: BTreeMap::new(),
         encode_seconds: 0.0,
+        distractors: None,
     }
 }
 

@@ -24,6 +24,18 @@ struct Corpus {
 }
 
 fn corpus(dir: &Path, images: usize, captions: usize, missing: Option<usize>) -> Corpus {
+    corpus_from(dir, 0, images, captions, missing)
+}
+
+/// [`corpus`] of images `first..first + images` (the same image number makes the same picture
+/// and captions in any corpus).
+fn corpus_from(
+    dir: &Path,
+    first: usize,
+    images: usize,
+    captions: usize,
+    missing: Option<usize>,
+) -> Corpus {
     std::fs::create_dir_all(dir.join("img")).unwrap();
     let mut tsv = String::from("title\tfilepath\timage_id\n");
     let mut out = Corpus {
@@ -31,7 +43,7 @@ fn corpus(dir: &Path, images: usize, captions: usize, missing: Option<usize>) ->
         images: Vec::new(),
         captions: Vec::new(),
     };
-    for i in 0..images {
+    for i in first..first + images {
         let rel = format!("img/{i}.png");
         if missing != Some(i) {
             std::fs::write(dir.join(&rel), png(i as u32 * 7 + 1, 32)).unwrap();
@@ -830,4 +842,165 @@ fn a_collection_evaluates_like_its_corpus() {
     fails(&args, "index it with --dense");
     args[2] = tmp.path().join("nowhere").display().to_string();
     fails(&args, "not a collection lexlip index made");
+}
+
+/// `--distractors`: a test corpus searched among another collection's pictures and captions.
+/// Its recalls equal brute force over both, counting only the corpus's own answers (sparse:
+/// the tiny LexLIP impacts; dense: the tiny CLIP's cosines); the distractors are never asked,
+/// the report counts them apart, and they do push answers down. A collection of another model,
+/// one without dense vectors for --mode dense, and single-modal recall are refused.
+#[test]
+fn distractors_join_every_search_and_answer_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(&tmp.path().join("test"), 6, 2, None);
+    // Other pictures (numbers 6..16), one caption each, ids that the corpus also uses.
+    let d = corpus_from(&tmp.path().join("others"), 6, 10, 1, None);
+    let tiny = lexlip_tiny_args();
+    let clip = vec![
+        "--model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ];
+    let index = |dir: &Path, model: &[String], extra: &[&str]| {
+        let mut args: Vec<String> = vec![
+            "index".into(),
+            "--collection".into(),
+            dir.display().to_string(),
+            "--tsv".into(),
+            d.tsv.display().to_string(),
+        ];
+        args.extend(model.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = lexlip(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let both = tmp.path().join("both");
+    index(&both, &tiny, &["--dense-model", clip[1].as_str()]);
+    let both_arg = both.display().to_string();
+
+    // Sparse: brute-force dot products of the encoder's outputs over the corpus and the others.
+    let report = eval(&tiny, &c.tsv, &["--distractors", &both_arg]);
+    assert_eq!(report["images"], 6, "{report}");
+    assert_eq!(report["captions"], 12);
+    assert_eq!(report["t2i_queries"], 12);
+    assert_eq!(report["i2t_queries"], 6);
+    assert_eq!(report["distractors"]["collection"], both_arg.as_str());
+    assert_eq!(report["distractors"]["images"], 10);
+    assert_eq!(report["distractors"]["captions"], 10);
+    let (texts, images) = texts_and_images(&tiny, &c, "terms");
+    let (other_texts, other_images) = texts_and_images(&tiny, &d, "terms");
+    let sparse = |v: &[Value]| v.iter().map(impacts).collect::<Vec<_>>();
+    let (texts, images) = (sparse(&texts), sparse(&images));
+    let all_images: Vec<_> = images
+        .iter()
+        .chain(&sparse(&other_images))
+        .cloned()
+        .collect();
+    let all_texts: Vec<_> = texts.iter().chain(&sparse(&other_texts)).cloned().collect();
+    let scores = |queries: &[BTreeMap<String, u64>], docs: &[BTreeMap<String, u64>]| {
+        queries
+            .iter()
+            .map(|q| docs.iter().map(|d| dot(q, d)).collect::<Vec<f64>>())
+            .collect::<Vec<_>>()
+    };
+    let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+    let i2t_relevant: Vec<Vec<usize>> = (0..6)
+        .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
+        .collect();
+    let t2i = oracle(&scores(&texts, &all_images), &t2i_relevant, 0.0, true);
+    let i2t = oracle(&scores(&images, &all_texts), &i2t_relevant, 0.0, true);
+    let s = &report["settings"][0];
+    let ambiguous = check(s, "t2i", t2i, 12) + check(s, "i2t", i2t, 6);
+    assert_eq!(ambiguous, 0, "ties made some counts ambiguous");
+    // The distractors matter: without them the oracle finds more.
+    let alone_t2i = oracle(&scores(&texts, &images), &t2i_relevant, 0.0, true);
+    let alone_i2t = oracle(&scores(&images, &texts), &i2t_relevant, 0.0, true);
+    assert!(
+        t2i[0].1 < alone_t2i[0].1 || i2t[0].1 < alone_i2t[0].1,
+        "no distractor outranks an answer: {t2i:?} {alone_t2i:?} {i2t:?} {alone_i2t:?}"
+    );
+    // The lexicon figures are the corpus's alone.
+    let alone = eval(&tiny, &c.tsv, &[]);
+    assert_eq!(report["lexicon"], alone["lexicon"]);
+    assert!(alone.get("distractors").is_none(), "{alone}");
+
+    // Dense: cosines of the unit vectors, the distractors' as the collection stored them.
+    let report = eval(
+        &clip,
+        &c.tsv,
+        &["--mode", "dense", "--distractors", &both_arg],
+    );
+    assert_eq!(report["distractors"]["images"], 10, "{report}");
+    let unit = |v: &Value| {
+        let v: Vec<f64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.into_iter().map(|x| x / n).collect::<Vec<f64>>()
+    };
+    let (texts, images) = texts_and_images(&clip, &c, "dense");
+    let (other_texts, other_images) = texts_and_images(&clip, &d, "dense");
+    let units = |v: &[Value]| v.iter().map(unit).collect::<Vec<_>>();
+    let (texts, images) = (units(&texts), units(&images));
+    let all_images: Vec<_> = images
+        .iter()
+        .chain(&units(&other_images))
+        .cloned()
+        .collect();
+    let all_texts: Vec<_> = texts.iter().chain(&units(&other_texts)).cloned().collect();
+    let cosines = |queries: &[Vec<f64>], docs: &[Vec<f64>]| {
+        queries
+            .iter()
+            .map(|q| {
+                docs.iter()
+                    .map(|d| q.iter().zip(d).map(|(x, y)| x * y).sum::<f64>())
+                    .collect::<Vec<f64>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let s = &report["settings"][0];
+    // f32 in the engine, f64 here: scores within 1e-5 count as ties.
+    let t2i = oracle(&cosines(&texts, &all_images), &t2i_relevant, 1e-5, false);
+    let i2t = oracle(&cosines(&images, &all_texts), &i2t_relevant, 1e-5, false);
+    check(s, "t2i", t2i, 12);
+    check(s, "i2t", i2t, 6);
+
+    // Refused: distractors quantized otherwise, a sparse-only collection for --mode dense, a
+    // folder that is no collection (before the model loads), and single-modal recall.
+    let sparse_only = tmp.path().join("sparse");
+    index(&sparse_only, &tiny, &["--scale", "50"]);
+    let mut args = eval_args(&c.tsv, tiny.clone());
+    args.extend([
+        "--distractors".to_string(),
+        sparse_only.display().to_string(),
+    ]);
+    fails(&args, "quantized with scale 50");
+    let mut args = eval_args(&c.tsv, clip.clone());
+    args.extend([
+        "--mode".to_string(),
+        "dense".into(),
+        "--distractors".into(),
+        sparse_only.display().to_string(),
+    ]);
+    fails(&args, "index it with --dense");
+    let mut args = eval_args(&c.tsv, tiny.clone());
+    args.extend([
+        "--distractors".to_string(),
+        tmp.path().join("nowhere").display().to_string(),
+    ]);
+    fails(&args, "--distractors");
+    fails(&args, "not a collection lexlip index made");
+    let mut args = eval_args(&c.tsv, tiny);
+    args.extend([
+        "--distractors".to_string(),
+        both_arg,
+        "--single-modal".into(),
+    ]);
+    fails(&args, "cannot be used with");
 }

@@ -37,6 +37,12 @@ pub struct EvalArgs {
     /// it.
     #[arg(long)]
     pub collection: Option<PathBuf>,
+    /// Search the test corpus among the pictures and captions of this collection, indexed by
+    /// `lexlip index` with --model (with --dense for --mode dense): they join every search but
+    /// are never asked and never answer, as LexLIP's Table 2 puts Flickr30k's test set among a
+    /// million other pictures.
+    #[arg(long, conflicts_with_all = ["single_modal", "rerank_model"])]
+    pub distractors: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
@@ -155,19 +161,26 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         work_dir: args.work_dir.clone(),
         single_modal: args.single_modal,
         rerank: None,
+        distractors: args.distractors.clone(),
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
-    match &source {
-        Source::Corpus(input) => drop(input.open()?),
-        Source::Collection(dir) => {
-            drop(lexlip_index::Collection::open(dir).with_context(|| {
+    let open_collection = |flag: &str, dir: &PathBuf| {
+        lexlip_index::Collection::open(dir)
+            .map(drop)
+            .with_context(|| {
                 format!(
-                    "--collection {}: not a collection lexlip index made",
+                    "{flag} {}: not a collection lexlip index made",
                     dir.display()
                 )
-            })?)
-        }
+            })
+    };
+    match &source {
+        Source::Corpus(input) => drop(input.open()?),
+        Source::Collection(dir) => open_collection("--collection", dir)?,
+    }
+    if let Some(dir) = &args.distractors {
+        open_collection("--distractors", dir)?;
     }
     if let Some(path) = &args.plot {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
