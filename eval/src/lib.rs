@@ -574,17 +574,31 @@ pub fn run(
         encoded.add_distractors(others, dir.display().to_string())?;
     }
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
+    // One collection on disk at a time, kept while the settings that follow search the same
+    // documents (the exact search, factors and term cuts of the full vectors).
+    let mut built: Option<(sweep::Built, PathBuf)> = None;
     for (n, setting) in settings.into_iter().enumerate() {
-        let dir = work.path().join(format!("setting-{n}"));
-        let mut result = evaluate(
+        let current = match built.take() {
+            Some((b, dir)) if b.serves(&setting, encoded.mode) => (b, dir),
+            old => {
+                if let Some((b, dir)) = old {
+                    drop(b);
+                    std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+                }
+                let dir = work.path().join(format!("setting-{n}"));
+                observer.searching(&setting.label(encoded.mode), 0, 0);
+                (sweep::build(&encoded, &setting, options.scale, &dir)?, dir)
+            }
+        };
+        let mut result = sweep::evaluate_on(
             &encoded,
+            &current.0,
             setting,
-            options.scale,
             options.single_modal,
             options.rerank.as_ref(),
-            &dir,
             observer,
         )?;
+        built = Some(current);
         // The first setting is the exact search; every later one is measured against its
         // results, and keeps none of its own.
         if let Some(exact) = results.first() {
@@ -593,7 +607,9 @@ pub fn run(
             result.i2t_overlap = recall::overlap(&rankings.i2t, &exact.rankings.i2t);
         }
         results.push(result);
-        // Each collection is measured and searched, then removed: one on disk at a time.
+    }
+    if let Some((b, dir)) = built {
+        drop(b);
         std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
     }
     let mut report = EvalReport::new(

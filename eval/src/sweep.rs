@@ -1,7 +1,8 @@
 //! One setting of the evaluation: a real collection (tantivy, in a temporary directory) built
-//! from the encoded corpus, measured, then searched with every query exactly as the server
-//! searches (`Snapshot::search` with a modality filter for the sparse index,
-//! `Snapshot::search_dense` for the dense one), one query at a time on this thread.
+//! from the encoded corpus ([`build`]; settings that store the same documents share it),
+//! measured, then searched with every query exactly as the server searches
+//! (`Snapshot::search` with a modality filter for the sparse index, `Snapshot::search_dense`
+//! for the dense one), one query at a time on this thread ([`evaluate_on`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,33 +19,36 @@ use super::recall::{DEPTH, recall};
 use super::{Encoded, Entry, EvalObserver, Mode, Setting, SettingReport, Vector};
 use lexlip_pipeline::{PipelineError, Result};
 
-/// A query ready to search: impacts (quantized like the server quantizes) or a dense vector.
-/// Builds the collection of `setting` (documents cut to their K largest impacts by the
-/// collection's own quantizer; dense: with HNSW graphs when the setting searches them) in
-/// `dir`, then answers every query of `encoded` against it as the setting says.
-pub fn evaluate(
-    encoded: &Encoded,
-    setting: Setting,
-    scale: f32,
-    single_modal: bool,
-    rerank: Option<&super::RerankOptions>,
-    dir: &Path,
-    observer: &mut dyn EvalObserver,
-) -> Result<SettingReport> {
-    // With a re-ranker, the first stage returns its candidates; recall reads the first DEPTH.
-    let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
-    let top_k = setting.top_k;
-    let label = setting.label(encoded.mode);
-    // Text → image: captions against the images; image → text: images with captions against
-    // the texts. At most `setting.max_queries` of each, answered as `setting.relevance` says.
-    let Queries { t2i, i2t } = Queries::new(encoded, setting.relevance, setting.max_queries);
-    let mut queries = t2i.len() + i2t.len();
-    if single_modal {
-        // At most one image → image query per image and one text → text query per caption.
-        queries += encoded.images.len() + encoded.t2i_queries();
+/// The collection of a setting ([`build`]), searched by every setting that stores the same
+/// documents: the exact search of the full vectors, each factor and each term cut share one,
+/// so that a million pictures are written once rather than once per setting.
+pub struct Built {
+    /// Documents cut to this many terms (None: full vectors).
+    top_k: Option<usize>,
+    /// Whether its dense segments have HNSW graphs.
+    graphs: bool,
+    collection: Collection,
+    snapshot: Snapshot,
+    stats: lexlip_proto::api::CollectionStats,
+    image_bytes: u64,
+    image_vector_bytes: u64,
+    image_nnz: usize,
+    text_nnz: usize,
+    index_seconds: f64,
+}
+
+impl Built {
+    /// Whether `setting` searches the documents this collection holds.
+    pub fn serves(&self, setting: &Setting, mode: Mode) -> bool {
+        self.top_k == setting.top_k && self.graphs == (setting.search(mode) == "hnsw")
     }
-    observer.searching(&label, 0, queries as u64);
+}
+
+/// Builds the collection of `setting` in `dir`: documents cut to their K largest impacts by
+/// the collection's own quantizer; dense: with HNSW graphs when the setting searches them.
+pub fn build(encoded: &Encoded, setting: &Setting, scale: f32, dir: &Path) -> Result<Built> {
     let built = Instant::now();
+    let top_k = setting.top_k;
     let dense_dim = match encoded.mode {
         Mode::Dense => encoded.images.first().map(|e| match &e.vector {
             Vector::Dense(d) => d.dim(),
@@ -83,12 +87,76 @@ pub fn evaluate(
     let stats = collection.stats()?;
     let snapshot = collection.snapshot()?;
     snapshot.warm_dense()?;
-    let index_seconds = built.elapsed().as_secs_f64();
+    Ok(Built {
+        top_k,
+        graphs,
+        collection,
+        snapshot,
+        stats,
+        image_bytes,
+        image_vector_bytes,
+        image_nnz,
+        text_nnz,
+        index_seconds: built.elapsed().as_secs_f64(),
+    })
+}
+
+/// [`build`]s the collection of `setting` in `dir`, then [`evaluate_on`] it.
+pub fn evaluate(
+    encoded: &Encoded,
+    setting: Setting,
+    scale: f32,
+    single_modal: bool,
+    rerank: Option<&super::RerankOptions>,
+    dir: &Path,
+    observer: &mut dyn EvalObserver,
+) -> Result<SettingReport> {
+    observer.searching(&setting.label(encoded.mode), 0, 0);
+    let built = build(encoded, &setting, scale, dir)?;
+    evaluate_on(encoded, &built, setting, single_modal, rerank, observer)
+}
+
+/// Answers every query of `encoded` against `built` as `setting` says (its precision and
+/// term cut; `built` must [`Built::serve`] it).
+pub fn evaluate_on(
+    encoded: &Encoded,
+    built: &Built,
+    setting: Setting,
+    single_modal: bool,
+    rerank: Option<&super::RerankOptions>,
+    observer: &mut dyn EvalObserver,
+) -> Result<SettingReport> {
+    // With a re-ranker, the first stage returns its candidates; recall reads the first DEPTH.
+    let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
+    let top_k = setting.top_k;
+    let label = setting.label(encoded.mode);
+    // Text → image: captions against the images; image → text: images with captions against
+    // the texts. At most `setting.max_queries` of each, answered as `setting.relevance` says.
+    let Queries { t2i, i2t } = Queries::new(encoded, setting.relevance, setting.max_queries);
+    let mut queries = t2i.len() + i2t.len();
+    if single_modal {
+        // At most one image → image query per image and one text → text query per caption.
+        queries += encoded.images.len() + encoded.t2i_queries();
+    }
+    observer.searching(&label, 0, queries as u64);
+    let Built {
+        collection,
+        snapshot,
+        stats,
+        image_bytes,
+        image_vector_bytes,
+        image_nnz,
+        text_nnz,
+        index_seconds,
+        ..
+    } = built;
+    let (image_bytes, image_vector_bytes) = (*image_bytes, *image_vector_bytes);
+    let (image_nnz, text_nnz, index_seconds) = (*image_nnz, *text_nnz, *index_seconds);
 
     let mut searcher = QueryRunner {
         setting,
-        collection: &collection,
-        snapshot: &snapshot,
+        collection,
+        snapshot,
         observer,
         label: &label,
         done: 0,
@@ -397,29 +465,16 @@ impl QueryRunner<'_> {
         let searcher = lexlip_search::Searcher::new(self.snapshot);
         let mut seconds = 0.0;
         let mut rankings = Vec::new();
+        let mut queries = queries.peekable();
+        // The first query once unmeasured: no setting pays for opening the segments (their
+        // forward files and maxima), which a collection searched by several settings in turn
+        // would make the first one pay alone.
+        if let Some(first) = queries.peek() {
+            self.rank(&searcher, &mut plan, first)?;
+        }
         for entry in queries {
-            let (sparse, dense) = match &entry.vector {
-                Vector::Sparse(q) => {
-                    let q = self
-                        .collection
-                        .quantizer()
-                        .query(VectorInput::Impacts(q.vector()))?;
-                    (Some(q), None)
-                }
-                Vector::Dense(d) => (None, Some(d.clone())),
-            };
-            plan.mode = if dense.is_some() {
-                SearchMode::Dense
-            } else {
-                SearchMode::Sparse
-            };
             let started = Instant::now();
-            let ranked = searcher
-                .rank(&plan, sparse.as_ref(), |need| match need {
-                    DenseNeed::Required => Ok::<_, SearchError>(dense),
-                    DenseNeed::Fallback => Ok(None),
-                })
-                .map_err(search_error)?;
+            let ranked = self.rank(&searcher, &mut plan, entry)?;
             seconds += started.elapsed().as_secs_f64();
             let hits: Vec<Hit> = searcher.hits(&ranked, None, None).map_err(search_error)?;
             let ranking = hits
@@ -442,6 +497,38 @@ impl QueryRunner<'_> {
             }
         }
         Ok((rankings, seconds))
+    }
+}
+
+impl QueryRunner<'_> {
+    /// One query's ranking under `plan` (its mode set from the query's vector).
+    fn rank(
+        &self,
+        searcher: &lexlip_search::Searcher<'_>,
+        plan: &mut SearchPlan,
+        entry: &Entry,
+    ) -> Result<lexlip_search::Ranking> {
+        let (sparse, dense) = match &entry.vector {
+            Vector::Sparse(q) => {
+                let q = self
+                    .collection
+                    .quantizer()
+                    .query(VectorInput::Impacts(q.vector()))?;
+                (Some(q), None)
+            }
+            Vector::Dense(d) => (None, Some(d.clone())),
+        };
+        plan.mode = if dense.is_some() {
+            SearchMode::Dense
+        } else {
+            SearchMode::Sparse
+        };
+        searcher
+            .rank(plan, sparse.as_ref(), |need| match need {
+                DenseNeed::Required => Ok::<_, SearchError>(dense),
+                DenseNeed::Fallback => Ok(None),
+            })
+            .map_err(search_error)
     }
 }
 

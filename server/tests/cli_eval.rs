@@ -822,6 +822,10 @@ fn a_collection_evaluates_like_its_corpus() {
     assert_eq!(stored["corpus"], both.display().to_string());
     assert_eq!(stored["settings"].as_array().unwrap().len(), 3, "{stored}");
     same_figures(&stored, &corpus_report);
+    // The approximate search shares the exact one's collection; the top-4 has its own.
+    let built = |n: usize| stored["settings"][n]["index_seconds"].as_f64().unwrap();
+    assert_eq!(built(1), built(0), "{stored}");
+    assert_ne!(built(2), built(0), "{stored}");
 
     let dense = ["--mode", "dense"];
     same_figures(

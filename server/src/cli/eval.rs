@@ -314,6 +314,8 @@ impl EvalObserver for Progress {
             );
             self.restart(Some(total), &template);
         }
+        // A setting is announced with no queries while its collection is built.
+        self.bar.set_length(total);
         self.bar.set_position(done);
     }
 }
