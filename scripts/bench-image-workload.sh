@@ -127,7 +127,7 @@ run_model() { # name model-dir mode
   if [ "$mode" = dense ]; then
     heldout_args+=(--mode dense --hnsw)
   else
-    heldout_args+=(--approx 1.2,1.5,2 --term-cut 0.1 --top-k 64)
+    heldout_args+=(--approx 1.2,1.5,2 --term-cut 0.1 --top-k 64,16)
   fi
   "$lexlip" "${heldout_args[@]}" "${gpu[@]}" > "$out/heldout.json"
   rm -rf "$out/collection"
