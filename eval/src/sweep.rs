@@ -139,24 +139,11 @@ pub fn evaluate_on(
         queries += encoded.images.len() + encoded.t2i_queries();
     }
     observer.searching(&label, 0, queries as u64);
-    let Built {
-        collection,
-        snapshot,
-        stats,
-        image_bytes,
-        image_vector_bytes,
-        image_nnz,
-        text_nnz,
-        index_seconds,
-        ..
-    } = built;
-    let (image_bytes, image_vector_bytes) = (*image_bytes, *image_vector_bytes);
-    let (image_nnz, text_nnz, index_seconds) = (*image_nnz, *text_nnz, *index_seconds);
 
     let mut searcher = QueryRunner {
         setting,
-        collection,
-        snapshot,
+        collection: &built.collection,
+        snapshot: &built.snapshot,
         observer,
         label: &label,
         done: 0,
@@ -232,17 +219,17 @@ pub fn evaluate_on(
         t2t: single.map(|s| s.t2t),
         i2i_queries: single.map(|s| s.i2i_queries),
         t2t_queries: single.map(|s| s.t2t_queries),
-        bytes_per_item: stats.bytes as f64 / documents,
-        bytes_per_image: per(image_bytes as usize, encoded.images.len()),
-        vector_bytes_per_image: per(image_vector_bytes as usize, encoded.images.len()),
-        nnz_per_item: (image_nnz + text_nnz) as f64 / documents,
-        nnz_per_image: per(image_nnz, encoded.images.len()),
-        nnz_per_text: per(text_nnz, encoded.texts.len()),
+        bytes_per_item: built.stats.bytes as f64 / documents,
+        bytes_per_image: per(built.image_bytes as usize, encoded.images.len()),
+        vector_bytes_per_image: per(built.image_vector_bytes as usize, encoded.images.len()),
+        nnz_per_item: (built.image_nnz + built.text_nnz) as f64 / documents,
+        nnz_per_image: per(built.image_nnz, encoded.images.len()),
+        nnz_per_text: per(built.text_nnz, encoded.texts.len()),
         qps: qps(t2i.len() + i2t.len(), t2i_seconds + i2t_seconds),
         t2i_qps: qps(t2i.len(), t2i_seconds),
         i2t_qps: qps(i2t.len(), i2t_seconds),
-        index_bytes: stats.bytes,
-        index_seconds,
+        index_bytes: built.stats.bytes,
+        index_seconds: built.index_seconds,
         rerank: reranked,
         t2i_overlap: None,
         i2t_overlap: None,

@@ -111,6 +111,63 @@ fn dot(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> f64 {
         .sum()
 }
 
+/// The tiny CLIP's `--model` arguments.
+fn clip_args() -> Vec<String> {
+    vec![
+        "--model".to_string(),
+        fixtures().join("clip-tiny").display().to_string(),
+    ]
+}
+
+/// `lexlip index --collection dir --tsv tsv` with `model` and `extra` arguments, which must
+/// succeed.
+fn index_tsv(dir: &Path, tsv: &Path, model: &[String], extra: &[&str]) {
+    let mut args: Vec<String> = vec![
+        "index".into(),
+        "--collection".into(),
+        dir.display().to_string(),
+        "--tsv".into(),
+        tsv.display().to_string(),
+    ];
+    args.extend(model.iter().cloned());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let out = lexlip(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A dense vector of `lexlip encode --json`, made unit length.
+fn unit(v: &Value) -> Vec<f64> {
+    let v: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    v.into_iter().map(|x| x / n).collect()
+}
+
+fn cos(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `score(query, document)` of every query and document.
+fn scores<T>(queries: &[T], docs: &[T], score: impl Fn(&T, &T) -> f64) -> Vec<Vec<f64>> {
+    queries
+        .iter()
+        .map(|q| docs.iter().map(|d| score(q, d)).collect())
+        .collect()
+}
+
+/// `a` then `b`.
+fn joined<T: Clone>(a: &[T], b: &[T]) -> Vec<T> {
+    a.iter().chain(b).cloned().collect()
+}
+
 /// For R@1, R@5, R@10 of a set of queries: how many are found for sure and how many may be
 /// found, depending on how ties (scores within `eps`) are ordered. `scores[q][d]`: query q,
 /// candidate d; `relevant[q]`: q's answers. Candidates scoring 0 are not returned (sparse).
@@ -363,10 +420,7 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
 fn dense_mode_equals_brute_force_cosine() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(tmp.path(), 5, 2, None);
-    let model = vec![
-        "--model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
-    ];
+    let model = clip_args();
     let report = eval(&model, &c.tsv, &["--mode", "dense"]);
     assert_eq!(report["mode"], "dense");
     let settings = report["settings"].as_array().unwrap();
@@ -375,19 +429,8 @@ fn dense_mode_equals_brute_force_cosine() {
     let s = &settings[0];
 
     let (texts, images) = texts_and_images(&model, &c, "dense");
-    let unit = |v: &Value| {
-        let v: Vec<f64> = v
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        v.into_iter().map(|x| x / n).collect::<Vec<f64>>()
-    };
     let texts: Vec<Vec<f64>> = texts.iter().map(unit).collect();
     let images: Vec<Vec<f64>> = images.iter().map(unit).collect();
-    let cos = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
     let t2i: Vec<Vec<f64>> = texts
         .iter()
         .map(|q| images.iter().map(|d| cos(q, d)).collect())
@@ -671,10 +714,7 @@ fn approximate_settings_over_webdataset_shards() {
         }
     }
 
-    let clip = vec![
-        "--model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
-    ];
+    let clip = clip_args();
     let mut args = wds(&clip, &["--mode", "dense", "--hnsw"]);
     args.push("--json".into());
     let report = lexlip_json(&args);
@@ -780,29 +820,10 @@ fn a_collection_evaluates_like_its_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(tmp.path(), 6, 2, None);
     let tiny = lexlip_tiny_args();
-    let clip = vec![
-        "--model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
-    ];
-    let index = |dir: &Path, extra: &[String]| {
-        let mut args: Vec<String> = vec![
-            "index".into(),
-            "--collection".into(),
-            dir.display().to_string(),
-            "--tsv".into(),
-            c.tsv.display().to_string(),
-        ];
-        args.extend(tiny.iter().cloned());
-        args.extend(extra.iter().cloned());
-        let out = lexlip(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let clip = clip_args();
+    let index = |dir: &Path, extra: &[&str]| index_tsv(dir, &c.tsv, &tiny, extra);
     let both = tmp.path().join("both");
-    index(&both, &["--dense-model".into(), clip[1].clone()]);
+    index(&both, &["--dense-model", clip[1].as_str()]);
     let eval_collection = |model: &[String], dir: &Path, extra: &[&str]| {
         let mut args: Vec<String> = vec![
             "eval".into(),
@@ -860,27 +881,8 @@ fn distractors_join_every_search_and_answer_nothing() {
     // Other pictures (numbers 6..16), one caption each, ids that the corpus also uses.
     let d = corpus_from(&tmp.path().join("others"), 6, 10, 1, None);
     let tiny = lexlip_tiny_args();
-    let clip = vec![
-        "--model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
-    ];
-    let index = |dir: &Path, model: &[String], extra: &[&str]| {
-        let mut args: Vec<String> = vec![
-            "index".into(),
-            "--collection".into(),
-            dir.display().to_string(),
-            "--tsv".into(),
-            d.tsv.display().to_string(),
-        ];
-        args.extend(model.iter().cloned());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let out = lexlip(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let clip = clip_args();
+    let index = |dir: &Path, model: &[String], extra: &[&str]| index_tsv(dir, &d.tsv, model, extra);
     let both = tmp.path().join("both");
     index(&both, &tiny, &["--dense-model", clip[1].as_str()]);
     let both_arg = both.display().to_string();
@@ -894,34 +896,25 @@ fn distractors_join_every_search_and_answer_nothing() {
     assert_eq!(report["distractors"]["collection"], both_arg.as_str());
     assert_eq!(report["distractors"]["images"], 10);
     assert_eq!(report["distractors"]["captions"], 10);
+    let sparse = |v: Vec<Value>| v.iter().map(impacts).collect::<Vec<_>>();
     let (texts, images) = texts_and_images(&tiny, &c, "terms");
+    let (texts, images) = (sparse(texts), sparse(images));
     let (other_texts, other_images) = texts_and_images(&tiny, &d, "terms");
-    let sparse = |v: &[Value]| v.iter().map(impacts).collect::<Vec<_>>();
-    let (texts, images) = (sparse(&texts), sparse(&images));
-    let all_images: Vec<_> = images
-        .iter()
-        .chain(&sparse(&other_images))
-        .cloned()
-        .collect();
-    let all_texts: Vec<_> = texts.iter().chain(&sparse(&other_texts)).cloned().collect();
-    let scores = |queries: &[BTreeMap<String, u64>], docs: &[BTreeMap<String, u64>]| {
-        queries
-            .iter()
-            .map(|q| docs.iter().map(|d| dot(q, d)).collect::<Vec<f64>>())
-            .collect::<Vec<_>>()
-    };
+    let (other_texts, other_images) = (sparse(other_texts), sparse(other_images));
     let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
     let i2t_relevant: Vec<Vec<usize>> = (0..6)
         .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
         .collect();
-    let t2i = oracle(&scores(&texts, &all_images), &t2i_relevant, 0.0, true);
-    let i2t = oracle(&scores(&images, &all_texts), &i2t_relevant, 0.0, true);
+    let t2i_among = scores(&texts, &joined(&images, &other_images), dot);
+    let i2t_among = scores(&images, &joined(&texts, &other_texts), dot);
+    let t2i = oracle(&t2i_among, &t2i_relevant, 0.0, true);
+    let i2t = oracle(&i2t_among, &i2t_relevant, 0.0, true);
     let s = &report["settings"][0];
     let ambiguous = check(s, "t2i", t2i, 12) + check(s, "i2t", i2t, 6);
     assert_eq!(ambiguous, 0, "ties made some counts ambiguous");
     // The distractors matter: without them the oracle finds more.
-    let alone_t2i = oracle(&scores(&texts, &images), &t2i_relevant, 0.0, true);
-    let alone_i2t = oracle(&scores(&images, &texts), &i2t_relevant, 0.0, true);
+    let alone_t2i = oracle(&scores(&texts, &images, dot), &t2i_relevant, 0.0, true);
+    let alone_i2t = oracle(&scores(&images, &texts, dot), &i2t_relevant, 0.0, true);
     assert!(
         t2i[0].1 < alone_t2i[0].1 || i2t[0].1 < alone_i2t[0].1,
         "no distractor outranks an answer: {t2i:?} {alone_t2i:?} {i2t:?} {alone_i2t:?}"
@@ -938,42 +931,18 @@ fn distractors_join_every_search_and_answer_nothing() {
         &["--mode", "dense", "--distractors", &both_arg],
     );
     assert_eq!(report["distractors"]["images"], 10, "{report}");
-    let unit = |v: &Value| {
-        let v: Vec<f64> = v
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        v.into_iter().map(|x| x / n).collect::<Vec<f64>>()
-    };
+    let units = |v: Vec<Value>| v.iter().map(unit).collect::<Vec<_>>();
     let (texts, images) = texts_and_images(&clip, &c, "dense");
+    let (texts, images) = (units(texts), units(images));
     let (other_texts, other_images) = texts_and_images(&clip, &d, "dense");
-    let units = |v: &[Value]| v.iter().map(unit).collect::<Vec<_>>();
-    let (texts, images) = (units(&texts), units(&images));
-    let all_images: Vec<_> = images
-        .iter()
-        .chain(&units(&other_images))
-        .cloned()
-        .collect();
-    let all_texts: Vec<_> = texts.iter().chain(&units(&other_texts)).cloned().collect();
-    let cosines = |queries: &[Vec<f64>], docs: &[Vec<f64>]| {
-        queries
-            .iter()
-            .map(|q| {
-                docs.iter()
-                    .map(|d| q.iter().zip(d).map(|(x, y)| x * y).sum::<f64>())
-                    .collect::<Vec<f64>>()
-            })
-            .collect::<Vec<_>>()
-    };
+    let (other_texts, other_images) = (units(other_texts), units(other_images));
+    let cosine = |a: &Vec<f64>, b: &Vec<f64>| cos(a, b);
+    let t2i_among = scores(&texts, &joined(&images, &other_images), cosine);
+    let i2t_among = scores(&images, &joined(&texts, &other_texts), cosine);
     let s = &report["settings"][0];
     // f32 in the engine, f64 here: scores within 1e-5 count as ties.
-    let t2i = oracle(&cosines(&texts, &all_images), &t2i_relevant, 1e-5, false);
-    let i2t = oracle(&cosines(&images, &all_texts), &i2t_relevant, 1e-5, false);
-    check(s, "t2i", t2i, 12);
-    check(s, "i2t", i2t, 6);
+    check(s, "t2i", oracle(&t2i_among, &t2i_relevant, 1e-5, false), 12);
+    check(s, "i2t", oracle(&i2t_among, &i2t_relevant, 1e-5, false), 6);
 
     // Refused: distractors quantized otherwise, a sparse-only collection for --mode dense, a
     // folder that is no collection (before the model loads), and single-modal recall.
