@@ -621,6 +621,9 @@ pub fn run(
     );
     report.lexicon = lexicons;
     report.relevance = options.relevance;
+    // What the rule asks (each wording once under the caption rule), before --max-queries.
+    let asked = Queries::new(&encoded, options.relevance, None);
+    (report.t2i_queries, report.i2t_queries) = (asked.t2i.len(), asked.i2t.len());
     Ok(report)
 }
 

@@ -160,6 +160,8 @@ pub struct EvalReport {
     /// none).
     pub images: usize,
     pub captions: usize,
+    /// The queries of each direction under the relevance rule (each wording once under the
+    /// caption rule), before `--max-queries` (each setting says how many it searched).
     pub t2i_queries: usize,
     pub i2t_queries: usize,
     /// What answered a query.

@@ -545,6 +545,10 @@ fn repeated_captions_are_asked_once() {
         ),
         (Some(2), Some(4))
     );
+    // The report counts the queries each rule asks.
+    assert_eq!(by_item["t2i_queries"], 4, "{by_item}");
+    assert_eq!(by_caption["t2i_queries"], 2, "{by_caption}");
+    assert_eq!(by_caption["i2t_queries"], 4, "{by_caption}");
     assert_eq!(caption["t2i.r@10"], 1.0, "{by_caption}");
     assert_eq!(caption["i2t.r@10"], 1.0, "{by_caption}");
     // More answers per query can only raise recall: image → text asks the same four queries,
