@@ -573,6 +573,12 @@ pub fn run(
         let others = stored::read(dir, encoders, options, observer)?;
         encoded.add_distractors(others, dir.display().to_string())?;
     }
+    // The same queries for every setting; the report counts every query the rule asks, before
+    // --max-queries (each wording once under the caption rule).
+    let queries = Queries::new(&encoded, options.relevance, options.max_queries);
+    let every = Queries::new(&encoded, options.relevance, None);
+    let asked = (every.t2i.len(), every.i2t.len());
+    drop(every);
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     // One collection on disk at a time, kept while the settings that follow search the same
     // documents (the exact search, factors and term cuts of the full vectors).
@@ -581,9 +587,8 @@ pub fn run(
         let current = match built.take() {
             Some((b, dir)) if b.serves(&setting, encoded.mode) => (b, dir),
             old => {
-                if let Some((b, dir)) = old {
-                    drop(b);
-                    std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+                if let Some(old) = old {
+                    remove(old)?;
                 }
                 let dir = work.path().join(format!("setting-{n}"));
                 observer.searching(&setting.label(encoded.mode), 0, 0);
@@ -594,6 +599,7 @@ pub fn run(
             &encoded,
             &current.0,
             setting,
+            &queries,
             options.single_modal,
             options.rerank.as_ref(),
             observer,
@@ -608,23 +614,26 @@ pub fn run(
         }
         results.push(result);
     }
-    if let Some((b, dir)) = built {
-        drop(b);
-        std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+    if let Some(last) = built {
+        remove(last)?;
     }
     let mut report = EvalReport::new(
         encoders.path().display().to_string(),
         source.name(),
         &encoded,
+        options.relevance,
+        asked,
         results,
         started.elapsed().as_secs_f64(),
     );
     report.lexicon = lexicons;
-    report.relevance = options.relevance;
-    // What the rule asks (each wording once under the caption rule), before --max-queries.
-    let asked = Queries::new(&encoded, options.relevance, None);
-    (report.t2i_queries, report.i2t_queries) = (asked.t2i.len(), asked.i2t.len());
     Ok(report)
+}
+
+/// Closes a setting's collection and removes its directory.
+fn remove((built, dir): (sweep::Built, PathBuf)) -> Result<()> {
+    drop(built);
+    std::fs::remove_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))
 }
 
 /// The lexicon figures ([`lexicon::LexiconReport`]) of the encoded corpus, with each caption's

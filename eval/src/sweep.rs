@@ -40,8 +40,13 @@ pub struct Built {
 impl Built {
     /// Whether `setting` searches the documents this collection holds.
     pub fn serves(&self, setting: &Setting, mode: Mode) -> bool {
-        self.top_k == setting.top_k && self.graphs == (setting.search(mode) == "hnsw")
+        self.top_k == setting.top_k && self.graphs == searches_graphs(setting, mode)
     }
+}
+
+/// Whether `setting` searches HNSW graphs (its collection then builds them).
+fn searches_graphs(setting: &Setting, mode: Mode) -> bool {
+    setting.search(mode) == "hnsw"
 }
 
 /// Builds the collection of `setting` in `dir`: documents cut to their K largest impacts by
@@ -75,7 +80,7 @@ pub fn build(encoded: &Encoded, setting: &Setting, scale: f32, dir: &Path) -> Re
     // Exact: queries scan every dense vector (the server's exact dense search), no graphs to
     // build; the graph setting builds one for every segment (in `warm_dense`, so its cost
     // counts in `index_seconds`).
-    let graphs = setting.search(encoded.mode) == "hnsw";
+    let graphs = searches_graphs(setting, encoded.mode);
     collection.set_dense_params(DenseParams {
         hnsw_min_docs: if graphs { 1 } else { usize::MAX },
         ..DenseParams::default()
@@ -101,7 +106,8 @@ pub fn build(encoded: &Encoded, setting: &Setting, scale: f32, dir: &Path) -> Re
     })
 }
 
-/// [`build`]s the collection of `setting` in `dir`, then [`evaluate_on`] it.
+/// [`build`]s the collection of `setting` in `dir`, then [`evaluate_on`] it with the queries
+/// of the setting's relevance rule and `max_queries`.
 pub fn evaluate(
     encoded: &Encoded,
     setting: Setting,
@@ -113,15 +119,27 @@ pub fn evaluate(
 ) -> Result<SettingReport> {
     observer.searching(&setting.label(encoded.mode), 0, 0);
     let built = build(encoded, &setting, scale, dir)?;
-    evaluate_on(encoded, &built, setting, single_modal, rerank, observer)
+    let queries = Queries::new(encoded, setting.relevance, setting.max_queries);
+    evaluate_on(
+        encoded,
+        &built,
+        setting,
+        &queries,
+        single_modal,
+        rerank,
+        observer,
+    )
 }
 
-/// Answers every query of `encoded` against `built` as `setting` says (its precision and
-/// term cut; `built` must [`Built::serve`] it).
+/// Answers `queries` (text → image: captions against the images; image → text: images with
+/// captions against the texts; [`Queries::new`] of the setting's relevance rule and
+/// `max_queries`, the same for every setting of a run) against `built` as `setting` says (its
+/// precision and term cut; `built` must [`Built::serves`] it).
 pub fn evaluate_on(
     encoded: &Encoded,
     built: &Built,
     setting: Setting,
+    queries: &Queries,
     single_modal: bool,
     rerank: Option<&super::RerankOptions>,
     observer: &mut dyn EvalObserver,
@@ -130,9 +148,7 @@ pub fn evaluate_on(
     let depth = rerank.map_or(DEPTH, |r| r.top.max(DEPTH));
     let top_k = setting.top_k;
     let label = setting.label(encoded.mode);
-    // Text → image: captions against the images; image → text: images with captions against
-    // the texts. At most `setting.max_queries` of each, answered as `setting.relevance` says.
-    let Queries { t2i, i2t } = Queries::new(encoded, setting.relevance, setting.max_queries);
+    let Queries { t2i, i2t } = queries;
     let mut queries = t2i.len() + i2t.len();
     if single_modal {
         // At most one image → image query per image and one text → text query per caption.
@@ -156,7 +172,7 @@ pub fn evaluate_on(
         &image_ids,
         depth,
     )?;
-    let t2i_recall = recall_of(&t2i_rankings, &t2i);
+    let t2i_recall = recall_of(&t2i_rankings, t2i);
     let text_ids = positions(&encoded.texts);
     let (i2t_rankings, i2t_seconds) = searcher.run(
         i2t.iter().map(|(i, _)| &encoded.images[*i]),
@@ -164,7 +180,7 @@ pub fn evaluate_on(
         &text_ids,
         depth,
     )?;
-    let i2t_recall = recall_of(&i2t_rankings, &i2t);
+    let i2t_recall = recall_of(&i2t_rankings, i2t);
     let reranked = match rerank {
         None => None,
         Some(r) => {
@@ -184,8 +200,8 @@ pub fn evaluate_on(
             )?;
             Some(super::report::RerankReport {
                 top: r.top,
-                t2i: recall_of(&t2i_reranked, &t2i),
-                i2t: recall_of(&i2t_reranked, &i2t),
+                t2i: recall_of(&t2i_reranked, t2i),
+                i2t: recall_of(&i2t_reranked, i2t),
                 t2i_ms_per_query: 1000.0 * t2i_seconds / t2i.len().max(1) as f64,
                 i2t_ms_per_query: 1000.0 * i2t_seconds / i2t.len().max(1) as f64,
             })
@@ -485,9 +501,7 @@ impl QueryRunner<'_> {
         }
         Ok((rankings, seconds))
     }
-}
 
-impl QueryRunner<'_> {
     /// One query's ranking under `plan` (its mode set from the query's vector).
     fn rank(
         &self,
