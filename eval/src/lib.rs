@@ -99,6 +99,9 @@ pub struct EvalOptions {
     /// as distractors, never asked and never an answer (LexLIP's Table 2: a test set among a
     /// million other pictures).
     pub distractors: Option<PathBuf>,
+    /// The distractors' lexicons are computed by the model's heads from the dense vectors the
+    /// collection stores ([`stored::read_from_dense`]), not read as it indexed them.
+    pub distractors_from_dense: bool,
 }
 
 /// A second stage to evaluate: `model` re-scores the first `top` candidates of each query.
@@ -124,6 +127,7 @@ impl Default for EvalOptions {
             single_modal: false,
             rerank: None,
             distractors: None,
+            distractors_from_dense: false,
         }
     }
 }
@@ -556,6 +560,15 @@ pub fn run(
                 .into(),
         ));
     }
+    if options.distractors_from_dense
+        && (options.distractors.is_none() || options.mode != Mode::Sparse)
+    {
+        return Err(PipelineError::Input(
+            "lexicons are computed from stored dense vectors for the distractors of a sparse \
+             evaluation only: give --distractors, and leave out --mode dense"
+                .into(),
+        ));
+    }
     // Before the encoding, which can take an hour: a work directory that cannot be made fails
     // now, not after it.
     let work = work_dir(options.work_dir.as_deref())?;
@@ -570,7 +583,11 @@ pub fn run(
         Mode::Dense => None,
     };
     if let Some(dir) = &options.distractors {
-        let others = stored::read(dir, encoders, options, observer)?;
+        let others = if options.distractors_from_dense {
+            stored::read_from_dense(dir, encoders, options, observer)?
+        } else {
+            stored::read(dir, encoders, options, observer)?
+        };
         encoded.add_distractors(others, dir.display().to_string())?;
     }
     // The same queries for every setting; the report counts every query the rule asks, before

@@ -118,3 +118,124 @@ pub fn read(
     out.encode_seconds = started.elapsed().as_secs_f64();
     Ok(out)
 }
+
+/// Captions whose stored dense vectors are encoded again to check that a collection's dense
+/// vectors come from the backbone of the model ([`read_from_dense`]).
+const BACKBONE_PROBES: usize = 16;
+
+/// Lexicons computed per batch of stored dense vectors in [`read_from_dense`].
+const HEAD_BATCH: usize = 1024;
+
+/// Reads the collection in `dir` for a sparse evaluation with lexicons that `encoders` compute
+/// from the dense vectors it stores, instead of the lexicons it indexed. `encoders` must be
+/// lexicon heads over the dense model that indexed it (`lexlip index --dense`): other heads over
+/// one backbone then meet a million pictures in the minutes their heads take, not in the hour
+/// of encoding the pictures again. The first captions' stored vectors are encoded again from
+/// their texts, and a collection whose vectors are not the backbone's is refused.
+pub fn read_from_dense(
+    dir: &Path,
+    encoders: &Encoders,
+    options: &EvalOptions,
+    observer: &mut dyn EvalObserver,
+) -> Result<Encoded> {
+    let (text, image) = (encoders.text()?, encoders.image()?);
+    let backbone = encoders.dense().ok_or_else(|| {
+        PipelineError::Input(format!(
+            "the model at {} has no dense backbone: lexicons are computed from a collection's \
+             dense vectors only by lexicon heads over the model that indexed it",
+            encoders.path().display()
+        ))
+    })?;
+    let dense_options = EvalOptions {
+        mode: Mode::Dense,
+        ..options.clone()
+    };
+    let mut out = read(dir, encoders, &dense_options, observer)?;
+    let started = std::time::Instant::now();
+    check_backbone(dir, backbone, &out)?;
+    let quantizer = lexlip_index::Quantizer::new(options.scale, None, None)?;
+    let mut names = Interner::default();
+    let mut heads = |entries: &mut [Entry], modality: Modality| -> Result<()> {
+        for batch in entries.chunks_mut(HEAD_BATCH) {
+            let dense: Vec<DenseVector> = batch
+                .iter()
+                .filter_map(|e| match &e.vector {
+                    Vector::Dense(d) => Some(d.clone()),
+                    Vector::Sparse(_) => None,
+                })
+                .collect();
+            let lexicons = match modality {
+                Modality::Image => image.encode_embeddings(&dense)?,
+                _ => text.encode_embeddings(&dense)?,
+            };
+            for (entry, lexicon) in batch.iter_mut().zip(lexicons) {
+                let q = quantizer.query(lexlip_proto::VectorInput::Weights(lexicon))?;
+                entry.vector = Vector::Sparse(Impacts::new(&q, &mut names));
+            }
+        }
+        Ok(())
+    };
+    heads(&mut out.images, Modality::Image)?;
+    heads(&mut out.texts, Modality::Text)?;
+    out.mode = Mode::Sparse;
+    out.term_space = text.term_space().clone();
+    out.tokens = Some(text.vocabulary().tokens().to_vec());
+    out.encode_seconds += started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Refuses a collection whose dense vectors `backbone` does not give: its first captions'
+/// stored vectors must equal their texts encoded again (cosine ≥ 0.999).
+fn check_backbone(
+    dir: &Path,
+    backbone: &dyn lexlip_model::DenseEncoder,
+    read: &Encoded,
+) -> Result<()> {
+    let probes: Vec<(&str, &DenseVector)> = read
+        .texts
+        .iter()
+        .filter_map(|e| match (&e.doc.text, &e.vector) {
+            (Some(t), Vector::Dense(d)) => Some((t.as_str(), d)),
+            _ => None,
+        })
+        .take(BACKBONE_PROBES)
+        .collect();
+    let refuse = |why: String| {
+        PipelineError::Input(format!(
+            "the dense vectors of {} are not those of this model's backbone ({why}): compute \
+             lexicons from them only with heads over the dense model that indexed it",
+            dir.display()
+        ))
+    };
+    if let Some(d) = read.images.first().or(read.texts.first())
+        && let Vector::Dense(v) = &d.vector
+        && v.dim() != backbone.dim()
+    {
+        return Err(refuse(format!(
+            "{} dimensions, the backbone's {}",
+            v.dim(),
+            backbone.dim()
+        )));
+    }
+    if probes.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<&str> = probes.iter().map(|(t, _)| *t).collect();
+    let again = backbone.encode_texts(&texts)?;
+    for ((text, stored), fresh) in probes.iter().zip(&again) {
+        let dot: f32 = stored
+            .as_slice()
+            .iter()
+            .zip(fresh.as_slice())
+            .map(|(a, b)| a * b)
+            .sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cos = dot / (norm(stored.as_slice()) * norm(fresh.as_slice())).max(f32::MIN_POSITIVE);
+        if cos < 0.999 {
+            return Err(refuse(format!(
+                "the caption {text:?} is stored at cosine {cos:.3} from its encoding"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -736,6 +736,29 @@ impl ImageEncoder {
         Ok((to_sparse(&pooled, &self.vocab)?, dense))
     }
 
+    /// The lexicons of backbone embeddings, as [`Self::encode`] computes them from pixels: only
+    /// lexicon heads have them, their lexicons being a function of the dense embedding. A
+    /// collection indexed with `--dense` keeps those embeddings, so other heads over the same
+    /// backbone are measured on it without a picture being decoded again.
+    pub fn encode_embeddings(&self, embeddings: &[DenseVector]) -> Result<Vec<SparseVector>> {
+        let Tower::Heads { head, .. } = &self.tower else {
+            return Err(ModelError::Invalid(
+                "only lexicon heads compute lexicons from dense embeddings; this image encoder \
+                 reads pixels"
+                    .into(),
+            ));
+        };
+        if embeddings.is_empty() {
+            return Ok(Vec::new());
+        }
+        let p = head.weights(&rows_tensor(embeddings, &self.device)?)?;
+        let p = match self.top_k {
+            Some(k) => top_k(&p, k)?,
+            None => p,
+        };
+        to_sparse(&p, &self.vocab)
+    }
+
     /// A BEiT-B/16 (224) + MLM head with random weights from a fixed seed, for measuring speed
     /// without a checkpoint. Its vector values mean nothing.
     pub fn random_beit_base(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
-use lexlip_proto::{SparseVector, TermSpace};
+use lexlip_proto::{DenseVector, SparseVector, TermSpace};
 use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -295,6 +295,26 @@ impl TextEncoder {
             )?);
         }
         Ok(Tensor::cat(&parts, 0)?)
+    }
+
+    /// The lexicons of backbone text embeddings, as [`Self::encode`] computes them from the
+    /// texts (lexicon heads only; [`crate::ImageEncoder::encode_embeddings`] says why).
+    pub fn encode_embeddings(&self, embeddings: &[DenseVector]) -> Result<Vec<SparseVector>> {
+        let Tower::Heads { head, .. } = &self.tower else {
+            return Err(ModelError::Invalid(
+                "only lexicon heads compute lexicons from dense embeddings; this text encoder \
+                 reads tokens"
+                    .into(),
+            ));
+        };
+        let mut out = Vec::with_capacity(embeddings.len());
+        for chunk in embeddings.chunks(TEXT_CHUNK) {
+            out.extend(to_sparse(
+                &head.forward(&rows_tensor(chunk, &self.device)?)?,
+                &self.vocab,
+            )?);
+        }
+        Ok(out)
     }
 
     /// Sparse lexicon vectors of already tokenized texts (ids with `[CLS]`/`[SEP]`), in input

@@ -981,3 +981,111 @@ fn distractors_join_every_search_and_answer_nothing() {
     ]);
     fails(&args, "cannot be used with");
 }
+
+/// `models/emoji-lex-compose` with its heads cut to `image_k` image and `text_k` text terms, in
+/// `dir` (the weights linked, not copied): other heads over the same backbone.
+fn heads_cut_to(dir: &Path, image_k: usize, text_k: usize) -> Vec<String> {
+    let shipped = lexlip_tests::workspace().join("models/emoji-lex-compose");
+    std::fs::create_dir_all(dir.join("heads")).unwrap();
+    std::os::unix::fs::symlink(shipped.join("dense"), dir.join("dense")).unwrap();
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::os::unix::fs::symlink(
+            shipped.join("heads").join(file),
+            dir.join("heads").join(file),
+        )
+        .unwrap();
+    }
+    let edit = |file: &str, keys: &[(&str, usize)]| {
+        let mut json: Value =
+            serde_json::from_slice(&std::fs::read(shipped.join(file)).unwrap()).unwrap();
+        for (key, k) in keys {
+            json[*key] = (*k).into();
+        }
+        std::fs::write(dir.join(file), json.to_string()).unwrap();
+    };
+    edit("lexlip.json", &[("image_top_k", image_k)]);
+    edit(
+        "heads/config.json",
+        &[("image_top_k", image_k), ("text_top_k", text_k)],
+    );
+    vec!["--model".into(), dir.display().to_string()]
+}
+
+/// `--distractors-from-dense`: lexicons computed by other heads from the dense vectors a
+/// collection stores evaluate exactly as a collection those heads indexed (the shipped
+/// emoji-lex-compose's heads, 64 image terms, against the same heads cut to 8 and 4). A
+/// collection of another backbone, a dense evaluation and a missing --distractors are refused.
+#[test]
+fn distractors_from_dense_equal_the_heads_indexing_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = corpus(&tmp.path().join("test"), 6, 2, None);
+    let d = corpus_from(&tmp.path().join("others"), 6, 10, 1, None);
+    let shipped = vec![
+        "--model".to_string(),
+        lexlip_tests::workspace()
+            .join("models/emoji-lex-compose")
+            .display()
+            .to_string(),
+    ];
+    let cut = heads_cut_to(&tmp.path().join("cut"), 8, 4);
+    let (by_shipped, by_cut) = (tmp.path().join("by-shipped"), tmp.path().join("by-cut"));
+    index_tsv(&by_shipped, &d.tsv, &shipped, &["--dense"]);
+    index_tsv(&by_cut, &d.tsv, &cut, &["--dense"]);
+    let arg = |p: &Path| p.display().to_string();
+
+    let indexed = eval(
+        &cut,
+        &c.tsv,
+        &["--distractors", &arg(&by_cut), "--top-k", "4"],
+    );
+    let from_dense = eval(
+        &cut,
+        &c.tsv,
+        &[
+            "--distractors",
+            &arg(&by_shipped),
+            "--distractors-from-dense",
+            "--top-k",
+            "4",
+        ],
+    );
+    same_figures(&indexed, &from_dense);
+    assert_eq!(from_dense["distractors"]["images"], 10, "{from_dense}");
+    assert_eq!(from_dense["distractors"]["captions"], 10);
+    // The stored lexicons themselves (64 terms) are not what the cut heads give.
+    let stored = eval(
+        &cut,
+        &c.tsv,
+        &["--distractors", &arg(&by_shipped), "--top-k", "4"],
+    );
+    assert_ne!(figures(&stored)["settings"], figures(&indexed)["settings"]);
+
+    // Refused: dense vectors of another backbone (the tiny CLIP's), a dense evaluation, and
+    // the flag without --distractors.
+    let other = tmp.path().join("other-backbone");
+    index_tsv(
+        &other,
+        &d.tsv,
+        &lexlip_tiny_args(),
+        &["--dense-model", clip_args()[1].as_str()],
+    );
+    let mut args = eval_args(&c.tsv, cut.clone());
+    args.extend([
+        "--distractors".to_string(),
+        arg(&other),
+        "--distractors-from-dense".into(),
+    ]);
+    fails(&args, "not those of this model's backbone");
+    let mut args = eval_args(&c.tsv, cut.clone());
+    args.extend([
+        "--mode".to_string(),
+        "dense".into(),
+        "--distractors".into(),
+        arg(&by_shipped),
+        "--distractors-from-dense".into(),
+    ]);
+    fails(&args, "leave out --mode dense");
+    let mut args = eval_args(&c.tsv, cut);
+    args.push("--distractors-from-dense".into());
+    fails(&args, "--distractors <DISTRACTORS>");
+}

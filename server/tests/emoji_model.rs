@@ -278,3 +278,40 @@ fn the_composed_picture_model_finds_pictures_of_several_emoji_by_their_names() {
         "{compose:?} vs {single:?}"
     );
 }
+
+/// A heads model's lexicons are a function of its backbone's embeddings:
+/// `encode_embeddings` of the dense vectors `encode_with_dense` gives equals the lexicons
+/// encoded from the pixels and the texts (what `lexlip eval --distractors-from-dense` relies
+/// on), and an encoder that reads pixels has no such function.
+#[test]
+fn heads_lexicons_of_stored_embeddings_equal_the_encoded_ones() {
+    use lexlip_model::{Device, Encoders};
+    let model = lexlip_tests::workspace().join("models/emoji-lex-compose");
+    let enc = Encoders::load(&model, &Device::Cpu).unwrap();
+    let (image, text) = (enc.image().unwrap(), enc.text().unwrap());
+    let pictures: Vec<_> = EMOJI
+        .iter()
+        .map(|(file, _)| {
+            image
+                .preprocess(&std::fs::read(emoji_png(file)).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let (lexicons, dense) = image.encode_with_dense(&pictures).unwrap();
+    let dense = dense.expect("heads give their embeddings");
+    assert_eq!(image.encode_embeddings(&dense).unwrap(), lexicons);
+    assert!(lexicons.iter().all(|l| !l.is_empty() && l.len() <= 64));
+    let captions: Vec<&str> = EMOJI.iter().map(|(_, label)| *label).collect();
+    let embeddings = enc.dense().unwrap().encode_texts(&captions).unwrap();
+    assert_eq!(
+        text.encode_embeddings(&embeddings).unwrap(),
+        text.encode(&captions).unwrap()
+    );
+    let pixels = Encoders::load(&emoji_model(), &Device::Cpu).unwrap();
+    let err = pixels
+        .image()
+        .unwrap()
+        .encode_embeddings(&dense)
+        .unwrap_err();
+    assert!(err.to_string().contains("reads pixels"), "{err}");
+}

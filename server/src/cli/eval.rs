@@ -43,6 +43,12 @@ pub struct EvalArgs {
     /// million other pictures.
     #[arg(long, conflicts_with_all = ["single_modal", "rerank_model"])]
     pub distractors: Option<PathBuf>,
+    /// Compute the distractors' lexicons with --model's heads from the dense vectors their
+    /// collection stores, instead of reading the lexicons it indexed: the collection was
+    /// indexed with --dense by lexicon heads over the same dense model (checked on its first
+    /// captions). New heads then meet a million pictures without their being encoded again.
+    #[arg(long, requires = "distractors")]
+    pub distractors_from_dense: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
@@ -162,6 +168,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         single_modal: args.single_modal,
         rerank: None,
         distractors: args.distractors.clone(),
+        distractors_from_dense: args.distractors_from_dense,
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
