@@ -152,6 +152,59 @@ impl LexiconHead {
             .log()?)
     }
 
+    /// The lexicons of unit-length embeddings `x` `(batch, dim)` as `(term, weight)` rows, cut
+    /// to `top_k`: what [`Self::weights`], [`crate::pooling::top_k`] and
+    /// [`crate::pooling::to_sparse`] give (the same f32 arithmetic: `ln(max(m, 0) + 1)` and the
+    /// same threshold), on the host after one matrix product. `log` runs for positive logits
+    /// only and no vocabulary-wide tensor is made again: those passes, not the product, were
+    /// most of the time of a million stored embeddings' lexicons. Falls back to the tensor
+    /// ops off the CPU.
+    pub fn sparse_rows(&self, x: &Tensor, top_k: Option<usize>) -> Result<Vec<Vec<(usize, f32)>>> {
+        if !x.device().is_cpu() {
+            let p = self.weights(x)?;
+            let p = match top_k {
+                Some(k) => crate::pooling::top_k(&p, k)?,
+                None => p,
+            };
+            let rows = p.to_vec2::<f32>()?;
+            return Ok(rows
+                .into_iter()
+                .map(|r| {
+                    r.into_iter()
+                        .enumerate()
+                        .filter(|(_, w)| *w != 0.0)
+                        .collect()
+                })
+                .collect());
+        }
+        let x = x.to_dtype(DType::F32)?;
+        let ones = Tensor::ones((x.dim(0)?, 1), DType::F32, x.device())?;
+        let logits = Tensor::cat(&[&x, &ones], 1)?
+            .matmul(&self.folded)?
+            .to_vec2::<f32>()?;
+        let mut scratch = Vec::new();
+        Ok(logits
+            .into_iter()
+            .map(|mut row| {
+                for m in row.iter_mut() {
+                    // relu, then affine(1, 1) and log as candle computes them in f32.
+                    let r = m.max(0f32);
+                    *m = if r > 0.0 { (r * 1.0 + 1.0).ln() } else { 0.0 };
+                }
+                let hi = match top_k {
+                    Some(k) if k < row.len() => {
+                        Some(crate::pooling::top_k_threshold(&row, k, &mut scratch))
+                    }
+                    _ => None,
+                };
+                row.into_iter()
+                    .enumerate()
+                    .filter(|(_, w)| *w != 0.0 && hi.is_none_or(|hi| *w > hi))
+                    .collect()
+            })
+            .collect())
+    }
+
     /// [`Self::weights`] cut to the head's own K.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let p = self.weights(x)?;
@@ -299,5 +352,54 @@ mod tests {
             assert!(got.iter().all(|row| row[t] == 0.0));
         }
         assert!(positive > batch * vocab / 4, "{positive} positive weights");
+    }
+
+    proptest::proptest! {
+        /// The fused host path equals the tensor path it replaces, bit for bit: `weights`,
+        /// then `top_k`, then the non-zero entries. Ties are made on purpose (weights rounded
+        /// to a coarse grid), where the threshold keeps fewer than K.
+        #[test]
+        fn sparse_rows_equal_the_tensor_path(
+            seed in 0u64..1000,
+            k in 0usize..40,
+            coarse in proptest::bool::ANY,
+        ) {
+            let dev = Device::Cpu;
+            let (vocab, dim, batch) = (61, 8, 4);
+            let r = |n: usize, s: u64| -> Vec<f32> {
+                (0..n)
+                    .map(|i| {
+                        let h = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (seed + s);
+                        let v = ((h >> 11) % 2001) as f32 / 1000.0 - 1.0;
+                        if coarse { (v * 4.0).round() / 4.0 } else { v }
+                    })
+                    .collect()
+            };
+            let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev).unwrap();
+            let allowed: Vec<f32> = (0..vocab).map(|t| f32::from(t % 5 != 0)).collect();
+            let head = LexiconHead::new(
+                t(r(vocab * dim, 1), &[vocab, dim]),
+                t(r(vocab, 2), &[vocab]),
+                t(r(dim, 3), &[dim]),
+                t(allowed, &[vocab]),
+                0,
+            )
+            .unwrap();
+            let x = t(r(batch * dim, 4), &[batch, dim]);
+            let top = (k > 0).then_some(k);
+            let p = head.weights(&x).unwrap();
+            let p = match top {
+                Some(k) => crate::pooling::top_k(&p, k).unwrap(),
+                None => p,
+            };
+            let want: Vec<Vec<(usize, f32)>> = p
+                .to_vec2::<f32>()
+                .unwrap()
+                .into_iter()
+                .map(|row| row.into_iter().enumerate().filter(|(_, w)| *w != 0.0).collect())
+                .collect();
+            let got = head.sparse_rows(&x, top).unwrap();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 }

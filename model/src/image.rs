@@ -19,7 +19,7 @@ use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
 use crate::mlm_head::MlmHead;
-use crate::pooling::{to_sparse, top_k};
+use crate::pooling::{rows_to_sparse, to_sparse, top_k};
 use crate::text::dir_name;
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
@@ -732,6 +732,10 @@ impl ImageEncoder {
         if images.is_empty() {
             return Ok((Vec::new(), None));
         }
+        if let Tower::Heads { backbone, .. } = &self.tower {
+            let embeddings = backbone.encode_images(images)?;
+            return Ok((self.encode_embeddings(&embeddings)?, Some(embeddings)));
+        }
         let (pooled, dense) = self.pooled_with_embeddings(images)?;
         Ok((to_sparse(&pooled, &self.vocab)?, dense))
     }
@@ -751,12 +755,8 @@ impl ImageEncoder {
         if embeddings.is_empty() {
             return Ok(Vec::new());
         }
-        let p = head.weights(&rows_tensor(embeddings, &self.device)?)?;
-        let p = match self.top_k {
-            Some(k) => top_k(&p, k)?,
-            None => p,
-        };
-        to_sparse(&p, &self.vocab)
+        let rows = head.sparse_rows(&rows_tensor(embeddings, &self.device)?, self.top_k)?;
+        rows_to_sparse(rows, &self.vocab)
     }
 
     /// A BEiT-B/16 (224) + MLM head with random weights from a fixed seed, for measuring speed

@@ -73,22 +73,29 @@ fn top_k_mask_host(w: &Tensor, k: usize) -> Result<Tensor> {
     let mut mask = Vec::with_capacity(rows.len() * rows.first().map_or(0, Vec::len));
     let mut scratch = Vec::new();
     for row in &rows {
-        scratch.clear();
-        scratch.extend_from_slice(row);
-        let (_, next, _) = scratch.select_nth_unstable_by(k, |a, b| b.total_cmp(a));
-        let next = *next;
-        let (mut lo, mut hi) = (0f32, row.iter().copied().fold(f32::MIN, f32::max));
-        for _ in 0..BISECTION_STEPS {
-            let mid = (lo + hi) * 0.5;
-            if next > mid {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
+        let hi = top_k_threshold(row, k, &mut scratch);
         mask.extend(row.iter().map(|&x| if x > hi { 1f32 } else { 0.0 }));
     }
     Ok(Tensor::from_vec(mask, w.shape(), w.device())?)
+}
+
+/// The threshold of [`top_k_mask`] for one row of `k` < `row.len()`: the row keeps the weights
+/// strictly above it. `scratch` is reused between rows.
+pub(crate) fn top_k_threshold(row: &[f32], k: usize, scratch: &mut Vec<f32>) -> f32 {
+    scratch.clear();
+    scratch.extend_from_slice(row);
+    let (_, next, _) = scratch.select_nth_unstable_by(k, |a, b| b.total_cmp(a));
+    let next = *next;
+    let (mut lo, mut hi) = (0f32, row.iter().copied().fold(f32::MIN, f32::max));
+    for _ in 0..BISECTION_STEPS {
+        let mid = (lo + hi) * 0.5;
+        if next > mid {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
 }
 
 /// Turns pooled `(batch, vocab)` weights into sparse vectors named by the vocabulary's tokens;
@@ -110,6 +117,27 @@ pub fn to_sparse(pooled: &Tensor, vocab: &Vocabulary) -> Result<Vec<SparseVector
                 .filter(|(_, w)| **w != 0.0)
                 .map(|(i, w)| (vocab.tokens()[i].as_str(), *w));
             Ok(SparseVector::new(pairs)?)
+        })
+        .collect()
+}
+
+/// Sparse vectors of `(index, weight)` rows, named by the vocabulary's tokens.
+pub(crate) fn rows_to_sparse(
+    rows: Vec<Vec<(usize, f32)>>,
+    vocab: &Vocabulary,
+) -> Result<Vec<SparseVector>> {
+    let tokens = vocab.tokens();
+    rows.into_iter()
+        .map(|row| {
+            if let Some((i, _)) = row.iter().find(|(i, _)| *i >= tokens.len()) {
+                return Err(ModelError::Invalid(format!(
+                    "the encoder scores term {i} but its vocabulary has {}",
+                    tokens.len()
+                )));
+            }
+            Ok(SparseVector::new(
+                row.into_iter().map(|(i, w)| (tokens[i].as_str(), w)),
+            )?)
         })
         .collect()
 }

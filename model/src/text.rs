@@ -20,7 +20,7 @@ use crate::dense::DenseEncoder;
 use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
 use crate::mlm_head::MlmHead;
-use crate::pooling::to_sparse;
+use crate::pooling::{rows_to_sparse, to_sparse};
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;
@@ -32,6 +32,8 @@ pub const DEFAULT_MAX_LENGTH: usize = 40;
 /// Texts per forward pass: bounds the `(batch, tokens, vocab)` logits tensor (~160 MB at 32 × 40 ×
 /// 30522 f32).
 const TEXT_CHUNK: usize = 32;
+/// Embeddings per matrix product of [`TextEncoder::encode_embeddings`].
+const EMBEDDING_CHUNK: usize = 1024;
 
 /// The Hugging Face defaults of `BertConfig`, for keys a `config.json` omits.
 pub fn bert_defaults() -> serde_json::Value {
@@ -308,11 +310,9 @@ impl TextEncoder {
             ));
         };
         let mut out = Vec::with_capacity(embeddings.len());
-        for chunk in embeddings.chunks(TEXT_CHUNK) {
-            out.extend(to_sparse(
-                &head.forward(&rows_tensor(chunk, &self.device)?)?,
-                &self.vocab,
-            )?);
+        for chunk in embeddings.chunks(EMBEDDING_CHUNK) {
+            let rows = head.sparse_rows(&rows_tensor(chunk, &self.device)?, head.top_k())?;
+            out.extend(rows_to_sparse(rows, &self.vocab)?);
         }
         Ok(out)
     }
@@ -331,6 +331,13 @@ impl TextEncoder {
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
         if texts.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Tower::Heads { backbone, .. } = &self.tower {
+            let mut out = Vec::with_capacity(texts.len());
+            for chunk in texts.chunks(TEXT_CHUNK) {
+                out.extend(self.encode_embeddings(&backbone.encode_texts(chunk)?)?);
+            }
+            return Ok(out);
         }
         to_sparse(&self.pooled(texts)?, &self.vocab)
     }

@@ -282,7 +282,8 @@ fn the_composed_picture_model_finds_pictures_of_several_emoji_by_their_names() {
 /// A heads model's lexicons are a function of its backbone's embeddings:
 /// `encode_embeddings` of the dense vectors `encode_with_dense` gives equals the lexicons
 /// encoded from the pixels and the texts (what `lexlip eval --distractors-from-dense` relies
-/// on), and an encoder that reads pixels has no such function.
+/// on), and both equal the plain tensor path (`pooled`, then `to_sparse`) that the fused host
+/// path replaces. An encoder that reads pixels has no such function.
 #[test]
 fn heads_lexicons_of_stored_embeddings_equal_the_encoded_ones() {
     use lexlip_model::{Device, Encoders};
@@ -300,12 +301,19 @@ fn heads_lexicons_of_stored_embeddings_equal_the_encoded_ones() {
     let (lexicons, dense) = image.encode_with_dense(&pictures).unwrap();
     let dense = dense.expect("heads give their embeddings");
     assert_eq!(image.encode_embeddings(&dense).unwrap(), lexicons);
+    let plain = |p, vocab| lexlip_model::pooling::to_sparse(&p, vocab).unwrap();
+    assert_eq!(
+        plain(image.pooled(&pictures).unwrap(), image.vocabulary()),
+        lexicons
+    );
     assert!(lexicons.iter().all(|l| !l.is_empty() && l.len() <= 64));
     let captions: Vec<&str> = EMOJI.iter().map(|(_, label)| *label).collect();
     let embeddings = enc.dense().unwrap().encode_texts(&captions).unwrap();
+    let encoded = text.encode(&captions).unwrap();
+    assert_eq!(text.encode_embeddings(&embeddings).unwrap(), encoded);
     assert_eq!(
-        text.encode_embeddings(&embeddings).unwrap(),
-        text.encode(&captions).unwrap()
+        plain(text.pooled(&captions).unwrap(), text.vocabulary()),
+        encoded
     );
     let pixels = Encoders::load(&emoji_model(), &Device::Cpu).unwrap();
     let err = pixels
