@@ -223,14 +223,8 @@ fn check_backbone(
     let texts: Vec<&str> = probes.iter().map(|(t, _)| *t).collect();
     let again = backbone.encode_texts(&texts)?;
     for ((text, stored), fresh) in probes.iter().zip(&again) {
-        let dot: f32 = stored
-            .as_slice()
-            .iter()
-            .zip(fresh.as_slice())
-            .map(|(a, b)| a * b)
-            .sum();
-        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let cos = dot / (norm(stored.as_slice()) * norm(fresh.as_slice())).max(f32::MIN_POSITIVE);
+        let cos =
+            f64::from(stored.dot(fresh)) / (stored.norm() * fresh.norm()).max(f64::MIN_POSITIVE);
         if cos < 0.999 {
             return Err(refuse(format!(
                 "the caption {text:?} is stored at cosine {cos:.3} from its encoding"

@@ -48,6 +48,14 @@ pub const IMAGE_HEAD: &str = "image_head";
 pub const TEXT_HEAD: &str = "text_head";
 pub const ALLOWED: &str = "allowed";
 
+/// The error of asking an encoder that is not lexicon heads (`this`: what it is and reads)
+/// for the lexicons of dense embeddings.
+pub(crate) fn not_heads(this: &str) -> ModelError {
+    ModelError::Invalid(format!(
+        "only lexicon heads compute lexicons from dense embeddings; this {this}"
+    ))
+}
+
 /// A heads directory's `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeadsConfig {

@@ -746,11 +746,7 @@ impl ImageEncoder {
     /// backbone are measured on it without a picture being decoded again.
     pub fn encode_embeddings(&self, embeddings: &[DenseVector]) -> Result<Vec<SparseVector>> {
         let Tower::Heads { head, .. } = &self.tower else {
-            return Err(ModelError::Invalid(
-                "only lexicon heads compute lexicons from dense embeddings; this image encoder \
-                 reads pixels"
-                    .into(),
-            ));
+            return Err(crate::heads::not_heads("image encoder reads pixels"));
         };
         if embeddings.is_empty() {
             return Ok(Vec::new());

@@ -303,11 +303,7 @@ impl TextEncoder {
     /// texts (lexicon heads only; [`crate::ImageEncoder::encode_embeddings`] says why).
     pub fn encode_embeddings(&self, embeddings: &[DenseVector]) -> Result<Vec<SparseVector>> {
         let Tower::Heads { head, .. } = &self.tower else {
-            return Err(ModelError::Invalid(
-                "only lexicon heads compute lexicons from dense embeddings; this text encoder \
-                 reads tokens"
-                    .into(),
-            ));
+            return Err(crate::heads::not_heads("text encoder reads tokens"));
         };
         let mut out = Vec::with_capacity(embeddings.len());
         for chunk in embeddings.chunks(EMBEDDING_CHUNK) {
