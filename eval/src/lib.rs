@@ -593,9 +593,13 @@ pub fn run(
     // The same queries for every setting; the report counts every query the rule asks, before
     // --max-queries (each wording once under the caption rule).
     let queries = Queries::new(&encoded, options.relevance, options.max_queries);
-    let every = Queries::new(&encoded, options.relevance, None);
-    let asked = (every.t2i.len(), every.i2t.len());
-    drop(every);
+    let asked = match options.max_queries {
+        None => (queries.t2i.len(), queries.i2t.len()),
+        Some(_) => {
+            let every = Queries::new(&encoded, options.relevance, None);
+            (every.t2i.len(), every.i2t.len())
+        }
+    };
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     // One collection on disk at a time, kept while the settings that follow search the same
     // documents (the exact search, factors and term cuts of the full vectors).

@@ -157,13 +157,18 @@ pub fn read_from_dense(
     let mut names = Interner::default();
     let mut heads = |entries: &mut [Entry], modality: Modality| -> Result<()> {
         for batch in entries.chunks_mut(HEAD_BATCH) {
-            let dense: Vec<DenseVector> = batch
+            // A dense read holds dense vectors only; anything else would pair lexicons with
+            // the wrong entries below.
+            let dense = batch
                 .iter()
-                .filter_map(|e| match &e.vector {
-                    Vector::Dense(d) => Some(d.clone()),
-                    Vector::Sparse(_) => None,
+                .map(|e| match &e.vector {
+                    Vector::Dense(d) => Ok(d.clone()),
+                    Vector::Sparse(_) => Err(PipelineError::Input(format!(
+                        "{}: a lexicon where a dense vector was read",
+                        e.doc.id
+                    ))),
                 })
-                .collect();
+                .collect::<Result<Vec<DenseVector>>>()?;
             let lexicons = match modality {
                 Modality::Image => image.encode_embeddings(&dense)?,
                 _ => text.encode_embeddings(&dense)?,

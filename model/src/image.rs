@@ -675,29 +675,22 @@ impl ImageEncoder {
 
     /// Pooled lexicon weights `(batch, vocab)` in f32.
     pub fn pooled(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
-        Ok(self.pooled_with_embeddings(images)?.0)
-    }
-
-    /// [`Self::pooled`], and the backbone's dense embeddings where the lexicons are computed
-    /// from them (lexicon heads): one forward pass gives both.
-    fn pooled_with_embeddings(
-        &self,
-        images: &[PreprocessedImage],
-    ) -> Result<(Tensor, Option<Vec<DenseVector>>)> {
         if images.is_empty() {
-            let none = Tensor::zeros((0, self.vocab.len()), DType::F32, &self.device)?;
-            return Ok((none, None));
+            return Ok(Tensor::zeros(
+                (0, self.vocab.len()),
+                DType::F32,
+                &self.device,
+            )?);
         }
         let head = match &self.tower {
             Tower::Heads { backbone, head } => {
                 // `encode_images` is the embedding the training cache holds.
                 let embeddings = backbone.encode_images(images)?;
                 let p = head.weights(&rows_tensor(&embeddings, &self.device)?)?;
-                let p = match self.top_k {
+                return Ok(match self.top_k {
                     Some(k) => top_k(&p, k)?,
                     None => p,
-                };
-                return Ok((p, Some(embeddings)));
+                });
             }
             Tower::Mlm { head, .. } => head,
         };
@@ -715,7 +708,7 @@ impl ImageEncoder {
             });
             start += n;
         }
-        Ok((Tensor::cat(&parts, 0)?, None))
+        Ok(Tensor::cat(&parts, 0)?)
     }
 
     /// Encodes preprocessed images into sparse lexicon vectors, in input order.
@@ -736,8 +729,8 @@ impl ImageEncoder {
             let embeddings = backbone.encode_images(images)?;
             return Ok((self.encode_embeddings(&embeddings)?, Some(embeddings)));
         }
-        let (pooled, dense) = self.pooled_with_embeddings(images)?;
-        Ok((to_sparse(&pooled, &self.vocab)?, dense))
+        // Lexicons of pixels through an MLM head have no dense embedding beside them.
+        Ok((to_sparse(&self.pooled(images)?, &self.vocab)?, None))
     }
 
     /// The lexicons of backbone embeddings, as [`Self::encode`] computes them from pixels: only

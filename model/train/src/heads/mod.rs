@@ -740,22 +740,19 @@ fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
     if batches < 2 {
         return;
     }
-    let key = |p: u32| (rows.image(p as usize), rows.tokens(p as usize).to_vec());
-    let members = |order: &[u32], b: usize| -> (HashSet<u32>, HashSet<Vec<u32>>) {
-        let slice = &order[b * batch..(b + 1) * batch];
-        (
-            slice.iter().map(|&p| rows.image(p as usize)).collect(),
-            slice
-                .iter()
-                .map(|&p| rows.tokens(p as usize).to_vec())
-                .collect(),
-        )
+    // A pair's picture and caption tokens: what a mini-batch must not hold twice.
+    let key = |p: u32| (rows.image(p as usize), rows.tokens(p as usize));
+    let members = |order: &[u32], b: usize| -> (HashSet<u32>, HashSet<&[u32]>) {
+        order[b * batch..(b + 1) * batch]
+            .iter()
+            .map(|&p| key(p))
+            .unzip()
     };
     for b in 0..batches {
         let (mut images, mut captions) = (HashSet::new(), HashSet::new());
         for i in b * batch..(b + 1) * batch {
             let (image, caption) = key(order[i]);
-            if !images.contains(&image) && !captions.contains(&caption) {
+            if !images.contains(&image) && !captions.contains(caption) {
                 images.insert(image);
                 captions.insert(caption);
                 continue;
@@ -765,12 +762,12 @@ fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
             'search: for step in 1..batches {
                 let other = (b + step) % batches;
                 let (o_images, o_captions) = members(order, other);
+                if o_images.contains(&image) || o_captions.contains(caption) {
+                    continue;
+                }
                 for j in other * batch..(other + 1) * batch {
                     let (oi, oc) = key(order[j]);
-                    let fits_here = !images.contains(&oi) && !captions.contains(&oc);
-                    let (ri, rc) = key(order[i]);
-                    let fits_there = !o_images.contains(&ri) && !o_captions.contains(&rc);
-                    if fits_here && fits_there {
+                    if !images.contains(&oi) && !captions.contains(oc) {
                         order.swap(i, j);
                         images.insert(oi);
                         captions.insert(oc);
