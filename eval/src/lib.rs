@@ -102,6 +102,8 @@ pub struct EvalOptions {
     /// The distractors' lexicons are computed by the model's heads from the dense vectors the
     /// collection stores ([`stored::read_from_dense`]), not read as it indexed them.
     pub distractors_from_dense: bool,
+    /// Exponent of the sparse queries' IDF weighting (`SearchPlan::idf`; 0: off).
+    pub idf: f32,
 }
 
 /// A second stage to evaluate: `model` re-scores the first `top` candidates of each query.
@@ -128,6 +130,7 @@ impl Default for EvalOptions {
             rerank: None,
             distractors: None,
             distractors_from_dense: false,
+            idf: 0.0,
         }
     }
 }
@@ -149,9 +152,16 @@ impl EvalOptions {
                     "--approx and --term-cut approximate the sparse search; the dense index's approximate search is its HNSW graph (--hnsw)",
                 );
             }
+            if self.idf > 0.0 {
+                return refuse(
+                    "--idf weights the sparse queries' terms: leave it out with --mode dense",
+                );
+            }
         } else if self.hnsw {
             return refuse("--hnsw searches the dense index's graph: use it with --mode dense");
         }
+        lexlip_search::plan::check_idf(self.idf)
+            .map_err(|e| PipelineError::Input(format!("--idf: {e}")))?;
         if self.top_ks.contains(&0) {
             return refuse("a top-K must be at least 1");
         }
@@ -200,6 +210,7 @@ impl EvalOptions {
         for s in &mut out {
             s.max_queries = self.max_queries;
             s.relevance = self.relevance;
+            s.idf = self.idf;
         }
         Ok(out)
     }
@@ -220,6 +231,8 @@ pub struct Setting {
     pub max_queries: Option<usize>,
     /// What answers a query ([`EvalOptions::relevance`]).
     pub relevance: Relevance,
+    /// The sparse queries' IDF weighting ([`EvalOptions::idf`]).
+    pub idf: f32,
 }
 
 impl Setting {
@@ -648,6 +661,7 @@ pub fn run(
         started.elapsed().as_secs_f64(),
     );
     report.lexicon = lexicons;
+    report.idf = (options.idf > 0.0).then_some(options.idf);
     Ok(report)
 }
 

@@ -166,6 +166,9 @@ pub struct EvalReport {
     pub i2t_queries: usize,
     /// What answered a query.
     pub relevance: super::Relevance,
+    /// The exponent of the sparse queries' IDF weighting, when they were weighted (`--idf`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idf: Option<f32>,
     /// Pictures and captions searched beside the corpus's, answering nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distractors: Option<super::Distractors>,
@@ -202,6 +205,7 @@ impl EvalReport {
             t2i_queries,
             i2t_queries,
             relevance,
+            idf: None,
             read: encoded.read,
             skipped: encoded.skipped.clone(),
             settings,
@@ -248,6 +252,11 @@ impl EvalReport {
             self.skipped,
             self.encode_seconds,
         );
+        if let Some(a) = self.idf {
+            out.push_str(&format!(
+                "queries weighted by their terms' IDF in the collection searched, to the power {a}\n\n"
+            ));
+        }
         if let Some(d) = &self.distractors {
             out.push_str(&format!(
                 "distractors {}: {} images, {} captions searched beside them, answering nothing \

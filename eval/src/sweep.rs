@@ -461,6 +461,7 @@ impl QueryRunner<'_> {
         let mut plan = SearchPlan::top(depth);
         plan.precision = self.setting.precision;
         plan.term_cut = self.setting.term_cut;
+        plan.idf = self.setting.idf;
         plan.filter = Filter {
             modality: Some(target),
             ..Filter::default()
@@ -479,7 +480,7 @@ impl QueryRunner<'_> {
             let started = Instant::now();
             let ranked = self.rank(&searcher, &mut plan, entry)?;
             seconds += started.elapsed().as_secs_f64();
-            let hits: Vec<Hit> = searcher.hits(&ranked, None, None).map_err(search_error)?;
+            let hits: Vec<Hit> = searcher.hits(&ranked, None, false).map_err(search_error)?;
             let ranking = hits
                 .iter()
                 .map(|h| {

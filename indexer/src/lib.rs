@@ -27,7 +27,9 @@ pub mod slab;
 pub mod synth;
 
 pub use catalog::Catalog;
-pub use collection::{Collection, DocExtras, ForwardSummary, SearchOutcome, Snapshot};
+pub use collection::{
+    Collection, DocExtras, ForwardSummary, SearchOutcome, Snapshot, TermFrequencies,
+};
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;

@@ -239,6 +239,16 @@ impl SparseVector {
     }
 }
 
+/// `score` as a share of `own`, the score of a document equal to the query, in `[0, 1]` (0 when
+/// `own` is 0): a hit's match strength.
+pub fn share_of(score: f64, own: u64) -> f64 {
+    if own == 0 {
+        0.0
+    } else {
+        (score / own as f64).clamp(0.0, 1.0)
+    }
+}
+
 /// `floor(scale · w)` clamped to `0..=MAX_IMPACT`, multiplied in f32 exactly as the PyTorch
 /// reference does (`torch.floor(100 * w)` on float32), so both give the same impacts.
 pub fn quantize_weight(weight: f32, scale: f32) -> u32 {
@@ -280,12 +290,7 @@ impl QuantizedVector {
     /// A score of this query as a share of its [`QuantizedVector::self_score`], in `[0, 1]`
     /// (0 for an empty query).
     pub fn match_strength(&self, score: f64) -> f64 {
-        let own = self.self_score();
-        if own == 0 {
-            0.0
-        } else {
-            (score / own as f64).clamp(0.0, 1.0)
-        }
+        share_of(score, self.self_score())
     }
 
     /// Back to float weights, `impact / scale` (what the index can tell about a stored document).

@@ -7,6 +7,7 @@
 //! - [`SearchPlan`]: what a request asks for (k, [`Mode`], precision, filter), validated;
 //! - [`Searcher`]: runs a plan on a snapshot — sparse, dense, hybrid (reciprocal-rank
 //!   [`fusion`]) and the dense fallback when the sparse index matches fewer than k documents;
+//! - [`idf`]: the optional weighting of a sparse query by its terms' rarity in the collection;
 //! - [`rerank`]: the optional second stage over the first stage's candidates.
 //!
 //! Queries arrive encoded (the caller owns its encoders: the server batches them, the CLI calls
@@ -14,6 +15,7 @@
 
 pub mod error;
 pub mod fusion;
+pub mod idf;
 pub mod plan;
 pub mod rerank;
 pub mod searcher;

@@ -33,6 +33,8 @@ pub struct SearchPlan {
     pub explain: bool,
     /// Threads one sparse search may use.
     pub threads: usize,
+    /// Exponent α of the sparse query's IDF weighting ([`crate::idf`]); 0, the default, is off.
+    pub idf: f32,
 }
 
 impl SearchPlan {
@@ -46,6 +48,7 @@ impl SearchPlan {
             filter: Filter::default(),
             explain: false,
             threads: 1,
+            idf: 0.0,
         }
     }
 
@@ -65,6 +68,7 @@ impl SearchPlan {
             )));
         }
         lexlip_index::check_term_cut(self.term_cut).map_err(SearchError::Invalid)?;
+        check_idf(self.idf)?;
         if self.mode != Mode::Sparse && !dense {
             let mode = if self.mode == Mode::Dense {
                 "dense"
@@ -76,6 +80,18 @@ impl SearchPlan {
             )));
         }
         Ok(())
+    }
+}
+
+/// Refuses an IDF exponent outside 0..=[`crate::idf::MAX_IDF`].
+pub fn check_idf(idf: f32) -> Result<(), SearchError> {
+    if idf.is_finite() && (0.0..=crate::idf::MAX_IDF).contains(&idf) {
+        Ok(())
+    } else {
+        Err(SearchError::invalid(format!(
+            "idf must be a number from 0 (off) to {}, got {idf}",
+            crate::idf::MAX_IDF
+        )))
     }
 }
 
@@ -161,6 +177,9 @@ mod tests {
             plan(|p| p.k = MAX_K + 1),
             plan(|p| p.precision = Precision::Approx(0.5)),
             plan(|p| p.term_cut = 1.0),
+            plan(|p| p.idf = -0.5),
+            plan(|p| p.idf = f32::NAN),
+            plan(|p| p.idf = crate::idf::MAX_IDF + 0.5),
         ] {
             assert!(bad.check(true).is_err(), "{bad:?}");
         }

@@ -36,6 +36,9 @@ pub struct Ranking {
     pub path: SearchPath,
     /// Documents the sparse query matched among the first k (when the sparse index ran).
     pub sparse_matches: Option<usize>,
+    /// The sparse query as searched, when the plan weighted it ([`SearchPlan::idf`]): the
+    /// sparse scores are its dot products.
+    pub weighted: Option<QuantizedVector>,
 }
 
 /// A search's answer.
@@ -91,9 +94,8 @@ impl<'a> Searcher<'a> {
         dense: impl FnOnce(DenseNeed) -> Result<Option<DenseVector>, E>,
     ) -> Result<Found, E> {
         let ranking = self.rank(plan, sparse, dense)?;
-        let explain = sparse.filter(|_| plan.explain);
         Ok(Found {
-            hits: self.hits(&ranking, sparse, explain)?,
+            hits: self.hits(&ranking, sparse, plan.explain)?,
             path: ranking.path,
             sparse_matches: ranking.sparse_matches,
         })
@@ -108,10 +110,22 @@ impl<'a> Searcher<'a> {
         dense: impl FnOnce(DenseNeed) -> Result<Option<DenseVector>, E>,
     ) -> Result<Ranking, E> {
         let k = plan.k;
+        let weighted = match sparse {
+            Some(q) if plan.idf > 0.0 && plan.mode != Mode::Dense => {
+                let frequencies = self
+                    .snapshot
+                    .term_frequencies(q, &plan.filter)
+                    .map_err(SearchError::from)?;
+                Some(crate::idf::weighted(q, &frequencies, plan.idf))
+            }
+            _ => None,
+        };
+        let sparse = weighted.as_ref().or(sparse);
         let ranking = |docs, path, sparse_matches| Ranking {
             docs,
             path,
             sparse_matches,
+            weighted: weighted.clone(),
         };
         match plan.mode {
             Mode::Sparse => {
@@ -163,14 +177,24 @@ impl<'a> Searcher<'a> {
     }
 
     /// The ranked documents as API hits. Sparse hits carry their match strength (score over
-    /// the query's self-score) and, with `explain`, their matched terms; dense hits their
-    /// cosine clamped to [0, 1] as the strength; fused hits none.
+    /// what a document equal to the query `sparse` would score) and, with `explain`, their
+    /// matched terms (with the impacts searched); dense hits their cosine clamped to [0, 1] as
+    /// the strength; fused hits none.
     pub fn hits(
         &self,
         ranking: &Ranking,
         sparse: Option<&QuantizedVector>,
-        explain: Option<&QuantizedVector>,
+        explain: bool,
     ) -> Result<Vec<Hit>, SearchError> {
+        let searched = ranking.weighted.as_ref().or(sparse);
+        let explain = searched.filter(|_| explain);
+        // A document equal to the query scores Σ impact² unweighted, Σ impact · weighted impact
+        // weighted.
+        let own = match (sparse, &ranking.weighted) {
+            (Some(q), Some(w)) => Some(w.dot(q)),
+            (Some(q), None) => Some(q.self_score()),
+            _ => None,
+        };
         let hit = |r: &Ranked| -> Result<Hit, SearchError> {
             Ok(match ranking.path {
                 SearchPath::Sparse => {
@@ -180,7 +204,8 @@ impl<'a> Searcher<'a> {
                         score: r.score as u64,
                     };
                     let mut hit = self.snapshot.hit(&scored, explain)?;
-                    hit.match_strength = sparse.map(|q| q.match_strength(hit.score));
+                    hit.match_strength =
+                        own.map(|own| lexlip_proto::sparse::share_of(hit.score, own));
                     hit
                 }
                 SearchPath::Dense | SearchPath::DenseFallback => {

@@ -234,3 +234,129 @@ proptest! {
         }
     }
 }
+
+/// The oracle's IDF weighting, written out: `round(w · ln(1 + n / max(df, 1))^alpha)` in
+/// 1..=65,535.
+fn idf_weight(w: u64, n: u64, df: u64, alpha: f32) -> u64 {
+    let idf = (1.0 + n as f64 / df.max(1) as f64).ln();
+    (w as f64 * idf.powf(f64::from(alpha)))
+        .round()
+        .clamp(1.0, 65_535.0) as u64
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// An IDF-weighted search against brute force over the live documents the filter allows,
+    /// in two segments with deletions in the first: the document frequencies, the scores of
+    /// the weighted query, each hit's match strength (its score over what a document equal to
+    /// the query would score) and its explanation (which adds up to its score).
+    #[test]
+    fn idf_weighted_search_equals_brute_force(
+        docs in proptest::collection::vec(
+            (proptest::collection::btree_map(0u8..10, 1u64..60, 1..5), any::<bool>(), any::<bool>()),
+            1..40),
+        query in proptest::collection::btree_map(0u8..12, 1u64..200, 1..5),
+        modality in proptest::option::of(any::<bool>()),
+        alpha in prop_oneof![Just(0.5f32), Just(1.0), Just(2.0)],
+        k in 1usize..8,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = Collection::create(
+            tmp.path(), TermSpace::from_tokens("free", []), CollectionSettings::default(), None,
+        ).unwrap();
+        let term = |t: &u8| format!("t{t}");
+        let as_modality = |image: bool| if image { Modality::Image } else { Modality::Text };
+        let mut live = Vec::new();
+        for (i, (terms, image, _)) in docs.iter().enumerate() {
+            let doc = Document::new(DocId::new(format!("d{i}")).unwrap(), as_modality(*image));
+            let v = QuantizedVector::new(terms.iter().map(|(t, w)| (term(t), *w))).unwrap();
+            c.add(doc, v).unwrap();
+            if i == docs.len() / 2 {
+                c.commit().unwrap();
+            }
+        }
+        c.commit().unwrap();
+        for (i, (terms, image, deleted)) in docs.iter().enumerate() {
+            if *deleted && i <= docs.len() / 2 {
+                c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
+            } else {
+                let terms: BTreeMap<String, u64> = terms.iter().map(|(t, w)| (term(t), *w)).collect();
+                live.push((format!("d{i}"), as_modality(*image), terms));
+            }
+        }
+        c.commit().unwrap();
+        let snapshot = c.snapshot().unwrap();
+
+        let modality = modality.map(as_modality);
+        let allowed: Vec<_> = live.iter().filter(|(_, m, _)| modality.is_none_or(|f| *m == f)).collect();
+        let q: BTreeMap<String, u64> = query.iter().map(|(t, w)| (term(t), *w)).collect();
+        let qv = QuantizedVector::new(q.iter().map(|(t, w)| (t.as_str(), *w))).unwrap();
+        let n = allowed.len() as u64;
+        let df: Vec<u64> = q.keys().map(|t| allowed.iter().filter(|(_, _, d)| d.contains_key(t)).count() as u64).collect();
+        let filter = lexlip_proto::api::Filter { modality, ..Default::default() };
+        let frequencies = snapshot.term_frequencies(&qv, &filter).unwrap();
+        prop_assert_eq!(frequencies.docs, n);
+        prop_assert_eq!(&frequencies.df, &df);
+
+        let weighted: BTreeMap<String, u64> = if n == 0 {
+            q.clone()
+        } else {
+            q.iter().zip(&df).map(|((t, w), df)| (t.clone(), idf_weight(*w, n, *df, alpha))).collect()
+        };
+        let mut want: Vec<(u64, String)> = allowed.iter()
+            .map(|(id, _, d)| (dot(&weighted, d), id.clone()))
+            .filter(|(s, _)| *s > 0)
+            .collect();
+        want.sort_by_key(|w| std::cmp::Reverse(w.0));
+        let own: u64 = q.iter().map(|(t, w)| w * weighted[t]).sum();
+
+        let plan = SearchPlan { idf: alpha, explain: true, filter, ..SearchPlan::top(k) };
+        plan.check(false).unwrap();
+        let found = Searcher::new(&snapshot)
+            .search(&plan, Some(&qv), |_| Ok::<_, SearchError>(None))
+            .unwrap();
+        let got: Vec<u64> = found.hits.iter().map(|h| h.score as u64).collect();
+        let scores: Vec<u64> = want.iter().take(k).map(|(s, _)| *s).collect();
+        prop_assert_eq!(got, scores);
+        for hit in &found.hits {
+            let strength = hit.match_strength.unwrap();
+            prop_assert!((strength - (hit.score / own as f64).min(1.0)).abs() < 1e-12);
+            let explained: u64 = hit.explain.as_ref().unwrap().iter().map(|t| t.contribution).sum();
+            prop_assert_eq!(explained, hit.score as u64);
+            for t in hit.explain.as_ref().unwrap() {
+                prop_assert_eq!(u64::from(t.query_impact), weighted[&t.term]);
+            }
+        }
+    }
+}
+
+/// Worked out by hand on the four documents: `cat` is held by 2 of 4, `fish` by 1. Unweighted,
+/// {cat 10, fish 10} ranks a 30, b 20, d 10. At α = 2, cat weighs round(10 · ln(3)²) = 12 and
+/// fish round(10 · ln(5)²) = 26: a 36, d 26, b 24 — the rare term lifts d over b.
+#[test]
+fn idf_lifts_the_rare_term_by_hand() {
+    let (_tmp, _c, snapshot) = four();
+    let q = QuantizedVector::new([("cat", 10u64), ("fish", 10)]).unwrap();
+    let search = |idf: f32| {
+        let plan = SearchPlan {
+            idf,
+            ..SearchPlan::top(3)
+        };
+        Searcher::new(&snapshot)
+            .search(&plan, Some(&q), |_| Ok::<_, SearchError>(None))
+            .unwrap()
+    };
+    let scores = |f: &lexlip_search::Found| f.hits.iter().map(|h| h.score).collect::<Vec<_>>();
+    let plain = search(0.0);
+    assert_eq!(ids(&plain.hits), ["a", "b", "d"]);
+    assert_eq!(scores(&plain), [30.0, 20.0, 10.0]);
+    let weighted = search(2.0);
+    assert_eq!(ids(&weighted.hits), ["a", "d", "b"]);
+    assert_eq!(scores(&weighted), [36.0, 26.0, 24.0]);
+    // A document equal to the query would score 10 · 12 + 10 · 26 = 380.
+    assert!(close(
+        weighted.hits[0].match_strength.unwrap(),
+        36.0 / 380.0
+    ));
+}

@@ -254,6 +254,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     for (extra, says) in [
         (["-k", "0"], "k must be"),
         (["--term-cut", "2"], "term_cut must be"),
+        (["--idf", "5"], "idf must be"),
     ] {
         let out = lexlip(&search(&extra));
         assert!(
@@ -262,6 +263,8 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         );
     }
     let out = lexlip_json(&search(&["--term-cut", "0.2", "--json"]));
+    assert!(out["hits"].is_array(), "{out}");
+    let out = lexlip_json(&search(&["--idf", "1", "--json"]));
     assert!(out["hits"].is_array(), "{out}");
 }
 

@@ -634,7 +634,8 @@ fn bad_inputs_are_clear_errors_or_counted() {
 /// corpus's images by `lexlip bench compose`); `--approx` and `--term-cut` add settings on the
 /// full vectors after the exact one, whose hits are scored exactly, so they can only lose
 /// recall; `--hnsw` adds the dense graph after the dense scan (on five vectors it finds what
-/// the scan finds). Knobs of the other mode and factors that mean nothing are refused.
+/// the scan finds); `--idf` is recorded in the report. Knobs of the other mode and factors that
+/// mean nothing are refused.
 #[test]
 fn approximate_settings_over_webdataset_shards() {
     let tmp = tempfile::tempdir().unwrap();
@@ -737,6 +738,16 @@ fn approximate_settings_over_webdataset_shards() {
     for key in ["t2i.overlap@10", "i2t.overlap@10"] {
         assert_eq!(settings[1][key], 1.0, "{key}: {}", settings[1]);
     }
+
+    // IDF-weighted queries: the report says so; recall stays a share.
+    let mut args = wds(&lexlip_tiny_args(), &["--idf", "1"]);
+    args.push("--json".into());
+    let report = lexlip_json(&args);
+    assert_eq!(report["idf"], 1.0, "{report}");
+    let r = report["settings"][0]["t2i.r@10"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&r), "{report}");
+    fails(&wds(&lexlip_tiny_args(), &["--idf", "5"]), "idf must be");
+    fails(&wds(&clip, &["--mode", "dense", "--idf", "1"]), "--idf");
 
     fails(&wds(&lexlip_tiny_args(), &["--approx", "1"]), "above 1");
     fails(&wds(&lexlip_tiny_args(), &["--term-cut", "1.5"]), "below 1");

@@ -386,6 +386,18 @@ fn bad_input_gets_4xx_and_changes_nothing() {
             422,
         ),
         (
+            "idf out of range",
+            "/v1/collections/c/search",
+            json!({"query": {"sparse": {"a": 1}}, "idf": 5}),
+            422,
+        ),
+        (
+            "negative idf",
+            "/v1/collections/c/search",
+            json!({"query": {"sparse": {"a": 1}}, "idf": -1}),
+            422,
+        ),
+        (
             "bad collection name",
             "/v1/collections/..%2Fx/search",
             json!({"query": {"text": "a"}}),
@@ -403,6 +415,14 @@ fn bad_input_gets_4xx_and_changes_nothing() {
         "POST",
         "/v1/collections/c/search",
         Some(&json!({"query": {"sparse": {"a": 1}}, "term_cut": 0.1})),
+    );
+    assert_eq!(st, 200, "{out}");
+    assert!(out["hits"].is_array(), "{out}");
+    // An IDF-weighted query searches; its explanation carries the weighted impacts.
+    let (st, out) = s.call(
+        "POST",
+        "/v1/collections/c/search",
+        Some(&json!({"query": {"sparse": {"a": 1}}, "idf": 1.0, "explain": true})),
     );
     assert_eq!(st, 200, "{out}");
     assert!(out["hits"].is_array(), "{out}");

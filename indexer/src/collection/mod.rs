@@ -19,6 +19,7 @@
 //! ```
 
 mod documents;
+mod frequencies;
 mod modalities;
 mod snapshot;
 mod stats;
@@ -37,6 +38,7 @@ use tantivy::{Index, IndexReader, ReloadPolicy};
 /// Decompressed document-store blocks cached per segment (tantivy's default is 100).
 const DOC_STORE_CACHE_BLOCKS: usize = 8;
 
+pub use frequencies::TermFrequencies;
 pub use snapshot::{ForwardSummary, SearchOutcome, Snapshot};
 pub use writer::DocExtras;
 

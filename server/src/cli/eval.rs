@@ -83,6 +83,11 @@ pub struct EvalArgs {
     /// asked once. Use caption on corpora that repeat captions, such as `lexlip bench compose`'s.
     #[arg(long, value_enum, default_value_t = RelevanceArg::Item)]
     pub relevance: RelevanceArg,
+    /// Weight every sparse query's terms by their rarity in the collection searched, as
+    /// `lexlip search --idf`: each impact times ln(1 + N / df)^ALPHA (0-4; 0, the default, is
+    /// off). Sparse mode only.
+    #[arg(long, default_value_t = 0.0)]
+    pub idf: f32,
     /// Quantization scale of the collections: impact = floor(scale · weight).
     #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
@@ -169,6 +174,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         rerank: None,
         distractors: args.distractors.clone(),
         distractors_from_dense: args.distractors_from_dense,
+        idf: args.idf,
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;

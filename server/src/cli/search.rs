@@ -61,6 +61,13 @@ pub struct SearchArgs {
     /// possible score (they still count in every score). Runs at `--approx` or 1.
     #[arg(long)]
     pub term_cut: Option<f32>,
+    /// Weight the query's terms by their rarity among the documents searched: each impact
+    /// times ln(1 + N / df)^ALPHA, N the documents the search may return (of --modality) and df
+    /// those holding the term (0-4; 0, the default, is off; 1 is BM25's IDF). Terms that a model
+    /// puts on most pictures of a large collection then weigh less than the ones that tell
+    /// them apart. The search stays exact, with the weighted query.
+    #[arg(long, default_value_t = 0.0, value_name = "ALPHA")]
+    pub idf: f32,
     /// Only documents of this modality.
     #[arg(long, value_parser = parse_modality)]
     pub modality: Option<Modality>,
@@ -99,6 +106,7 @@ fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
         },
         explain: args.explain,
         threads: 0,
+        idf: args.idf,
     };
     plan.check(dense)?;
     Ok(plan)

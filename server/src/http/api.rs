@@ -120,6 +120,7 @@ pub struct SearchParams {
     pub exact: Option<bool>,
     pub approx: Option<f32>,
     pub term_cut: Option<f32>,
+    pub idf: Option<f32>,
     pub filter: Filter,
     /// Only documents of this modality.
     pub target: Option<Modality>,
@@ -149,6 +150,7 @@ impl SearchParams {
             exact: None,
             approx: None,
             term_cut: None,
+            idf: None,
             filter: Filter::default(),
             target,
             explain: false,
@@ -158,7 +160,7 @@ impl SearchParams {
 }
 
 /// Declares a search request body: its own fields plus the search options every search request
-/// shares (`k`, `mode`, `exact`, `approx`, `term_cut`, `filter`, `explain`), unknown fields
+/// shares (`k`, `mode`, `exact`, `approx`, `term_cut`, `idf`, `filter`, `explain`), unknown fields
 /// refused.
 /// (serde's `flatten` cannot be combined with `deny_unknown_fields`, hence a macro.)
 macro_rules! search_request {
@@ -185,6 +187,10 @@ macro_rules! search_request {
             /// are left out of the block bounds (they still count in every score). Implies
             /// `"exact": false` (with `approx` 1 unless given).
             pub term_cut: Option<f32>,
+            /// Sparse search: weight the query's terms by their rarity among the documents
+            /// searched, each impact times ln(1 + N / df)^idf (0-4; 0, the default, is off; 1
+            /// is BM25's IDF). Scores and explanations are the weighted query's.
+            pub idf: Option<f32>,
             #[serde(default)]
             pub filter: Filter,
             /// Matched terms and their contributions per hit (sparse hits).
@@ -204,6 +210,7 @@ macro_rules! search_request {
                     exact: self.exact,
                     approx: self.approx,
                     term_cut: self.term_cut,
+                    idf: self.idf,
                     filter: self.filter.clone(),
                     target,
                     explain: self.explain,
