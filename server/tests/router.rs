@@ -561,3 +561,77 @@ async fn hits_carry_bounded_text() {
     assert!(hits.iter().all(|h| h["text_truncated"] == true));
     assert!(hits.last().unwrap().get("text").is_none());
 }
+
+/// IDF weighting over HTTP, on the four documents worked out by hand in the search crate's
+/// tests: `lexlip serve --idf 2` weighs {cat 10, fish 10} to {cat 12, fish 26}, lifting d (fish)
+/// over b (cat 2); a request's own `"idf": 0` searches the query as given. Explanations carry
+/// the weighted impacts and add up to the score; a bad exponent changes nothing and says why.
+#[tokio::test]
+async fn serve_idf_default_and_request_override() {
+    let data = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        idf: 2.0,
+        ..in_process::limits()
+    };
+    let (app, _) = in_process::app(data.path(), None, limits);
+    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let docs = [
+        json!({"id": "a", "vector": {"cat": 3}}),
+        json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
+        json!({"id": "c", "vector": {"dog": 5}}),
+        json!({"id": "d", "vector": {"fish": 1}}),
+    ];
+    add_documents(&app, "four", &docs).await;
+    let query = |extra: Value| {
+        let mut body =
+            json!({"query": {"sparse": {"cat": 10, "fish": 10}}, "k": 3, "explain": true});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let ranked = |found: &Value| -> Vec<(String, f64)> {
+        found["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["id"].as_str().unwrap().to_string(),
+                    h["score"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let weighted = search_ok(&app, "four", query(json!({}))).await;
+    assert_eq!(
+        ranked(&weighted),
+        [("a".into(), 36.0), ("d".into(), 26.0), ("b".into(), 24.0)]
+    );
+    let d = &weighted["hits"][1]["explain"][0];
+    assert_eq!(
+        (d["term"].as_str(), d["query_impact"].as_u64()),
+        (Some("fish"), Some(26))
+    );
+    let plain = search_ok(&app, "four", query(json!({"idf": 0}))).await;
+    assert_eq!(
+        ranked(&plain),
+        [("a".into(), 30.0), ("b".into(), 20.0), ("d".into(), 10.0)]
+    );
+    let (st, err) = call(
+        &app,
+        "POST",
+        "/v1/collections/four/search",
+        Some(query(json!({"idf": 9}))),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("idf must be"),
+        "{err}"
+    );
+}

@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// every search on one thread). Under concurrent load each search uses one.
     #[arg(long)]
     pub query_threads: Option<usize>,
+    /// Weight the terms of sparse searches that give no `idf` by their rarity among the
+    /// documents searched, to the power ALPHA (0-4; 0, the default, is off). For collections
+    /// of hundreds of thousands of pictures and more, 1 finds more (docs/cli.md, IDF weighting).
+    #[arg(long, default_value_t = 0.0, value_name = "ALPHA")]
+    pub idf: f32,
     /// Largest encoder batch.
     #[arg(long, default_value_t = 32)]
     pub max_batch: usize,
@@ -102,6 +107,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.protect_reads && args.api_key.is_empty() {
         anyhow::bail!("--protect-reads needs --api-key");
     }
+    lexlip_search::plan::check_idf(args.idf).map_err(|e| anyhow::anyhow!("--idf: {e}"))?;
     let metrics = Metrics::new();
     let resolve = |p: &Option<PathBuf>| p.as_deref().map(resolve_model).transpose();
     let paths = ModelPaths {
@@ -134,6 +140,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .query_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .clamp(1, 64),
+        idf: args.idf,
     };
     let mut state = AppState::open(&args.data, encoders, metrics, limits)?;
     if let Some(dir) = resolve(&args.rerank_model)? {

@@ -64,6 +64,8 @@ pub struct Limits {
     pub protect_reads: bool,
     /// Threads a search may use when it is the only one running (1: never more than one).
     pub query_threads: usize,
+    /// The IDF exponent of sparse searches that give none (`lexlip serve --idf`; 0: off).
+    pub idf: f32,
 }
 
 pub struct AppState {

@@ -100,7 +100,7 @@ pub async fn execute(
         filter,
         explain: params.explain,
         threads: 0,
-        idf: params.idf.unwrap_or(0.0),
+        idf: params.idf.unwrap_or(state.limits.idf),
     };
     plan.check(c.manifest().settings.dense_dim.is_some())
         .map_err(|e| ApiError::unprocessable(format!("collection {name:?}: {e}")))?;
