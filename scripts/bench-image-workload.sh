@@ -32,7 +32,8 @@
 # directory under models/, --max-queries 2000 (queries per direction, spread evenly over the N
 # pictures and N captions; every item stays in the collections). JSON keys: images, relevance ("caption"), and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
-# sparse_top32,sparse_top16,sparse_top8,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries} (and
+# sparse_top32,sparse_top16,sparse_top8,sparse_idf,sparse_idf_top16,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries}
+# (sparse_idf: the exact search with queries weighted by IDF, `lexlip eval --idf 1`; and
 # overlap@10, the share of the exact search's first 10 found, beside every setting but the two
 # exact ones: sparse ones against sparse_exact, dense_hnsw against dense_exact), the same under
 # heldout (the held-out pictures among the N),
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --max-queries) max_queries="$2"; shift 2 ;;
     --models) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do models+=("$1"); shift; done ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -119,6 +120,11 @@ run_model() { # name model-dir mode
     eval_args+=(--approx 1.2,1.5,2 --term-cut 0.1 --top-k 64,32,16,8)
   fi
   "$lexlip" "${eval_args[@]}" "${gpu[@]}" > "$out/eval.json"
+  if [ "$mode" = sparse ]; then
+    # The same queries weighted by their terms' IDF among the N (`--idf 1`).
+    "$lexlip" eval --collection "$out/collection" --model "$model" --json --work-dir "$work" \
+      --max-queries "$max_queries" --relevance caption --idf 1 --top-k 16 "${gpu[@]}" > "$out/eval-idf.json"
+  fi
   echo "== $name: held-out pictures among the collection" >&2
   # LexLIP's Table 2: a test set (the emoji corpus's unseen concepts, single pictures) searched
   # among the N pictures and captions, which answer nothing.
@@ -130,6 +136,10 @@ run_model() { # name model-dir mode
     heldout_args+=(--approx 1.2,1.5,2 --term-cut 0.1 --top-k 64,16)
   fi
   "$lexlip" "${heldout_args[@]}" "${gpu[@]}" > "$out/heldout.json"
+  if [ "$mode" = sparse ]; then
+    "$lexlip" eval --tsv "$corpus/test.tsv" --distractors "$out/collection" --model "$model" --json \
+      --work-dir "$work" --relevance caption --idf 1 --top-k 16 "${gpu[@]}" > "$out/heldout-idf.json"
+  fi
   rm -rf "$out/collection"
 }
 
@@ -151,9 +161,20 @@ def load(name):
         index = (float(seconds), int(rss_kb))
     return index, json.load(open(os.path.join(d, "eval.json")))
 
-def heldout(name):
-    f = os.path.join(results, name, "heldout.json")
+def heldout(name, file="heldout.json"):
+    f = os.path.join(results, name, file)
     return json.load(open(f))["settings"] if os.path.isfile(f) else []
+
+def weighted(name, file):
+    # The `--idf 1` evaluation of a sparse model: its full and top-16 settings.
+    ss = heldout(name, file)
+    return {"sparse_idf": pick(ss, search="exact", top_k=None),
+            "sparse_idf_top16": pick(ss, search="exact", top_k=16)}
+
+def add(entry, rows):
+    for d in ("t2i", "i2t"):
+        for k, s in rows.items():
+            entry[f"{d}.{k}"] = figures(s, d)
 
 def served(name):
     f = os.path.join(results, name, "serve.json")
@@ -225,8 +246,10 @@ for m in models:
         "serve": served(name),
     }
     entry.update(figures_by_direction)
+    add(entry, weighted(name, "eval-idf.json"))
     # The held-out pictures among the N (`lexlip eval --distractors`).
     entry["heldout"], _ = directions(heldout(name), dense_heldout)
+    add(entry["heldout"], weighted(name, "heldout-idf.json"))
     report["models"][name] = entry
 if dense:
     exact = pick(dense_settings, search="exact")
