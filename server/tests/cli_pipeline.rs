@@ -193,17 +193,7 @@ fn tsv_counts_errors_and_search() {
         let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
         args.extend(query.iter().cloned());
         let out = lexlip_json(&args);
-        let hits: Vec<(String, f64)> = out["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| {
-                (
-                    h["id"].as_str().unwrap().to_string(),
-                    h["score"].as_f64().unwrap(),
-                )
-            })
-            .collect();
+        let hits = lexlip_tests::hit_scores(&out);
         assert_eq!(out["path"], "sparse", "{out}");
         hits
     };

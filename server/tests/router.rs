@@ -591,22 +591,9 @@ async fn serve_idf_default_and_request_override() {
             .extend(extra.as_object().unwrap().clone());
         body
     };
-    let ranked = |found: &Value| -> Vec<(String, f64)> {
-        found["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| {
-                (
-                    h["id"].as_str().unwrap().to_string(),
-                    h["score"].as_f64().unwrap(),
-                )
-            })
-            .collect()
-    };
     let weighted = search_ok(&app, "four", query(json!({}))).await;
     assert_eq!(
-        ranked(&weighted),
+        lexlip_tests::hit_scores(&weighted),
         [("a".into(), 36.0), ("d".into(), 26.0), ("b".into(), 24.0)]
     );
     let d = &weighted["hits"][1]["explain"][0];
@@ -616,7 +603,7 @@ async fn serve_idf_default_and_request_override() {
     );
     let plain = search_ok(&app, "four", query(json!({"idf": 0}))).await;
     assert_eq!(
-        ranked(&plain),
+        lexlip_tests::hit_scores(&plain),
         [("a".into(), 30.0), ("b".into(), 20.0), ("d".into(), 10.0)]
     );
     let (st, err) = call(
