@@ -26,14 +26,15 @@
 #
 #   scripts/bench-image-workload.sh [--images N] [--json FILE] [--dense-model DIR] [--gpu]
 #                                   [--seed S] [--size PX] [--work DIR] [--models DIR...]
-#                                   [--max-queries Q]
+#                                   [--max-queries Q] [--idf ALPHA]
 #
 # Defaults: --images 1000000, --seed 0, --size 224, --work target/image-workload, every model
 # directory under models/, --max-queries 2000 (queries per direction, spread evenly over the N
-# pictures and N captions; every item stays in the collections). JSON keys: images, relevance ("caption"), and per model: index.images_per_s,
+# pictures and N captions; every item stays in the collections), --idf 2 (the IDF exponent of
+# the sparse_idf settings; models/emoji-lex-compose's card recommends 2 at a million pictures). JSON keys: images, relevance ("caption"), and per model: index.images_per_s,
 # index.peak_rss_mb, index.seconds, t2i|i2t.{sparse_exact,sparse_approx,sparse_cut,sparse_top64,
 # sparse_top32,sparse_top16,sparse_top8,sparse_idf,sparse_idf_top16,dense_exact,dense_hnsw}.{qps,r@1,r@10,queries}
-# (sparse_idf: the exact search with queries weighted by IDF, `lexlip eval --idf 1`; and
+# (sparse_idf: the exact search with queries weighted by IDF, `lexlip eval --idf`; and
 # overlap@10, the share of the exact search's first 10 found, beside every setting but the two
 # exact ones: sparse ones against sparse_exact, dense_hnsw against dense_exact), the same under
 # heldout (the held-out pictures among the N),
@@ -46,7 +47,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
 images=1000000 seed=0 size=224 json="" dense="" gpu=() work="$root/target/image-workload"
-max_queries=2000
+max_queries=2000 idf=2
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -58,8 +59,9 @@ while [ $# -gt 0 ]; do
     --size) size="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --max-queries) max_queries="$2"; shift 2 ;;
+    --idf) idf="$2"; shift 2 ;;
     --models) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do models+=("$1"); shift; done ;;
-    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -121,9 +123,9 @@ run_model() { # name model-dir mode
   fi
   "$lexlip" "${eval_args[@]}" "${gpu[@]}" > "$out/eval.json"
   if [ "$mode" = sparse ]; then
-    # The same queries weighted by their terms' IDF among the N (`--idf 1`).
+    # The same queries weighted by their terms' IDF among the N (`--idf`).
     "$lexlip" eval --collection "$out/collection" --model "$model" --json --work-dir "$work" \
-      --max-queries "$max_queries" --relevance caption --idf 1 --top-k 16 "${gpu[@]}" > "$out/eval-idf.json"
+      --max-queries "$max_queries" --relevance caption --idf "$idf" --top-k 16 "${gpu[@]}" > "$out/eval-idf.json"
   fi
   echo "== $name: held-out pictures among the collection" >&2
   # LexLIP's Table 2: a test set (the emoji corpus's unseen concepts, single pictures) searched
@@ -138,7 +140,7 @@ run_model() { # name model-dir mode
   "$lexlip" "${heldout_args[@]}" "${gpu[@]}" > "$out/heldout.json"
   if [ "$mode" = sparse ]; then
     "$lexlip" eval --tsv "$corpus/test.tsv" --distractors "$out/collection" --model "$model" --json \
-      --work-dir "$work" --relevance caption --idf 1 --top-k 16 "${gpu[@]}" > "$out/heldout-idf.json"
+      --work-dir "$work" --relevance caption --idf "$idf" --top-k 16 "${gpu[@]}" > "$out/heldout-idf.json"
   fi
   rm -rf "$out/collection"
 }
@@ -166,7 +168,7 @@ def heldout(name, file="heldout.json"):
     return json.load(open(f))["settings"] if os.path.isfile(f) else []
 
 def weighted(name, file):
-    # The `--idf 1` evaluation of a sparse model: its full and top-16 settings.
+    # The `--idf` evaluation of a sparse model: its full and top-16 settings.
     ss = heldout(name, file)
     return {"sparse_idf": pick(ss, search="exact", top_k=None),
             "sparse_idf_top16": pick(ss, search="exact", top_k=16)}
