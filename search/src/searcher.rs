@@ -188,13 +188,9 @@ impl<'a> Searcher<'a> {
     ) -> Result<Vec<Hit>, SearchError> {
         let searched = ranking.weighted.as_ref().or(sparse);
         let explain = searched.filter(|_| explain);
-        // A document equal to the query scores Σ impact² unweighted, Σ impact · weighted impact
-        // weighted.
-        let own = match (sparse, &ranking.weighted) {
-            (Some(q), Some(w)) => Some(w.dot(q)),
-            (Some(q), None) => Some(q.self_score()),
-            _ => None,
-        };
+        // What a document equal to the query scores against the query searched (Σ impact²
+        // unweighted).
+        let own = sparse.zip(searched).map(|(q, s)| s.dot(q));
         let hit = |r: &Ranked| -> Result<Hit, SearchError> {
             Ok(match ranking.path {
                 SearchPath::Sparse => {
