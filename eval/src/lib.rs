@@ -72,10 +72,11 @@ pub struct EvalOptions {
     pub mode: Mode,
     /// Document top-K cuts to evaluate after the full vectors (sparse mode only).
     pub top_ks: Vec<usize>,
-    /// Approximation factors (> 1) to also search the full vectors with (sparse mode only).
+    /// Approximation factors (> 1) to also search the full vectors and each top-K collection
+    /// with (sparse mode only).
     pub approx: Vec<f32>,
     /// Term cuts (shares of a query's largest possible score, in (0, 1)) to also search the
-    /// full vectors with, each at factor 1 (sparse mode only).
+    /// full vectors and each top-K collection with, each at factor 1 (sparse mode only).
     pub term_cuts: Vec<f32>,
     /// Also search the dense index through its HNSW graph (dense mode only).
     pub hnsw: bool,
@@ -138,7 +139,8 @@ impl Default for EvalOptions {
 impl EvalOptions {
     /// The settings to evaluate: full vectors searched exactly first, then the full vectors
     /// at each approximation factor (smallest first) and each term cut, then each top-K once
-    /// (largest first); in dense mode the exact scan, then the HNSW graph.
+    /// (largest first), searched exactly, at each factor and with each cut; in dense mode the
+    /// exact scan, then the HNSW graph.
     pub fn settings(&self) -> Result<Vec<Setting>> {
         let refuse = |m: &str| Err(PipelineError::Input(m.into()));
         if self.mode == Mode::Dense {
@@ -178,29 +180,35 @@ impl EvalOptions {
                 "a term cut is a share of the query's largest possible score, above 0 and below 1, got {c}"
             )));
         }
-        let mut out = vec![Setting::default()];
         let mut factors = self.approx.clone();
         factors.sort_by(f32::total_cmp);
         factors.dedup();
-        out.extend(factors.into_iter().map(|x| Setting {
-            precision: Precision::Approx(x),
-            ..Setting::default()
-        }));
         let mut cuts = self.term_cuts.clone();
         cuts.sort_by(f32::total_cmp);
         cuts.dedup();
-        out.extend(cuts.into_iter().map(|c| Setting {
-            precision: Precision::Approx(1.0),
-            term_cut: c,
-            ..Setting::default()
-        }));
         let mut ks = self.top_ks.clone();
         ks.sort_unstable_by(|a, b| b.cmp(a));
         ks.dedup();
-        out.extend(ks.into_iter().map(|k| Setting {
-            top_k: Some(k),
-            ..Setting::default()
-        }));
+        // Each collection's exact search first, then its approximations, so that they share
+        // its documents and are measured against its first results.
+        let mut out = Vec::new();
+        for top_k in std::iter::once(None).chain(ks.into_iter().map(Some)) {
+            out.push(Setting {
+                top_k,
+                ..Setting::default()
+            });
+            out.extend(factors.iter().map(|&x| Setting {
+                top_k,
+                precision: Precision::Approx(x),
+                ..Setting::default()
+            }));
+            out.extend(cuts.iter().map(|&c| Setting {
+                top_k,
+                precision: Precision::Approx(1.0),
+                term_cut: c,
+                ..Setting::default()
+            }));
+        }
         if self.mode == Mode::Dense && self.hnsw {
             out.push(Setting {
                 precision: Precision::Approx(1.0),
@@ -617,6 +625,9 @@ pub fn run(
     // One collection on disk at a time, kept while the settings that follow search the same
     // documents (the exact search, factors and term cuts of the full vectors).
     let mut built: Option<(sweep::Built, PathBuf)> = None;
+    // Each collection's exact first results, by top-K (None: the full vectors).
+    let mut exact: std::collections::HashMap<Option<usize>, recall::Rankings> =
+        std::collections::HashMap::new();
     for (n, setting) in settings.into_iter().enumerate() {
         let current = match built.take() {
             Some((b, dir)) if b.serves(&setting, encoded.mode) => (b, dir),
@@ -639,12 +650,20 @@ pub fn run(
             observer,
         )?;
         built = Some(current);
-        // The first setting is the exact search; every later one is measured against its
-        // results, and keeps none of its own.
-        if let Some(exact) = results.first() {
-            let rankings = std::mem::take(&mut result.rankings);
-            result.t2i_overlap = recall::overlap(&rankings.t2i, &exact.rankings.t2i);
-            result.i2t_overlap = recall::overlap(&rankings.i2t, &exact.rankings.i2t);
+        // An approximate search (a factor, a cut, the graph) is measured against the exact
+        // search of the same documents; a top-K collection's exact search against the full
+        // vectors' (the run's first setting).
+        let rankings = std::mem::take(&mut result.rankings);
+        let reference = match setting.precision {
+            Precision::Approx(_) => exact.get(&setting.top_k).or(exact.get(&None)),
+            Precision::Exact => exact.get(&None),
+        };
+        if let Some(reference) = reference {
+            result.t2i_overlap = recall::overlap(&rankings.t2i, &reference.t2i);
+            result.i2t_overlap = recall::overlap(&rankings.i2t, &reference.i2t);
+        }
+        if setting.precision == Precision::Exact {
+            exact.insert(setting.top_k, rankings);
         }
         results.push(result);
     }
@@ -809,8 +828,8 @@ mod tests {
         assert!(dense.settings().unwrap_err().to_string().contains("dense"));
     }
 
-    /// Full exact first, then factors (smallest first, once), term cuts, top-Ks; the dense
-    /// graph last; knobs of the other mode and out-of-range values refused.
+    /// Full exact first, then factors (smallest first, once), term cuts, then each top-K
+    /// exact, at each factor and with each cut; the dense graph last; knobs of the other mode and out-of-range values refused.
     #[test]
     fn approximate_settings_follow_the_exact_one() {
         let o = EvalOptions {
@@ -840,6 +859,9 @@ mod tests {
                 ("approx", Some(1.5), 0.0, None),
                 ("approx", Some(1.0), 0.1, None),
                 ("exact", None, 0.0, Some(64)),
+                ("approx", Some(1.2), 0.0, Some(64)),
+                ("approx", Some(1.5), 0.0, Some(64)),
+                ("approx", Some(1.0), 0.1, Some(64)),
             ]
         );
         let dense = EvalOptions {

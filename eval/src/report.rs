@@ -64,10 +64,12 @@ pub struct SettingReport {
     /// The re-ranked recall of the same queries (with a re-ranker).
     #[serde(skip)]
     pub rerank: Option<RerankReport>,
-    /// Of each query's first 10 results under the run's first setting (full vectors searched
-    /// exactly; dense: the exact scan), the share this setting also returns in its first 10,
-    /// averaged over the queries: what an approximate search, a graph or a top-K cut loses
-    /// against exact search, apart from what the model loses. None on the first setting.
+    /// Of each query's first 10 results under the exact search of the same documents (an
+    /// approximate setting: its collection's exact search; a top-K collection searched
+    /// exactly: the full vectors'; dense: the exact scan), the share this setting also returns
+    /// in its first 10, averaged over the queries: what an approximate search, a graph or a
+    /// top-K cut loses against exact search, apart from what the model loses. None on the
+    /// first setting.
     #[serde(rename = "t2i.overlap@10", skip_serializing_if = "Option::is_none")]
     pub t2i_overlap: Option<f64>,
     #[serde(rename = "i2t.overlap@10", skip_serializing_if = "Option::is_none")]

@@ -256,6 +256,10 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
         &[
             "--top-k",
             "16,4",
+            // A cut too small to leave any term out: each collection's exact search again,
+            // through the approximate path.
+            "--term-cut",
+            "0.000001",
             "--batch-size",
             "4",
             "--plot",
@@ -275,9 +279,36 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     );
     assert!(report["corpus"].as_str().unwrap().ends_with("test.tsv"));
     assert!(report["encode_seconds"].as_f64().unwrap() > 0.0);
-    let settings = report["settings"].as_array().unwrap();
-    let ks: Vec<Value> = settings.iter().map(|s| s["top_k"].clone()).collect();
-    assert_eq!(ks, [Value::Null, 16.into(), 4.into()]);
+    let all = report["settings"].as_array().unwrap();
+    let ks: Vec<(Value, Value)> = all
+        .iter()
+        .map(|s| (s["top_k"].clone(), s["search"].clone()))
+        .collect();
+    let (exact, approx) = (Value::from("exact"), Value::from("approx"));
+    assert_eq!(
+        ks,
+        [
+            (Value::Null, exact.clone()),
+            (Value::Null, approx.clone()),
+            (16.into(), exact.clone()),
+            (16.into(), approx.clone()),
+            (4.into(), exact),
+            (4.into(), approx),
+        ]
+    );
+    // Each collection's cut setting finds what its exact search finds: its overlap is
+    // measured against that search (a top-4 cut against the top-4 exact search, not the full
+    // vectors', which top-4 documents lose some of, below).
+    for pair in all.chunks(2) {
+        for dir in ["t2i", "i2t"] {
+            for k in [1, 5, 10] {
+                let key = format!("{dir}.r@{k}");
+                assert_eq!(pair[1][&key], pair[0][&key], "{key}: {}", pair[1]);
+            }
+            assert_eq!(pair[1][format!("{dir}.overlap@10")], 1.0, "{}", pair[1]);
+        }
+    }
+    let settings: Vec<Value> = all.iter().step_by(2).cloned().collect();
 
     let (texts, images) = texts_and_images(&model, &c, "terms");
     let texts: Vec<_> = texts.iter().map(impacts).collect();
@@ -856,12 +887,13 @@ fn a_collection_evaluates_like_its_corpus() {
     let corpus_report = eval(&tiny, &c.tsv, &sweep);
     let stored = eval_collection(&tiny, &both, &sweep);
     assert_eq!(stored["corpus"], both.display().to_string());
-    assert_eq!(stored["settings"].as_array().unwrap().len(), 3, "{stored}");
+    assert_eq!(stored["settings"].as_array().unwrap().len(), 4, "{stored}");
     same_figures(&stored, &corpus_report);
-    // The approximate search shares the exact one's collection; the top-4 has its own.
+    // Each approximate search shares its exact one's collection; the top-4 has its own.
     let built = |n: usize| stored["settings"][n]["index_seconds"].as_f64().unwrap();
     assert_eq!(built(1), built(0), "{stored}");
     assert_ne!(built(2), built(0), "{stored}");
+    assert_eq!(built(3), built(2), "{stored}");
 
     let dense = ["--mode", "dense"];
     same_figures(

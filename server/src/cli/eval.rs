@@ -59,14 +59,14 @@ pub struct EvalArgs {
     /// vectors are always evaluated first. Sparse mode only.
     #[arg(long, value_delimiter = ',')]
     pub top_k: Vec<usize>,
-    /// Also search the full vectors approximately at each factor X > 1 (e.g. 1.2,1.5: blocks
-    /// whose bound is below X times the k-th score are skipped, as `lexlip search --approx`).
-    /// Sparse mode only.
+    /// Also search the full vectors and each --top-k collection approximately at each factor
+    /// X > 1 (e.g. 1.2,1.5: blocks whose bound is below X times the k-th score are skipped, as
+    /// `lexlip search --approx`). Sparse mode only.
     #[arg(long, value_delimiter = ',')]
     pub approx: Vec<f32>,
-    /// Also search the full vectors with each term cut (e.g. 0.1: the query's lightest terms,
-    /// up to that share of its largest possible score, are left out of the block bounds, as
-    /// `lexlip search --term-cut`). Sparse mode only.
+    /// Also search the full vectors and each --top-k collection with each term cut (e.g. 0.1:
+    /// the query's lightest terms, up to that share of its largest possible score, are left out
+    /// of the block bounds, as `lexlip search --term-cut`). Sparse mode only.
     #[arg(long, value_delimiter = ',')]
     pub term_cut: Vec<f32>,
     /// Also search the dense index through its HNSW graph (built for the evaluation; its
