@@ -2,8 +2,9 @@
 //! statistics an IDF weighting of the query reads (`lexlip_search`'s `idf`).
 //!
 //! Live documents only, counted exactly. A segment the filter allows whole and without
-//! deletions answers from its term dictionary; any other walks the term's postings against the
-//! filter's documents and the segment's alive set.
+//! deletions answers from the term infos its forward index keeps (one hash lookup per term,
+//! where the term dictionary would walk its FST); any other walks the term's postings against
+//! the filter's documents and the segment's alive set.
 
 use lexlip_proto::QuantizedVector;
 use lexlip_proto::api::Filter;
@@ -37,7 +38,8 @@ impl Snapshot {
             docs: 0,
             df: vec![0; query.len()],
         };
-        for (reader, allowed) in self.searcher.segment_readers().iter().zip(&allowed) {
+        let segments = self.searcher.segment_readers().iter().zip(&self.maxima);
+        for ((reader, maxima), allowed) in segments.zip(&allowed) {
             if allowed.as_ref().is_some_and(|a| a.is_empty()) {
                 continue;
             }
@@ -52,13 +54,16 @@ impl Snapshot {
             } else {
                 (0..reader.max_doc()).filter(|&d| keeps(d)).count() as u64
             };
+            if whole {
+                for ((term, _), df) in query.iter().zip(out.df.iter_mut()) {
+                    let held = maxima.term(term.as_bytes());
+                    *df += held.map_or(0, |t| u64::from(t.term_info.doc_freq));
+                }
+                continue;
+            }
             let inverted = reader.inverted_index(self.fields.impacts)?;
             for ((term, _), df) in query.iter().zip(out.df.iter_mut()) {
                 let term = Term::from_field_text(self.fields.impacts, term);
-                if whole {
-                    *df += u64::from(inverted.doc_freq(&term)?);
-                    continue;
-                }
                 let Some(mut postings) = inverted.read_postings(&term, IndexRecordOption::Basic)?
                 else {
                     continue;

@@ -26,7 +26,7 @@ pub struct SearchOutcome {
 /// A point-in-time view of a collection: what one commit contains.
 pub struct Snapshot {
     pub(super) searcher: Searcher,
-    maxima: Vec<Arc<ForwardIndex>>,
+    pub(super) maxima: Vec<Arc<ForwardIndex>>,
     pub(super) fields: Fields,
     scale: f32,
     dense: Arc<DenseCache>,
