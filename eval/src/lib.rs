@@ -623,11 +623,10 @@ pub fn run(
     };
     let mut results: Vec<SettingReport> = Vec::with_capacity(settings.len());
     // One collection on disk at a time, kept while the settings that follow search the same
-    // documents (the exact search, factors and term cuts of the full vectors).
+    // documents (a collection's exact search, its factors and its term cuts).
     let mut built: Option<(sweep::Built, PathBuf)> = None;
     // Each collection's exact first results, by top-K (None: the full vectors).
-    let mut exact: std::collections::HashMap<Option<usize>, recall::Rankings> =
-        std::collections::HashMap::new();
+    let mut exact: HashMap<Option<usize>, recall::Rankings> = HashMap::new();
     for (n, setting) in settings.into_iter().enumerate() {
         let current = match built.take() {
             Some((b, dir)) if b.serves(&setting, encoded.mode) => (b, dir),
@@ -829,7 +828,8 @@ mod tests {
     }
 
     /// Full exact first, then factors (smallest first, once), term cuts, then each top-K
-    /// exact, at each factor and with each cut; the dense graph last; knobs of the other mode and out-of-range values refused.
+    /// exact, at each factor and with each cut; the dense graph last; knobs of the other mode
+    /// and out-of-range values refused.
     #[test]
     fn approximate_settings_follow_the_exact_one() {
         let o = EvalOptions {
