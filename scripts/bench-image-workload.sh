@@ -45,7 +45,7 @@
 # baseline through `lexlip index`, its graph build timed by `lexlip eval --hnsw`); serve.{ready_s,
 # first_answer_s,ms_per_query,rss_mb,rss_anon_mb,rss_file_mb} per model and for dense_index. A
 # dense entry is null when there is no dense model.
-# --images 20000 takes about 15 minutes on a 2-core CPU with models/emoji-tiny.
+# --images 20000 takes about 11 minutes on a 2-core CPU with the five shipped models (2026-11-30).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lexlip="${LEXLIP:-$root/target/release/lexlip}"
