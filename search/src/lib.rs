@@ -22,6 +22,6 @@ pub mod searcher;
 
 pub use error::SearchError;
 pub use lexlip_proto::api::{Mode, RerankReport, SearchPath};
-pub use plan::{DEFAULT_TERM_CUT, SearchPlan, precision};
+pub use plan::{DEFAULT_TERM_CUT, SearchPlan, precision, precision_or_default};
 pub use rerank::{RerankQuery, rerank};
 pub use searcher::{DenseNeed, Found, Ranked, Ranking, Searcher};

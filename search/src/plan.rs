@@ -127,9 +127,47 @@ pub fn precision(
     }
 }
 
+/// [`precision`], with `default_cut` (a server's `--term-cut`; 0: none) as the term cut of a
+/// request that sets none of the three knobs: an operator makes searches approximate by
+/// default, and a request still asks for `exact`, a factor or its own cut.
+pub fn precision_or_default(
+    exact: Option<bool>,
+    approx: Option<f32>,
+    term_cut: Option<f32>,
+    default_cut: f32,
+) -> Result<(Precision, f32), SearchError> {
+    let unset = exact.is_none() && approx.is_none() && term_cut.is_none();
+    let term_cut = if unset && default_cut > 0.0 {
+        Some(default_cut)
+    } else {
+        term_cut
+    };
+    precision(exact, approx, term_cut)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server's default cut applies to requests that set no knob, and to no other.
+    #[test]
+    fn a_default_cut_applies_only_when_no_knob_is_set() {
+        let ok = |e, a, c| precision_or_default(e, a, c, 0.05).unwrap();
+        assert_eq!(ok(None, None, None), (Precision::Approx(1.0), 0.05));
+        assert_eq!(ok(Some(true), None, None), (Precision::Exact, 0.0));
+        assert_eq!(
+            ok(Some(false), None, None),
+            (Precision::Approx(1.0), DEFAULT_TERM_CUT)
+        );
+        assert_eq!(ok(None, Some(1.5), None), (Precision::Approx(1.5), 0.0));
+        assert_eq!(ok(None, None, Some(0.0)), (Precision::Exact, 0.0));
+        assert_eq!(ok(None, None, Some(0.2)), (Precision::Approx(1.0), 0.2));
+        assert_eq!(
+            precision_or_default(None, None, None, 0.0).unwrap(),
+            (Precision::Exact, 0.0)
+        );
+        assert!(precision_or_default(Some(true), None, Some(0.1), 0.05).is_err());
+    }
 
     /// Every combination of the three knobs: the precision and cut it means, or a refusal.
     #[test]

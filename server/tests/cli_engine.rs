@@ -266,6 +266,20 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     assert!(out["hits"].is_array(), "{out}");
     let out = lexlip_json(&search(&["--idf", "1", "--json"]));
     assert!(out["hits"].is_array(), "{out}");
+
+    // The server's defaults are checked before it loads or creates anything.
+    let data = dir.path().join("serve-data");
+    for (flag, value, says) in [
+        ("--term-cut", "1.5", "--term-cut: term_cut must be"),
+        ("--idf", "9", "--idf: idf must be"),
+    ] {
+        let d = data.display().to_string();
+        let out = lexlip(&["serve", "--data", &d, flag, value]);
+        assert!(!out.status.success(), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{flag}: {stderr}");
+        assert!(!data.exists(), "a refused server made {d}");
+    }
 }
 
 /// `lexlip bench engine`, keeping its collection (`--dir`) and queries (`--write-queries`):

@@ -622,3 +622,58 @@ async fn serve_idf_default_and_request_override() {
         "{err}"
     );
 }
+
+/// `lexlip serve --term-cut`: requests that set no precision knob search with the server's
+/// cut (hits still scored exactly); `"exact": true` still searches exactly, a request's own
+/// cut still conflicts with it, and a cut out of range is refused.
+#[tokio::test]
+async fn serve_term_cut_default_and_request_override() {
+    let data = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        term_cut: 0.5,
+        ..in_process::limits()
+    };
+    let (app, _) = in_process::app(data.path(), None, limits);
+    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let docs = [
+        json!({"id": "a", "vector": {"cat": 3}}),
+        json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
+        json!({"id": "c", "vector": {"dog": 5}}),
+        json!({"id": "d", "vector": {"fish": 1}}),
+    ];
+    add_documents(&app, "four", &docs).await;
+    let query = |extra: Value| {
+        let mut body = json!({"query": {"sparse": {"cat": 10, "fish": 10}}, "k": 3});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let brute_force = [("a".into(), 30.0), ("b".into(), 20.0), ("d".into(), 10.0)];
+    let exact = search_ok(&app, "four", query(json!({"exact": true}))).await;
+    assert_eq!(lexlip_tests::hit_scores(&exact), brute_force);
+    // Four documents in one block: the cut skips nothing, and what it returns is scored exactly.
+    let default = search_ok(&app, "four", query(json!({}))).await;
+    assert_eq!(lexlip_tests::hit_scores(&default), brute_force);
+    let own = search_ok(&app, "four", query(json!({"term_cut": 0}))).await;
+    assert_eq!(lexlip_tests::hit_scores(&own), brute_force);
+    for (extra, message) in [
+        (
+            json!({"exact": true, "term_cut": 0.2}),
+            "exclude each other",
+        ),
+        (json!({"term_cut": 1.5}), "term_cut must be"),
+    ] {
+        let (st, err) = call(
+            &app,
+            "POST",
+            "/v1/collections/four/search",
+            Some(query(extra)),
+        )
+        .await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        let said = err["error"]["message"].as_str().unwrap();
+        assert!(said.contains(message), "{err}");
+    }
+}

@@ -73,6 +73,12 @@ pub struct ServeArgs {
     /// of hundreds of thousands of pictures and more, 1 finds more (docs/cli.md, IDF weighting).
     #[arg(long, default_value_t = 0.0, value_name = "ALPHA")]
     pub idf: f32,
+    /// Search approximately by default: sparse searches that set none of `exact`, `approx`
+    /// and `term_cut` leave the query's lightest terms, up to this share of its largest
+    /// possible score, out of the pruning bounds (0-1; 0, the default, searches exactly; 0.05
+    /// kept 0.976 of the exact first 10 among a million pictures at 1.2× the speed).
+    #[arg(long, default_value_t = 0.0, value_name = "C")]
+    pub term_cut: f32,
     /// Largest encoder batch.
     #[arg(long, default_value_t = 32)]
     pub max_batch: usize,
@@ -108,6 +114,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--protect-reads needs --api-key");
     }
     lexlip_search::plan::check_idf(args.idf).map_err(|e| anyhow::anyhow!("--idf: {e}"))?;
+    lexlip_index::check_term_cut(args.term_cut).map_err(|e| anyhow::anyhow!("--term-cut: {e}"))?;
     let metrics = Metrics::new();
     let resolve = |p: &Option<PathBuf>| p.as_deref().map(resolve_model).transpose();
     let paths = ModelPaths {
@@ -141,6 +148,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .clamp(1, 64),
         idf: args.idf,
+        term_cut: args.term_cut,
     };
     let mut state = AppState::open(&args.data, encoders, metrics, limits)?;
     if let Some(dir) = resolve(&args.rerank_model)? {

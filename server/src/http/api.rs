@@ -176,8 +176,10 @@ macro_rules! search_request {
             pub k: usize,
             #[serde(default)]
             pub mode: Mode,
-            /// Exact top-k (default). `false` trades recall for speed: with `approx` and/or
-            /// `term_cut` as given, alone the sparse search with `term_cut` 0.1.
+            /// Exact top-k (default, unless the server was started with `--term-cut`, which
+            /// then applies to requests that set none of `exact`, `approx` and `term_cut`).
+            /// `false` trades recall for speed: with `approx` and/or `term_cut` as given, alone
+            /// the sparse search with `term_cut` 0.1.
             pub exact: Option<bool>,
             /// Approximation factor ≥ 1 for the sparse search (blocks whose bound is below
             /// this times the k-th score are skipped); for dense, any value uses the HNSW graph.
@@ -188,8 +190,9 @@ macro_rules! search_request {
             /// `"exact": false` (with `approx` 1 unless given).
             pub term_cut: Option<f32>,
             /// Sparse search: weight the query's terms by their rarity among the documents
-            /// searched, each impact times ln(1 + N / df)^idf (0-4; 0, the default, is off; 1
-            /// is BM25's IDF). Scores and explanations are the weighted query's.
+            /// searched, each impact times ln(1 + N / df)^idf (0-4; 0 is off; 1 is BM25's
+            /// IDF; unset, the server's `--idf`, off by default). Scores and explanations are
+            /// the weighted query's.
             pub idf: Option<f32>,
             #[serde(default)]
             pub filter: Filter,

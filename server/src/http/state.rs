@@ -66,6 +66,9 @@ pub struct Limits {
     pub query_threads: usize,
     /// The IDF exponent of sparse searches that give none (`lexlip serve --idf`; 0: off).
     pub idf: f32,
+    /// The term cut of sparse searches that set none of `exact`, `approx` and `term_cut`
+    /// (`lexlip serve --term-cut`; 0: exact).
+    pub term_cut: f32,
 }
 
 pub struct AppState {

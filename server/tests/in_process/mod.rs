@@ -29,6 +29,7 @@ pub fn limits() -> Limits {
         protect_reads: false,
         query_threads: 2,
         idf: 0.0,
+        term_cut: 0.0,
     }
 }
 

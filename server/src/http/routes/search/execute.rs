@@ -84,8 +84,12 @@ pub async fn execute(
         (Some(t), _) => filter.modality = Some(t),
         _ => {}
     }
-    let (precision, term_cut) =
-        lexlip_search::precision(params.exact, params.approx, params.term_cut)?;
+    let (precision, term_cut) = lexlip_search::precision_or_default(
+        params.exact,
+        params.approx,
+        params.term_cut,
+        state.limits.term_cut,
+    )?;
     let mut mode = params.mode;
     if matches!(input, QueryInput::Dense(_)) && mode == Mode::Sparse {
         // A dense vector can only be answered by the dense index.
