@@ -160,7 +160,8 @@ mod tests {
             (Precision::Approx(1.0), DEFAULT_TERM_CUT)
         );
         assert_eq!(ok(None, Some(1.5), None), (Precision::Approx(1.5), 0.0));
-        assert_eq!(ok(None, None, Some(0.0)), (Precision::Exact, 0.0));
+        // A request's own cut 0 replaces the default: factor 1 and no cut, the exact results.
+        assert_eq!(ok(None, None, Some(0.0)), (Precision::Approx(1.0), 0.0));
         assert_eq!(ok(None, None, Some(0.2)), (Precision::Approx(1.0), 0.2));
         assert_eq!(
             precision_or_default(None, None, None, 0.0).unwrap(),
