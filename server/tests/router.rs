@@ -562,6 +562,32 @@ async fn hits_carry_bounded_text() {
     assert!(hits.last().unwrap().get("text").is_none());
 }
 
+/// A server with `limits` over `data` and one collection, `four`, of the four documents the
+/// search crate's IDF test works out by hand: a {cat 3}, b {cat 2, dog 1}, c {dog 5}, d {fish 1}.
+async fn four_documents(data: &Path, limits: Limits) -> Router {
+    let (app, _) = in_process::app(data, None, limits);
+    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    let docs = [
+        json!({"id": "a", "vector": {"cat": 3}}),
+        json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
+        json!({"id": "c", "vector": {"dog": 5}}),
+        json!({"id": "d", "vector": {"fish": 1}}),
+    ];
+    add_documents(&app, "four", &docs).await;
+    app
+}
+
+/// The search body {cat 10, fish 10}, k 3, with the fields of `base` and then of `extra`.
+fn cat_and_fish(base: Value, extra: Value) -> Value {
+    let mut body = json!({"query": {"sparse": {"cat": 10, "fish": 10}}, "k": 3});
+    let fields = body.as_object_mut().unwrap();
+    for more in [base, extra] {
+        fields.extend(more.as_object().unwrap().clone());
+    }
+    body
+}
+
 /// IDF weighting over HTTP, on the four documents worked out by hand in the search crate's
 /// tests: `lexlip serve --idf 2` weighs {cat 10, fish 10} to {cat 12, fish 26}, lifting d (fish)
 /// over b (cat 2); a request's own `"idf": 0` searches the query as given. Explanations carry
@@ -573,24 +599,8 @@ async fn serve_idf_default_and_request_override() {
         idf: 2.0,
         ..in_process::limits()
     };
-    let (app, _) = in_process::app(data.path(), None, limits);
-    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
-    assert_eq!(st, StatusCode::CREATED);
-    let docs = [
-        json!({"id": "a", "vector": {"cat": 3}}),
-        json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
-        json!({"id": "c", "vector": {"dog": 5}}),
-        json!({"id": "d", "vector": {"fish": 1}}),
-    ];
-    add_documents(&app, "four", &docs).await;
-    let query = |extra: Value| {
-        let mut body =
-            json!({"query": {"sparse": {"cat": 10, "fish": 10}}, "k": 3, "explain": true});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        body
-    };
+    let app = four_documents(data.path(), limits).await;
+    let query = |extra: Value| cat_and_fish(json!({"explain": true}), extra);
     let weighted = search_ok(&app, "four", query(json!({}))).await;
     assert_eq!(
         lexlip_tests::hit_scores(&weighted),
@@ -633,23 +643,8 @@ async fn serve_term_cut_default_and_request_override() {
         term_cut: 0.5,
         ..in_process::limits()
     };
-    let (app, _) = in_process::app(data.path(), None, limits);
-    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
-    assert_eq!(st, StatusCode::CREATED);
-    let docs = [
-        json!({"id": "a", "vector": {"cat": 3}}),
-        json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
-        json!({"id": "c", "vector": {"dog": 5}}),
-        json!({"id": "d", "vector": {"fish": 1}}),
-    ];
-    add_documents(&app, "four", &docs).await;
-    let query = |extra: Value| {
-        let mut body = json!({"query": {"sparse": {"cat": 10, "fish": 10}}, "k": 3});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        body
-    };
+    let app = four_documents(data.path(), limits).await;
+    let query = |extra: Value| cat_and_fish(json!({}), extra);
     let brute_force = [("a".into(), 30.0), ("b".into(), 20.0), ("d".into(), 10.0)];
     let exact = search_ok(&app, "four", query(json!({"exact": true}))).await;
     assert_eq!(lexlip_tests::hit_scores(&exact), brute_force);
