@@ -650,11 +650,11 @@ pub fn run(
         )?;
         built = Some(current);
         // An approximate search (a factor, a cut, the graph) is measured against the exact
-        // search of the same documents; a top-K collection's exact search against the full
-        // vectors' (the run's first setting).
+        // search of the same documents, which `settings` puts before it; a top-K collection's
+        // exact search against the full vectors' (the run's first setting).
         let rankings = std::mem::take(&mut result.rankings);
         let reference = match setting.precision {
-            Precision::Approx(_) => exact.get(&setting.top_k).or(exact.get(&None)),
+            Precision::Approx(_) => exact.get(&setting.top_k),
             Precision::Exact => exact.get(&None),
         };
         if let Some(reference) = reference {

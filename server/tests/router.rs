@@ -455,6 +455,15 @@ async fn search_ok(app: &Router, collection: &str, body: Value) -> Value {
     found
 }
 
+/// Searches `collection` with `body`; the answer must be a 422 whose message says `message`.
+async fn search_refused(app: &Router, collection: &str, body: Value, message: &str) {
+    let path = format!("/v1/collections/{collection}/search");
+    let (st, err) = call(app, "POST", &path, Some(body)).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let said = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains(message), "{err}");
+}
+
 /// Deleting a collection while background merges run (eight quick adds make tantivy merge)
 /// answers truthfully and leaves nothing of it on disk, ten times in a row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -616,21 +625,7 @@ async fn serve_idf_default_and_request_override() {
         lexlip_tests::hit_scores(&plain),
         [("a".into(), 30.0), ("b".into(), 20.0), ("d".into(), 10.0)]
     );
-    let (st, err) = call(
-        &app,
-        "POST",
-        "/v1/collections/four/search",
-        Some(query(json!({"idf": 9}))),
-    )
-    .await;
-    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("idf must be"),
-        "{err}"
-    );
+    search_refused(&app, "four", query(json!({"idf": 9})), "idf must be").await;
 }
 
 /// `lexlip serve --term-cut`: requests that set no precision knob search with the server's
@@ -660,15 +655,6 @@ async fn serve_term_cut_default_and_request_override() {
         ),
         (json!({"term_cut": 1.5}), "term_cut must be"),
     ] {
-        let (st, err) = call(
-            &app,
-            "POST",
-            "/v1/collections/four/search",
-            Some(query(extra)),
-        )
-        .await;
-        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
-        let said = err["error"]["message"].as_str().unwrap();
-        assert!(said.contains(message), "{err}");
+        search_refused(&app, "four", query(extra), message).await;
     }
 }
