@@ -125,11 +125,12 @@ run_model() { # name model-dir mode
     eval_args+=(--approx 1.2,1.5,2 --term-cut 0.1 --top-k 64,32,16,8)
   fi
   "$lexlip" "${eval_args[@]}" "${gpu[@]}" > "$out/eval.json"
+  # The IDF evaluations of a sparse model, on the N and on the held-out pictures among them.
+  local idf_args=(--idf "$idf" --top-k 16 --approx 1.2,1.5 --term-cut 0.1)
   if [ "$mode" = sparse ]; then
     # The same queries weighted by their terms' IDF among the N (`--idf`).
     "$lexlip" eval --collection "$out/collection" --model "$model" --json --work-dir "$work" \
-      --max-queries "$max_queries" --relevance caption --idf "$idf" --top-k 16 \
-      --approx 1.2,1.5 --term-cut 0.1 "${gpu[@]}" > "$out/eval-idf.json"
+      --max-queries "$max_queries" --relevance caption "${idf_args[@]}" "${gpu[@]}" > "$out/eval-idf.json"
   fi
   echo "== $name: held-out pictures among the collection" >&2
   # LexLIP's Table 2: a test set (the emoji corpus's unseen concepts, single pictures) searched
@@ -144,8 +145,7 @@ run_model() { # name model-dir mode
   "$lexlip" "${heldout_args[@]}" "${gpu[@]}" > "$out/heldout.json"
   if [ "$mode" = sparse ]; then
     "$lexlip" eval --tsv "$corpus/test.tsv" --distractors "$out/collection" --model "$model" --json \
-      --work-dir "$work" --relevance caption --idf "$idf" --top-k 16 --approx 1.2,1.5 --term-cut 0.1 \
-      "${gpu[@]}" > "$out/heldout-idf.json"
+      --work-dir "$work" --relevance caption "${idf_args[@]}" "${gpu[@]}" > "$out/heldout-idf.json"
   fi
   rm -rf "$out/collection"
 }
@@ -168,13 +168,14 @@ def load(name):
         index = (float(seconds), int(rss_kb))
     return index, json.load(open(os.path.join(d, "eval.json")))
 
-def heldout(name, file="heldout.json"):
+def settings_in(name, file="heldout.json"):
+    # The settings of one of a model's evaluations (by default the held-out pictures').
     f = os.path.join(results, name, file)
     return json.load(open(f))["settings"] if os.path.isfile(f) else []
 
 def weighted(name, file):
     # The `--idf` evaluation of a sparse model: its full and top-16 settings, exact.
-    ss = heldout(name, file)
+    ss = settings_in(name, file)
     return ss, {"sparse_idf": pick(ss, search="exact", top_k=None),
                 "sparse_idf_top16": pick(ss, search="exact", top_k=16)}
 
@@ -215,7 +216,7 @@ def figures(s, d):
 # Only this run's dense baseline (an earlier run's results may lie beside).
 _, dense = load("dense-baseline") if dense_model else (None, None)
 dense_settings = dense["settings"] if dense else []
-dense_heldout = heldout("dense-baseline") if dense_model else []
+dense_heldout = settings_in("dense-baseline") if dense_model else []
 
 def directions(ss, dense_ss):
     """Per direction, the figures of every setting of a sparse and a dense evaluation."""
@@ -268,7 +269,7 @@ for m in models:
     entry.update(figures_by_direction)
     add(entry, weighted(name, "eval-idf.json"))
     # The held-out pictures among the N (`lexlip eval --distractors`).
-    entry["heldout"], _ = directions(heldout(name), dense_heldout)
+    entry["heldout"], _ = directions(settings_in(name), dense_heldout)
     add(entry["heldout"], weighted(name, "heldout-idf.json"))
     report["models"][name] = entry
 if dense:
