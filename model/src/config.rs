@@ -54,6 +54,9 @@ pub enum Architecture {
     MobileClip,
     /// The dense dual encoder `lexlip train --objective dense` writes ([`crate::dual`]).
     DualEncoder,
+    /// A dense teacher with a pretrained image tower beside its own (`lexlip train --objective
+    /// adapter`, [`crate::fused`]).
+    Fused,
 }
 
 /// Detects the architecture from `model_type`, falling back to `architectures`.
@@ -74,6 +77,7 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "clip" => Ok(Architecture::Clip),
         "siglip" => Ok(Architecture::Siglip),
         DUAL_MODEL_TYPE => Ok(Architecture::DualEncoder),
+        crate::fused::MODEL_TYPE => Ok(Architecture::Fused),
         _ if has(DUAL_ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
         _ if has("Beit") => Ok(Architecture::Beit),
@@ -82,8 +86,9 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         other => Err(ModelError::UnknownModel {
             path: path.to_path_buf(),
             message: format!(
-                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip or {}",
-                DUAL_MODEL_TYPE
+                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip, {} or {}",
+                DUAL_MODEL_TYPE,
+                crate::fused::MODEL_TYPE
             ),
         }),
     }

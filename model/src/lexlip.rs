@@ -35,6 +35,7 @@ use crate::config::{Architecture, architecture, read_json, with_defaults};
 use crate::dense::DenseEncoder;
 use crate::dual::DualEncoder;
 use crate::error::{ModelError, Result};
+use crate::fused::FusedEncoder;
 use crate::heads::Heads;
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
 use crate::mobileclip::MobileClipEncoder;
@@ -181,6 +182,7 @@ enum Dense {
     Siglip(Box<SiglipEncoder>),
     MobileClip(Box<MobileClipEncoder>),
     Dual(Box<DualEncoder>),
+    Fused(Box<FusedEncoder>),
 }
 
 impl Dense {
@@ -195,6 +197,7 @@ impl Dense {
             Architecture::DualEncoder => Ok(Dense::Dual(Box::new(DualEncoder::load_with_dtype(
                 dir, device, dtype,
             )?))),
+            Architecture::Fused => Ok(Dense::Fused(Box::new(FusedEncoder::load(dir, device)?))),
             other => Err(ModelError::UnknownModel {
                 path: dir.to_path_buf(),
                 message: format!(
@@ -212,6 +215,7 @@ impl Dense {
             Dense::Siglip(s) => s.as_ref(),
             Dense::MobileClip(m) => m.as_ref(),
             Dense::Dual(d) => d.as_ref(),
+            Dense::Fused(f) => f.as_ref(),
         }
     }
 
@@ -343,7 +347,8 @@ impl Encoders {
                 Architecture::Clip
                 | Architecture::Siglip
                 | Architecture::MobileClip
-                | Architecture::DualEncoder => {
+                | Architecture::DualEncoder
+                | Architecture::Fused => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     let dense = Dense::load(&dir, arch, device, dtype)?.with(options)?;
                     enc.dense = Some(Arc::new(dense))

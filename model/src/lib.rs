@@ -26,6 +26,7 @@ pub mod device;
 pub mod dual;
 pub mod error;
 pub mod fastvit;
+pub mod fused;
 pub mod heads;
 #[cfg(feature = "hub")]
 pub mod hub;

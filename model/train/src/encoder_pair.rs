@@ -60,10 +60,10 @@ impl EncoderPair {
                 };
                 EncoderPair::Dense(Box::new(m))
             }
-            Objective::Rerank | Objective::Heads => {
+            Objective::Rerank | Objective::Heads | Objective::Adapter => {
                 return Err(crate::TrainError::invalid(
-                    "the re-ranker and the lexicon heads are trained by their own modules, not \
-                     the tower loop",
+                    "the re-ranker, the lexicon heads and the adapter are trained by their own \
+                     modules, not the tower loop",
                 ));
             }
         })
@@ -190,5 +190,6 @@ pub fn exported_marker(objective: Objective) -> &'static str {
         Objective::Dense => "config.json",
         Objective::Rerank => "rerank.json",
         Objective::Heads => "heads/config.json",
+        Objective::Adapter => "config.json",
     }
 }

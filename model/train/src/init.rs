@@ -159,7 +159,7 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
                 ),
             });
         }
-        ModelSource::Single(dir, Architecture::DualEncoder) => {
+        ModelSource::Single(dir, Architecture::DualEncoder | Architecture::Fused) => {
             return Err(TrainError::Untrainable {
                 path: dir,
                 message: "a dense dual encoder is not an initial model; start its towers from \

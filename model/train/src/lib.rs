@@ -29,6 +29,7 @@
 //! Randomness is keyed by (seed, purpose, step, index) ([`rng`]), so a run resumed from a
 //! checkpoint computes bit for bit what an uninterrupted one does on the CPU.
 
+pub mod adapter;
 pub mod augment;
 pub mod beit;
 pub mod bert;
@@ -79,6 +80,7 @@ pub fn train(
     opts.validate()?;
     match opts.method.objective {
         Objective::Heads => heads::train(opts, control, observer),
+        Objective::Adapter => adapter::train(opts, control, observer),
         Objective::Rerank => {
             run::prepare_out(&opts.run.out)?;
             rerank::train(opts, control, observer)

@@ -57,6 +57,12 @@ pub enum Objective {
     /// InfoNCE, distillation of the dense model's similarities, FLOPS, top-K and grounding;
     /// writes a model directory (dense/ + heads/) that every lexlip command loads.
     Heads,
+    /// A pretrained image tower beside a dense teacher (LiT): the teacher (--backbone) and the
+    /// tower (--image-backbone, scripts/fetch-image-backbone.sh) stay frozen and an MLP learns
+    /// to project the teacher's image embedding and the tower's features, cached once, onto the
+    /// teacher's caption embeddings (in-batch InfoNCE at --tau); writes a dense model directory
+    /// that --backbone of --objective heads, --mode dense and --dense-model load.
+    Adapter,
 }
 
 /// The dense objective's in-batch contrastive loss.
@@ -219,6 +225,11 @@ pub struct ModelOptions {
     #[arg(long, help_heading = "Model")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<PathBuf>,
+    /// --objective adapter: the pretrained image tower projected beside the teacher (a
+    /// MobileNetV2 directory, from scripts/fetch-image-backbone.sh).
+    #[arg(long, help_heading = "Model")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_backbone: Option<PathBuf>,
 }
 
 /// What is trained and with which losses: the objective, its phase, masking, temperatures, momentum, and the options of the dense and re-rank objectives and the seed methods.
@@ -626,18 +637,30 @@ pub const HEADS_DEFAULTS: HeadsDefaults = HeadsDefaults {
     caption_words_text: 0.3,
 };
 
+/// `--objective adapter`'s defaults (the probe's, `scripts/probe_image_backbone.py`): learning
+/// rate, batch size and epochs; τ stays the towers' 0.05.
+pub const ADAPTER_DEFAULTS: (f64, usize, f64) = (1e-3, 256, 10.0);
+
 impl TrainOptions {
-    /// Gives the objective its own defaults where they differ from the towers' (today only
-    /// `--objective heads`, [`HEADS_DEFAULTS`]). `given(id)` says whether the command line set
-    /// the option whose clap id (its field name, e.g. `batch_size`) is `id`; what it set stays.
+    /// Gives the objective its own defaults where they differ from the towers' (`--objective
+    /// heads`, [`HEADS_DEFAULTS`]; `--objective adapter`, [`ADAPTER_DEFAULTS`]). `given(id)`
+    /// says whether the command line set the option whose clap id (its field name, e.g.
+    /// `batch_size`) is `id`; what it set stays.
     pub fn apply_objective_defaults(&mut self, given: impl Fn(&str) -> bool) {
-        if self.method.objective != Objective::Heads {
-            return;
-        }
         fn unless<T>(given: bool, slot: &mut T, value: T) {
             if !given {
                 *slot = value;
             }
+        }
+        if self.method.objective == Objective::Adapter {
+            let (lr, batch_size, epochs) = ADAPTER_DEFAULTS;
+            unless(given("lr"), &mut self.optim.lr, lr);
+            unless(given("batch_size"), &mut self.optim.batch_size, batch_size);
+            unless(given("epochs"), &mut self.optim.epochs, epochs);
+            return;
+        }
+        if self.method.objective != Objective::Heads {
+            return;
         }
         let d = HEADS_DEFAULTS;
         unless(given("tau"), &mut self.method.tau, d.tau);
@@ -692,6 +715,7 @@ impl TrainOptions {
                 image_head_init: HeadInit::Auto,
                 backbone: None,
                 cache: None,
+                image_backbone: None,
             },
             method: MethodOptions {
                 objective: Objective::Lexlip,
@@ -788,8 +812,10 @@ impl TrainOptions {
         if self.method.objective != Objective::Heads
             && let Some(m) = v.as_object_mut()
         {
+            if self.method.objective != Objective::Adapter {
+                m.remove("backbone");
+            }
             for key in [
-                "backbone",
                 "cache",
                 "text_top_k",
                 "distill",

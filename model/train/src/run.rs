@@ -48,7 +48,7 @@ fn refuse_other_model(opts: &TrainOptions) -> Result<()> {
     let (other, marker) = match opts.method.objective {
         ObjectiveKind::Lexlip => ("a dense model", exported_marker(ObjectiveKind::Dense)),
         ObjectiveKind::Dense => ("a LexLIP model", exported_marker(ObjectiveKind::Lexlip)),
-        ObjectiveKind::Rerank | ObjectiveKind::Heads => return Ok(()),
+        ObjectiveKind::Rerank | ObjectiveKind::Heads | ObjectiveKind::Adapter => return Ok(()),
     };
     if opts.run.out.join(marker).is_file() {
         return Err(TrainError::invalid(format!(
@@ -124,7 +124,7 @@ pub(crate) fn train(
     let head = match opts.method.objective {
         ObjectiveKind::Lexlip => format!("image head: {:?}", init.head_init),
         ObjectiveKind::Dense => format!("dense: [CLS] → {} dims", opts.method.dense_dim),
-        ObjectiveKind::Rerank | ObjectiveKind::Heads => String::new(),
+        ObjectiveKind::Rerank | ObjectiveKind::Heads | ObjectiveKind::Adapter => String::new(),
     };
     observer.message(&format!(
         "text tower: {}; image tower: {} ({}px, patch {}); {head}",
@@ -551,7 +551,10 @@ fn write_train_json(
     let init = model.init();
     let image_head = match opts.method.objective {
         ObjectiveKind::Lexlip => Some(format!("{:?}", init.head_init).to_lowercase()),
-        ObjectiveKind::Dense | ObjectiveKind::Rerank | ObjectiveKind::Heads => None,
+        ObjectiveKind::Dense
+        | ObjectiveKind::Rerank
+        | ObjectiveKind::Heads
+        | ObjectiveKind::Adapter => None,
     };
     let mut files = Vec::new();
     for f in input_files(input)? {

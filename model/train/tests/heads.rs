@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, Var};
 use lexlip_model::Encoders;
@@ -344,22 +344,6 @@ fn a_corrupt_shard_or_another_backbone_is_refused() {
     assert!(e.contains("corrupt") && e.contains("bytes"), "{e}");
 }
 
-/// A tiny dense dual encoder (the backbone), trained once per test binary.
-fn backbone(tmp: &Path) -> PathBuf {
-    let tsv = synthetic_tsv(&tmp.join("data"), &[]);
-    let out = tmp.join("dense");
-    let mut o = fast_options(&tsv, &out);
-    o.method.objective = Objective::Dense;
-    // BERT's real vocabulary (the tiny SPLADE model's tokenizer), whose words a lexicon can
-    // hold; the dense towers have no vocabulary-sized layer, so it costs little.
-    o.model.tokenizer = Some(common::splade_dir().join("tokenizer.json"));
-    o.method.dense_dim = 16;
-    o.optim.steps = Some(40);
-    o.optim.warmup = 0.05;
-    run_quietly(&o);
-    out
-}
-
 fn heads_options(tsv: &Path, backbone: &Path, out: &Path) -> TrainOptions {
     let mut o = fast_options(tsv, out);
     o.model.tokenizer = None;
@@ -378,7 +362,7 @@ fn heads_options(tsv: &Path, backbone: &Path, out: &Path) -> TrainOptions {
 #[test]
 fn heads_train_on_the_cache_and_export_a_model_every_command_loads() {
     let tmp = tempfile::tempdir().unwrap();
-    let dense = backbone(tmp.path());
+    let dense = common::tiny_dense(tmp.path());
     let tsv = tmp.path().join("data/captions.tsv");
     let out = tmp.path().join("heads");
     let o = heads_options(&tsv, &dense, &out);
@@ -500,7 +484,7 @@ fn biases(out: &Path) -> [Vec<f32>; 2] {
 #[test]
 fn a_fixed_bias_stays_shared_and_a_trained_one_moves() {
     let tmp = tempfile::tempdir().unwrap();
-    let dense = backbone(tmp.path());
+    let dense = common::tiny_dense(tmp.path());
     let tsv = tmp.path().join("data/captions.tsv");
     let fixed = tmp.path().join("fixed");
     let mut o = heads_options(&tsv, &dense, &fixed);
@@ -551,7 +535,7 @@ fn heads_options_and_inputs_are_checked() {
 #[test]
 fn a_cache_of_another_vocabulary_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let dense = backbone(tmp.path());
+    let dense = common::tiny_dense(tmp.path());
     let tsv = tmp.path().join("data/captions.tsv");
     let out = tmp.path().join("heads");
     let mut o = heads_options(&tsv, &dense, &out);
@@ -570,7 +554,7 @@ fn a_cache_of_another_vocabulary_is_refused() {
 #[test]
 fn grouped_heads_batches_resume_bitwise() {
     let tmp = tempfile::tempdir().unwrap();
-    let dense = backbone(tmp.path());
+    let dense = common::tiny_dense(tmp.path());
     let tsv = tmp.path().join("data/captions.tsv");
     let grouped = |out: &Path| {
         let mut o = heads_options(&tsv, &dense, out);

@@ -77,7 +77,7 @@ const TEXT_CHUNK: usize = 256;
 
 /// The dense model directory a `--backbone` path names: a LexLIP directory's `dense/`, or the
 /// directory itself.
-fn backbone_dir(path: &Path) -> PathBuf {
+pub(crate) fn backbone_dir(path: &Path) -> PathBuf {
     let sub = path.join("dense");
     if lexlip_model::lexlip::has_model_config(&sub) {
         sub
@@ -985,6 +985,12 @@ fn export(
 ) -> Result<()> {
     let out = &opts.run.out;
     copy_files(backbone, &out.join("dense"))?;
+    // A fused backbone's parts are directories.
+    for part in lexlip_model::fused::PARTS {
+        if backbone.join(part).is_dir() {
+            copy_files(&backbone.join(part), &out.join("dense").join(part))?;
+        }
+    }
     let heads = out.join("heads");
     std::fs::create_dir_all(&heads).map_err(|e| TrainError::io(&heads, e))?;
     let dest = heads.join("tokenizer.json");

