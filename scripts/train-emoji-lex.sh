@@ -20,6 +20,11 @@
 #                     models/emoji-lex-compose: COMPOSE=40000 HOLDOUT_STYLE= DENSE_ARGS="--steps
 #                     6400" HEADS_ARGS="--steps 1500 --vocab-bias fixed" FLOPS="1.0 3.0"
 #                     (about 2 hours).
+#   ADAPTER=1         puts an ImageNet MobileNetV2 (scripts/fetch-image-backbone.sh) beside the
+#                     teacher (`--objective adapter`: its features and the teacher's image
+#                     embedding projected onto the teacher's text space) and trains the heads over
+#                     that fused model; about 10 more minutes, and encoding a picture costs about
+#                     50 times the teacher's alone (docs/benchmarks.md, "A pretrained image tower").
 #   FLOPS="I T"       the heads' FLOPS weights, image and text (default "0.01 0.01"). The text
 #                     side's weight is what keeps a term shared by every caption ("3", "computer")
 #                     out of the image lexicons (docs/benchmarks.md, FLOPS as a document-frequency
@@ -59,13 +64,22 @@ fi
   --batch-size 64 --epochs "${EPOCHS:-10}" --seed 42 --checkpoint-every 400 --save-dtype f16 \
   ${DENSE_ARGS:-} --out "$work/dense"
 
+backbone="$work/dense"
+if [ -n "${ADAPTER:-}" ]; then
+  tower="$("$root/scripts/fetch-image-backbone.sh")"
+  [ -f "$work/fused/config.json" ] || "$lexlip" train --objective adapter --backbone "$work/dense" \
+    --image-backbone "$tower" --tsv "$train_tsv" --max-length 24 --seed 42 --save-dtype f16 \
+    --out "$work/fused"
+  backbone="$work/fused"
+fi
+
 read -r flops_image flops_text <<< "${FLOPS:-0.01 0.01}"
 # shellcheck disable=SC2086 # HEADS_ARGS is a list of flags
-[ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$work/dense" \
+[ -f "$out/lexlip.json" ] || "$lexlip" train --objective heads --backbone "$backbone" \
   --tsv "$train_tsv" --max-length 24 --batch-size 128 ${HEADS_ARGS:---steps 500 --vocab-bias train} \
   --tau 0.5 --lr 1e-2 --flops-image "$flops_image" --flops-text "$flops_text" --grounding 1.0 \
   --caption-words 1 --caption-words-text 0.3 --caption-words-tau 0.3 --seed 42 \
-  --save-dtype f16 --cache "$work/cache" --out "$out"
+  --save-dtype f16 --cache "$work/cache${ADAPTER:+-fused}" --out "$out"
 
 cp "$corpus/ATTRIBUTION.md" "$out/ATTRIBUTION.md"
 splits="test test-google test-twitter"
