@@ -213,13 +213,14 @@ pub struct ModelOptions {
     #[arg(long, value_enum, default_value_t = HeadInit::Auto, help_heading = "Model")]
     pub image_head_init: HeadInit,
     /// --objective heads: the frozen dense model the lexicon heads read (a dense dual-encoder
-    /// directory from `lexlip train --objective dense`, a CLIP, SigLIP or MobileCLIP directory, a model
-    /// directory with dense/, or `hf:OWNER/NAME`). The lexicon vocabulary is its
-    /// tokenizer.json when that is a word-piece one, else give --tokenizer.
+    /// directory from `lexlip train --objective dense` or `--objective adapter`, a CLIP, SigLIP or
+    /// MobileCLIP directory, a model directory with dense/, or `hf:OWNER/NAME`). The lexicon
+    /// vocabulary is its tokenizer.json when that is a word-piece one, else give --tokenizer.
+    /// --objective adapter: the dense teacher (from `--objective dense`).
     #[arg(long, help_heading = "Model")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backbone: Option<PathBuf>,
-    /// --objective heads: where the backbone's embeddings are cached (default: OUT/cache).
+    /// --objective heads and adapter: where the backbone's embeddings are cached (default: OUT/cache).
     /// Built once, resumed if interrupted, reused by later runs over the same backbone and
     /// corpus.
     #[arg(long, help_heading = "Model")]
