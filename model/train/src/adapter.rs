@@ -85,32 +85,12 @@ pub fn train(
     let dim_in = teacher.dim() + tower.dim()?;
     let tokenizer_path = teacher_dir.join("tokenizer.json");
     let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
-    let mut corpus =
-        data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
-    for e in &corpus.examples {
-        observer.message(&format!("skipped {e}"));
-    }
-    if corpus.pairs.len() < opts.optim.batch_size {
-        return Err(TrainError::Corpus(format!(
-            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
-             least one batch",
-            corpus.pairs.len(),
-            opts.optim.batch_size
-        )));
-    }
-    let corpus_key = crate::run::sha256_json(&serde_json::json!({
-        "input": input.signature()?,
-        "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
-        "pairs": corpus.pairs.len(),
-        "images": corpus.images.len(),
-        "teacher": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
-        "size": BACKBONE_SIZE,
-    }));
-    let cache_dir = opts
-        .model
-        .cache
-        .clone()
-        .unwrap_or_else(|| opts.run.out.join("cache"));
+    let (mut corpus, mut key) =
+        crate::heads::cached_corpus(opts, &input, &tokenizer, &tokenizer_path, observer)?;
+    key["teacher"] = crate::heads::cache::fingerprint_dir(&teacher_dir)?.into();
+    key["size"] = BACKBONE_SIZE.into();
+    let corpus_key = crate::run::sha256_json(&key);
+    let cache_dir = crate::heads::cache_dir(opts);
     observer.message(&format!(
         "caching {} images' inputs ({dim_in} each: the teacher's {} and the tower's {}) and {} \
          captions' teacher embeddings in {}",

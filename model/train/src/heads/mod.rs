@@ -164,30 +164,10 @@ pub fn train(
         tokenizer_path.display(),
         tokenizer.vocab
     ));
-    let mut corpus =
-        data::load_with_texts(&input, &tokenizer, &mut |d, t| observer.checking(d, t))?;
-    for e in &corpus.examples {
-        observer.message(&format!("skipped {e}"));
-    }
-    if corpus.pairs.len() < opts.optim.batch_size {
-        return Err(TrainError::Corpus(format!(
-            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
-             least one batch",
-            corpus.pairs.len(),
-            opts.optim.batch_size
-        )));
-    }
-    let corpus_key = crate::run::sha256_json(&serde_json::json!({
-        "input": input.signature()?,
-        "tokenizer": crate::run::sha256_file(&tokenizer_path)?,
-        "pairs": corpus.pairs.len(),
-        "images": corpus.images.len(),
-    }));
-    let cache_dir = opts
-        .model
-        .cache
-        .clone()
-        .unwrap_or_else(|| opts.run.out.join("cache"));
+    let (mut corpus, corpus_key) =
+        cached_corpus(opts, &input, &tokenizer, &tokenizer_path, observer)?;
+    let corpus_key = crate::run::sha256_json(&corpus_key);
+    let cache_dir = cache_dir(opts);
     let cache = build_cache(
         &cache_dir,
         &backbone_path,
@@ -335,6 +315,44 @@ pub fn train(
         write_record(opts, control, &summary, &fingerprint, &backbone_path)?;
     }
     Ok(summary)
+}
+
+/// The corpus of a run over cached embeddings, with its captions (the skipped items said), and
+/// what identifies it for a cache: the input, the tokenizer and the counts. At least one batch.
+pub(crate) fn cached_corpus(
+    opts: &TrainOptions,
+    input: &lexlip_corpus::Input,
+    tokenizer: &TextTokenizer,
+    tokenizer_path: &Path,
+    observer: &mut dyn Observer,
+) -> Result<(Corpus, serde_json::Value)> {
+    let corpus = data::load_with_texts(input, tokenizer, &mut |d, t| observer.checking(d, t))?;
+    for e in &corpus.examples {
+        observer.message(&format!("skipped {e}"));
+    }
+    if corpus.pairs.len() < opts.optim.batch_size {
+        return Err(TrainError::Corpus(format!(
+            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
+             least one batch",
+            corpus.pairs.len(),
+            opts.optim.batch_size
+        )));
+    }
+    let key = serde_json::json!({
+        "input": input.signature()?,
+        "tokenizer": crate::run::sha256_file(tokenizer_path)?,
+        "pairs": corpus.pairs.len(),
+        "images": corpus.images.len(),
+    });
+    Ok((corpus, key))
+}
+
+/// `--cache`, or `OUT/cache`.
+pub(crate) fn cache_dir(opts: &TrainOptions) -> PathBuf {
+    opts.model
+        .cache
+        .clone()
+        .unwrap_or_else(|| opts.run.out.join("cache"))
 }
 
 /// Encodes what the cache lacks: every image, every pair's caption, every vocabulary word.
