@@ -335,7 +335,7 @@ pub fn masked_info_nce(
             }
         }
     }
-    let mask = Tensor::from_vec(mask, (b, b), image.device())?;
+    let mask = Tensor::from_vec(mask, (b, b), image.device())?.to_dtype(image.dtype())?;
     let sim = ((image.matmul(&text.t()?)? / tau)? + mask)?;
     let diag = Tensor::arange(0u32, b as u32, image.device())?;
     let i2t = cross_entropy(&sim, &diag)?;

@@ -2,7 +2,7 @@
 //! teacher. The exported fused model encodes as its parts do, taken one by one (teacher,
 //! MobileNetV2, the projection computed by hand); texts stay the teacher's; a batch equals its
 //! images one by one; a stopped run resumes bitwise; heads train over the fused model; the
-//! loss equals a plain computation; bad options are refused.
+//! loss equals a plain computation and its gradient finite differences; bad options are refused.
 
 mod common;
 
@@ -270,4 +270,77 @@ fn adapter_options_are_checked() {
     let o = adapter_options(&tsv, &common::splade_dir(), &out);
     assert!(err_of(&o).contains("dense dual encoder"), "{}", err_of(&o));
     assert!(!out.join("config.json").exists(), "nothing exported");
+}
+
+/// The gradient of the whole step (projection, normalisation, masked loss) with respect to the
+/// projection's weights matches central finite differences, in f64.
+#[test]
+fn the_adapter_gradient_matches_finite_differences() {
+    use candle_core::{DType, Var};
+    use lexlip_model::fused::Adapter;
+    use lexlip_model::nn::Linear;
+    let dev = Device::Cpu;
+    let seeded = |shape: (usize, usize), seed: u64| -> Tensor {
+        let mut rng = lexlip_train::rng::Rng::new(&[seed]);
+        let v: Vec<f64> = (0..shape.0 * shape.1).map(|_| rng.normal() * 0.5).collect();
+        Tensor::from_vec(v, shape, &dev).unwrap()
+    };
+    let (inputs, hidden, dim, batch) = (5, 4, 3, 4);
+    let x = seeded((batch, inputs), 1);
+    let t = seeded((batch, dim), 2);
+    let t = t
+        .broadcast_div(&t.sqr().unwrap().sum_keepdim(1).unwrap().sqrt().unwrap())
+        .unwrap();
+    let images = [0usize, 0, 1, 2];
+    let w1 = Var::from_tensor(&seeded((hidden, inputs), 3)).unwrap();
+    let w2 = Var::from_tensor(&seeded((dim, hidden), 4)).unwrap();
+    let b1 = Tensor::zeros(hidden, DType::F64, &dev).unwrap();
+    let b2 = Tensor::zeros(dim, DType::F64, &dev).unwrap();
+    let loss_of = |w1: &Tensor, w2: &Tensor| -> Tensor {
+        let a = Adapter {
+            mean: Tensor::zeros(inputs, DType::F64, &dev).unwrap(),
+            std: Tensor::ones(inputs, DType::F64, &dev).unwrap(),
+            fc1: Linear {
+                weight: w1.clone(),
+                bias: Some(b1.clone()),
+            },
+            fc2: Linear {
+                weight: w2.clone(),
+                bias: Some(b2.clone()),
+            },
+        };
+        let v = a.forward(&x).unwrap();
+        let v = v
+            .broadcast_div(&v.sqr().unwrap().sum_keepdim(1).unwrap().sqrt().unwrap())
+            .unwrap();
+        masked_info_nce(&v, &t, &images, 0.2).unwrap().0
+    };
+    let grads = loss_of(w1.as_tensor(), w2.as_tensor()).backward().unwrap();
+    let eps = 1e-6;
+    for (var, other, first) in [(&w1, &w2, true), (&w2, &w1, false)] {
+        let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap();
+        let g: Vec<f64> = g.to_vec1().unwrap();
+        let base: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+        let largest = g.iter().fold(0f64, |m, v| m.max(v.abs()));
+        assert!(largest > 1e-6, "no gradient");
+        for i in 0..base.len() {
+            let at = |d: f64| -> f64 {
+                let mut w = base.clone();
+                w[i] += d;
+                let w = Tensor::from_vec(w, var.as_tensor().dims(), &dev).unwrap();
+                let l = if first {
+                    loss_of(&w, other.as_tensor())
+                } else {
+                    loss_of(other.as_tensor(), &w)
+                };
+                l.to_scalar::<f64>().unwrap()
+            };
+            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+            assert!(
+                (fd - g[i]).abs() < 1e-5 * largest.max(1.0),
+                "component {i}: autograd {} vs finite differences {fd}",
+                g[i]
+            );
+        }
+    }
 }
