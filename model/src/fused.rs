@@ -157,21 +157,42 @@ impl FusedEncoder {
         let adapter_weights = Weights::from_safetensors_dir(&adapter)?;
         let adapter = Adapter::load(&adapter_weights, device)?;
         let inputs = teacher.dim() + backbone.dim()?;
-        if adapter.fc1.weight.dims() != [config.hidden, inputs]
-            || adapter.fc2.weight.dims() != [teacher.dim(), config.hidden]
-        {
-            return Err(ModelError::ShapeMismatch {
-                file: adapter_weights.source().to_path_buf(),
-                name: "fc1.weight".into(),
-                expected: vec![config.hidden, inputs],
-                got: adapter.fc1.weight.dims().to_vec(),
-            });
+        for (name, t, want) in [
+            ("input.mean", &adapter.mean, vec![inputs]),
+            ("input.std", &adapter.std, vec![inputs]),
+            (
+                "fc1.weight",
+                &adapter.fc1.weight,
+                vec![config.hidden, inputs],
+            ),
+            (
+                "fc2.weight",
+                &adapter.fc2.weight,
+                vec![teacher.dim(), config.hidden],
+            ),
+        ] {
+            if t.dims() != want.as_slice() {
+                return Err(ModelError::ShapeMismatch {
+                    file: adapter_weights.source().to_path_buf(),
+                    name: name.into(),
+                    expected: want,
+                    got: t.dims().to_vec(),
+                });
+            }
         }
         Ok(Self {
             teacher,
             backbone,
             adapter,
             config,
+        })
+    }
+
+    /// Texts read up to `n` tokens (the teacher's own limit otherwise).
+    pub fn with_max_length(self, n: usize) -> Result<Self> {
+        Ok(Self {
+            teacher: self.teacher.with_max_length(n)?,
+            ..self
         })
     }
 

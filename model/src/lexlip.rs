@@ -219,12 +219,13 @@ impl Dense {
         }
     }
 
-    /// A dual encoder reads texts up to its own `max_length` unless the caller gives one (a
+    /// A dual encoder (a fused model's teacher too) reads texts up to its own `max_length` unless the caller gives one (a
     /// LexLIP directory's `lexlip.json` speaks for its sparse encoders only); its image size
     /// stays the one it was trained at.
     fn with(self, explicit: &LoadOptions) -> Result<Self> {
         Ok(match (self, explicit.max_length) {
             (Dense::Dual(d), Some(n)) => Dense::Dual(Box::new((*d).with_max_length(n)?)),
+            (Dense::Fused(f), Some(n)) => Dense::Fused(Box::new((*f).with_max_length(n)?)),
             (d, _) => d,
         })
     }
