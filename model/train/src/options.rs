@@ -238,7 +238,8 @@ pub struct ModelOptions {
 pub struct MethodOptions {
     // ---- objectives
     /// lexlip: the lexicon model; dense: the CLIP-style dense baseline on the same towers;
-    /// rerank: a re-ranker for a lexicon model; heads: lexicon heads over a frozen dense model.
+    /// rerank: a re-ranker for a lexicon model; heads: lexicon heads over a frozen dense model;
+    /// adapter: a pretrained image tower projected beside a dense teacher.
     #[arg(long, value_enum, default_value_t = Objective::Lexlip, help_heading = "Objectives")]
     #[serde(default)]
     pub objective: Objective,
