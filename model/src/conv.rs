@@ -55,6 +55,14 @@ impl Reader<'_> {
         let shift = (beta - (mean * &scale)?)?;
         Ok((scale, shift))
     }
+
+    /// The convolution `CONV.weight` with the BatchNorm `bn` after it, as one convolution's
+    /// kernel and bias.
+    pub(crate) fn folded_conv(&self, conv: &str, bn: &str) -> Result<(Tensor, Tensor)> {
+        let w = self.get(&format!("{conv}.weight"))?;
+        let (scale, shift) = self.batch_norm(bn)?;
+        Ok((w.broadcast_mul(&scale.reshape(((), 1, 1, 1))?)?, shift))
+    }
 }
 
 /// A linear layer of `weight` `(out, in)` and `bias` `(out,)` on `device`.

@@ -44,9 +44,7 @@ impl Reader<'_> {
 
     /// A convolution followed by a BatchNorm (`NAME.conv`, `NAME.bn`) as one convolution.
     fn conv_bn(&self, name: &str) -> Result<(Tensor, Tensor)> {
-        let w = self.get(&format!("{name}.conv.weight"))?;
-        let (scale, shift) = self.batch_norm(&format!("{name}.bn"))?;
-        Ok((w.broadcast_mul(&scale.reshape(((), 1, 1, 1))?)?, shift))
+        self.folded_conv(&format!("{name}.conv"), &format!("{name}.bn"))
     }
 }
 

@@ -83,7 +83,7 @@ impl ImageInputs<'_> {
             .broadcast_div(&channel(IMAGENET_STD)?)?;
         let x = x.upsample_bilinear2d(self.size, self.size, false)?;
         let f = self.backbone.forward(&x)?;
-        Ok(Tensor::cat(&[&t.to_dtype(DType::F32)?, &f], 1)?)
+        Ok(Tensor::cat(&[&t, &f], 1)?)
     }
 }
 

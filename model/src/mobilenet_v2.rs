@@ -41,7 +41,7 @@ impl Layer {
         relu6: bool,
         device: &Device,
     ) -> Result<Self> {
-        let weight = r.get(&format!("{conv}.weight"))?;
+        let (weight, shift) = r.folded_conv(conv, bn)?;
         let per_group = weight.dim(1)?;
         if per_group != 1 && per_group != in_channels {
             return Err(ModelError::ShapeMismatch {
@@ -51,8 +51,6 @@ impl Layer {
                 got: weight.dims().to_vec(),
             });
         }
-        let (scale, shift) = r.batch_norm(bn)?;
-        let weight = weight.broadcast_mul(&scale.reshape(((), 1, 1, 1))?)?;
         Ok(Self {
             conv: Conv::new(weight, shift, in_channels, stride, device)?,
             relu6,

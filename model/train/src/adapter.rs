@@ -22,15 +22,15 @@ use candle_nn::VarMap;
 use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_stats};
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, Weights};
-use rayon::prelude::*;
 
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::export::{copy_files, json_bytes, save_weights};
-use crate::heads::PairRows;
 use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::losses::cross_entropy;
+use crate::heads::{PairRows, image_rows, text_rows};
+use crate::losses::{in_batch_masked, symmetric};
+use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
@@ -45,8 +45,8 @@ pub const HIDDEN: usize = 1024;
 pub const BACKBONE_SIZE: usize = 224;
 const IMAGES: &str = "images";
 const TEXTS: &str = "texts";
+/// Pictures per pass through both towers (MobileNetV2 at 224 pixels).
 const IMAGE_CHUNK: usize = 32;
-const TEXT_CHUNK: usize = 256;
 
 /// Trains the projection and writes the fused model directory.
 pub fn train(
@@ -112,20 +112,12 @@ pub fn train(
             name: IMAGES,
             rows: corpus.images.len(),
             encode: Box::new(|start, end| {
-                let mut out = Vec::new();
-                for chunk in corpus.images[start..end].chunks(IMAGE_CHUNK) {
-                    let pre = chunk
-                        .par_iter()
-                        .map(|r| {
-                            let bytes =
-                                data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
-                            Ok(teacher.preprocess_image(&bytes, &r.name())?)
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    let x = inputs.of_images(&pre)?;
-                    out.extend(x.flatten_all()?.to_vec1::<f32>()?);
-                }
-                Ok(out)
+                image_rows(
+                    &corpus.images[start..end],
+                    IMAGE_CHUNK,
+                    |bytes, name| Ok(teacher.preprocess_image(bytes, name)?),
+                    |images| Ok(inputs.of_images(images)?.flatten_all()?.to_vec1::<f32>()?),
+                )
             }),
         }],
         &mut |d, t| observer.encoding(d, t),
@@ -146,14 +138,7 @@ pub fn train(
             name: TEXTS,
             rows: texts.len(),
             encode: Box::new(|start, end| {
-                let mut out = Vec::new();
-                for chunk in texts[start..end].chunks(TEXT_CHUNK) {
-                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    for v in teacher.encode_texts(&refs)? {
-                        out.extend_from_slice(v.as_slice());
-                    }
-                }
-                Ok(out)
+                text_rows(&texts[start..end], |t| teacher.encode_texts(t))
             }),
         }],
         &mut |d, t| observer.encoding(d, t),
@@ -336,12 +321,8 @@ pub fn masked_info_nce(
         }
     }
     let mask = Tensor::from_vec(mask, (b, b), image.device())?.to_dtype(image.dtype())?;
-    let sim = ((image.matmul(&text.t()?)? / tau)? + mask)?;
-    let diag = Tensor::arange(0u32, b as u32, image.device())?;
-    let i2t = cross_entropy(&sim, &diag)?;
-    let t2i = cross_entropy(&sim.t()?.contiguous()?, &diag)?;
-    let loss = ((&i2t + &t2i)? * 0.5)?;
-    Ok((loss, i2t, t2i))
+    let (i2t, t2i) = in_batch_masked(image, text, tau, Some(&mask))?;
+    symmetric(i2t, t2i)
 }
 
 struct PairBatch {
@@ -383,8 +364,7 @@ impl Objective for AdapterSteps<'_> {
     fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
         let x = self.images.rows(IMAGES, &batch.images, &self.device)?;
         let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
-        let v = self.model.adapter()?.forward(&x)?;
-        let v = v.broadcast_div(&v.sqr()?.sum_keepdim(1)?.sqrt()?)?;
+        let v = l2_normalize(&self.model.adapter()?.forward(&x)?)?;
         let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;
         Ok(Computed {
             total,

@@ -144,8 +144,23 @@ fn combine(
 /// batch the negatives; logits are the inner products divided by `tau`. Returns the mean
 /// image→text and text→image cross-entropies.
 pub fn in_batch(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor)> {
+    in_batch_masked(image, text, tau, None)
+}
+
+/// [`in_batch`] with `mask` `(batch, batch)` added to the logits (e.g. a large negative value
+/// where a pair is no negative of another).
+pub fn in_batch_masked(
+    image: &Tensor,
+    text: &Tensor,
+    tau: f64,
+    mask: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
     let b = image.dim(0)?;
     let sim = (image.matmul(&text.t()?)? / tau)?;
+    let sim = match mask {
+        Some(m) => (sim + m)?,
+        None => sim,
+    };
     let diag = Tensor::arange(0u32, b as u32, image.device())?;
     let i2t = cross_entropy(&sim, &diag)?;
     let t2i = cross_entropy(&sim.t()?.contiguous()?, &diag)?;
@@ -166,7 +181,7 @@ pub fn info_nce(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tens
 }
 
 /// `((i2t + t2i) / 2, i2t, t2i)`: a symmetric loss with its two directions.
-fn symmetric(i2t: Tensor, t2i: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+pub(crate) fn symmetric(i2t: Tensor, t2i: Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     let loss = ((&i2t + &t2i)? * 0.5)?;
     Ok((loss, i2t, t2i))
 }

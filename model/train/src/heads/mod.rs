@@ -394,35 +394,18 @@ fn build_cache(
         texts.len(),
         words.len()
     ));
-    let flat = |v: Vec<lexlip_proto::DenseVector>| -> Vec<f32> {
-        v.into_iter().flat_map(|d| d.as_slice().to_vec()).collect()
-    };
-    let encode_texts = |rows: &[String]| -> Result<Vec<f32>> {
-        let mut out = Vec::new();
-        for chunk in rows.chunks(TEXT_CHUNK) {
-            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            out.extend(flat(backbone.encode_texts(&refs)?));
-        }
-        Ok(out)
-    };
+    let encode_texts = |rows: &[String]| text_rows(rows, |t| backbone.encode_texts(t));
     let sections = vec![
         Section {
             name: IMAGES,
             rows: corpus.images.len(),
             encode: Box::new(|start, end| {
-                let mut out = Vec::new();
-                for chunk in corpus.images[start..end].chunks(IMAGE_CHUNK) {
-                    let images = chunk
-                        .par_iter()
-                        .map(|r| {
-                            let bytes =
-                                data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
-                            Ok(backbone.preprocess_image(&bytes, &r.name())?)
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    out.extend(flat(backbone.encode_images(&images)?));
-                }
-                Ok(out)
+                image_rows(
+                    &corpus.images[start..end],
+                    IMAGE_CHUNK,
+                    |bytes, name| Ok(backbone.preprocess_image(bytes, name)?),
+                    |images| Ok(flat(backbone.encode_images(images)?)),
+                )
             }),
         },
         Section {
@@ -437,6 +420,46 @@ fn build_cache(
         },
     ];
     EmbeddingCache::build(dir, meta, sections, &mut |d, t| observer.encoding(d, t))
+}
+
+/// A cache section's rows for `images`: each read and preprocessed in parallel by `preprocess`
+/// (its bytes and name), `chunk` at a time, then `encode`d together; rows in input order.
+pub(crate) fn image_rows<P: Send>(
+    images: &[lexlip_corpus::ImageRef],
+    chunk: usize,
+    preprocess: impl Fn(&[u8], &str) -> Result<P> + Sync,
+    encode: impl Fn(&[P]) -> Result<Vec<f32>>,
+) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    for part in images.chunks(chunk) {
+        let pre = part
+            .par_iter()
+            .map(|r| {
+                let bytes = data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
+                preprocess(&bytes, &r.name())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.extend(encode(&pre)?);
+    }
+    Ok(out)
+}
+
+/// A cache section's rows for `texts`, encoded [`TEXT_CHUNK`] at a time.
+pub(crate) fn text_rows(
+    texts: &[String],
+    encode: impl Fn(&[&str]) -> lexlip_model::Result<Vec<lexlip_proto::DenseVector>>,
+) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    for chunk in texts.chunks(TEXT_CHUNK) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        out.extend(flat(encode(&refs)?));
+    }
+    Ok(out)
+}
+
+/// Embeddings as cache rows, one after another.
+fn flat(v: Vec<lexlip_proto::DenseVector>) -> Vec<f32> {
+    v.into_iter().flat_map(|d| d.as_slice().to_vec()).collect()
 }
 
 /// The two heads' parameters.
