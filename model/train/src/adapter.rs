@@ -41,7 +41,8 @@ use lexlip_model::nn::Init;
 
 /// The projection's hidden width (the probe's, `scripts/probe_image_backbone.py`).
 pub const HIDDEN: usize = 1024;
-/// The side the image tower reads, in pixels (MobileNetV2's ImageNet resolution).
+/// The side the image tower reads by default, in pixels (MobileNetV2's ImageNet resolution;
+/// `--image-backbone-size` changes it).
 pub const BACKBONE_SIZE: usize = 224;
 const IMAGES: &str = "images";
 const TEXTS: &str = "texts";
@@ -77,10 +78,11 @@ pub fn train(
         ))
     })?;
     let tower = MobileNetV2::load(&Weights::from_safetensors_dir(&tower_dir)?, "", &device)?;
+    let size = opts.model.image_backbone_size.unwrap_or(BACKBONE_SIZE);
     let inputs = ImageInputs {
         teacher: &teacher,
         backbone: &tower,
-        size: BACKBONE_SIZE,
+        size,
     };
     let dim_in = teacher.dim() + tower.dim()?;
     let tokenizer_path = teacher_dir.join("tokenizer.json");
@@ -88,7 +90,7 @@ pub fn train(
     let (mut corpus, mut key) =
         crate::heads::cached_corpus(opts, &input, &tokenizer, &tokenizer_path, observer)?;
     key["teacher"] = crate::heads::cache::fingerprint_dir(&teacher_dir)?.into();
-    key["size"] = BACKBONE_SIZE.into();
+    key["size"] = size.into();
     let corpus_key = crate::run::sha256_json(&key);
     let cache_dir = crate::heads::cache_dir(opts);
     observer.message(&format!(
@@ -404,7 +406,7 @@ fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOption
     let config = FusedConfig {
         model_type: MODEL_TYPE.into(),
         hidden: HIDDEN,
-        backbone_size: BACKBONE_SIZE,
+        backbone_size: opts.model.image_backbone_size.unwrap_or(BACKBONE_SIZE),
     };
     let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     checkpoint::write_atomic(&out.join("config.json"), &json_bytes(&config))

@@ -38,9 +38,12 @@ fn by_hand(fused: &Path, pixels: &Tensor) -> Vec<f32> {
         .broadcast_div(&t.sqr().unwrap().sum_keepdim(1).unwrap().sqrt().unwrap())
         .unwrap();
     // The teacher's pixels back to [0, 1] (its mean and deviation are BEiT's 0.5), then
-    // ImageNet's normalisation, at 224 pixels.
+    // ImageNet's normalisation, at the side in the model's config.json.
     let p = teacher.image_processor();
     let (_, _, s, _) = pixels.dims4().unwrap();
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fused.join("config.json")).unwrap()).unwrap();
+    let side = config["backbone_size"].as_u64().unwrap() as usize;
     let mut x = Vec::new();
     for (c, plane) in pixels
         .squeeze(0)
@@ -59,7 +62,7 @@ fn by_hand(fused: &Path, pixels: &Tensor) -> Vec<f32> {
     }
     let x = Tensor::from_vec(x, (1, 3, s, s), &dev)
         .unwrap()
-        .upsample_bilinear2d(224, 224, false)
+        .upsample_bilinear2d(side, side, false)
         .unwrap();
     let tower = Weights::from_safetensors_dir(&fused.join("image-backbone")).unwrap();
     let f = MobileNetV2::load(&tower, "", &dev)
@@ -203,6 +206,34 @@ fn the_adapter_trains_and_exports_a_fused_model_that_encodes_as_its_parts() {
     }
 }
 
+/// `--image-backbone-size` sets the side the tower reads, in training and in the exported model.
+#[test]
+fn the_tower_reads_the_side_it_was_trained_at() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = common::tiny_dense(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let out = tmp.path().join("fused");
+    let mut o = adapter_options(&tsv, &dense, &out);
+    o.model.image_backbone_size = Some(96);
+    o.optim.steps = Some(2);
+    run_quietly(&o);
+    assert_eq!(train_json(&out)["options"]["image_backbone_size"], 96);
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["backbone_size"], 96);
+    let dev = Device::Cpu;
+    let model = Encoders::load(&out, &dev).unwrap();
+    let fused = model.dense().unwrap();
+    let img = fused
+        .preprocess_image(&common::shape_png([30, 200, 30], "disc", 30), "disc")
+        .unwrap();
+    let size = img.size();
+    let px = Tensor::from_vec(img.data().to_vec(), (1, 3, size, size), &dev).unwrap();
+    let one = fused.encode_images(std::slice::from_ref(&img)).unwrap();
+    let diff = common::max_abs_diff(one[0].as_slice(), &by_hand(&out, &px));
+    assert!(diff < 1e-4, "by hand {diff} away");
+}
+
 /// With every picture apart the loss is CLIP's in-batch InfoNCE; with two captions of one
 /// picture, each leaves the other out of its negatives.
 #[test]
@@ -266,6 +297,18 @@ fn adapter_options_are_checked() {
     let mut o = fast_options(&tsv, &out);
     o.model.image_backbone = Some(common::mobilenet_dir());
     assert!(err_of(&o).contains("--objective adapter"), "{}", err_of(&o));
+    let mut o = fast_options(&tsv, &out);
+    o.model.image_backbone_size = Some(128);
+    assert!(err_of(&o).contains("--objective adapter"), "{}", err_of(&o));
+    for bad in [0, 16, 4096] {
+        let mut o = adapter_options(&tsv, tmp.path(), &out);
+        o.model.image_backbone_size = Some(bad);
+        assert!(
+            err_of(&o).contains("--image-backbone-size"),
+            "{}",
+            err_of(&o)
+        );
+    }
     // A teacher that is no dense dual encoder (the tiny SPLADE text model).
     let o = adapter_options(&tsv, &common::splade_dir(), &out);
     assert!(err_of(&o).contains("dense dual encoder"), "{}", err_of(&o));

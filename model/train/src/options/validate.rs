@@ -63,6 +63,19 @@ impl TrainOptions {
         if !adapter && self.model.image_backbone.is_some() {
             return bad("--image-backbone is the adapter's (give --objective adapter)".into());
         }
+        match self.model.image_backbone_size {
+            Some(_) if !adapter => {
+                return bad(
+                    "--image-backbone-size is the adapter's (give --objective adapter)".into(),
+                );
+            }
+            Some(size) if !(32..=1024).contains(&size) => {
+                return bad(format!(
+                    "--image-backbone-size is a side in pixels from 32 to 1024, got {size}"
+                ));
+            }
+            _ => {}
+        }
         if adapter && (self.model.backbone.is_none() || self.model.image_backbone.is_none()) {
             return bad(
                 "--objective adapter projects a pretrained image tower beside a dense teacher: \
