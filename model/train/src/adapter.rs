@@ -9,7 +9,8 @@
 //! loss = InfoNCE(v · t / τ)                  t: the caption's teacher embedding (fixed)
 //! ```
 //! where μ and σ are the training images' mean and deviation per input, and a batch's other
-//! captions of the same picture are no negatives. The teacher's texts do not move, so heads
+//! captions of the same picture are no negatives. With `--image-views N`, N augmented views of
+//! every picture are cached too, and each view is paired with the picture's captions. The teacher's texts do not move, so heads
 //! trained over the teacher's vocabulary meet the same text space (`--objective heads
 //! --backbone` on the written model).
 
@@ -21,8 +22,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_stats};
 use lexlip_model::mobilenet_v2::MobileNetV2;
-use lexlip_model::{DenseEncoder, DualEncoder, Weights};
+use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
+use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -35,6 +37,7 @@ use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
+use crate::rng::{self, Rng};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 use lexlip_model::nn::Init;
@@ -45,6 +48,7 @@ pub const HIDDEN: usize = 1024;
 /// `--image-backbone-size` changes it).
 pub const BACKBONE_SIZE: usize = 224;
 const IMAGES: &str = "images";
+const VIEWS: &str = "views";
 const TEXTS: &str = "texts";
 /// Pictures per pass through both towers (MobileNetV2 at 224 pixels).
 const IMAGE_CHUNK: usize = 32;
@@ -146,6 +150,76 @@ pub fn train(
         &mut |d, t| observer.encoding(d, t),
     )?;
     let image_count = corpus.images.len();
+    let view_count = opts.model.image_views;
+    let views = if view_count > 0 {
+        let augment = Augment {
+            processor: teacher.image_processor().clone(),
+            crop_scale: opts.data.crop_scale,
+            jitter: opts.data.color_jitter,
+            hflip: opts.data.hflip,
+            style: opts.data.style_augment,
+        };
+        let mut view_key = key.clone();
+        view_key["views"] = serde_json::json!({
+            "count": view_count,
+            "seed": opts.optim.seed,
+            "crop_scale": augment.crop_scale,
+            "jitter": augment.jitter,
+            "hflip": augment.hflip,
+            "style": augment.style,
+        });
+        observer.message(&format!(
+            "caching {view_count} augmented views of each of the {image_count} images in {}",
+            cache_dir.join(VIEWS).display()
+        ));
+        let images = &corpus.images;
+        Some(EmbeddingCache::build(
+            &cache_dir.join(VIEWS),
+            CacheMeta::new(
+                &tower_dir,
+                crate::run::sha256_json(&view_key),
+                dim_in,
+                &[(VIEWS, image_count * view_count)],
+            )?,
+            vec![Section {
+                name: VIEWS,
+                rows: image_count * view_count,
+                encode: Box::new(|start, end| {
+                    // Row `k · n + i` is view `k` of image `i`: runs of one view at a time.
+                    let mut out = Vec::new();
+                    let mut row = start;
+                    while row < end {
+                        let (view, first) = (row / image_count, row % image_count);
+                        let last = (first + end - row).min(image_count);
+                        out.extend(image_rows(
+                            &images[first..last],
+                            IMAGE_CHUNK,
+                            |bytes, name| {
+                                let mut rng = Rng::new(&[
+                                    opts.optim.seed,
+                                    rng::key("adapter-view"),
+                                    view as u64,
+                                    rng::key(name),
+                                ]);
+                                let pixels = augment
+                                    .pixels(bytes, name, &mut rng)
+                                    .map_err(TrainError::Corpus)?;
+                                Ok(PreprocessedImage::from_chw(augment.processor.size, pixels)?)
+                            },
+                            |images| {
+                                Ok(inputs.of_images(images)?.flatten_all()?.to_vec1::<f32>()?)
+                            },
+                        )?);
+                        row += last - first;
+                    }
+                    Ok(out)
+                }),
+            }],
+            &mut |d, t| observer.encoding(d, t),
+        )?)
+    } else {
+        None
+    };
     let rows = PairRows::take(&mut corpus);
     let all: Vec<usize> = (0..image_count).collect();
     let (mean, std) = column_stats(&images.rows(IMAGES, &all, &device)?)?;
@@ -153,12 +227,17 @@ pub fn train(
     drop(tower);
     let params = model.params();
     let mut adam = crate::steps::optimizer(opts);
-    let order = Order::new(opts.optim.seed, rows.len(), opts.optim.batch_size);
+    let order = Order::new(
+        opts.optim.seed,
+        rows.len() * (view_count + 1),
+        opts.optim.batch_size,
+    );
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = crate::run::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "images": images.meta,
+        "views": views.as_ref().map(|v| &v.meta),
         "texts": captions.meta,
     }));
     let start = crate::steps::resume_store(
@@ -174,18 +253,28 @@ pub fn train(
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     summary.images = image_count;
-    summary.pairs = rows.len();
+    summary.pairs = rows.len() * (view_count + 1);
     observer.message(&format!(
-        "adapter: MLP {dim_in} → {HIDDEN} → {} onto the teacher's texts, τ {}; {} pairs, {} \
+        "adapter: MLP {dim_in} → {HIDDEN} → {} onto the teacher's texts, τ {}; {} pairs{}, {} \
          steps",
         teacher.dim(),
         opts.method.tau,
         rows.len(),
+        if view_count > 0 {
+            format!(
+                " × {} (each picture and its {view_count} views)",
+                view_count + 1
+            )
+        } else {
+            String::new()
+        },
         total
     ));
     let mut objective = AdapterSteps {
         model: &model,
         images: &images,
+        views: views.as_ref(),
+        image_count,
         captions: &captions,
         params: &params,
         tau: opts.method.tau,
@@ -328,8 +417,12 @@ pub fn masked_info_nce(
 }
 
 struct PairBatch {
+    /// The captions' rows.
     pairs: Vec<usize>,
+    /// Their pictures.
     images: Vec<usize>,
+    /// Which of a picture's inputs each pair reads: 0 the picture itself, `k` its `k`-th view.
+    views: Vec<usize>,
 }
 
 struct PairBatches<'a> {
@@ -341,15 +434,25 @@ impl Batches for PairBatches<'_> {
     type Batch = PairBatch;
 
     fn batch(&mut self, step: u64) -> Result<PairBatch> {
-        let pairs = self.order.batch(step);
+        // Index `v` of the order is pair `v mod P` seen through view `v div P`.
+        let n = self.rows.len();
+        let drawn = self.order.batch(step);
+        let pairs: Vec<usize> = drawn.iter().map(|&v| v % n).collect();
         let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
-        Ok(PairBatch { pairs, images })
+        let views = drawn.iter().map(|&v| v / n).collect();
+        Ok(PairBatch {
+            pairs,
+            images,
+            views,
+        })
     }
 }
 
 struct AdapterSteps<'a> {
     model: &'a AdapterModel,
     images: &'a EmbeddingCache,
+    views: Option<&'a EmbeddingCache>,
+    image_count: usize,
     captions: &'a EmbeddingCache,
     params: &'a [Param],
     tau: f64,
@@ -364,7 +467,13 @@ impl Objective for AdapterSteps<'_> {
     }
 
     fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
-        let x = self.images.rows(IMAGES, &batch.images, &self.device)?;
+        let x = batch_inputs(
+            self.images,
+            self.views,
+            self.image_count,
+            &batch,
+            &self.device,
+        )?;
         let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
         let v = l2_normalize(&self.model.adapter()?.forward(&x)?)?;
         let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;
@@ -383,6 +492,44 @@ impl Objective for AdapterSteps<'_> {
             (0, 0),
         ))
     }
+}
+
+/// The image inputs of `batch`: each pair's picture's own row, or its view's (view `k` of
+/// picture `i` is row `(k − 1) · image_count + i` of `views`).
+fn batch_inputs(
+    images: &EmbeddingCache,
+    views: Option<&EmbeddingCache>,
+    image_count: usize,
+    batch: &PairBatch,
+    device: &Device,
+) -> Result<Tensor> {
+    let views = match views {
+        Some(views) if batch.views.iter().any(|&k| k > 0) => views,
+        _ => return Ok(images.rows(IMAGES, &batch.images, device)?),
+    };
+    // Each pair's place among the rows read: the pictures' own rows first, then the views'.
+    let (mut own, mut viewed, mut at) = (Vec::new(), Vec::new(), Vec::new());
+    for (&image, &k) in batch.images.iter().zip(&batch.views) {
+        if k == 0 {
+            at.push((false, own.len()));
+            own.push(image);
+        } else {
+            at.push((true, viewed.len()));
+            viewed.push((k - 1) * image_count + image);
+        }
+    }
+    let mut parts = Vec::new();
+    if !own.is_empty() {
+        parts.push(images.rows(IMAGES, &own, device)?);
+    }
+    parts.push(views.rows(VIEWS, &viewed, device)?);
+    let order: Vec<u32> = at
+        .iter()
+        .map(|&(view, j)| (if view { own.len() + j } else { j }) as u32)
+        .collect();
+    let all = Tensor::cat(&parts, 0)?;
+    let order = Tensor::from_vec(order, batch.images.len(), device)?;
+    Ok(all.index_select(&order, 0)?)
 }
 
 /// Writes the fused model directory: `teacher/`, `image-backbone/`, `adapter/`, the teacher's
@@ -410,4 +557,50 @@ fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOption
     };
     let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     checkpoint::write_atomic(&out.join("config.json"), &json_bytes(&config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of one section whose row `r` is `[value(r), value(r)]`.
+    fn cache(
+        dir: &Path,
+        name: &'static str,
+        rows: usize,
+        value: fn(usize) -> f32,
+    ) -> EmbeddingCache {
+        let meta = CacheMeta::new(dir, "test".into(), 2, &[(name, rows)]).unwrap();
+        let encode = move |s: usize, e: usize| Ok((s..e).flat_map(|r| [value(r); 2]).collect());
+        let sections = vec![Section {
+            name,
+            rows,
+            encode: Box::new(encode),
+        }];
+        EmbeddingCache::build(&dir.join(name), meta, sections, &mut |_, _| {}).unwrap()
+    }
+
+    #[test]
+    fn a_batch_reads_each_pair_from_its_picture_or_its_view() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Three pictures, two views each: picture i is i, view k of picture i is 10·k + i.
+        let images = cache(tmp.path(), IMAGES, 3, |r| r as f32);
+        let views = cache(tmp.path(), VIEWS, 6, |r| (10 * (r / 3 + 1) + r % 3) as f32);
+        let batch = PairBatch {
+            pairs: vec![0, 1, 2, 3, 4],
+            images: vec![2, 0, 1, 2, 0],
+            views: vec![1, 0, 2, 0, 2],
+        };
+        let x = batch_inputs(&images, Some(&views), 3, &batch, &Device::Cpu).unwrap();
+        let got: Vec<f32> = x.to_vec2::<f32>().unwrap().iter().map(|r| r[0]).collect();
+        assert_eq!(got, [12.0, 0.0, 21.0, 2.0, 20.0]);
+        // Without views, or with none drawn, the pictures' own rows.
+        let own = PairBatch {
+            views: vec![0; 5],
+            ..batch
+        };
+        let x = batch_inputs(&images, Some(&views), 3, &own, &Device::Cpu).unwrap();
+        let got: Vec<f32> = x.to_vec2::<f32>().unwrap().iter().map(|r| r[0]).collect();
+        assert_eq!(got, [2.0, 0.0, 1.0, 2.0, 0.0]);
+    }
 }

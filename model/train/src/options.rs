@@ -237,6 +237,13 @@ pub struct ModelOptions {
     #[arg(long, value_name = "PIXELS", help_heading = "Model")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_backbone_size: Option<usize>,
+    /// --objective adapter: augmented views of every training picture (drawn with --crop-scale,
+    /// --color-jitter, --hflip and --style-augment), cached beside it, each a training pair with
+    /// the picture's captions (0 = none). Views of one style teach the projection to look past
+    /// it; each costs one more pass of every picture through both towers.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Model")]
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub image_views: usize,
 }
 
 /// What is trained and with which losses: the objective, its phase, masking, temperatures, momentum, and the options of the dense and re-rank objectives and the seed methods.
@@ -489,6 +496,10 @@ fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
+fn is_zero_usize(x: &usize) -> bool {
+    *x == 0
+}
+
 fn is_one(x: &f64) -> bool {
     *x == 1.0
 }
@@ -725,6 +736,7 @@ impl TrainOptions {
                 cache: None,
                 image_backbone: None,
                 image_backbone_size: None,
+                image_views: 0,
             },
             method: MethodOptions {
                 objective: Objective::Lexlip,

@@ -234,6 +234,50 @@ fn the_tower_reads_the_side_it_was_trained_at() {
     assert!(diff < 1e-4, "by hand {diff} away");
 }
 
+/// `--image-views`: with augmentation off, every view equals its picture's own row; with it
+/// on, views differ from the pictures and are the same on every build; a run trains over each
+/// pair once per input (the picture and each view).
+#[test]
+fn augmented_views_are_cached_beside_the_pictures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = common::tiny_dense(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let shard = |out: &Path, section: &str| {
+        std::fs::read(out.join(format!("cache/{section}/{section}-00000.f32"))).unwrap()
+    };
+    let run = |name: &str, views: usize, identity: bool| {
+        let out = tmp.path().join(name);
+        let mut o = adapter_options(&tsv, &dense, &out);
+        o.model.image_views = views;
+        o.optim.steps = Some(2);
+        if identity {
+            (o.data.crop_scale, o.data.color_jitter) = (1.0, 0.0);
+        } else {
+            (o.data.crop_scale, o.data.color_jitter) = (0.5, 0.3);
+            (o.data.hflip, o.data.style_augment) = (true, 1.0);
+        }
+        let s = lexlip_train::train(
+            &o,
+            &lexlip_train::RunControl::default(),
+            &mut common::Collect::default(),
+        )
+        .unwrap();
+        (out, s)
+    };
+    let (plain, s) = run("plain", 2, true);
+    assert_eq!((s.pairs, s.images), (32 * 3, 16));
+    let images = shard(&plain, "images");
+    assert_eq!(shard(&plain, "views"), [images.clone(), images].concat());
+    assert_eq!(train_json(&plain)["options"]["image_views"], 2);
+
+    let (a, _) = run("a", 1, false);
+    let (b, _) = run("b", 1, false);
+    let (images, views) = (shard(&a, "images"), shard(&a, "views"));
+    assert_eq!(images.len(), views.len());
+    assert_ne!(images, views, "the views are augmented");
+    assert_eq!(views, shard(&b, "views"), "the same views on every build");
+}
+
 /// With every picture apart the loss is CLIP's in-batch InfoNCE; with two captions of one
 /// picture, each leaves the other out of its negatives.
 #[test]
@@ -300,6 +344,12 @@ fn adapter_options_are_checked() {
     let mut o = fast_options(&tsv, &out);
     o.model.image_backbone_size = Some(128);
     assert!(err_of(&o).contains("--objective adapter"), "{}", err_of(&o));
+    let mut o = fast_options(&tsv, &out);
+    o.model.image_views = 2;
+    assert!(err_of(&o).contains("--objective adapter"), "{}", err_of(&o));
+    let mut o = adapter_options(&tsv, tmp.path(), &out);
+    o.model.image_views = 17;
+    assert!(err_of(&o).contains("--image-views"), "{}", err_of(&o));
     for bad in [0, 16, 4096] {
         let mut o = adapter_options(&tsv, tmp.path(), &out);
         o.model.image_backbone_size = Some(bad);

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The most augmented views `--image-views` caches per picture.
+pub const MAX_IMAGE_VIEWS: usize = 16;
+
 impl TrainOptions {
     /// Checks values that no type can (rates in range, sizes positive).
     pub fn validate(&self) -> crate::Result<()> {
@@ -75,6 +78,16 @@ impl TrainOptions {
                 ));
             }
             _ => {}
+        }
+        if self.model.image_views > 0 && !adapter {
+            return bad("--image-views is the adapter's (give --objective adapter)".into());
+        }
+        if self.model.image_views > MAX_IMAGE_VIEWS {
+            return bad(format!(
+                "--image-views is at most {MAX_IMAGE_VIEWS} (each view is one more pass of every \
+                 picture through both towers), got {}",
+                self.model.image_views
+            ));
         }
         if adapter && (self.model.backbone.is_none() || self.model.image_backbone.is_none()) {
             return bad(
