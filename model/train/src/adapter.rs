@@ -505,7 +505,7 @@ fn batch_inputs(
 ) -> Result<Tensor> {
     let views = match views {
         Some(views) if batch.views.iter().any(|&k| k > 0) => views,
-        _ => return Ok(images.rows(IMAGES, &batch.images, device)?),
+        _ => return images.rows(IMAGES, &batch.images, device),
     };
     // Each pair's place among the rows read: the pictures' own rows first, then the views'.
     let (mut own, mut viewed, mut at) = (Vec::new(), Vec::new(), Vec::new());
