@@ -150,12 +150,14 @@ def recall(img, txt, pair, styles):
     return out
 
 
-def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, tau=0.05):
-    """An MLP from image features onto the frozen text embeddings, symmetric in-batch InfoNCE."""
+def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, tau=0.05, linear=False):
+    """An MLP (or one linear layer) from image features onto the frozen text embeddings,
+    symmetric in-batch InfoNCE."""
     torch.manual_seed(seed)
     mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
-    net = torch.nn.Sequential(torch.nn.Linear(x_train.shape[1], hidden), torch.nn.GELU(),
-                              torch.nn.Dropout(0.1), torch.nn.Linear(hidden, texts.shape[1]))
+    net = torch.nn.Linear(x_train.shape[1], texts.shape[1]) if linear else torch.nn.Sequential(
+        torch.nn.Linear(x_train.shape[1], hidden), torch.nn.GELU(), torch.nn.Dropout(0.1),
+        torch.nn.Linear(hidden, texts.shape[1]))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     x, t = (x_train - mu) / sd, F.normalize(texts, dim=1)
     for _ in range(epochs):

@@ -179,26 +179,9 @@ def teacher_cache_of(args, tsv_path, name):
     return section("images"), section("texts")
 
 
-def linear_projection(x_train, texts, pair, x_test, epochs, seed, tau=0.05):
+def linear_projection(x_train, texts, pair, x_test, epochs, seed):
     """`probe.train_projection` with one linear layer instead of the MLP."""
-    torch.manual_seed(seed)
-    mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
-    net = torch.nn.Linear(x_train.shape[1], texts.shape[1])
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
-    x, t = (x_train - mu) / sd, F.normalize(texts, dim=1)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(pair)).split(256):
-            images = pair[batch]
-            logits = t[batch] @ F.normalize(net(x[images]), dim=1).T / tau
-            same = (images[:, None] == images[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
-            logits = logits.masked_fill(same, -1e4)
-            y = torch.arange(len(batch))
-            loss = (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    with torch.no_grad():
-        return net((x_test - mu) / sd)
+    return probe.train_projection(x_train, texts, pair, x_test, epochs, seed, linear=True)
 
 
 def main():
