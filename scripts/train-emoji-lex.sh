@@ -23,8 +23,9 @@
 #   ADAPTER=1         puts an ImageNet MobileNetV2 (scripts/fetch-image-backbone.sh) beside the
 #                     teacher (`--objective adapter`: its features and the teacher's image
 #                     embedding projected onto the teacher's text space) and trains the heads over
-#                     that fused model; about 10 more minutes, and encoding a picture costs about
-#                     50 times the teacher's alone (docs/benchmarks.md, "A pretrained image tower").
+#                     that fused model, with 3 augmented views of every picture in the projection's
+#                     cache; about 25 more minutes, and encoding a picture costs about 50 times the
+#                     teacher's alone (docs/benchmarks.md, "A pretrained image tower").
 #   FLOPS="I T"       the heads' FLOPS weights, image and text (default "0.01 0.01"). The text
 #                     side's weight is what keeps a term shared by every caption ("3", "computer")
 #                     out of the image lexicons (docs/benchmarks.md, FLOPS as a document-frequency
@@ -68,7 +69,8 @@ backbone="$work/dense"
 if [ -n "${ADAPTER:-}" ]; then
   tower="$("$root/scripts/fetch-image-backbone.sh")"
   [ -f "$work/fused/config.json" ] || "$lexlip" train --objective adapter --backbone "$work/dense" \
-    --image-backbone "$tower" --tsv "$train_tsv" --max-length 24 --seed 42 --save-dtype f16 \
+    --image-backbone "$tower" --image-views 3 --crop-scale 0.8 --color-jitter 0.3 --hflip \
+    --style-augment 0.5 --tsv "$train_tsv" --max-length 24 --seed 42 --save-dtype f16 \
     --out "$work/fused"
   backbone="$work/fused"
 fi
