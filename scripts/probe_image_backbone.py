@@ -116,12 +116,13 @@ def features(model, root, images, out):
     return f
 
 
-def teacher_cache(args, split, work):
-    """The teacher's image and caption embeddings for `split`, from lexlip's heads cache."""
+def teacher_cache(args, split, work, tsv_path=None):
+    """The teacher's image and caption embeddings for `split` (the corpus's `split.tsv`, or
+    `tsv_path`), from lexlip's heads cache."""
     cache = work / f"cache-{split}"
     if not (cache / "cache.json").is_file():
         subprocess.run([args.lexlip, "train", "--objective", "heads", "--backbone", args.teacher,
-                        "--tsv", str(args.corpus / f"{split}.tsv"), "--max-length", "24",
+                        "--tsv", str(tsv_path or args.corpus / f"{split}.tsv"), "--max-length", "24",
                         "--steps", "1", "--cache", str(cache), "--out", str(work / f"discard-{split}")],
                        check=True)
     meta = json.loads((cache / "cache.json").read_text())
@@ -178,8 +179,9 @@ def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, ta
         return net((x_test - mu) / sd)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(description):
+    """The options both probes take."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--corpus", type=Path, required=True, help="emoji corpus built with --holdout-style twitter")
     ap.add_argument("--teacher", required=True, help="the dense teacher (e.g. models/emoji-lex/dense)")
     ap.add_argument("--lexlip", default="target/release/lexlip")
@@ -188,6 +190,11 @@ def main():
     ap.add_argument("--test", default="test")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--seeds", default="0,1,2")
+    return ap
+
+
+def main():
+    ap = arguments(__doc__.split("\n")[0])
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(2)

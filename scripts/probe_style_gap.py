@@ -23,7 +23,6 @@ are reused. About 40 minutes on 2 cores.
   python3 scripts/probe_style_gap.py --corpus target/data/emoji-corpus \
       --teacher models/emoji-lex/dense --lexlip target/release/lexlip --work target/probe
 """
-import argparse
 import hashlib
 import json
 import random
@@ -162,38 +161,13 @@ def augmented_corpus(args, views):
     return out, tsv_path
 
 
-def teacher_cache_of(args, tsv_path, name):
-    """The teacher's image and caption embeddings of any TSV (a one-step heads run's cache)."""
-    cache = args.work / f"cache-{name}"
-    if not (cache / "cache.json").is_file():
-        subprocess.run([args.lexlip, "train", "--objective", "heads", "--backbone", args.teacher,
-                        "--tsv", str(tsv_path), "--max-length", "24", "--steps", "1",
-                        "--cache", str(cache), "--out", str(args.work / f"discard-{name}")], check=True)
-    meta = json.loads((cache / "cache.json").read_text())
-
-    def section(s):
-        n, dim = meta["sections"][s], meta["dim"]
-        shards = [np.fromfile(cache / f"{s}-{i:05d}.f32", dtype="<f4") for i in range((n + 4095) // 4096)]
-        return torch.from_numpy(np.concatenate(shards).reshape(n, dim))
-
-    return section("images"), section("texts")
-
-
 def linear_projection(x_train, texts, pair, x_test, epochs, seed):
     """`probe.train_projection` with one linear layer instead of the MLP."""
     return probe.train_projection(x_train, texts, pair, x_test, epochs, seed, linear=True)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--corpus", type=Path, required=True, help="emoji corpus built with --holdout-style twitter")
-    ap.add_argument("--teacher", required=True, help="the dense teacher (e.g. models/emoji-lex/dense)")
-    ap.add_argument("--lexlip", default="target/release/lexlip")
-    ap.add_argument("--work", type=Path, default=Path("target/probe-image-backbone"))
-    ap.add_argument("--train", default="train-holdout-twitter")
-    ap.add_argument("--test", default="test")
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--seeds", default="0,1,2")
+    ap = probe.arguments(__doc__.split("\n")[0])
     ap.add_argument("--views", type=int, default=3, help="augmented views per Noto training picture")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -212,7 +186,7 @@ def main():
     aug_root, aug_tsv = augmented_corpus(args, args.views)
     _, aug_images, aug_pair = probe.tsv(aug_tsv)
     m_aug = probe.features(mobilenet, aug_root, aug_images, args.work / f"mobilenetv2-augmented-{args.views}.npy")
-    a_img, a_txt = teacher_cache_of(args, aug_tsv, f"augmented-{args.views}")
+    a_img, a_txt = probe.teacher_cache(args, f"augmented-{args.views}", args.work, aug_tsv)
 
     both_train, both_test = torch.cat([m_train, t_img], 1), torch.cat([m_test, e_img], 1)
     arms = {
