@@ -10,9 +10,9 @@
 //! ```
 //! where μ and σ are the training images' mean and deviation per input, and a batch's other
 //! captions of the same picture are no negatives. With `--image-views N`, N augmented views of
-//! every picture are cached too, and each view is paired with the picture's captions. The teacher's texts do not move, so heads
-//! trained over the teacher's vocabulary meet the same text space (`--objective heads
-//! --backbone` on the written model).
+//! every picture are cached too, and each view is paired with the picture's captions. The
+//! teacher's texts do not move, so heads trained over the teacher's vocabulary meet the same
+//! text space (`--objective heads --backbone` on the written model).
 
 use std::collections::HashMap;
 use std::path::Path;
