@@ -106,6 +106,10 @@ pub fn train(
         corpus.pairs.len(),
         cache_dir.display()
     ));
+    // A cache row of pictures: both towers' inputs, one after the other.
+    let tower_inputs = |images: &[PreprocessedImage]| -> Result<Vec<f32>> {
+        Ok(inputs.of_images(images)?.flatten_all()?.to_vec1::<f32>()?)
+    };
     let images = EmbeddingCache::build(
         &cache_dir.join(IMAGES),
         CacheMeta::new(
@@ -122,7 +126,7 @@ pub fn train(
                     &corpus.images[start..end],
                     IMAGE_CHUNK,
                     |bytes, name| Ok(teacher.preprocess_image(bytes, name)?),
-                    |images| Ok(inputs.of_images(images)?.flatten_all()?.to_vec1::<f32>()?),
+                    tower_inputs,
                 )
             }),
         }],
@@ -206,9 +210,7 @@ pub fn train(
                                     .map_err(TrainError::Corpus)?;
                                 Ok(PreprocessedImage::from_chw(augment.processor.size, pixels)?)
                             },
-                            |images| {
-                                Ok(inputs.of_images(images)?.flatten_all()?.to_vec1::<f32>()?)
-                            },
+                            tower_inputs,
                         )?);
                         row += last - first;
                     }
@@ -270,6 +272,12 @@ pub fn train(
         },
         total
     ));
+    let span = Span {
+        start,
+        end: stop_at,
+        total,
+        steps_per_epoch,
+    };
     let mut objective = AdapterSteps {
         model: &model,
         images: &images,
@@ -287,24 +295,15 @@ pub fn train(
         &mut objective,
         PairBatches { order, rows: &rows },
         &mut adam,
-        Span {
-            start,
-            end: stop_at,
-            total,
-            steps_per_epoch,
-        },
+        span,
         observer,
         &mut summary,
     )?;
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.interrupted = summary.steps_done < total;
     let marker = opts.run.out.join(crate::encoder_pair::exported_marker(
         crate::options::Objective::Adapter,
     ));
-    if summary.steps_done > start || !marker.is_file() {
-        export(&model, &teacher_dir, &tower_dir, opts)?;
-    }
-    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
+    let write_model = || export(&model, &teacher_dir, &tower_dir, opts);
+    let record = |summary: &Summary| {
         let doc = serde_json::json!({
             "status": if summary.interrupted { "interrupted" } else { "complete" },
             "command": control.command_line,
@@ -317,8 +316,17 @@ pub fn train(
             "image_backbone_sha256": crate::heads::cache::fingerprint_dir(&tower_dir)?,
             "summary": summary,
         });
-        checkpoint::write_atomic(&opts.run.out.join("train.json"), &json_bytes(&doc))?;
-    }
+        checkpoint::write_atomic(&opts.run.out.join("train.json"), &json_bytes(&doc))
+    };
+    crate::steps::write_out(
+        opts,
+        &mut summary,
+        started,
+        span,
+        &marker,
+        write_model,
+        record,
+    )?;
     Ok(summary)
 }
 

@@ -177,6 +177,31 @@ pub(crate) fn optimizer(opts: &TrainOptions) -> AdamW {
     })
 }
 
+/// After the steps of a run over frozen inputs: its time and whether it stopped early, then
+/// its export (complete when `exported` exists) and its `train.json` record, each written when
+/// the run moved or it is missing. A start that finds the run complete rewrites neither, so
+/// the record stays that of the run that trained it.
+pub(crate) fn write_out(
+    opts: &TrainOptions,
+    summary: &mut Summary,
+    started: Instant,
+    span: Span,
+    exported: &std::path::Path,
+    export: impl FnOnce() -> Result<()>,
+    record: impl FnOnce(&Summary) -> Result<()>,
+) -> Result<()> {
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.interrupted = summary.steps_done < span.total;
+    let moved = summary.steps_done > span.start;
+    if moved || !exported.is_file() {
+        export()?;
+    }
+    if moved || !opts.run.out.join("train.json").is_file() {
+        record(summary)?;
+    }
+    Ok(())
+}
+
 /// Steps of the whole run: `--steps`, else `--epochs` × the steps of an epoch (at least one).
 pub(crate) fn total_steps(opts: &TrainOptions, steps_per_epoch: u64) -> u64 {
     opts.optim

@@ -289,6 +289,12 @@ pub fn train(
         },
         device: device.clone(),
     };
+    let span = Span {
+        start,
+        end: stop_at,
+        total,
+        steps_per_epoch,
+    };
     crate::steps::run(
         opts,
         control,
@@ -296,24 +302,19 @@ pub fn train(
         &mut objective,
         batches,
         &mut adam,
-        Span {
-            start,
-            end: stop_at,
-            total,
-            steps_per_epoch,
-        },
+        span,
         observer,
         &mut summary,
     )?;
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.interrupted = summary.steps_done < total;
-    let marker = opts.run.out.join("heads").join("config.json");
-    if summary.steps_done > start || !marker.is_file() {
-        export(&model, &backbone_path, &tokenizer_path, dim, opts)?;
-    }
-    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
-        write_record(opts, control, &summary, &fingerprint, &backbone_path)?;
-    }
+    crate::steps::write_out(
+        opts,
+        &mut summary,
+        started,
+        span,
+        &opts.run.out.join("heads").join("config.json"),
+        || export(&model, &backbone_path, &tokenizer_path, dim, opts),
+        |summary| write_record(opts, control, summary, &fingerprint, &backbone_path),
+    )?;
     Ok(summary)
 }
 

@@ -258,15 +258,15 @@ pub fn train(
         observer,
         &mut summary,
     )?;
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.interrupted = summary.steps_done < total;
-    if summary.steps_done > start || !opts.run.out.join("rerank.json").is_file() {
-        export(&model, &text_dir, &image_dir, image_size, opts)?;
-    }
-    // A start that finds the run complete keeps the record of the run that trained it.
-    if summary.steps_done > start || !opts.run.out.join("train.json").is_file() {
-        write_record(opts, control, &summary, &fingerprint, &init)?;
-    }
+    crate::steps::write_out(
+        opts,
+        &mut summary,
+        started,
+        span,
+        &opts.run.out.join("rerank.json"),
+        || export(&model, &text_dir, &image_dir, image_size, opts),
+        |summary| write_record(opts, control, summary, &fingerprint, &init),
+    )?;
     Ok(summary)
 }
 
