@@ -24,7 +24,6 @@ use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
-use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -37,9 +36,9 @@ use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
-use crate::rng::{self, Rng};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
+use crate::views::{ViewSpec, batch_rows, pair_and_view};
 use lexlip_model::nn::Init;
 
 /// The projection's hidden width (the probe's, `scripts/probe_image_backbone.py`).
@@ -48,7 +47,6 @@ pub const HIDDEN: usize = 1024;
 /// `--image-backbone-size` changes it).
 pub const BACKBONE_SIZE: usize = 224;
 const IMAGES: &str = "images";
-const VIEWS: &str = "views";
 const TEXTS: &str = "texts";
 /// Pictures per pass through both towers (MobileNetV2 at 224 pixels).
 const IMAGE_CHUNK: usize = 32;
@@ -156,68 +154,22 @@ pub fn train(
     let image_count = corpus.images.len();
     let view_count = opts.model.image_views;
     let views = if view_count > 0 {
-        let augment = Augment {
-            processor: teacher.image_processor().clone(),
-            crop_scale: opts.data.crop_scale,
-            jitter: opts.data.color_jitter,
-            hflip: opts.data.hflip,
-            style: opts.data.style_augment,
+        let augment = crate::views::augment(opts, teacher.image_processor());
+        let spec = ViewSpec {
+            count: view_count,
+            seed: opts.optim.seed,
+            augment: &augment,
+            key: &key,
+            model: &tower_dir,
+            dim: dim_in,
+            chunk: IMAGE_CHUNK,
         };
-        let mut view_key = key.clone();
-        view_key["views"] = serde_json::json!({
-            "count": view_count,
-            "seed": opts.optim.seed,
-            "crop_scale": augment.crop_scale,
-            "jitter": augment.jitter,
-            "hflip": augment.hflip,
-            "style": augment.style,
-        });
-        observer.message(&format!(
-            "caching {view_count} augmented views of each of the {image_count} images in {}",
-            cache_dir.join(VIEWS).display()
-        ));
-        let images = &corpus.images;
-        Some(EmbeddingCache::build(
-            &cache_dir.join(VIEWS),
-            CacheMeta::new(
-                &tower_dir,
-                crate::run::sha256_json(&view_key),
-                dim_in,
-                &[(VIEWS, image_count * view_count)],
-            )?,
-            vec![Section {
-                name: VIEWS,
-                rows: image_count * view_count,
-                encode: Box::new(|start, end| {
-                    // Row `k · n + i` is view `k` of image `i`: runs of one view at a time.
-                    let mut out = Vec::new();
-                    let mut row = start;
-                    while row < end {
-                        let (view, first) = (row / image_count, row % image_count);
-                        let last = (first + end - row).min(image_count);
-                        out.extend(image_rows(
-                            &images[first..last],
-                            IMAGE_CHUNK,
-                            |bytes, name| {
-                                let mut rng = Rng::new(&[
-                                    opts.optim.seed,
-                                    rng::key("adapter-view"),
-                                    view as u64,
-                                    rng::key(name),
-                                ]);
-                                let pixels = augment
-                                    .pixels(bytes, name, &mut rng)
-                                    .map_err(TrainError::Corpus)?;
-                                Ok(PreprocessedImage::from_chw(augment.processor.size, pixels)?)
-                            },
-                            tower_inputs,
-                        )?);
-                        row += last - first;
-                    }
-                    Ok(out)
-                }),
-            }],
-            &mut |d, t| observer.encoding(d, t),
+        Some(crate::views::cache(
+            &cache_dir,
+            &corpus.images,
+            &spec,
+            tower_inputs,
+            observer,
         )?)
     } else {
         None
@@ -444,10 +396,13 @@ impl Batches for PairBatches<'_> {
     fn batch(&mut self, step: u64) -> Result<PairBatch> {
         // Index `v` of the order is pair `v mod P` seen through view `v div P`.
         let n = self.rows.len();
-        let drawn = self.order.batch(step);
-        let pairs: Vec<usize> = drawn.iter().map(|&v| v % n).collect();
+        let (pairs, views): (Vec<usize>, Vec<usize>) = self
+            .order
+            .batch(step)
+            .into_iter()
+            .map(|v| pair_and_view(v, n))
+            .unzip();
         let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
-        let views = drawn.iter().map(|&v| v / n).collect();
         Ok(PairBatch {
             pairs,
             images,
@@ -475,11 +430,13 @@ impl Objective for AdapterSteps<'_> {
     }
 
     fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
-        let x = batch_inputs(
+        let x = batch_rows(
             self.images,
+            IMAGES,
             self.views,
             self.image_count,
-            &batch,
+            &batch.images,
+            &batch.views,
             &self.device,
         )?;
         let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
@@ -500,44 +457,6 @@ impl Objective for AdapterSteps<'_> {
             (0, 0),
         ))
     }
-}
-
-/// The image inputs of `batch`: each pair's picture's own row, or its view's (view `k` of
-/// picture `i` is row `(k − 1) · image_count + i` of `views`).
-fn batch_inputs(
-    images: &EmbeddingCache,
-    views: Option<&EmbeddingCache>,
-    image_count: usize,
-    batch: &PairBatch,
-    device: &Device,
-) -> Result<Tensor> {
-    let views = match views {
-        Some(views) if batch.views.iter().any(|&k| k > 0) => views,
-        _ => return images.rows(IMAGES, &batch.images, device),
-    };
-    // Each pair's place among the rows read: the pictures' own rows first, then the views'.
-    let (mut own, mut viewed, mut at) = (Vec::new(), Vec::new(), Vec::new());
-    for (&image, &k) in batch.images.iter().zip(&batch.views) {
-        if k == 0 {
-            at.push((false, own.len()));
-            own.push(image);
-        } else {
-            at.push((true, viewed.len()));
-            viewed.push((k - 1) * image_count + image);
-        }
-    }
-    let mut parts = Vec::new();
-    if !own.is_empty() {
-        parts.push(images.rows(IMAGES, &own, device)?);
-    }
-    parts.push(views.rows(VIEWS, &viewed, device)?);
-    let order: Vec<u32> = at
-        .iter()
-        .map(|&(view, j)| (if view { own.len() + j } else { j }) as u32)
-        .collect();
-    let all = Tensor::cat(&parts, 0)?;
-    let order = Tensor::from_vec(order, batch.images.len(), device)?;
-    Ok(all.index_select(&order, 0)?)
 }
 
 /// Writes the fused model directory: `teacher/`, `image-backbone/`, `adapter/`, the teacher's
@@ -565,50 +484,4 @@ fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOption
     };
     let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     checkpoint::write_atomic(&out.join("config.json"), &json_bytes(&config))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A cache of one section whose row `r` is `[value(r), value(r)]`.
-    fn cache(
-        dir: &Path,
-        name: &'static str,
-        rows: usize,
-        value: fn(usize) -> f32,
-    ) -> EmbeddingCache {
-        let meta = CacheMeta::new(dir, "test".into(), 2, &[(name, rows)]).unwrap();
-        let encode = move |s: usize, e: usize| Ok((s..e).flat_map(|r| [value(r); 2]).collect());
-        let sections = vec![Section {
-            name,
-            rows,
-            encode: Box::new(encode),
-        }];
-        EmbeddingCache::build(&dir.join(name), meta, sections, &mut |_, _| {}).unwrap()
-    }
-
-    #[test]
-    fn a_batch_reads_each_pair_from_its_picture_or_its_view() {
-        let tmp = tempfile::tempdir().unwrap();
-        // Three pictures, two views each: picture i is i, view k of picture i is 10·k + i.
-        let images = cache(tmp.path(), IMAGES, 3, |r| r as f32);
-        let views = cache(tmp.path(), VIEWS, 6, |r| (10 * (r / 3 + 1) + r % 3) as f32);
-        let batch = PairBatch {
-            pairs: vec![0, 1, 2, 3, 4],
-            images: vec![2, 0, 1, 2, 0],
-            views: vec![1, 0, 2, 0, 2],
-        };
-        let x = batch_inputs(&images, Some(&views), 3, &batch, &Device::Cpu).unwrap();
-        let got: Vec<f32> = x.to_vec2::<f32>().unwrap().iter().map(|r| r[0]).collect();
-        assert_eq!(got, [12.0, 0.0, 21.0, 2.0, 20.0]);
-        // Without views, or with none drawn, the pictures' own rows.
-        let own = PairBatch {
-            views: vec![0; 5],
-            ..batch
-        };
-        let x = batch_inputs(&images, Some(&views), 3, &own, &Device::Cpu).unwrap();
-        let got: Vec<f32> = x.to_vec2::<f32>().unwrap().iter().map(|r| r[0]).collect();
-        assert_eq!(got, [2.0, 0.0, 1.0, 2.0, 0.0]);
-    }
 }

@@ -60,6 +60,7 @@ mod steps;
 pub mod text;
 pub mod text_cache;
 pub mod token_heads;
+mod views;
 pub mod weight_sharing;
 
 pub use console::Console;

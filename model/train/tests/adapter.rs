@@ -243,7 +243,12 @@ fn augmented_views_are_cached_beside_the_pictures() {
     let dense = common::tiny_dense(tmp.path());
     let tsv = tmp.path().join("data/captions.tsv");
     let shard = |out: &Path, section: &str| {
-        std::fs::read(out.join(format!("cache/{section}/{section}-00000.f32"))).unwrap()
+        let dir = if section == "views" {
+            common::views_dir(&out.join("cache"))
+        } else {
+            out.join("cache").join(section)
+        };
+        std::fs::read(dir.join(format!("{section}-00000.f32"))).unwrap()
     };
     let run = |name: &str, views: usize, identity: bool| {
         let out = tmp.path().join(name);

@@ -579,3 +579,61 @@ fn grouped_heads_batches_resume_bitwise() {
         "grouping changed no batch"
     );
 }
+
+/// `--image-views` over heads: with augmentation off every view's row equals its picture's;
+/// with it on the views differ and the same run rebuilds them to the same bytes; each pair is
+/// trained once per input, the run changes, and it resumes bitwise.
+#[test]
+fn heads_train_over_augmented_views() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = common::tiny_dense(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let cache = tmp.path().join("cache");
+    let viewed = |out: &Path, views: usize, identity: bool| {
+        let mut o = heads_options(&tsv, &dense, out);
+        o.model.cache = Some(cache.clone());
+        o.model.image_views = views;
+        if identity {
+            (o.data.crop_scale, o.data.color_jitter) = (1.0, 0.0);
+        } else {
+            (o.data.crop_scale, o.data.color_jitter) = (0.5, 0.3);
+            (o.data.hflip, o.data.style_augment) = (true, 1.0);
+        }
+        o
+    };
+    let shard = |path: &str| std::fs::read(cache.join(path)).unwrap();
+    let views_shard = || std::fs::read(common::views_dir(&cache).join("views-00000.f32")).unwrap();
+    let s = run_quietly(&viewed(&tmp.path().join("identity"), 2, true));
+    assert_eq!((s.pairs, s.images), (32 * 3, 16));
+    let images = shard("images-00000.f32");
+    assert_eq!(views_shard(), [images.clone(), images.clone()].concat());
+    // Augmented: other views, in a directory of their own beside the same pictures.
+    std::fs::remove_dir_all(common::views_dir(&cache)).unwrap();
+    let whole = tmp.path().join("whole");
+    run_quietly(&viewed(&whole, 1, false));
+    let views = views_shard();
+    assert_eq!(views.len(), images.len());
+    assert_ne!(views, images, "the views are augmented");
+    std::fs::remove_dir_all(common::views_dir(&cache)).unwrap();
+    run_quietly(&viewed(&tmp.path().join("again"), 1, false));
+    assert_eq!(views_shard(), views, "the same views again");
+    assert_eq!(shard("images-00000.f32"), images, "the pictures' rows kept");
+    let weights = |dir: &Path| std::fs::read(dir.join("heads/model.safetensors")).unwrap();
+    let plain = tmp.path().join("plain");
+    let mut o = heads_options(&tsv, &dense, &plain);
+    o.model.cache = Some(cache.clone());
+    run_quietly(&o);
+    assert_ne!(
+        weights(&plain),
+        weights(&whole),
+        "the views changed no step"
+    );
+    let parts = tmp.path().join("parts");
+    common::train_stopped_and_resumed(&viewed(&parts, 1, false), 4, "heads/config.json");
+    assert_eq!(weights(&parts), weights(&whole));
+    assert_eq!(train_json(&whole)["options"]["image_views"], 1);
+    // Views draw pairs uniformly: no grouped sampler beside them.
+    let mut o = viewed(&tmp.path().join("grouped"), 1, false);
+    o.optim.sampler = lexlip_train::sampler::Sampler::Grouped;
+    assert!(err_of(&o).contains("--sampler grouped"), "{}", err_of(&o));
+}

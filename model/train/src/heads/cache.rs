@@ -54,20 +54,40 @@ pub struct EmbeddingCache {
     sections: BTreeMap<String, Vec<Mmap>>,
 }
 
-/// SHA-256 over a model directory's files (names, sizes and contents), so a cache knows the
-/// backbone that made it.
+/// A run's state beside the model it wrote: not part of the model.
+const RUN_STATE: [&str; 2] = ["checkpoints", "cache"];
+
+/// SHA-256 over a model directory's files, those of its subdirectories too (relative names,
+/// sizes and contents), so a cache knows the backbone that made it: a fused model keeps its
+/// weights in subdirectories. A run's checkpoints and caches are left out.
 pub fn fingerprint_dir(dir: &Path) -> Result<String> {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| TrainError::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        for entry in std::fs::read_dir(dir).map_err(|e| TrainError::io(dir, e))? {
+            let path = entry.map_err(|e| TrainError::io(dir, e))?.path();
+            let state = path
+                .file_name()
+                .is_some_and(|n| RUN_STATE.iter().any(|s| n == *s));
+            if state {
+                continue;
+            }
+            if path.is_dir() {
+                files(&path, out)?;
+            } else if path.is_file() {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut names = Vec::new();
+    files(dir, &mut names)?;
     names.sort();
     let mut h = Sha256::new();
     for p in names {
         let mut f = File::open(&p).map_err(|e| TrainError::io(&p, e))?;
-        h.update(p.file_name().unwrap_or_default().as_encoded_bytes());
+        let name = p.strip_prefix(dir).unwrap_or(&p);
+        h.update(name.as_os_str().as_encoded_bytes());
         h.update([0]);
+        h.update((f.metadata().map_err(|e| TrainError::io(&p, e))?.len()).to_le_bytes());
         std::io::copy(&mut f, &mut h).map_err(|e| TrainError::io(&p, e))?;
     }
     Ok(format!("{:x}", h.finalize()))
@@ -271,5 +291,29 @@ impl CacheMeta {
                 .map(|(n, r)| ((*n).to_string(), *r))
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fused model's weights live in subdirectories: a change there is another backbone. A
+    /// run's checkpoints and caches beside the model are not part of it.
+    #[test]
+    fn a_fingerprint_covers_subdirectories_but_not_run_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join("config.json"), "{}").unwrap();
+        std::fs::create_dir_all(dir.join("adapter")).unwrap();
+        std::fs::write(dir.join("adapter/model.safetensors"), [1u8, 2]).unwrap();
+        let before = fingerprint_dir(dir).unwrap();
+        for state in RUN_STATE {
+            std::fs::create_dir_all(dir.join(state)).unwrap();
+            std::fs::write(dir.join(state).join("x"), [9u8]).unwrap();
+        }
+        assert_eq!(fingerprint_dir(dir).unwrap(), before);
+        std::fs::write(dir.join("adapter/model.safetensors"), [1u8, 3]).unwrap();
+        assert_ne!(fingerprint_dir(dir).unwrap(), before);
     }
 }

@@ -55,6 +55,7 @@ use crate::params::snapshot;
 use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
+use crate::views::{ViewSpec, batch_rows, pair_and_view};
 use cache::{CacheMeta, EmbeddingCache, Section};
 
 /// Cache sections.
@@ -177,6 +178,28 @@ pub fn train(
         corpus_key,
         observer,
     )?;
+    let view_count = opts.model.image_views;
+    let views = if view_count > 0 {
+        let augment = crate::views::augment(opts, backbone.image_processor());
+        let spec = ViewSpec {
+            count: view_count,
+            seed: opts.optim.seed,
+            augment: &augment,
+            key: &serde_json::json!({ "corpus": cache.meta.corpus }),
+            model: &backbone_path,
+            dim,
+            chunk: IMAGE_CHUNK,
+        };
+        Some(crate::views::cache(
+            &cache_dir,
+            &corpus.images,
+            &spec,
+            |images| Ok(flat(backbone.encode_images(images)?)),
+            observer,
+        )?)
+    } else {
+        None
+    };
     // The steps read the cache, each pair's image row and its caption's tokens: the rest of
     // the corpus (captions' text, image references and ids) goes, and the tokens are packed.
     let image_count = corpus.images.len();
@@ -202,13 +225,21 @@ pub fn train(
     let idf = Idf::of_corpus((0..rows.len()).map(|p| rows.tokens(p)), &tokenizer);
     let params = model.params(opts.lexicon.vocab_bias);
     let mut adam = crate::steps::optimizer(opts);
-    let order = Order::new(opts.optim.seed, rows.len(), opts.optim.batch_size);
+    let order = Order::new(
+        opts.optim.seed,
+        rows.len() * (view_count + 1),
+        opts.optim.batch_size,
+    );
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);
     let mut key = serde_json::json!({
         "options": opts.fingerprint_json(),
         "cache": cache.meta,
     });
+    if let Some(views) = &views {
+        key["views"] =
+            serde_json::to_value(&views.meta).map_err(|e| TrainError::invalid(e.to_string()))?;
+    }
     // Heads trained their biases whatever --vocab-bias said until they honoured it: a run
     // from then, recorded as `fixed`, must not resume with biases held still.
     if opts.lexicon.vocab_bias == VocabBias::Fixed {
@@ -228,11 +259,11 @@ pub fn train(
     let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     summary.images = image_count;
-    summary.pairs = rows.len();
+    summary.pairs = rows.len() * (view_count + 1);
     let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
-         grounding ×{}, caption words ×{} / ×{} (image / text, τ {}); {} pairs, {} steps",
+         grounding ×{}, caption words ×{} / ×{} (image / text, τ {}); {} pairs{}, {} steps",
         opts.lexicon.image_top_k,
         opts.lexicon.text_top_k,
         opts.method.tau,
@@ -243,6 +274,14 @@ pub fn train(
         opts.lexicon.caption_words_text,
         opts.lexicon.caption_words_tau,
         rows.len(),
+        if view_count > 0 {
+            format!(
+                " × {} (each picture and its {view_count} views)",
+                view_count + 1
+            )
+        } else {
+            String::new()
+        },
         total
     ));
     if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
@@ -265,6 +304,8 @@ pub fn train(
     let mut objective = HeadsSteps {
         model: &model,
         cache: &cache,
+        views: views.as_ref(),
+        image_count,
         params: &params,
         idf: idf.to_tensor(&device)?,
         pad: tokenizer.pad,
@@ -827,10 +868,12 @@ fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
     }
 }
 
-/// A batch: pair indices, their images' indices and their captions' tokens.
+/// A batch: pair indices, their images' indices, which of each image's views it reads (0:
+/// the picture itself) and their captions' tokens.
 struct HeadsBatch {
     pairs: Vec<usize>,
     images: Vec<usize>,
+    views: Vec<usize>,
     tokens: Vec<Vec<u32>>,
 }
 
@@ -845,7 +888,13 @@ impl Batches for PairIndices<'_> {
                 self.order.set(epoch, &order);
             }
         }
-        let pairs = self.order.batch(step);
+        let n = self.rows.len();
+        let (pairs, views): (Vec<usize>, Vec<usize>) = self
+            .order
+            .batch(step)
+            .into_iter()
+            .map(|v| pair_and_view(v, n))
+            .unzip();
         let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
         let tokens = pairs
             .iter()
@@ -854,6 +903,7 @@ impl Batches for PairIndices<'_> {
         Ok(HeadsBatch {
             pairs,
             images,
+            views,
             tokens,
         })
     }
@@ -956,6 +1006,9 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
 struct HeadsSteps<'a> {
     model: &'a HeadsModel,
     cache: &'a EmbeddingCache,
+    /// `--image-views`: the pictures' augmented views' embeddings.
+    views: Option<&'a EmbeddingCache>,
+    image_count: usize,
     params: &'a [Param],
     idf: Tensor,
     pad: u32,
@@ -973,7 +1026,15 @@ impl Objective for HeadsSteps<'_> {
     }
 
     fn losses(&mut self, step: u64, batch: HeadsBatch) -> Result<Computed> {
-        let image = self.cache.rows(IMAGES, &batch.images, &self.device)?;
+        let image = batch_rows(
+            self.cache,
+            IMAGES,
+            self.views,
+            self.image_count,
+            &batch.images,
+            &batch.views,
+            &self.device,
+        )?;
         let text = self.cache.rows(TEXTS, &batch.pairs, &self.device)?;
         let rows: Vec<&[u32]> = batch.tokens.iter().map(Vec::as_slice).collect();
         let (ids, mask, width) = data::padded(&rows, self.pad);

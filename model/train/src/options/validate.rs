@@ -79,8 +79,19 @@ impl TrainOptions {
             }
             _ => {}
         }
-        if self.model.image_views > 0 && !adapter {
-            return bad("--image-views is the adapter's (give --objective adapter)".into());
+        if self.model.image_views > 0 && !(adapter || heads) {
+            return bad(
+                "--image-views is the adapter's and the lexicon heads' (give --objective \
+                 adapter or heads)"
+                    .into(),
+            );
+        }
+        if self.model.image_views > 0 && self.optim.sampler == Sampler::Grouped {
+            return bad(
+                "--image-views draws pairs uniformly: it cannot be combined with --sampler \
+                 grouped"
+                    .into(),
+            );
         }
         if self.model.image_views > MAX_IMAGE_VIEWS {
             return bad(format!(

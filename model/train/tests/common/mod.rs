@@ -357,3 +357,17 @@ pub fn assert_rows_close(
         assert!(d < tol, "{what} row {i}: max abs diff {d}");
     }
 }
+
+/// The one directory of augmented views (`views-HASH`) in a cache directory.
+pub fn views_dir(cache: &Path) -> std::path::PathBuf {
+    let found: Vec<_> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("views-"))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one views directory in {}", cache.display());
+    found[0].clone()
+}
