@@ -24,6 +24,7 @@ use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
+use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -154,7 +155,7 @@ pub fn train(
     let image_count = corpus.images.len();
     let view_count = opts.model.image_views;
     let views = if view_count > 0 {
-        let augment = crate::views::augment(opts, teacher.image_processor());
+        let augment = Augment::of_options(&opts.data, teacher.image_processor());
         let spec = ViewSpec {
             count: view_count,
             seed: opts.optim.seed,

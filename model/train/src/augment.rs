@@ -1,5 +1,5 @@
-//! Image inputs for training: decoding, and augmentation (random resized crop, colour jitter,
-//! horizontal flip, a flat-style redraw) drawn from a per-sample random stream, so a step's
+//! Image inputs for training: decoding, and augmentation (random resized crop, horizontal flip,
+//! rotation, colour and hue jitter, a flat-style redraw) drawn from a per-sample random stream, so a step's
 //! pixels are a function of the seed and the step. Without augmentation images go through the
 //! inference preprocessing (`lexlip_model::ImageProcessor`: shorter side resized, centre crop),
 //! so training sees what encoding will.
@@ -10,6 +10,7 @@ use image::RgbImage;
 use image::imageops::FilterType;
 use lexlip_model::ImageProcessor;
 
+use crate::options::DataOptions;
 use crate::rng::Rng;
 
 /// Decodes an image (JPEG, PNG, WebP, GIF) to RGB, transparency over white as at inference
@@ -40,11 +41,46 @@ pub struct Augment {
     /// Probability of redrawing an image in a flatter style (blurred, then posterized): the
     /// tower then learns shapes and colours rather than one art style's shading (0 = off).
     pub style: f64,
+    /// Largest rotation either way, in degrees (0 = off).
+    pub rotate: f64,
+    /// Largest hue turn either way, as a fraction of the colour wheel (0 = off).
+    pub hue: f64,
 }
 
 impl Augment {
+    /// The augmentation the data options ask for, resized and normalised as `processor`.
+    pub fn of_options(data: &DataOptions, processor: &ImageProcessor) -> Self {
+        Self {
+            processor: processor.clone(),
+            crop_scale: data.crop_scale,
+            jitter: data.color_jitter,
+            hflip: data.hflip,
+            style: data.style_augment,
+            rotate: data.rotate,
+            hue: data.hue_jitter,
+        }
+    }
+
+    /// None at all: the inference preprocessing.
+    pub fn none(processor: &ImageProcessor) -> Self {
+        Self {
+            processor: processor.clone(),
+            crop_scale: 1.0,
+            jitter: 0.0,
+            hflip: false,
+            style: 0.0,
+            rotate: 0.0,
+            hue: 0.0,
+        }
+    }
+
     pub fn is_identity(&self) -> bool {
-        self.crop_scale >= 1.0 && self.jitter <= 0.0 && !self.hflip && self.style <= 0.0
+        self.crop_scale >= 1.0
+            && self.jitter <= 0.0
+            && !self.hflip
+            && self.style <= 0.0
+            && self.rotate <= 0.0
+            && self.hue <= 0.0
     }
 
     /// Normalised `(3, size, size)` pixels of an encoded image.
@@ -77,6 +113,12 @@ impl Augment {
             .pixels()
             .map(|p| [0, 1, 2].map(|c| f32::from(p[c]) / 255.0))
             .collect();
+        // Each draw is made only when its augmentation is on, so the streams of runs without
+        // it are those of before it existed.
+        if self.rotate > 0.0 {
+            let degrees = self.rotate * (2.0 * rng.uniform() - 1.0);
+            rgbf = rotate(&rgbf, size as usize, degrees as f32);
+        }
         if self.jitter > 0.0 {
             let mut factor = || (1.0 - self.jitter + 2.0 * self.jitter * rng.uniform()) as f32;
             let (bright, contrast, saturation) = (factor(), factor(), factor());
@@ -90,6 +132,10 @@ impl Augment {
                 let g = gray(p);
                 *p = p.map(|v| (g + (v - g) * saturation).clamp(0.0, 1.0));
             }
+        }
+        if self.hue > 0.0 {
+            let turn = self.hue * (2.0 * rng.uniform() - 1.0);
+            rgbf = hue_turn(&rgbf, turn as f32);
         }
         if self.style > 0.0 && rng.uniform() < self.style {
             let sigma = 0.3 + 0.7 * rng.uniform() as f32;
@@ -127,6 +173,70 @@ impl Augment {
         }
         (0, 0, w, h)
     }
+}
+
+/// A `side`×`side` image of `[0, 1]` RGB pixels turned `degrees` anticlockwise about its
+/// centre, sampled bilinearly; what comes in from outside the picture is white, as
+/// transparency is at inference.
+pub fn rotate(rgb: &[[f32; 3]], side: usize, degrees: f32) -> Vec<[f32; 3]> {
+    let (sin, cos) = degrees.to_radians().sin_cos();
+    let c = (side as f32 - 1.0) / 2.0;
+    let at = |x: isize, y: isize| -> [f32; 3] {
+        if x < 0 || y < 0 || x >= side as isize || y >= side as isize {
+            [1.0; 3]
+        } else {
+            rgb[y as usize * side + x as usize]
+        }
+    };
+    let mut out = Vec::with_capacity(side * side);
+    for y in 0..side {
+        for x in 0..side {
+            // The source of (x, y): turned back by `degrees` (y points down, so an
+            // anticlockwise turn on screen is clockwise in these coordinates).
+            let (dx, dy) = (x as f32 - c, y as f32 - c);
+            let sx = c + cos * dx - sin * dy;
+            let sy = c + sin * dx + cos * dy;
+            let (x0, y0) = (sx.floor(), sy.floor());
+            let (fx, fy) = (sx - x0, sy - y0);
+            let (x0, y0) = (x0 as isize, y0 as isize);
+            let mut p = [0f32; 3];
+            for (wx, wy, px, py) in [
+                (1.0 - fx, 1.0 - fy, x0, y0),
+                (fx, 1.0 - fy, x0 + 1, y0),
+                (1.0 - fx, fy, x0, y0 + 1),
+                (fx, fy, x0 + 1, y0 + 1),
+            ] {
+                let w = wx * wy;
+                if w > 0.0 {
+                    let q = at(px, py);
+                    for ch in 0..3 {
+                        p[ch] += w * q[ch];
+                    }
+                }
+            }
+            out.push(p.map(|v| v.clamp(0.0, 1.0)));
+        }
+    }
+    out
+}
+
+/// RGB pixels with their hue turned by `turn` of the colour wheel: a rotation about the grey
+/// axis, so greys (and the white background) stay as they are and a third of a turn takes red
+/// to green.
+pub fn hue_turn(rgb: &[[f32; 3]], turn: f32) -> Vec<[f32; 3]> {
+    let (sin, cos) = (turn * std::f32::consts::TAU).sin_cos();
+    let (a, b) = ((1.0 - cos) / 3.0, sin / 3f32.sqrt());
+    // cos·I + (1 − cos)/3·J + sin/√3·[u]× with u = (1, 1, 1).
+    let m = [
+        [cos + a, a - b, a + b],
+        [a + b, cos + a, a - b],
+        [a - b, a + b, cos + a],
+    ];
+    rgb.iter()
+        .map(|p| {
+            [0, 1, 2].map(|r| (m[r][0] * p[0] + m[r][1] * p[1] + m[r][2] * p[2]).clamp(0.0, 1.0))
+        })
+        .collect()
 }
 
 /// A flat-colour redraw of a `side`×`side` image of `[0, 1]` RGB pixels: a separable Gaussian
@@ -186,6 +296,8 @@ mod tests {
             jitter: 0.3,
             hflip: true,
             style: 0.5,
+            rotate: 20.0,
+            hue: 0.1,
         };
         let img = gradient(30, 20);
         let a = aug.apply(&img, &mut Rng::new(&[1, 2]));
@@ -199,13 +311,7 @@ mod tests {
 
     #[test]
     fn no_augmentation_is_the_inference_preprocessing() {
-        let aug = Augment {
-            processor: ImageProcessor::beit(16),
-            crop_scale: 1.0,
-            jitter: 0.0,
-            hflip: false,
-            style: 0.0,
-        };
+        let aug = Augment::none(&ImageProcessor::beit(16));
         let mut png = Vec::new();
         gradient(30, 20)
             .write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)
@@ -243,5 +349,43 @@ mod tests {
         let out = flat_style(&dot, 5, sigma, 256);
         assert!((out[12][0] - (centre * 255.0).round() / 255.0).abs() < 1e-6);
         assert!(out[13][0] > 0.0 && out[13][0] < out[12][0]);
+    }
+
+    #[test]
+    fn rotation_turns_about_the_centre_and_fills_with_white() {
+        // A 5×5 image with one dark pixel right of the centre.
+        let mut img = vec![[0.5f32; 3]; 25];
+        img[2 * 5 + 4] = [0.0; 3];
+        let none = rotate(&img, 5, 0.0);
+        assert_eq!(none, img);
+        // A quarter turn anticlockwise on screen takes it above the centre.
+        let quarter = rotate(&img, 5, 90.0);
+        assert!(
+            quarter[2].iter().all(|v| v.abs() < 1e-5),
+            "{:?}",
+            quarter[2]
+        );
+        assert!(quarter[2 * 5 + 4].iter().all(|v| (v - 0.5).abs() < 1e-5));
+        // An eighth of a turn brings white into the corners and keeps the centre.
+        let eighth = rotate(&img, 5, 45.0);
+        assert!(eighth[0].iter().all(|&v| v > 0.9), "{:?}", eighth[0]);
+        assert_eq!(eighth[12], img[12]);
+    }
+
+    #[test]
+    fn a_hue_turn_keeps_greys_and_cycles_primaries() {
+        let px = [
+            [1.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.3, 0.3, 0.3],
+            [1.0, 1.0, 1.0],
+        ];
+        let near = |a: &[f32; 3], b: [f32; 3]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+        let third = hue_turn(&px, 1.0 / 3.0);
+        assert!(near(&third[0], [0.0, 1.0, 0.0]), "{:?}", third[0]);
+        assert!(near(&third[1], [0.0, 0.0, 1.0]), "{:?}", third[1]);
+        assert!(near(&third[2], [0.3, 0.3, 0.3]) && near(&third[3], [1.0; 3]));
+        let none = hue_turn(&px, 0.0);
+        assert!(none.iter().zip(&px).all(|(a, b)| near(a, *b)));
     }
 }

@@ -163,7 +163,7 @@ pub struct DataOptions {
     #[arg(long, default_value_t = 0.8, help_heading = "Data")]
     pub crop_scale: f64,
     /// Colour jitter strength: brightness, contrast and saturation factors drawn from
-    /// [1 - s, 1 + s] (0 = off; hue is never changed).
+    /// [1 - s, 1 + s] (0 = off; hue is --hue-jitter's).
     #[arg(long, default_value_t = 0.1, help_heading = "Data")]
     pub color_jitter: f64,
     /// Flip images horizontally half of the time (off by default: captions such as "arrow
@@ -176,6 +176,21 @@ pub struct DataOptions {
     #[arg(long, default_value_t = 0.0, help_heading = "Data")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub style_augment: f64,
+    /// Turn training images by up to this many degrees either way, corners filled white
+    /// (0 = off; 0-180).
+    #[arg(
+        long,
+        value_name = "DEGREES",
+        default_value_t = 0.0,
+        help_heading = "Data"
+    )]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rotate: f64,
+    /// Turn training images' hue by up to this fraction of the colour wheel either way; greys
+    /// and white stay (0 = off; 0-0.5).
+    #[arg(long, default_value_t = 0.0, help_heading = "Data")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hue_jitter: f64,
 }
 
 /// Where the towers start and their shapes.
@@ -722,6 +737,8 @@ impl TrainOptions {
                 color_jitter: 0.1,
                 hflip: false,
                 style_augment: 0.0,
+                rotate: 0.0,
+                hue_jitter: 0.0,
             },
             model: ModelOptions {
                 init: None,

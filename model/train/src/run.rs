@@ -269,18 +269,15 @@ fn run_steps(
     summary: &mut Summary,
 ) -> Result<()> {
     let total = span.total;
-    let augment = Augment {
-        processor: lexlip_model::ImageProcessor {
+    let augment = Augment::of_options(
+        &opts.data,
+        &lexlip_model::ImageProcessor {
             size: model.image_size(),
             mean: model.init().image.mean,
             std: model.init().image.std,
             squash: false,
         },
-        crop_scale: opts.data.crop_scale,
-        jitter: opts.data.color_jitter,
-        hflip: opts.data.hflip,
-        style: opts.data.style_augment,
-    };
+    );
     let masking = Masking {
         rate: opts.method.mask_rate,
         decoder_rate: opts.method.decoder_mask_rate,

@@ -7,29 +7,17 @@
 
 use candle_core::{Device, Tensor};
 use lexlip_corpus::ImageRef;
-use lexlip_model::{ImageProcessor, PreprocessedImage};
+use lexlip_model::PreprocessedImage;
 
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
 use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
 use crate::heads::image_rows;
 use crate::observe::Observer;
-use crate::options::TrainOptions;
 use crate::rng::{self, Rng};
 
 /// The views' cache section (and the start of its directory's name).
 pub(crate) const VIEWS: &str = "views";
-
-/// The augmentation `opts` asks for, resized and normalised as `processor`.
-pub(crate) fn augment(opts: &TrainOptions, processor: &ImageProcessor) -> Augment {
-    Augment {
-        processor: processor.clone(),
-        crop_scale: opts.data.crop_scale,
-        jitter: opts.data.color_jitter,
-        hflip: opts.data.hflip,
-        style: opts.data.style_augment,
-    }
-}
 
 /// What the views of a run are made of and by, for their cache.
 pub(crate) struct ViewSpec<'a> {
@@ -68,6 +56,13 @@ pub(crate) fn cache(
         "hflip": augment.hflip,
         "style": augment.style,
     });
+    // Rotation and hue joined later: keyed only when on, so earlier caches stay valid.
+    if augment.rotate > 0.0 {
+        key["views"]["rotate"] = augment.rotate.into();
+    }
+    if augment.hue > 0.0 {
+        key["views"]["hue"] = augment.hue.into();
+    }
     let key = crate::run::sha256_json(&key);
     let dir = cache_dir.join(format!("{VIEWS}-{}", &key[..16]));
     observer.message(&format!(

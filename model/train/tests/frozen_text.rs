@@ -101,18 +101,12 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
     .unwrap();
     assert_eq!(steps.first(), Some(&(0, 32)));
     assert_eq!(steps.last(), Some(&(32, 32)));
-    let augment = Augment {
-        processor: lexlip_model::ImageProcessor {
-            size: model.image.image_size(),
-            mean: init.image.mean,
-            std: init.image.std,
-            squash: false,
-        },
-        crop_scale: 1.0,
-        jitter: 0.0,
-        hflip: false,
-        style: 0.0,
-    };
+    let augment = Augment::none(&lexlip_model::ImageProcessor {
+        size: model.image.image_size(),
+        mean: init.image.mean,
+        std: init.image.std,
+        squash: false,
+    });
     let masking = Masking {
         rate: 0.3,
         decoder_rate: 0.5,

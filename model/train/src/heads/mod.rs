@@ -39,6 +39,7 @@ use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEA
 use lexlip_model::{DenseEncoder, Encoders, LoadOptions};
 use rayon::prelude::*;
 
+use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
@@ -180,7 +181,7 @@ pub fn train(
     )?;
     let view_count = opts.model.image_views;
     let views = if view_count > 0 {
-        let augment = crate::views::augment(opts, backbone.image_processor());
+        let augment = Augment::of_options(&opts.data, backbone.image_processor());
         let spec = ViewSpec {
             count: view_count,
             seed: opts.optim.seed,

@@ -128,3 +128,28 @@ fn style_augment_hashes_only_when_on() {
         assert!(err.contains("--style-augment"), "{err}");
     }
 }
+
+/// Rotation and hue jitter are off by default and then absent from the options (earlier runs
+/// hash as they did); on, they hash, and values out of range are refused.
+#[test]
+fn rotation_and_hue_hash_only_when_on() {
+    let mut o = TrainOptions::new("out");
+    o.data.tsv = Some("pairs.tsv".into());
+    let off = o.fingerprint_json();
+    assert!(off.get("rotate").is_none() && off.get("hue_jitter").is_none());
+    (o.data.rotate, o.data.hue_jitter) = (20.0, 0.1);
+    o.validate().unwrap();
+    assert_eq!(o.fingerprint_json()["rotate"], 20.0);
+    assert_eq!(o.fingerprint_json()["hue_jitter"], 0.1);
+    for bad in [-1.0, 181.0, f64::NAN] {
+        o.data.rotate = bad;
+        let err = o.validate().unwrap_err().to_string();
+        assert!(err.contains("--rotate"), "{err}");
+    }
+    o.data.rotate = 0.0;
+    for bad in [-0.1, 0.6, f64::NAN] {
+        o.data.hue_jitter = bad;
+        let err = o.validate().unwrap_err().to_string();
+        assert!(err.contains("--hue-jitter"), "{err}");
+    }
+}

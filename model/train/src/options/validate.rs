@@ -189,6 +189,18 @@ impl TrainOptions {
                 self.data.style_augment
             ));
         }
+        if !(0.0..=180.0).contains(&self.data.rotate) {
+            return bad(format!(
+                "--rotate is a largest turn in degrees, 0 to 180, got {}",
+                self.data.rotate
+            ));
+        }
+        if !(0.0..=0.5).contains(&self.data.hue_jitter) {
+            return bad(format!(
+                "--hue-jitter is a fraction of the colour wheel, 0 to 0.5, got {}",
+                self.data.hue_jitter
+            ));
+        }
         if !(0.0..1.0).contains(&self.optim.warmup) {
             return bad(format!(
                 "--warmup must be in [0, 1), got {}",
