@@ -57,9 +57,10 @@ pub struct EmbeddingCache {
 /// A run's state beside the model it wrote: not part of the model.
 const RUN_STATE: [&str; 2] = ["checkpoints", "cache"];
 
-/// SHA-256 over a model directory's files, those of its subdirectories too (relative names,
-/// sizes and contents), so a cache knows the backbone that made it: a fused model keeps its
-/// weights in subdirectories. A run's checkpoints and caches are left out.
+/// SHA-256 over a model directory's files, those of its subdirectories too (relative names and
+/// contents; a flat directory's as before subdirectories counted), so a cache knows the
+/// backbone that made it: a fused model keeps its weights in subdirectories. A run's
+/// checkpoints and caches are left out.
 pub fn fingerprint_dir(dir: &Path) -> Result<String> {
     fn files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         for entry in std::fs::read_dir(dir).map_err(|e| TrainError::io(dir, e))? {
@@ -87,7 +88,6 @@ pub fn fingerprint_dir(dir: &Path) -> Result<String> {
         let name = p.strip_prefix(dir).unwrap_or(&p);
         h.update(name.as_os_str().as_encoded_bytes());
         h.update([0]);
-        h.update((f.metadata().map_err(|e| TrainError::io(&p, e))?.len()).to_le_bytes());
         std::io::copy(&mut f, &mut h).map_err(|e| TrainError::io(&p, e))?;
     }
     Ok(format!("{:x}", h.finalize()))
