@@ -24,7 +24,6 @@ use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
-use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -39,7 +38,7 @@ use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
-use crate::views::{ViewSpec, batch_rows, pair_and_view};
+use crate::views::{ViewSpec, batch_rows, drawn};
 use lexlip_model::nn::Init;
 
 /// The projection's hidden width (the probe's, `scripts/probe_image_backbone.py`).
@@ -154,27 +153,16 @@ pub fn train(
     )?;
     let image_count = corpus.images.len();
     let view_count = opts.model.image_views;
-    let views = if view_count > 0 {
-        let augment = Augment::of_options(&opts.data, teacher.image_processor());
-        let spec = ViewSpec {
-            count: view_count,
-            seed: opts.optim.seed,
-            augment: &augment,
-            key: &key,
-            model: &tower_dir,
-            dim: dim_in,
-            chunk: IMAGE_CHUNK,
-        };
-        Some(crate::views::cache(
-            &cache_dir,
-            &corpus.images,
-            &spec,
-            tower_inputs,
-            observer,
-        )?)
-    } else {
-        None
-    };
+    let views = ViewSpec::of(
+        opts,
+        teacher.image_processor(),
+        key,
+        &tower_dir,
+        dim_in,
+        IMAGE_CHUNK,
+    )
+    .map(|spec| crate::views::cache(&cache_dir, &corpus.images, &spec, tower_inputs, observer))
+    .transpose()?;
     let rows = PairRows::take(&mut corpus);
     let all: Vec<usize> = (0..image_count).collect();
     let (mean, std) = column_stats(&images.rows(IMAGES, &all, &device)?)?;
@@ -396,14 +384,7 @@ impl Batches for PairBatches<'_> {
 
     fn batch(&mut self, step: u64) -> Result<PairBatch> {
         // Index `v` of the order is pair `v mod P` seen through view `v div P`.
-        let n = self.rows.len();
-        let (pairs, views): (Vec<usize>, Vec<usize>) = self
-            .order
-            .batch(step)
-            .into_iter()
-            .map(|v| pair_and_view(v, n))
-            .unzip();
-        let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
+        let (pairs, views, images) = drawn(self.order.batch(step), self.rows);
         Ok(PairBatch {
             pairs,
             images,

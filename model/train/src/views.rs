@@ -7,13 +7,14 @@
 
 use candle_core::{Device, Tensor};
 use lexlip_corpus::ImageRef;
-use lexlip_model::PreprocessedImage;
+use lexlip_model::{ImageProcessor, PreprocessedImage};
 
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
 use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::heads::image_rows;
+use crate::heads::{PairRows, image_rows};
 use crate::observe::Observer;
+use crate::options::TrainOptions;
 use crate::rng::{self, Rng};
 
 /// The views' cache section (and the start of its directory's name).
@@ -24,15 +25,38 @@ pub(crate) struct ViewSpec<'a> {
     /// `--image-views`.
     pub count: usize,
     pub seed: u64,
-    pub augment: &'a Augment,
+    pub augment: Augment,
     /// What identifies the pictures' cache (the corpus and the encoder): the views' key adds
     /// the count, the seed and the augmentation to it.
-    pub key: &'a serde_json::Value,
+    pub key: serde_json::Value,
     /// The encoder's directory and its rows' width.
     pub model: &'a std::path::Path,
     pub dim: usize,
     /// Pictures per pass through the encoder.
     pub chunk: usize,
+}
+
+impl<'a> ViewSpec<'a> {
+    /// The views `opts` asks for (none without `--image-views`), drawn for an encoder that
+    /// resizes and normalises as `processor`.
+    pub fn of(
+        opts: &TrainOptions,
+        processor: &ImageProcessor,
+        key: serde_json::Value,
+        model: &'a std::path::Path,
+        dim: usize,
+        chunk: usize,
+    ) -> Option<Self> {
+        (opts.model.image_views > 0).then(|| Self {
+            count: opts.model.image_views,
+            seed: opts.optim.seed,
+            augment: Augment::of_options(&opts.data, processor),
+            key,
+            model,
+            dim,
+            chunk,
+        })
+    }
 }
 
 /// Opens or builds the cache of `spec.count` views of each of `images` in a directory of
@@ -46,7 +70,7 @@ pub(crate) fn cache(
     encode: impl Fn(&[PreprocessedImage]) -> Result<Vec<f32>>,
     observer: &mut dyn Observer,
 ) -> Result<EmbeddingCache> {
-    let (count, n, augment) = (spec.count, images.len(), spec.augment);
+    let (count, n, augment) = (spec.count, images.len(), &spec.augment);
     let mut key = spec.key.clone();
     key["views"] = serde_json::json!({
         "count": count,
@@ -113,6 +137,16 @@ pub(crate) fn cache(
 /// `v div pairs` (0: the picture itself).
 pub(crate) fn pair_and_view(v: usize, pairs: usize) -> (usize, usize) {
     (v % pairs, v / pairs)
+}
+
+/// A batch's entries of such an order as its pairs, the view each reads and their pictures.
+pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (pairs, views): (Vec<usize>, Vec<usize>) = entries
+        .into_iter()
+        .map(|v| pair_and_view(v, rows.len()))
+        .unzip();
+    let images = pairs.iter().map(|&p| rows.image(p) as usize).collect();
+    (pairs, views, images)
 }
 
 /// The image rows of a batch: picture `pictures[j]` itself where `views[j]` is 0, else its view

@@ -39,7 +39,6 @@ use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEA
 use lexlip_model::{DenseEncoder, Encoders, LoadOptions};
 use rayon::prelude::*;
 
-use crate::augment::Augment;
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
@@ -56,7 +55,7 @@ use crate::params::snapshot;
 use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
-use crate::views::{ViewSpec, batch_rows, pair_and_view};
+use crate::views::{ViewSpec, batch_rows, drawn};
 use cache::{CacheMeta, EmbeddingCache, Section};
 
 /// Cache sections.
@@ -180,27 +179,24 @@ pub fn train(
         observer,
     )?;
     let view_count = opts.model.image_views;
-    let views = if view_count > 0 {
-        let augment = Augment::of_options(&opts.data, backbone.image_processor());
-        let spec = ViewSpec {
-            count: view_count,
-            seed: opts.optim.seed,
-            augment: &augment,
-            key: &serde_json::json!({ "corpus": cache.meta.corpus }),
-            model: &backbone_path,
-            dim,
-            chunk: IMAGE_CHUNK,
-        };
-        Some(crate::views::cache(
+    let views = ViewSpec::of(
+        opts,
+        backbone.image_processor(),
+        serde_json::json!({ "corpus": cache.meta.corpus }),
+        &backbone_path,
+        dim,
+        IMAGE_CHUNK,
+    )
+    .map(|spec| {
+        crate::views::cache(
             &cache_dir,
             &corpus.images,
             &spec,
             |images| Ok(flat(backbone.encode_images(images)?)),
             observer,
-        )?)
-    } else {
-        None
-    };
+        )
+    })
+    .transpose()?;
     // The steps read the cache, each pair's image row and its caption's tokens: the rest of
     // the corpus (captions' text, image references and ids) goes, and the tokens are packed.
     let image_count = corpus.images.len();
@@ -889,14 +885,7 @@ impl Batches for PairIndices<'_> {
                 self.order.set(epoch, &order);
             }
         }
-        let n = self.rows.len();
-        let (pairs, views): (Vec<usize>, Vec<usize>) = self
-            .order
-            .batch(step)
-            .into_iter()
-            .map(|v| pair_and_view(v, n))
-            .unzip();
-        let images = pairs.iter().map(|&p| self.rows.image(p) as usize).collect();
+        let (pairs, views, images) = drawn(self.order.batch(step), self.rows);
         let tokens = pairs
             .iter()
             .map(|&p| self.rows.tokens(p).to_vec())
