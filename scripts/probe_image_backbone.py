@@ -101,21 +101,22 @@ def tsv(path):
     return rows, images, torch.tensor([index[r[1]] for r in rows])
 
 
+def pixels(root, p, mean=MEAN, std=STD):
+    """A picture over white at 224 pixels, normalised by `mean` and `std` (ImageNet's)."""
+    mean, std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+    im = Image.open(root / p).convert("RGBA")
+    im = Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im)
+    im = im.convert("RGB").resize((224, 224), Image.BICUBIC)
+    return (torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1).float() / 255 - mean) / std
+
+
 def features(model, root, images, out):
     if out.is_file():
         return torch.from_numpy(np.load(out))
-    mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
-
-    def load(p):
-        im = Image.open(root / p).convert("RGBA")
-        im = Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im)
-        im = im.convert("RGB").resize((224, 224), Image.BICUBIC)
-        return (torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1).float() / 255 - mean) / std
-
     chunks = []
     with torch.no_grad():
         for i in range(0, len(images), 64):
-            chunks.append(model.features(torch.stack([load(p) for p in images[i:i + 64]])).mean((2, 3)))
+            chunks.append(model.features(torch.stack([pixels(root, p) for p in images[i:i + 64]])).mean((2, 3)))
             print(f"  {min(i + 64, len(images))}/{len(images)} images", file=sys.stderr, end="\r")
     f = torch.cat(chunks)
     np.save(out, f.numpy())
