@@ -158,6 +158,16 @@ def recall(img, txt, pair, styles):
     return out
 
 
+def masked_info_nce(t, v, images, tau):
+    """Symmetric in-batch InfoNCE of captions `t` and their pictures' embeddings `v`; two
+    captions of one picture in a batch are not each other's negatives."""
+    logits = t @ v.T / tau
+    same = (images[:, None] == images[None, :]) & ~torch.eye(len(images), dtype=torch.bool)
+    logits = logits.masked_fill(same, -1e4)
+    y = torch.arange(len(images))
+    return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
+
+
 def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, tau=0.05, linear=False):
     """An MLP (or one linear layer) from image features onto the frozen text embeddings,
     symmetric in-batch InfoNCE."""
@@ -172,12 +182,7 @@ def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, ta
         net.train()
         for batch in torch.randperm(len(pair)).split(256):
             images = pair[batch]
-            logits = t[batch] @ F.normalize(net(x[images]), dim=1).T / tau
-            # Two captions of one picture in a batch are not each other's negatives.
-            same = (images[:, None] == images[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
-            logits = logits.masked_fill(same, -1e4)
-            y = torch.arange(len(batch))
-            loss = (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
+            loss = masked_info_nce(t[batch], F.normalize(net(x[images]), dim=1), images, tau)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -11,7 +11,7 @@ pictures and the style probe's augmented Noto views, and compares it with the sa
 over the frozen tower at the same seeds. Same loss, test split and figures as the other probes.
 
 Needs what probe_style_gap.py needs, and its `--work` folder (the augmented views, the teacher's
-caches). About 30 minutes on 2 cores for one seed.
+caches). About 25 minutes on 2 cores for one seed (the activations once, then 2-3 minutes an epoch).
 
   python3 scripts/probe_tail_finetune.py --corpus target/data/emoji-corpus-ht \
       --teacher models/emoji-lex/dense --lexlip target/release/lexlip --work target/probe-style
@@ -76,12 +76,7 @@ def train(tail, acts, teacher, texts, pair, test_acts, test_teacher, epochs, see
             else:
                 f = start[unique, :-teacher.shape[1]]
             x = (torch.cat([f, teacher[unique]], 1) - mu) / sd
-            v = F.normalize(net(x), dim=1)[where]
-            logits = t[batch] @ v.T / tau
-            same = (images[:, None] == images[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
-            logits = logits.masked_fill(same, -1e4)
-            y = torch.arange(len(batch))
-            loss = (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
+            loss = probe.masked_info_nce(t[batch], F.normalize(net(x), dim=1)[where], images, tau)
             opt.zero_grad()
             loss.backward()
             opt.step()
