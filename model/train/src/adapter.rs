@@ -203,14 +203,7 @@ pub fn train(
         teacher.dim(),
         opts.method.tau,
         rows.len(),
-        if view_count > 0 {
-            format!(
-                " × {} (each picture and its {view_count} views)",
-                view_count + 1
-            )
-        } else {
-            String::new()
-        },
+        crate::views::pairs_note(view_count),
         total
     ));
     let span = Span {

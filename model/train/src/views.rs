@@ -139,6 +139,14 @@ pub(crate) fn pair_and_view(v: usize, pairs: usize) -> (usize, usize) {
     (v % pairs, v / pairs)
 }
 
+/// How a run's start message says it trains each pair once per input (empty without views).
+pub(crate) fn pairs_note(views: usize) -> String {
+    if views == 0 {
+        return String::new();
+    }
+    format!(" × {} (each picture and its {views} views)", views + 1)
+}
+
 /// A batch's entries of such an order as its pairs, the view each reads and their pictures.
 pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
     let (pairs, views): (Vec<usize>, Vec<usize>) = entries

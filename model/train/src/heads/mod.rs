@@ -271,14 +271,7 @@ pub fn train(
         opts.lexicon.caption_words_text,
         opts.lexicon.caption_words_tau,
         rows.len(),
-        if view_count > 0 {
-            format!(
-                " × {} (each picture and its {view_count} views)",
-                view_count + 1
-            )
-        } else {
-            String::new()
-        },
+        crate::views::pairs_note(view_count),
         total
     ));
     if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
