@@ -188,7 +188,7 @@ pub struct DataOptions {
     pub rotate: f64,
     /// Turn training images' hue by up to this fraction of the colour wheel either way; greys
     /// and white stay (0 = off; 0-0.5).
-    #[arg(long, default_value_t = 0.0, help_heading = "Data")]
+    #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Data")]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hue_jitter: f64,
 }
@@ -253,7 +253,8 @@ pub struct ModelOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_backbone_size: Option<usize>,
     /// --objective adapter or heads: augmented views of every training picture (drawn with
-    /// --crop-scale, --color-jitter, --hflip and --style-augment), cached beside it, each a
+    /// --crop-scale, --color-jitter, --hflip, --rotate, --hue-jitter and --style-augment),
+    /// cached beside it, each a
     /// training pair with the picture's captions (0 = none). Views of one style teach the
     /// projection or the heads to look past it; each costs one more pass of every picture
     /// through the image encoder.
