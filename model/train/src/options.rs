@@ -254,10 +254,9 @@ pub struct ModelOptions {
     pub image_backbone_size: Option<usize>,
     /// --objective adapter or heads: augmented views of every training picture (drawn with
     /// --crop-scale, --color-jitter, --hflip, --rotate, --hue-jitter and --style-augment),
-    /// cached beside it, each a
-    /// training pair with the picture's captions (0 = none). Views of one style teach the
-    /// projection or the heads to look past it; each costs one more pass of every picture
-    /// through the image encoder.
+    /// cached beside it, each a training pair with the picture's captions (0 = none). Views of
+    /// one style teach the projection or the heads to look past it; each costs one more pass of
+    /// every picture through the image encoder.
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Model")]
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub image_views: usize,
