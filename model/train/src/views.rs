@@ -158,13 +158,12 @@ pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> (Vec<usize>, Vec<us
 }
 
 /// The image rows of a batch: picture `pictures[j]` itself where `views[j]` is 0, else its view
-/// `views[j]` (row `(views[j] − 1) · image_count + pictures[j]` of `view_cache`); `section` names
-/// the pictures' rows in `images`.
+/// `views[j]` (row `(views[j] − 1) · n + pictures[j]` of `view_cache`, for the `n` pictures of
+/// `section` in `images`).
 pub(crate) fn batch_rows(
     images: &EmbeddingCache,
     section: &str,
     view_cache: Option<&EmbeddingCache>,
-    image_count: usize,
     pictures: &[usize],
     views: &[usize],
     device: &Device,
@@ -173,6 +172,7 @@ pub(crate) fn batch_rows(
         Some(cache) if views.iter().any(|&k| k > 0) => cache,
         _ => return images.rows(section, pictures, device),
     };
+    let image_count = images.len(section);
     // Each pair's place among the rows read: the pictures' own rows first, then the views'.
     let (mut own, mut viewed, mut at) = (Vec::new(), Vec::new(), Vec::new());
     for (&image, &k) in pictures.iter().zip(views) {
@@ -231,7 +231,6 @@ mod tests {
                 &images,
                 "images",
                 Some(&views),
-                3,
                 &pictures,
                 drawn,
                 &Device::Cpu,

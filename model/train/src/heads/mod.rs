@@ -295,7 +295,6 @@ pub fn train(
         model: &model,
         cache: &cache,
         views: views.as_ref(),
-        image_count,
         params: &params,
         idf: idf.to_tensor(&device)?,
         pad: tokenizer.pad,
@@ -991,7 +990,6 @@ struct HeadsSteps<'a> {
     cache: &'a EmbeddingCache,
     /// `--image-views`: the pictures' augmented views' embeddings.
     views: Option<&'a EmbeddingCache>,
-    image_count: usize,
     params: &'a [Param],
     idf: Tensor,
     pad: u32,
@@ -1013,7 +1011,6 @@ impl Objective for HeadsSteps<'_> {
             self.cache,
             IMAGES,
             self.views,
-            self.image_count,
             &batch.images,
             &batch.views,
             &self.device,

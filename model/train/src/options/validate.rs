@@ -96,7 +96,7 @@ impl TrainOptions {
         if self.model.image_views > MAX_IMAGE_VIEWS {
             return bad(format!(
                 "--image-views is at most {MAX_IMAGE_VIEWS} (each view is one more pass of every \
-                 picture through both towers), got {}",
+                 picture through the image encoder), got {}",
                 self.model.image_views
             ));
         }
