@@ -1,8 +1,8 @@
 //! Image inputs for training: decoding, and augmentation (random resized crop, horizontal flip,
-//! rotation, colour and hue jitter, a flat-style redraw) drawn from a per-sample random stream, so a step's
-//! pixels are a function of the seed and the step. Without augmentation images go through the
-//! inference preprocessing (`lexlip_model::ImageProcessor`: shorter side resized, centre crop),
-//! so training sees what encoding will.
+//! rotation, colour and hue jitter, a flat-style redraw) drawn from a per-sample random
+//! stream, so a step's pixels are a function of the seed and the step. Without augmentation
+//! images go through the inference preprocessing (`lexlip_model::ImageProcessor`: shorter side
+//! resized, centre crop), so training sees what encoding will.
 
 use std::io::Cursor;
 
