@@ -253,14 +253,8 @@ fn augmented_views_are_cached_beside_the_pictures() {
     let run = |name: &str, views: usize, identity: bool| {
         let out = tmp.path().join(name);
         let mut o = adapter_options(&tsv, &dense, &out);
-        o.model.image_views = views;
+        common::with_views(&mut o, views, identity);
         o.optim.steps = Some(2);
-        if identity {
-            (o.data.crop_scale, o.data.color_jitter) = (1.0, 0.0);
-        } else {
-            (o.data.crop_scale, o.data.color_jitter) = (0.5, 0.3);
-            (o.data.hflip, o.data.style_augment) = (true, 1.0);
-        }
         let s = lexlip_train::train(
             &o,
             &lexlip_train::RunControl::default(),

@@ -592,13 +592,7 @@ fn heads_train_over_augmented_views() {
     let viewed = |out: &Path, views: usize, identity: bool| {
         let mut o = heads_options(&tsv, &dense, out);
         o.model.cache = Some(cache.clone());
-        o.model.image_views = views;
-        if identity {
-            (o.data.crop_scale, o.data.color_jitter) = (1.0, 0.0);
-        } else {
-            (o.data.crop_scale, o.data.color_jitter) = (0.5, 0.3);
-            (o.data.hflip, o.data.style_augment) = (true, 1.0);
-        }
+        common::with_views(&mut o, views, identity);
         o
     };
     let shard = |path: &str| std::fs::read(cache.join(path)).unwrap();

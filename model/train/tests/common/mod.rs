@@ -359,7 +359,7 @@ pub fn assert_rows_close(
 }
 
 /// The one directory of augmented views (`views-HASH`) in a cache directory.
-pub fn views_dir(cache: &Path) -> std::path::PathBuf {
+pub fn views_dir(cache: &Path) -> PathBuf {
     let found: Vec<_> = std::fs::read_dir(cache)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -370,4 +370,16 @@ pub fn views_dir(cache: &Path) -> std::path::PathBuf {
         .collect();
     assert_eq!(found.len(), 1, "one views directory in {}", cache.display());
     found[0].clone()
+}
+
+/// `--image-views N` with augmentation off (every view is its picture) or on (crops, jitter,
+/// flips and flat redraws).
+pub fn with_views(o: &mut lexlip_train::TrainOptions, views: usize, identity: bool) {
+    o.model.image_views = views;
+    if identity {
+        (o.data.crop_scale, o.data.color_jitter) = (1.0, 0.0);
+    } else {
+        (o.data.crop_scale, o.data.color_jitter) = (0.5, 0.3);
+        (o.data.hflip, o.data.style_augment) = (true, 1.0);
+    }
 }
