@@ -101,9 +101,9 @@ def tsv(path):
     return rows, images, torch.tensor([index[r[1]] for r in rows])
 
 
-def pixels(root, p, mean=MEAN, std=STD):
-    """A picture over white at 224 pixels, normalised by `mean` and `std` (ImageNet's)."""
-    mean, std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+def pixels(root, p):
+    """A picture over white at 224 pixels, normalised as ImageNet's."""
+    mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
     im = Image.open(root / p).convert("RGBA")
     im = Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im)
     im = im.convert("RGB").resize((224, 224), Image.BICUBIC)
@@ -168,14 +168,19 @@ def masked_info_nce(t, v, images, tau):
     return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
 
 
+def mlp(dim_in, dim_out, hidden=1024):
+    """The probes' projection: Linear → GELU → dropout 0.1 → Linear."""
+    return torch.nn.Sequential(torch.nn.Linear(dim_in, hidden), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                               torch.nn.Linear(hidden, dim_out))
+
+
 def train_projection(x_train, texts, pair, x_test, epochs, seed, hidden=1024, tau=0.05, linear=False):
     """An MLP (or one linear layer) from image features onto the frozen text embeddings,
     symmetric in-batch InfoNCE."""
     torch.manual_seed(seed)
     mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
-    net = torch.nn.Linear(x_train.shape[1], texts.shape[1]) if linear else torch.nn.Sequential(
-        torch.nn.Linear(x_train.shape[1], hidden), torch.nn.GELU(), torch.nn.Dropout(0.1),
-        torch.nn.Linear(hidden, texts.shape[1]))
+    net = torch.nn.Linear(x_train.shape[1], texts.shape[1]) if linear else mlp(
+        x_train.shape[1], texts.shape[1], hidden)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     x, t = (x_train - mu) / sd, F.normalize(texts, dim=1)
     for _ in range(epochs):

@@ -52,15 +52,13 @@ def train(tail, acts, teacher, texts, pair, test_acts, test_teacher, epochs, see
     for p in tail.parameters():
         p.requires_grad_(tail_lr > 0)
 
-    def pooled(a, grad=False):
-        with torch.set_grad_enabled(grad):
-            return torch.cat([tail(a[i:i + 256].float()).mean((2, 3)) for i in range(0, len(a), 256)])
+    def pooled(a):
+        return torch.cat([tail(a[i:i + 256].float()).mean((2, 3)) for i in range(0, len(a), 256)])
 
     with torch.no_grad():
         start = torch.cat([pooled(acts), teacher], 1)
     mu, sd = start.mean(0), start.std(0) + 1e-6
-    net = torch.nn.Sequential(torch.nn.Linear(start.shape[1], 1024), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                              torch.nn.Linear(1024, texts.shape[1]))
+    net = probe.mlp(start.shape[1], texts.shape[1])
     groups = [{"params": net.parameters(), "lr": 1e-3}]
     if tail_lr > 0:
         groups.append({"params": tail.parameters(), "lr": tail_lr})
