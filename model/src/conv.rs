@@ -1,6 +1,7 @@
 //! Convolutions for inference: weights read and BatchNorms folded at load, depthwise
-//! convolutions as direct loops on the CPU (candle's grouped convolution runs one convolution
-//! per channel). Shared by the convolutional image towers (FastViT, MobileNetV2).
+//! convolutions as direct loops on the CPU and as k² shifted multiply-adds on a GPU (candle's
+//! grouped convolution runs one convolution per channel: hundreds of launches a layer). Shared
+//! by the convolutional image towers (FastViT, MobileNetV2).
 
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -74,9 +75,10 @@ pub(crate) fn linear_on(weight: Tensor, bias: Tensor, device: &Device) -> Result
 }
 
 /// A convolution with bias: depthwise ones (groups = input channels) as [`DepthwiseConv`] on
-/// the CPU, any other through candle.
+/// the CPU and [`TapsConv`] elsewhere, any other through candle.
 pub(crate) enum Conv {
     Depthwise(DepthwiseConv),
+    Taps(TapsConv),
     Candle {
         weight: Tensor,
         bias: Tensor,
@@ -96,7 +98,16 @@ impl Conv {
     ) -> Result<Self> {
         let (out, per_group, k, _) = weight.dims4()?;
         let groups = in_channels / per_group.max(1);
-        if groups > 1 && per_group == 1 && device.is_cpu() {
+        if groups > 1 && per_group == 1 {
+            if !device.is_cpu() {
+                return Ok(Conv::Taps(TapsConv::new(
+                    &weight,
+                    &bias,
+                    in_channels,
+                    stride,
+                    device,
+                )?));
+            }
             return Ok(Conv::Depthwise(DepthwiseConv {
                 weight: weight.flatten_all()?.to_vec1()?,
                 bias: bias.to_vec1()?,
@@ -116,6 +127,7 @@ impl Conv {
     pub(crate) fn out_channels(&self) -> Result<usize> {
         Ok(match self {
             Conv::Depthwise(op) => op.out,
+            Conv::Taps(op) => op.bias.dim(1)?,
             Conv::Candle { weight, .. } => weight.dim(0)?,
         })
     }
@@ -124,6 +136,7 @@ impl Conv {
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Conv::Depthwise(op) => Ok(x.contiguous()?.apply_op1_no_bwd(op)?),
+            Conv::Taps(op) => op.forward(x),
             Conv::Candle {
                 weight,
                 bias,
@@ -135,6 +148,84 @@ impl Conv {
                 Ok(y.broadcast_add(&bias.reshape((1, (), 1, 1))?)?)
             }
         }
+    }
+}
+
+/// A depthwise convolution as the sum over its k² taps of the zero-padded input, shifted by the
+/// tap, times the tap's weight per channel: 2k² element-wise kernels on whole maps, whatever
+/// the channel count. At stride s the stride-1 result is sampled every s rows and columns.
+pub(crate) struct TapsConv {
+    /// One `(1, out, 1, 1)` weight per tap, row-major over the kernel.
+    taps: Vec<Tensor>,
+    /// `(1, out, 1, 1)`.
+    bias: Tensor,
+    /// The input channel each output channel reads, when there are more outputs than inputs.
+    inputs: Option<Tensor>,
+    k: usize,
+    stride: usize,
+}
+
+impl TapsConv {
+    /// `weight` `(out, 1, k, k)` and `bias` `(out,)` (f32, CPU) for `in_channels` inputs.
+    pub(crate) fn new(
+        weight: &Tensor,
+        bias: &Tensor,
+        in_channels: usize,
+        stride: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let (out, _, k, _) = weight.dims4()?;
+        let flat = weight.reshape((out, k * k))?;
+        let taps = (0..k * k)
+            .map(|t| {
+                Ok(flat
+                    .narrow(1, t, 1)?
+                    .reshape((1, out, 1, 1))?
+                    .to_device(device)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let per_input = out / in_channels.max(1);
+        let inputs = if per_input > 1 {
+            let idx: Vec<u32> = (0..out).map(|o| (o / per_input) as u32).collect();
+            Some(Tensor::from_vec(idx, out, device)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            taps,
+            bias: bias.reshape((1, out, 1, 1))?.to_device(device)?,
+            inputs,
+            k,
+            stride: stride.max(1),
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = match &self.inputs {
+            Some(idx) => x.index_select(idx, 1)?,
+            None => x.clone(),
+        };
+        let (_, _, h, w) = x.dims4()?;
+        let (k, pad) = (self.k, self.k / 2);
+        let padded = x.pad_with_zeros(2, pad, pad)?.pad_with_zeros(3, pad, pad)?;
+        let (h1, w1) = (h + 2 * pad + 1 - k, w + 2 * pad + 1 - k);
+        let mut sum = self.bias.clone();
+        for (t, weight) in self.taps.iter().enumerate() {
+            let shifted = padded.narrow(2, t / k, h1)?.narrow(3, t % k, w1)?;
+            sum = shifted.broadcast_mul(weight)?.broadcast_add(&sum)?;
+        }
+        if self.stride == 1 {
+            return Ok(sum);
+        }
+        let s = self.stride;
+        let every = |n: usize| -> Result<Tensor> {
+            let idx: Vec<u32> = (0..n).step_by(s).map(|i| i as u32).collect();
+            let len = idx.len();
+            Ok(Tensor::from_vec(idx, len, sum.device())?)
+        };
+        Ok(sum
+            .index_select(&every(h1)?, 2)?
+            .index_select(&every(w1)?, 3)?)
     }
 }
 
@@ -230,8 +321,9 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
-        /// The direct depthwise loops equal candle's grouped convolution (plus bias), for
-        /// channel multipliers, strides, kernel sizes and maps smaller than the kernel.
+        /// The direct depthwise loops and the GPU's shifted taps (run here on the CPU) equal
+        /// candle's grouped convolution (plus bias), for channel multipliers, strides, kernel
+        /// sizes and maps smaller than the kernel.
         #[test]
         fn depthwise_equals_grouped_convolution(
             batch in 1usize..3,
@@ -262,13 +354,15 @@ mod tests {
                 .unwrap()
                 .broadcast_add(&bias.reshape((1, (), 1, 1)).unwrap())
                 .unwrap();
+            let taps = TapsConv::new(&weight, &bias, channels, stride, &Device::Cpu).unwrap();
             let conv = Conv::new(weight, bias, channels, stride, &Device::Cpu).unwrap();
             let fast = channels > 1;
             prop_assert_eq!(matches!(conv, Conv::Depthwise(_)), fast);
-            let got = conv.forward(&x).unwrap();
-            prop_assert_eq!(got.dims(), want.dims());
-            let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-            prop_assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+            for got in [conv.forward(&x).unwrap(), taps.forward(&x).unwrap()] {
+                prop_assert_eq!(got.dims(), want.dims());
+                let diff = (got - &want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+                prop_assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+            }
         }
     }
 }
