@@ -26,6 +26,9 @@
 #                     that fused model, with 3 augmented views of every picture in the projection's
 #                     cache; about 25 more minutes, and encoding a picture costs about 50 times the
 #                     teacher's alone (docs/benchmarks.md, "A pretrained image tower").
+#   TOWER=DIR         with ADAPTER=1, this MobileNetV2 directory instead of ImageNet's as it
+#                     comes: models/emoji-lex-imagenet's tower was trained further on the training
+#                     pictures on a GPU (scripts/probe_full_finetune.py, its model card).
 #   FLOPS="I T"       the heads' FLOPS weights, image and text (default "0.01 0.01"). The text
 #                     side's weight is what keeps a term shared by every caption ("3", "computer")
 #                     out of the image lexicons (docs/benchmarks.md, FLOPS as a document-frequency
@@ -67,7 +70,7 @@ fi
 
 backbone="$work/dense"
 if [ -n "${ADAPTER:-}" ]; then
-  tower="$("$root/scripts/fetch-image-backbone.sh")"
+  tower="${TOWER:-$("$root/scripts/fetch-image-backbone.sh")}"
   [ -f "$work/fused/config.json" ] || "$lexlip" train --objective adapter --backbone "$work/dense" \
     --image-backbone "$tower" --image-views 3 --crop-scale 0.8 --color-jitter 0.3 --hflip \
     --style-augment 0.5 --tsv "$train_tsv" --max-length 24 --seed 42 --save-dtype f16 \
