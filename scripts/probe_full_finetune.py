@@ -50,8 +50,7 @@ def picture_array(root, images, side=64):
     from PIL import Image
     out = np.empty((len(images), side, side, 3), dtype=np.uint8)
     for i, p in enumerate(images):
-        im = Image.open(root / p).convert("RGBA")
-        im = Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im).convert("RGB")
+        im = probe.on_white(root, p)
         if im.size != (side, side):
             im = im.resize((side, side), Image.BICUBIC)
         out[i] = np.asarray(im)
@@ -79,15 +78,6 @@ def prepare(args):
         print(f"{split}: {len(images)} pictures, {len(pair)} captions", file=sys.stderr)
     np.savez_compressed(args.bundle / "data.npz", **arrays)
     shutil.copy(args.backbone / "model.safetensors", args.bundle / "mobilenetv2.safetensors")
-
-
-def info_nce(t, v, images, tau):
-    """probe.masked_info_nce on the device of its inputs."""
-    logits = t @ v.T / tau
-    eye = torch.eye(len(images), dtype=torch.bool, device=t.device)
-    logits = logits.masked_fill((images[:, None] == images[None, :]) & ~eye, -1e4)
-    y = torch.arange(len(images), device=t.device)
-    return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
 
 
 def uniform(n, lo, hi, g):
@@ -190,8 +180,8 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
                 z = net((features(data[f"{key}_px"], data[f"{key}_img"]) - mu) / sd)
             r = probe.recall(z.cpu(), data[f"{key}_txt"].cpu(), data[f"{key}_pair"].cpu(), data[f"{key}_style"])
             out[key] = r
-        t = out["test"]
-        out["gap"] = t["google"][0] - t["twitter"][0] if "google" in t and "twitter" in t else float("nan")
+        r = out["test"]
+        out["gap"] = r["google"][0] - r["twitter"][0] if "google" in r and "twitter" in r else float("nan")
         out["seconds"] = round(time.time() - began, 1)
         net.train()
         held = f"  held-out style {out['held']['all'][0]:.1f}/{out['held']['all'][1]:.1f}" if "held" in out else ""
@@ -212,12 +202,10 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
                     x = x.clone()
                     x[pick] = augment(x[pick], g, args.rotate)
             with torch.autocast(dev.type, dtype=torch.bfloat16):
-                f = tower(x)
-            if tower_lr == 0:
-                f = f.detach()
+                f = tower(x)  # no graph through a frozen tower: its weights need no gradient
             inp = torch.cat([f, t_img[unique]], 1) if teacher_input else f
             z = F.normalize(net((inp - mu) / sd), dim=1)[where]
-            loss = info_nce(t[batch], z, images, args.tau)
+            loss = probe.masked_info_nce(t[batch], z, images, args.tau)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

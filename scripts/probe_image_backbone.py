@@ -101,12 +101,16 @@ def tsv(path):
     return rows, images, torch.tensor([index[r[1]] for r in rows])
 
 
+def on_white(root, p):
+    """A picture composited over white, RGB."""
+    im = Image.open(root / p).convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im).convert("RGB")
+
+
 def pixels(root, p):
     """A picture over white at 224 pixels, normalised as ImageNet's."""
     mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
-    im = Image.open(root / p).convert("RGBA")
-    im = Image.alpha_composite(Image.new("RGBA", im.size, (255, 255, 255, 255)), im)
-    im = im.convert("RGB").resize((224, 224), Image.BICUBIC)
+    im = on_white(root, p).resize((224, 224), Image.BICUBIC)
     return (torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1).float() / 255 - mean) / std
 
 
@@ -160,11 +164,11 @@ def recall(img, txt, pair, styles):
 
 def masked_info_nce(t, v, images, tau):
     """Symmetric in-batch InfoNCE of captions `t` and their pictures' embeddings `v`; two
-    captions of one picture in a batch are not each other's negatives."""
+    captions of one picture in a batch are not each other's negatives. On the inputs' device."""
     logits = t @ v.T / tau
-    same = (images[:, None] == images[None, :]) & ~torch.eye(len(images), dtype=torch.bool)
-    logits = logits.masked_fill(same, -1e4)
-    y = torch.arange(len(images))
+    eye = torch.eye(len(images), dtype=torch.bool, device=t.device)
+    logits = logits.masked_fill((images[:, None] == images[None, :]) & ~eye, -1e4)
+    y = torch.arange(len(images), device=t.device)
     return (F.cross_entropy(logits, y) + F.cross_entropy(logits.T, y)) / 2
 
 
