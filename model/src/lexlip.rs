@@ -4,7 +4,8 @@
 //! A LexLIP directory:
 //! ```text
 //! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40,
-//!                       "image_top_k": 64, "weak_match": {...}, "card": "…"} (all optional)
+//!                       "image_top_k": 64, "weak_match": {...}, "idf": 1, "card": "…"}
+//!                      (all optional)
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
@@ -125,6 +126,12 @@ pub struct LoadOptions {
     /// query's hits are weak matches (measured by `scripts/match_strength.py`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weak_match: Option<WeakMatch>,
+    /// The IDF exponent its queries are searched with when neither the request nor the command
+    /// gives one (`lexlip serve`, `search` and `eval --idf`): a model whose lexicons put
+    /// kind-of-picture terms on many documents finds more when its queries weigh them by
+    /// rarity, measured per model with `lexlip eval --idf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idf: Option<f32>,
     /// One line on what the model was trained on and what it does not know, for the page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card: Option<String>,
@@ -144,6 +151,7 @@ impl LoadOptions {
             image_size: self.image_size.or(file.image_size),
             image_top_k: self.image_top_k.or(file.image_top_k),
             weak_match: self.weak_match.or(file.weak_match),
+            idf: self.idf.or(file.idf),
             card: self.card.clone().or_else(|| file.card.clone()),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
@@ -167,6 +175,7 @@ pub struct WeakMatch {
 pub struct Encoders {
     path: PathBuf,
     weak_match: WeakMatch,
+    idf: Option<f32>,
     card: Option<String>,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
@@ -268,6 +277,7 @@ impl Encoders {
         let mut enc = Encoders {
             path: path.to_path_buf(),
             weak_match: WeakMatch::default(),
+            idf: None,
             card: None,
             text: None,
             image: None,
@@ -429,6 +439,15 @@ impl Encoders {
         if let Some(w) = opts.weak_match {
             self.weak_match = w;
         }
+        if let Some(a) = opts.idf {
+            if !(a.is_finite() && a >= 0.0) {
+                return Err(ModelError::Invalid(format!(
+                    "{}: idf in lexlip.json must be a number from 0 (off) up, got {a}",
+                    self.path.display()
+                )));
+            }
+            self.idf = Some(a);
+        }
         if let Some(c) = &opts.card {
             self.card = Some(c.clone());
         }
@@ -442,6 +461,12 @@ impl Encoders {
     /// The model's weak-match calibration (`lexlip.json`'s `weak_match`; empty when none).
     pub fn weak_match(&self) -> WeakMatch {
         self.weak_match
+    }
+
+    /// The IDF exponent of the model's queries when the search gives none (`lexlip.json`'s
+    /// `idf`).
+    pub fn idf(&self) -> Option<f32> {
+        self.idf
     }
 
     /// The model's one-line card (`lexlip.json`'s `card`), when it has one.

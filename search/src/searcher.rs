@@ -177,7 +177,8 @@ impl<'a> Searcher<'a> {
     }
 
     /// The ranked documents as API hits. Sparse hits carry their match strength (score over
-    /// what a document equal to the query `sparse` would score) and, with `explain`, their
+    /// what a document equal to the query `sparse` would score, stored as this collection
+    /// stores documents: cut to its top-K terms, if it cuts them) and, with `explain`, their
     /// matched terms (with the impacts searched); dense hits their cosine clamped to [0, 1] as
     /// the strength; fused hits none.
     pub fn hits(
@@ -189,8 +190,15 @@ impl<'a> Searcher<'a> {
         let searched = ranking.weighted.as_ref().or(sparse);
         let explain = searched.filter(|_| explain);
         // What a document equal to the query scores against the query searched (Σ impact²
-        // unweighted).
-        let own = sparse.zip(searched).map(|(q, s)| s.dot(q));
+        // unweighted). A collection that keeps K terms a document would keep the query's K
+        // largest: without the cut, no match in it could reach 1, and strengths would depend
+        // on K rather than on how well the document matches.
+        let own = sparse
+            .zip(searched)
+            .map(|(q, s)| match self.snapshot.top_k_terms() {
+                Some(k) => s.dot(&q.top_k(k)),
+                None => s.dot(q),
+            });
         let hit = |r: &Ranked| -> Result<Hit, SearchError> {
             Ok(match ranking.path {
                 SearchPath::Sparse => {

@@ -360,3 +360,45 @@ fn idf_lifts_the_rare_term_by_hand() {
         36.0 / 380.0
     ));
 }
+
+/// Match strength in a collection that keeps 2 terms a document: a query equal to a stored
+/// document's full lexicon {cat 10, dog 8, fish 5} finds it, stored as {cat 10, dog 8}, at
+/// strength 1 (164 of the 164 a document equal to the query, cut as this collection cuts,
+/// would score), not 164 / 189; a document holding only `cat` scores 100 / 164.
+#[test]
+fn match_strength_in_a_top_k_collection_is_against_the_query_cut_as_documents_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = CollectionSettings {
+        top_k_terms: Some(2),
+        ..CollectionSettings::default()
+    };
+    let c = Collection::create(
+        tmp.path(),
+        TermSpace::from_tokens("free", []),
+        settings,
+        None,
+    )
+    .unwrap();
+    let full = QuantizedVector::new([("cat", 10u64), ("dog", 8), ("fish", 5)]).unwrap();
+    let only_cat = QuantizedVector::new([("cat", 10u64)]).unwrap();
+    for (id, v) in [("a", &full), ("b", &only_cat)] {
+        let stored = c
+            .quantizer()
+            .document(lexlip_proto::VectorInput::Impacts(v.clone()))
+            .unwrap();
+        let doc = Document::new(DocId::new(id).unwrap(), Modality::Image);
+        c.add_with_dense(doc, stored, None).unwrap();
+    }
+    c.commit().unwrap();
+    let snapshot = c.snapshot().unwrap();
+    assert_eq!(snapshot.top_k_terms(), Some(2));
+    let found = Searcher::new(&snapshot)
+        .search(&SearchPlan::top(2), Some(&full), |_| {
+            Ok::<_, SearchError>(None)
+        })
+        .unwrap();
+    assert_eq!(ids(&found.hits), ["a", "b"]);
+    assert_eq!(found.hits[0].score, 164.0);
+    assert_eq!(found.hits[0].match_strength, Some(1.0));
+    assert!(close(found.hits[1].match_strength.unwrap(), 100.0 / 164.0));
+}

@@ -193,10 +193,9 @@ fn finds_emoji_both_ways(model: &Path, floor: Floor) {
 /// matches it fully (strength 1, up to quantization), every hit's strength is in [0, 1], and a model carrying a
 /// weak-match calibration in its lexlip.json has the server return it with text queries (the
 /// search page's threshold) but not with vector queries, which no model encoded.
-#[test]
-fn match_strength_and_a_models_weak_match_calibration() {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = tmp.path().join("model");
+/// A copy of `models/emoji-tiny` under `dir` whose `lexlip.json` also has `settings`' fields.
+fn emoji_model_with(dir: &Path, settings: Value) -> std::path::PathBuf {
+    let model = dir.join("model");
     for part in ["text", "image"] {
         std::fs::create_dir_all(model.join(part)).unwrap();
         for f in std::fs::read_dir(emoji_model().join(part)).unwrap() {
@@ -204,11 +203,168 @@ fn match_strength_and_a_models_weak_match_calibration() {
             std::fs::copy(&f, model.join(part).join(f.file_name().unwrap())).unwrap();
         }
     }
-    let mut settings: Value =
+    let mut file: Value =
         serde_json::from_str(&std::fs::read_to_string(emoji_model().join("lexlip.json")).unwrap())
             .unwrap();
-    settings["weak_match"] = json!({"text": 0.05});
-    std::fs::write(model.join("lexlip.json"), settings.to_string()).unwrap();
+    file.as_object_mut()
+        .unwrap()
+        .extend(settings.as_object().unwrap().clone());
+    std::fs::write(model.join("lexlip.json"), file.to_string()).unwrap();
+    model
+}
+
+/// The scores of a search's hits, by id.
+fn scores(r: &Value) -> Vec<(String, f64)> {
+    r["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap().to_string(),
+                h["score"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A model's own IDF exponent (`"idf"` in its lexlip.json) weighs the text and image queries
+/// it encodes when the search gives none: over HTTP a text query without `idf` scores as the
+/// same query with the model's `"idf": 2`, not as the unweighted one, and `/readyz` says so;
+/// vector queries, which no model encoded, stay unweighted; `lexlip serve --idf 0` overrides
+/// the model. `lexlip search` and `lexlip eval` take it too, and a model whose idf is out of
+/// range is refused with the file to fix.
+#[test]
+fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = emoji_model_with(tmp.path(), json!({"idf": 2.0}));
+    let data = tmp.path().join("data");
+    let model_arg = model.display().to_string();
+    let s = Server::start(&data, &["--model".into(), model_arg.clone()]);
+    index_emoji(&s, "emoji");
+    let (_, ready) = s.call("GET", "/readyz", None);
+    assert_eq!(
+        ready["models"]["idf"],
+        json!({"text": 2.0, "image": 2.0}),
+        "{ready}"
+    );
+    let search = |s: &Server, extra: Value| {
+        let mut body = json!({"query": {"text": "a dog"}, "target": "image", "k": 12});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
+        assert_eq!(st, 200, "{r}");
+        scores(&r)
+    };
+    let by_model = search(&s, json!({}));
+    let weighted = search(&s, json!({"idf": 2.0}));
+    let plain = search(&s, json!({"idf": 0}));
+    assert_eq!(by_model, weighted);
+    assert_ne!(by_model, plain);
+    let vector = |s: &Server, extra: Value| {
+        let mut body = json!({"query": {"sparse": {"dog": 1.5, "animal": 0.5}}, "k": 12});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
+        assert_eq!(st, 200, "{r}");
+        scores(&r)
+    };
+    assert_eq!(vector(&s, json!({})), vector(&s, json!({"idf": 0})));
+    s.stop();
+
+    let s = Server::start(
+        &data,
+        &[
+            "--model".into(),
+            model_arg.clone(),
+            "--idf".into(),
+            "0".into(),
+        ],
+    );
+    assert_eq!(search(&s, json!({})), plain);
+    s.stop();
+
+    // The command line: `lexlip search` without --idf weighs as the model asks.
+    let collection = data.join("collections/emoji");
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "search",
+            "--collection",
+            collection.to_str().unwrap(),
+            "--model",
+            &model_arg,
+            "--text",
+            "a dog",
+            "--modality",
+            "image",
+            "-k",
+            "12",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        scores(&lexlip_tests::success_json(&lexlip_tests::lexlip(&args)))
+    };
+    assert_eq!(cli(&[]), by_model);
+    assert_eq!(cli(&["--idf", "0"]), plain);
+
+    // `lexlip eval` reports the exponent it searched with.
+    let tsv = tmp.path().join("emoji.tsv");
+    let mut lines = vec!["title\tfilepath\timage_id".to_string()];
+    for (file, label) in EMOJI {
+        lines.push(format!("{label}\t{}\t{file}", emoji_png(file).display()));
+    }
+    std::fs::write(&tsv, lines.join("\n")).unwrap();
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--tsv",
+            tsv.to_str().unwrap(),
+            "--model",
+            &model_arg,
+        ];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        lexlip_tests::success_json(&lexlip_tests::lexlip(&args))
+    };
+    assert_eq!(eval(&[])["idf"], 2.0);
+    assert!(eval(&["--idf", "0"]).get("idf").is_none());
+
+    // Out of range: refused at start, naming the file.
+    let bad = emoji_model_with(&tmp.path().join("bad"), json!({"idf": 9.0}));
+    let out = lexlip_tests::lexlip(&[
+        "search",
+        "--collection",
+        collection.to_str().unwrap(),
+        "--model",
+        bad.to_str().unwrap(),
+        "--text",
+        "a dog",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lexlip.json") && err.contains("idf must be"),
+        "{err}"
+    );
+    let bad = emoji_model_with(&tmp.path().join("negative"), json!({"idf": -1.0}));
+    let out = lexlip_tests::lexlip(&[
+        "eval",
+        "--tsv",
+        tsv.to_str().unwrap(),
+        "--model",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("idf in lexlip.json"), "{err}");
+}
+
+#[test]
+fn match_strength_and_a_models_weak_match_calibration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = emoji_model_with(tmp.path(), json!({"weak_match": {"text": 0.05}}));
     let data = tmp.path().join("data");
     let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
     index_emoji(&s, "emoji");

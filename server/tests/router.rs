@@ -605,7 +605,7 @@ fn cat_and_fish(base: Value, extra: Value) -> Value {
 async fn serve_idf_default_and_request_override() {
     let data = tempfile::tempdir().unwrap();
     let limits = Limits {
-        idf: 2.0,
+        idf: Some(2.0),
         ..in_process::limits()
     };
     let app = four_documents(data.path(), limits).await;

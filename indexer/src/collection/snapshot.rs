@@ -29,6 +29,7 @@ pub struct Snapshot {
     pub(super) maxima: Vec<Arc<ForwardIndex>>,
     pub(super) fields: Fields,
     scale: f32,
+    top_k_terms: Option<usize>,
     dense: Arc<DenseCache>,
     dense_dim: Option<usize>,
     dense_params: DenseParams,
@@ -70,6 +71,7 @@ impl Collection {
             maxima,
             fields: self.fields,
             scale: self.manifest.settings.scale,
+            top_k_terms: self.manifest.settings.top_k_terms,
             dense: self.dense.clone(),
             dense_dim: self.manifest.settings.dense_dim,
             dense_params: self.dense_params,
@@ -84,6 +86,11 @@ impl Snapshot {
 
     pub fn searcher(&self) -> &Searcher {
         &self.searcher
+    }
+
+    /// The most terms a document keeps in this collection (`--top-k-terms`), when it cuts them.
+    pub fn top_k_terms(&self) -> Option<usize> {
+        self.top_k_terms
     }
 
     pub(crate) fn fields(&self) -> &Fields {

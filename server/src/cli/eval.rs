@@ -84,10 +84,10 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value_t = RelevanceArg::Item)]
     pub relevance: RelevanceArg,
     /// Weight every sparse query's terms by their rarity in the collection searched, as
-    /// `lexlip search --idf`: each impact times ln(1 + N / df)^ALPHA (0-4; 0, the default, is
-    /// off). Sparse mode only.
-    #[arg(long, default_value_t = 0.0)]
-    pub idf: f32,
+    /// `lexlip search --idf`: each impact times ln(1 + N / df)^ALPHA (0-4; 0 is off). Sparse
+    /// mode only. Default: in sparse mode, the model's (`idf` in its lexlip.json), else off.
+    #[arg(long, value_name = "ALPHA")]
+    pub idf: Option<f32>,
     /// Quantization scale of the collections: impact = floor(scale · weight).
     #[arg(long, default_value_t = DEFAULT_SCALE)]
     pub scale: f32,
@@ -174,7 +174,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         rerank: None,
         distractors: args.distractors.clone(),
         distractors_from_dense: args.distractors_from_dense,
-        idf: args.idf,
+        idf: args.idf.unwrap_or(0.0),
     };
     // Bad options and a missing corpus are reported before the model loads.
     options.settings()?;
@@ -212,6 +212,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     let (_, encoders) = args.model.load("lexlip eval", load)?;
     let mut options = options;
+    // Without --idf, sparse queries are weighted as the model asks.
+    if args.idf.is_none()
+        && args.mode == ModeArg::Sparse
+        && let Some(a) = encoders.idf()
+    {
+        options.idf = a;
+        options
+            .settings()
+            .context("idf in the model's lexlip.json")?;
+    }
     if let Some(dir) = &args.rerank_model {
         anyhow::ensure!(
             (1..=256).contains(&args.rerank_top),

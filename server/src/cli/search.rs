@@ -63,11 +63,12 @@ pub struct SearchArgs {
     pub term_cut: Option<f32>,
     /// Weight the query's terms by their rarity among the documents searched: each impact
     /// times ln(1 + N / df)^ALPHA, N the documents the search may return (of --modality) and df
-    /// those holding the term (0-4; 0, the default, is off; 1 is BM25's IDF). Terms that a model
-    /// puts on most pictures of a large collection then weigh less than the ones that tell
-    /// them apart. The search stays exact, with the weighted query.
-    #[arg(long, default_value_t = 0.0, value_name = "ALPHA")]
-    pub idf: f32,
+    /// those holding the term (0-4; 0 is off; 1 is BM25's IDF). Terms that a model puts on most
+    /// pictures of a large collection then weigh less than the ones that tell them apart. The
+    /// search stays exact, with the weighted query. Default: for --text and --image, the
+    /// model's (`idf` in its lexlip.json), else off.
+    #[arg(long, value_name = "ALPHA")]
+    pub idf: Option<f32>,
     /// Only documents of this modality.
     #[arg(long, value_parser = parse_modality)]
     pub modality: Option<Modality>,
@@ -106,7 +107,7 @@ fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
         },
         explain: args.explain,
         threads: 0,
-        idf: args.idf,
+        idf: args.idf.unwrap_or(0.0),
     };
     plan.check(dense)?;
     Ok(plan)
@@ -263,10 +264,19 @@ fn single(
         Query::Vector(_) => None,
     };
     let encoded = encode(c, plan, &query, loaded.as_ref())?;
+    // Without --idf, a query the model encoded is weighted as the model asks.
+    let mut plan = plan.clone();
+    if args.idf.is_none()
+        && let Some(a) = loaded.as_ref().and_then(Encoders::idf)
+    {
+        plan.idf = a;
+        plan.check(c.manifest().settings.dense_dim.is_some())
+            .context("idf in the model's lexlip.json")?;
+    }
     let snap = c.snapshot()?;
     let t = Instant::now();
     let found =
-        Searcher::new(&snap).search(plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
+        Searcher::new(&snap).search(&plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     if args.json {
         println!(

@@ -69,10 +69,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub query_threads: Option<usize>,
     /// Weight the terms of sparse searches that give no `idf` by their rarity among the
-    /// documents searched, to the power ALPHA (0-4; 0, the default, is off). For collections
+    /// documents searched, to the power ALPHA (0-4; 0 is off). Default: the query model's
+    /// (`idf` in its lexlip.json; models/emoji-lex-imagenet's is 1), else off. For collections
     /// of hundreds of thousands of pictures and more, 1 finds more (docs/cli.md, IDF weighting).
-    #[arg(long, default_value_t = 0.0, value_name = "ALPHA")]
-    pub idf: f32,
+    #[arg(long, value_name = "ALPHA")]
+    pub idf: Option<f32>,
     /// Search approximately by default: sparse searches that set none of `exact`, `approx`
     /// and `term_cut` leave the query's lightest terms, up to this share of its largest
     /// possible score, out of the pruning bounds (0-1; 0, the default, searches exactly; 0.05
@@ -113,7 +114,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.protect_reads && args.api_key.is_empty() {
         anyhow::bail!("--protect-reads needs --api-key");
     }
-    lexlip_search::plan::check_idf(args.idf).map_err(|e| anyhow::anyhow!("--idf: {e}"))?;
+    if let Some(a) = args.idf {
+        lexlip_search::plan::check_idf(a).map_err(|e| anyhow::anyhow!("--idf: {e}"))?;
+    }
     lexlip_index::check_term_cut(args.term_cut).map_err(|e| anyhow::anyhow!("--term-cut: {e}"))?;
     let metrics = Metrics::new();
     let resolve = |p: &Option<PathBuf>| p.as_deref().map(resolve_model).transpose();

@@ -49,8 +49,20 @@ pub struct EncoderService {
     describe: serde_json::Value,
     /// Weak-match thresholds of the models that encode text and image queries.
     weak_match: lexlip_model::WeakMatch,
+    /// The IDF exponents of the models that encode text and image queries (`idf` in their
+    /// `lexlip.json`), for searches that give none.
+    idf: QueryIdf,
     /// The query model's card (its `README.md`), served to the page.
     readme: Option<String>,
+}
+
+/// The IDF exponents of the query models, by query modality.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct QueryIdf {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<f32>,
 }
 
 /// Largest model card served.
@@ -157,6 +169,17 @@ impl EncoderService {
             text: text_src.as_ref().and_then(|e| e.weak_match().text),
             image: image_src.as_ref().and_then(|e| e.weak_match().image),
         };
+        let idf = QueryIdf {
+            text: text_src.as_ref().and_then(|e| e.idf()),
+            image: image_src.as_ref().and_then(|e| e.idf()),
+        };
+        for (model, a) in [(&text_src, idf.text), (&image_src, idf.image)] {
+            if let (Some(m), Some(a)) = (model, a) {
+                lexlip_search::plan::check_idf(a).map_err(|e| {
+                    anyhow::anyhow!("{}: idf in lexlip.json: {e}", m.path().display())
+                })?;
+            }
+        }
         let observe = |kind: &'static str| {
             let m = metrics.clone();
             Box::new(move |n: usize| m.observe_batch(kind, n)) as Box<dyn Fn(usize) + Send>
@@ -244,6 +267,7 @@ impl EncoderService {
             "dense_dim": dense.as_ref().map(|d| d.dim),
             "term_space": text_space.as_ref().or(image_space.as_ref()).map(|t| t.to_string()),
             "weak_match": weak_match,
+            "idf": idf,
         });
         Ok(Self {
             text,
@@ -253,6 +277,7 @@ impl EncoderService {
             vocab,
             describe,
             weak_match,
+            idf,
             readme,
         })
     }
@@ -266,6 +291,12 @@ impl EncoderService {
     /// that encodes such queries is calibrated.
     pub fn weak_match(&self) -> lexlip_model::WeakMatch {
         self.weak_match
+    }
+
+    /// The IDF exponents of the models that encode text and image queries, when they have
+    /// one.
+    pub fn idf(&self) -> QueryIdf {
+        self.idf
     }
 
     /// What is loaded, for `/readyz` and the startup log.

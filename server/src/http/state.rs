@@ -64,8 +64,9 @@ pub struct Limits {
     pub protect_reads: bool,
     /// Threads a search may use when it is the only one running (1: never more than one).
     pub query_threads: usize,
-    /// The IDF exponent of sparse searches that give none (`lexlip serve --idf`; 0: off).
-    pub idf: f32,
+    /// The IDF exponent of sparse searches that give none (`lexlip serve --idf`). Unset, a
+    /// text or image query takes its model's (`idf` in its `lexlip.json`), others none.
+    pub idf: Option<f32>,
     /// The term cut of sparse searches that set none of `exact`, `approx` and `term_cut`
     /// (`lexlip serve --term-cut`; 0: exact).
     pub term_cut: f32,

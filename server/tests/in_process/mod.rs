@@ -28,7 +28,7 @@ pub fn limits() -> Limits {
         api_keys: Vec::new(),
         protect_reads: false,
         query_threads: 2,
-        idf: 0.0,
+        idf: None,
         term_cut: 0.0,
     }
 }

@@ -104,7 +104,11 @@ pub async fn execute(
         filter,
         explain: params.explain,
         threads: 0,
-        idf: params.idf.unwrap_or(state.limits.idf),
+        idf: params
+            .idf
+            .or(state.limits.idf)
+            .or_else(|| model_idf(state, &input))
+            .unwrap_or(0.0),
     };
     plan.check(c.manifest().settings.dense_dim.is_some())
         .map_err(|e| ApiError::unprocessable(format!("collection {name:?}: {e}")))?;
@@ -234,6 +238,17 @@ pub async fn execute(
         weak_match,
         took_ms: start.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// The IDF exponent of the model that encoded `input`, when it has one: vector queries, which
+/// no model encoded, have none.
+fn model_idf(state: &SharedState, input: &QueryInput) -> Option<f32> {
+    let idf = state.encoders.idf();
+    match input {
+        QueryInput::Text(_) => idf.text,
+        QueryInput::Image(_) => idf.image,
+        QueryInput::Sparse(_) | QueryInput::Dense(_) => None,
+    }
 }
 
 /// The re-ranker of a request that asks for one, after checking the request can use it.
