@@ -189,10 +189,6 @@ fn finds_emoji_both_ways(model: &Path, floor: Floor) {
     s.stop();
 }
 
-/// Match strengths end to end with a real model: a caption query equal to a stored caption
-/// matches it fully (strength 1, up to quantization), every hit's strength is in [0, 1], and a model carrying a
-/// weak-match calibration in its lexlip.json has the server return it with text queries (the
-/// search page's threshold) but not with vector queries, which no model encoded.
 /// A copy of `models/emoji-tiny` under `dir` whose `lexlip.json` also has `settings`' fields.
 fn emoji_model_with(dir: &Path, settings: Value) -> std::path::PathBuf {
     let model = dir.join("model");
@@ -249,13 +245,11 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
         "{ready}"
     );
     let search = |s: &Server, extra: Value| {
-        let mut body = json!({"query": {"text": "a dog"}, "target": "image", "k": 12});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
-        assert_eq!(st, 200, "{r}");
-        scores(&r)
+        search_scores(
+            s,
+            json!({"query": {"text": "a dog"}, "target": "image", "k": 12}),
+            extra,
+        )
     };
     let by_model = search(&s, json!({}));
     let weighted = search(&s, json!({"idf": 2.0}));
@@ -263,13 +257,11 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
     assert_eq!(by_model, weighted);
     assert_ne!(by_model, plain);
     let vector = |s: &Server, extra: Value| {
-        let mut body = json!({"query": {"sparse": {"dog": 1.5, "animal": 0.5}}, "k": 12});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
-        assert_eq!(st, 200, "{r}");
-        scores(&r)
+        search_scores(
+            s,
+            json!({"query": {"sparse": {"dog": 1.5, "animal": 0.5}}, "k": 12}),
+            extra,
+        )
     };
     assert_eq!(vector(&s, json!({})), vector(&s, json!({"idf": 0})));
     s.stop();
@@ -332,35 +324,48 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
     assert!(eval(&["--idf", "0"]).get("idf").is_none());
 
     // Out of range: refused at start, naming the file.
+    let refused = |args: &[&str], says: &[&str]| {
+        let out = lexlip_tests::lexlip(args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(says.iter().all(|w| err.contains(w)), "{err}");
+    };
     let bad = emoji_model_with(&tmp.path().join("bad"), json!({"idf": 9.0}));
-    let out = lexlip_tests::lexlip(&[
+    let bad = bad.to_str().unwrap();
+    let collection = collection.to_str().unwrap();
+    let args = [
         "search",
         "--collection",
-        collection.to_str().unwrap(),
+        collection,
         "--model",
-        bad.to_str().unwrap(),
+        bad,
         "--text",
         "a dog",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("lexlip.json") && err.contains("idf must be"),
-        "{err}"
+    ];
+    refused(&args, &["lexlip.json", "idf must be"]);
+    let negative = emoji_model_with(&tmp.path().join("negative"), json!({"idf": -1.0}));
+    let negative = negative.to_str().unwrap();
+    let tsv = tsv.to_str().unwrap();
+    refused(
+        &["eval", "--tsv", tsv, "--model", negative],
+        &["idf in lexlip.json"],
     );
-    let bad = emoji_model_with(&tmp.path().join("negative"), json!({"idf": -1.0}));
-    let out = lexlip_tests::lexlip(&[
-        "eval",
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--model",
-        bad.to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("idf in lexlip.json"), "{err}");
 }
 
+/// The scores of a search on `emoji` with `body`'s fields and then `extra`'s.
+fn search_scores(s: &Server, mut body: Value, extra: Value) -> Vec<(String, f64)> {
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
+    assert_eq!(st, 200, "{r}");
+    scores(&r)
+}
+
+/// Match strengths end to end with a real model: a caption query equal to a stored caption
+/// matches it fully (strength 1, up to quantization), every hit's strength is in [0, 1], and a model carrying a
+/// weak-match calibration in its lexlip.json has the server return it with text queries (the
+/// search page's threshold) but not with vector queries, which no model encoded.
 #[test]
 fn match_strength_and_a_models_weak_match_calibration() {
     let tmp = tempfile::tempdir().unwrap();
