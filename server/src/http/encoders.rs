@@ -48,21 +48,22 @@ pub struct EncoderService {
     vocab: Option<Vec<String>>,
     describe: serde_json::Value,
     /// Weak-match thresholds of the models that encode text and image queries.
-    weak_match: lexlip_model::WeakMatch,
+    weak_match: ByQueryModel<f64>,
     /// The IDF exponents of the models that encode text and image queries (`idf` in their
     /// `lexlip.json`), for searches that give none.
-    idf: QueryIdf,
+    idf: ByQueryModel<f32>,
     /// The query model's card (its `README.md`), served to the page.
     readme: Option<String>,
 }
 
-/// The IDF exponents of the query models, by query modality.
+/// A setting of the models that encode queries, by query modality: the text model's for text
+/// queries, the image model's for image queries (they may be different models).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct QueryIdf {
+pub struct ByQueryModel<T> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<f32>,
+    pub text: Option<T>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<f32>,
+    pub image: Option<T>,
 }
 
 /// Largest model card served.
@@ -164,12 +165,11 @@ impl EncoderService {
                     .as_ref()
                     .and_then(|e| e.image().ok().map(|i| i.vocabulary().tokens().to_vec()))
             });
-
-        let weak_match = lexlip_model::WeakMatch {
+        let weak_match = ByQueryModel {
             text: text_src.as_ref().and_then(|e| e.weak_match().text),
             image: image_src.as_ref().and_then(|e| e.weak_match().image),
         };
-        let idf = QueryIdf {
+        let idf = ByQueryModel {
             text: text_src.as_ref().and_then(|e| e.idf()),
             image: image_src.as_ref().and_then(|e| e.idf()),
         };
@@ -289,13 +289,13 @@ impl EncoderService {
 
     /// The match strength below which hits of a text / image query are weak, when the model
     /// that encodes such queries is calibrated.
-    pub fn weak_match(&self) -> lexlip_model::WeakMatch {
+    pub fn weak_match(&self) -> ByQueryModel<f64> {
         self.weak_match
     }
 
     /// The IDF exponents of the models that encode text and image queries, when they have
     /// one.
-    pub fn idf(&self) -> QueryIdf {
+    pub fn idf(&self) -> ByQueryModel<f32> {
         self.idf
     }
 

@@ -12,7 +12,7 @@ use lexlip_proto::{DenseVector, QuantizedVector, VectorInput};
 use lexlip_search::{DenseNeed, RerankQuery, SearchPlan, Searcher};
 
 use crate::http::api::{Mode, SearchParams, SearchPath, SearchResponse};
-use crate::http::encoders::EncoderService;
+use crate::http::encoders::{ByQueryModel, EncoderService};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::routes::{blocking, decode_base64};
 use crate::http::state::SharedState;
@@ -107,7 +107,7 @@ pub async fn execute(
         idf: params
             .idf
             .or(state.limits.idf)
-            .or_else(|| model_idf(state, &input))
+            .or_else(|| of_query_model(state.encoders.idf(), &input))
             .unwrap_or(0.0),
     };
     plan.check(c.manifest().settings.dense_dim.is_some())
@@ -222,11 +222,9 @@ pub async fn execute(
     };
     let mut hits = hits;
     hits.truncate(wanted);
-    let calibration = state.encoders.weak_match();
     // The calibration is of the sparse strengths of the model's own queries.
-    let weak_match = match (&input, &path) {
-        (QueryInput::Text(_), SearchPath::Sparse) => calibration.text,
-        (QueryInput::Image(_), SearchPath::Sparse) => calibration.image,
+    let weak_match = match path {
+        SearchPath::Sparse => of_query_model(state.encoders.weak_match(), &input),
         _ => None,
     };
     Ok(SearchResponse {
@@ -240,13 +238,12 @@ pub async fn execute(
     })
 }
 
-/// The IDF exponent of the model that encoded `input`, when it has one: vector queries, which
-/// no model encoded, have none.
-fn model_idf(state: &SharedState, input: &QueryInput) -> Option<f32> {
-    let idf = state.encoders.idf();
+/// The setting of the model that encoded `input`, when it has one: vector queries, which no
+/// model encoded, have none.
+fn of_query_model<T>(setting: ByQueryModel<T>, input: &QueryInput) -> Option<T> {
     match input {
-        QueryInput::Text(_) => idf.text,
-        QueryInput::Image(_) => idf.image,
+        QueryInput::Text(_) => setting.text,
+        QueryInput::Image(_) => setting.image,
         QueryInput::Sparse(_) | QueryInput::Dense(_) => None,
     }
 }
