@@ -440,12 +440,9 @@ impl Encoders {
             self.weak_match = w;
         }
         if let Some(a) = opts.idf {
-            if !(a.is_finite() && a >= 0.0) {
-                return Err(ModelError::Invalid(format!(
-                    "{}: idf in lexlip.json must be a number from 0 (off) up, got {a}",
-                    self.path.display()
-                )));
-            }
+            let a = lexlip_proto::idf::check_idf(a).map_err(|e| {
+                ModelError::Invalid(format!("{}: idf in lexlip.json: {e}", self.path.display()))
+            })?;
             self.idf = Some(a);
         }
         if let Some(c) = &opts.card {

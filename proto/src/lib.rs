@@ -7,6 +7,7 @@
 pub mod api;
 pub mod dense;
 pub mod document;
+pub mod idf;
 pub mod sparse;
 pub mod term_space;
 

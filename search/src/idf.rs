@@ -23,9 +23,8 @@ use lexlip_index::TermFrequencies;
 use lexlip_proto::MAX_IMPACT;
 use lexlip_proto::QuantizedVector;
 
-/// Largest exponent a plan accepts: at 4, a term held by one document in a million already
-/// weighs 40,000 times one held by all of them.
-pub const MAX_IDF: f32 = 4.0;
+/// Largest exponent a plan accepts (the one rule is in `lexlip_proto::idf`).
+pub use lexlip_proto::idf::MAX_IDF;
 
 /// `query` with each impact multiplied by `ln(1 + docs / max(df, 1))^alpha`, rounded, kept
 /// within 1..=`MAX_IMPACT` (a term no document holds weighs as one held by one). `alpha` 0, or

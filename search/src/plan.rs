@@ -85,14 +85,9 @@ impl SearchPlan {
 
 /// Refuses an IDF exponent outside 0..=[`crate::idf::MAX_IDF`].
 pub fn check_idf(idf: f32) -> Result<(), SearchError> {
-    if idf.is_finite() && (0.0..=crate::idf::MAX_IDF).contains(&idf) {
-        Ok(())
-    } else {
-        Err(SearchError::invalid(format!(
-            "idf must be a number from 0 (off) to {}, got {idf}",
-            crate::idf::MAX_IDF
-        )))
-    }
+    lexlip_proto::idf::check_idf(idf)
+        .map(|_| ())
+        .map_err(|e| SearchError::invalid(e.to_string()))
 }
 
 /// The sparse search's precision and term cut from the three knobs users set (`exact`,

@@ -173,13 +173,6 @@ impl EncoderService {
             text: text_src.as_ref().and_then(|e| e.idf()),
             image: image_src.as_ref().and_then(|e| e.idf()),
         };
-        for (model, a) in [(&text_src, idf.text), (&image_src, idf.image)] {
-            if let (Some(m), Some(a)) = (model, a) {
-                lexlip_search::plan::check_idf(a).map_err(|e| {
-                    anyhow::anyhow!("{}: idf in lexlip.json: {e}", m.path().display())
-                })?;
-            }
-        }
         let observe = |kind: &'static str| {
             let m = metrics.clone();
             Box::new(move |n: usize| m.observe_batch(kind, n)) as Box<dyn Fn(usize) + Send>
