@@ -217,15 +217,19 @@ impl TapsConv {
         if self.stride == 1 {
             return Ok(sum);
         }
+        // Every s-th row and column, on the device: padded to a multiple of s, each run of s
+        // becomes an axis of its own, and its first element is kept (no index tensors to copy
+        // from the host on every call).
         let s = self.stride;
-        let every = |n: usize| -> Result<Tensor> {
-            let idx: Vec<u32> = (0..n).step_by(s).map(|i| i as u32).collect();
-            let len = idx.len();
-            Ok(Tensor::from_vec(idx, len, sum.device())?)
-        };
+        let (b, c) = (sum.dim(0)?, sum.dim(1)?);
+        let (h2, w2) = (h1.div_ceil(s), w1.div_ceil(s));
         Ok(sum
-            .index_select(&every(h1)?, 2)?
-            .index_select(&every(w1)?, 3)?)
+            .pad_with_zeros(2, 0, h2 * s - h1)?
+            .pad_with_zeros(3, 0, w2 * s - w1)?
+            .reshape((b, c, h2, s, w2, s))?
+            .narrow(5, 0, 1)?
+            .narrow(3, 0, 1)?
+            .reshape((b, c, h2, w2))?)
     }
 }
 
