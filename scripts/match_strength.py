@@ -4,11 +4,17 @@
 Sends each caption of a TSV (`title<TAB>filepath<TAB>image_id`, the eval format) as a
 text->image query to a collection of its images, and as many nonsense strings (random letters,
 seeded), and prints the quantiles of the best hit's match strength for both, with the share of
-each above a threshold. A model's calibration (`"weak_match": {"text": X}` in its lexlip.json,
-which the server returns with each text query's hits and the search page uses to grey out weak
-hits) is chosen from this table: a threshold most real captions' best hits pass and most
-nonsense queries' do not. Use captions of concepts the model was trained on (a held-out style of
-them, say): for concepts it never saw, weak matches are the truth. Standard library only.
+each above a threshold, and the quantiles of both kinds of queries' weight norms.
+
+A model's calibration is chosen from this table, in two steps:
+- `"query_norm": {"text": N}` in its lexlip.json, with N the captions' median norm (`p50` under
+  `query_norm`). A model puts less weight on a query it does not understand, so a query lighter
+  than N has its strengths scaled down by its squared share of N. Restart the server with it.
+- `"weak_match": {"text": X}`, which the server returns with each text query's hits and the
+  search page uses to grey out weak hits: a threshold most real captions' best hits pass and
+  most nonsense queries' do not.
+Use captions of concepts the model was trained on (a held-out style of them, say): for concepts
+it never saw, weak matches are the truth. Standard library only.
 
     lexlip index --tsv data/test.tsv --collection lexlip-data/collections/test --model M
     lexlip serve --data lexlip-data --model M &
@@ -30,6 +36,17 @@ def best_strength(url, collection, text):
     with urllib.request.urlopen(req) as r:
         hits = json.load(r)["hits"]
     return hits[0].get("match_strength", 0.0) if hits else 0.0
+
+
+def query_norm(url, text):
+    """The L2 norm of the query's weights as the model encodes it (no collection: uncut)."""
+    body = json.dumps({"text": text}).encode()
+    req = urllib.request.Request(
+        f"{url}/v1/encode", data=body, headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req) as r:
+        terms = json.load(r)["terms"]
+    return sum(w * w for w in terms.values()) ** 0.5
 
 
 def quantiles(xs):
@@ -57,7 +74,15 @@ def main():
     ]
     real = [best_strength(args.url, args.collection, c) for c in captions]
     fake = [best_strength(args.url, args.collection, n) for n in nonsense]
-    out = {"queries": len(real), "captions": quantiles(real), "nonsense": quantiles(fake)}
+    out = {
+        "queries": len(real),
+        "captions": quantiles(real),
+        "nonsense": quantiles(fake),
+        "query_norm": {
+            "captions": quantiles([query_norm(args.url, c) for c in captions]),
+            "nonsense": quantiles([query_norm(args.url, n) for n in nonsense]),
+        },
+    }
     for t in (float(x) for x in args.thresholds.split(",")):
         out[f"above_{t}"] = {
             "captions": round(sum(x >= t for x in real) / len(real), 3),

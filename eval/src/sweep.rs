@@ -480,7 +480,7 @@ impl QueryRunner<'_> {
             let started = Instant::now();
             let ranked = self.rank(&searcher, &mut plan, entry)?;
             seconds += started.elapsed().as_secs_f64();
-            let hits: Vec<Hit> = searcher.hits(&ranked, None, false).map_err(search_error)?;
+            let hits: Vec<Hit> = searcher.hits(&ranked, None, &plan).map_err(search_error)?;
             let ranking = hits
                 .iter()
                 .map(|h| {

@@ -4,7 +4,8 @@
 //! A LexLIP directory:
 //! ```text
 //! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40,
-//!                       "image_top_k": 64, "weak_match": {...}, "idf": 1, "card": "…"}
+//!                       "image_top_k": 64, "weak_match": {...}, "query_norm": {...},
+//!                       "idf": 1, "card": "…"}
 //!                      (all optional)
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
@@ -126,6 +127,12 @@ pub struct LoadOptions {
     /// query's hits are weak matches (measured by `scripts/match_strength.py`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weak_match: Option<WeakMatch>,
+    /// The L2 norm of a typical real query's weights, by query modality (the median over
+    /// real captions, measured by `scripts/match_strength.py`): a query of less weight, one the
+    /// model hardly understood, has its hits' match strengths scaled down by its squared share
+    /// of it (`lexlip_search::SearchPlan::query_norm`). Calibrate `weak_match` with it set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_norm: Option<QueryNorm>,
     /// The IDF exponent its queries are searched with when neither the request nor the command
     /// gives one (`lexlip serve`, `search` and `eval --idf`): a model whose lexicons put
     /// kind-of-picture terms on many documents finds more when its queries weigh them by
@@ -151,6 +158,7 @@ impl LoadOptions {
             image_size: self.image_size.or(file.image_size),
             image_top_k: self.image_top_k.or(file.image_top_k),
             weak_match: self.weak_match.or(file.weak_match),
+            query_norm: self.query_norm.or(file.query_norm),
             idf: self.idf.or(file.idf),
             card: self.card.clone().or_else(|| file.card.clone()),
             dtype: self.dtype,
@@ -159,22 +167,29 @@ impl LoadOptions {
     }
 }
 
+/// A setting of a model's by the modality of the query it encodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ByQueryModality<T> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<T>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<T>,
+}
+
 /// Match strengths (a hit's score over its query's self-score) below which a model's hits are
 /// weak, by query modality: the strength scale depends on how heavy the model's text and image
 /// lexicons are, so each model carries its own, measured on real and nonsense queries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct WeakMatch {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<f64>,
-}
+pub type WeakMatch = ByQueryModality<f64>;
+
+/// A typical real query's weight norm, by query modality ([`LoadOptions::query_norm`]).
+pub type QueryNorm = ByQueryModality<f32>;
 
 /// The encoders of one model: text and/or image (sparse), and optionally a dense one.
 #[derive(Debug)]
 pub struct Encoders {
     path: PathBuf,
     weak_match: WeakMatch,
+    query_norm: QueryNorm,
     idf: Option<f32>,
     card: Option<String>,
     text: Option<TextEncoder>,
@@ -277,6 +292,7 @@ impl Encoders {
         let mut enc = Encoders {
             path: path.to_path_buf(),
             weak_match: WeakMatch::default(),
+            query_norm: QueryNorm::default(),
             idf: None,
             card: None,
             text: None,
@@ -439,6 +455,19 @@ impl Encoders {
         if let Some(w) = opts.weak_match {
             self.weak_match = w;
         }
+        if let Some(n) = opts.query_norm {
+            if let Some(bad) = [n.text, n.image]
+                .into_iter()
+                .flatten()
+                .find(|x| !(x.is_finite() && *x > 0.0))
+            {
+                return Err(ModelError::Invalid(format!(
+                    "{}: query_norm in lexlip.json must hold numbers above 0, got {bad}",
+                    self.path.display()
+                )));
+            }
+            self.query_norm = n;
+        }
         if let Some(a) = opts.idf {
             let a = lexlip_proto::idf::check_idf(a).map_err(|e| {
                 ModelError::Invalid(format!("{}: idf in lexlip.json: {e}", self.path.display()))
@@ -458,6 +487,11 @@ impl Encoders {
     /// The model's weak-match calibration (`lexlip.json`'s `weak_match`; empty when none).
     pub fn weak_match(&self) -> WeakMatch {
         self.weak_match
+    }
+
+    /// A typical real query's weight norm (`lexlip.json`'s `query_norm`; empty when none).
+    pub fn query_norm(&self) -> QueryNorm {
+        self.query_norm
     }
 
     /// The IDF exponent of the model's queries when the search gives none (`lexlip.json`'s

@@ -54,7 +54,8 @@ pub use dual::DualEncoder;
 pub use error::{ModelError, Result};
 pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};
 pub use lexlip::{
-    Encoders, LexLipModel, LoadOptions, ModelSource, WeakMatch, convert_checkpoint, detect,
+    ByQueryModality, Encoders, LexLipModel, LoadOptions, ModelSource, QueryNorm, WeakMatch,
+    convert_checkpoint, detect,
 };
 pub use mobileclip::MobileClipEncoder;
 pub use rerank::Reranker;

@@ -35,6 +35,11 @@ pub struct SearchPlan {
     pub threads: usize,
     /// Exponent α of the sparse query's IDF weighting ([`crate::idf`]); 0, the default, is off.
     pub idf: f32,
+    /// The L2 norm of the weights of a typical real query of the model that encoded the query
+    /// (its `lexlip.json`'s `query_norm`). A query of less weight, one the model hardly
+    /// understood, has its hits' match strengths scaled by its squared share of it (see
+    /// [`crate::Searcher::hits`]); none, the default, leaves strengths as they are.
+    pub query_norm: Option<f32>,
 }
 
 impl SearchPlan {
@@ -49,6 +54,7 @@ impl SearchPlan {
             explain: false,
             threads: 1,
             idf: 0.0,
+            query_norm: None,
         }
     }
 
@@ -69,6 +75,13 @@ impl SearchPlan {
         }
         lexlip_index::check_term_cut(self.term_cut).map_err(SearchError::Invalid)?;
         check_idf(self.idf)?;
+        if let Some(n) = self.query_norm
+            && !(n.is_finite() && n > 0.0)
+        {
+            return Err(SearchError::invalid(format!(
+                "a query norm must be a number above 0, got {n}"
+            )));
+        }
         if self.mode != Mode::Sparse && !dense {
             let mode = if self.mode == Mode::Dense {
                 "dense"

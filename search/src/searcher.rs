@@ -95,7 +95,7 @@ impl<'a> Searcher<'a> {
     ) -> Result<Found, E> {
         let ranking = self.rank(plan, sparse, dense)?;
         Ok(Found {
-            hits: self.hits(&ranking, sparse, plan.explain)?,
+            hits: self.hits(&ranking, sparse, plan)?,
             path: ranking.path,
             sparse_matches: ranking.sparse_matches,
         })
@@ -176,19 +176,35 @@ impl<'a> Searcher<'a> {
         }
     }
 
-    /// The ranked documents as API hits. Sparse hits carry their match strength (score over
-    /// what a document equal to the query `sparse` would score, stored as this collection
-    /// stores documents: cut to its top-K terms, if it cuts them) and, with `explain`, their
-    /// matched terms (with the impacts searched); dense hits their cosine clamped to [0, 1] as
-    /// the strength; fused hits none.
+    /// The ranked documents as API hits. Sparse hits carry their match strength and, with the
+    /// plan's `explain`, their matched terms (with the impacts searched); dense hits their
+    /// cosine clamped to [0, 1] as the strength; fused hits none.
+    ///
+    /// A sparse hit's strength is its score over what a document equal to the query `sparse`
+    /// would score, stored as this collection stores documents (cut to its top-K terms, if it
+    /// cuts them), times the query's confidence when the plan has a `query_norm`: the squared
+    /// share of it that the query's own weights reach, at most 1. The first part asks how much
+    /// of the query the document holds. The second asks how much the model made of the query:
+    /// it puts little weight on a string it does not understand ("qwzx"), and that string's
+    /// few terms are easily met in full, so without it a nonsense query's hits look as strong
+    /// as a real one's.
+    ///
+    /// ```text
+    /// query  dog 60, face 80 (norm 100 at scale 100: 1.0 in weights); query_norm 2.0
+    /// hit    dog 60, face 80  → score 10,000 of 10,000 · (1.0 / 2.0)² = 0.25
+    /// ```
     pub fn hits(
         &self,
         ranking: &Ranking,
         sparse: Option<&QuantizedVector>,
-        explain: bool,
+        plan: &SearchPlan,
     ) -> Result<Vec<Hit>, SearchError> {
         let searched = ranking.weighted.as_ref().or(sparse);
-        let explain = searched.filter(|_| explain);
+        let explain = searched.filter(|_| plan.explain);
+        let confidence = match (plan.query_norm, sparse) {
+            (Some(norm), Some(q)) => confidence(q, self.snapshot.scale(), norm),
+            _ => 1.0,
+        };
         // What a document equal to the query scores against the query searched (Σ impact²
         // unweighted). A collection that keeps K terms a document would keep the query's K
         // largest: without the cut, no match in it could reach 1, and strengths would depend
@@ -209,7 +225,7 @@ impl<'a> Searcher<'a> {
                     };
                     let mut hit = self.snapshot.hit(&scored, explain)?;
                     hit.match_strength =
-                        own.map(|own| lexlip_proto::sparse::share_of(hit.score, own));
+                        own.map(|own| lexlip_proto::sparse::share_of(hit.score, own) * confidence);
                     hit
                 }
                 SearchPath::Dense | SearchPath::DenseFallback => {
@@ -282,4 +298,11 @@ impl<'a> Searcher<'a> {
             })
             .collect())
     }
+}
+
+/// `min(1, (‖q‖ / norm)²)` with the query's weights (its impacts over `scale`): how much of a
+/// typical query's weight the model gave this one.
+fn confidence(q: &QuantizedVector, scale: f32, norm: f32) -> f64 {
+    let own = q.self_score() as f64 / f64::from(scale).powi(2);
+    (own / f64::from(norm).powi(2)).min(1.0)
 }

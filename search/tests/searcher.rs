@@ -402,3 +402,55 @@ fn match_strength_in_a_top_k_collection_is_against_the_query_cut_as_documents_ar
     assert_eq!(found.hits[0].match_strength, Some(1.0));
     assert!(close(found.hits[1].match_strength.unwrap(), 100.0 / 164.0));
 }
+
+/// A query the model put little weight on is a weak match even where a document holds all of
+/// it: with a typical query norm, strengths shrink by the query's squared share of it, and a
+/// query at or above the norm keeps its strengths. Worked out by hand, at scale 100.
+#[test]
+fn a_query_lighter_than_the_models_typical_one_matches_weakly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Collection::create(
+        tmp.path(),
+        TermSpace::from_tokens("free", []),
+        CollectionSettings::default(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(c.snapshot().unwrap().scale(), 100.0);
+    // Weights 0.6 and 0.8: norm 1.0.
+    let light = QuantizedVector::new([("dog", 60u64), ("face", 80)]).unwrap();
+    let doc = Document::new(DocId::new("a").unwrap(), Modality::Image);
+    c.add_with_dense(doc, light.clone(), None).unwrap();
+    c.commit().unwrap();
+    let snapshot = c.snapshot().unwrap();
+    let strength = |query: &QuantizedVector, norm: Option<f32>| {
+        let plan = SearchPlan {
+            query_norm: norm,
+            ..SearchPlan::top(1)
+        };
+        let found = Searcher::new(&snapshot)
+            .search(&plan, Some(query), |_| Ok::<_, SearchError>(None))
+            .unwrap();
+        assert_eq!(found.hits[0].score, 10_000.0);
+        found.hits[0].match_strength.unwrap()
+    };
+    assert_eq!(strength(&light, None), 1.0);
+    // Half the typical norm: a quarter of the strength.
+    assert!(close(strength(&light, Some(2.0)), 0.25));
+    assert!(close(strength(&light, Some(1.25)), 0.64));
+    // At or under the query's own norm, nothing changes.
+    assert_eq!(strength(&light, Some(1.0)), 1.0);
+    assert_eq!(strength(&light, Some(0.5)), 1.0);
+    // A heavier query whose first two terms the document holds: its strength is the share
+    // of its self-score met (10,000 of 10,000 + 120²), untouched by a norm below its own 1.56.
+    let heavy = QuantizedVector::new([("dog", 60u64), ("face", 80), ("puppy", 120)]).unwrap();
+    assert!(close(strength(&heavy, Some(1.5)), 10_000.0 / 24_400.0));
+    // A plan refuses a norm that is no positive number.
+    for bad in [0.0, -1.0, f32::NAN] {
+        let plan = SearchPlan {
+            query_norm: Some(bad),
+            ..SearchPlan::top(1)
+        };
+        assert!(plan.check(false).is_err(), "{bad}");
+    }
+}

@@ -365,7 +365,9 @@ fn search_scores(s: &Server, mut body: Value, extra: Value) -> Vec<(String, f64)
 /// Match strengths end to end with a real model: a caption query equal to a stored caption
 /// matches it fully (strength 1, up to quantization), every hit's strength is in [0, 1], and a model carrying a
 /// weak-match calibration in its lexlip.json has the server return it with text queries (the
-/// search page's threshold) but not with vector queries, which no model encoded.
+/// search page's threshold) but not with vector queries, which no model encoded. A model's
+/// typical query norm scales down the strengths of text queries lighter than it, exactly by
+/// their squared share of it.
 #[test]
 fn match_strength_and_a_models_weak_match_calibration() {
     let tmp = tempfile::tempdir().unwrap();
@@ -397,6 +399,66 @@ fn match_strength_and_a_models_weak_match_calibration() {
     let r = search(json!({"query": {"sparse": {"frog": 1.5}}, "k": 3}));
     assert!(r.get("weak_match").is_none(), "{r}");
     assert!(r["hits"][0]["match_strength"].as_f64().unwrap() > 0.0);
+
+    // A typical query norm in lexlip.json: a text query lighter than it has every hit's
+    // strength scaled by its squared share of it (its impacts, at the collection's scale 100,
+    // are what /v1/encode shows for the collection); vector queries keep theirs.
+    let strengths = |r: &Value| -> Vec<f64> {
+        let hits = r["hits"].as_array().unwrap();
+        hits.iter()
+            .map(|h| h["match_strength"].as_f64().unwrap())
+            .collect()
+    };
+    let queries = [
+        json!({"query": {"text": "frog"}, "target": "text", "k": 12}),
+        json!({"query": {"text": "qwzx"}, "target": "image", "k": 12}),
+        json!({"query": {"sparse": {"frog": 1.5}}, "k": 3}),
+    ];
+    let before: Vec<Vec<f64>> = queries
+        .iter()
+        .map(|q| strengths(&search(q.clone())))
+        .collect();
+    let squared_norm = |text: &str| -> f64 {
+        let body = json!({"text": text, "collection": "emoji"});
+        let (st, r) = s.call("POST", "/v1/encode", Some(&body));
+        assert_eq!(st, 200, "{r}");
+        let impacts = r["impacts"].as_object().unwrap();
+        impacts
+            .values()
+            .map(|i| i.as_f64().unwrap().powi(2))
+            .sum::<f64>()
+            / 100f64.powi(2)
+    };
+    let own = [squared_norm("frog"), squared_norm("qwzx")];
+    s.stop();
+    let norm = 2.0 * own.iter().copied().fold(0.0, f64::max).sqrt();
+    let model = emoji_model_with(
+        &tmp.path().join("normed"),
+        json!({"weak_match": {"text": 0.05}, "query_norm": {"text": norm}}),
+    );
+    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    let (_, ready) = s.call("GET", "/readyz", None);
+    let shown = ready["models"]["query_norm"]["text"].as_f64();
+    assert_eq!(shown.map(|n| n as f32), Some(norm as f32), "{ready}");
+    let search = |body: Value| {
+        let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    let norm = f64::from(norm as f32);
+    for (i, q) in queries.iter().enumerate() {
+        let after = strengths(&search(q.clone()));
+        let factor = own.get(i).map_or(1.0, |o| (o / norm.powi(2)).min(1.0));
+        assert!(factor < 1.0 || i == 2);
+        assert_eq!(after.len(), before[i].len(), "{q}");
+        for (a, b) in after.iter().zip(&before[i]) {
+            assert!(
+                (a - b * factor).abs() < 1e-9,
+                "{q}: {a} against {b} · {factor}"
+            );
+        }
+    }
+    s.stop();
 }
 
 /// `models/emoji-lex-compose`, the model for pictures of several things: over pictures that

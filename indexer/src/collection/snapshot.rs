@@ -240,6 +240,11 @@ impl Snapshot {
         self.maxima.iter().map(|m| m.heap_bytes() as u64).sum()
     }
 
+    /// The collection's quantization scale (impact = floor(scale · weight)).
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
     /// Impacts back to float weights with the collection's scale.
     pub fn to_weights(&self, q: &QuantizedVector) -> SparseVector {
         q.to_sparse(self.scale)

@@ -108,6 +108,7 @@ fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
         explain: args.explain,
         threads: 0,
         idf: args.idf.unwrap_or(0.0),
+        query_norm: None,
     };
     plan.check(dense)?;
     Ok(plan)
@@ -273,6 +274,12 @@ fn single(
         plan.check(c.manifest().settings.dense_dim.is_some())
             .context("idf in the model's lexlip.json")?;
     }
+    // Strengths as the server gives them: scaled down for a query the model made little of.
+    plan.query_norm = loaded.as_ref().and_then(|e| match &query {
+        Query::Text(_) => e.query_norm().text,
+        Query::Image(_) => e.query_norm().image,
+        Query::Vector(_) => None,
+    });
     let snap = c.snapshot()?;
     let t = Instant::now();
     let found =

@@ -52,6 +52,9 @@ pub struct EncoderService {
     /// The IDF exponents of the models that encode text and image queries (`idf` in their
     /// `lexlip.json`), for searches that give none.
     idf: ByQueryModel<f32>,
+    /// A typical real query's weight norm under the models that encode text and image
+    /// queries (`query_norm` in their `lexlip.json`): it scales down weak queries' strengths.
+    query_norm: ByQueryModel<f32>,
     /// The query model's card (its `README.md`), served to the page.
     readme: Option<String>,
 }
@@ -173,6 +176,10 @@ impl EncoderService {
             text: text_src.as_ref().and_then(|e| e.idf()),
             image: image_src.as_ref().and_then(|e| e.idf()),
         };
+        let query_norm = ByQueryModel {
+            text: text_src.as_ref().and_then(|e| e.query_norm().text),
+            image: image_src.as_ref().and_then(|e| e.query_norm().image),
+        };
         let observe = |kind: &'static str| {
             let m = metrics.clone();
             Box::new(move |n: usize| m.observe_batch(kind, n)) as Box<dyn Fn(usize) + Send>
@@ -260,6 +267,7 @@ impl EncoderService {
             "dense_dim": dense.as_ref().map(|d| d.dim),
             "term_space": text_space.as_ref().or(image_space.as_ref()).map(|t| t.to_string()),
             "weak_match": weak_match,
+            "query_norm": query_norm,
             "idf": idf,
         });
         Ok(Self {
@@ -271,6 +279,7 @@ impl EncoderService {
             describe,
             weak_match,
             idf,
+            query_norm,
             readme,
         })
     }
@@ -290,6 +299,12 @@ impl EncoderService {
     /// one.
     pub fn idf(&self) -> ByQueryModel<f32> {
         self.idf
+    }
+
+    /// The typical query norms of the models that encode text and image queries, when they
+    /// have one.
+    pub fn query_norm(&self) -> ByQueryModel<f32> {
+        self.query_norm
     }
 
     /// What is loaded, for `/readyz` and the startup log.

@@ -109,6 +109,7 @@ pub async fn execute(
             .or(state.limits.idf)
             .or_else(|| of_query_model(state.encoders.idf(), &input))
             .unwrap_or(0.0),
+        query_norm: of_query_model(state.encoders.query_norm(), &input),
     };
     plan.check(c.manifest().settings.dense_dim.is_some())
         .map_err(|e| ApiError::unprocessable(format!("collection {name:?}: {e}")))?;
