@@ -456,15 +456,13 @@ impl Encoders {
             self.weak_match = w;
         }
         if let Some(n) = opts.query_norm {
-            if let Some(bad) = [n.text, n.image]
-                .into_iter()
-                .flatten()
-                .find(|x| !(x.is_finite() && *x > 0.0))
-            {
-                return Err(ModelError::Invalid(format!(
-                    "{}: query_norm in lexlip.json must hold numbers above 0, got {bad}",
-                    self.path.display()
-                )));
+            for norm in [n.text, n.image].into_iter().flatten() {
+                lexlip_proto::sparse::check_query_norm(norm).map_err(|e| {
+                    ModelError::Invalid(format!(
+                        "{}: query_norm in lexlip.json: {e}",
+                        self.path.display()
+                    ))
+                })?;
             }
             self.query_norm = n;
         }

@@ -249,6 +249,16 @@ pub fn share_of(score: f64, own: u64) -> f64 {
     }
 }
 
+/// `norm` when it can be a model's typical query norm (what scales down the match strengths of
+/// lighter queries): a finite number above 0.
+pub fn check_query_norm(norm: f32) -> Result<f32, String> {
+    if norm.is_finite() && norm > 0.0 {
+        Ok(norm)
+    } else {
+        Err(format!("a query norm must be a number above 0, got {norm}"))
+    }
+}
+
 /// `floor(scale · w)` clamped to `0..=MAX_IMPACT`, multiplied in f32 exactly as the PyTorch
 /// reference does (`torch.floor(100 * w)` on float32), so both give the same impacts.
 pub fn quantize_weight(weight: f32, scale: f32) -> u32 {

@@ -75,12 +75,8 @@ impl SearchPlan {
         }
         lexlip_index::check_term_cut(self.term_cut).map_err(SearchError::Invalid)?;
         check_idf(self.idf)?;
-        if let Some(n) = self.query_norm
-            && !(n.is_finite() && n > 0.0)
-        {
-            return Err(SearchError::invalid(format!(
-                "a query norm must be a number above 0, got {n}"
-            )));
+        if let Some(n) = self.query_norm {
+            lexlip_proto::sparse::check_query_norm(n).map_err(SearchError::Invalid)?;
         }
         if self.mode != Mode::Sparse && !dense {
             let mode = if self.mode == Mode::Dense {

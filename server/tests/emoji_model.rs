@@ -367,7 +367,7 @@ fn search_scores(s: &Server, mut body: Value, extra: Value) -> Vec<(String, f64)
 /// weak-match calibration in its lexlip.json has the server return it with text queries (the
 /// search page's threshold) but not with vector queries, which no model encoded. A model's
 /// typical query norm scales down the strengths of text queries lighter than it, exactly by
-/// their squared share of it.
+/// their squared share of it; a norm that is no positive number is refused.
 #[test]
 fn match_strength_and_a_models_weak_match_calibration() {
     let tmp = tempfile::tempdir().unwrap();
@@ -459,6 +459,12 @@ fn match_strength_and_a_models_weak_match_calibration() {
         }
     }
     s.stop();
+    // A norm that is no positive number is refused when the model loads, naming the file.
+    let bad = emoji_model_with(&tmp.path().join("bad"), json!({"query_norm": {"text": 0}}));
+    let out = lexlip_tests::lexlip(&["encode", "--model", bad.to_str().unwrap(), "--text", "x"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("query_norm in lexlip.json"), "{err}");
 }
 
 /// `models/emoji-lex-compose`, the model for pictures of several things: over pictures that
