@@ -409,18 +409,11 @@ fn match_strength_in_a_top_k_collection_is_against_the_query_cut_as_documents_ar
 #[test]
 fn a_query_lighter_than_the_models_typical_one_matches_weakly() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        tmp.path(),
-        TermSpace::from_tokens("free", []),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = collection(tmp.path(), 2);
     assert_eq!(c.snapshot().unwrap().scale(), 100.0);
     // Weights 0.6 and 0.8: norm 1.0.
     let light = QuantizedVector::new([("dog", 60u64), ("face", 80)]).unwrap();
-    let doc = Document::new(DocId::new("a").unwrap(), Modality::Image);
-    c.add_with_dense(doc, light.clone(), None).unwrap();
+    add(&c, "a", &[("dog", 60), ("face", 80)], &[1.0, 0.0]);
     c.commit().unwrap();
     let snapshot = c.snapshot().unwrap();
     let strength = |query: &QuantizedVector, norm: Option<f32>| {
