@@ -367,7 +367,8 @@ fn search_scores(s: &Server, mut body: Value, extra: Value) -> Vec<(String, f64)
 /// weak-match calibration in its lexlip.json has the server return it with text queries (the
 /// search page's threshold) but not with vector queries, which no model encoded. A model's
 /// typical query norm scales down the strengths of text queries lighter than it, exactly by
-/// their squared share of it; a norm that is no positive number is refused.
+/// their squared share of it, over HTTP and in `lexlip search`; a norm that is no positive
+/// number is refused.
 #[test]
 fn match_strength_and_a_models_weak_match_calibration() {
     let tmp = tempfile::tempdir().unwrap();
@@ -446,8 +447,10 @@ fn match_strength_and_a_models_weak_match_calibration() {
         r
     };
     let norm = f64::from(norm as f32);
+    let mut served = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let after = strengths(&search(q.clone()));
+        served.push(after.clone());
         let factor = own.get(i).map_or(1.0, |o| (o / norm.powi(2)).min(1.0));
         assert!(factor < 1.0 || i == 2);
         assert_eq!(after.len(), before[i].len(), "{q}");
@@ -459,6 +462,24 @@ fn match_strength_and_a_models_weak_match_calibration() {
         }
     }
     s.stop();
+    // `lexlip search` gives the strengths the server gives.
+    let collection = data.join("collections/emoji");
+    let args = [
+        "search",
+        "--collection",
+        collection.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--text",
+        "qwzx",
+        "--modality",
+        "image",
+        "-k",
+        "12",
+        "--json",
+    ];
+    let cli = lexlip_tests::success_json(&lexlip_tests::lexlip(&args));
+    assert_eq!(strengths(&cli), served[1], "{cli}");
     // A norm that is no positive number is refused when the model loads, naming the file.
     let bad = emoji_model_with(&tmp.path().join("bad"), json!({"query_norm": {"text": 0}}));
     let out = lexlip_tests::lexlip(&["encode", "--model", bad.to_str().unwrap(), "--text", "x"]);
