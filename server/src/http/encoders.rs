@@ -61,13 +61,7 @@ pub struct EncoderService {
 
 /// A setting of the models that encode queries, by query modality: the text model's for text
 /// queries, the image model's for image queries (they may be different models).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct ByQueryModel<T> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<T>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<T>,
-}
+pub type ByQueryModel<T> = lexlip_model::ByQueryModality<T>;
 
 /// Largest model card served.
 const MAX_README_BYTES: u64 = 256 << 10;
