@@ -10,8 +10,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 lexlip="${1:-$root/target/release/lexlip}"
 data="$root/target/docs-demo"
 port=8097
-"$lexlip" demo --data "$data" --model "$root/models/emoji-lex-all" --no-serve
-"$lexlip" serve --data "$data" --model "$root/models/emoji-lex-all" --addr "127.0.0.1:$port" &
+"$lexlip" demo --data "$data" --model "$root/models/emoji-lex-imagenet" --no-serve
+"$lexlip" serve --data "$data" --model "$root/models/emoji-lex-imagenet" --addr "127.0.0.1:$port" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.2; done

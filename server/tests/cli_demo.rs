@@ -1,6 +1,6 @@
 //! `lexlip demo` as a newcomer runs it, on npm tarballs made here in the packages' layout
 //! from the twelve committed Noto PNGs (so no network): it builds the emoji collection with
-//! `models/emoji-lex-all` (its default), says what it does, reuses its work on a second run,
+//! `models/emoji-lex-imagenet` (its default), says what it does, reuses its work on a second run,
 //! refuses bad input before writing anything, and serves the page and the collection.
 
 use std::io::Write;
@@ -109,11 +109,23 @@ fn demo_args(data: &Path, packages: &Path) -> Vec<String> {
         "--packages".into(),
         packages.display().to_string(),
         "--model".into(),
-        workspace()
-            .join("models/emoji-lex-all")
-            .display()
-            .to_string(),
+        workspace().join(DEFAULT_MODEL).display().to_string(),
     ]
+}
+
+/// The model `lexlip demo` uses unless told otherwise, given by its path from the checkout
+/// (the tests run elsewhere).
+const DEFAULT_MODEL: &str = "models/emoji-lex-imagenet";
+
+#[test]
+fn the_demo_runs_the_model_these_tests_use() {
+    let out = lexlip(&["demo", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains(&format!("[default: {DEFAULT_MODEL}]")),
+        "{help}"
+    );
 }
 
 #[test]
@@ -181,7 +193,7 @@ fn demo_builds_the_emoji_collection_reuses_it_and_serves_the_page() {
     );
     assert_eq!(status, 200, "{found}");
     let hits = found["hits"].as_array().unwrap();
-    // Only images sharing a term with the query are hits (64 terms per image: 8 of the 12 here).
+    // Only images sharing a term with the query are hits (64 terms per image).
     assert!(!hits.is_empty() && hits.len() <= 12, "{found}");
     assert_eq!(hits[0]["id"], "1F436", "the dog face first: {found}");
     assert!(hits.iter().all(|h| h["modality"] == "image"));

@@ -69,8 +69,8 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Build the emoji demo collection with the shipped model (models/emoji-lex-all) and serve
-    /// the search page: the one command to try lexlip.
+    /// Build the emoji demo collection with the shipped model (models/emoji-lex-imagenet) and
+    /// serve the search page: the one command to try lexlip.
     Demo(demo::DemoArgs),
     /// Serve the HTTP API: collections under --data, queries encoded with the given models.
     Serve(serve::ServeArgs),
