@@ -18,6 +18,9 @@ use super::serve::{self, ServeArgs};
 /// The collection the demo builds and serves.
 const COLLECTION: &str = "emoji";
 
+/// The model the demo runs unless told otherwise, from the root of a checkout.
+const DEFAULT_MODEL: &str = "models/emoji-lex-imagenet";
+
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
     /// Working directory: downloads, the extracted emoji and the collection
@@ -27,11 +30,7 @@ pub struct DemoArgs {
     /// The LexLIP model that encodes images and captions (and queries). The default finds the
     /// right emoji first for two labels in three (models/emoji-lex-all, 10 times faster to
     /// index, for one in four).
-    #[arg(
-        long,
-        default_value = "models/emoji-lex-imagenet",
-        env = "LEXLIP_MODEL"
-    )]
+    #[arg(long, default_value = DEFAULT_MODEL, env = "LEXLIP_MODEL")]
     pub model: PathBuf,
     /// A directory holding the npm tarballs emoji-datasource-google-16.0.0.tgz and
     /// emojibase-data-17.0.0.tgz, instead of downloading them from the npm registry.
@@ -49,7 +48,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     if !args.model.is_dir() {
         bail!(
             "no model at {}: run `lexlip demo` from the root of a lexlip checkout (the model \
-             ships in models/emoji-lex-imagenet) or give --model DIR",
+             ships in {DEFAULT_MODEL}) or give --model DIR",
             args.model.display()
         );
     }
