@@ -16,6 +16,14 @@ pub enum ModelError {
     Config { path: PathBuf, message: String },
     #[error("{file}: tensor `{name}` is missing")]
     MissingTensor { file: PathBuf, name: String },
+    /// Every tensor a published architecture needs that its checkpoint lacks, checked before
+    /// anything is built, so one error names them all (the first few, and how many).
+    #[error("{file}: not a {model} checkpoint: {} tensor(s) it needs are missing: {}", names.len(), list_names(names))]
+    MissingTensors {
+        file: PathBuf,
+        model: &'static str,
+        names: Vec<String>,
+    },
     #[error("{file}: tensor `{name}` has shape {got:?} but the configuration implies {expected:?}")]
     ShapeMismatch {
         file: PathBuf,
@@ -48,6 +56,21 @@ pub enum ModelError {
 }
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+/// The first names of a list and how many more there are.
+fn list_names(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut out = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    out
+}
 
 impl ModelError {
     /// Classifies a Candle error raised while building a model from the weights of `file`, so that

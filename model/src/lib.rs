@@ -18,6 +18,7 @@
 
 pub mod beit;
 pub mod bert;
+pub mod blip;
 pub mod clip;
 pub mod config;
 mod conv;
@@ -36,8 +37,10 @@ pub mod mlm_head;
 pub mod mobileclip;
 pub mod mobilenet_v2;
 pub mod nn;
+pub mod pixels;
 pub mod pooling;
 pub mod rerank;
+pub mod resample;
 pub mod siglip;
 pub mod text;
 pub mod thumbnail;

@@ -229,6 +229,7 @@ impl MobileClipEncoder {
             mean: [0.0; 3],
             std: [1.0; 3],
             squash: false,
+            resampler: Default::default(),
         }
         .with_mean_std(p.mean, p.std, &dir.join(CONFIG_FILE), "preprocess_cfg.std")?;
         Ok(Self {

@@ -12,6 +12,9 @@ use candle_nn::VarBuilder;
 
 use crate::error::{ModelError, Result};
 
+/// The file `save_pretrained` writes PyTorch weights to when it does not write safetensors.
+pub const PYTORCH_WEIGHTS: &str = "pytorch_model.bin";
+
 /// A set of named tensors and the file(s) they came from (for error messages).
 #[derive(Clone)]
 pub struct Weights {
@@ -71,6 +74,29 @@ impl Weights {
         Ok(Self::from_tensors(tensors, source))
     }
 
+    /// The weights of a published model directory, whichever form its repository holds them in:
+    /// `*.safetensors` (one file or shards) when there are any, else PyTorch's
+    /// `pytorch_model.bin` (what `save_pretrained` wrote before safetensors was its default).
+    pub fn from_model_dir(dir: &Path) -> Result<Self> {
+        let has_safetensors = std::fs::read_dir(dir)
+            .map_err(|e| ModelError::io(dir, e))?
+            .filter_map(|e| e.ok())
+            .any(|e| e.path().extension().is_some_and(|x| x == "safetensors"));
+        let bin = dir.join(PYTORCH_WEIGHTS);
+        if !has_safetensors && bin.is_file() {
+            return Self::from_checkpoint(&bin);
+        }
+        Self::from_safetensors_dir(dir).map_err(|e| match e {
+            ModelError::Weights { file, .. } if file == dir => ModelError::Weights {
+                file,
+                message: format!(
+                    "no *.safetensors file and no {PYTORCH_WEIGHTS} in this directory"
+                ),
+            },
+            other => other,
+        })
+    }
+
     /// The `state_dict` of a PyTorch Lightning checkpoint (or a bare state dict saved with
     /// `torch.save`).
     pub fn from_checkpoint(path: &Path) -> Result<Self> {
@@ -122,6 +148,26 @@ impl Weights {
                 file: self.source.clone(),
                 name: name.to_string(),
             })
+    }
+
+    /// Checks that every tensor of `names` is present, else one error naming all that are
+    /// missing: the checkpoint is not the `model` its configuration says.
+    pub fn require<S: AsRef<str>>(&self, model: &'static str, names: &[S]) -> Result<()> {
+        let mut missing: Vec<String> = names
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|n| !self.tensors.contains_key(*n))
+            .map(str::to_string)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        missing.sort();
+        Err(ModelError::MissingTensors {
+            file: self.source.clone(),
+            model,
+            names: missing,
+        })
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

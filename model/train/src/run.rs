@@ -276,6 +276,7 @@ fn run_steps(
             mean: model.init().image.mean,
             std: model.init().image.std,
             squash: false,
+            resampler: Default::default(),
         },
     );
     let masking = Masking {

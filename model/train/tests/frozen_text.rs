@@ -106,6 +106,7 @@ fn the_caption_cache_equals_the_text_tower_on_each_batch() {
         mean: init.image.mean,
         std: init.image.std,
         squash: false,
+        resampler: Default::default(),
     });
     let masking = Masking {
         rate: 0.3,

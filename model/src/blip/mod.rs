@@ -1,0 +1,1 @@
+//! BLIP (placeholder: being written).
