@@ -57,6 +57,8 @@ pub enum Architecture {
     /// A dense teacher with a pretrained image tower beside its own (`lexlip train --objective
     /// adapter`, [`crate::fused`]).
     Fused,
+    /// VDR cross-modal, as its authors published it ([`crate::vdr`]): both lexicon encoders.
+    Vdr,
 }
 
 /// Detects the architecture from `model_type`, falling back to `architectures`.
@@ -71,6 +73,9 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let has = |p: &str| archs.iter().any(|a| a.starts_with(p));
+    if crate::vdr::is_vdr(config) {
+        return Ok(Architecture::Vdr);
+    }
     match model_type {
         "bert" | "distilbert" => Ok(Architecture::Bert),
         "beit" => Ok(Architecture::Beit),
@@ -86,7 +91,7 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         other => Err(ModelError::UnknownModel {
             path: path.to_path_buf(),
             message: format!(
-                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip, {} or {}",
+                "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip, {}, {} or a VDR cross-modal retriever",
                 DUAL_MODEL_TYPE,
                 crate::fused::MODEL_TYPE
             ),

@@ -53,3 +53,12 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
     }
     dir.ok_or_else(|| err("no files".into()))
 }
+
+/// A file of `repo_id` already in the Hugging Face cache, without any download: how a model
+/// directory finds a file its repository leaves to another one (VDR's tokenizer is
+/// bert-base-uncased's), online or not.
+pub fn cached(repo_id: &str, file: &str) -> Option<PathBuf> {
+    hf_hub::Cache::from_env()
+        .model(repo_id.to_string())
+        .get(file)
+}

@@ -88,6 +88,8 @@ enum Tower {
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
     },
+    /// VDR's vision transformer and its projection onto the terms ([`crate::vdr`]).
+    Vdr(Box<crate::vdr::ImageTower>),
 }
 
 impl std::fmt::Debug for ImageEncoder {
@@ -185,7 +187,14 @@ impl ImageEncoder {
     pub fn with_image_size(mut self, size: usize) -> Result<Self> {
         match &mut self.tower {
             Tower::Mlm { beit, .. } => beit.set_input_size(size)?,
-            Tower::Heads { .. } if size == self.processor.size => {}
+            Tower::Heads { .. } | Tower::Vdr(_) if size == self.processor.size => {}
+            Tower::Vdr(_) => {
+                return Err(ModelError::Invalid(format!(
+                    "VDR's image tower reads {0}×{0} images only (its position embeddings are \
+                     not interpolated)",
+                    self.processor.size
+                )));
+            }
             Tower::Heads { .. } => {
                 return Err(ModelError::Invalid(format!(
                     "lexicon heads read their dense model's {0}×{0} images; another size ({size}) \
@@ -201,7 +210,7 @@ impl ImageEncoder {
     pub fn image_size(&self) -> usize {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.input_size(),
-            Tower::Heads { .. } => self.processor.size,
+            Tower::Heads { .. } | Tower::Vdr(_) => self.processor.size,
         }
     }
 
@@ -222,6 +231,23 @@ impl ImageEncoder {
         }
     }
 
+    /// VDR's image encoder ([`crate::vdr`]): its tower, the vocabulary its terms live in, and
+    /// its preprocessing (CLIP's, resampled as Pillow does).
+    pub fn from_vdr(
+        tower: crate::vdr::ImageTower,
+        vocab: Vocabulary,
+        processor: ImageProcessor,
+        device: &Device,
+    ) -> Self {
+        Self {
+            tower: Tower::Vdr(Box::new(tower)),
+            vocab,
+            processor,
+            device: device.clone(),
+            top_k: None,
+        }
+    }
+
     /// Keeps the `k` largest weights of every lexicon (the K the model was trained with).
     pub fn with_top_k(mut self, k: usize) -> Self {
         self.top_k = (k > 0).then_some(k);
@@ -239,6 +265,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.config().patch_size,
             Tower::Heads { .. } => 0,
+            Tower::Vdr(t) => t.shape().patch_size,
         }
     }
 
@@ -247,6 +274,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.config().hidden_size,
             Tower::Heads { head, .. } => head.dim(),
+            Tower::Vdr(t) => t.shape().width,
         }
     }
 
@@ -270,6 +298,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.dtype(),
             Tower::Heads { .. } => DType::F32,
+            Tower::Vdr(t) => t.dtype(),
         }
     }
 
@@ -287,7 +316,7 @@ impl ImageEncoder {
     pub fn hidden_states(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
         let Tower::Mlm { beit, shared, .. } = &self.tower else {
             return Err(ModelError::Invalid(
-                "a lexicon head over a dense model has no per-patch states".into(),
+                "only lexlip's BEiT towers give their per-patch states here".into(),
             ));
         };
         let pixels = stack(images, beit.input_size(), &self.device)?;
@@ -305,8 +334,8 @@ impl ImageEncoder {
             Tower::Mlm { head, .. } => Ok(head
                 .forward(&hidden, &crate::nn::Inference)?
                 .to_dtype(DType::F32)?),
-            Tower::Heads { .. } => Err(ModelError::Invalid(
-                "a lexicon head over a dense model has no per-patch logits".into(),
+            Tower::Heads { .. } | Tower::Vdr(_) => Err(ModelError::Invalid(
+                "only lexlip's BEiT towers give their per-patch logits here".into(),
             )),
         }
     }
@@ -325,6 +354,13 @@ impl ImageEncoder {
                 // `encode_images` is the embedding the training cache holds.
                 let embeddings = backbone.encode_images(images)?;
                 let p = head.weights(&rows_tensor(&embeddings, &self.device)?)?;
+                return Ok(match self.top_k {
+                    Some(k) => top_k(&p, k)?,
+                    None => p,
+                });
+            }
+            Tower::Vdr(t) => {
+                let p = t.pooled(&stack(images, self.processor.size, &self.device)?)?;
                 return Ok(match self.top_k {
                     Some(k) => top_k(&p, k)?,
                     None => p,

@@ -142,6 +142,16 @@ pub struct LoadOptions {
     /// One line on what the model was trained on and what it does not know, for the page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card: Option<String>,
+    /// The quantization scale a collection of this model's vectors is made with
+    /// (`impact = floor(scale · w)`) unless the collection says otherwise: a model whose weights
+    /// are not on LexLIP's scale (VDR's are unit length) carries its own. Unset: the
+    /// architecture's (VDR: [`crate::vdr::QUANTIZATION_SCALE`]), else 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f32>,
+    /// Which terms a text's lexicon keeps (unset: the model's own rule, see
+    /// [`crate::text::TextTerms`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_terms: Option<crate::text::TextTerms>,
     /// Compute dtype of the image encoder (f32 on CPU, f16 on GPU when unset).
     #[serde(skip)]
     pub dtype: Option<DType>,
@@ -161,6 +171,8 @@ impl LoadOptions {
             query_norm: self.query_norm.or(file.query_norm),
             idf: self.idf.or(file.idf),
             card: self.card.clone().or_else(|| file.card.clone()),
+            scale: self.scale.or(file.scale),
+            text_terms: self.text_terms.or(file.text_terms),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
         }
@@ -192,6 +204,7 @@ pub struct Encoders {
     query_norm: QueryNorm,
     idf: Option<f32>,
     card: Option<String>,
+    scale: Option<f32>,
     text: Option<TextEncoder>,
     image: Option<ImageEncoder>,
     /// Shared with the sparse encoders of lexicon heads, which read its embeddings.
@@ -295,6 +308,7 @@ impl Encoders {
             query_norm: QueryNorm::default(),
             idf: None,
             card: None,
+            scale: None,
             text: None,
             image: None,
             dense: None,
@@ -370,6 +384,14 @@ impl Encoders {
                 Architecture::Beit => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
+                }
+                Architecture::Vdr => {
+                    let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
+                    let (text, image) =
+                        crate::vdr::load(&dir, options.tokenizer.as_deref(), device, dtype)?;
+                    enc.text = Some(text);
+                    enc.image = Some(image);
+                    enc.scale = Some(crate::vdr::QUANTIZATION_SCALE);
                 }
                 Architecture::Clip
                 | Architecture::Siglip
@@ -475,7 +497,28 @@ impl Encoders {
         if let Some(c) = &opts.card {
             self.card = Some(c.clone());
         }
+        if let Some(scale) = opts.scale {
+            if !scale.is_finite() || scale <= 0.0 {
+                return Err(ModelError::Invalid(format!(
+                    "{}: scale in lexlip.json must be a positive number, got {scale}",
+                    self.path.display()
+                )));
+            }
+            self.scale = Some(scale);
+        }
+        if let Some(terms) = opts.text_terms
+            && let Some(t) = self.text.take()
+        {
+            self.text = Some(t.with_terms(terms));
+        }
         Ok(())
+    }
+
+    /// The quantization scale of the model's vectors: `lexlip.json`'s `scale`, else the
+    /// architecture's (VDR's unit-length lexicons need a larger one than LexLIP's 100); `None`
+    /// where the collection's default (100) fits.
+    pub fn scale(&self) -> Option<f32> {
+        self.scale
     }
 
     pub fn path(&self) -> &Path {
@@ -651,7 +694,7 @@ fn keep_float(w: &Weights, prefixes: &[&str]) -> Weights {
 
 /// A BERT `config.json` inferred from tensor shapes. Head count is not visible in the shapes:
 /// it is `hidden / 64` (BERT-base: 12), or 1 for models narrower than 64.
-fn infer_bert_config(w: &Weights) -> Result<Value> {
+pub(crate) fn infer_bert_config(w: &Weights) -> Result<Value> {
     let emb = w.shape("bert.embeddings.word_embeddings.weight")?;
     let [vocab, hidden] = emb[..] else {
         return Err(ModelError::Weights {

@@ -44,6 +44,7 @@ pub mod resample;
 pub mod siglip;
 pub mod text;
 pub mod thumbnail;
+pub mod vdr;
 pub mod vocab;
 pub mod weight_sharing;
 pub mod weights;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use lexlip_proto::{DenseVector, SparseVector, TermSpace};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -60,6 +61,51 @@ pub struct TextEncoder {
     max_length: usize,
     pad_id: u32,
     vocab_size: usize,
+    terms: TextTerms,
+    /// The tokenizer's special tokens (`[CLS]`, `[SEP]`, …): never one of a text's own words.
+    special_ids: Vec<u32>,
+}
+
+/// Which terms a text's lexicon keeps: a published model's query-side options (VDR's top-k and
+/// bag of words, D2S's restriction of a query to its own words), none for lexlip's own models.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextTerms {
+    /// Keep the `top_k` largest weights (none: every non-zero one) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// … and, besides them, the text's own word pieces (special tokens aside) with the weights
+    /// the model gave them: VDR's lexical activation; with `top_k` 0, D2S's masked query.
+    #[serde(default)]
+    pub own: bool,
+    /// Weigh the text's own word pieces that the model can weigh at all 1, and nothing else
+    /// (VDR's bag-of-words query: no expansion, no learned weights).
+    #[serde(default)]
+    pub bow: bool,
+}
+
+impl TextTerms {
+    /// Every term the model weighs (lexlip's own models).
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// The `k` largest weights and the text's own word pieces (VDR).
+    pub fn top_k_and_own(k: usize) -> Self {
+        Self {
+            top_k: Some(k),
+            own: true,
+            bow: false,
+        }
+    }
+
+    /// Only the text's own word pieces, weighted by the model (D2S's masked query).
+    pub fn own_only() -> Self {
+        Self::top_k_and_own(0)
+    }
+
+    fn is_all(&self) -> bool {
+        *self == Self::all()
+    }
 }
 
 /// What turns a text into lexicon weights.
@@ -80,6 +126,8 @@ enum Tower {
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
     },
+    /// VDR's BERT and its projection onto the word embeddings ([`crate::vdr`]).
+    Vdr(Box<crate::vdr::TextTower>),
 }
 
 impl std::fmt::Debug for TextEncoder {
@@ -87,6 +135,7 @@ impl std::fmt::Debug for TextEncoder {
         f.debug_struct("TextEncoder")
             .field("term_space", self.vocab.term_space())
             .field("max_length", &self.max_length)
+            .field("terms", &self.terms)
             .field("device", &self.device)
             .finish()
     }
@@ -164,6 +213,8 @@ impl TextEncoder {
             max_length: DEFAULT_MAX_LENGTH.min(config.max_position_embeddings),
             pad_id,
             vocab_size: config.vocab_size,
+            terms: TextTerms::all(),
+            special_ids: Vec::new(),
         };
         enc.configure_tokenizer()?;
         Ok(enc)
@@ -189,9 +240,47 @@ impl TextEncoder {
             device: device.clone(),
             max_length: DEFAULT_MAX_LENGTH,
             pad_id,
+            terms: TextTerms::all(),
+            special_ids: Vec::new(),
         };
         enc.configure_tokenizer()?;
         Ok(enc)
+    }
+
+    /// VDR's text encoder ([`crate::vdr`]): its tower, the BERT vocabulary its terms live in
+    /// and that vocabulary's `tokenizer_json`; texts are cut and padded to the tower's
+    /// `max_len`.
+    pub fn from_vdr(
+        tower: crate::vdr::TextTower,
+        vocab: Vocabulary,
+        tokenizer_json: &Path,
+        device: &Device,
+    ) -> Result<Self> {
+        let tokenizer = load_tokenizer(tokenizer_json)?;
+        let pad_id = pad_id(&tokenizer, 0);
+        let mut enc = Self {
+            vocab_size: vocab.len(),
+            max_length: tower.max_len(),
+            tower: Tower::Vdr(Box::new(tower)),
+            tokenizer,
+            vocab,
+            device: device.clone(),
+            pad_id,
+            terms: TextTerms::all(),
+            special_ids: Vec::new(),
+        };
+        enc.configure_tokenizer()?;
+        Ok(enc)
+    }
+
+    /// Keeps these terms of every lexicon ([`TextTerms`]).
+    pub fn with_terms(mut self, terms: TextTerms) -> Self {
+        self.terms = terms;
+        self
+    }
+
+    pub fn terms(&self) -> TextTerms {
+        self.terms
     }
 
     /// Sets the maximum number of tokens per text (special tokens included; at most the model's
@@ -200,6 +289,14 @@ impl TextEncoder {
         if max_length < 2 {
             return Err(ModelError::Invalid(format!(
                 "max_length must be at least 2 (for [CLS] and [SEP]), got {max_length}"
+            )));
+        }
+        if let Tower::Vdr(t) = &self.tower
+            && max_length > t.positions()
+        {
+            return Err(ModelError::Invalid(format!(
+                "max_length {max_length} is more than the text tower's {} positions",
+                t.positions()
             )));
         }
         self.max_length = max_length;
@@ -224,6 +321,13 @@ impl TextEncoder {
     }
 
     fn configure_tokenizer(&mut self) -> Result<()> {
+        self.special_ids = self
+            .tokenizer
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect();
         truncate_to(&mut self.tokenizer, self.max_length)
     }
 
@@ -248,6 +352,9 @@ impl TextEncoder {
 
     /// Pooled lexicon weights `(batch, vocab)` of tokenized texts (padded here).
     fn pooled_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
+        if let Tower::Vdr(t) = &self.tower {
+            return t.pooled(ids, self.max_length);
+        }
         let (input_ids, mask) = pad_batch(ids, self.pad_id, &self.device)?;
         let (hidden, head) = self.hidden_states(&input_ids, &mask)?;
         head.pooled(&hidden, Some(&mask))
@@ -268,7 +375,7 @@ impl TextEncoder {
         Ok((hidden, head))
     }
 
-    /// Pooled lexicon weights `(batch, vocab)` in f32.
+    /// Pooled lexicon weights `(batch, vocab)` in f32, before [`TextTerms`] cut them.
     pub fn pooled(&self, texts: &[&str]) -> Result<Tensor> {
         if let Tower::Heads { backbone, head } = &self.tower {
             if texts.is_empty() {
@@ -305,6 +412,13 @@ impl TextEncoder {
         let Tower::Heads { head, .. } = &self.tower else {
             return Err(crate::heads::not_heads("text encoder reads tokens"));
         };
+        if !self.terms.is_all() {
+            return Err(ModelError::Invalid(
+                "this model keeps a text's own words in its lexicon: its lexicons are computed \
+                 from the texts, not from their embeddings alone"
+                    .into(),
+            ));
+        }
         let mut out = Vec::with_capacity(embeddings.len());
         for chunk in embeddings.chunks(EMBEDDING_CHUNK) {
             let rows = head.sparse_rows(&rows_tensor(chunk, &self.device)?, head.top_k())?;
@@ -318,7 +432,7 @@ impl TextEncoder {
     pub fn encode_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(TEXT_CHUNK) {
-            out.extend(to_sparse(&self.pooled_ids(chunk)?, &self.vocab)?);
+            out.extend(self.keep_terms(&self.pooled_ids(chunk)?, chunk)?);
         }
         Ok(out)
     }
@@ -328,14 +442,66 @@ impl TextEncoder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        if let Tower::Heads { backbone, .. } = &self.tower {
-            let mut out = Vec::with_capacity(texts.len());
-            for chunk in texts.chunks(TEXT_CHUNK) {
-                out.extend(self.encode_embeddings(&backbone.encode_texts(chunk)?)?);
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(TEXT_CHUNK) {
+            match &self.tower {
+                Tower::Heads { backbone, .. } if self.terms.is_all() => {
+                    out.extend(self.encode_embeddings(&backbone.encode_texts(chunk)?)?);
+                }
+                Tower::Heads { backbone, head } => {
+                    let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
+                    out.extend(self.keep_terms(&head.weights(&x)?, &self.tokenize(chunk)?)?);
+                }
+                _ => {
+                    let ids = self.tokenize(chunk)?;
+                    out.extend(self.keep_terms(&self.pooled_ids(&ids)?, &ids)?);
+                }
             }
-            return Ok(out);
         }
-        to_sparse(&self.pooled(texts)?, &self.vocab)
+        Ok(out)
+    }
+
+    /// `pooled` `(batch, vocab)` lexicons as sparse vectors, cut to the encoder's
+    /// [`TextTerms`]; `ids` are the texts' tokens (which terms are their own).
+    fn keep_terms(&self, pooled: &Tensor, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
+        let terms = self.terms;
+        if terms.is_all() {
+            return to_sparse(pooled, &self.vocab);
+        }
+        let rows = pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut scratch = Vec::new();
+        let tokens = self.vocab.tokens();
+        rows.iter()
+            .zip(ids)
+            .map(|(row, ids)| {
+                let own: std::collections::BTreeSet<usize> = ids
+                    .iter()
+                    .filter(|i| !self.special_ids.contains(i))
+                    .map(|&i| i as usize)
+                    .filter(|&i| i < row.len())
+                    .collect();
+                let pairs: Vec<(&str, f32)> = if terms.bow {
+                    own.iter()
+                        .filter(|&&i| row[i] > 0.0)
+                        .map(|&i| (tokens[i].as_str(), 1.0))
+                        .collect()
+                } else {
+                    let hi = terms
+                        .top_k
+                        .filter(|&k| k < row.len())
+                        .map(|k| crate::pooling::top_k_threshold(row, k, &mut scratch));
+                    row.iter()
+                        .enumerate()
+                        .filter(|&(i, &w)| {
+                            w != 0.0
+                                && (hi.is_none_or(|hi| w > hi) || (terms.own && own.contains(&i)))
+                        })
+                        .map(|(i, &w)| (tokens[i].as_str(), w))
+                        .collect()
+                };
+                Ok(SparseVector::new(pairs)?)
+            })
+            .collect()
     }
 }
 
