@@ -59,6 +59,11 @@ pub enum Architecture {
     Fused,
     /// VDR cross-modal, as its authors published it ([`crate::vdr`]): both lexicon encoders.
     Vdr,
+    /// A D2S lexicon head ([`crate::d2s`]): loads as `heads/` beside its dense model, not alone.
+    D2s,
+    /// BLIP's image-text contrastive encoders (`BlipForImageTextRetrieval`, [`crate::blip`]): a
+    /// dense model, and the backbone of D2S's published heads.
+    Blip,
 }
 
 /// Detects the architecture from `model_type`, falling back to `architectures`.
@@ -83,6 +88,8 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "siglip" => Ok(Architecture::Siglip),
         DUAL_MODEL_TYPE => Ok(Architecture::DualEncoder),
         crate::fused::MODEL_TYPE => Ok(Architecture::Fused),
+        crate::d2s::MODEL_TYPE => Ok(Architecture::D2s),
+        "blip" => Ok(Architecture::Blip),
         _ if has(DUAL_ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
         _ if has("Beit") => Ok(Architecture::Beit),

@@ -98,14 +98,45 @@ impl HeadsConfig {
 /// [`lexicon_weights`], which training uses, up to rounding (tested).
 #[derive(Debug, Clone)]
 pub struct LexiconHead {
-    /// `(dim + 1, vocab)`.
-    folded: Tensor,
+    map: Map,
     vocab: usize,
     dim: usize,
     top_k: Option<usize>,
 }
 
+/// What maps an embedding onto the vocabulary's logits.
+#[derive(Debug, Clone)]
+enum Map {
+    /// lexlip's linear head, folded: `(dim + 1, vocab)`.
+    Folded(Tensor),
+    /// D2S's published head ([`crate::d2s`]): a projection, a layer norm, the projector.
+    D2s(Box<crate::d2s::D2sHead>),
+}
+
 impl LexiconHead {
+    /// D2S's head ([`crate::d2s`]), cut to `top_k` (0: every positive term).
+    pub fn d2s(head: crate::d2s::D2sHead, top_k: usize) -> Self {
+        Self {
+            vocab: head.vocab_size(),
+            dim: head.config().dense_size,
+            top_k: (top_k > 0).then_some(top_k),
+            map: Map::D2s(Box::new(head)),
+        }
+    }
+
+    /// The head's logits `(batch, vocab)` of embeddings `x` `(batch, dim)`, before
+    /// `log(1 + relu)`.
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.to_dtype(DType::F32)?;
+        match &self.map {
+            Map::Folded(folded) => {
+                let ones = Tensor::ones((x.dim(0)?, 1), DType::F32, x.device())?;
+                Ok(Tensor::cat(&[&x, &ones], 1)?.matmul(folded)?)
+            }
+            Map::D2s(head) => head.logits(&x),
+        }
+    }
+
     pub fn new(
         weight: Tensor,
         bias: Tensor,
@@ -141,7 +172,7 @@ impl LexiconHead {
         .t()?
         .contiguous()?;
         Ok(Self {
-            folded,
+            map: Map::Folded(folded),
             vocab,
             dim,
             top_k: (top_k > 0).then_some(top_k),
@@ -151,13 +182,7 @@ impl LexiconHead {
     /// Lexicon weights `(batch, vocab)` in f32 of unit-length embeddings `x` `(batch, dim)`,
     /// before any top-K cut ([`lexicon_weights`], folded).
     pub fn weights(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.to_dtype(DType::F32)?;
-        let ones = Tensor::ones((x.dim(0)?, 1), DType::F32, x.device())?;
-        Ok(Tensor::cat(&[&x, &ones], 1)?
-            .matmul(&self.folded)?
-            .relu()?
-            .affine(1.0, 1.0)?
-            .log()?)
+        Ok(self.logits(x)?.relu()?.affine(1.0, 1.0)?.log()?)
     }
 
     /// The lexicons of unit-length embeddings `x` `(batch, dim)` as `(term, weight)` rows, cut
@@ -185,11 +210,7 @@ impl LexiconHead {
                 })
                 .collect());
         }
-        let x = x.to_dtype(DType::F32)?;
-        let ones = Tensor::ones((x.dim(0)?, 1), DType::F32, x.device())?;
-        let logits = Tensor::cat(&[&x, &ones], 1)?
-            .matmul(&self.folded)?
-            .to_vec2::<f32>()?;
+        let logits = self.logits(x)?.to_vec2::<f32>()?;
         let mut scratch = Vec::new();
         Ok(logits
             .into_iter()
@@ -241,13 +262,42 @@ pub struct Heads {
     pub config: HeadsConfig,
     pub image: LexiconHead,
     pub text: LexiconHead,
+    /// Whose heads these are: lexlip's (`lexlip train --objective heads`) or a published
+    /// architecture's.
+    pub kind: HeadsKind,
+}
+
+/// The architectures a heads directory can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadsKind {
+    /// lexlip's linear heads, one per side.
+    Lexlip,
+    /// D2S's one head for both sides ([`crate::d2s`]); its queries keep their own words only.
+    D2s,
 }
 
 impl Heads {
     /// Loads `dir/config.json` and `dir/model.safetensors` (f32 on the CPU, the file's dtype
-    /// converted to f32 anywhere: the heads are small).
+    /// converted to f32 anywhere: the heads are small); a D2S directory as published.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let cfg_path = dir.join("config.json");
+        if crate::d2s::is_d2s(&read_json(&cfg_path)?) {
+            let head = crate::d2s::D2sHead::load(dir, device)?;
+            let config = HeadsConfig {
+                model_type: crate::d2s::MODEL_TYPE.into(),
+                dim: head.config().dense_size,
+                vocab_size: head.vocab_size(),
+                image_top_k: 0,
+                text_top_k: 0,
+            };
+            let head = LexiconHead::d2s(head, 0);
+            return Ok(Self {
+                config,
+                image: head.clone(),
+                text: head,
+                kind: HeadsKind::D2s,
+            });
+        }
         let config = HeadsConfig::read(&cfg_path)?;
         let weights = Weights::from_safetensors_dir(dir)?;
         let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
@@ -280,6 +330,7 @@ impl Heads {
             image: head(IMAGE_HEAD, config.image_top_k)?,
             text: head(TEXT_HEAD, config.text_top_k)?,
             config,
+            kind: HeadsKind::Lexlip,
         })
     }
 }

@@ -1,14 +1,24 @@
 //! Downloading a model directory from the Hugging Face Hub by repository id (feature `hub`).
 //! Files land in the standard HF cache (`HF_HOME`), so a machine that went offline keeps working
 //! from what it fetched before.
+//!
+//! A repository holds its configuration, its weights as `model.safetensors` or (older uploads)
+//! `pytorch_model.bin`, and usually its tokenizer. Published lexicon models often leave the
+//! tokenizer to the model they were built on (VDR's is bert-base-uncased's, D2S's
+//! distilbert-base-uncased's): that one is fetched from the repository its config names, into
+//! the cache, where the loader looks for it ([`cached`]).
 
 use std::path::PathBuf;
 
+use serde_json::Value;
+
 use crate::error::{ModelError, Result};
 
-/// Files of one encoder directory in the Hugging Face layout; the optional ones are skipped when
-/// the repository lacks them.
-const REQUIRED: &[&str] = &["config.json", "tokenizer.json", "model.safetensors"];
+/// The configuration file of a Hugging Face layout repository.
+const CONFIG: &str = "config.json";
+/// Its weights, in order of preference.
+const WEIGHTS: &[&str] = &["model.safetensors", crate::weights::PYTORCH_WEIGHTS];
+const TOKENIZER: &str = "tokenizer.json";
 const OPTIONAL: &[&str] = &["preprocessor_config.json"];
 /// The same in open_clip's layout (MobileCLIP: `apple/MobileCLIP-S1-OpenCLIP`), tried when the
 /// repository has no `config.json`.
@@ -18,40 +28,63 @@ const OPEN_CLIP: &[&str] = &[
     "open_clip_model.safetensors",
 ];
 
-/// Fetches (or finds in the cache) `repo_id`'s encoder files and returns their directory.
+/// Fetches (or finds in the cache) `repo_id`'s model files and returns their directory.
 pub fn download(repo_id: &str) -> Result<PathBuf> {
     let err = |message: String| ModelError::UnknownModel {
         path: PathBuf::from(repo_id),
         message,
     };
     let api = hf_hub::api::sync::Api::new().map_err(|e| err(e.to_string()))?;
-    let repo = api.model(repo_id.to_string());
-    let cache = hf_hub::Cache::from_env().model(repo_id.to_string());
-    let fetch = |file: &str| -> Result<PathBuf> {
-        match cache.get(file) {
+    let fetch = |repo: &str, file: &str| -> Result<PathBuf> {
+        match cached(repo, file) {
             Some(p) => Ok(p),
-            None => repo
+            None => api
+                .model(repo.to_string())
                 .get(file)
-                .map_err(|e| err(format!("cannot fetch {file}: {e}"))),
+                .map_err(|e| err(format!("cannot fetch {file} of {repo}: {e}"))),
         }
     };
-    let (required, optional) = match fetch(REQUIRED[0]) {
-        Ok(_) => (REQUIRED, OPTIONAL),
-        Err(hf) => match fetch(OPEN_CLIP[0]) {
-            Ok(_) => (OPEN_CLIP, &[][..]),
-            Err(_) => return Err(hf),
-        },
-    };
-    let mut dir = None;
-    for file in required {
-        dir = fetch(file)?.parent().map(PathBuf::from);
-    }
-    for file in optional {
-        if cache.get(file).is_none() {
-            let _ = repo.get(file);
+    let config = match fetch(repo_id, CONFIG) {
+        Ok(path) => path,
+        Err(hf) => {
+            // open_clip's layout has no config.json.
+            if fetch(repo_id, OPEN_CLIP[0]).is_err() {
+                return Err(hf);
+            }
+            let mut dir = None;
+            for file in OPEN_CLIP {
+                dir = fetch(repo_id, file)?.parent().map(PathBuf::from);
+            }
+            return dir.ok_or_else(|| err("no files".into()));
         }
+    };
+    let weights = WEIGHTS
+        .iter()
+        .find_map(|file| fetch(repo_id, file).ok())
+        .ok_or_else(|| err(format!("the repository has none of {WEIGHTS:?}")))?;
+    if fetch(repo_id, TOKENIZER).is_err() {
+        let base = base_model(&crate::config::read_json(&config)?).ok_or_else(|| {
+            err(format!(
+                "the repository has no {TOKENIZER} and its {CONFIG} names no model to take it from"
+            ))
+        })?;
+        fetch(&base, TOKENIZER)?;
     }
-    dir.ok_or_else(|| err("no files".into()))
+    for file in OPTIONAL {
+        let _ = fetch(repo_id, file);
+    }
+    weights
+        .parent()
+        .map(PathBuf::from)
+        .ok_or_else(|| err("no files".into()))
+}
+
+/// The repository a published lexicon model takes its word pieces from, as its config names it:
+/// VDR's `encoder_q.model_id`, D2S's `mlm_head`.
+pub fn base_model(config: &Value) -> Option<String> {
+    let named = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    named(config.get("encoder_q").and_then(|q| q.get("model_id")))
+        .or_else(|| named(config.get("mlm_head")))
 }
 
 /// A file of `repo_id` already in the Hugging Face cache, without any download: how a model

@@ -385,6 +385,17 @@ impl Encoders {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     enc.image = Some(ImageEncoder::load_with_dtype(&dir, device, dtype)?)
                 }
+                Architecture::D2s => {
+                    return Err(ModelError::UnknownModel {
+                        path: dir,
+                        message: "a D2S model is a lexicon head over a dense model's embeddings \
+                                  and does not load alone: pair it with the dense model it was \
+                                  trained over (BLIP's for lsr42/d2s_*-blip-*): `lexlip model \
+                                  pair --heads <this model> --dense \
+                                  hf:Salesforce/blip-itm-base-coco --out DIR`, then --model DIR"
+                            .into(),
+                    });
+                }
                 Architecture::Vdr => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     let (text, image) =
@@ -397,7 +408,8 @@ impl Encoders {
                 | Architecture::Siglip
                 | Architecture::MobileClip
                 | Architecture::DualEncoder
-                | Architecture::Fused => {
+                | Architecture::Fused
+                | Architecture::Blip => {
                     let dtype = options.dtype.unwrap_or_else(|| default_dtype(device));
                     let dense = Dense::load(&dir, arch, device, dtype)?.with(options)?;
                     enc.dense = Some(Arc::new(dense))
@@ -429,6 +441,15 @@ impl Encoders {
         }
         let heads = Heads::load(dir, device)?;
         let tokenizer = dir.join("tokenizer.json");
+        if !tokenizer.is_file() && heads.kind == crate::heads::HeadsKind::D2s {
+            return Err(ModelError::Tokenizer {
+                path: tokenizer,
+                message: "D2S's terms are the word pieces of its mlm_head \
+                          (distilbert-base-uncased): put that model's tokenizer.json here \
+                          (`lexlip model pair` does)"
+                    .into(),
+            });
+        }
         let vocab = Vocabulary::from_tokenizer_json(dir_name(self.path.as_path()), &tokenizer)?;
         if vocab.len() != heads.config.vocab_size {
             return Err(ModelError::ShapeMismatch {
@@ -452,9 +473,12 @@ impl Encoders {
             heads.image,
             vocab.clone(),
         ));
-        self.text = Some(TextEncoder::from_heads(
-            backbone, heads.text, vocab, &tokenizer, device,
-        )?);
+        let text = TextEncoder::from_heads(backbone, heads.text, vocab, &tokenizer, device)?;
+        self.text = Some(match heads.kind {
+            // The reference's retrieval restricts a query to its own word pieces.
+            crate::heads::HeadsKind::D2s => text.with_terms(crate::text::TextTerms::own_only()),
+            crate::heads::HeadsKind::Lexlip => text,
+        });
         Ok(())
     }
 

@@ -144,11 +144,15 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
         },
         ModelSource::Single(
             dir,
-            arch @ (Architecture::Clip | Architecture::Siglip | Architecture::MobileClip),
+            arch @ (Architecture::Clip
+            | Architecture::Siglip
+            | Architecture::MobileClip
+            | Architecture::Blip),
         ) => {
             let name = match arch {
                 Architecture::Clip => "CLIP",
                 Architecture::Siglip => "SigLIP",
+                Architecture::Blip => "BLIP",
                 _ => "MobileCLIP",
             };
             return Err(TrainError::Untrainable {
@@ -157,6 +161,15 @@ fn locate(path: &Path, tokenizer: Option<&Path>, scratch: &Path) -> Result<Found
                     "a {name} model is a dense encoder, not a LexLIP tower; train lexicon heads \
                      over it with --objective heads --backbone"
                 ),
+            });
+        }
+        ModelSource::Single(dir, Architecture::Vdr | Architecture::D2s) => {
+            return Err(TrainError::Untrainable {
+                path: dir,
+                message: "a published VDR or D2S model is served as it is (lexlip serve --model); \
+                          lexlip train starts from LexLIP towers, or trains heads over a dense \
+                          model (--objective heads --backbone)"
+                    .into(),
             });
         }
         ModelSource::Single(dir, Architecture::DualEncoder | Architecture::Fused) => {

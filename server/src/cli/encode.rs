@@ -50,7 +50,8 @@ pub fn run(args: EncodeArgs) -> anyhow::Result<()> {
     };
     // The same quantizer a collection with this top-K uses, so the terms shown are the terms
     // it would store.
-    let quantizer = Quantizer::new(lexlip_proto::DEFAULT_SCALE, args.top_k_terms, None)?;
+    let scale = model.scale().unwrap_or(lexlip_proto::DEFAULT_SCALE);
+    let quantizer = Quantizer::new(scale, args.top_k_terms, None)?;
     let sparse = sparse
         .map(|v| quantizer.encode(&v).map(|(shown, _)| shown))
         .transpose()?;

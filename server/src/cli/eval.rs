@@ -88,9 +88,10 @@ pub struct EvalArgs {
     /// mode only. Default: in sparse mode, the model's (`idf` in its lexlip.json), else off.
     #[arg(long, value_name = "ALPHA")]
     pub idf: Option<f32>,
-    /// Quantization scale of the collections: impact = floor(scale · weight).
-    #[arg(long, default_value_t = DEFAULT_SCALE)]
-    pub scale: f32,
+    /// Quantization scale of the collections: impact = floor(scale · weight). Default: the
+    /// model's (`scale` in its lexlip.json; VDR's takes 10000), else 100.
+    #[arg(long)]
+    pub scale: Option<f32>,
     /// Items per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
@@ -167,7 +168,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             RelevanceArg::Item => eval::Relevance::Item,
             RelevanceArg::Caption => eval::Relevance::Caption,
         },
-        scale: args.scale,
+        scale: args.scale.unwrap_or(DEFAULT_SCALE),
         batch_size: args.batch_size,
         work_dir: args.work_dir.clone(),
         single_modal: args.single_modal,
@@ -212,6 +213,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     let (_, encoders) = args.model.load("lexlip eval", load)?;
     let mut options = options;
+    if args.scale.is_none()
+        && let Some(scale) = encoders.scale()
+    {
+        options.scale = scale;
+    }
     // Without --idf, sparse queries are weighted as the model asks.
     if args.idf.is_none()
         && args.mode == ModeArg::Sparse

@@ -69,9 +69,10 @@ pub struct IndexArgs {
     /// Modality of lines that do not name one.
     #[arg(long, value_parser = parse_modality, default_value = "text")]
     pub modality: Modality,
-    /// Quantization scale for a new collection: impact = floor(scale · weight).
-    #[arg(long, default_value_t = DEFAULT_SCALE)]
-    pub scale: f32,
+    /// Quantization scale for a new collection: impact = floor(scale · weight). Default: the
+    /// model's (`scale` in its lexlip.json; VDR's unit-length lexicons take 10000), else 100.
+    #[arg(long)]
+    pub scale: Option<f32>,
     /// Keep only the K largest weights of each document (new collection only).
     #[arg(long)]
     pub top_k_terms: Option<usize>,
@@ -125,10 +126,16 @@ pub fn parse_modality(s: &str) -> Result<Modality, String> {
 }
 
 impl IndexArgs {
-    /// The settings of a new collection; `dense_dim` where it keeps dense vectors.
-    fn settings(&self, dense_dim: Option<usize>) -> CollectionSettings {
+    /// The quantization scale of a new collection: `--scale`, else the model's, else 100.
+    fn scale(&self, model: Option<f32>) -> f32 {
+        self.scale.or(model).unwrap_or(DEFAULT_SCALE)
+    }
+
+    /// The settings of a new collection; `dense_dim` where it keeps dense vectors, `scale` its
+    /// quantization scale ([`Self::scale`]).
+    fn settings(&self, dense_dim: Option<usize>, scale: f32) -> CollectionSettings {
         CollectionSettings {
-            scale: self.scale,
+            scale,
             top_k_terms: self.top_k_terms,
             dense_dim,
             thumbnails: !self.no_thumbnails,
@@ -250,7 +257,7 @@ fn vectors(
         &args.collection,
         space,
         tokens.as_deref(),
-        args.settings(None),
+        args.settings(None, args.scale(None)),
     )?;
     collection.set_doc_order(args.doc_order);
     // A batch job: nothing searches the collection while it is written.
@@ -349,7 +356,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         &args.collection,
         space,
         tokens.as_deref(),
-        args.settings(dense_dim),
+        args.settings(dense_dim, args.scale(encoders.scale())),
     )?;
     match (dense_dim, collection.manifest().settings.dense_dim) {
         (Some(_), None) => bail!(
@@ -376,7 +383,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     let context = format!(
         "{}|{}|{:?}|{:?}{}",
         model_path.display(),
-        args.scale,
+        args.scale(encoders.scale()),
         args.top_k_terms,
         args.dense_model,
         lexlip_pipeline::sources::files_signature(&model_files(&model_paths)?)?

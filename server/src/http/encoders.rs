@@ -57,6 +57,9 @@ pub struct EncoderService {
     query_norm: ByQueryModel<f32>,
     /// The query model's card (its `README.md`), served to the page.
     readme: Option<String>,
+    /// The quantization scale the lexicon models ask of a new collection (`scale` in their
+    /// `lexlip.json`, or their architecture's), if not LexLIP's 100.
+    scale: Option<f32>,
 }
 
 /// A setting of the models that encode queries, by query modality: the text model's for text
@@ -170,6 +173,10 @@ impl EncoderService {
             text: text_src.as_ref().and_then(|e| e.idf()),
             image: image_src.as_ref().and_then(|e| e.idf()),
         };
+        let scale = text_src
+            .as_ref()
+            .and_then(|e| e.scale())
+            .or_else(|| image_src.as_ref().and_then(|e| e.scale()));
         let query_norm = ByQueryModel {
             text: text_src.as_ref().and_then(|e| e.query_norm().text),
             image: image_src.as_ref().and_then(|e| e.query_norm().image),
@@ -263,6 +270,7 @@ impl EncoderService {
             "weak_match": weak_match,
             "query_norm": query_norm,
             "idf": idf,
+            "scale": scale,
         });
         Ok(Self {
             text,
@@ -275,7 +283,14 @@ impl EncoderService {
             idf,
             query_norm,
             readme,
+            scale,
         })
+    }
+
+    /// The quantization scale a new collection takes when its request gives none: the lexicon
+    /// models' own (VDR's unit-length lexicons), if not LexLIP's 100.
+    pub fn scale(&self) -> Option<f32> {
+        self.scale
     }
 
     /// The query model's `README.md`, when it has one.

@@ -57,7 +57,10 @@ pub async fn create(
         (false, None, _) => None,
     };
     let settings = CollectionSettings {
-        scale: req.scale.unwrap_or(lexlip_proto::DEFAULT_SCALE),
+        scale: req
+            .scale
+            .or(state.encoders.scale())
+            .unwrap_or(lexlip_proto::DEFAULT_SCALE),
         top_k_terms: req.top_k_terms,
         dense_dim,
         thumbnails: req.thumbnails.unwrap_or(true),
