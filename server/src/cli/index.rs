@@ -381,11 +381,16 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
     model_paths.extend(args.model.tokenizer.clone());
     model_paths.extend(args.dense_model.clone());
     let context = format!(
-        "{}|{}|{:?}|{:?}{}",
+        "{}|{}|{:?}|{:?}|{:?}{}",
         model_path.display(),
         args.scale(encoders.scale()),
         args.top_k_terms,
         args.dense_model,
+        (
+            args.model.image_top_k,
+            args.model.text_top_k,
+            args.model.text_bow
+        ),
         lexlip_pipeline::sources::files_signature(&model_files(&model_paths)?)?
     );
     let result = lexlip_pipeline::index_corpus(

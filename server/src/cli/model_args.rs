@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use lexlip_model::text::TextTerms;
 use lexlip_model::{Encoders, LoadOptions};
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -14,9 +15,22 @@ pub struct ModelArgs {
     /// Hugging Face cache on first use, offline afterwards).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// tokenizer.json for a .ckpt (default: next to the checkpoint).
+    /// tokenizer.json for a .ckpt (default: next to the checkpoint), or for a published
+    /// model whose repository leaves its tokenizer to its base model (VDR: bert-base-uncased's).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Keep the K largest weights of every image lexicon (default: the model's; VDR 768).
+    #[arg(long, value_name = "K")]
+    pub image_top_k: Option<usize>,
+    /// Keep the K largest weights of every text lexicon, and the text's own word pieces
+    /// (0: its own word pieces only, D2S's default). Default: the model's (VDR 768, with the
+    /// text's own words; lexlip's own models every term).
+    #[arg(long, value_name = "K")]
+    pub text_top_k: Option<usize>,
+    /// Encode a text as the bag of its own word pieces, each weighing 1 (VDR's bag-of-words
+    /// queries: no model weights, no expansion).
+    #[arg(long, conflicts_with = "text_top_k")]
+    pub text_bow: bool,
     /// Run the encoders on the GPU (build with --features cuda).
     #[arg(long)]
     pub gpu: bool,
@@ -58,13 +72,30 @@ impl ModelArgs {
         self.apply_limits();
         let path = self.path(what)?;
         let device = lexlip_model::device(self.gpu)?;
-        let options = LoadOptions {
-            tokenizer: self.tokenizer.clone(),
-            ..options
-        };
+        let options = self.options(options);
         let encoders = Encoders::load_with(&path, &device, &options)
             .with_context(|| format!("loading model {}", path.display()))?;
         Ok((path, encoders))
+    }
+}
+
+impl ModelArgs {
+    /// `base` with what these options set: the tokenizer, the lexicons' top-K and terms.
+    pub fn options(&self, base: LoadOptions) -> LoadOptions {
+        let text_terms = if self.text_bow {
+            Some(TextTerms {
+                bow: true,
+                ..TextTerms::default()
+            })
+        } else {
+            self.text_top_k.map(TextTerms::top_k_and_own)
+        };
+        LoadOptions {
+            tokenizer: self.tokenizer.clone().or(base.tokenizer),
+            image_top_k: self.image_top_k.or(base.image_top_k),
+            text_terms: text_terms.or(base.text_terms),
+            ..base
+        }
     }
 }
 

@@ -125,10 +125,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         text_model: resolve(&args.text_model)?,
         image_model: resolve(&args.image_model)?,
         dense_model: resolve(&args.dense_model)?,
-        options: LoadOptions {
-            tokenizer: args.model.tokenizer.clone(),
-            ..Default::default()
-        },
+        options: args.model.options(LoadOptions::default()),
         gpu: args.model.gpu,
     };
     let batch = BatchConfig {
