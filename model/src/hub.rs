@@ -19,7 +19,7 @@ const CONFIG: &str = "config.json";
 /// Its weights, in order of preference.
 const WEIGHTS: &[&str] = &["model.safetensors", crate::weights::PYTORCH_WEIGHTS];
 const TOKENIZER: &str = "tokenizer.json";
-const OPTIONAL: &[&str] = &["preprocessor_config.json"];
+const OPTIONAL: &[&str] = &["preprocessor_config.json", "README.md"];
 /// The same in open_clip's layout (MobileCLIP: `apple/MobileCLIP-S1-OpenCLIP`), tried when the
 /// repository has no `config.json`.
 const OPEN_CLIP: &[&str] = &[
@@ -28,50 +28,57 @@ const OPEN_CLIP: &[&str] = &[
     "open_clip_model.safetensors",
 ];
 
-/// Fetches (or finds in the cache) `repo_id`'s model files and returns their directory.
+/// Fetches (or finds in the cache) `repo_id`'s model files and returns their directory. What
+/// the cache holds is used without asking the network, so a model fetched once loads offline.
 pub fn download(repo_id: &str) -> Result<PathBuf> {
     let err = |message: String| ModelError::UnknownModel {
         path: PathBuf::from(repo_id),
         message,
     };
     let api = hf_hub::api::sync::Api::new().map_err(|e| err(e.to_string()))?;
-    let fetch = |repo: &str, file: &str| -> Result<PathBuf> {
-        match cached(repo, file) {
-            Some(p) => Ok(p),
-            None => api
-                .model(repo.to_string())
-                .get(file)
-                .map_err(|e| err(format!("cannot fetch {file} of {repo}: {e}"))),
+    // The first of `files` that `repo` has: from the cache if it holds one, else downloaded.
+    let first = |repo: &str, files: &[&str]| -> Result<PathBuf> {
+        if let Some(p) = files.iter().find_map(|f| cached(repo, f)) {
+            return Ok(p);
         }
+        let mut last = None;
+        for file in files {
+            match api.model(repo.to_string()).get(file) {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(format!("cannot fetch {file} of {repo}: {e}")),
+            }
+        }
+        Err(err(last.unwrap_or_else(|| "nothing to fetch".into())))
     };
-    let config = match fetch(repo_id, CONFIG) {
+    let config = match first(repo_id, &[CONFIG]) {
         Ok(path) => path,
         Err(hf) => {
             // open_clip's layout has no config.json.
-            if fetch(repo_id, OPEN_CLIP[0]).is_err() {
+            if first(repo_id, &OPEN_CLIP[..1]).is_err() {
                 return Err(hf);
             }
             let mut dir = None;
             for file in OPEN_CLIP {
-                dir = fetch(repo_id, file)?.parent().map(PathBuf::from);
+                dir = first(repo_id, &[file])?.parent().map(PathBuf::from);
             }
             return dir.ok_or_else(|| err("no files".into()));
         }
     };
-    let weights = WEIGHTS
-        .iter()
-        .find_map(|file| fetch(repo_id, file).ok())
-        .ok_or_else(|| err(format!("the repository has none of {WEIGHTS:?}")))?;
-    if fetch(repo_id, TOKENIZER).is_err() {
-        let base = base_model(&crate::config::read_json(&config)?).ok_or_else(|| {
+    let weights = first(repo_id, WEIGHTS)?;
+    // The repository's tokenizer, else its base model's, each from the cache first.
+    let base = base_model(&crate::config::read_json(&config)?);
+    let cached_tokenizer =
+        cached(repo_id, TOKENIZER).or_else(|| base.as_deref().and_then(|b| cached(b, TOKENIZER)));
+    if cached_tokenizer.is_none() && first(repo_id, &[TOKENIZER]).is_err() {
+        let base = base.ok_or_else(|| {
             err(format!(
                 "the repository has no {TOKENIZER} and its {CONFIG} names no model to take it from"
             ))
         })?;
-        fetch(&base, TOKENIZER)?;
+        first(&base, &[TOKENIZER])?;
     }
     for file in OPTIONAL {
-        let _ = fetch(repo_id, file);
+        let _ = first(repo_id, &[file]);
     }
     weights
         .parent()

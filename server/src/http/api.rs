@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCollection {
-    /// Quantization scale: impact = floor(scale · weight). Default 100 (LexLIP).
+    /// Quantization scale: impact = floor(scale · weight). Default: the server model's own
+    /// (VDR's unit-length lexicons: 10000), else 100 (LexLIP).
     pub scale: Option<f32>,
     /// Keep only the K largest weights of each document (LexLIP Table 2: 64, 32, 16, …).
     #[serde(default, deserialize_with = "optional_whole_number")]
