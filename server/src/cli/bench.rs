@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 
-use super::{bench_compose, bench_encode, bench_engine, bench_search};
+use super::{bench_compose, bench_encode, bench_engine, bench_scale, bench_search};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -15,6 +15,9 @@ pub enum BenchCommand {
     Search(bench_search::BenchSearchArgs),
     /// Encoder throughput (texts/s, images/s) for several batch sizes.
     Encode(bench_encode::BenchEncodeArgs),
+    /// Whether a quantization scale (and an image top-K) keeps a model's float ranking: each
+    /// caption's first 10 pictures by float dot product against those by impacts.
+    Scale(bench_scale::BenchScaleArgs),
     /// Compose a benchmark corpus of any size from source pictures (1-4 placed per picture,
     /// captioned with what they show) as WebDataset shards; the same seed gives the same bytes.
     Compose(bench_compose::BenchComposeArgs),
@@ -33,6 +36,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Engine(args) => bench_engine::run(args),
         BenchCommand::Encode(args) => bench_encode::run(args),
+        BenchCommand::Scale(args) => bench_scale::run(args),
         BenchCommand::Search(args) => bench_search::run(args),
         BenchCommand::Compose(args) => bench_compose::run(args),
         BenchCommand::RandomBeitBase { out, tokenizer } => {

@@ -4,6 +4,7 @@ mod bench;
 mod bench_compose;
 mod bench_encode;
 mod bench_engine;
+mod bench_scale;
 mod bench_search;
 mod demo;
 mod encode;
