@@ -193,7 +193,7 @@ pub fn load(
     let weights = Weights::from_model_dir(dir)?;
     let mut bert_weights = Weights::from_tensors(Default::default(), weights.source());
     bert_weights.extend_prefixed("bert.", &weights.with_prefix("encoder_q.bert_model."));
-    let bert = crate::lexlip::infer_bert_config(&bert_weights)?;
+    let bert = crate::checkpoint::infer_bert_config(&bert_weights)?;
     let bert: candle_transformers::models::bert::Config =
         with_defaults(weights.source(), &bert, crate::text::bert_defaults())?;
     let shape = vision_shape(&config.image, &weights)?;
