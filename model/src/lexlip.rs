@@ -216,6 +216,7 @@ enum Dense {
     MobileClip(Box<MobileClipEncoder>),
     Dual(Box<DualEncoder>),
     Fused(Box<FusedEncoder>),
+    Blip(Box<crate::blip::BlipEncoder>),
 }
 
 impl Dense {
@@ -231,11 +232,14 @@ impl Dense {
                 dir, device, dtype,
             )?))),
             Architecture::Fused => Ok(Dense::Fused(Box::new(FusedEncoder::load(dir, device)?))),
+            Architecture::Blip => Ok(Dense::Blip(Box::new(
+                crate::blip::BlipEncoder::load_with_dtype(dir, device, dtype)?,
+            ))),
             other => Err(ModelError::UnknownModel {
                 path: dir.to_path_buf(),
                 message: format!(
-                    "a {other:?} model is not a dense encoder (expected CLIP, SigLIP, MobileCLIP \
-                     or {})",
+                    "a {other:?} model is not a dense encoder (expected CLIP, SigLIP, MobileCLIP, \
+                     BLIP or {})",
                     crate::dual::MODEL_TYPE
                 ),
             }),
@@ -249,6 +253,7 @@ impl Dense {
             Dense::MobileClip(m) => m.as_ref(),
             Dense::Dual(d) => d.as_ref(),
             Dense::Fused(f) => f.as_ref(),
+            Dense::Blip(b) => b.as_ref(),
         }
     }
 
