@@ -3,8 +3,9 @@
 `scripts/bench-published-vs-torch.sh` (which runs `lexlip bench encode` on the same models in the
 same run and prints the ratios).
 
-It builds random-weight models of the published shapes with the authors' own code and saves them
-the way the published checkpoints are saved, for lexlip to load:
+It builds random-weight models of the published shapes with the authors' own code (anew on every
+run: the reference code re-reads its base models by Hub id when it loads a saved one) and saves
+them the way the published checkpoints are saved, for lexlip to load:
   vdr/    VDR cross-modal (github.com/jzhoubu/vsearch): BERT-base text tower (128 positions,
           top-768 and own words), ViT-B/32 image tower at 224 px (top-768)
   blip/   BLIP's BlipForImageTextRetrieval (transformers), the shape of

@@ -28,6 +28,7 @@ pub mod dense;
 pub mod device;
 pub mod dual;
 pub mod error;
+pub mod fast;
 pub mod fastvit;
 pub mod fused;
 pub mod heads;

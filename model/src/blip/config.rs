@@ -8,44 +8,15 @@
 
 use std::path::Path;
 
-use candle_core::Tensor;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
+pub use crate::fast::Activation;
 
 /// The `model_type` of a BLIP `config.json`.
 pub const MODEL_TYPE: &str = "blip";
-
-/// The activation of a tower's feed-forward block, by its transformers name (`ACT2FN`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum Activation {
-    /// `gelu`: the exact, erf-based GELU (BLIP's, in both towers).
-    #[serde(rename = "gelu")]
-    Gelu,
-    /// `gelu_new` / `gelu_pytorch_tanh`: GELU's tanh approximation.
-    #[serde(rename = "gelu_pytorch_tanh", alias = "gelu_new")]
-    GeluTanh,
-    #[serde(rename = "quick_gelu")]
-    QuickGelu,
-    #[serde(rename = "relu")]
-    Relu,
-    #[serde(rename = "silu", alias = "swish")]
-    Silu,
-}
-
-impl Activation {
-    pub fn forward(self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Self::Gelu => xs.gelu_erf(),
-            Self::GeluTanh => xs.gelu(),
-            Self::QuickGelu => xs * candle_nn::ops::sigmoid(&(xs * 1.702)?)?,
-            Self::Relu => xs.relu(),
-            Self::Silu => xs.silu(),
-        }
-    }
-}
 
 /// The text tower (`text_config`, transformers' `BlipTextConfig`): a post-norm BERT encoder with
 /// word and position embeddings (no token types).

@@ -12,8 +12,8 @@
 //! Only the class token reaches the projections, so each tower's last layer is computed for
 //! that position alone (keys and values still come from every position): the same numbers for
 //! less work than transformers does (7-10 % less time at BLIP base's size). In f32 on the CPU
-//! the towers' hot loops take their own kernels (`cpu.rs`: bias, residual and GELU folded into
-//! the matrix products, attention per head without copies), faster than PyTorch on 2 cores.
+//! the towers' hot loops take the kernels of [`crate::fast`] (bias, residual and GELU folded
+//! into the matrix products, attention per head without copies), faster than PyTorch on 2 cores.
 //!
 //! A directory:
 //! ```text
@@ -25,8 +25,6 @@
 //! ```
 
 mod config;
-mod cpu;
-mod layers;
 mod text;
 mod vision;
 
@@ -43,10 +41,10 @@ pub use vision::VisionTower;
 
 use crate::dense::{DenseEncoder, unit_rows};
 use crate::error::{ModelError, Result};
+use crate::fast::layers::Linear;
 use crate::image::ImageProcessor;
 use crate::text::{load_tokenizer, pad_batch, tokenize, truncate_to};
 use crate::weights::Weights;
-use layers::Linear;
 
 /// Tokens per text, `[CLS]` and `[SEP]` included, longer texts being cut: the `max_txt_len` of
 /// LAVIS's BLIP retrieval models (35), which they were fine-tuned and evaluated with, so that
@@ -203,7 +201,7 @@ fn build(
     let vision_vb: VarBuilder = weights.var_builder(dtype, device);
     let dim = config.image_text_hidden_size;
     Ok((
-        TextTower::load(&text_vb.pp("text_encoder"), &config.text)?,
+        TextTower::load(&text_vb.pp("text_encoder"), &text::shape(&config.text))?,
         VisionTower::load(&vision_vb.pp("vision_model"), &config.vision)?,
         Linear::load(&text_vb.pp("text_proj"), config.text.hidden_size, dim)?,
         Linear::load(&vision_vb.pp("vision_proj"), config.vision.hidden_size, dim)?,

@@ -6,56 +6,26 @@
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
-use super::config::{Activation, VisionConfig};
-use super::layers::{LayerNorm, Linear, SelfAttention, first};
+use super::config::VisionConfig;
+use crate::fast::layers::{LayerNorm, Linear, SelfAttention};
+use crate::fast::vit::{PreNormBlock, patches};
 
-/// One pre-norm layer: `x + attn(norm1(x))`, then `x + mlp(norm2(x))`.
-#[derive(Debug, Clone)]
-struct Layer {
-    norm1: LayerNorm,
-    attention: SelfAttention,
-    norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    act: Activation,
-}
-
-impl Layer {
-    fn load(vb: &VarBuilder, c: &VisionConfig) -> candle_core::Result<Self> {
-        let (h, eps) = (c.hidden_size, c.layer_norm_eps);
-        let attn = vb.pp("self_attn");
-        Ok(Self {
-            norm1: LayerNorm::load(&vb.pp("layer_norm1"), h, eps)?,
-            attention: SelfAttention::new(
-                Linear::load(&attn.pp("qkv"), h, 3 * h)?,
-                Linear::load(&attn.pp("projection"), h, h)?,
-                c.num_attention_heads,
-            )?,
-            norm2: LayerNorm::load(&vb.pp("layer_norm2"), h, eps)?,
-            fc1: Linear::load(&vb.pp("mlp").pp("fc1"), h, c.intermediate_size)?,
-            fc2: Linear::load(&vb.pp("mlp").pp("fc2"), c.intermediate_size, h)?,
-            act: c.hidden_act,
-        })
-    }
-
-    /// `x + mlp(norm2(x))`.
-    fn mlp(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let y = self.fc1.forward_act(&self.norm2.forward(x)?, self.act)?;
-        self.fc2.forward_add(&y, x)
-    }
-
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = self.attention.forward(&self.norm1.forward(x)?, None, x)?;
-        self.mlp(&x)
-    }
-
-    /// The layer's output at the class token only, `(batch, 1, hidden)`.
-    fn forward_first(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = self
-            .attention
-            .forward_first(&self.norm1.forward(x)?, None, &first(x)?)?;
-        self.mlp(&x)
-    }
+/// One layer of the tower, under BLIP's names.
+fn layer(vb: &VarBuilder, c: &VisionConfig) -> candle_core::Result<PreNormBlock> {
+    let (h, eps) = (c.hidden_size, c.layer_norm_eps);
+    let attn = vb.pp("self_attn");
+    Ok(PreNormBlock {
+        norm1: LayerNorm::load(&vb.pp("layer_norm1"), h, eps)?,
+        attention: SelfAttention::new(
+            Linear::load(&attn.pp("qkv"), h, 3 * h)?,
+            Linear::load(&attn.pp("projection"), h, h)?,
+            c.num_attention_heads,
+        )?,
+        norm2: LayerNorm::load(&vb.pp("layer_norm2"), h, eps)?,
+        fc1: Linear::load(&vb.pp("mlp").pp("fc1"), h, c.intermediate_size)?,
+        fc2: Linear::load(&vb.pp("mlp").pp("fc2"), c.intermediate_size, h)?,
+        act: c.hidden_act,
+    })
 }
 
 /// The image tower up to its final layer norm.
@@ -67,7 +37,7 @@ pub struct VisionTower {
     patch_embedding: Linear,
     /// `(1, positions, hidden)`.
     position_embedding: Tensor,
-    layers: Vec<Layer>,
+    layers: Vec<PreNormBlock>,
     post_layernorm: LayerNorm,
     image_size: usize,
     patch_size: usize,
@@ -85,7 +55,7 @@ impl VisionTower {
             patch.get(h, "bias")?,
         );
         let layers = (0..c.num_hidden_layers)
-            .map(|i| Layer::load(&vb.pp("encoder").pp("layers").pp(i), c))
+            .map(|i| layer(&vb.pp("encoder").pp("layers").pp(i), c))
             .collect::<candle_core::Result<_>>()?;
         Ok(Self {
             class_embedding: emb.get((1, 1, h), "class_embedding")?.reshape(h)?,
@@ -110,24 +80,14 @@ impl VisionTower {
     /// Class token, patch embeddings and positions of `(batch, 3, size, size)` pixels:
     /// `(batch, 1 + patches, hidden)`.
     fn embed(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, c, height, width) = pixels.dims4()?;
-        let (s, p) = (self.image_size, self.patch_size);
-        if (c, height, width) != (3, s, s) {
-            candle_core::bail!(
-                "the image tower reads (batch, 3, {s}, {s}) pixels, got {:?}",
-                pixels.dims()
-            );
-        }
-        let g = s / p;
-        // A stride-p convolution with a p × p kernel is a matrix product over the patches,
-        // each flattened in the kernel's (channel, row, column) order.
-        let patches = pixels
-            .to_dtype(self.dtype())?
-            .reshape((b, 3, g, p, g, p))?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .contiguous()?
-            .reshape((b, g * g, 3 * p * p))?;
-        let patches = self.patch_embedding.forward(&patches)?;
+        let b = pixels.dim(0)?;
+        let pixels = pixels.to_dtype(self.dtype())?;
+        let patches = patches(
+            &pixels,
+            &self.patch_embedding,
+            self.image_size,
+            self.patch_size,
+        )?;
         let class = self
             .class_embedding
             .reshape((1, 1, self.hidden))?

@@ -191,11 +191,7 @@ pub fn load(
     let vocab = Vocabulary::from_tokenizer_json(&name, &tokenizer)?;
     let terms = term_ids(&vocab, config.text.shift_vocab_num);
     let weights = Weights::from_model_dir(dir)?;
-    let mut bert_weights = Weights::from_tensors(Default::default(), weights.source());
-    bert_weights.extend_prefixed("bert.", &weights.with_prefix("encoder_q.bert_model."));
-    let bert = crate::checkpoint::infer_bert_config(&bert_weights)?;
-    let bert: candle_transformers::models::bert::Config =
-        with_defaults(weights.source(), &bert, crate::text::bert_defaults())?;
+    let bert = bert_shape(&weights)?;
     let shape = vision_shape(&config.image, &weights)?;
     weights.require("VDR cross-modal", &expected_tensors(&bert, &shape))?;
     check_terms(&weights, &vocab, &bert, &terms, &tokenizer)?;
@@ -204,11 +200,24 @@ pub fn load(
     let pad_id = crate::text::pad_id(&crate::text::load_tokenizer(&tokenizer)?, 0);
     let tower = Text::load(&text_vb, &bert, &terms, config.text.max_len, pad_id)
         .map_err(|e| load_error(&weights, e))?;
+    if config.text.max_len > tower.positions() {
+        return Err(ModelError::config(
+            &dir.join("config.json"),
+            format!(
+                "encoder_q: max_len {} is more than BERT's {} positions",
+                config.text.max_len,
+                tower.positions()
+            ),
+        ));
+    }
     let image_vb = weights.var_builder(dtype, device).pp("encoder_p");
     let vision = Vision::load(&image_vb, shape).map_err(|e| weights.load_error(e))?;
     let projection = image_vb
         .get((terms.len(), shape.width), "proj")
-        .and_then(|p| p.t()?.contiguous())
+        .and_then(|p| {
+            let bias = Tensor::zeros(terms.len(), p.dtype(), p.device())?;
+            Ok(crate::fast::layers::Linear::from_tensors(p, bias))
+        })
         .map_err(|e| weights.load_error(e))?;
     let lexicon = Lexicon {
         terms,
@@ -237,6 +246,26 @@ pub fn load(
     )
     .with_top_k(config.image.topk);
     Ok((text, image))
+}
+
+/// The BERT's shape from its tensors (the published config leaves it to `model_id`'s).
+fn bert_shape(weights: &Weights) -> Result<crate::fast::BertShape> {
+    let mut prefixed = Weights::from_tensors(Default::default(), weights.source());
+    prefixed.extend_prefixed("bert.", &weights.with_prefix("encoder_q.bert_model."));
+    let json = crate::checkpoint::infer_bert_config(&prefixed)?;
+    let c: candle_transformers::models::bert::Config =
+        with_defaults(weights.source(), &json, crate::text::bert_defaults())?;
+    Ok(crate::fast::BertShape {
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        num_hidden_layers: c.num_hidden_layers,
+        num_attention_heads: c.num_attention_heads,
+        max_position_embeddings: c.max_position_embeddings,
+        layer_norm_eps: c.layer_norm_eps,
+        hidden_act: crate::fast::Activation::Gelu,
+        type_vocab_size: c.type_vocab_size,
+    })
 }
 
 /// Errors of building the text tower: Candle's, classified by tensor, or ours.
@@ -291,10 +320,7 @@ fn vision_shape(c: &ImageConfig, w: &Weights) -> Result<VisionShape> {
 }
 
 /// Every tensor the two towers read.
-fn expected_tensors(
-    bert: &candle_transformers::models::bert::Config,
-    s: &VisionShape,
-) -> Vec<String> {
+fn expected_tensors(bert: &crate::fast::BertShape, s: &VisionShape) -> Vec<String> {
     let mut names: Vec<String> = [
         "encoder_q.ln.weight",
         "encoder_q.ln.bias",
@@ -352,7 +378,7 @@ fn expected_tensors(
 fn check_terms(
     w: &Weights,
     vocab: &Vocabulary,
-    bert: &candle_transformers::models::bert::Config,
+    bert: &crate::fast::BertShape,
     terms: &[u32],
     tokenizer: &Path,
 ) -> Result<()> {
@@ -451,8 +477,8 @@ impl TextTower {
 #[derive(Debug)]
 pub struct ImageTower {
     vision: Vision,
-    /// `(width, terms)`.
-    projection: Tensor,
+    /// `encoder_p.proj`, `(terms, width)`, with a zero bias.
+    projection: crate::fast::layers::Linear,
     lexicon: Lexicon,
 }
 
@@ -475,12 +501,7 @@ impl ImageTower {
         while start < batch {
             let n = per_pass.min(batch - start);
             let states = self.vision.forward(&pixels.narrow(0, start, n)?)?;
-            let (b, t, w) = states.dims3()?;
-            let logits = states
-                .reshape((b * t, w))?
-                .matmul(&self.projection)?
-                .reshape((b, t, ()))?;
-            parts.push(self.lexicon.pool(&logits)?);
+            parts.push(self.lexicon.pool(&self.projection.forward(&states)?)?);
             start += n;
         }
         Ok(Tensor::cat(&parts, 0)?)

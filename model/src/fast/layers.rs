@@ -1,15 +1,45 @@
-//! What BLIP's two towers share: linear layers, layer norms and multi-head self-attention with
-//! one fused query-key-value projection, which can answer for the first position only (the
-//! class token, all the contrastive heads read).
+//! The layers of the published towers: linear layers with their activation or residual folded
+//! in, layer norms, and multi-head self-attention with one fused query-key-value projection,
+//! which can answer for the first position only (the class token, all a contrastive head
+//! reads).
 //!
-//! Each operation takes the fast f32 CPU path of [`super::cpu`] where it applies and candle's
-//! ops otherwise (a GPU, f16, f64); both compute the same thing.
+//! Each operation takes the fast f32 CPU path of [`super::kernels`] where it applies and
+//! candle's ops otherwise (a GPU, f16, f64); both compute the same thing.
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
+use serde::Deserialize;
 
-use super::config::Activation;
-use super::cpu::{self, Epilogue};
+use super::kernels::{self as cpu, Epilogue};
+
+/// The activation of a tower's feed-forward block, by its transformers name (`ACT2FN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Activation {
+    /// `gelu`: the exact, erf-based GELU (BLIP's, in both towers).
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// `gelu_new` / `gelu_pytorch_tanh`: GELU's tanh approximation.
+    #[serde(rename = "gelu_pytorch_tanh", alias = "gelu_new")]
+    GeluTanh,
+    #[serde(rename = "quick_gelu")]
+    QuickGelu,
+    #[serde(rename = "relu")]
+    Relu,
+    #[serde(rename = "silu", alias = "swish")]
+    Silu,
+}
+
+impl Activation {
+    pub fn forward(self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Gelu => xs.gelu_erf(),
+            Self::GeluTanh => xs.gelu(),
+            Self::QuickGelu => xs * candle_nn::ops::sigmoid(&(xs * 1.702)?)?,
+            Self::Relu => xs.relu(),
+            Self::Silu => xs.silu(),
+        }
+    }
+}
 
 /// `y = x Wᵀ + b` over the last dimension.
 #[derive(Debug, Clone)]
@@ -82,8 +112,13 @@ impl Linear {
 
     /// `act(x Wᵀ + b)`.
     pub fn forward_act(&self, x: &Tensor, act: Activation) -> candle_core::Result<Tensor> {
-        if act == Activation::Gelu
-            && let Some(y) = cpu::linear(x, &self.weight, &self.bias, Epilogue::Gelu)
+        let epilogue = match act {
+            Activation::Gelu => Some(Epilogue::Gelu),
+            Activation::QuickGelu => Some(Epilogue::QuickGelu),
+            _ => None,
+        };
+        if let Some(e) = epilogue
+            && let Some(y) = cpu::linear(x, &self.weight, &self.bias, e)
         {
             return y;
         }

@@ -47,6 +47,8 @@ pub(crate) enum Epilogue<'a> {
     None,
     /// The exact (erf) GELU of the output.
     Gelu,
+    /// OpenAI CLIP's QuickGELU of the output, `x·σ(1.702·x)`.
+    QuickGelu,
     /// The output plus this tensor (a residual), of the output's shape.
     Add(&'a Tensor),
 }
@@ -83,10 +85,14 @@ pub(crate) fn linear(
     .flatten()
     .flatten()
     .flatten()?;
-    if let Epilogue::Gelu = epilogue {
-        out.par_chunks_mut(CHUNK).for_each(|c| {
+    match epilogue {
+        Epilogue::Gelu => out.par_chunks_mut(CHUNK).for_each(|c| {
             vectorised(|| c.iter_mut().for_each(|v| *v = gelu(*v)));
-        });
+        }),
+        Epilogue::QuickGelu => out.par_chunks_mut(CHUNK).for_each(|c| {
+            vectorised(|| c.iter_mut().for_each(|v| *v = quick_gelu(*v)));
+        }),
+        Epilogue::None | Epilogue::Add(_) => {}
     }
     Some(Tensor::from_vec(out, shape, &Device::Cpu))
 }
@@ -428,6 +434,12 @@ fn exp(x: f32) -> f32 {
     p * f32::from_bits(biased << 23)
 }
 
+/// QuickGELU, `x·σ(1.702·x) = x / (1 + e^(-1.702·x))`, with [`exp`].
+#[inline(always)]
+pub(crate) fn quick_gelu(x: f32) -> f32 {
+    x / (1.0 + exp(-1.702 * x))
+}
+
 /// The exact GELU, `x Φ(x) = x (1 + erf(x / √2)) / 2`, with `1 + erf` written as `erfc(-z)`
 /// (no cancellation for negative inputs) and `erfc` by the Chebyshev fit of Numerical Recipes
 /// (`erfcc`, fractional error below 1.2e-7 everywhere).
@@ -477,6 +489,7 @@ mod tests {
             for (name, epilogue) in [
                 ("none", Epilogue::None),
                 ("gelu", Epilogue::Gelu),
+                ("quick_gelu", Epilogue::QuickGelu),
                 ("add", Epilogue::Add(&rt)),
             ] {
                 let got = linear(&xt, &wt, &bt, epilogue).unwrap().unwrap();
@@ -487,6 +500,7 @@ mod tests {
                         let y = dot + b[j];
                         let expected = match name {
                             "gelu" => gelu(y),
+                            "quick_gelu" => y / (1.0 + (-1.702 * y).exp()),
                             "add" => y + r[i * n + j],
                             _ => y,
                         };
