@@ -10,8 +10,6 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
 use crate::error::{ModelError, Result};
 
 /// The configuration file of a Hugging Face layout repository.
@@ -66,7 +64,7 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
     };
     let weights = first(repo_id, WEIGHTS)?;
     // The repository's tokenizer, else its base model's, each from the cache first.
-    let base = base_model(&crate::config::read_json(&config)?);
+    let base = crate::vocab::base_model(&crate::config::read_json(&config)?);
     let cached_tokenizer =
         cached(repo_id, TOKENIZER).or_else(|| base.as_deref().and_then(|b| cached(b, TOKENIZER)));
     if cached_tokenizer.is_none() && first(repo_id, &[TOKENIZER]).is_err() {
@@ -84,14 +82,6 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
         .parent()
         .map(PathBuf::from)
         .ok_or_else(|| err("no files".into()))
-}
-
-/// The repository a published lexicon model takes its word pieces from, as its config names it:
-/// VDR's `encoder_q.model_id`, D2S's `mlm_head`.
-pub fn base_model(config: &Value) -> Option<String> {
-    let named = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    named(config.get("encoder_q").and_then(|q| q.get("model_id")))
-        .or_else(|| named(config.get("mlm_head")))
 }
 
 /// A file of `repo_id` already in the Hugging Face cache, without any download: how a model

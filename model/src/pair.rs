@@ -60,7 +60,14 @@ pub fn write(p: &Pair<'_>) -> Result<PathBuf> {
             });
         }
     }
-    let tokenizer = heads_tokenizer(p.heads, p.tokenizer, &read_json(&heads_config)?)?;
+    let base = crate::vocab::base_model(&read_json(&heads_config)?)
+        .unwrap_or_else(|| "the model the heads were built on".into());
+    let tokenizer = crate::vocab::find_tokenizer(
+        p.heads,
+        p.tokenizer,
+        &base,
+        "give it with --tokenizer (an hf: id for --heads fetches it)",
+    )?;
     if p.out.exists()
         && std::fs::read_dir(p.out)
             .map(|mut d| d.next().is_some())
@@ -80,39 +87,6 @@ pub fn write(p: &Pair<'_>) -> Result<PathBuf> {
             Err(e)
         }
     }
-}
-
-/// The heads' `tokenizer.json`: given, in their directory, or (with the `hub` feature) that of
-/// the model their config names, from the Hugging Face cache.
-fn heads_tokenizer(
-    dir: &Path,
-    explicit: Option<&Path>,
-    config: &serde_json::Value,
-) -> Result<PathBuf> {
-    if let Some(t) = explicit {
-        return Ok(t.to_path_buf());
-    }
-    let local = dir.join("tokenizer.json");
-    if local.is_file() {
-        return Ok(local);
-    }
-    #[cfg(feature = "hub")]
-    if let Some(base) = crate::hub::base_model(config)
-        && let Some(cached) = crate::hub::cached(&base, "tokenizer.json")
-    {
-        return Ok(cached);
-    }
-    let base = config
-        .get("mlm_head")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("the model the heads were built on");
-    Err(ModelError::Tokenizer {
-        path: local,
-        message: format!(
-            "the heads' terms are the word pieces of {base}: give its tokenizer.json with \
-             --tokenizer (an hf: id for --heads fetches it)"
-        ),
-    })
 }
 
 fn link_parts(p: &Pair<'_>, tokenizer: &Path) -> Result<()> {

@@ -1,6 +1,6 @@
 //! The vocabulary that names the dimensions of the lexicon space.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lexlip_proto::TermSpace;
@@ -58,4 +58,41 @@ impl Vocabulary {
     pub fn term_space(&self) -> &TermSpace {
         &self.term_space
     }
+}
+
+/// The model a published lexicon model takes its word pieces from, as its config names it
+/// (VDR's `encoder_q.model_id`, D2S's `mlm_head`): its repository often has no tokenizer.
+pub fn base_model(config: &serde_json::Value) -> Option<String> {
+    let named = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
+    named(config.get("encoder_q").and_then(|q| q.get("model_id")))
+        .or_else(|| named(config.get("mlm_head")))
+}
+
+/// The `tokenizer.json` of a published model's directory `dir`: `explicit`, else `dir`'s, else
+/// (with the `hub` feature) the one of its `base` model in the Hugging Face cache. The error
+/// ends with `hint`: how the user gets one.
+pub fn find_tokenizer(
+    dir: &Path,
+    explicit: Option<&Path>,
+    base: &str,
+    hint: &str,
+) -> Result<PathBuf> {
+    if let Some(t) = explicit {
+        return Ok(t.to_path_buf());
+    }
+    let local = dir.join("tokenizer.json");
+    if local.is_file() {
+        return Ok(local);
+    }
+    #[cfg(feature = "hub")]
+    if let Some(cached) = crate::hub::cached(base, "tokenizer.json") {
+        return Ok(cached);
+    }
+    Err(ModelError::Tokenizer {
+        path: local,
+        message: format!(
+            "the model's terms are the word pieces of {base}, and its directory has no \
+             tokenizer.json: {hint}"
+        ),
+    })
 }

@@ -30,7 +30,7 @@
 pub mod text;
 pub mod vision;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{D, DType, Device, Tensor};
 use serde::Deserialize;
@@ -153,30 +153,6 @@ pub fn term_ids(vocab: &Vocabulary, shift: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The tokenizer of a VDR directory: `explicit`, else the directory's, else (with the `hub`
-/// feature) the one of `model_id` in the Hugging Face cache.
-pub fn find_tokenizer(dir: &Path, explicit: Option<&Path>, model_id: &str) -> Result<PathBuf> {
-    if let Some(t) = explicit {
-        return Ok(t.to_path_buf());
-    }
-    let local = dir.join("tokenizer.json");
-    if local.is_file() {
-        return Ok(local);
-    }
-    #[cfg(feature = "hub")]
-    if let Some(cached) = crate::hub::cached(model_id, "tokenizer.json") {
-        return Ok(cached);
-    }
-    Err(ModelError::Tokenizer {
-        path: local,
-        message: format!(
-            "VDR scores the word pieces of {model_id}, and this directory has no tokenizer.json: \
-             put {model_id}'s tokenizer.json here or pass --tokenizer (hf:vsearch/vdr-cross-modal \
-             fetches it)"
-        ),
-    })
-}
-
 /// Both encoders of a VDR cross-modal directory, in `dtype` on `device` (the text tower always
 /// runs in f32, as lexlip's other BERT towers: its attention mask overflows f16).
 pub fn load(
@@ -186,7 +162,12 @@ pub fn load(
     dtype: DType,
 ) -> Result<(TextEncoder, ImageEncoder)> {
     let config = Config::read(&dir.join("config.json"))?;
-    let tokenizer = find_tokenizer(dir, tokenizer, &config.text.model_id)?;
+    let base = &config.text.model_id;
+    let hint = format!(
+        "put {base}'s tokenizer.json there or pass --tokenizer (hf:vsearch/vdr-cross-modal \
+         fetches it)"
+    );
+    let tokenizer = crate::vocab::find_tokenizer(dir, tokenizer, base, &hint)?;
     let name = crate::text::dir_name(dir);
     let vocab = Vocabulary::from_tokenizer_json(&name, &tokenizer)?;
     let terms = term_ids(&vocab, config.text.shift_vocab_num);
