@@ -348,4 +348,38 @@ mod tests {
         let only = Weights::from_tensors(only, "required");
         build(&config, &only, &Device::Cpu, DType::F32).unwrap();
     }
+
+    /// Texts embedded in groups of like lengths give what each gives alone, in input order;
+    /// every text lands in exactly one group.
+    #[test]
+    fn texts_grouped_by_length_embed_as_one_by_one() {
+        let enc = BlipEncoder::load(&tiny(), &Device::Cpu).unwrap();
+        let words = [
+            "a", "man", "and", "his", "family", "in", "the", "city", "at", "night",
+        ];
+        let texts: Vec<String> = (0..60)
+            .map(|i| {
+                words
+                    .iter()
+                    .cycle()
+                    .skip(i % 7)
+                    .take(1 + (i * 13) % 30)
+                    .copied()
+            })
+            .map(|w| w.collect::<Vec<_>>().join(" "))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let ids = enc.tokenize(&refs).unwrap();
+        let groups = length_groups(&ids);
+        assert!(groups.len() > 2, "{} groups", groups.len());
+        let mut seen: Vec<usize> = groups.concat();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..ids.len()).collect::<Vec<_>>());
+        let batched = enc.text_features(&refs).unwrap();
+        for (i, t) in refs.iter().enumerate() {
+            let alone = enc.text_features(&[t]).unwrap();
+            let d = max_diff(&batched.narrow(0, i, 1).unwrap(), &alone);
+            assert!(d < 1e-5, "text {i}: {d}");
+        }
+    }
 }
