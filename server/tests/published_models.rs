@@ -203,3 +203,163 @@ fn hf_vdr_loads_from_the_cache_offline_with_its_base_models_tokenizer() {
     // Shown at the model's scale: hundreds of terms, not the handful floor(100·w) would keep.
     assert!(hub["terms"].as_object().unwrap().len() > 700, "{hub}");
 }
+
+/// A corpus of the fixture images with one caption each, as a TSV, a folder and a WebDataset
+/// shard, in `dir`.
+fn corpus(dir: &Path) {
+    let captions = [
+        "a dog runs on the grass",
+        "a red car in the street",
+        "two cats on a sofa",
+        "a small boat near the water",
+    ];
+    let images = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"];
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    let shard = std::fs::File::create(dir.join("shard-00000.tar")).unwrap();
+    let mut tar = tar::Builder::new(shard);
+    for (i, (image, caption)) in images.iter().zip(captions).enumerate() {
+        let bytes = std::fs::read(fixtures().join("images").join(image)).unwrap();
+        std::fs::write(dir.join("img").join(image), &bytes).unwrap();
+        tsv.push_str(&format!("{caption}\timg/{image}\tp{i}\n"));
+        let key = format!("{i:09}");
+        let mut add = |name: String, data: &[u8]| {
+            lexlip_pipeline::sources::webdataset::append_member(&mut tar, &name, data).unwrap()
+        };
+        add(format!("{key}.png"), &bytes);
+        add(format!("{key}.txt"), caption.as_bytes());
+        add(
+            format!("{key}.json"),
+            format!("{{\"key\": \"{key}\"}}").as_bytes(),
+        );
+    }
+    tar.finish().unwrap();
+    std::fs::write(dir.join("pairs.tsv"), tsv).unwrap();
+}
+
+fn run(args: &[String]) -> Value {
+    let out = lexlip_tests::lexlip(args);
+    success_json(&out)
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// Every command takes the published models as `--model`: `encode`, `index` (TSV, folder,
+/// WebDataset), `search` (sparse; dense and hybrid where the model has a dense side) and
+/// `eval`, at each model's own scale.
+#[test]
+fn every_command_takes_the_published_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    corpus(dir);
+    let pair = dir.join("d2s-blip");
+    let out = lexlip_tests::lexlip(&strings(&[
+        "model",
+        "pair",
+        "--heads",
+        fixtures().join("d2s-tiny").to_str().unwrap(),
+        "--dense",
+        fixtures().join("blip-tiny").to_str().unwrap(),
+        "--tokenizer",
+        splade_dir().join("tokenizer.json").to_str().unwrap(),
+        "--out",
+        pair.to_str().unwrap(),
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d2s = vec!["--model".to_string(), pair.display().to_string()];
+    for (name, model, scale, dense) in [
+        ("vdr", vdr_args(), 10_000.0, false),
+        ("d2s", d2s, 100.0, true),
+    ] {
+        let image = dir.join("img/img1_64.png");
+        let mut args = strings(&["encode", "--image", image.to_str().unwrap(), "--json"]);
+        args.extend(model.clone());
+        assert!(
+            !run(&args)["terms"].as_object().unwrap().is_empty(),
+            "{name}"
+        );
+        for (input, value) in [
+            ("--tsv", dir.join("pairs.tsv")),
+            ("--images", dir.join("img")),
+            ("--webdataset", dir.join("shard-00000.tar")),
+        ] {
+            let collection = dir.join(format!("{name}{input}"));
+            let mut args = strings(&["index", "--collection", collection.to_str().unwrap()]);
+            args.extend([
+                input.to_string(),
+                value.display().to_string(),
+                "--json".into(),
+            ]);
+            args.extend(model.clone());
+            if dense {
+                args.push("--dense".into());
+            }
+            let summary = run(&args);
+            assert!(
+                summary["indexed"].as_u64().unwrap() >= 4,
+                "{name} {input}: {summary}"
+            );
+            let stats = run(&strings(&[
+                "stats",
+                "--collection",
+                collection.to_str().unwrap(),
+                "--json",
+            ]));
+            assert!(
+                stats["nnz"].as_u64().unwrap() > 0,
+                "{name} {input}: {stats}"
+            );
+        }
+        let collection = dir.join(format!("{name}--tsv"));
+        let modes: &[&str] = if dense {
+            &["sparse", "dense", "hybrid"]
+        } else {
+            &["sparse"]
+        };
+        for mode in modes {
+            let mut args = strings(&[
+                "search",
+                "--collection",
+                collection.to_str().unwrap(),
+                "--text",
+                "a small boat near the water",
+                "--mode",
+                mode,
+                "-k",
+                "1",
+                "--json",
+            ]);
+            args.extend(model.clone());
+            let found = run(&args);
+            let hits = found["hits"].as_array().unwrap();
+            assert!(!hits.is_empty(), "{name} {mode}: {found}");
+            assert_eq!(found["path"], *mode, "{name}: {found}");
+            if *mode == "sparse" {
+                assert!(hits[0]["match_strength"].is_number(), "{name}: {found}");
+            }
+        }
+        let mut args = strings(&[
+            "eval",
+            "--tsv",
+            dir.join("pairs.tsv").to_str().unwrap(),
+            "--json",
+        ]);
+        args.extend(model.clone());
+        let report = run(&args);
+        assert_eq!(report["images"].as_u64(), Some(4), "{name}: {report}");
+        assert!(
+            report["settings"][0]["t2i.r@10"].is_number(),
+            "{name}: {report}"
+        );
+        let info: Value =
+            serde_json::from_str(&std::fs::read_to_string(collection.join("lexlip.json")).unwrap())
+                .unwrap();
+        assert_eq!(info["scale"].as_f64(), Some(scale), "{name}: {info}");
+    }
+}
