@@ -123,7 +123,7 @@ impl Config {
             ));
         }
         let i = &image;
-        if i.patch_size == 0 || i.resolution % i.patch_size != 0 || i.heads == 0 {
+        if i.patch_size == 0 || !i.resolution.is_multiple_of(i.patch_size) || i.heads == 0 {
             return Err(ModelError::config(
                 path,
                 format!(
@@ -183,7 +183,7 @@ pub fn load(
         .map_err(|e| load_error(&weights, e))?;
     if config.text.max_len > tower.positions() {
         return Err(ModelError::config(
-            &dir.join("config.json"),
+            dir.join("config.json"),
             format!(
                 "encoder_q: max_len {} is more than BERT's {} positions",
                 config.text.max_len,
@@ -288,7 +288,7 @@ fn vision_shape(c: &ImageConfig, w: &Weights) -> Result<VisionShape> {
             ),
         });
     }
-    if width % c.heads != 0 {
+    if !width.is_multiple_of(c.heads) {
         return Err(ModelError::config(
             w.source(),
             format!(

@@ -125,7 +125,7 @@ pub fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     }
     let float_first: Vec<Vec<usize>> = queries
         .iter()
-        .map(|q| first(&scores(q, &docs, |w| f64::from(w))))
+        .map(|q| first(&scores(q, &docs, f64::from)))
         .collect();
     let mut rows = Vec::new();
     let settings = scales.iter().map(|&s| (s, None)).chain(
