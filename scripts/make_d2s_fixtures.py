@@ -29,7 +29,6 @@ It writes under model/tests/fixtures/:
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,6 +43,7 @@ LSR = Path(os.environ.get("LSR", "/tmp/lsr-multimodal"))
 sys.path.insert(0, str(LSR))
 
 from model import D2SConfig, D2SModel  # noqa: E402
+from published_fixtures import sparse, splade_dir  # noqa: E402
 from transformers import (  # noqa: E402
     BlipForImageTextRetrieval,
     BlipImageProcessor,
@@ -62,19 +62,6 @@ TEXTS = [
     "qwzx",
 ]
 IMAGES = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"]
-
-
-def splade_dir() -> Path:
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-test-model.sh")],
-        check=True, capture_output=True, text=True,
-    )
-    return Path(out.stdout.strip())
-
-
-def sparse(row: torch.Tensor) -> dict:
-    idx = torch.nonzero(row).flatten().tolist()
-    return {"ids": idx, "weights": [float(row[i]) for i in idx]}
 
 
 def summary(row: torch.Tensor, k: int = 64) -> dict:

@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +51,8 @@ from src.ir.encoder import vdr_crossmodal_image as vdr_image  # noqa: E402
 from src.ir.encoder.vdr_crossmodal_text import VALID_TOKEN_IDS  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
+from published_fixtures import sparse as sparse_by_id, splade_dir  # noqa: E402
+
 torch.manual_seed(0)
 np.random.seed(0)
 torch.set_grad_enabled(False)
@@ -64,14 +65,6 @@ TEXTS = [
     "qwzx",
 ]
 IMAGES = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"]
-
-
-def splade_dir() -> Path:
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-test-model.sh")],
-        check=True, capture_output=True, text=True,
-    )
-    return Path(out.stdout.strip())
 
 
 def tiny_bert(tokenizer_dir: Path, into: Path) -> None:
@@ -103,11 +96,7 @@ def randomize(model: torch.nn.Module) -> None:
 
 def sparse(row: torch.Tensor) -> dict:
     """A lexicon over VDR's valid word pieces as (BERT id, weight) pairs of its non-zeros."""
-    idx = torch.nonzero(row).flatten().tolist()
-    return {
-        "ids": [VALID_TOKEN_IDS[i] for i in idx],
-        "weights": [float(row[i]) for i in idx],
-    }
+    return sparse_by_id(row, VALID_TOKEN_IDS)
 
 
 def top_terms(row: torch.Tensor, k: int) -> dict:

@@ -230,21 +230,8 @@ impl TextEncoder {
         tokenizer_json: &Path,
         device: &Device,
     ) -> Result<Self> {
-        let tokenizer = load_tokenizer(tokenizer_json)?;
-        let pad_id = pad_id(&tokenizer, 0);
-        let mut enc = Self {
-            vocab_size: vocab.len(),
-            tower: Tower::Heads { backbone, head },
-            tokenizer,
-            vocab,
-            device: device.clone(),
-            max_length: DEFAULT_MAX_LENGTH,
-            pad_id,
-            terms: TextTerms::all(),
-            special_ids: Vec::new(),
-        };
-        enc.configure_tokenizer()?;
-        Ok(enc)
+        let tower = Tower::Heads { backbone, head };
+        Self::with_tower(tower, vocab, tokenizer_json, device, DEFAULT_MAX_LENGTH)
     }
 
     /// VDR's text encoder ([`crate::vdr`]): its tower, the BERT vocabulary its terms live in
@@ -256,15 +243,29 @@ impl TextEncoder {
         tokenizer_json: &Path,
         device: &Device,
     ) -> Result<Self> {
+        let max_length = tower.max_len();
+        let tower = Tower::Vdr(Box::new(tower));
+        Self::with_tower(tower, vocab, tokenizer_json, device, max_length)
+    }
+
+    /// An encoder over `tower` whose lexicons are in `vocab`'s term space, tokenizing with
+    /// `tokenizer_json` (the vocabulary's) cut to `max_length`.
+    fn with_tower(
+        tower: Tower,
+        vocab: Vocabulary,
+        tokenizer_json: &Path,
+        device: &Device,
+        max_length: usize,
+    ) -> Result<Self> {
         let tokenizer = load_tokenizer(tokenizer_json)?;
         let pad_id = pad_id(&tokenizer, 0);
         let mut enc = Self {
             vocab_size: vocab.len(),
-            max_length: tower.max_len(),
-            tower: Tower::Vdr(Box::new(tower)),
+            tower,
             tokenizer,
             vocab,
             device: device.clone(),
+            max_length,
             pad_id,
             terms: TextTerms::all(),
             special_ids: Vec::new(),

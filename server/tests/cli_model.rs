@@ -67,15 +67,9 @@ fn converted_checkpoint_encodes_like_the_checkpoint() {
 #[test]
 fn hub_model_ids_resolve_from_the_cache_offline() {
     let home = tempfile::tempdir().unwrap();
-    let repo = home.path().join("hub/models--lexlip-test--splade-tiny");
-    let rev = "0123456789abcdef0123456789abcdef01234567";
-    let snapshot = repo.join("snapshots").join(rev);
-    std::fs::create_dir_all(&snapshot).unwrap();
-    std::fs::create_dir_all(repo.join("refs")).unwrap();
-    std::fs::write(repo.join("refs/main"), rev).unwrap();
-    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
-        std::fs::copy(splade_dir().join(f), snapshot.join(f)).unwrap();
-    }
+    let files =
+        ["config.json", "tokenizer.json", "model.safetensors"].map(|f| (f, splade_dir().join(f)));
+    lexlip_tests::hf_cache_repo(home.path(), "lexlip-test/splade-tiny", &files);
     let run = |model: &str| {
         let out = Command::new(lexlip_tests::lexlip_bin())
             .args([

@@ -5,10 +5,10 @@
 //! from the Hugging Face cache offline, tokenizer taken from the base model's repository.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use lexlip_tests::{Server, b64, fixtures, splade_dir, success_json};
+use lexlip_tests::{Server, b64, fixtures, hf_cache_repo, splade_dir, success_json};
 use serde_json::{Value, json};
 
 fn vdr_args() -> Vec<String> {
@@ -139,24 +139,11 @@ fn vdr_indexes_images_at_its_scale_and_texts_find_the_reference_first_image() {
     assert!(checked >= 2, "only {checked} texts had a clear first image");
 }
 
-/// A fake Hugging Face cache holding `files` of `repo` (copied from their paths).
-fn cache_repo(home: &Path, repo: &str, files: &[(&str, PathBuf)]) {
-    let dir = home.join(format!("hub/models--{}", repo.replace('/', "--")));
-    let rev = "0123456789abcdef0123456789abcdef01234567";
-    let snapshot = dir.join("snapshots").join(rev);
-    std::fs::create_dir_all(&snapshot).unwrap();
-    std::fs::create_dir_all(dir.join("refs")).unwrap();
-    std::fs::write(dir.join("refs/main"), rev).unwrap();
-    for (name, from) in files {
-        std::fs::copy(from, snapshot.join(name)).unwrap();
-    }
-}
-
 #[test]
 fn hf_vdr_loads_from_the_cache_offline_with_its_base_models_tokenizer() {
     let home = tempfile::tempdir().unwrap();
     let vdr = fixtures().join("vdr-tiny");
-    cache_repo(
+    hf_cache_repo(
         home.path(),
         "vsearch/vdr-cross-modal",
         &[
@@ -190,7 +177,7 @@ fn hf_vdr_loads_from_the_cache_offline_with_its_base_models_tokenizer() {
         err.contains("bert-base-uncased") && err.contains("tokenizer"),
         "{err}"
     );
-    cache_repo(
+    hf_cache_repo(
         home.path(),
         "bert-base-uncased",
         &[("tokenizer.json", splade_dir().join("tokenizer.json"))],

@@ -22,6 +22,7 @@ pub use collections::{contents, documents, impacts, legacy_without_thumbnails};
 pub use emoji::{EMOJI, b64, emoji_model, emoji_png, index_emoji};
 pub use images::png;
 pub use models::{
-    fixtures, lexlip_tiny_args, lexlip_tiny_checkpoint, mobilenet_dir, splade_dir, workspace,
+    fixtures, hf_cache_repo, lexlip_tiny_args, lexlip_tiny_checkpoint, mobilenet_dir, splade_dir,
+    workspace,
 };
 pub use server::{Server, hit_scores, response};

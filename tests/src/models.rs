@@ -104,3 +104,17 @@ pub fn lexlip_tiny_args() -> Vec<String> {
         dir.join("tokenizer.json").display().to_string(),
     ]
 }
+
+/// Puts `files` (name, path to copy) into a Hugging Face cache at `home` (what `HF_HOME`
+/// names) as repository `repo`'s main revision: how `hf:` ids are tested without the network.
+pub fn hf_cache_repo(home: &Path, repo: &str, files: &[(&str, PathBuf)]) {
+    let dir = home.join(format!("hub/models--{}", repo.replace('/', "--")));
+    let rev = "0123456789abcdef0123456789abcdef01234567";
+    let snapshot = dir.join("snapshots").join(rev);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(dir.join("refs")).unwrap();
+    std::fs::write(dir.join("refs/main"), rev).unwrap();
+    for (name, from) in files {
+        std::fs::copy(from, snapshot.join(name)).unwrap();
+    }
+}

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
 pub use crate::fast::Activation;
+use crate::fast::BertShape;
 
 /// The `model_type` of a BLIP `config.json`.
 pub const MODEL_TYPE: &str = "blip";
@@ -22,14 +23,9 @@ pub const MODEL_TYPE: &str = "blip";
 /// word and position embeddings (no token types).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TextConfig {
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub intermediate_size: usize,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: usize,
-    pub max_position_embeddings: usize,
-    pub hidden_act: Activation,
-    pub layer_norm_eps: f64,
+    /// The encoder's shape (BLIP's has no token types).
+    #[serde(flatten)]
+    pub bert: BertShape,
     pub pad_token_id: usize,
     /// Whether the layers carry cross-attention to the image (the checkpoint's; ITC never runs it).
     pub is_decoder: bool,
@@ -127,7 +123,9 @@ impl Config {
             }
         }
         let sub = |k: &str| raw.get(k).cloned().unwrap_or_else(|| json!({}));
-        let text: TextConfig = with_defaults(path, &sub("text_config"), text_defaults())?;
+        let mut text: TextConfig = with_defaults(path, &sub("text_config"), text_defaults())?;
+        // BLIP's text embeddings have no token types, whatever key a file carries.
+        text.bert.type_vocab_size = 0;
         let vision: VisionConfig = with_defaults(path, &sub("vision_config"), vision_defaults())?;
         let image_text_hidden_size = match raw.get("image_text_hidden_size") {
             None | Some(Value::Null) => 256,
@@ -147,7 +145,7 @@ impl Config {
     fn check(&self) -> std::result::Result<(), String> {
         let (t, v) = (&self.text, &self.vision);
         for (tower, hidden, heads) in [
-            ("text", t.hidden_size, t.num_attention_heads),
+            ("text", t.bert.hidden_size, t.bert.num_attention_heads),
             ("vision", v.hidden_size, v.num_attention_heads),
         ] {
             if heads == 0 || hidden == 0 || !hidden.is_multiple_of(heads) {
@@ -162,16 +160,16 @@ impl Config {
                 v.image_size, v.patch_size
             ));
         }
-        if t.num_hidden_layers == 0 || v.num_hidden_layers == 0 {
+        if t.bert.num_hidden_layers == 0 || v.num_hidden_layers == 0 {
             return Err("both towers need at least one layer".into());
         }
-        if t.max_position_embeddings < 2 {
+        if t.bert.max_position_embeddings < 2 {
             return Err("text max_position_embeddings must be at least 2 ([CLS] and [SEP])".into());
         }
-        if t.pad_token_id >= t.vocab_size {
+        if t.pad_token_id >= t.bert.vocab_size {
             return Err(format!(
                 "text pad_token_id {} is outside the vocabulary of {}",
-                t.pad_token_id, t.vocab_size
+                t.pad_token_id, t.bert.vocab_size
             ));
         }
         if self.image_text_hidden_size == 0 {
@@ -212,32 +210,9 @@ impl Config {
             }
         }
         add("vision_model.post_layernorm.", &LINEAR);
-        add(
-            "text_encoder.embeddings.",
-            &[
-                "word_embeddings.weight",
-                "position_embeddings.weight",
-                "LayerNorm.weight",
-                "LayerNorm.bias",
-            ],
-        );
-        for i in 0..self.text.num_hidden_layers {
-            let p = format!("text_encoder.encoder.layer.{i}.");
-            for m in [
-                "attention.self.query",
-                "attention.self.key",
-                "attention.self.value",
-                "attention.output.dense",
-                "attention.output.LayerNorm",
-                "intermediate.dense",
-                "output.dense",
-                "output.LayerNorm",
-            ] {
-                add(&format!("{p}{m}."), &LINEAR);
-            }
-        }
         add("vision_proj.", &LINEAR);
         add("text_proj.", &LINEAR);
+        names.extend(self.text.bert.tensor_names("text_encoder."));
         names
     }
 }
@@ -253,9 +228,10 @@ mod tests {
     #[test]
     fn an_empty_config_is_transformers_defaults() {
         let c = parse(json!({})).unwrap();
-        assert_eq!(c.text.num_attention_heads, 8);
-        assert_eq!(c.text.vocab_size, 30524);
-        assert_eq!(c.text.layer_norm_eps, 1e-12);
+        assert_eq!(c.text.bert.num_attention_heads, 8);
+        assert_eq!(c.text.bert.vocab_size, 30524);
+        assert_eq!(c.text.bert.layer_norm_eps, 1e-12);
+        assert_eq!(c.text.bert.type_vocab_size, 0);
         assert_eq!(c.vision.image_size, 384);
         assert_eq!(c.vision.positions(), 577);
         assert_eq!(c.vision.layer_norm_eps, 1e-5);

@@ -102,16 +102,16 @@ impl BlipEncoder {
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer = load_tokenizer(&tok_path)?;
         let vocab = tokenizer.get_vocab_size(true);
-        if vocab > config.text.vocab_size {
+        if vocab > config.text.bert.vocab_size {
             return Err(ModelError::Tokenizer {
                 path: tok_path,
                 message: format!(
                     "{vocab} word pieces, but the text tower embeds only {} (text_config.vocab_size)",
-                    config.text.vocab_size
+                    config.text.bert.vocab_size
                 ),
             });
         }
-        let max_length = MAX_TEXT_TOKENS.min(config.text.max_position_embeddings);
+        let max_length = MAX_TEXT_TOKENS.min(config.text.bert.max_position_embeddings);
         truncate_to(&mut tokenizer, max_length)?;
         let size = config.vision.image_size;
         let processor = ImageProcessor {
@@ -229,9 +229,9 @@ fn build(
     let vision_vb: VarBuilder = weights.var_builder(dtype, device);
     let dim = config.image_text_hidden_size;
     Ok((
-        TextTower::load(&text_vb.pp("text_encoder"), &text::shape(&config.text))?,
+        TextTower::load(&text_vb.pp("text_encoder"), &config.text.bert)?,
         VisionTower::load(&vision_vb.pp("vision_model"), &config.vision)?,
-        Linear::load(&text_vb.pp("text_proj"), config.text.hidden_size, dim)?,
+        Linear::load(&text_vb.pp("text_proj"), config.text.bert.hidden_size, dim)?,
         Linear::load(&vision_vb.pp("vision_proj"), config.vision.hidden_size, dim)?,
     ))
 }

@@ -9,11 +9,12 @@
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
+use serde::Deserialize;
 
 use super::layers::{Activation, LayerNorm, Linear, SelfAttention, first};
 
-/// The shape of a BERT encoder.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The shape of a BERT encoder, under the keys of Hugging Face's `BertConfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct BertShape {
     pub vocab_size: usize,
     pub hidden_size: usize,
@@ -24,7 +25,40 @@ pub struct BertShape {
     pub layer_norm_eps: f64,
     pub hidden_act: Activation,
     /// Token types the checkpoint embeds (0: none, as BLIP). Every token is of type 0.
+    #[serde(default)]
     pub type_vocab_size: usize,
+}
+
+impl BertShape {
+    /// Every tensor the encoder reads, under `prefix` (its `embeddings.*` and
+    /// `encoder.layer.N.*`): what a checkpoint must hold.
+    pub fn tensor_names(&self, prefix: &str) -> Vec<String> {
+        let mut names: Vec<String> = ["word_embeddings", "position_embeddings", "LayerNorm"]
+            .iter()
+            .map(|m| format!("{prefix}embeddings.{m}.weight"))
+            .collect();
+        names.push(format!("{prefix}embeddings.LayerNorm.bias"));
+        if self.type_vocab_size > 0 {
+            names.push(format!("{prefix}embeddings.token_type_embeddings.weight"));
+        }
+        for i in 0..self.num_hidden_layers {
+            for m in [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "attention.output.LayerNorm",
+                "intermediate.dense",
+                "output.dense",
+                "output.LayerNorm",
+            ] {
+                for p in ["weight", "bias"] {
+                    names.push(format!("{prefix}encoder.layer.{i}.{m}.{p}"));
+                }
+            }
+        }
+        names
+    }
 }
 
 /// One post-norm layer: `norm(x + attn(x))`, then `norm(x + ffn(x))`.

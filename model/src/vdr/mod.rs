@@ -234,19 +234,7 @@ fn bert_shape(weights: &Weights) -> Result<crate::fast::BertShape> {
     let mut prefixed = Weights::from_tensors(Default::default(), weights.source());
     prefixed.extend_prefixed("bert.", &weights.with_prefix("encoder_q.bert_model."));
     let json = crate::checkpoint::infer_bert_config(&prefixed)?;
-    let c: candle_transformers::models::bert::Config =
-        with_defaults(weights.source(), &json, crate::text::bert_defaults())?;
-    Ok(crate::fast::BertShape {
-        vocab_size: c.vocab_size,
-        hidden_size: c.hidden_size,
-        intermediate_size: c.intermediate_size,
-        num_hidden_layers: c.num_hidden_layers,
-        num_attention_heads: c.num_attention_heads,
-        max_position_embeddings: c.max_position_embeddings,
-        layer_norm_eps: c.layer_norm_eps,
-        hidden_act: crate::fast::Activation::Gelu,
-        type_vocab_size: c.type_vocab_size,
-    })
+    with_defaults(weights.source(), &json, crate::text::bert_defaults())
 }
 
 /// Errors of building the text tower: Candle's, classified by tensor, or ours.
@@ -315,34 +303,7 @@ fn expected_tensors(bert: &crate::fast::BertShape, s: &VisionShape) -> Vec<Strin
     ]
     .map(String::from)
     .to_vec();
-    let emb = "encoder_q.bert_model.embeddings";
-    for part in [
-        "word_embeddings",
-        "position_embeddings",
-        "token_type_embeddings",
-    ] {
-        names.push(format!("{emb}.{part}.weight"));
-    }
-    names.extend([
-        format!("{emb}.LayerNorm.weight"),
-        format!("{emb}.LayerNorm.bias"),
-    ]);
-    for i in 0..bert.num_hidden_layers {
-        let l = format!("encoder_q.bert_model.encoder.layer.{i}");
-        for part in [
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-            "attention.output.LayerNorm",
-            "intermediate.dense",
-            "output.dense",
-            "output.LayerNorm",
-        ] {
-            names.push(format!("{l}.{part}.weight"));
-            names.push(format!("{l}.{part}.bias"));
-        }
-    }
+    names.extend(bert.tensor_names("encoder_q.bert_model."));
     for i in 0..s.layers {
         let b = format!("encoder_p.transformer.resblocks.{i}");
         names.push(format!("{b}.attn.in_proj_weight"));
