@@ -71,21 +71,15 @@ fn hub_model_ids_resolve_from_the_cache_offline() {
         ["config.json", "tokenizer.json", "model.safetensors"].map(|f| (f, splade_dir().join(f)));
     lexlip_tests::hf_cache_repo(home.path(), "lexlip-test/splade-tiny", &files);
     let run = |model: &str| {
-        let out = Command::new(lexlip_tests::lexlip_bin())
-            .args([
-                "encode",
-                "--model",
-                model,
-                "--text",
-                "a dog on the grass",
-                "--json",
-            ])
-            .env("HF_HOME", home.path())
-            .env("HF_HUB_OFFLINE", "1")
-            .env("HF_ENDPOINT", "http://127.0.0.1:9")
-            .output()
-            .unwrap();
-        success_json(&out)
+        let args = [
+            "encode",
+            "--model",
+            model,
+            "--text",
+            "a dog on the grass",
+            "--json",
+        ];
+        success_json(&lexlip_tests::lexlip_offline(home.path(), &args))
     };
     let local = run(splade_dir().to_str().unwrap());
     let hub = run("hf:lexlip-test/splade-tiny");

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use lexlip_tests::{Server, b64, fixtures, hf_cache_repo, splade_dir, success_json};
 use serde_json::{Value, json};
@@ -152,21 +151,16 @@ fn hf_vdr_loads_from_the_cache_offline_with_its_base_models_tokenizer() {
         ],
     );
     let encode = |model: &str, extra: &[String]| {
-        let out = Command::new(lexlip_tests::lexlip_bin())
-            .args([
-                "encode",
-                "--model",
-                model,
-                "--text",
-                "a dog runs on the grass",
-                "--json",
-            ])
-            .args(extra)
-            .env("HF_HOME", home.path())
-            .env("HF_HUB_OFFLINE", "1")
-            .env("HF_ENDPOINT", "http://127.0.0.1:9")
-            .output()
-            .unwrap();
+        let mut args = strings(&[
+            "encode",
+            "--model",
+            model,
+            "--text",
+            "a dog runs on the grass",
+        ]);
+        args.push("--json".into());
+        args.extend_from_slice(extra);
+        let out = lexlip_tests::lexlip_offline(home.path(), &args);
         (out.status.success(), out)
     };
     // Without bert-base-uncased's tokenizer anywhere: an error that says what to do.

@@ -42,6 +42,18 @@ pub fn lexlip<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .expect("running lexlip")
 }
 
+/// Runs `lexlip ARGS` with the Hugging Face cache at `hf_home` and no network (an endpoint no
+/// one answers): `hf:` ids must resolve from the cache.
+pub fn lexlip_offline<S: AsRef<OsStr>>(hf_home: &std::path::Path, args: &[S]) -> Output {
+    Command::new(lexlip_bin())
+        .args(args)
+        .env("HF_HOME", hf_home)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .expect("running lexlip")
+}
+
 /// The JSON a run printed on stdout; the run must have succeeded (else its stderr is shown).
 pub fn success_json(out: &Output) -> serde_json::Value {
     assert!(
