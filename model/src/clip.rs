@@ -18,7 +18,7 @@ use crate::config::{read_json, with_defaults};
 use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
 use crate::image::ImageProcessor;
-use crate::text::{load_tokenizer, tokenize, truncate_to};
+use crate::tokens::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
 #[derive(Debug, Clone, Deserialize)]

@@ -12,6 +12,25 @@ use crate::error::{ModelError, Result};
 pub const DUAL_MODEL_TYPE: &str = "lexlip-dual-encoder";
 /// Its `architectures` entry.
 pub const DUAL_ARCHITECTURE: &str = "LexLipDualEncoder";
+/// `model_type` of a fused model's `config.json` (`lexlip train --objective adapter`).
+pub const FUSED_MODEL_TYPE: &str = "lexlip-fused";
+/// `model_type` of a D2S head's `config.json` ([`crate::d2s`]).
+pub const D2S_MODEL_TYPE: &str = "d2s";
+
+/// Whether a `config.json` is a VDR retriever's ([`crate::vdr`]): it has `encoder_q` and
+/// `encoder_p`.
+pub fn is_vdr(config: &Value) -> bool {
+    config.get("encoder_q").is_some_and(Value::is_object)
+        && config.get("encoder_p").is_some_and(Value::is_object)
+}
+
+/// The model a published lexicon model takes its word pieces from, as its config names it
+/// (VDR's `encoder_q.model_id`, D2S's `mlm_head`): its repository often has no tokenizer.
+pub fn base_model(config: &Value) -> Option<String> {
+    let named = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    named(config.get("encoder_q").and_then(|q| q.get("model_id")))
+        .or_else(|| named(config.get("mlm_head")))
+}
 
 /// Reads a JSON file.
 pub fn read_json(path: &Path) -> Result<Value> {
@@ -78,7 +97,7 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let has = |p: &str| archs.iter().any(|a| a.starts_with(p));
-    if crate::vdr::is_vdr(config) {
+    if is_vdr(config) {
         return Ok(Architecture::Vdr);
     }
     match model_type {
@@ -87,8 +106,8 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
         "clip" => Ok(Architecture::Clip),
         "siglip" => Ok(Architecture::Siglip),
         DUAL_MODEL_TYPE => Ok(Architecture::DualEncoder),
-        crate::fused::MODEL_TYPE => Ok(Architecture::Fused),
-        crate::d2s::MODEL_TYPE => Ok(Architecture::D2s),
+        FUSED_MODEL_TYPE => Ok(Architecture::Fused),
+        D2S_MODEL_TYPE => Ok(Architecture::D2s),
         "blip" => Ok(Architecture::Blip),
         _ if has(DUAL_ARCHITECTURE) => Ok(Architecture::DualEncoder),
         _ if has("Bert") => Ok(Architecture::Bert),
@@ -99,8 +118,7 @@ pub fn architecture(path: &Path, config: &Value) -> Result<Architecture> {
             path: path.to_path_buf(),
             message: format!(
                 "unsupported model_type {other:?} (architectures {archs:?}); expected bert, beit, clip, siglip, {}, {} or a VDR cross-modal retriever",
-                DUAL_MODEL_TYPE,
-                crate::fused::MODEL_TYPE
+                DUAL_MODEL_TYPE, FUSED_MODEL_TYPE
             ),
         }),
     }

@@ -33,8 +33,7 @@ use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
 use crate::weights::Weights;
 
-/// `model_type` of a D2S `config.json`.
-pub const MODEL_TYPE: &str = "d2s";
+pub use crate::config::D2S_MODEL_TYPE as MODEL_TYPE;
 
 /// DistilBERT's layer-norm epsilon, which its `vocab_layer_norm` keeps.
 const EPS: f64 = 1e-12;

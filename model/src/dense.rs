@@ -4,7 +4,7 @@ use candle_core::{DType, Tensor};
 use lexlip_proto::DenseVector;
 
 use crate::error::Result;
-use crate::image::{ImageProcessor, PreprocessedImage};
+use crate::pixels::{ImageProcessor, PreprocessedImage};
 
 /// Texts and images → L2-normalised dense vectors whose inner product is the cosine similarity.
 /// Implementations are `Send + Sync` so a server can share one across request handlers.
@@ -32,7 +32,7 @@ pub trait DenseEncoder: Send + Sync {
 }
 
 /// Unit-length embeddings of token ids, right-padded with `pad` to the longest row
-/// ([`crate::text::pad_batch`]) on `device`, through a tower's `features` (`(batch, dim)`).
+/// ([`crate::tokens::pad_batch`]) on `device`, through a tower's `features` (`(batch, dim)`).
 pub(crate) fn text_embeddings(
     ids: &[Vec<u32>],
     pad: u32,
@@ -42,7 +42,7 @@ pub(crate) fn text_embeddings(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let (ids, _mask) = crate::text::pad_batch(ids, pad, device)?;
+    let (ids, _mask) = crate::tokens::pad_batch(ids, pad, device)?;
     unit_rows(&features(&ids)?)
 }
 
@@ -57,7 +57,7 @@ pub(crate) fn image_embeddings(
     if images.is_empty() {
         return Ok(Vec::new());
     }
-    unit_rows(&features(&crate::image::stack(images, size, device)?)?)
+    unit_rows(&features(&crate::pixels::stack(images, size, device)?)?)
 }
 
 /// The rows of a `(batch, dim)` embedding tensor as unit-length vectors (in f32).

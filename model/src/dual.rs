@@ -36,9 +36,8 @@ use crate::config::{read_json, with_defaults};
 use crate::dense::{DenseEncoder, image_embeddings, unit_rows};
 use crate::error::{ModelError, Result};
 use crate::image::{ImageProcessor, PreprocessedImage, default_dtype};
-use crate::text::{
-    DEFAULT_MAX_LENGTH, bert_defaults, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to,
-};
+use crate::text::{DEFAULT_MAX_LENGTH, bert_defaults};
+use crate::tokens::{load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
 use crate::weights::Weights;
 
 pub use crate::config::{DUAL_ARCHITECTURE as ARCHITECTURE, DUAL_MODEL_TYPE as MODEL_TYPE};

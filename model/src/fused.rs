@@ -35,7 +35,7 @@ use crate::nn::Linear;
 use crate::weights::Weights;
 
 /// `model_type` of a fused model's `config.json`.
-pub const MODEL_TYPE: &str = "lexlip-fused";
+pub use crate::config::FUSED_MODEL_TYPE as MODEL_TYPE;
 /// The directories a fused model holds (copied whole wherever the model is copied).
 pub const PARTS: [&str; 3] = ["teacher", "image-backbone", "adapter"];
 /// ImageNet's normalisation, which the MobileNetV2 was trained with.

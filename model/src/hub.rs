@@ -64,7 +64,7 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
     };
     let weights = first(repo_id, WEIGHTS)?;
     // The repository's tokenizer, else its base model's, each from the cache first.
-    let base = crate::vocab::base_model(&crate::config::read_json(&config)?);
+    let base = crate::config::base_model(&crate::config::read_json(&config)?);
     let cached_tokenizer =
         cached(repo_id, TOKENIZER).or_else(|| base.as_deref().and_then(|b| cached(b, TOKENIZER)));
     if cached_tokenizer.is_none() && first(repo_id, &[TOKENIZER]).is_err() {

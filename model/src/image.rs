@@ -17,7 +17,7 @@ use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
 use crate::mlm_head::MlmHead;
 use crate::pooling::{rows_to_sparse, to_sparse, top_k};
-use crate::text::dir_name;
+use crate::tokens::dir_name;
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
 use crate::weights::Weights;

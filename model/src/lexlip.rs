@@ -41,7 +41,8 @@ use crate::heads::Heads;
 use crate::image::{HeadConfig, ImageEncoder, ImageProcessor, default_dtype};
 use crate::mobileclip::MobileClipEncoder;
 use crate::siglip::SiglipEncoder;
-use crate::text::{TextEncoder, bert_defaults, dir_name};
+use crate::text::{TextEncoder, bert_defaults};
+use crate::tokens::dir_name;
 use crate::vocab::Vocabulary;
 
 use crate::checkpoint::CheckpointParts;

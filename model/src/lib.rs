@@ -48,6 +48,7 @@ pub mod resample;
 pub mod siglip;
 pub mod text;
 pub mod thumbnail;
+pub mod tokens;
 pub mod vdr;
 pub mod vocab;
 pub mod weight_sharing;

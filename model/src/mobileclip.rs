@@ -26,7 +26,7 @@ use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
 use crate::fastvit::FastVit;
 use crate::image::ImageProcessor;
-use crate::text::{load_tokenizer, tokenize, truncate_to};
+use crate::tokens::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
 
 /// The file that marks an open_clip model directory.

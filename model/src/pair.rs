@@ -60,7 +60,7 @@ pub fn write(p: &Pair<'_>) -> Result<PathBuf> {
             });
         }
     }
-    let base = crate::vocab::base_model(&read_json(&heads_config)?)
+    let base = crate::config::base_model(&read_json(&heads_config)?)
         .unwrap_or_else(|| "the model the heads were built on".into());
     let tokenizer = crate::vocab::find_tokenizer(
         p.heads,

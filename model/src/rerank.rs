@@ -33,7 +33,8 @@ use crate::config::read_json;
 use crate::error::{ModelError, Result};
 use crate::image::{ImageEncoder, PreprocessedImage};
 use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Linear, Mode, Params, attention_bias};
-use crate::text::{load_bert_config, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
+use crate::text::load_bert_config;
+use crate::tokens::{load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
 use crate::weights::Weights;
 
 /// The `format` of `rerank.json`.

@@ -17,7 +17,7 @@ use crate::config::{read_json, with_defaults};
 use crate::dense::{DenseEncoder, text_embeddings};
 use crate::error::{ModelError, Result};
 use crate::image::ImageProcessor;
-use crate::text::{load_tokenizer, tokenize};
+use crate::tokens::{load_tokenizer, tokenize};
 use crate::weights::Weights;
 
 /// Reads a Hugging Face SigLIP `config.json` (Hugging Face's defaults for missing keys).

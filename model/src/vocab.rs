@@ -60,14 +60,6 @@ impl Vocabulary {
     }
 }
 
-/// The model a published lexicon model takes its word pieces from, as its config names it
-/// (VDR's `encoder_q.model_id`, D2S's `mlm_head`): its repository often has no tokenizer.
-pub fn base_model(config: &serde_json::Value) -> Option<String> {
-    let named = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_string);
-    named(config.get("encoder_q").and_then(|q| q.get("model_id")))
-        .or_else(|| named(config.get("mlm_head")))
-}
-
 /// The `tokenizer.json` of a published model's directory `dir`: `explicit`, else `dir`'s, else
 /// (with the `hub` feature) the one of its `base` model in the Hugging Face cache. The error
 /// ends with `hint`: how the user gets one.

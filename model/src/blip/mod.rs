@@ -43,7 +43,7 @@ use crate::dense::{DenseEncoder, unit_rows};
 use crate::error::{ModelError, Result};
 use crate::fast::layers::Linear;
 use crate::image::ImageProcessor;
-use crate::text::{load_tokenizer, pad_batch, tokenize, truncate_to};
+use crate::tokens::{load_tokenizer, pad_batch, tokenize, truncate_to};
 use crate::weights::Weights;
 
 /// Tokens per text, `[CLS]` and `[SEP]` included, longer texts being cut: the `max_txt_len` of

@@ -36,6 +36,7 @@ use candle_core::{D, DType, Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::config::is_vdr;
 use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
 use crate::image::{ImageEncoder, ImageProcessor};
@@ -58,12 +59,6 @@ pub const QUANTIZATION_SCALE: f32 = 10_000.0;
 /// Logits elements per pooling pass (positions × terms), so a batch of texts padded to 128
 /// positions does not hold gigabytes of logits at once.
 const MAX_LOGITS_PER_PASS: usize = 32 << 20;
-
-/// Whether a `config.json` is a VDR retriever's (it has `encoder_q` and `encoder_p`).
-pub fn is_vdr(config: &Value) -> bool {
-    config.get("encoder_q").is_some_and(Value::is_object)
-        && config.get("encoder_p").is_some_and(Value::is_object)
-}
 
 /// `encoder_q` of the config: the reference's defaults for what it leaves out.
 #[derive(Debug, Clone, Deserialize)]
@@ -168,7 +163,7 @@ pub fn load(
          fetches it)"
     );
     let tokenizer = crate::vocab::find_tokenizer(dir, tokenizer, base, &hint)?;
-    let name = crate::text::dir_name(dir);
+    let name = crate::tokens::dir_name(dir);
     let vocab = Vocabulary::from_tokenizer_json(&name, &tokenizer)?;
     let terms = term_ids(&vocab, config.text.shift_vocab_num);
     let weights = Weights::from_model_dir(dir)?;
@@ -178,7 +173,7 @@ pub fn load(
     check_terms(&weights, &vocab, &bert, &terms, &tokenizer)?;
 
     let text_vb = weights.var_builder(DType::F32, device).pp("encoder_q");
-    let pad_id = crate::text::pad_id(&crate::text::load_tokenizer(&tokenizer)?, 0);
+    let pad_id = crate::tokens::pad_id(&crate::tokens::load_tokenizer(&tokenizer)?, 0);
     let tower = Text::load(&text_vb, &bert, &terms, config.text.max_len, pad_id)
         .map_err(|e| load_error(&weights, e))?;
     if config.text.max_len > tower.positions() {
