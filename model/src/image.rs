@@ -88,8 +88,20 @@ enum Tower {
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
     },
-    /// VDR's vision transformer and its projection onto the terms ([`crate::vdr`]).
-    Vdr(Box<crate::vdr::ImageTower>),
+    /// A published tower that pools its own lexicons (VDR's, [`ImageLexicon`]).
+    Lexicon(Box<dyn ImageLexicon>),
+}
+
+/// An image tower that pools its own lexicons, as published models do in their own way (VDR
+/// projects every patch onto its terms); the encoder then only preprocesses and cuts the terms.
+pub trait ImageLexicon: Send + Sync {
+    /// Lexicons `(batch, vocab)` in f32 of stacked pixels `(batch, 3, size, size)`.
+    fn pooled(&self, pixels: &Tensor) -> Result<Tensor>;
+    /// Side of the square patches the tower cuts images into.
+    fn patch_size(&self) -> usize;
+    /// Width of the hidden states its projection reads.
+    fn hidden_size(&self) -> usize;
+    fn dtype(&self) -> DType;
 }
 
 impl std::fmt::Debug for ImageEncoder {
@@ -187,10 +199,10 @@ impl ImageEncoder {
     pub fn with_image_size(mut self, size: usize) -> Result<Self> {
         match &mut self.tower {
             Tower::Mlm { beit, .. } => beit.set_input_size(size)?,
-            Tower::Heads { .. } | Tower::Vdr(_) if size == self.processor.size => {}
-            Tower::Vdr(_) => {
+            Tower::Heads { .. } | Tower::Lexicon(_) if size == self.processor.size => {}
+            Tower::Lexicon(_) => {
                 return Err(ModelError::Invalid(format!(
-                    "VDR's image tower reads {0}×{0} images only (its position embeddings are \
+                    "this image tower reads {0}×{0} images only (its position embeddings are \
                      not interpolated)",
                     self.processor.size
                 )));
@@ -210,7 +222,7 @@ impl ImageEncoder {
     pub fn image_size(&self) -> usize {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.input_size(),
-            Tower::Heads { .. } | Tower::Vdr(_) => self.processor.size,
+            Tower::Heads { .. } | Tower::Lexicon(_) => self.processor.size,
         }
     }
 
@@ -231,16 +243,16 @@ impl ImageEncoder {
         }
     }
 
-    /// VDR's image encoder ([`crate::vdr`]): its tower, the vocabulary its terms live in, and
-    /// its preprocessing (CLIP's, resampled as Pillow does).
-    pub fn from_vdr(
-        tower: crate::vdr::ImageTower,
+    /// An image encoder over a tower that pools its own lexicons (VDR's, [`crate::vdr`]), the
+    /// vocabulary its terms live in, and its preprocessing.
+    pub fn from_lexicon(
+        tower: Box<dyn ImageLexicon>,
         vocab: Vocabulary,
         processor: ImageProcessor,
         device: &Device,
     ) -> Self {
         Self {
-            tower: Tower::Vdr(Box::new(tower)),
+            tower: Tower::Lexicon(tower),
             vocab,
             processor,
             device: device.clone(),
@@ -265,7 +277,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.config().patch_size,
             Tower::Heads { .. } => 0,
-            Tower::Vdr(t) => t.shape().patch_size,
+            Tower::Lexicon(t) => t.patch_size(),
         }
     }
 
@@ -274,7 +286,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.config().hidden_size,
             Tower::Heads { head, .. } => head.dim(),
-            Tower::Vdr(t) => t.shape().width,
+            Tower::Lexicon(t) => t.hidden_size(),
         }
     }
 
@@ -298,7 +310,7 @@ impl ImageEncoder {
         match &self.tower {
             Tower::Mlm { beit, .. } => beit.dtype(),
             Tower::Heads { .. } => DType::F32,
-            Tower::Vdr(t) => t.dtype(),
+            Tower::Lexicon(t) => t.dtype(),
         }
     }
 
@@ -334,7 +346,7 @@ impl ImageEncoder {
             Tower::Mlm { head, .. } => Ok(head
                 .forward(&hidden, &crate::nn::Inference)?
                 .to_dtype(DType::F32)?),
-            Tower::Heads { .. } | Tower::Vdr(_) => Err(ModelError::Invalid(
+            Tower::Heads { .. } | Tower::Lexicon(_) => Err(ModelError::Invalid(
                 "only lexlip's BEiT towers give their per-patch logits here".into(),
             )),
         }
@@ -359,7 +371,7 @@ impl ImageEncoder {
                     None => p,
                 });
             }
-            Tower::Vdr(t) => {
+            Tower::Lexicon(t) => {
                 let p = t.pooled(&stack(images, self.processor.size, &self.device)?)?;
                 return Ok(match self.top_k {
                     Some(k) => top_k(&p, k)?,

@@ -127,8 +127,20 @@ enum Tower {
         backbone: Arc<dyn DenseEncoder>,
         head: LexiconHead,
     },
-    /// VDR's BERT and its projection onto the word embeddings ([`crate::vdr`]).
-    Vdr(Box<crate::vdr::TextTower>),
+    /// A published tower that pools its own lexicons (VDR's, [`TextLexicon`]).
+    Lexicon(Box<dyn TextLexicon>),
+}
+
+/// A text tower that pools its own lexicons, as published models do in their own way (VDR pads
+/// every text to its `max_len` and pools the padding too); the encoder then only tokenizes and
+/// cuts the terms.
+pub trait TextLexicon: Send + Sync {
+    /// Lexicons `(batch, vocab)` in f32 of token ids (each at most `max_len` long).
+    fn pooled(&self, ids: &[Vec<u32>], max_len: usize) -> Result<Tensor>;
+    /// The length texts are cut and padded to unless the user asks for another.
+    fn max_len(&self) -> usize;
+    /// The most positions a text can take.
+    fn positions(&self) -> usize;
 }
 
 impl std::fmt::Debug for TextEncoder {
@@ -235,17 +247,17 @@ impl TextEncoder {
         Self::with_tower(tower, vocab, tokenizer_json, device, DEFAULT_MAX_LENGTH)
     }
 
-    /// VDR's text encoder ([`crate::vdr`]): its tower, the BERT vocabulary its terms live in
-    /// and that vocabulary's `tokenizer_json`; texts are cut and padded to the tower's
-    /// `max_len`.
-    pub fn from_vdr(
-        tower: crate::vdr::TextTower,
+    /// A text encoder over a tower that pools its own lexicons (VDR's, [`crate::vdr`]), the
+    /// vocabulary its terms live in and that vocabulary's `tokenizer_json`; texts are cut to the
+    /// tower's `max_len`.
+    pub fn from_lexicon(
+        tower: Box<dyn TextLexicon>,
         vocab: Vocabulary,
         tokenizer_json: &Path,
         device: &Device,
     ) -> Result<Self> {
         let max_length = tower.max_len();
-        let tower = Tower::Vdr(Box::new(tower));
+        let tower = Tower::Lexicon(tower);
         Self::with_tower(tower, vocab, tokenizer_json, device, max_length)
     }
 
@@ -293,7 +305,7 @@ impl TextEncoder {
                 "max_length must be at least 2 (for [CLS] and [SEP]), got {max_length}"
             )));
         }
-        if let Tower::Vdr(t) = &self.tower
+        if let Tower::Lexicon(t) = &self.tower
             && max_length > t.positions()
         {
             return Err(ModelError::Invalid(format!(
@@ -354,7 +366,7 @@ impl TextEncoder {
 
     /// Pooled lexicon weights `(batch, vocab)` of tokenized texts (padded here).
     fn pooled_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
-        if let Tower::Vdr(t) = &self.tower {
+        if let Tower::Lexicon(t) = &self.tower {
             return t.pooled(ids, self.max_length);
         }
         let (input_ids, mask) = pad_batch(ids, self.pad_id, &self.device)?;

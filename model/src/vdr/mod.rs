@@ -39,8 +39,8 @@ use serde_json::Value;
 pub use crate::config::is_vdr;
 use crate::config::{read_json, with_defaults};
 use crate::error::{ModelError, Result};
-use crate::image::{ImageEncoder, ImageProcessor};
-use crate::text::TextEncoder;
+use crate::image::{ImageEncoder, ImageLexicon, ImageProcessor};
+use crate::text::{TextEncoder, TextLexicon};
 use crate::vocab::Vocabulary;
 use crate::weights::Weights;
 
@@ -200,22 +200,22 @@ pub fn load(
         vocab: vocab.len(),
     };
     let processor = ImageProcessor::clip(shape.resolution).with_pillow_resampling();
-    let text = TextEncoder::from_vdr(
-        TextTower {
+    let text = TextEncoder::from_lexicon(
+        Box::new(TextTower {
             tower,
             lexicon: lexicon.clone(),
-        },
+        }),
         vocab.clone(),
         &tokenizer,
         device,
     )?
     .with_terms(crate::text::TextTerms::top_k_and_own(config.text.topk));
-    let image = ImageEncoder::from_vdr(
-        ImageTower {
+    let image = ImageEncoder::from_lexicon(
+        Box::new(ImageTower {
             vision,
             projection,
             lexicon,
-        },
+        }),
         vocab,
         processor,
         device,
@@ -382,19 +382,17 @@ pub struct TextTower {
     lexicon: Lexicon,
 }
 
-impl TextTower {
-    /// The config's `max_len`.
-    pub fn max_len(&self) -> usize {
+impl TextLexicon for TextTower {
+    fn max_len(&self) -> usize {
         self.tower.max_len()
     }
 
-    /// The most positions a text can be padded to.
-    pub fn positions(&self) -> usize {
+    fn positions(&self) -> usize {
         self.tower.positions()
     }
 
-    /// Lexicons of token ids (each cut to `max_len`), every text padded to `max_len`.
-    pub fn pooled(&self, ids: &[Vec<u32>], max_len: usize) -> Result<Tensor> {
+    /// Every text padded to `max_len`, as VDR pools its padding too.
+    fn pooled(&self, ids: &[Vec<u32>], max_len: usize) -> Result<Tensor> {
         let mut parts = Vec::new();
         for chunk in ids.chunks(self.lexicon.per_pass(max_len)) {
             parts.push(self.lexicon.pool(&self.tower.logits(chunk, max_len)?)?);
@@ -419,20 +417,23 @@ pub struct ImageTower {
     lexicon: Lexicon,
 }
 
-impl ImageTower {
-    pub fn shape(&self) -> &VisionShape {
-        self.vision.shape()
+impl ImageLexicon for ImageTower {
+    fn patch_size(&self) -> usize {
+        self.vision.shape().patch_size
     }
 
-    pub fn dtype(&self) -> DType {
+    fn hidden_size(&self) -> usize {
+        self.vision.shape().width
+    }
+
+    fn dtype(&self) -> DType {
         self.vision.dtype()
     }
 
-    /// Lexicons of stacked pixels `(batch, 3, size, size)`.
-    pub fn pooled(&self, pixels: &Tensor) -> Result<Tensor> {
+    fn pooled(&self, pixels: &Tensor) -> Result<Tensor> {
         let batch = pixels.dim(0)?;
-        let positions = self.shape().grid() * self.shape().grid();
-        let per_pass = self.lexicon.per_pass(positions);
+        let grid = self.vision.shape().grid();
+        let per_pass = self.lexicon.per_pass(grid * grid);
         let mut parts = Vec::new();
         let mut start = 0;
         while start < batch {
