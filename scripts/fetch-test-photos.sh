@@ -37,12 +37,9 @@ fi
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/download.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
-  --platform manylinux_2_28_x86_64 --python-version 3.12 --implementation cp --abi cp312 \
-  -d "$tmp" scikit-image==0.26.0 >&2
-wheel="$tmp/$wheel_name"
-echo "$wheel_sha256  $wheel" | sha256sum --check --quiet - >&2 ||
-  { echo "error: $wheel is not the pinned wheel (SHA-256 differs)" >&2; exit 1; }
+source "$root/scripts/pinned-wheel.sh"
+wheel="$(pinned_wheel "$tmp" "$wheel_name" "$wheel_sha256" --platform manylinux_2_28_x86_64 \
+  --python-version 3.12 --implementation cp --abi cp312 scikit-image==0.26.0)"
 mkdir -p "$tmp/out"
 python3 - "$wheel" "$tmp/out" "${photos[@]}" <<'PY'
 import sys, zipfile

@@ -1,5 +1,7 @@
 //! Loading whatever a user points at: an official LexLIP Lightning checkpoint, a LexLIP model
-//! directory (what [`convert_checkpoint`] writes), or a single Hugging Face encoder directory.
+//! directory (what [`convert_checkpoint`] writes), a published lexicon model as its repository
+//! holds it (VDR's cross-modal directory, [`crate::vdr`]; a D2S pair of heads over BLIP that
+//! `lexlip model pair` writes, [`crate::d2s`]), or a single Hugging Face encoder directory.
 //!
 //! A LexLIP directory:
 //! ```text
@@ -10,8 +12,8 @@
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
-//! dense/               optional dense encoder for the fallback: a CLIP, SigLIP or MobileCLIP directory or a dual
-//!                      encoder directory (`lexlip train --objective dense`, [`crate::dual`])
+//! dense/               optional dense encoder for the fallback: a CLIP, SigLIP, MobileCLIP or
+//!                      BLIP directory or a dual encoder directory (`lexlip train --objective dense`, [`crate::dual`])
 //! heads/               instead of text/ and image/: lexicon heads over dense/'s embeddings
 //!                      (`lexlip train --objective heads`, [`crate::heads`])
 //! ```

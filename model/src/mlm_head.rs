@@ -16,6 +16,7 @@ use candle_transformers::models::bert::{Config as BertConfig, HiddenAct};
 use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
+use crate::fast::kernels::{Strided, matmul};
 use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Linear, Mode, Params, linear};
 use crate::pooling::splade_pool;
 
@@ -176,25 +177,24 @@ fn decode_and_pool(
                 // v0..v0 + terms: element (k, j) at w[(v0 + j) · width + k], inside `w`. The
                 // three buffers are distinct and outlive the call; nothing else writes `logits`.
                 unsafe {
-                    gemm::gemm(
-                        n_rows,
-                        terms,
-                        width,
-                        logits.as_mut_ptr(),
-                        1,
-                        terms as isize,
+                    matmul(
+                        (n_rows, terms, width),
+                        Strided {
+                            ptr: logits.as_mut_ptr(),
+                            row: terms,
+                            col: 1,
+                        },
                         false,
-                        rows.as_ptr(),
-                        1,
-                        width as isize,
-                        w[v0 * width..].as_ptr(),
-                        width as isize,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
+                        Strided {
+                            ptr: rows.as_ptr(),
+                            row: width,
+                            col: 1,
+                        },
+                        Strided {
+                            ptr: w[v0 * width..].as_ptr(),
+                            row: 1,
+                            col: width,
+                        },
                         gemm::Parallelism::None,
                     );
                 }

@@ -41,6 +41,54 @@ fn parallelism(flops: usize) -> gemm::Parallelism {
     }
 }
 
+/// One operand of [`matmul`]: element `(r, c)` at `ptr + r · row + c · col`.
+#[derive(Clone, Copy)]
+pub(crate) struct Strided<P> {
+    pub ptr: P,
+    pub row: usize,
+    pub col: usize,
+}
+
+/// `dst = lhs · rhs` (or `dst += lhs · rhs` with `accumulate`) for `(m × k) · (k × n)` strided
+/// operands: candle's CPU kernel with its arguments named.
+///
+/// # Safety
+/// Every element each operand's strides reach for those sizes lies inside a live buffer; `dst`
+/// does not overlap the other two and nothing else touches it during the call.
+pub(crate) unsafe fn matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: Strided<*mut f32>,
+    accumulate: bool,
+    lhs: Strided<*const f32>,
+    rhs: Strided<*const f32>,
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: the caller's contract is gemm's.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.ptr,
+            dst.col as isize,
+            dst.row as isize,
+            accumulate,
+            lhs.ptr,
+            lhs.col as isize,
+            lhs.row as isize,
+            rhs.ptr,
+            rhs.col as isize,
+            rhs.row as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
 /// What is folded into a linear layer's output.
 #[derive(Clone, Copy)]
 pub(crate) enum Epilogue<'a> {
@@ -139,25 +187,24 @@ fn affine(
     // (element (kk, j) at j · k + kk), all inside the slices. The three buffers are distinct
     // and outlive the call.
     unsafe {
-        gemm::gemm(
-            rows,
-            cols,
-            k,
-            out.as_mut_ptr(),
-            dst_cs as isize,
-            dst_rs as isize,
+        matmul(
+            (rows, cols, k),
+            Strided {
+                ptr: out.as_mut_ptr(),
+                row: dst_rs,
+                col: dst_cs,
+            },
             true,
-            lhs.as_ptr(),
-            lhs_cs as isize,
-            lhs_rs as isize,
-            rhs.as_ptr(),
-            rhs_cs as isize,
-            rhs_rs as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
+            Strided {
+                ptr: lhs.as_ptr(),
+                row: lhs_rs,
+                col: lhs_cs,
+            },
+            Strided {
+                ptr: rhs.as_ptr(),
+                row: rhs_rs,
+                col: rhs_cs,
+            },
             parallelism(m * n * k),
         );
     }
@@ -271,25 +318,24 @@ fn attend(
             // transposed, element (kk, j) at kp + j · k.row + kk. `Rows::head` checked both
             // ranges lie inside their buffers, which outlive the call and are only read.
             unsafe {
-                gemm::gemm(
-                    nq,
-                    keys,
-                    d,
-                    scores.as_mut_ptr(),
-                    1,
-                    keys as isize,
+                matmul(
+                    (nq, keys, d),
+                    Strided {
+                        ptr: scores.as_mut_ptr(),
+                        row: keys,
+                        col: 1,
+                    },
                     false,
-                    qp,
-                    1,
-                    q.row as isize,
-                    kp,
-                    k.row as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
+                    Strided {
+                        ptr: qp,
+                        row: q.row,
+                        col: 1,
+                    },
+                    Strided {
+                        ptr: kp,
+                        row: 1,
+                        col: k.row,
+                    },
                     gemm::Parallelism::None,
                 );
             }
@@ -298,25 +344,24 @@ fn attend(
             // row-major; the right-hand side is the head's values, (keys × d) with row stride
             // v.row, checked by `Rows::head` to lie inside their buffer.
             unsafe {
-                gemm::gemm(
-                    nq,
-                    d,
-                    keys,
-                    ctx.as_mut_ptr(),
-                    1,
-                    d as isize,
+                matmul(
+                    (nq, d, keys),
+                    Strided {
+                        ptr: ctx.as_mut_ptr(),
+                        row: d,
+                        col: 1,
+                    },
                     false,
-                    scores.as_ptr(),
-                    1,
-                    keys as isize,
-                    vp,
-                    1,
-                    v.row as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
+                    Strided {
+                        ptr: scores.as_ptr(),
+                        row: keys,
+                        col: 1,
+                    },
+                    Strided {
+                        ptr: vp,
+                        row: v.row,
+                        col: 1,
+                    },
                     gemm::Parallelism::None,
                 );
             }
