@@ -171,10 +171,26 @@ impl LoadOptions {
             idf: self.idf.or(file.idf),
             card: self.card.clone().or_else(|| file.card.clone()),
             scale: self.scale.or(file.scale),
-            text_terms: self.text_terms.or(file.text_terms),
+            text_terms: text_terms_or(&self.text_terms, &file.text_terms),
             dtype: self.dtype,
             tokenizer: self.tokenizer.clone(),
         }
+    }
+}
+
+/// Given text terms win over a `lexlip.json`'s, but a model's template words (`ignore`) stay
+/// unless the given ones name their own: they are a property of the model, not of the rule.
+fn text_terms_or(
+    given: &Option<crate::text::TextTerms>,
+    file: &Option<crate::text::TextTerms>,
+) -> Option<crate::text::TextTerms> {
+    match (given, file) {
+        (Some(g), Some(f)) if g.ignore.is_empty() => Some(crate::text::TextTerms {
+            ignore: f.ignore.clone(),
+            ..g.clone()
+        }),
+        (Some(g), _) => Some(g.clone()),
+        (None, f) => f.clone(),
     }
 }
 
@@ -537,10 +553,10 @@ impl Encoders {
             }
             self.scale = Some(scale);
         }
-        if let Some(terms) = opts.text_terms
+        if let Some(terms) = &opts.text_terms
             && let Some(t) = self.text.take()
         {
-            self.text = Some(t.with_terms(terms));
+            self.text = Some(t.with_terms(terms.clone()));
         }
         Ok(())
     }

@@ -47,6 +47,7 @@ pub mod rerank;
 pub mod resample;
 pub mod siglip;
 pub mod text;
+pub mod text_terms;
 pub mod thumbnail;
 pub mod tokens;
 pub mod vdr;

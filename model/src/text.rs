@@ -12,7 +12,6 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use lexlip_proto::{DenseVector, SparseVector, TermSpace};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokenizers::Tokenizer;
 
@@ -22,6 +21,7 @@ use crate::error::{ModelError, Result};
 use crate::heads::{LexiconHead, rows_tensor};
 use crate::mlm_head::MlmHead;
 use crate::pooling::{rows_to_sparse, to_sparse};
+pub use crate::text_terms::TextTerms;
 use crate::tokens::{dir_name, load_tokenizer, pad_batch, pad_id, tokenize, truncate_to};
 use crate::vocab::Vocabulary;
 use crate::weight_sharing::SharedLayers;
@@ -65,48 +65,6 @@ pub struct TextEncoder {
     terms: TextTerms,
     /// The tokenizer's special tokens (`[CLS]`, `[SEP]`, …): never one of a text's own words.
     special_ids: Vec<u32>,
-}
-
-/// Which terms a text's lexicon keeps: a published model's query-side options (VDR's top-k and
-/// bag of words, D2S's restriction of a query to its own words), none for lexlip's own models.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TextTerms {
-    /// Keep the `top_k` largest weights (none: every non-zero one) …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_k: Option<usize>,
-    /// … and, besides them, the text's own word pieces (special tokens aside) with the weights
-    /// the model gave them: VDR's lexical activation; with `top_k` 0, D2S's masked query.
-    #[serde(default)]
-    pub own: bool,
-    /// Weigh the text's own word pieces that the model can weigh at all 1, and nothing else
-    /// (VDR's bag-of-words query: no expansion, no learned weights).
-    #[serde(default)]
-    pub bow: bool,
-}
-
-impl TextTerms {
-    /// Every term the model weighs (lexlip's own models).
-    pub fn all() -> Self {
-        Self::default()
-    }
-
-    /// The `k` largest weights and the text's own word pieces (VDR).
-    pub fn top_k_and_own(k: usize) -> Self {
-        Self {
-            top_k: Some(k),
-            own: true,
-            bow: false,
-        }
-    }
-
-    /// Only the text's own word pieces, weighted by the model (D2S's masked query).
-    pub fn own_only() -> Self {
-        Self::top_k_and_own(0)
-    }
-
-    fn is_all(&self) -> bool {
-        *self == Self::all()
-    }
 }
 
 /// What turns a text into lexicon weights.
@@ -293,8 +251,8 @@ impl TextEncoder {
         self
     }
 
-    pub fn terms(&self) -> TextTerms {
-        self.terms
+    pub fn terms(&self) -> &TextTerms {
+        &self.terms
     }
 
     /// Sets the maximum number of tokens per text (special tokens included; at most the model's
@@ -478,42 +436,20 @@ impl TextEncoder {
     /// `pooled` `(batch, vocab)` lexicons as sparse vectors, cut to the encoder's
     /// [`TextTerms`]; `ids` are the texts' tokens (which terms are their own).
     fn keep_terms(&self, pooled: &Tensor, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
-        let terms = self.terms;
-        if terms.is_all() {
+        if self.terms.is_all() {
             return to_sparse(pooled, &self.vocab);
         }
         let rows = pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        let mut scratch = Vec::new();
         let tokens = self.vocab.tokens();
         rows.iter()
             .zip(ids)
             .map(|(row, ids)| {
-                let own: std::collections::BTreeSet<usize> = ids
+                let own: Vec<u32> = ids
                     .iter()
+                    .copied()
                     .filter(|i| !self.special_ids.contains(i))
-                    .map(|&i| i as usize)
-                    .filter(|&i| i < row.len())
                     .collect();
-                let pairs: Vec<(&str, f32)> = if terms.bow {
-                    own.iter()
-                        .filter(|&&i| row[i] > 0.0)
-                        .map(|&i| (tokens[i].as_str(), 1.0))
-                        .collect()
-                } else {
-                    let hi = terms
-                        .top_k
-                        .filter(|&k| k < row.len())
-                        .map(|k| crate::pooling::top_k_threshold(row, k, &mut scratch));
-                    row.iter()
-                        .enumerate()
-                        .filter(|&(i, &w)| {
-                            w != 0.0
-                                && (hi.is_none_or(|hi| w > hi) || (terms.own && own.contains(&i)))
-                        })
-                        .map(|(i, &w)| (tokens[i].as_str(), w))
-                        .collect()
-                };
-                Ok(SparseVector::new(pairs)?)
+                Ok(SparseVector::new(self.terms.keep(row, &own, tokens))?)
             })
             .collect()
     }

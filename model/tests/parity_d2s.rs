@@ -94,7 +94,7 @@ fn queries_keep_their_own_words_and_images_every_term_as_the_reference() {
     let enc = paired(&out);
     assert!(enc.dense().is_some(), "the pair answers dense searches too");
     let text = enc.text().unwrap();
-    assert_eq!(text.terms(), TextTerms::own_only());
+    assert_eq!(text.terms(), &TextTerms::own_only());
     let tokens = text.vocabulary().tokens().to_vec();
     let fx = fixture_json("d2s.json");
     let cases = fx["texts"].as_array().unwrap();

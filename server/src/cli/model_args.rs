@@ -31,6 +31,11 @@ pub struct ModelArgs {
     /// queries: no model weights, no expansion).
     #[arg(long, conflicts_with = "text_top_k")]
     pub text_bow: bool,
+    /// Expansion control: a text's lexicon keeps its own content words (function words and
+    /// the model's template words aside), weighted by the model, and at most E other terms,
+    /// the strongest. Default: the model's (`text_terms` in its lexlip.json).
+    #[arg(long, value_name = "E", conflicts_with_all = ["text_top_k", "text_bow"])]
+    pub query_expansion: Option<usize>,
     /// Run the encoders on the GPU (build with --features cuda).
     #[arg(long)]
     pub gpu: bool,
@@ -87,6 +92,8 @@ impl ModelArgs {
                 bow: true,
                 ..TextTerms::default()
             })
+        } else if let Some(e) = self.query_expansion {
+            Some(TextTerms::expansion(e, Vec::new()))
         } else {
             self.text_top_k.map(TextTerms::top_k_and_own)
         };

@@ -1,0 +1,146 @@
+//! Which terms a text's lexicon keeps once the model has weighed every term of the vocabulary.
+//!
+//! A model's query lexicon can drift from the query: a head over a dense embedding weighs the
+//! words near the query's meaning, and for a short query most of its strongest terms are
+//! neighbours ("a red car" → "apple lips red fancy valentine …"). Expansion control (D2S's query
+//! mask; Nguyen et al., ECIR 2024) keeps the text's own content words, weighted by the model, and
+//! at most E other terms: the E strongest.
+//!
+//! ```
+//! use lexlip_model::text::TextTerms;
+//!
+//! // "red car": own words "red" (0.9) and "car" (0.2); "a" is a function word; of the others
+//! // only the strongest ("apple", 0.8) is kept, and "emoji" is a template word.
+//! let tokens: Vec<String> =
+//!     ["a", "red", "car", "apple", "lips", "emoji"].iter().map(|s| s.to_string()).collect();
+//! let weights = [0.5, 0.9, 0.2, 0.8, 0.7, 1.0];
+//! let terms = TextTerms::expansion(1, vec!["emoji".into()]);
+//! let kept = terms.keep(&weights, &[0, 1, 2], &tokens);
+//! assert_eq!(kept, vec![("red", 0.9), ("car", 0.2), ("apple", 0.8)]);
+//! ```
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::vocab::STOPWORDS;
+
+/// Which terms a text's lexicon keeps: a published model's query-side options (VDR's top-k and
+/// bag of words, D2S's restriction of a query to its own words), expansion control, and words
+/// that never weigh; none for lexlip's own models unless their `lexlip.json` says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextTerms {
+    /// Keep the `top_k` largest weights (none: every non-zero one) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// … and, besides them, the text's own word pieces (special tokens aside) with the weights
+    /// the model gave them: VDR's lexical activation; with `top_k` 0, D2S's masked query.
+    #[serde(default)]
+    pub own: bool,
+    /// Weigh the text's own word pieces that the model can weigh at all 1, and nothing else
+    /// (VDR's bag-of-words query: no expansion, no learned weights).
+    #[serde(default)]
+    pub bow: bool,
+    /// Expansion control: the text's own content words (function words and `ignore` aside)
+    /// with the model's weights, and at most this many other terms, the strongest; `top_k`
+    /// and `own` then do not apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expansion: Option<usize>,
+    /// Words that never weigh, whatever the rule: a model's template words (the words its
+    /// training captions were built around, such as "emoji" or "clip art"), which name no
+    /// picture in particular.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<String>,
+}
+
+impl TextTerms {
+    /// Every term the model weighs (lexlip's own models).
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// The `k` largest weights and the text's own word pieces (VDR).
+    pub fn top_k_and_own(k: usize) -> Self {
+        Self {
+            top_k: Some(k),
+            own: true,
+            ..Self::default()
+        }
+    }
+
+    /// Only the text's own word pieces, weighted by the model (D2S's masked query).
+    pub fn own_only() -> Self {
+        Self::top_k_and_own(0)
+    }
+
+    /// The text's own content words and at most `e` other terms; `ignore`d words never weigh.
+    pub fn expansion(e: usize, ignore: Vec<String>) -> Self {
+        Self {
+            expansion: Some(e),
+            ignore,
+            ..Self::default()
+        }
+    }
+
+    /// Whether every weighed term is kept (nothing to cut).
+    pub fn is_all(&self) -> bool {
+        *self == Self::all()
+    }
+
+    /// The terms of one text: `weights` over the vocabulary `tokens`, `own` the ids of the
+    /// text's own word pieces (special tokens already left out). Zero weights are never kept.
+    pub fn keep<'t>(
+        &self,
+        weights: &[f32],
+        own: &[u32],
+        tokens: &'t [String],
+    ) -> Vec<(&'t str, f32)> {
+        let own: BTreeSet<usize> = own
+            .iter()
+            .map(|&i| i as usize)
+            .filter(|&i| i < weights.len().min(tokens.len()))
+            .collect();
+        let ignored = |i: usize| self.ignore.iter().any(|w| *w == tokens[i]);
+        let positive = |i: usize| weights[i] > 0.0 && i < tokens.len() && !ignored(i);
+        let keep: Vec<usize> = if self.bow {
+            own.iter().copied().filter(|&i| positive(i)).collect()
+        } else if let Some(e) = self.expansion {
+            let function = |i: usize| STOPWORDS.contains(&tokens[i].as_str());
+            let mine: Vec<usize> = own
+                .iter()
+                .copied()
+                .filter(|&i| positive(i) && !function(i))
+                .collect();
+            let mut others: Vec<usize> = (0..weights.len())
+                .filter(|&i| positive(i) && !own.contains(&i) && !function(i))
+                .collect();
+            others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+            others.truncate(e);
+            let mut all: Vec<usize> = mine.into_iter().chain(others).collect();
+            all.sort_unstable();
+            all
+        } else {
+            let hi = self
+                .top_k
+                .filter(|&k| k < weights.len())
+                .map(|k| kth_largest(weights, k));
+            (0..weights.len())
+                .filter(|&i| {
+                    positive(i)
+                        && (hi.is_none_or(|hi| weights[i] > hi) || (self.own && own.contains(&i)))
+                })
+                .collect()
+        };
+        let weight = |i: usize| if self.bow { 1.0 } else { weights[i] };
+        keep.into_iter()
+            .map(|i| (tokens[i].as_str(), weight(i)))
+            .collect()
+    }
+}
+
+/// The threshold the `k` largest weights are strictly above (VDR's top-k, as the reference
+/// computes it).
+fn kth_largest(weights: &[f32], k: usize) -> f32 {
+    let mut scratch = Vec::new();
+    crate::pooling::top_k_threshold(weights, k, &mut scratch)
+}
