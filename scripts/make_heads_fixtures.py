@@ -18,7 +18,9 @@ Regenerate (torch is only needed here):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_heads_fixtures.py
 
-Writes model/train/tests/fixtures/heads_vs_torch.safetensors.
+Writes model/train/tests/fixtures/heads_vs_torch.safetensors, and
+heads_expansion_vs_torch.safetensors beside it: the same step with expansion control on the
+text side (`--query-expansion 2`, template word 13), whose inputs are the first file's.
 """
 
 from pathlib import Path
@@ -29,6 +31,9 @@ from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
+# Expansion control (`--query-expansion`, issue 73) on the same inputs, in a file of its own.
+OUT_EXPANSION = OUT.with_name("heads_expansion_vs_torch.safetensors")
+EXPANSION, TEMPLATE = 2, [13]
 
 B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
 K_IMAGE, K_TEXT = 7, 5
@@ -102,6 +107,25 @@ def caption_words(z, allowed, bags, has):
     log_p = F.log_softmax(z[:, keep] / CAPTION_WORDS_TAU, dim=1)
     per_row = -(q * log_p).sum(dim=1)
     return (per_row * has).sum() / has.sum().clamp(min=1)
+
+
+def expansion_control(full, ids, mask, words, e):
+    """A caption's own words (its tokens that `words` allows) with their weights, and the `e`
+    strongest other allowed words."""
+    own = torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
+    return full * own + cut(full * words * (1 - own), e)
+
+
+def step_total(pv, pl, full_v, full_l, zv, zl, xv, xl, bags, has, allowed):
+    i2t, t2i = in_batch(pv, pl, TAU)
+    teacher = xv @ xl.T / TEACHER_TAU
+    student = pv @ pl.T / TAU
+    kd = (kl_rows(teacher, student) + kl_rows(teacher.T, student.T)) / 2
+    total = (i2t + t2i) / 2 + DISTILL * kd + LAMBDA_IMAGE * flops(pv) + LAMBDA_TEXT * flops(pl)
+    total = total + GROUNDING * (grounding(full_v, bags, has) + grounding(full_l, bags, has))
+    cw = caption_words(zv, allowed, bags, has)
+    cw_text = caption_words(zl, allowed, bags, has)
+    return total + CAPTION_WORDS * cw + CAPTION_WORDS_TEXT * cw_text
 
 
 def main():
@@ -189,6 +213,32 @@ def main():
     OUT.parent.mkdir(parents=True, exist_ok=True)
     save_file(out, str(OUT))
     print(f"wrote {OUT}: total {float(total):.6f}")
+
+    words = allowed.clone()
+    words[TEMPLATE] = 0.0
+    # A fresh graph: the first one was freed by its gradient.
+    full_v = full_lexicon(xv, cv, wv, bv, allowed)
+    full_l = full_lexicon(xl, cl, wl, bl, allowed)
+    pl_e = expansion_control(full_l, ids, mask, words, EXPANSION)
+    total_e = step_total(
+        cut(full_v, K_IMAGE), pl_e, full_v, full_l, logits(xv, cv, wv, bv), logits(xl, cl, wl, bl),
+        xv, xl, bags, has, allowed,
+    )
+    grads_e = torch.autograd.grad(total_e, [wv, bv, wl, bl])
+    save_file(
+        {
+            "config.expansion": torch.tensor(EXPANSION, dtype=torch.int64),
+            "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
+            "expect.pl": f32(pl_e),
+            "expect.total": scalar(total_e),
+            "expect.grad_wv": f32(grads_e[0]),
+            "expect.grad_bv": f32(grads_e[1]),
+            "expect.grad_wl": f32(grads_e[2]),
+            "expect.grad_bl": f32(grads_e[3]),
+        },
+        str(OUT_EXPANSION),
+    )
+    print(f"wrote {OUT_EXPANSION}: total {float(total_e):.6f}")
 
 
 if __name__ == "__main__":

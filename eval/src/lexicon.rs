@@ -8,6 +8,9 @@
 //! - the share of images with a word of one of their captions among their 10 strongest terms
 //!   (a caption's words: its word pieces, without special tokens, punctuation and
 //!   [`STOPWORDS`]);
+//! - the share of texts whose strongest terms are their own words (the query keeps the user's
+//!   words): with `m` of its caption words in its lexicon, its `m` strongest terms are those,
+//!   and `m` ≥ 1;
 //! - the terms among the 10 strongest of more than [`COMMON_SHARE`] of the images (or texts):
 //!   a term there explains nothing about any one item.
 
@@ -48,6 +51,17 @@ pub struct LexiconReport {
     pub caption_word_in_top10: f64,
     /// The images that share counts (those with at least one caption word).
     pub grounding_images: usize,
+    /// Share of the texts with a caption word whose strongest terms are their own words
+    /// ([`own_words_first`]).
+    pub text_own_words_first: f64,
+}
+
+/// Whether a text's own words lead its lexicon: with `m` of `words` among its terms, its `m`
+/// strongest terms are those, and `m` ≥ 1.
+pub fn own_words_first(v: &super::Impacts, words: &HashSet<String>) -> bool {
+    let by_weight = v.by_weight();
+    let m = by_weight.iter().filter(|(t, _)| words.contains(*t)).count();
+    m > 0 && by_weight.iter().take(m).all(|(t, _)| words.contains(*t))
 }
 
 /// The caption words of a text: its word pieces as the tokenizer splits it, lower-cased
@@ -152,7 +166,17 @@ impl LexiconReport {
                 grounded += 1;
             }
         }
+        let with_words: Vec<(usize, &HashSet<String>)> = words
+            .iter()
+            .enumerate()
+            .filter(|(t, w)| !w.is_empty() && *t < texts.len())
+            .collect();
+        let first = with_words
+            .iter()
+            .filter(|(t, w)| own_words_first(texts[*t], w))
+            .count();
         Some(Self {
+            text_own_words_first: first as f64 / with_words.len().max(1) as f64,
             image: side(&images),
             text: side(&texts),
             caption_word_in_top10: if counted == 0 {
@@ -186,6 +210,7 @@ impl LexiconReport {
             "text": side(&self.text),
             "caption_word_in_top10": self.caption_word_in_top10,
             "grounding_images": self.grounding_images,
+            "text_own_words_first": self.text_own_words_first,
         })
     }
 
@@ -216,11 +241,12 @@ impl LexiconReport {
         };
         format!(
             "lexicons:\n{}{}images with a caption word among their 10 strongest terms: {:.1} % \
-             (of {})\n",
+             (of {})\ntexts whose own words are their strongest terms: {:.1} %\n",
             side("image", &self.image),
             side("text", &self.text),
             100.0 * self.caption_word_in_top10,
             self.grounding_images,
+            100.0 * self.text_own_words_first,
         )
     }
 }

@@ -453,9 +453,29 @@ fn lexicon_figures_by_hand() {
     assert!((r.caption_word_in_top10 - 0.5).abs() < 1e-12);
     assert_eq!(r.text.nnz_median, 1.0);
     assert!((r.text.nnz_mean - 8.0 / 6.0).abs() < 1e-12);
+    // Every text's own words lead it (t2's "cat" is no word of its caption, and is second).
+    assert_eq!(r.text_own_words_first, 1.0);
     let json = r.to_json();
     assert_eq!(json["image"]["nnz_median"], 3.0);
     assert_eq!(json["caption_word_in_top10"], 0.5);
+    assert_eq!(json["text_own_words_first"], 1.0);
+}
+
+/// A query's own words lead it when its `m` own words in the lexicon are its `m` strongest:
+/// "a red car" {red 90, car 50, apple 40} yes; {apple 95, red 90, car 50} no (a neighbour
+/// first); {apple 95} no (no own word weighs); {red 90, apple 60, car 50} no.
+#[test]
+fn own_words_first_by_hand() {
+    use lexlip_eval::lexicon::{caption_words, own_words_first};
+    let words = caption_words(["a", "red", "car"].map(String::from));
+    let first = |pairs: &[(&str, u64)]| match sparse(pairs) {
+        Vector::Sparse(v) => own_words_first(&v, &words),
+        Vector::Dense(_) => unreachable!(),
+    };
+    assert!(first(&[("red", 90), ("car", 50), ("apple", 40)]));
+    assert!(!first(&[("apple", 95), ("red", 90), ("car", 50)]));
+    assert!(!first(&[("apple", 95)]));
+    assert!(!first(&[("red", 90), ("apple", 60), ("car", 50)]));
 }
 
 /// The common-term detector: among 25 images, `card` is in the top 10 of 3 (12 % > 5 %) and

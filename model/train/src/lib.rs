@@ -39,6 +39,7 @@ pub mod data;
 pub mod dense;
 pub mod encoder_pair;
 pub mod error;
+pub mod expansion;
 pub mod export;
 pub mod head;
 pub mod heads;

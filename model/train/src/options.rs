@@ -459,6 +459,25 @@ pub struct LexiconOptions {
         skip_serializing_if = "is_default_text_top_k"
     )]
     pub text_top_k: usize,
+    /// --objective heads: expansion control on the query side (D2S's query mask): a caption's
+    /// lexicon keeps its own content words, weighted by the text head, and at most E other
+    /// terms, the strongest, instead of --text-top-k; in training and in the exported model
+    /// (`text_terms` in its lexlip.json), so queries are encoded as they were trained.
+    #[arg(long, value_name = "E", help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_expansion: Option<usize>,
+    /// With --query-expansion: the training captions' template words (e.g. emoji,clip,art),
+    /// which name no picture in particular; they never weigh in a caption's or a query's
+    /// lexicon (recorded in lexlip.json).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "WORDS",
+        requires = "query_expansion",
+        help_heading = "Lexicon"
+    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template_words: Vec<String>,
     /// --objective heads: weight of the distillation of the dense model's in-batch
     /// similarities into the sparse ones (KL both ways).
     #[arg(long, default_value_t = 1.0, help_heading = "Lexicon")]
@@ -794,6 +813,8 @@ impl TrainOptions {
                 caption_words_tau: DEFAULT_CAPTION_WORDS_TAU,
                 vocab_bias: VocabBias::Fixed,
                 text_top_k: DEFAULT_TEXT_TOP_K,
+                query_expansion: None,
+                template_words: Vec::new(),
                 distill: 1.0,
                 teacher_tau: 0.05,
             },

@@ -50,6 +50,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
     let weights = StepWeights {
         image_k: k("config.k_image"),
         text_k: k("config.k_text"),
+        text_expansion: None,
         tau: scalar(&g("config.tau")),
         teacher_tau: scalar(&g("config.teacher_tau")),
         distill: scalar(&g("config.distill")),
@@ -66,6 +67,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
         text: &xl,
         bags: &bags,
         has: &has,
+        own: None,
     };
     let pv = model.lexicons(&xv, true, weights.image_k).unwrap();
     assert_close("image lexicons", &pv, &g("expect.pv"));
@@ -106,6 +108,82 @@ fn the_heads_step_equals_the_pytorch_reference() {
     }
 }
 
+/// Expansion control on the text side (`--query-expansion 2`, word 13 a template word): the
+/// cut caption lexicons, the step's total and its gradients against the PyTorch reference on
+/// the same inputs (`scripts/make_heads_fixtures.py`).
+#[test]
+fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
+    use lexlip_train::expansion::{expansion_control, own_words, words_without};
+    let f = fixture();
+    let path = common::fixtures().join("heads_expansion_vs_torch.safetensors");
+    let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
+    let g = |n: &str| f[n].clone();
+    let model = HeadsModel::from_tensors(
+        [g("input.wv"), g("input.bv"), g("input.wl"), g("input.bl")],
+        [g("input.cv"), g("input.cl")],
+        g("input.allowed"),
+    )
+    .unwrap();
+    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
+    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
+    let template: Vec<u32> = e["input.template"]
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
+    let expansion = e["config.expansion"].to_scalar::<i64>().unwrap() as usize;
+    let words = words_without(&g("input.allowed"), &template).unwrap();
+    let own = own_words(&ids, &mask, &words).unwrap();
+    let (xv, xl) = (g("input.xv"), g("input.xl"));
+    let full_l = model.full_lexicons(&xl, false).unwrap();
+    let pl = expansion_control(&full_l, &own, &words, expansion).unwrap();
+    assert_close("text lexicons", &pl, &e["expect.pl"]);
+    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
+    let k = |n: &str| g(n).to_scalar::<i64>().unwrap() as usize;
+    let weights = StepWeights {
+        image_k: k("config.k_image"),
+        text_k: k("config.k_text"),
+        text_expansion: Some(expansion),
+        tau: scalar(&g("config.tau")),
+        teacher_tau: scalar(&g("config.teacher_tau")),
+        distill: scalar(&g("config.distill")),
+        flops_image: scalar(&g("config.lambda_image")),
+        flops_text: scalar(&g("config.lambda_text")),
+        grounding: scalar(&g("config.grounding")),
+        caption_words: scalar(&g("config.caption_words")),
+        caption_words_text: scalar(&g("config.caption_words_text")),
+        caption_words_tau: scalar(&g("config.caption_words_tau")),
+    };
+    let inputs = StepInputs {
+        image: &xv,
+        text: &xl,
+        bags: &bags,
+        has: &has,
+        own: Some((&own, &words)),
+    };
+    let total = step_losses(&model, &inputs, weights).unwrap().total;
+    let want = scalar(&e["expect.total"]);
+    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
+    let grads = total.backward().unwrap();
+    for (var, name) in [
+        (&model.image_weight, "wv"),
+        (&model.image_bias, "bv"),
+        (&model.text_weight, "wl"),
+        (&model.text_bias, "bl"),
+    ] {
+        let got = grads.get(var.as_tensor()).expect("a gradient");
+        assert_close(
+            &format!("d total / d {name}"),
+            got,
+            &e[&format!("expect.grad_{name}")],
+        );
+    }
+    // Without the captions' own words the step refuses rather than cutting silently.
+    let bare = StepInputs { own: None, ..inputs };
+    assert!(step_losses(&model, &bare, weights).is_err());
+}
+
 /// The gradient of the step's loss with respect to the image head's bias equals central
 /// finite differences (f64, no top-K cut so the loss is smooth where no logit crosses 0).
 #[test]
@@ -120,6 +198,7 @@ fn the_heads_gradient_matches_finite_differences() {
     let weights = StepWeights {
         image_k: 20,
         text_k: 20,
+        text_expansion: None,
         tau: 0.5,
         teacher_tau: 0.1,
         distill: 0.8,
@@ -142,6 +221,7 @@ fn the_heads_gradient_matches_finite_differences() {
             text: &xl,
             bags: &bags,
             has: &has,
+            own: None,
         };
         let total = step_losses(&model, &inputs, weights).unwrap().total;
         let grads = total.backward().unwrap();

@@ -42,6 +42,7 @@ use rayon::prelude::*;
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
+use crate::expansion::{expansion_control, own_words, words_without};
 use crate::export::{copy_files, json_bytes, save_weights};
 use crate::lexicon::{
     FlopsSchedule, Idf, caption_words, content_words, grounding, grounding_targets,
@@ -106,6 +107,22 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
          tokenizer.json such as a SPLADE model's)",
         backbone.display()
     )))
+}
+
+/// The vocabulary ids of `--template-words`; a word the vocabulary does not hold whole is an
+/// error (it could never weigh, so the user mistyped it or the vocabulary splits it).
+fn template_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
+    words
+        .iter()
+        .map(|w| {
+            tokenizer.id(w).ok_or_else(|| {
+                TrainError::invalid(format!(
+                    "--template-words: {w:?} is no word of the vocabulary (give whole, \
+                     lower-case words it holds, e.g. emoji,clip,art)"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// A word piece as text the backbone can embed (`##ing` → `ing`).
@@ -297,6 +314,13 @@ pub fn train(
         views: views.as_ref(),
         params: &params,
         idf: idf.to_tensor(&device)?,
+        words: match opts.lexicon.query_expansion {
+            Some(_) => Some(words_without(
+                &model.allowed,
+                &template_ids(&tokenizer, &opts.lexicon.template_words)?,
+            )?),
+            None => None,
+        },
         pad: tokenizer.pad,
         flops,
         weights: StepWeights {
@@ -306,6 +330,7 @@ pub fn train(
             // thousand terms per side).
             image_k: opts.lexicon.image_top_k,
             text_k: opts.lexicon.text_top_k,
+            text_expansion: opts.lexicon.query_expansion,
             tau: opts.method.tau,
             teacher_tau: opts.lexicon.teacher_tau,
             distill: opts.lexicon.distill,
@@ -899,6 +924,9 @@ pub struct StepInputs<'a> {
     /// Grounding targets ([`grounding_targets`]).
     pub bags: &'a Tensor,
     pub has: &'a Tensor,
+    /// With expansion control: each caption's own words ([`crate::expansion::own_words`]) and
+    /// the terms that may weigh at all.
+    pub own: Option<(&'a Tensor, &'a Tensor)>,
 }
 
 /// The weights of one step's losses.
@@ -906,6 +934,8 @@ pub struct StepInputs<'a> {
 pub struct StepWeights {
     pub image_k: usize,
     pub text_k: usize,
+    /// Expansion control's E on the text side (`--query-expansion`), instead of `text_k`.
+    pub text_expansion: Option<usize>,
     pub tau: f64,
     pub teacher_tau: f64,
     pub distill: f64,
@@ -944,7 +974,15 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
         model.lexicons_of_logits(&logits_l)?,
     );
     let pv = crate::lexicon::top_k(&full_v, w.image_k)?;
-    let pl = crate::lexicon::top_k(&full_l, w.text_k)?;
+    let pl = match (w.text_expansion, x.own) {
+        (Some(e), Some((own, words))) => expansion_control(&full_l, own, words, e)?,
+        (Some(_), None) => {
+            return Err(TrainError::invalid(
+                "expansion control needs the captions' own words",
+            ));
+        }
+        (None, _) => crate::lexicon::top_k(&full_l, w.text_k)?,
+    };
     let (i2t, t2i) = in_batch(&pv, &pl, w.tau)?;
     let student = (pv.matmul(&pl.t()?)? / w.tau)?;
     let teacher = (x.image.matmul(&x.text.t()?)? / w.teacher_tau)?;
@@ -992,6 +1030,9 @@ struct HeadsSteps<'a> {
     views: Option<&'a EmbeddingCache>,
     params: &'a [Param],
     idf: Tensor,
+    /// With `--query-expansion`: the terms a caption's lexicon may hold (allowed, no template
+    /// words).
+    words: Option<Tensor>,
     pad: u32,
     flops: FlopsSchedule,
     /// The run's loss weights; the FLOPS ones follow `flops` step by step.
@@ -1021,6 +1062,10 @@ impl Objective for HeadsSteps<'_> {
         let ids = Tensor::from_vec(ids, (rows.len(), width), &self.device)?;
         let mask = Tensor::from_vec(mask, (rows.len(), width), &self.device)?;
         let (bags, has) = grounding_targets(&ids, &mask.to_dtype(DType::F32)?, &self.idf)?;
+        let own = match &self.words {
+            Some(words) => Some(own_words(&ids, &mask, words)?),
+            None => None,
+        };
         let flops = self.flops.at(step);
         let HeadsLosses {
             total,
@@ -1033,6 +1078,7 @@ impl Objective for HeadsSteps<'_> {
                 text: &text,
                 bags: &bags,
                 has: &has,
+                own: own.as_ref().zip(self.words.as_ref()),
             },
             StepWeights {
                 flops_image: flops.image,
@@ -1101,11 +1147,17 @@ fn export(
     };
     let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     checkpoint::write_atomic(&heads.join("config.json"), &json_bytes(&config))?;
-    let meta = serde_json::json!({
+    let mut meta = serde_json::json!({
         "format": "lexlip",
         "source": "lexlip train --objective heads",
         "image_top_k": opts.lexicon.image_top_k,
     });
+    if let Some(e) = opts.lexicon.query_expansion {
+        let terms =
+            lexlip_model::text::TextTerms::expansion(e, opts.lexicon.template_words.clone());
+        meta["text_terms"] =
+            serde_json::to_value(&terms).map_err(|e| TrainError::invalid(e.to_string()))?;
+    }
     checkpoint::write_atomic(&out.join("lexlip.json"), &json_bytes(&meta))
 }
 

@@ -55,6 +55,12 @@ impl TrainOptions {
                     .into(),
             );
         }
+        if !heads && self.lexicon.query_expansion.is_some() {
+            return bad(
+                "--query-expansion trains the lexicon heads' text side (give --objective heads);                  any model's queries can be cut the same way when searching (lexlip search,                  serve and eval --query-expansion)"
+                    .into(),
+            );
+        }
         let adapter = self.method.objective == Objective::Adapter;
         if !heads && !adapter && (self.model.backbone.is_some() || self.model.cache.is_some()) {
             return bad(
