@@ -499,7 +499,7 @@ impl Encoders {
             // DistilBERT reads (the backbone cuts the text it embeds itself).
             crate::heads::HeadsKind::D2s => text
                 .with_max_length(512)?
-                .with_terms(crate::text::TextTerms::own_only()),
+                .with_terms(crate::text::TextTerms::own_only())?,
             crate::heads::HeadsKind::Lexlip => text,
         });
         Ok(())
@@ -556,7 +556,7 @@ impl Encoders {
         if let Some(terms) = &opts.text_terms
             && let Some(t) = self.text.take()
         {
-            self.text = Some(t.with_terms(terms.clone()));
+            self.text = Some(t.with_terms(terms.clone())?);
         }
         Ok(())
     }

@@ -65,6 +65,8 @@ pub struct TextEncoder {
     terms: TextTerms,
     /// The tokenizer's special tokens (`[CLS]`, `[SEP]`, …): never one of a text's own words.
     special_ids: Vec<u32>,
+    /// The pieces of `terms.ignore` as this tokenizer splits them.
+    ignored_ids: Vec<u32>,
 }
 
 /// What turns a text into lexicon weights.
@@ -186,6 +188,7 @@ impl TextEncoder {
             vocab_size: config.vocab_size,
             terms: TextTerms::all(),
             special_ids: Vec::new(),
+            ignored_ids: Vec::new(),
         };
         enc.configure_tokenizer()?;
         Ok(enc)
@@ -240,15 +243,23 @@ impl TextEncoder {
             pad_id,
             terms: TextTerms::all(),
             special_ids: Vec::new(),
+            ignored_ids: Vec::new(),
         };
         enc.configure_tokenizer()?;
         Ok(enc)
     }
 
     /// Keeps these terms of every lexicon ([`TextTerms`]).
-    pub fn with_terms(mut self, terms: TextTerms) -> Self {
+    pub fn with_terms(mut self, terms: TextTerms) -> Result<Self> {
+        let words: Vec<&str> = terms.ignore.iter().map(String::as_str).collect();
+        self.ignored_ids = self
+            .tokenize(&words)?
+            .into_iter()
+            .flatten()
+            .filter(|i| !self.special_ids.contains(i))
+            .collect();
         self.terms = terms;
-        self
+        Ok(self)
     }
 
     pub fn terms(&self) -> &TextTerms {
@@ -449,7 +460,8 @@ impl TextEncoder {
                     .copied()
                     .filter(|i| !self.special_ids.contains(i))
                     .collect();
-                Ok(SparseVector::new(self.terms.keep(row, &own, tokens))?)
+                let kept = self.terms.keep(row, &own, tokens, &self.ignored_ids);
+                Ok(SparseVector::new(kept)?)
             })
             .collect()
     }

@@ -10,12 +10,12 @@
 //! use lexlip_model::text::TextTerms;
 //!
 //! // "red car": own words "red" (0.9) and "car" (0.2); "a" is a function word; of the others
-//! // only the strongest ("apple", 0.8) is kept, and "emoji" is a template word.
+//! // only the strongest ("apple", 0.8) is kept, and "emoji" (id 5) is a template word.
 //! let tokens: Vec<String> =
 //!     ["a", "red", "car", "apple", "lips", "emoji"].iter().map(|s| s.to_string()).collect();
 //! let weights = [0.5, 0.9, 0.2, 0.8, 0.7, 1.0];
 //! let terms = TextTerms::expansion(1, vec!["emoji".into()]);
-//! let kept = terms.keep(&weights, &[0, 1, 2], &tokens);
+//! let kept = terms.keep(&weights, &[0, 1, 2], &tokens, &[5]);
 //! assert_eq!(kept, vec![("red", 0.9), ("car", 0.2), ("apple", 0.8)]);
 //! ```
 
@@ -48,7 +48,7 @@ pub struct TextTerms {
     pub expansion: Option<usize>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
     /// training captions were built around, such as "emoji" or "clip art"), which name no
-    /// picture in particular.
+    /// picture in particular. A word the vocabulary splits leaves out each of its pieces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore: Vec<String>,
 }
@@ -88,19 +88,22 @@ impl TextTerms {
     }
 
     /// The terms of one text: `weights` over the vocabulary `tokens`, `own` the ids of the
-    /// text's own word pieces (special tokens already left out). Zero weights are never kept.
+    /// text's own word pieces (special tokens already left out), `ignored` the ids of the
+    /// pieces of [`Self::ignore`] (the encoder's tokenizer splits them). Zero weights are never
+    /// kept.
     pub fn keep<'t>(
         &self,
         weights: &[f32],
         own: &[u32],
         tokens: &'t [String],
+        ignored: &[u32],
     ) -> Vec<(&'t str, f32)> {
         let own: BTreeSet<usize> = own
             .iter()
             .map(|&i| i as usize)
             .filter(|&i| i < weights.len().min(tokens.len()))
             .collect();
-        let ignored = |i: usize| self.ignore.iter().any(|w| *w == tokens[i]);
+        let ignored = |i: usize| ignored.contains(&(i as u32));
         let positive = |i: usize| weights[i] > 0.0 && i < tokens.len() && !ignored(i);
         let keep: Vec<usize> = if self.bow {
             own.iter().copied().filter(|&i| positive(i)).collect()

@@ -590,3 +590,137 @@ fn heads_lexicons_of_stored_embeddings_equal_the_encoded_ones() {
         .unwrap_err();
     assert!(err.to_string().contains("reads pixels"), "{err}");
 }
+
+/// Weak matches for image queries (issue 73): a model's `weak_match.image` comes back with an
+/// image query's hits, from the server and from `lexlip search` (text and `--json`), and
+/// flags exactly the hits below it. Three pictures: one equal to a stored picture (strength
+/// ~1, never weak), one of the collection's concepts against its labels (an ordinary query),
+/// and one against a collection whose one document shares no term with it (no hit to
+/// trust: none is returned). Vector queries, which no model encoded, get no calibration.
+#[test]
+fn image_queries_are_flagged_weak_by_the_models_calibration() {
+    const WEAK: f64 = 0.5;
+    let tmp = tempfile::tempdir().unwrap();
+    let model = emoji_model_with(tmp.path(), json!({"weak_match": {"image": WEAK}}));
+    let data = tmp.path().join("data");
+    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    index_emoji(&s, "emoji");
+    let (_, ready) = s.call("GET", "/readyz", None);
+    assert_eq!(ready["models"]["weak_match"]["image"], WEAK, "{ready}");
+    let search = |collection: &str, body: Value| {
+        let path = format!("/v1/collections/{collection}/search");
+        let (st, r) = s.call("POST", &path, Some(&body));
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    let frog = b64(&emoji_png("1f438"));
+    // Equal to a stored picture: itself first, at full strength.
+    let r = search(
+        "emoji",
+        json!({"query": {"image": frog}, "target": "image", "k": 3}),
+    );
+    assert_eq!(r["hits"][0]["id"], "1f438", "{r}");
+    assert!(
+        r["hits"][0]["match_strength"].as_f64().unwrap() >= 0.98,
+        "{r}"
+    );
+    assert_eq!(r["weak_match"], WEAK, "{r}");
+    // A text query has no calibration of this model's.
+    let r = search("emoji", json!({"query": {"text": "frog"}, "k": 3}));
+    assert!(r.get("weak_match").is_none(), "{r}");
+    // Sharing no term: a collection whose only document holds a word the picture lacks.
+    let (st, enc) = s.call("POST", "/v1/encode", Some(&json!({"image": frog})));
+    assert_eq!(st, 200, "{enc}");
+    let lacking = ["quartz", "violin", "tuesday", "glacier"]
+        .into_iter()
+        .find(|w| enc["terms"].get(*w).is_none())
+        .expect("a word the frog's lexicon lacks");
+    let (st, r) = s.call("PUT", "/v1/collections/apart", Some(&json!({})));
+    assert_eq!(st, 201, "{r}");
+    let doc = json!({"documents": [{"id": "t", "modality": "text", "vector": {lacking: 1.0}}]});
+    let (st, r) = s.call("POST", "/v1/collections/apart/documents", Some(&doc));
+    assert_eq!(st, 200, "{r}");
+    let r = search("apart", json!({"query": {"image": frog}, "k": 3}));
+    assert_eq!(r["hits"].as_array().unwrap().len(), 0, "{r}");
+    assert_eq!(r["weak_match"], WEAK, "{r}");
+    s.stop();
+
+    // `lexlip search --image`: an ordinary picture against the labels; the JSON carries the
+    // calibration, and the text output flags exactly the hits below it.
+    let collection = data.join("collections/emoji");
+    let dog = emoji_png("1f436");
+    let base = [
+        "search",
+        "--collection",
+        collection.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--image",
+        dog.to_str().unwrap(),
+        "--modality",
+        "text",
+        "-k",
+        "12",
+    ];
+    let json_out =
+        lexlip_tests::success_json(&lexlip_tests::lexlip(&[&base[..], &["--json"]].concat()));
+    assert_eq!(json_out["weak_match"], WEAK, "{json_out}");
+    let strengths: Vec<f64> = json_out["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["match_strength"].as_f64().unwrap())
+        .collect();
+    assert!(!strengths.is_empty());
+    let out = lexlip_tests::lexlip(&base);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("score")).collect();
+    assert_eq!(lines.len(), strengths.len(), "{text}");
+    for (line, m) in lines.iter().zip(&strengths) {
+        assert_eq!(line.contains(", weak"), *m < WEAK, "{line} (strength {m})");
+    }
+}
+
+/// Expansion control from a model's lexlip.json (issue 73): "a red car emoji" keeps its own
+/// content words and at most two others; "a" is a function word and "emoji", a template word
+/// the vocabulary splits ("em", "##oj", "##i"), weighs in none of its pieces. Without the
+/// rule the same model weighs many more terms; `--query-expansion` on the command line
+/// overrides the file's E and keeps its template words.
+#[test]
+fn expansion_control_keeps_a_querys_own_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = json!({"text_terms": {"expansion": 2, "ignore": ["emoji"]}});
+    let model = emoji_model_with(tmp.path(), settings);
+    let terms = |model: &Path, extra: &[&str]| -> Vec<String> {
+        let args = [
+            &["encode", "--model", model.to_str().unwrap()][..],
+            extra,
+            &["--text", "a red car emoji", "--json"],
+        ]
+        .concat();
+        let r = lexlip_tests::success_json(&lexlip_tests::lexlip(&args));
+        r["terms"].as_object().unwrap().keys().cloned().collect()
+    };
+    let all = terms(&emoji_model(), &[]);
+    let cut = terms(&model, &[]);
+    assert!(all.len() > 6, "{all:?}");
+    for w in ["red", "car"] {
+        assert!(cut.contains(&w.to_string()), "{cut:?}");
+    }
+    let others = cut.iter().filter(|t| *t != "red" && *t != "car").count();
+    assert!(others <= 2, "{cut:?}");
+    for piece in ["a", "em", "##oj", "##i"] {
+        assert!(!cut.contains(&piece.to_string()), "{piece} in {cut:?}");
+    }
+    let none = terms(&model, &["--query-expansion", "0"]);
+    assert_eq!(
+        none.iter().filter(|t| *t != "red" && *t != "car").count(),
+        0,
+        "{none:?}"
+    );
+}

@@ -209,7 +209,7 @@ pub fn load(
         &tokenizer,
         device,
     )?
-    .with_terms(crate::text::TextTerms::top_k_and_own(config.text.topk));
+    .with_terms(crate::text::TextTerms::top_k_and_own(config.text.topk))?;
     let image = ImageEncoder::from_lexicon(
         Box::new(ImageTower {
             vision,

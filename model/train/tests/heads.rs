@@ -180,7 +180,10 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
         );
     }
     // Without the captions' own words the step refuses rather than cutting silently.
-    let bare = StepInputs { own: None, ..inputs };
+    let bare = StepInputs {
+        own: None,
+        ..inputs
+    };
     assert!(step_losses(&model, &bare, weights).is_err());
 }
 

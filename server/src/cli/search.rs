@@ -274,28 +274,34 @@ fn single(
         plan.idf = a;
     }
     // Strengths as the server gives them: scaled down for a query the model made little of.
-    plan.query_norm = loaded.as_ref().and_then(|e| match &query {
-        Query::Text(_) => e.query_norm().text,
-        Query::Image(_) => e.query_norm().image,
-        Query::Vector(_) => None,
-    });
+    plan.query_norm = loaded
+        .as_ref()
+        .and_then(|e| of_query(e.query_norm(), &query));
     let snap = c.snapshot()?;
     let t = Instant::now();
     let found =
         Searcher::new(&snap).search(&plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
+    // As the server: the calibration is of the sparse strengths of the model's own queries.
+    let weak_match = match found.path {
+        SearchPath::Sparse => loaded
+            .as_ref()
+            .and_then(|e| of_query(e.weak_match(), &query)),
+        _ => None,
+    };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&serde_json::json!({
-                "hits": found.hits,
-                "path": found.path,
-                "took_ms": ms,
-            }))?
-        );
+        let mut out = serde_json::json!({
+            "hits": found.hits,
+            "path": found.path,
+            "took_ms": ms,
+        });
+        if let Some(w) = weak_match {
+            out["weak_match"] = serde_json::json!(w);
+        }
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    print_hits(&found.hits);
+    print_hits(&found.hits, weak_match);
     let path = match found.path {
         SearchPath::Sparse => "sparse",
         SearchPath::Dense => "dense",
@@ -306,11 +312,29 @@ fn single(
     Ok(())
 }
 
-fn print_hits(hits: &[Hit]) {
+/// A model's setting for the modality of `query` (none for a vector, which no model encoded).
+fn of_query<T>(setting: lexlip_model::ByQueryModality<T>, query: &Query) -> Option<T> {
+    match query {
+        Query::Text(_) => setting.text,
+        Query::Image(_) => setting.image,
+        Query::Vector(_) => None,
+    }
+}
+
+/// The hits, one a line; with the query model's weak-match calibration, a hit whose match
+/// strength is below it says so (the page greys it out).
+fn print_hits(hits: &[Hit], weak_match: Option<f64>) {
     for (rank, h) in hits.iter().enumerate() {
         let strength = h
             .match_strength
-            .map(|m| format!(", match {:.0} %", m * 100.0))
+            .map(|m| {
+                let weak = weak_match.is_some_and(|w| f64::from(m) < w);
+                format!(
+                    ", match {:.0} %{}",
+                    m * 100.0,
+                    if weak { ", weak" } else { "" }
+                )
+            })
             .unwrap_or_default();
         println!(
             "{:>3}. {}  score {}  ({}{strength})",

@@ -109,20 +109,19 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
     )))
 }
 
-/// The vocabulary ids of `--template-words`; a word the vocabulary does not hold whole is an
-/// error (it could never weigh, so the user mistyped it or the vocabulary splits it).
+/// The vocabulary ids of `--template-words`: every piece each word tokenizes into ("emoji" is
+/// no BERT word: its pieces "em", "##oj", "##i" are what a caption holds).
 fn template_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
-    words
-        .iter()
-        .map(|w| {
-            tokenizer.id(w).ok_or_else(|| {
-                TrainError::invalid(format!(
-                    "--template-words: {w:?} is no word of the vocabulary (give whole, \
-                     lower-case words it holds, e.g. emoji,clip,art)"
-                ))
-            })
-        })
-        .collect()
+    let mut ids = Vec::new();
+    for w in words {
+        let pieces = tokenizer.encode(w)?;
+        ids.extend(
+            pieces
+                .into_iter()
+                .filter(|&t| t != tokenizer.cls && t != tokenizer.sep),
+        );
+    }
+    Ok(ids)
 }
 
 /// A word piece as text the backbone can embed (`##ing` → `ing`).
