@@ -328,7 +328,7 @@ fn print_hits(hits: &[Hit], weak_match: Option<f64>) {
         let strength = h
             .match_strength
             .map(|m| {
-                let weak = weak_match.is_some_and(|w| f64::from(m) < w);
+                let weak = weak_match.is_some_and(|w| m < w);
                 format!(
                     ", match {:.0} %{}",
                     m * 100.0,
