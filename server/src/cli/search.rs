@@ -75,7 +75,8 @@ pub struct SearchArgs {
     /// Show the matched terms of each hit.
     #[arg(long)]
     pub explain: bool,
-    /// Print {"hits": [...], "path", "took_ms"} as JSON.
+    /// Print {"hits": [...], "path", "took_ms", "weak_match"?} as JSON (`weak_match`: the query
+    /// model's calibration, below which a hit's match strength is weak; the table says `weak`).
     #[arg(long)]
     pub json: bool,
     /// Threads for batch search (default: all cores).
