@@ -88,6 +88,24 @@ impl<'a> Encoder<'a> {
         }
     }
 
+    /// The texts as queries, where the model encodes queries otherwise than the documents it
+    /// stores (`TextTerms::for_documents`); `None` where they are the same.
+    fn text_queries(&self, batch: &[&str]) -> Option<Vec<std::result::Result<Vector, String>>> {
+        match self {
+            Encoder::Sparse {
+                text,
+                quantizer,
+                names,
+                ..
+            } if *text.terms() != text.terms().for_documents() => Some(quantize(
+                encode_batch(batch, |b| text.encode_queries(b)),
+                quantizer,
+                names,
+            )),
+            _ => None,
+        }
+    }
+
     fn term_space(&self) -> (TermSpace, Option<Vec<String>>) {
         match self {
             Encoder::Sparse { text, .. } => (
@@ -276,6 +294,12 @@ fn encode_chunk(
         }
     }
     done.extend(encoded(&text_slots, encoder.texts(&texts)));
+    let mut queries: Vec<Option<std::result::Result<Vector, String>>> = vec![None; items.len()];
+    if let Some(results) = encoder.text_queries(&texts) {
+        for (slot, result) in text_slots.iter().zip(results) {
+            queries[*slot] = Some(result);
+        }
+    }
     for (slot, result) in done {
         let id = || Some(items[slot].id.clone());
         vectors[slot] = Some(result.map_err(|e| BadItem::new(id(), reason::ENCODE, e)));
@@ -284,7 +308,8 @@ fn encode_chunk(
         .into_iter()
         .zip(vectors)
         .zip(pixels)
-        .map(|((item, vector), pixels)| {
+        .zip(queries)
+        .map(|(((item, vector), pixels), query)| {
             let id = item.id.clone();
             let vector = vector.unwrap_or_else(|| {
                 Err(BadItem::new(
@@ -293,9 +318,13 @@ fn encode_chunk(
                     "the encoder returned no vector",
                 ))
             })?;
+            let query = query
+                .transpose()
+                .map_err(|e| BadItem::new(Some(id.clone()), reason::ENCODE, e))?;
             Ok(Entry {
                 doc: super::lean(document(item)?),
                 vector,
+                query,
                 pixels,
             })
         })

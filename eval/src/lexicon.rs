@@ -86,11 +86,12 @@ fn median(sorted: &[usize]) -> f64 {
     }
 }
 
-/// The sparse vectors of `entries`; None when any is dense.
+/// The sparse vectors of `entries` as they search (a text's query lexicon where the model
+/// encodes queries otherwise than documents); None when any is dense.
 fn sparse(entries: &[super::Entry]) -> Option<Vec<&super::Impacts>> {
     entries
         .iter()
-        .map(|e| match &e.vector {
+        .map(|e| match e.as_query() {
             Vector::Sparse(q) => Some(q),
             Vector::Dense(_) => None,
         })

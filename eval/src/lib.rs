@@ -296,9 +296,20 @@ impl Vector {
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub doc: Document,
+    /// The vector as stored (a document).
     pub vector: Vector,
+    /// A text's vector as a query, where the model encodes queries otherwise than the
+    /// documents it stores (expansion control: `TextTerms::for_documents`); `None`: the same.
+    pub query: Option<Vector>,
     /// The image as the encoder saw it, kept for a re-ranker (`EvalOptions::rerank`) only.
     pub pixels: Option<lexlip_model::PreprocessedImage>,
+}
+
+impl Entry {
+    /// The vector this item searches with.
+    pub fn as_query(&self) -> &Vector {
+        self.query.as_ref().unwrap_or(&self.vector)
+    }
 }
 
 /// `doc` with only the metadata an evaluation reads: `image_id`, which links a caption to its
@@ -399,6 +410,7 @@ impl Encoded {
             Ok(Entry {
                 doc,
                 vector: entry.vector,
+                query: None,
                 pixels: None,
             })
         };
@@ -743,6 +755,7 @@ mod tests {
         Entry {
             doc,
             vector: Vector::Sparse(Impacts::new(&q, &mut Interner::default())),
+            query: None,
             pixels: None,
         }
     }

@@ -91,6 +91,7 @@ pub fn read(
                 let entry = Entry {
                     doc: super::lean(stored.doc),
                     vector,
+                    query: None,
                     pixels: None,
                 };
                 if entry.doc.modality == Modality::Image {

@@ -510,7 +510,7 @@ impl QueryRunner<'_> {
         plan: &mut SearchPlan,
         entry: &Entry,
     ) -> Result<lexlip_search::Ranking> {
-        let (sparse, dense) = match &entry.vector {
+        let (sparse, dense) = match entry.as_query() {
             Vector::Sparse(q) => {
                 let q = self
                     .collection

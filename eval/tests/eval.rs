@@ -18,6 +18,7 @@ fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> E
     Entry {
         doc,
         vector,
+        query: None,
         pixels: None,
     }
 }

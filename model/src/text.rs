@@ -395,7 +395,7 @@ impl TextEncoder {
         let Tower::Heads { head, .. } = &self.tower else {
             return Err(crate::heads::not_heads("text encoder reads tokens"));
         };
-        if !self.terms.is_all() {
+        if !self.terms.for_documents().is_all() {
             return Err(ModelError::Invalid(
                 "this model keeps a text's own words in its lexicon: its lexicons are computed \
                  from the texts, not from their embeddings alone"
@@ -413,41 +413,60 @@ impl TextEncoder {
     /// Sparse lexicon vectors of already tokenized texts (ids with `[CLS]`/`[SEP]`), in input
     /// order.
     pub fn encode_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
+        let terms = self.terms.for_documents();
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(TEXT_CHUNK) {
-            out.extend(self.keep_terms(&self.pooled_ids(chunk)?, chunk)?);
+            out.extend(self.keep_terms(&self.pooled_ids(chunk)?, chunk, &terms)?);
         }
         Ok(out)
     }
 
-    /// Encodes texts into sparse lexicon vectors (terms = word-piece tokens), in input order.
+    /// Encodes texts to be stored as documents into sparse lexicon vectors (terms = word-piece
+    /// tokens), in input order: [`TextTerms::for_documents`] (expansion control is for queries).
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
+        self.encode_with(texts, &self.terms.for_documents())
+    }
+
+    /// Encodes texts to search with, under every rule of the encoder's [`TextTerms`].
+    pub fn encode_queries(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
+        self.encode_with(texts, &self.terms)
+    }
+
+    fn encode_with(&self, texts: &[&str], terms: &TextTerms) -> Result<Vec<SparseVector>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(TEXT_CHUNK) {
             match &self.tower {
-                Tower::Heads { backbone, .. } if self.terms.is_all() => {
-                    out.extend(self.encode_embeddings(&backbone.encode_texts(chunk)?)?);
+                Tower::Heads { backbone, head } if terms.is_all() => {
+                    let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
+                    let rows = head.sparse_rows(&x, head.top_k())?;
+                    out.extend(rows_to_sparse(rows, &self.vocab)?);
                 }
                 Tower::Heads { backbone, head } => {
                     let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
-                    out.extend(self.keep_terms(&head.weights(&x)?, &self.tokenize(chunk)?)?);
+                    let ids = self.tokenize(chunk)?;
+                    out.extend(self.keep_terms(&head.weights(&x)?, &ids, terms)?);
                 }
                 _ => {
                     let ids = self.tokenize(chunk)?;
-                    out.extend(self.keep_terms(&self.pooled_ids(&ids)?, &ids)?);
+                    out.extend(self.keep_terms(&self.pooled_ids(&ids)?, &ids, terms)?);
                 }
             }
         }
         Ok(out)
     }
 
-    /// `pooled` `(batch, vocab)` lexicons as sparse vectors, cut to the encoder's
-    /// [`TextTerms`]; `ids` are the texts' tokens (which terms are their own).
-    fn keep_terms(&self, pooled: &Tensor, ids: &[Vec<u32>]) -> Result<Vec<SparseVector>> {
-        if self.terms.is_all() {
+    /// `pooled` `(batch, vocab)` lexicons as sparse vectors, cut to `terms`; `ids` are the
+    /// texts' tokens (which terms are their own).
+    fn keep_terms(
+        &self,
+        pooled: &Tensor,
+        ids: &[Vec<u32>],
+        terms: &TextTerms,
+    ) -> Result<Vec<SparseVector>> {
+        if terms.is_all() {
             return to_sparse(pooled, &self.vocab);
         }
         let rows = pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?;
@@ -460,7 +479,7 @@ impl TextEncoder {
                     .copied()
                     .filter(|i| !self.special_ids.contains(i))
                     .collect();
-                let kept = self.terms.keep(row, &own, tokens, &self.ignored_ids);
+                let kept = terms.keep(row, &own, tokens, &self.ignored_ids);
                 Ok(SparseVector::new(kept)?)
             })
             .collect()

@@ -82,6 +82,19 @@ impl TextTerms {
         }
     }
 
+    /// The rule for texts stored as documents. Expansion control and template words are the
+    /// query's: captions indexed as documents keep every term (cut to E, they cost the
+    /// image → text recall of `models/emoji-lex-imagenet` 4-11 points; `docs/benchmarks.md`).
+    /// The published models' rules (VDR's, D2S's) apply to every text, as their references
+    /// encode them.
+    pub fn for_documents(&self) -> TextTerms {
+        if self.expansion.is_some() {
+            Self::all()
+        } else {
+            self.clone()
+        }
+    }
+
     /// Whether every weighed term is kept (nothing to cut).
     pub fn is_all(&self) -> bool {
         *self == Self::all()

@@ -723,4 +723,26 @@ fn expansion_control_keeps_a_querys_own_words() {
         0,
         "{none:?}"
     );
+
+    // Served: the same text stored as a document keeps every term the model weighs (the cut
+    // is the query's), and searching with it finds it through its own words.
+    let data = tmp.path().join("data");
+    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    let (st, r) = s.call("PUT", "/v1/collections/t", Some(&json!({})));
+    assert_eq!(st, 201, "{r}");
+    let doc = json!({"documents": [{"id": "car", "text": "a red car emoji"}]});
+    let (st, r) = s.call("POST", "/v1/collections/t/documents", Some(&doc));
+    assert_eq!(st, 200, "{r}");
+    let (st, r) = s.call("GET", "/v1/collections/t/documents/car?explain=true", None);
+    assert_eq!(st, 200, "{r}");
+    let stored = r["terms"].as_array().expect("terms").len();
+    assert!(stored > cut.len(), "stored {stored} terms, query {cut:?}: {r}");
+    let (st, r) = s.call(
+        "POST",
+        "/v1/collections/t/search",
+        Some(&json!({"query": {"text": "a red car emoji"}, "k": 1, "explain": true})),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["hits"][0]["id"], "car", "{r}");
+    s.stop();
 }

@@ -105,7 +105,7 @@ pub fn run(args: BenchScaleArgs) -> anyhow::Result<()> {
     let mut queries = Vec::with_capacity(captions.len());
     for chunk in captions.chunks(BATCH) {
         let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        queries.extend(text_encoder.encode(&refs)?);
+        queries.extend(text_encoder.encode_queries(&refs)?);
     }
     let model_scale = encoders.scale();
     let own = model_scale.unwrap_or(DEFAULT_SCALE);

@@ -88,7 +88,7 @@ type Encoded = (Option<SparseVector>, Option<DenseVector>);
 
 fn encode_text(model: &Encoders, text: &str) -> anyhow::Result<Encoded> {
     let sparse = if model.has_text() {
-        Some(model.text()?.encode(&[text])?.remove(0))
+        Some(model.text()?.encode_queries(&[text])?.remove(0))
     } else {
         None
     };

@@ -232,7 +232,7 @@ fn encode<'a>(
         }
         (Query::Text(t), _) => {
             let e = encoders.context("--text needs --model")?;
-            e.text()?.encode(&[t.as_str()])?.pop()
+            e.text()?.encode_queries(&[t.as_str()])?.pop()
         }
         (Query::Image(p), Some(bytes)) => {
             let e = encoders.context("--image needs --model")?.image()?;

@@ -41,7 +41,7 @@ struct DenseSide {
 
 /// Loaded encoders with their batching queues.
 pub struct EncoderService {
-    text: Option<Side<String>>,
+    text: Option<Side<(String, TextRole)>>,
     image: Option<Side<PreprocessedImage>>,
     dense: Option<DenseSide>,
     term_space: Option<TermSpace>,
@@ -93,6 +93,47 @@ fn model_card(model: &Encoders) -> (serde_json::Value, Option<String>) {
 
 /// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
 /// fails only its own request.
+/// Whether a text is encoded to search with or to be stored: a model may cut its queries
+/// otherwise than its documents (`lexlip_model::text::TextTerms::for_documents`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextRole {
+    Query,
+    Document,
+}
+
+/// A batch of texts of either role, each encoded as its role asks, in input order.
+fn encode_texts(
+    enc: &lexlip_model::TextEncoder,
+    items: &[(String, TextRole)],
+) -> lexlip_model::Result<Vec<SparseVector>> {
+    let mut out: Vec<Option<SparseVector>> = vec![None; items.len()];
+    for role in [TextRole::Query, TextRole::Document] {
+        let (slots, texts): (Vec<usize>, Vec<&str>) = items
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, r))| *r == role)
+            .map(|(i, (t, _))| (i, t.as_str()))
+            .unzip();
+        if texts.is_empty() {
+            continue;
+        }
+        let vectors = match role {
+            TextRole::Query => enc.encode_queries(&texts)?,
+            TextRole::Document => enc.encode(&texts)?,
+        };
+        for (i, v) in slots.into_iter().zip(vectors) {
+            out[i] = Some(v);
+        }
+    }
+    out.into_iter()
+        .map(|v| {
+            v.ok_or_else(|| {
+                lexlip_model::ModelError::Invalid("the encoder returned no vector".into())
+            })
+        })
+        .collect()
+}
+
 fn each_or_batch<I, O>(
     items: Vec<I>,
     f: impl Fn(&[I]) -> lexlip_model::Result<Vec<O>>,
@@ -192,11 +233,8 @@ impl EncoderService {
                 batcher: Batcher::start(
                     "text",
                     batch,
-                    Box::new(move |items: Vec<String>| {
-                        each_or_batch(items, |b| {
-                            let refs: Vec<&str> = b.iter().map(String::as_str).collect();
-                            enc.text()?.encode(&refs)
-                        })
+                    Box::new(move |items: Vec<(String, TextRole)>| {
+                        each_or_batch(items, |b| encode_texts(enc.text()?, b))
                     }),
                     observe("text"),
                 ),
@@ -351,7 +389,17 @@ impl EncoderService {
         out
     }
 
+    /// Encodes a text to search with (batched with other requests' texts).
     pub async fn text(&self, text: String) -> ApiResult<SparseVector> {
+        self.text_as(text, TextRole::Query).await
+    }
+
+    /// Encodes a text to be stored as a document.
+    pub async fn text_document(&self, text: String) -> ApiResult<SparseVector> {
+        self.text_as(text, TextRole::Document).await
+    }
+
+    async fn text_as(&self, text: String, role: TextRole) -> ApiResult<SparseVector> {
         let side = self.text.as_ref().ok_or_else(|| {
             ApiError::unprocessable(
                 "this server has no text encoder: start it with --model (a LexLIP model) or --text-model",
@@ -360,7 +408,7 @@ impl EncoderService {
         if text.trim().is_empty() {
             return Err(ApiError::unprocessable("the text is empty"));
         }
-        side.batcher.submit(text).await
+        side.batcher.submit((text, role)).await
     }
 
     /// Decodes, preprocesses (on a blocking thread) and encodes an image; `name` names it in

@@ -106,7 +106,13 @@ async fn prepare(
         (None, _, Some(text)) => {
             state.check_encodable(name, c).map_err(at)?;
             (
-                VectorInput::Weights(state.encoders.text(text.clone()).await.map_err(at)?),
+                VectorInput::Weights(
+                    state
+                        .encoders
+                        .text_document(text.clone())
+                        .await
+                        .map_err(at)?,
+                ),
                 None,
             )
         }
