@@ -7,13 +7,15 @@
 //! ```text
 //! lexlip.json          {"format": "lexlip", "image_size": 224, "max_length": 40,
 //!                       "image_top_k": 64, "weak_match": {...}, "query_norm": {...},
-//!                       "idf": 1, "card": "…"}
-//!                      (all optional)
+//!                       "idf": 1, "scale": 100, "card": "…",
+//!                       "text_terms": {"expansion": 8, "ignore": ["emoji"]}}
+//!                      (all optional; `text_terms`: [`crate::text::TextTerms`])
 //! text/                BertForMaskedLM: config.json, model.safetensors, tokenizer.json
 //! image/               BEiT + MLM head: config.json, model.safetensors, tokenizer.json,
 //!                      preprocessor_config.json
 //! dense/               optional dense encoder for the fallback: a CLIP, SigLIP, MobileCLIP or
-//!                      BLIP directory or a dual encoder directory (`lexlip train --objective dense`, [`crate::dual`])
+//!                      BLIP directory or a dual encoder directory (`lexlip train
+//!                      --objective dense`, [`crate::dual`])
 //! heads/               instead of text/ and image/: lexicon heads over dense/'s embeddings
 //!                      (`lexlip train --objective heads`, [`crate::heads`])
 //! ```
