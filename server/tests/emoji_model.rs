@@ -736,7 +736,10 @@ fn expansion_control_keeps_a_querys_own_words() {
     let (st, r) = s.call("GET", "/v1/collections/t/documents/car?explain=true", None);
     assert_eq!(st, 200, "{r}");
     let stored = r["terms"].as_array().expect("terms").len();
-    assert!(stored > cut.len(), "stored {stored} terms, query {cut:?}: {r}");
+    assert!(
+        stored > cut.len(),
+        "stored {stored} terms, query {cut:?}: {r}"
+    );
     let (st, r) = s.call(
         "POST",
         "/v1/collections/t/search",

@@ -14,6 +14,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
+use crate::text::TextTokenizer;
 
 /// `(batch, vocab)` 1 where a vocabulary term is one of the caption's own words: among its
 /// tokens `ids` `(batch, tokens)` where `mask` is 1, and a term `words` `(vocab)` allows.
@@ -51,6 +52,21 @@ pub fn words_without(allowed: &Tensor, template: &[u32]) -> Result<Tensor> {
         }
     }
     Ok(Tensor::from_vec(w, allowed.dim(0)?, allowed.device())?.to_dtype(allowed.dtype())?)
+}
+
+/// The vocabulary ids of `--template-words`: every piece each word tokenizes into ("emoji" is
+/// no BERT word: its pieces "em", "##oj", "##i" are what a caption holds).
+pub fn template_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for w in words {
+        let pieces = tokenizer.encode(w)?;
+        ids.extend(
+            pieces
+                .into_iter()
+                .filter(|&t| t != tokenizer.cls && t != tokenizer.sep),
+        );
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]

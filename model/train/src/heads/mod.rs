@@ -42,7 +42,7 @@ use rayon::prelude::*;
 use crate::checkpoint;
 use crate::data::{self, Corpus, Order};
 use crate::error::{Result, TrainError};
-use crate::expansion::{expansion_control, own_words, words_without};
+use crate::expansion::{expansion_control, own_words, template_ids, words_without};
 use crate::export::{copy_files, json_bytes, save_weights};
 use crate::lexicon::{
     FlopsSchedule, Idf, caption_words, content_words, grounding, grounding_targets,
@@ -107,21 +107,6 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
          tokenizer.json such as a SPLADE model's)",
         backbone.display()
     )))
-}
-
-/// The vocabulary ids of `--template-words`: every piece each word tokenizes into ("emoji" is
-/// no BERT word: its pieces "em", "##oj", "##i" are what a caption holds).
-fn template_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
-    let mut ids = Vec::new();
-    for w in words {
-        let pieces = tokenizer.encode(w)?;
-        ids.extend(
-            pieces
-                .into_iter()
-                .filter(|&t| t != tokenizer.cls && t != tokenizer.sep),
-        );
-    }
-    Ok(ids)
 }
 
 /// A word piece as text the backbone can embed (`##ing` → `ing`).
