@@ -9,8 +9,8 @@
 //!   (a caption's words: its word pieces, without special tokens, punctuation and
 //!   [`STOPWORDS`]);
 //! - the share of texts whose strongest terms are their own words (the query keeps the user's
-//!   words): with `m` of its caption words in its lexicon, its `m` strongest terms are those,
-//!   and `m` ≥ 1;
+//!   words): one of its caption words is in its lexicon and no other term outweighs any of
+//!   them;
 //! - the terms among the 10 strongest of more than [`COMMON_SHARE`] of the images (or texts):
 //!   a term there explains nothing about any one item.
 
@@ -56,12 +56,18 @@ pub struct LexiconReport {
     pub text_own_words_first: f64,
 }
 
-/// Whether a text's own words lead its lexicon: with `m` of `words` among its terms, its `m`
-/// strongest terms are those, and `m` ≥ 1.
+/// Whether a text's own words lead its lexicon: at least one of `words` is among its terms,
+/// and no other term outweighs any of them (ties lead).
 pub fn own_words_first(v: &super::Impacts, words: &HashSet<String>) -> bool {
     let by_weight = v.by_weight();
-    let m = by_weight.iter().filter(|(t, _)| words.contains(*t)).count();
-    m > 0 && by_weight.iter().take(m).all(|(t, _)| words.contains(*t))
+    let own = by_weight.iter().filter(|(t, _)| words.contains(*t));
+    let Some(weakest) = own.map(|(_, w)| *w).min() else {
+        return false;
+    };
+    by_weight
+        .iter()
+        .filter(|(t, _)| !words.contains(*t))
+        .all(|(_, w)| *w <= weakest)
 }
 
 /// The caption words of a text: its word pieces as the tokenizer splits it, lower-cased

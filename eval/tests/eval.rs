@@ -462,9 +462,10 @@ fn lexicon_figures_by_hand() {
     assert_eq!(json["text_own_words_first"], 1.0);
 }
 
-/// A query's own words lead it when its `m` own words in the lexicon are its `m` strongest:
-/// "a red car" {red 90, car 50, apple 40} yes; {apple 95, red 90, car 50} no (a neighbour
-/// first); {apple 95} no (no own word weighs); {red 90, apple 60, car 50} no.
+/// A query's own words lead it when one is in the lexicon and no other term outweighs any of
+/// them: "a red car" {red 90, car 50, apple 40} yes; {red 90, car 50, apple 50} yes (a tie);
+/// {apple 95, red 90, car 50} no (a neighbour first); {apple 95} no (no own word weighs);
+/// {red 90, apple 60, car 50} no.
 #[test]
 fn own_words_first_by_hand() {
     use lexlip_eval::lexicon::{caption_words, own_words_first};
@@ -474,6 +475,7 @@ fn own_words_first_by_hand() {
         Vector::Dense(_) => unreachable!(),
     };
     assert!(first(&[("red", 90), ("car", 50), ("apple", 40)]));
+    assert!(first(&[("red", 90), ("car", 50), ("apple", 50)]));
     assert!(!first(&[("apple", 95), ("red", 90), ("car", 50)]));
     assert!(!first(&[("apple", 95)]));
     assert!(!first(&[("red", 90), ("apple", 60), ("car", 50)]));

@@ -4,19 +4,21 @@
 //! words near the query's meaning, and for a short query most of its strongest terms are
 //! neighbours ("a red car" → "apple lips red fancy valentine …"). Expansion control (D2S's query
 //! mask; Nguyen et al., ECIR 2024) keeps the text's own content words, weighted by the model, and
-//! at most E other terms: the E strongest.
+//! at most E other terms: the E strongest, each capped at the weight of the weakest own word,
+//! so that the words the user typed lead the query and its explanations.
 //!
 //! ```
 //! use lexlip_model::text::TextTerms;
 //!
 //! // "red car": own words "red" (0.9) and "car" (0.2); "a" is a function word; of the others
-//! // only the strongest ("apple", 0.8) is kept, and "emoji" (id 5) is a template word.
+//! // only the strongest ("apple", 0.8) is kept, at most as heavy as "car", and "emoji" (id 5)
+//! // is a template word.
 //! let tokens: Vec<String> =
 //!     ["a", "red", "car", "apple", "lips", "emoji"].iter().map(|s| s.to_string()).collect();
 //! let weights = [0.5, 0.9, 0.2, 0.8, 0.7, 1.0];
 //! let terms = TextTerms::expansion(1, vec!["emoji".into()]);
 //! let kept = terms.keep(&weights, &[0, 1, 2], &tokens, &[5]);
-//! assert_eq!(kept, vec![("red", 0.9), ("car", 0.2), ("apple", 0.8)]);
+//! assert_eq!(kept, vec![("red", 0.9), ("car", 0.2), ("apple", 0.2)]);
 //! ```
 
 use std::collections::BTreeSet;
@@ -42,8 +44,9 @@ pub struct TextTerms {
     #[serde(default)]
     pub bow: bool,
     /// Expansion control: the text's own content words (function words and `ignore` aside)
-    /// with the model's weights, and at most this many other terms, the strongest; `top_k`
-    /// and `own` then do not apply.
+    /// with the model's weights, and at most this many other terms, the strongest, none
+    /// weighing more than the weakest own word (the user's words lead); `top_k` and `own`
+    /// then do not apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion: Option<usize>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
@@ -132,9 +135,18 @@ impl TextTerms {
                 .collect();
             others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
             others.truncate(e);
-            let mut all: Vec<usize> = mine.into_iter().chain(others).collect();
-            all.sort_unstable();
-            all
+            // The user's words lead: no other term weighs more than the weakest of them.
+            let cap = mine.iter().map(|&i| weights[i]).fold(f32::INFINITY, f32::min);
+            let mut all: Vec<(usize, f32)> = mine
+                .into_iter()
+                .map(|i| (i, weights[i]))
+                .chain(others.into_iter().map(|i| (i, weights[i].min(cap))))
+                .collect();
+            all.sort_unstable_by_key(|&(i, _)| i);
+            return all
+                .into_iter()
+                .map(|(i, w)| (tokens[i].as_str(), w))
+                .collect();
         } else {
             let hi = self
                 .top_k

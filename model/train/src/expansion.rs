@@ -1,9 +1,11 @@
 //! Expansion control on the query side in training (`--query-expansion E`; D2S's query mask,
 //! Nguyen et al., ECIR 2024): a caption's lexicon keeps its own content words, weighted by the
-//! head, and at most `E` other terms, the strongest, exactly as
-//! `lexlip_model::text::TextTerms::expansion` keeps them when the model encodes a query. The
-//! contrastive loss then sees the queries the index will see, and the head learns to put a
-//! query's weight on its own words.
+//! head, and at most `E` other terms, the strongest, as
+//! `lexlip_model::text::TextTerms::expansion` keeps them when the model encodes a query, so the
+//! contrastive loss sees the terms the index will. One difference: a query also caps its
+//! expansion terms at its weakest own word's weight, and training does not (the heads trained
+//! without the cap and searched with it measured best of what was tried: `docs/benchmarks.md`,
+//! "Queries that keep the user's words").
 //!
 //! ```text
 //! own    = 1[t ∈ caption tokens] ⊙ words            words: allowed terms, no template words

@@ -31,9 +31,10 @@ pub struct ModelArgs {
     /// queries: no model weights, no expansion).
     #[arg(long, conflicts_with = "text_top_k")]
     pub text_bow: bool,
-    /// Expansion control: a text's lexicon keeps its own content words (function words and
+    /// Expansion control for queries: a text keeps its own content words (function words and
     /// the model's template words aside), weighted by the model, and at most E other terms,
-    /// the strongest. Default: the model's (`text_terms` in its lexlip.json).
+    /// the strongest, none above its weakest own word; texts stored as documents keep every
+    /// term. Default: the model's (`text_terms` in its lexlip.json).
     #[arg(long, value_name = "E", conflicts_with_all = ["text_top_k", "text_bow"])]
     pub query_expansion: Option<usize>,
     /// Run the encoders on the GPU (build with --features cuda).
