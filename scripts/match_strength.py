@@ -37,20 +37,11 @@ import urllib.request
 import zlib
 
 
-def best_strength(url, collection, text):
-    body = json.dumps({"collection": collection, "text": text, "k": 1}).encode()
+def best_strength(url, collection, query, route="text-to-image"):
+    """The best hit's match strength of a query (`{"text": …}` or `{"image": base64}`)."""
+    body = json.dumps({"collection": collection, **query, "k": 1}).encode()
     req = urllib.request.Request(
-        f"{url}/v1/search/text-to-image", data=body, headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(req) as r:
-        hits = json.load(r)["hits"]
-    return hits[0].get("match_strength", 0.0) if hits else 0.0
-
-
-def best_image_strength(url, collection, png):
-    body = json.dumps({"collection": collection, "image": png, "k": 1}).encode()
-    req = urllib.request.Request(
-        f"{url}/v1/search/image-to-text", data=body, headers={"content-type": "application/json"}
+        f"{url}/v1/search/{route}", data=body, headers={"content-type": "application/json"}
     )
     with urllib.request.urlopen(req) as r:
         hits = json.load(r)["hits"]
@@ -112,14 +103,14 @@ def main():
             with open(os.path.join(root, p), "rb") as f:
                 captions.append({"image": base64.b64encode(f.read()).decode()})
         nonsense = [{"image": nonsense_png(rng)} for _ in captions]
-        best = lambda q: best_image_strength(args.url, args.collection, q["image"])
+        best = lambda q: best_strength(args.url, args.collection, q, "image-to-text")
     else:
         captions = rng.sample([r[0] for r in rows], min(args.queries, len(rows)))
         nonsense = [
             "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 8)))
             for _ in captions
         ]
-        best = lambda q: best_strength(args.url, args.collection, q)
+        best = lambda q: best_strength(args.url, args.collection, {"text": q})
     real = [best(c) for c in captions]
     fake = [best(n) for n in nonsense]
     out = {

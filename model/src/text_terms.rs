@@ -136,7 +136,10 @@ impl TextTerms {
             others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
             others.truncate(e);
             // The user's words lead: no other term weighs more than the weakest of them.
-            let cap = mine.iter().map(|&i| weights[i]).fold(f32::INFINITY, f32::min);
+            let cap = mine
+                .iter()
+                .map(|&i| weights[i])
+                .fold(f32::INFINITY, f32::min);
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
                 .map(|i| (i, weights[i]))

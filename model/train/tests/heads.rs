@@ -33,21 +33,22 @@ fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
     common::assert_tensor_close(what, got, want, TOL);
 }
 
-#[test]
-fn the_heads_step_equals_the_pytorch_reference() {
-    let f = fixture();
+/// The reference's heads (its weights, centres and allowed terms).
+fn fixture_model(f: &std::collections::HashMap<String, Tensor>) -> HeadsModel {
     let g = |n: &str| f[n].clone();
-    let k = |n: &str| g(n).to_scalar::<i64>().unwrap() as usize;
-    let model = HeadsModel::from_tensors(
+    HeadsModel::from_tensors(
         [g("input.wv"), g("input.bv"), g("input.wl"), g("input.bl")],
         [g("input.cv"), g("input.cl")],
         g("input.allowed"),
     )
-    .unwrap();
-    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
-    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
-    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
-    let weights = StepWeights {
+    .unwrap()
+}
+
+/// The reference's loss weights.
+fn fixture_weights(f: &std::collections::HashMap<String, Tensor>) -> StepWeights {
+    let g = |n: &str| f[n].clone();
+    let k = |n: &str| g(n).to_scalar::<i64>().unwrap() as usize;
+    StepWeights {
         image_k: k("config.k_image"),
         text_k: k("config.k_text"),
         text_expansion: None,
@@ -60,7 +61,40 @@ fn the_heads_step_equals_the_pytorch_reference() {
         caption_words: scalar(&g("config.caption_words")),
         caption_words_text: scalar(&g("config.caption_words_text")),
         caption_words_tau: scalar(&g("config.caption_words_tau")),
-    };
+    }
+}
+
+/// Every head parameter's gradient of `total` against the reference's `expect.grad_*` in `want`.
+fn assert_head_gradients(
+    model: &HeadsModel,
+    total: &Tensor,
+    want: &std::collections::HashMap<String, Tensor>,
+) {
+    let grads = total.backward().unwrap();
+    for (var, name) in [
+        (&model.image_weight, "wv"),
+        (&model.image_bias, "bv"),
+        (&model.text_weight, "wl"),
+        (&model.text_bias, "bl"),
+    ] {
+        let got = grads.get(var.as_tensor()).expect("a gradient");
+        assert_close(
+            &format!("d total / d {name}"),
+            got,
+            &want[&format!("expect.grad_{name}")],
+        );
+    }
+}
+
+#[test]
+fn the_heads_step_equals_the_pytorch_reference() {
+    let f = fixture();
+    let g = |n: &str| f[n].clone();
+    let model = fixture_model(&f);
+    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
+    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
+    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
+    let weights = fixture_weights(&f);
     let (xv, xl) = (g("input.xv"), g("input.xl"));
     let inputs = StepInputs {
         image: &xv,
@@ -92,20 +126,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
     assert_eq!(parts.len(), 9, "every part is checked");
     let want = scalar(&g("expect.total"));
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
-    let grads = total.backward().unwrap();
-    for (var, name) in [
-        (&model.image_weight, "wv"),
-        (&model.image_bias, "bv"),
-        (&model.text_weight, "wl"),
-        (&model.text_bias, "bl"),
-    ] {
-        let got = grads.get(var.as_tensor()).expect("a gradient");
-        assert_close(
-            &format!("d total / d {name}"),
-            got,
-            &g(&format!("expect.grad_{name}")),
-        );
-    }
+    assert_head_gradients(&model, &total, &f);
 }
 
 /// Expansion control on the text side (`--query-expansion 2`, word 13 a template word): the
@@ -118,12 +139,7 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     let path = common::fixtures().join("heads_expansion_vs_torch.safetensors");
     let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
     let g = |n: &str| f[n].clone();
-    let model = HeadsModel::from_tensors(
-        [g("input.wv"), g("input.bv"), g("input.wl"), g("input.bl")],
-        [g("input.cv"), g("input.cl")],
-        g("input.allowed"),
-    )
-    .unwrap();
+    let model = fixture_model(&f);
     let ids = g("input.ids").to_dtype(DType::U32).unwrap();
     let mask = g("input.mask").to_dtype(DType::U32).unwrap();
     let template: Vec<u32> = e["input.template"]
@@ -140,20 +156,9 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     let pl = expansion_control(&full_l, &own, &words, expansion).unwrap();
     assert_close("text lexicons", &pl, &e["expect.pl"]);
     let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
-    let k = |n: &str| g(n).to_scalar::<i64>().unwrap() as usize;
     let weights = StepWeights {
-        image_k: k("config.k_image"),
-        text_k: k("config.k_text"),
         text_expansion: Some(expansion),
-        tau: scalar(&g("config.tau")),
-        teacher_tau: scalar(&g("config.teacher_tau")),
-        distill: scalar(&g("config.distill")),
-        flops_image: scalar(&g("config.lambda_image")),
-        flops_text: scalar(&g("config.lambda_text")),
-        grounding: scalar(&g("config.grounding")),
-        caption_words: scalar(&g("config.caption_words")),
-        caption_words_text: scalar(&g("config.caption_words_text")),
-        caption_words_tau: scalar(&g("config.caption_words_tau")),
+        ..fixture_weights(&f)
     };
     let inputs = StepInputs {
         image: &xv,
@@ -165,20 +170,7 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     let total = step_losses(&model, &inputs, weights).unwrap().total;
     let want = scalar(&e["expect.total"]);
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
-    let grads = total.backward().unwrap();
-    for (var, name) in [
-        (&model.image_weight, "wv"),
-        (&model.image_bias, "bv"),
-        (&model.text_weight, "wl"),
-        (&model.text_bias, "bl"),
-    ] {
-        let got = grads.get(var.as_tensor()).expect("a gradient");
-        assert_close(
-            &format!("d total / d {name}"),
-            got,
-            &e[&format!("expect.grad_{name}")],
-        );
-    }
+    assert_head_gradients(&model, &total, &e);
     // Without the captions' own words the step refuses rather than cutting silently.
     let bare = StepInputs {
         own: None,
