@@ -439,10 +439,8 @@ impl TextEncoder {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(TEXT_CHUNK) {
             match &self.tower {
-                Tower::Heads { backbone, head } if terms.is_all() => {
-                    let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
-                    let rows = head.sparse_rows(&x, head.top_k())?;
-                    out.extend(rows_to_sparse(rows, &self.vocab)?);
+                Tower::Heads { backbone, .. } if terms.is_all() => {
+                    out.extend(self.encode_embeddings(&backbone.encode_texts(chunk)?)?);
                 }
                 Tower::Heads { backbone, head } => {
                     let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;

@@ -121,8 +121,12 @@ impl TextTerms {
             .collect();
         let ignored = |i: usize| ignored.contains(&(i as u32));
         let positive = |i: usize| weights[i] > 0.0 && i < tokens.len() && !ignored(i);
-        let keep: Vec<usize> = if self.bow {
-            own.iter().copied().filter(|&i| positive(i)).collect()
+        let kept: Vec<(usize, f32)> = if self.bow {
+            own.iter()
+                .copied()
+                .filter(|&i| positive(i))
+                .map(|i| (i, 1.0))
+                .collect()
         } else if let Some(e) = self.expansion {
             let function = |i: usize| STOPWORDS.contains(&tokens[i].as_str());
             let mine: Vec<usize> = own
@@ -146,10 +150,7 @@ impl TextTerms {
                 .chain(others.into_iter().map(|i| (i, weights[i].min(cap))))
                 .collect();
             all.sort_unstable_by_key(|&(i, _)| i);
-            return all
-                .into_iter()
-                .map(|(i, w)| (tokens[i].as_str(), w))
-                .collect();
+            all
         } else {
             let hi = self
                 .top_k
@@ -160,11 +161,11 @@ impl TextTerms {
                     positive(i)
                         && (hi.is_none_or(|hi| weights[i] > hi) || (self.own && own.contains(&i)))
                 })
+                .map(|i| (i, weights[i]))
                 .collect()
         };
-        let weight = |i: usize| if self.bow { 1.0 } else { weights[i] };
-        keep.into_iter()
-            .map(|i| (tokens[i].as_str(), weight(i)))
+        kept.into_iter()
+            .map(|(i, w)| (tokens[i].as_str(), w))
             .collect()
     }
 }

@@ -59,11 +59,6 @@ impl TextTokenizer {
         id == self.cls || id == self.sep || id == self.pad
     }
 
-    /// The id of a vocabulary entry.
-    pub fn id(&self, token: &str) -> Option<u32> {
-        self.tokenizer.token_to_id(token)
-    }
-
     /// The vocabulary entry of `id`.
     pub fn token(&self, id: u32) -> Option<String> {
         self.tokenizer.id_to_token(id)

@@ -91,8 +91,6 @@ fn model_card(model: &Encoders) -> (serde_json::Value, Option<String>) {
     (describe, readme)
 }
 
-/// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
-/// fails only its own request.
 /// Whether a text is encoded to search with or to be stored: a model may cut its queries
 /// otherwise than its documents (`lexlip_model::text::TextTerms::for_documents`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +132,8 @@ fn encode_texts(
         .collect()
 }
 
+/// Encodes a batch, and if the batch as a whole fails, each item alone so that one bad item
+/// fails only its own request.
 fn each_or_batch<I, O>(
     items: Vec<I>,
     f: impl Fn(&[I]) -> lexlip_model::Result<Vec<O>>,
