@@ -29,7 +29,7 @@ use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::export::{copy_files, json_bytes, save_weights};
 use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::heads::{PairRows, image_rows, text_rows};
+use crate::heads::rows::{PairRows, cache_dir, cached_corpus, image_rows, text_rows};
 use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
@@ -89,12 +89,11 @@ pub fn train(
     let dim_in = teacher.dim() + tower.dim()?;
     let tokenizer_path = teacher_dir.join("tokenizer.json");
     let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
-    let (mut corpus, mut key) =
-        crate::heads::cached_corpus(opts, &input, &tokenizer, &tokenizer_path, observer)?;
+    let (mut corpus, mut key) = cached_corpus(opts, &input, &tokenizer, &tokenizer_path, observer)?;
     key["teacher"] = crate::heads::cache::fingerprint_dir(&teacher_dir)?.into();
     key["size"] = size.into();
     let corpus_key = crate::run::sha256_json(&key);
-    let cache_dir = crate::heads::cache_dir(opts);
+    let cache_dir = cache_dir(opts);
     observer.message(&format!(
         "caching {} images' inputs ({dim_in} each: the teacher's {} and the tower's {}) and {} \
          captions' teacher embeddings in {}",

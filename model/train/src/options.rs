@@ -8,110 +8,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::sampler::Sampler;
 
-/// Size presets of a tower trained from scratch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Preset {
-    /// Text: BERT 2 layers × 128 (the tiny SPLADE's shape). Image: BEiT 4 layers × 128, 64 px,
-    /// patch 8.
-    Tiny,
-    /// Text: BERT 4 × 256. Image: BEiT 6 layers × 256, 64 px, patch 8.
-    Small,
-    /// Text: BERT-base (12 × 768). Image: BEiT-B/16 at 224 px.
-    Base,
-}
-
-/// Where the image tower's MLM head starts when the image model has none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum HeadInit {
-    /// The image model's own head; for an image tower from scratch, a copy of the text head
-    /// when the hidden sizes match, otherwise random with the text head's vocabulary bias.
-    Auto,
-    /// A copy of the text tower's MLM head (LexLIP's recipe; needs equal hidden sizes).
-    Text,
-    /// Random weights.
-    Random,
-}
-
-/// What a run trains.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Objective {
-    /// LexLIP: lexicon towers with MLM heads (--phase 1 / 2); writes a LexLIP directory.
-    #[default]
-    Lexlip,
-    /// A CLIP-style dense dual encoder on the same towers ([CLS] → linear projection to
-    /// --dense-dim → L2 norm, symmetric in-batch InfoNCE at --tau); writes a dense model
-    /// directory lexlip loads as --dense-model or --model.
-    Dense,
-    /// A MaskVLM re-ranker on top of the lexicon model given as --init (its towers frozen): a
-    /// fusion encoder trained with ITM against the lexicon model's own top-k hard negatives plus
-    /// masked text and image reconstruction; writes a directory `lexlip serve --rerank-model`
-    /// and `lexlip eval --rerank-model` load.
-    Rerank,
-    /// Lexicon heads over a frozen dense model given as --backbone (lexlip's dense dual
-    /// encoder, CLIP, SigLIP or MobileCLIP; D2S): every image, caption and vocabulary word is encoded once
-    /// into an embedding cache, then an image head and a text head (linear onto the
-    /// vocabulary, starting from the backbone's own word embeddings) train on it with sparse
-    /// InfoNCE, distillation of the dense model's similarities, FLOPS, top-K and grounding;
-    /// writes a model directory (dense/ + heads/) that every lexlip command loads.
-    Heads,
-    /// A pretrained image tower beside a dense teacher (LiT): the teacher (--backbone) and the
-    /// tower (--image-backbone, scripts/fetch-image-backbone.sh) stay frozen and an MLP learns
-    /// to project the teacher's image embedding and the tower's features, cached once, onto the
-    /// teacher's caption embeddings (in-batch InfoNCE at --tau); writes a dense model directory
-    /// that --backbone of --objective heads, --mode dense and --dense-model load.
-    Adapter,
-}
-
-/// The dense objective's in-batch contrastive loss.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum DenseLoss {
-    /// CLIP's symmetric InfoNCE.
-    #[default]
-    Infonce,
-    /// ConLIP's decoupled contrastive loss: the positive leaves the denominator.
-    Dcl,
-}
-
-/// ConLIP's token-level objectives for the dense objective (paper 000, sec. 3.2).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum DenseToken {
-    /// The contrastive loss alone.
-    #[default]
-    None,
-    /// Masked text and image modelling, each head attending to the other side's complete
-    /// states.
-    Vanilla,
-    /// ConMLM and ConMIM: each head attends to the other side's masked states plus its
-    /// complete `[CLS]`, so the instance representation carries what reconstruction needs.
-    Conditioned,
-}
-
-/// What happens to the vocabulary bias of the MLM heads (`cls.predictions.bias`), the one
-/// part of a head that raises a term for every input alike.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum VocabBias {
-    /// Both heads train theirs (the paper's recipe).
-    Train,
-    /// The image head has none (zero, never trained) and the text head keeps its initial one:
-    /// no term can become common to every image or caption through a bias.
-    #[default]
-    Fixed,
-}
-
-/// The dtype of the saved model weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum SaveDtype {
-    F32,
-    F16,
-}
-
 /// Everything `lexlip train` can be told, in groups a library user fills without `clap`
 /// ([`TrainOptions::new`] gives the defaults). Serialized flat (the keys of `train.json` and of
 /// the resume fingerprint are the fields' names, whatever their group).
@@ -393,154 +289,12 @@ pub struct MethodOptions {
     pub freeze_text: bool,
 }
 
-/// How sparse and grounded the lexicons are (LexLIP only): FLOPS per side, top-K pooling, caption-word grounding, vocabulary biases.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-pub struct LexiconOptions {
-    /// FLOPS weight of the image lexicons (default: --flops-lambda).
-    #[arg(long, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flops_image: Option<f64>,
-    /// FLOPS weight of the text lexicons (default: --flops-lambda).
-    #[arg(long, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flops_text: Option<f64>,
-    /// Fraction of the steps over which sparsity sets in: the FLOPS weights rise quadratically
-    /// from 0 (SPLADE's warm-up) and the image top-K narrows from the whole vocabulary to
-    /// --image-top-k (0 = both in full from the first step).
-    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub flops_warmup: f64,
-    /// Top-K pooling: each image lexicon keeps only its K largest weights, in training and in
-    /// the exported model (recorded in lexlip.json, applied by every encoder), so the index
-    /// stores exactly what was trained. 0 = every non-zero term.
-    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub image_top_k: usize,
-    /// Weight of caption-word grounding (STAIR): each image's lexicon is contrasted with the
-    /// batch's captions taken as bags of words (IDF-weighted; template words in more than 5 %
-    /// of the captions and function words are no targets), so an image's strongest terms are
-    /// words that tell its caption from the others. 0 = off. --objective heads: 1 unless given.
-    #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
-    #[serde(default)]
-    pub grounding: f64,
-    /// --objective heads: weight of the caption-word likelihood of the image head: every
-    /// allowed word competes with the caption's own words in a softmax of the head's logits at
-    /// --caption-words-tau (before the relu, so a caption word at weight 0 still rises), and
-    /// weight on words no caption of the image has (neighbour concepts, style words) costs.
-    /// 0 = off; 1 unless given.
-    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub caption_words: f64,
-    /// --objective heads: the same likelihood on the text head's logits (the query side), with
-    /// --caption-words-tau; it keeps one term from leading most queries. 0 = off; 0.3 unless
-    /// given.
-    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub caption_words_text: f64,
-    /// --objective heads: the temperature of the caption-word softmax over a head's logits,
-    /// both sides (lower: the caption's words must stand further above the rest).
-    #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, help_heading = "Lexicon")]
-    #[serde(
-        default = "default_caption_words_tau",
-        skip_serializing_if = "is_default_caption_words_tau"
-    )]
-    pub caption_words_tau: f64,
-    /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
-    /// initial one; --objective heads: each head keeps its one shared starting bias) or train
-    /// (both learn a bias per term; a learned bias lets one term top every lexicon).
-    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
-    #[serde(default = "legacy_vocab_bias")]
-    pub vocab_bias: VocabBias,
-    /// --objective heads: top-K pooling of the text lexicons (queries), as --image-top-k is
-    /// the images'. 0 = every non-zero term.
-    #[arg(long, default_value_t = DEFAULT_TEXT_TOP_K, help_heading = "Lexicon")]
-    #[serde(
-        default = "default_text_top_k",
-        skip_serializing_if = "is_default_text_top_k"
-    )]
-    pub text_top_k: usize,
-    /// --objective heads: expansion control on the query side (D2S's query mask): a caption's
-    /// lexicon keeps its own content words, weighted by the text head, and at most E other
-    /// terms, the strongest, instead of --text-top-k; in training and in the exported model
-    /// (`text_terms` in its lexlip.json), so queries are encoded as they were trained.
-    #[arg(long, value_name = "E", help_heading = "Lexicon")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query_expansion: Option<usize>,
-    /// With --query-expansion: the training captions' template words (e.g. emoji,clip,art),
-    /// which name no picture in particular; they never weigh in a caption's or a query's
-    /// lexicon (recorded in lexlip.json).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "WORDS",
-        requires = "query_expansion",
-        help_heading = "Lexicon"
-    )]
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub template_words: Vec<String>,
-    /// --objective heads: weight of the distillation of the dense model's in-batch
-    /// similarities into the sparse ones (KL both ways).
-    #[arg(long, default_value_t = 1.0, help_heading = "Lexicon")]
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub distill: f64,
-    /// --objective heads: the temperature of the dense model's similarities in the
-    /// distillation (lexlip's dense objective trains at 0.05; CLIP's logit scale 100 is 0.01).
-    #[arg(long, default_value_t = 0.05, help_heading = "Lexicon")]
-    #[serde(
-        default = "default_teacher_tau",
-        skip_serializing_if = "is_default_teacher_tau"
-    )]
-    pub teacher_tau: f64,
-}
-
-/// Query terms the heads keep by default (issue 37: at most 32 per query).
-pub const DEFAULT_TEXT_TOP_K: usize = 32;
-
-fn default_text_top_k() -> usize {
-    DEFAULT_TEXT_TOP_K
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-fn default_teacher_tau() -> f64 {
-    0.05
-}
-
-// The heads' options serialize only when set, so `train.json` and the options of runs made
-// before them read as they were.
-fn is_default_text_top_k(k: &usize) -> bool {
-    *k == DEFAULT_TEXT_TOP_K
-}
-
-/// --caption-words-tau's default, measured on the emoji corpus (docs/benchmarks.md): at 0.1 the
-/// held-out style's T2I recall fell 1.8 points, at 1.0 category words topped a fifth of its
-/// images; 0.3 kept recall and the sharpest lexicons.
-pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.3;
-
-fn default_caption_words_tau() -> f64 {
-    DEFAULT_CAPTION_WORDS_TAU
-}
-
-fn is_default_caption_words_tau(x: &f64) -> bool {
-    *x == DEFAULT_CAPTION_WORDS_TAU
-}
-
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
 fn is_zero_usize(x: &usize) -> bool {
     *x == 0
-}
-
-fn is_one(x: &f64) -> bool {
-    *x == 1.0
-}
-
-fn is_default_teacher_tau(x: &f64) -> bool {
-    *x == default_teacher_tau()
 }
 
 /// How the parameters are updated: batches and their order, steps, learning rates, regularisation, the seed.
@@ -958,7 +712,12 @@ impl TrainOptions {
     }
 }
 
+mod choices;
+mod lexicon;
 mod validate;
+
+pub use choices::{DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, VocabBias};
+pub use lexicon::{DEFAULT_CAPTION_WORDS_TAU, DEFAULT_TEXT_TOP_K, LexiconOptions};
 
 #[cfg(test)]
 mod tests;

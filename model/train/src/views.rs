@@ -12,7 +12,7 @@ use lexlip_model::{ImageProcessor, PreprocessedImage};
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
 use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::heads::{PairRows, image_rows};
+use crate::heads::rows::{PairRows, image_rows};
 use crate::observe::Observer;
 use crate::options::TrainOptions;
 use crate::rng::{self, Rng};

@@ -16,9 +16,9 @@
 //! ```
 //! where `l_v`, `l_l` are the lexicons before their top-K cut (a caption word outside the K
 //! kept terms still gets the gradient that lifts it in), `G` contrasts a lexicon with the
-//! batch's caption bags ([`grounding`]) and `CW` is the caption words' likelihood under a
+//! batch's caption bags ([`crate::lexicon::grounding`]) and `CW` is the caption words' likelihood under a
 //! softmax of a head's logits (`z_v = W_v (x_v − c_v) + b_v`, `z_l` likewise) over the allowed
-//! words ([`caption_words`]; `--caption-words`, `--caption-words-text`): on the logits, because
+//! words ([`crate::lexicon::caption_words`]; `--caption-words`, `--caption-words-text`): on the logits, because
 //! a word the relu zeroes gets no gradient through the lexicon, so a caption word that starts
 //! below 0 for its item would never rise.
 //!
@@ -28,27 +28,24 @@
 //! concepts the heads were never trained on.
 
 pub mod cache;
+pub mod model;
+pub mod rows;
+pub mod step;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::VarMap;
+use candle_core::{DType, Device, Tensor};
 use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
-use lexlip_model::{DenseEncoder, Encoders, LoadOptions};
-use rayon::prelude::*;
+use lexlip_model::{Encoders, LoadOptions};
 
 use crate::checkpoint;
-use crate::data::{self, Corpus, Order};
+use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
-use crate::expansion::{expansion_control, own_words, template_ids, words_without};
+use crate::expansion::{own_words, template_ids, words_without};
 use crate::export::{copy_files, json_bytes, save_weights};
-use crate::lexicon::{
-    FlopsSchedule, Idf, caption_words, content_words, grounding, grounding_targets,
-};
-use crate::losses::{flops, in_batch};
-use crate::nn::log_softmax;
+use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::{Sampler, TrainOptions, VocabBias};
@@ -57,25 +54,13 @@ use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
 use crate::steps::{Batches, Computed, Objective, Span};
 use crate::text::TextTokenizer;
 use crate::views::{ViewSpec, batch_rows, drawn};
-use cache::{CacheMeta, EmbeddingCache, Section};
-
-/// Cache sections.
-const IMAGES: &str = "images";
-const TEXTS: &str = "texts";
-const WORDS: &str = "words";
-
-/// The heads' starting scale: a term's logit is 5 × the cosine between the input and the
-/// word, so a word at cosine 0.3 (a close one, for a dense model trained at τ 0.05) starts
-/// near weight 1 (`log(1 + 1.5)`) and a lexicon pair's dot product near the tens, where the
-/// in-batch softmax at τ ~0.5 is neither flat nor saturated.
-pub const INIT_SCALE: f64 = 5.0;
+use cache::EmbeddingCache;
+pub use model::{HeadsModel, INIT_SCALE};
+use rows::{IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat};
+pub use step::{HeadsLosses, StepInputs, StepWeights, distillation, step_losses};
 
 /// Terms a lexicon starts with on either side without a top-K, halved.
 const DEFAULT_START_TERMS: usize = 64;
-
-/// Images per backbone pass while caching.
-const IMAGE_CHUNK: usize = 64;
-const TEXT_CHUNK: usize = 256;
 
 /// The dense model directory a `--backbone` path names: a LexLIP directory's `dense/`, or the
 /// directory itself.
@@ -107,11 +92,6 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
          tokenizer.json such as a SPLADE model's)",
         backbone.display()
     )))
-}
-
-/// A word piece as text the backbone can embed (`##ing` → `ing`).
-fn word_text(token: &str) -> &str {
-    token.strip_prefix("##").unwrap_or(token)
 }
 
 /// The terms a lexicon may hold: content words ([`content_words`]) that are whole words (no
@@ -357,406 +337,6 @@ pub fn train(
     Ok(summary)
 }
 
-/// The corpus of a run over cached embeddings, with its captions (the skipped items said), and
-/// what identifies it for a cache: the input, the tokenizer and the counts. At least one batch.
-pub(crate) fn cached_corpus(
-    opts: &TrainOptions,
-    input: &lexlip_corpus::Input,
-    tokenizer: &TextTokenizer,
-    tokenizer_path: &Path,
-    observer: &mut dyn Observer,
-) -> Result<(Corpus, serde_json::Value)> {
-    let corpus = data::load_with_texts(input, tokenizer, &mut |d, t| observer.checking(d, t))?;
-    for e in &corpus.examples {
-        observer.message(&format!("skipped {e}"));
-    }
-    if corpus.pairs.len() < opts.optim.batch_size {
-        return Err(TrainError::Corpus(format!(
-            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
-             least one batch",
-            corpus.pairs.len(),
-            opts.optim.batch_size
-        )));
-    }
-    let key = serde_json::json!({
-        "input": input.signature()?,
-        "tokenizer": crate::run::sha256_file(tokenizer_path)?,
-        "pairs": corpus.pairs.len(),
-        "images": corpus.images.len(),
-    });
-    Ok((corpus, key))
-}
-
-/// `--cache`, or `OUT/cache`.
-pub(crate) fn cache_dir(opts: &TrainOptions) -> PathBuf {
-    opts.model
-        .cache
-        .clone()
-        .unwrap_or_else(|| opts.run.out.join("cache"))
-}
-
-/// Encodes what the cache lacks: every image, every pair's caption, every vocabulary word.
-fn build_cache(
-    dir: &Path,
-    backbone_path: &Path,
-    backbone: &dyn DenseEncoder,
-    corpus: &Corpus,
-    tokenizer: &TextTokenizer,
-    corpus_key: String,
-    observer: &mut dyn Observer,
-) -> Result<EmbeddingCache> {
-    let texts = corpus
-        .texts
-        .as_ref()
-        .ok_or_else(|| TrainError::invalid("the corpus was read without its captions"))?;
-    let words: Vec<String> = (0..tokenizer.vocab as u32)
-        .map(|t| {
-            tokenizer
-                .token(t)
-                .map(|w| word_text(&w).to_string())
-                .unwrap_or_default()
-        })
-        .collect();
-    let meta = CacheMeta::new(
-        backbone_path,
-        corpus_key,
-        backbone.dim(),
-        &[
-            (IMAGES, corpus.images.len()),
-            (TEXTS, texts.len()),
-            (WORDS, words.len()),
-        ],
-    )?;
-    observer.message(&format!(
-        "embedding cache {}: {} images, {} captions, {} vocabulary words",
-        dir.display(),
-        corpus.images.len(),
-        texts.len(),
-        words.len()
-    ));
-    let encode_texts = |rows: &[String]| text_rows(rows, |t| backbone.encode_texts(t));
-    let sections = vec![
-        Section {
-            name: IMAGES,
-            rows: corpus.images.len(),
-            encode: Box::new(|start, end| {
-                image_rows(
-                    &corpus.images[start..end],
-                    IMAGE_CHUNK,
-                    |bytes, name| Ok(backbone.preprocess_image(bytes, name)?),
-                    |images| Ok(flat(backbone.encode_images(images)?)),
-                )
-            }),
-        },
-        Section {
-            name: TEXTS,
-            rows: texts.len(),
-            encode: Box::new(|start, end| encode_texts(&texts[start..end])),
-        },
-        Section {
-            name: WORDS,
-            rows: words.len(),
-            encode: Box::new(|start, end| encode_texts(&words[start..end])),
-        },
-    ];
-    EmbeddingCache::build(dir, meta, sections, &mut |d, t| observer.encoding(d, t))
-}
-
-/// A cache section's rows for `images`: each read and preprocessed in parallel by `preprocess`
-/// (its bytes and name), `chunk` at a time, then `encode`d together; rows in input order.
-pub(crate) fn image_rows<P: Send>(
-    images: &[lexlip_corpus::ImageRef],
-    chunk: usize,
-    preprocess: impl Fn(&[u8], &str) -> Result<P> + Sync,
-    encode: impl Fn(&[P]) -> Result<Vec<f32>>,
-) -> Result<Vec<f32>> {
-    let mut out = Vec::new();
-    for part in images.chunks(chunk) {
-        let pre = part
-            .par_iter()
-            .map(|r| {
-                let bytes = data::read_image(r).map_err(|(_, m)| TrainError::Corpus(m))?;
-                preprocess(&bytes, &r.name())
-            })
-            .collect::<Result<Vec<_>>>()?;
-        out.extend(encode(&pre)?);
-    }
-    Ok(out)
-}
-
-/// A cache section's rows for `texts`, encoded [`TEXT_CHUNK`] at a time.
-pub(crate) fn text_rows(
-    texts: &[String],
-    encode: impl Fn(&[&str]) -> lexlip_model::Result<Vec<lexlip_proto::DenseVector>>,
-) -> Result<Vec<f32>> {
-    let mut out = Vec::new();
-    for chunk in texts.chunks(TEXT_CHUNK) {
-        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        out.extend(flat(encode(&refs)?));
-    }
-    Ok(out)
-}
-
-/// Embeddings as cache rows, one after another.
-fn flat(v: Vec<lexlip_proto::DenseVector>) -> Vec<f32> {
-    v.into_iter().flat_map(|d| d.as_slice().to_vec()).collect()
-}
-
-/// The two heads' parameters.
-pub struct HeadsModel {
-    pub store: VarMap,
-    /// `(vocab, dim)` and `(vocab)` per side.
-    pub image_weight: Var,
-    pub image_bias: Var,
-    pub text_weight: Var,
-    pub text_bias: Var,
-    /// `(dim)` per side: the mean input, subtracted before the head (fixed).
-    pub image_center: Tensor,
-    pub text_center: Tensor,
-    /// `(vocab)`, 1 where a term may carry weight.
-    pub allowed: Tensor,
-}
-
-impl HeadsModel {
-    /// Both heads start as the backbone's embeddings of the vocabulary's words (the cache's
-    /// `words`), scaled by [`INIT_SCALE`], each with one bias for all terms: minus the scaled
-    /// cosine of an input's `2K`-th nearest allowed word (mean over a sample of the side's
-    /// inputs), so a lexicon starts with about `2K` terms whatever the cosines' level.
-    ///
-    /// Why per side: dense dual encoders leave images and texts in separate cones (the
-    /// modality gap), so an image's cosine to every word's text embedding can be negative while
-    /// its ranking of the words is right; a zero bias would then start every image lexicon
-    /// empty, and relu passes no gradient to an empty lexicon.
-    pub fn init(
-        cache: &EmbeddingCache,
-        allowed: &[f32],
-        keep: [usize; 2],
-        device: &Device,
-    ) -> Result<Self> {
-        let vocab = cache.len(WORDS);
-        if allowed.len() != vocab {
-            return Err(TrainError::invalid(format!(
-                "the cache holds {vocab} vocabulary words but the vocabulary has {}",
-                allowed.len()
-            )));
-        }
-        let all: Vec<usize> = (0..vocab).collect();
-        let unit = cache.rows(WORDS, &all, device)?;
-        let allowed_ids: Vec<usize> = (0..vocab).filter(|&t| allowed[t] > 0.0).collect();
-        let (image_center, text_center) = (
-            mean_row(cache, IMAGES, device)?,
-            mean_row(cache, TEXTS, device)?,
-        );
-        let bias = |section: &str, center: &Tensor, k: usize| -> Result<Tensor> {
-            let cut = nearest_cosine(cache, section, center, &unit, &allowed_ids, k, device)?;
-            Ok(Tensor::full((-INIT_SCALE * cut) as f32, vocab, device)?)
-        };
-        let image_bias = bias(IMAGES, &image_center, keep[0])?;
-        let text_bias = bias(TEXTS, &text_center, keep[1])?;
-        let words = (&unit * INIT_SCALE)?;
-        Self::from_tensors(
-            [words.clone(), image_bias, words, text_bias],
-            [image_center, text_center],
-            Tensor::from_slice(allowed, vocab, device)?,
-        )
-    }
-
-    /// Heads with the given starting weights (image weight and bias, text weight and bias),
-    /// fixed centres (image, text) and allowed terms.
-    pub fn from_tensors(start: [Tensor; 4], centers: [Tensor; 2], allowed: Tensor) -> Result<Self> {
-        let store = VarMap::new();
-        let var = |name: String, t: Tensor| -> Result<Var> {
-            let v = Var::from_tensor(&t)?;
-            store
-                .data()
-                .lock()
-                .map_err(|_| TrainError::invalid("parameter store poisoned"))?
-                .insert(name, v.clone());
-            Ok(v)
-        };
-        let [iw, ib, tw, tb] = start;
-        Ok(Self {
-            image_weight: var(format!("{IMAGE_HEAD}.weight"), iw)?,
-            image_bias: var(format!("{IMAGE_HEAD}.bias"), ib)?,
-            text_weight: var(format!("{TEXT_HEAD}.weight"), tw)?,
-            text_bias: var(format!("{TEXT_HEAD}.bias"), tb)?,
-            image_center: centers[0].clone(),
-            text_center: centers[1].clone(),
-            allowed,
-            store,
-        })
-    }
-
-    /// The parameters the optimizer updates: both heads' weights, and their biases unless
-    /// `bias` is [`VocabBias::Fixed`].
-    ///
-    /// Why a fixed bias: the inputs are centred on the training set's mean, so with one
-    /// shared bias every term's mean logit over the training items is that bias, and a term
-    /// can lead only the items its weight row points at. A trained per-term bias is a term's
-    /// prior instead: measured on `train.tsv`, the clip-art category words (`signs`, `places`,
-    /// `computer`) rose 1.8 above the median and `computer` led the lexicons of a quarter of
-    /// the unseen concepts' images.
-    pub fn params(&self, bias: VocabBias) -> Vec<Param> {
-        crate::params::sorted_vars(&self.store)
-            .into_iter()
-            .filter(|(name, _)| bias == VocabBias::Train || !name.ends_with(".bias"))
-            .map(|(name, var)| Param::new(name, var, 1.0))
-            .collect()
-    }
-
-    /// `(batch, vocab)` lexicons of `(batch, dim)` embeddings through one head, cut to `k`.
-    pub fn lexicons(&self, x: &Tensor, image: bool, k: usize) -> Result<Tensor> {
-        crate::lexicon::top_k(&self.full_lexicons(x, image)?, k)
-    }
-
-    /// The lexicons before the top-K cut `(batch, vocab)`: what grounding trains, so that a
-    /// caption word outside an item's K strongest terms still gets the gradient that lifts it
-    /// in (after the cut only the K kept terms get any).
-    pub fn full_lexicons(&self, x: &Tensor, image: bool) -> Result<Tensor> {
-        self.lexicons_of_logits(&self.logits(x, image)?)
-    }
-
-    /// The head's logits `W·(x − c) + b` `(batch, vocab)`, before the relu that zeroes (and
-    /// stops the gradient of) every term below 0.
-    pub fn logits(&self, x: &Tensor, image: bool) -> Result<Tensor> {
-        let (w, b, c) = if image {
-            (&self.image_weight, &self.image_bias, &self.image_center)
-        } else {
-            (&self.text_weight, &self.text_bias, &self.text_center)
-        };
-        Ok(lexlip_model::heads::head_logits(
-            x,
-            c,
-            w.as_tensor(),
-            b.as_tensor(),
-        )?)
-    }
-
-    /// The lexicons `(batch, vocab)` of a head's [`Self::logits`], before the top-K cut.
-    pub fn lexicons_of_logits(&self, logits: &Tensor) -> Result<Tensor> {
-        Ok(lexlip_model::heads::weights_of_logits(
-            logits,
-            &self.allowed,
-        )?)
-    }
-}
-
-/// Inputs sampled per side to set the starting biases.
-const BIAS_SAMPLE: usize = 512;
-
-/// Rows of `section` read at once.
-const CHUNK_ROWS: usize = 4096;
-
-/// The mean row of `section` `(dim)`.
-fn mean_row(cache: &EmbeddingCache, section: &str, device: &Device) -> Result<Tensor> {
-    let n = cache.len(section);
-    let mut sum = Tensor::zeros(cache.meta.dim, DType::F64, device)?;
-    for start in (0..n).step_by(CHUNK_ROWS) {
-        let rows: Vec<usize> = (start..(start + CHUNK_ROWS).min(n)).collect();
-        let part = cache.rows(section, &rows, device)?.to_dtype(DType::F64)?;
-        sum = (sum + part.sum(0)?)?;
-    }
-    Ok((sum / n.max(1) as f64)?.to_dtype(DType::F32)?)
-}
-
-/// The mean, over up to [`BIAS_SAMPLE`] evenly spaced rows of `section` less `center`, of a
-/// row's dot product with its `k`-th nearest word among `allowed` (`words`: unit rows
-/// `(vocab, dim)`).
-fn nearest_cosine(
-    cache: &EmbeddingCache,
-    section: &str,
-    center: &Tensor,
-    words: &Tensor,
-    allowed: &[usize],
-    k: usize,
-    device: &Device,
-) -> Result<f64> {
-    let n = cache.len(section);
-    if n == 0 || allowed.is_empty() {
-        return Ok(0.0);
-    }
-    let take = n.min(BIAS_SAMPLE);
-    let rows: Vec<usize> = (0..take).map(|i| i * n / take).collect();
-    let sims = cache
-        .rows(section, &rows, device)?
-        .broadcast_sub(center)?
-        .matmul(&words.t()?)?
-        .to_vec2::<f32>()?;
-    let k = k.clamp(1, allowed.len());
-    let mut sum = 0.0;
-    for row in sims {
-        let mut v: Vec<f32> = allowed.iter().map(|&t| row[t]).collect();
-        let (_, kth, _) = v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-        sum += f64::from(*kth);
-    }
-    Ok(sum / take as f64)
-}
-
-/// What a step needs of each pair once the cache holds the embeddings: its image's row and
-/// its caption's tokens, packed in three arrays (about 4 bytes per token and 8 per pair; a
-/// `Pair` with its own token vector, image reference and id took about 260 bytes per pair,
-/// which made the heads' memory grow with the corpus).
-pub struct PairRows {
-    images: Vec<u32>,
-    tokens: Vec<u32>,
-    /// Pair `p`'s tokens are `tokens[ends[p - 1]..ends[p]]` (from 0 for the first).
-    ends: Vec<u64>,
-}
-
-impl PairRows {
-    /// Packs the corpus's pairs and empties it (pairs, captions' text, image references and
-    /// ids), so their memory goes back before the steps start.
-    pub fn take(corpus: &mut Corpus) -> Self {
-        let pairs = std::mem::take(&mut corpus.pairs);
-        corpus.texts = None;
-        corpus.images = Vec::new();
-        corpus.image_ids = Vec::new();
-        let mut rows = Self {
-            images: Vec::with_capacity(pairs.len()),
-            tokens: Vec::with_capacity(pairs.iter().map(|p| p.tokens.len()).sum()),
-            ends: Vec::with_capacity(pairs.len()),
-        };
-        for pair in pairs {
-            rows.images.push(pair.image);
-            rows.tokens.extend_from_slice(&pair.tokens);
-            rows.ends.push(rows.tokens.len() as u64);
-        }
-        release_freed_memory();
-        rows
-    }
-
-    pub fn len(&self) -> usize {
-        self.images.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.images.is_empty()
-    }
-
-    /// Pair `p`'s image row in the cache.
-    pub fn image(&self, p: usize) -> u32 {
-        self.images[p]
-    }
-
-    /// Pair `p`'s caption tokens.
-    pub fn tokens(&self, p: usize) -> &[u32] {
-        let start = if p == 0 { 0 } else { self.ends[p - 1] as usize };
-        &self.tokens[start..self.ends[p] as usize]
-    }
-}
-
-/// Hands freed heap pages back to the system. `lexlip train` keeps freed memory in the heap
-/// (no trimming, so the steps' large tensors reuse it); the corpus's millions of small
-/// allocations, freed, would otherwise stay resident under the steps' tensors, and the heads'
-/// memory would grow with the corpus (measured: +18 % from 10k to 1M pairs).
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages of the allocator's heaps to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Each step's pair indices, in the run's order.
 struct PairIndices<'a> {
     order: Order,
@@ -898,113 +478,6 @@ impl Batches for PairIndices<'_> {
             tokens,
         })
     }
-}
-
-/// The inputs of one step's losses.
-pub struct StepInputs<'a> {
-    /// `(batch, dim)` unit-length backbone embeddings.
-    pub image: &'a Tensor,
-    pub text: &'a Tensor,
-    /// Grounding targets ([`grounding_targets`]).
-    pub bags: &'a Tensor,
-    pub has: &'a Tensor,
-    /// With expansion control: each caption's own words ([`crate::expansion::own_words`]) and
-    /// the terms that may weigh at all.
-    pub own: Option<(&'a Tensor, &'a Tensor)>,
-}
-
-/// The weights of one step's losses.
-#[derive(Debug, Clone, Copy)]
-pub struct StepWeights {
-    pub image_k: usize,
-    pub text_k: usize,
-    /// Expansion control's E on the text side (`--query-expansion`), instead of `text_k`.
-    pub text_expansion: Option<usize>,
-    pub tau: f64,
-    pub teacher_tau: f64,
-    pub distill: f64,
-    pub flops_image: f64,
-    pub flops_text: f64,
-    pub grounding: f64,
-    /// Weights (image, text side) and temperature of the caption-word likelihood.
-    pub caption_words: f64,
-    pub caption_words_text: f64,
-    pub caption_words_tau: f64,
-}
-
-/// KL(softmax(teacher) ‖ softmax(student)) per row, mean over rows: the student's in-batch
-/// ranking pulled toward the dense model's.
-pub fn distillation(teacher: &Tensor, student: &Tensor) -> Result<Tensor> {
-    let t = log_softmax(teacher)?.detach();
-    let s = log_softmax(student)?;
-    Ok(t.exp()?.mul(&(&t - &s)?)?.sum(1)?.mean_all()?)
-}
-
-/// One step's losses.
-pub struct HeadsLosses {
-    /// What the gradients come from.
-    pub total: Tensor,
-    /// Its named parts.
-    pub parts: Vec<(&'static str, Tensor)>,
-    /// Mean non-zero terms per image and per text lexicon.
-    pub nnz: (f64, f64),
-}
-
-/// One step's losses (see the module's doc).
-pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Result<HeadsLosses> {
-    let (logits_v, logits_l) = (model.logits(x.image, true)?, model.logits(x.text, false)?);
-    let (full_v, full_l) = (
-        model.lexicons_of_logits(&logits_v)?,
-        model.lexicons_of_logits(&logits_l)?,
-    );
-    let pv = crate::lexicon::top_k(&full_v, w.image_k)?;
-    let pl = match (w.text_expansion, x.own) {
-        (Some(e), Some((own, words))) => expansion_control(&full_l, own, words, e)?,
-        (Some(_), None) => {
-            return Err(TrainError::invalid(
-                "expansion control needs the captions' own words",
-            ));
-        }
-        (None, _) => crate::lexicon::top_k(&full_l, w.text_k)?,
-    };
-    let (i2t, t2i) = in_batch(&pv, &pl, w.tau)?;
-    let student = (pv.matmul(&pl.t()?)? / w.tau)?;
-    let teacher = (x.image.matmul(&x.text.t()?)? / w.teacher_tau)?;
-    let kd = ((distillation(&teacher, &student)?
-        + distillation(&teacher.t()?.contiguous()?, &student.t()?.contiguous()?)?)?
-        * 0.5)?;
-    let (fv, fl) = (flops(&pv)?, flops(&pl)?);
-    let mut total = (((&i2t + &t2i)? * 0.5)? + (&kd * w.distill)?)?;
-    total = ((total + (&fv * w.flops_image)?)? + (&fl * w.flops_text)?)?;
-    let mut parts = vec![
-        ("i2t", i2t),
-        ("t2i", t2i),
-        ("distill", kd),
-        ("flops_image", fv),
-        ("flops_text", fl),
-    ];
-    if w.grounding > 0.0 {
-        let gv = grounding(&full_v, x.bags, x.has, w.tau)?;
-        let gl = grounding(&full_l, x.bags, x.has, w.tau)?;
-        total = (total + ((&gv + &gl)? * w.grounding)?)?;
-        parts.push(("ground_image", gv));
-        parts.push(("ground_text", gl));
-    }
-    for (name, logits, weight) in [
-        ("caption_words", &logits_v, w.caption_words),
-        ("caption_words_text", &logits_l, w.caption_words_text),
-    ] {
-        if weight > 0.0 {
-            let cw = caption_words(logits, &model.allowed, x.bags, x.has, w.caption_words_tau)?;
-            total = (total + (&cw * weight)?)?;
-            parts.push((name, cw));
-        }
-    }
-    let nnz = (
-        crate::losses::mean_nonzero(&pv)?,
-        crate::losses::mean_nonzero(&pl)?,
-    );
-    Ok(HeadsLosses { total, parts, nnz })
 }
 
 struct HeadsSteps<'a> {
@@ -1170,7 +643,8 @@ fn write_record(
 
 #[cfg(test)]
 mod tests {
-    use super::{PairRows, separate_repeats};
+    use super::rows::PairRows;
+    use super::separate_repeats;
     use crate::data::{Corpus, Pair};
     use proptest::prelude::*;
 

@@ -1,0 +1,147 @@
+//! The lexicon options of `lexlip train` (LexLIP's and the heads'): FLOPS per side, top-K
+//! pooling, caption-word grounding and likelihood, vocabulary biases, the text side's cut
+//! (top-k or expansion control) and the heads' distillation.
+
+use super::*;
+
+/// How sparse and grounded the lexicons are (LexLIP only): FLOPS per side, top-K pooling, caption-word grounding, vocabulary biases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct LexiconOptions {
+    /// FLOPS weight of the image lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_image: Option<f64>,
+    /// FLOPS weight of the text lexicons (default: --flops-lambda).
+    #[arg(long, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_text: Option<f64>,
+    /// Fraction of the steps over which sparsity sets in: the FLOPS weights rise quadratically
+    /// from 0 (SPLADE's warm-up) and the image top-K narrows from the whole vocabulary to
+    /// --image-top-k (0 = both in full from the first step).
+    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub flops_warmup: f64,
+    /// Top-K pooling: each image lexicon keeps only its K largest weights, in training and in
+    /// the exported model (recorded in lexlip.json, applied by every encoder), so the index
+    /// stores exactly what was trained. 0 = every non-zero term.
+    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub image_top_k: usize,
+    /// Weight of caption-word grounding (STAIR): each image's lexicon is contrasted with the
+    /// batch's captions taken as bags of words (IDF-weighted; template words in more than 5 %
+    /// of the captions and function words are no targets), so an image's strongest terms are
+    /// words that tell its caption from the others. 0 = off. --objective heads: 1 unless given.
+    #[arg(long, default_value_t = DEFAULT_GROUNDING, help_heading = "Lexicon")]
+    #[serde(default)]
+    pub grounding: f64,
+    /// --objective heads: weight of the caption-word likelihood of the image head: every
+    /// allowed word competes with the caption's own words in a softmax of the head's logits at
+    /// --caption-words-tau (before the relu, so a caption word at weight 0 still rises), and
+    /// weight on words no caption of the image has (neighbour concepts, style words) costs.
+    /// 0 = off; 1 unless given.
+    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub caption_words: f64,
+    /// --objective heads: the same likelihood on the text head's logits (the query side), with
+    /// --caption-words-tau; it keeps one term from leading most queries. 0 = off; 0.3 unless
+    /// given.
+    #[arg(long, default_value_t = 0.0, help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub caption_words_text: f64,
+    /// --objective heads: the temperature of the caption-word softmax over a head's logits,
+    /// both sides (lower: the caption's words must stand further above the rest).
+    #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, help_heading = "Lexicon")]
+    #[serde(
+        default = "default_caption_words_tau",
+        skip_serializing_if = "is_default_caption_words_tau"
+    )]
+    pub caption_words_tau: f64,
+    /// The MLM heads' vocabulary bias: fixed (the image head has none, the text head keeps its
+    /// initial one; --objective heads: each head keeps its one shared starting bias) or train
+    /// (both learn a bias per term; a learned bias lets one term top every lexicon).
+    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, help_heading = "Lexicon")]
+    #[serde(default = "legacy_vocab_bias")]
+    pub vocab_bias: VocabBias,
+    /// --objective heads: top-K pooling of the text lexicons (queries), as --image-top-k is
+    /// the images'. 0 = every non-zero term.
+    #[arg(long, default_value_t = DEFAULT_TEXT_TOP_K, help_heading = "Lexicon")]
+    #[serde(
+        default = "default_text_top_k",
+        skip_serializing_if = "is_default_text_top_k"
+    )]
+    pub text_top_k: usize,
+    /// --objective heads: expansion control on the query side (D2S's query mask): a caption's
+    /// lexicon keeps its own content words, weighted by the text head, and at most E other
+    /// terms, the strongest, instead of --text-top-k; in training and in the exported model
+    /// (`text_terms` in its lexlip.json), so queries are encoded as they were trained.
+    #[arg(long, value_name = "E", help_heading = "Lexicon")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_expansion: Option<usize>,
+    /// With --query-expansion: the training captions' template words (e.g. emoji,clip,art),
+    /// which name no picture in particular; they never weigh in a caption's or a query's
+    /// lexicon (recorded in lexlip.json).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "WORDS",
+        requires = "query_expansion",
+        help_heading = "Lexicon"
+    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template_words: Vec<String>,
+    /// --objective heads: weight of the distillation of the dense model's in-batch
+    /// similarities into the sparse ones (KL both ways).
+    #[arg(long, default_value_t = 1.0, help_heading = "Lexicon")]
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub distill: f64,
+    /// --objective heads: the temperature of the dense model's similarities in the
+    /// distillation (lexlip's dense objective trains at 0.05; CLIP's logit scale 100 is 0.01).
+    #[arg(long, default_value_t = 0.05, help_heading = "Lexicon")]
+    #[serde(
+        default = "default_teacher_tau",
+        skip_serializing_if = "is_default_teacher_tau"
+    )]
+    pub teacher_tau: f64,
+}
+
+/// Query terms the heads keep by default (issue 37: at most 32 per query).
+pub const DEFAULT_TEXT_TOP_K: usize = 32;
+
+fn default_text_top_k() -> usize {
+    DEFAULT_TEXT_TOP_K
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_teacher_tau() -> f64 {
+    0.05
+}
+
+// The heads' options serialize only when set, so `train.json` and the options of runs made
+// before them read as they were.
+fn is_default_text_top_k(k: &usize) -> bool {
+    *k == DEFAULT_TEXT_TOP_K
+}
+
+/// --caption-words-tau's default, measured on the emoji corpus (docs/benchmarks.md): at 0.1 the
+/// held-out style's T2I recall fell 1.8 points, at 1.0 category words topped a fifth of its
+/// images; 0.3 kept recall and the sharpest lexicons.
+pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.3;
+
+fn default_caption_words_tau() -> f64 {
+    DEFAULT_CAPTION_WORDS_TAU
+}
+
+fn is_default_caption_words_tau(x: &f64) -> bool {
+    *x == DEFAULT_CAPTION_WORDS_TAU
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
+}
+
+fn is_default_teacher_tau(x: &f64) -> bool {
+    *x == default_teacher_tau()
+}
