@@ -898,3 +898,62 @@ fn one_corpus_in_every_format() {
         }
     }
 }
+
+/// With stderr not a terminal (a log, a container), indexing still says how far it is: lines
+/// with done/total, rate and ETA, then a last one; as JSON objects with `--log-format json`.
+#[test]
+fn progress_lines_when_stderr_is_no_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tsv_corpus(tmp.path(), 12);
+    for (format, coll) in [("human", "text-log"), ("json", "json-log")] {
+        let mut args: Vec<String> = vec!["--log-format".into(), format.into(), "index".into()];
+        args.extend([
+            "--collection".into(),
+            tmp.path().join(coll).display().to_string(),
+        ]);
+        args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
+        args.extend(model_args());
+        let out = Command::new(lexlip_tests::lexlip_bin())
+            .args(&args)
+            .env("LEXLIP_PROGRESS_SECS", "0")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let progress: Vec<&str> = stderr.lines().filter(|l| l.contains("indexing")).collect();
+        assert!(progress.len() >= 2, "{stderr}");
+        let last = progress.last().unwrap();
+        if format == "human" {
+            assert!(
+                progress
+                    .iter()
+                    .any(|l| l.contains(" items/s") && l.contains("ETA")),
+                "{stderr}"
+            );
+            assert!(
+                last.starts_with("indexing: ") && last.contains("done in"),
+                "{last}"
+            );
+            // The last line counts every item of the input: done = total.
+            let counts = last["indexing: ".len()..].split(" items").next().unwrap();
+            let (done, total) = counts.split_once('/').unwrap();
+            assert_eq!(done, total, "{last}");
+            assert!(total.parse::<u64>().unwrap() > 0, "{last}");
+        } else {
+            for line in &progress {
+                let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                assert_eq!(v["fields"]["message"], "indexing");
+                assert!(v["fields"]["done"].as_u64().is_some(), "{line}");
+                assert!(v["fields"]["total"].as_u64().is_some(), "{line}");
+            }
+            let v: Value = serde_json::from_str(last).unwrap();
+            assert_eq!(v["fields"]["finished"], true);
+            assert_eq!(v["fields"]["done"], v["fields"]["total"]);
+        }
+    }
+}

@@ -10,6 +10,7 @@ use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, Input};
 use lexlip_proto::DEFAULT_SCALE;
 
+use super::meter::{Meter, Unit};
 use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
@@ -274,34 +275,40 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Progress bars on stderr: encoding the corpus, then searching each setting.
+/// Progress on stderr (bars, or timed lines when stderr is no terminal): encoding the corpus,
+/// then searching each setting.
 struct Progress {
-    bar: indicatif::ProgressBar,
+    meter: Option<Meter>,
     label: String,
 }
 
 impl Progress {
     fn new() -> Self {
         Self {
-            bar: indicatif::ProgressBar::hidden(),
+            meter: None,
             label: String::new(),
         }
     }
 
-    fn restart(&mut self, total: Option<u64>, template: &str) {
-        self.bar.finish_and_clear();
-        self.bar = match total {
-            Some(n) => indicatif::ProgressBar::new(n),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
-        self.bar.set_style(
-            indicatif::ProgressStyle::with_template(template)
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
+    /// The meter of a new phase (the last one's is finished).
+    fn restart(&mut self, what: &str, unit: Unit, total: Option<u64>, template: &str) {
+        self.finish();
+        self.meter = Some(Meter::new(what, unit, total, template, false));
     }
 
-    fn finish(&self) {
-        self.bar.finish_and_clear();
+    fn set(&mut self, done: u64, total: Option<u64>) {
+        if let Some(m) = &mut self.meter {
+            if let Some(n) = total {
+                m.set_length(n);
+            }
+            m.set_position(done);
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(mut m) = self.meter.take() {
+            m.finish();
+        }
     }
 }
 
@@ -313,20 +320,22 @@ impl EvalObserver for Progress {
                 Some(_) => "encoding {bar:30} {human_pos}/{human_len} items, {per_sec}, ETA {eta}",
                 None => "encoding {spinner} {human_pos} items, {per_sec}, {elapsed}",
             };
-            self.restart(total, template);
+            self.restart("encoding", Unit::Count("items"), total, template);
         }
-        self.bar.set_position(done);
+        self.set(done, None);
     }
 
     fn reading(&mut self, done: u64, total: u64) {
         if self.label != "read" {
             self.label = "read".into();
             self.restart(
+                "reading",
+                Unit::Count("documents"),
                 Some(total),
                 "reading {bar:30} {human_pos}/{human_len} documents, {per_sec}, ETA {eta}",
             );
         }
-        self.bar.set_position(done);
+        self.set(done, None);
     }
 
     fn skipped(&mut self, bad: &BadItem) {
@@ -339,10 +348,10 @@ impl EvalObserver for Progress {
             let template = format!(
                 "{label:>8} {{bar:30}} {{human_pos}}/{{human_len}} queries, {{per_sec}}, ETA {{eta}}"
             );
-            self.restart(Some(total), &template);
+            let what = format!("searching {label}");
+            self.restart(&what, Unit::Count("queries"), Some(total), &template);
         }
         // A setting is announced with no queries while its collection is built.
-        self.bar.set_length(total);
-        self.bar.set_position(done);
+        self.set(done, Some(total));
     }
 }

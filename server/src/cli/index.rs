@@ -10,6 +10,7 @@ use lexlip_model::LoadOptions;
 use lexlip_pipeline::{BadItem, ErrorsFile, Input, Observer, Options, Report, VectorsFile};
 use lexlip_proto::{DEFAULT_SCALE, Modality, TermSpace};
 
+use super::meter::{self, Meter};
 use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
@@ -272,7 +273,7 @@ fn vectors(
         &args.options(500_000, context),
         &mut progress,
     );
-    progress.bar.finish_and_clear();
+    progress.bar.finish();
     let summary = match result {
         Ok(summary) => summary,
         Err(e) => {
@@ -400,7 +401,7 @@ fn corpus(args: &IndexArgs, start: Instant) -> anyhow::Result<(Report, Collectio
         &args.options(10_000, context),
         &mut progress,
     );
-    progress.bar.finish_and_clear();
+    progress.bar.finish();
     let summary = result?;
     let seconds = start.elapsed().as_secs_f64();
     Ok((
@@ -474,7 +475,7 @@ const PRINT_SKIPPED: usize = 5;
 
 /// The progress bar and the list of skipped items of a run.
 struct Progress {
-    bar: indicatif::ProgressBar,
+    bar: Meter,
     unit: Unit,
     /// The job's list of skipped items, in the collection (`SKIPPED_FILE`).
     errors: ErrorsFile,
@@ -487,10 +488,6 @@ struct Progress {
 impl Progress {
     fn new(args: &IndexArgs, total: Option<u64>, unit: Unit) -> anyhow::Result<Self> {
         let errors = ErrorsFile::open(&args.collection.join(SKIPPED_FILE))?;
-        let bar = match total {
-            Some(n) => indicatif::ProgressBar::new(n),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
         let template = match (unit, total) {
             (Unit::Bytes, Some(_)) => {
                 "{bar:30} {percent}% of {binary_total_bytes}, {binary_bytes_per_sec}, ETA {eta}: {msg}"
@@ -501,15 +498,12 @@ impl Progress {
             (Unit::Bytes, None) => "{spinner} {elapsed}: {msg}",
             (Unit::Items, None) => "{spinner} {human_pos} items, {per_sec}, {elapsed}",
         };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(template)
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        if args.json {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
+        let counts = match unit {
+            Unit::Bytes => meter::Unit::Bytes,
+            Unit::Items => meter::Unit::Count("items"),
+        };
         Ok(Self {
-            bar,
+            bar: Meter::new("indexing", counts, total, template, args.json),
             unit,
             errors,
             shown: 0,
@@ -547,7 +541,7 @@ impl Observer for Progress {
                     ),
                 }
             };
-            self.bar.suspend(|| eprintln!("{text}"));
+            self.bar.println(&text);
             self.shown += 1;
         }
         Ok(())
@@ -563,7 +557,7 @@ impl Observer for Progress {
         }
         if !self.started {
             self.started = true;
-            self.bar.reset_eta(); // the rate counts this run's items only
+            self.bar.restart_rate(); // the rate counts this run's items only
         }
     }
 
@@ -572,7 +566,7 @@ impl Observer for Progress {
     }
 
     fn notice(&mut self, text: &str) {
-        self.bar.suspend(|| eprintln!("{text}"));
+        self.bar.println(text);
     }
 
     fn checkpoint(&mut self) -> lexlip_pipeline::Result<u64> {

@@ -13,6 +13,7 @@ mod export;
 mod forward_args;
 mod index;
 mod merge;
+pub(crate) mod meter;
 mod model;
 pub mod model_args;
 mod search;
@@ -109,6 +110,7 @@ pub enum Command {
 
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
+    meter::set_json_logs(matches!(format, LogFormat::Json));
     let filter = EnvFilter::try_from_env("LEXLIP_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
+use crate::cli::meter::{Meter, Unit};
+
 /// One pinned npm package.
 pub struct Package {
     pub name: &'static str,
@@ -94,27 +96,36 @@ fn download(package: &Package, to: &Path) -> anyhow::Result<()> {
     let total = response
         .header("content-length")
         .and_then(|v| v.parse::<u64>().ok());
-    let bar = match total {
-        Some(n) => indicatif::ProgressBar::new(n),
-        None => indicatif::ProgressBar::new_spinner(),
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "  {msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    let mut meter = Meter::new(
+        "  downloading",
+        Unit::Bytes,
+        total,
+        "  {msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        false,
     );
-    bar.set_message(package.file_name());
+    meter.set_message(package.file_name());
     // Written next to the target and renamed, so an interrupted download leaves no tarball.
     let partial = to.with_extension("tgz.part");
     let mut out = BufWriter::new(
         File::create(&partial).with_context(|| format!("cannot write {}", partial.display()))?,
     );
-    let mut reader = bar.wrap_read(response.into_reader());
-    std::io::copy(&mut reader, &mut out).with_context(|| format!("downloading {url}"))?;
+    let mut reader = response.into_reader();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut done = 0u64;
+    loop {
+        let n = reader
+            .read(&mut buf)
+            .with_context(|| format!("downloading {url}"))?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        done += n as u64;
+        meter.set_position(done);
+    }
     out.flush()?;
     drop(out);
-    bar.finish_and_clear();
+    meter.finish();
     fs::rename(&partial, to)?;
     eprintln!("  {} downloaded", package.file_name());
     Ok(())
