@@ -167,10 +167,12 @@ pub fn write_manifest(images: &Path, labels: &Path, out: &Path) -> anyhow::Resul
     })?;
     let mut data = None;
     let mut messages = None;
+    let mut meta = None;
     for_each_entry(labels, |path, entry| {
         let slot = match path {
             "package/en/data.json" => &mut data,
             "package/en/messages.json" => &mut messages,
+            "package/meta/groups.json" => &mut meta,
             _ => return Ok(()),
         };
         let mut text = String::new();
@@ -193,11 +195,19 @@ pub fn write_manifest(images: &Path, labels: &Path, out: &Path) -> anyhow::Resul
     let emoji: Vec<Emoji> = serde_json::from_str(&data).context("emojibase en/data.json")?;
     let messages: Messages =
         serde_json::from_str(&messages).context("emojibase en/messages.json")?;
-    let group_name = |order: Option<u32>, list: &[Message]| {
-        order
-            .and_then(|o| list.iter().find(|m| m.order == o))
-            .map(|m| m.message.clone())
-            .unwrap_or_default()
+    let meta: GroupKeys = match meta {
+        Some(text) => serde_json::from_str(&text).context("emojibase meta/groups.json")?,
+        None => GroupKeys::default(),
+    };
+    let group_name = |number: Option<u32>, keys: &HashMap<String, String>, list: &[Message]| {
+        let number = number?;
+        // Numbers name keys in meta/groups.json; two subgroups can share an order number in
+        // messages.json (emojibase 17: seafood and sweets are both 46), so a key decides.
+        let message = match keys.get(&number.to_string()) {
+            Some(key) => list.iter().find(|m| m.key.as_deref() == Some(key.as_str())),
+            None => list.iter().find(|m| m.order == number),
+        };
+        message.map(|m| m.message.clone())
     };
     let manifest = out.join("manifest.jsonl");
     let partial = out.join("manifest.jsonl.part");
@@ -212,8 +222,9 @@ pub fn write_manifest(images: &Path, labels: &Path, out: &Path) -> anyhow::Resul
             "image": image,
             "text": e.label,
             "metadata": {
-                "group": group_name(e.group, &messages.groups),
-                "subgroup": group_name(e.subgroup, &messages.subgroups),
+                "group": group_name(e.group, &meta.groups, &messages.groups).unwrap_or_default(),
+                "subgroup": group_name(e.subgroup, &meta.subgroups, &messages.subgroups)
+                    .unwrap_or_default(),
                 "tags": e.tags.join(", "),
                 "source": "Noto Emoji (Apache-2.0), labels: emojibase-data (MIT)",
             },
@@ -251,8 +262,19 @@ struct Messages {
 
 #[derive(serde::Deserialize)]
 struct Message {
+    #[serde(default)]
+    key: Option<String>,
     order: u32,
     message: String,
+}
+
+/// `meta/groups.json`: the key of each group and subgroup number that `data.json` uses.
+#[derive(serde::Deserialize, Default)]
+struct GroupKeys {
+    #[serde(default)]
+    groups: HashMap<String, String>,
+    #[serde(default)]
+    subgroups: HashMap<String, String>,
 }
 
 /// Upper case, `-` separated, without the variation selector FE0F (emojibase writes
@@ -284,7 +306,71 @@ fn for_each_entry(
 
 #[cfg(test)]
 mod tests {
-    use super::normal_hex;
+    use super::{normal_hex, write_manifest};
+
+    fn tgz(path: &std::path::Path, files: &[(&str, Vec<u8>)]) {
+        let gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        let mut tar = tar::Builder::new(gz);
+        for (name, bytes) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, name, bytes.as_slice())
+                .unwrap();
+        }
+        tar.into_inner().unwrap().finish().unwrap();
+    }
+
+    /// emojibase 17 gives seafood and sweets the same order number (46); the birthday cake's
+    /// subgroup number names `food-sweet` in meta/groups.json, so it is filed under sweets.
+    #[test]
+    fn the_birthday_cake_is_filed_under_sweets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let png = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/emoji/1f34c.png"),
+        )
+        .unwrap();
+        let images = tmp.path().join("images.tgz");
+        tgz(&images, &[("package/img/google/64/1f382.png", png)]);
+        let data = serde_json::json!([
+            {"label": "birthday cake", "hexcode": "1F382", "tags": ["cake"], "group": 4, "subgroup": 46}
+        ]);
+        let messages = serde_json::json!({
+            "groups": [{"key": "food-drink", "message": "food & drink", "order": 4}],
+            "subgroups": [
+                {"key": "food-marine", "message": "seafood", "order": 46},
+                {"key": "food-sweet", "message": "sweets & candy", "order": 46}
+            ]
+        });
+        let meta = serde_json::json!({
+            "groups": {"4": "food-drink"},
+            "subgroups": {"38": "animal-marine", "46": "food-sweet"}
+        });
+        let labels = tmp.path().join("labels.tgz");
+        tgz(
+            &labels,
+            &[
+                ("package/en/data.json", data.to_string().into_bytes()),
+                (
+                    "package/en/messages.json",
+                    messages.to_string().into_bytes(),
+                ),
+                ("package/meta/groups.json", meta.to_string().into_bytes()),
+            ],
+        );
+        let out = tmp.path().join("out");
+        let written = write_manifest(&images, &labels, &out).unwrap();
+        let line: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(written.manifest).unwrap().trim())
+                .unwrap();
+        assert_eq!(line["metadata"]["subgroup"], "sweets & candy");
+        assert_eq!(line["metadata"]["group"], "food & drink");
+    }
 
     #[test]
     fn hexcodes_meet_without_the_variation_selector() {
