@@ -83,6 +83,31 @@ pub struct Hit {
     pub text_truncated: bool,
 }
 
+/// Whether a query matched its hits only weakly, by the calibration `weak_match` of the model
+/// that encoded it (none without one). The calibration was measured on best hits — real
+/// captions' best hits pass it, nonsense queries' do not — so it judges the list by the hit
+/// shown first: all of them are weak, or none is. Greying hits one by one would grey right
+/// hits that rank below a stronger one, which the calibration never measured.
+///
+/// ```
+/// # use lexlip_proto::api::{Hit, weak_list};
+/// let hit = |m: f64| -> Hit {
+///     let json = serde_json::json!({"id": "d", "score": 1.0, "modality": "image", "match_strength": m});
+///     serde_json::from_value(json).unwrap()
+/// };
+/// assert_eq!(weak_list(&[hit(0.35), hit(0.12)], Some(0.2)), Some(false));
+/// assert_eq!(weak_list(&[hit(0.15), hit(0.12)], Some(0.2)), Some(true));
+/// assert_eq!(weak_list(&[hit(0.15)], None), None);
+/// ```
+pub fn weak_list(hits: &[Hit], weak_match: Option<f64>) -> Option<bool> {
+    let below = weak_match?;
+    Some(
+        hits.first()
+            .and_then(|h| h.match_strength)
+            .is_none_or(|m| m < below),
+    )
+}
+
 /// Most bytes of stored text one hit carries.
 pub const MAX_HIT_TEXT_BYTES: usize = 16 << 10;
 /// Most bytes of stored text one response's hits carry together.

@@ -593,7 +593,7 @@ fn heads_lexicons_of_stored_embeddings_equal_the_encoded_ones() {
 
 /// Weak matches for image queries (issue 73): a model's `weak_match.image` comes back with an
 /// image query's hits, from the server and from `lexlip search` (text and `--json`), and
-/// flags exactly the hits below it. Three pictures: one equal to a stored picture (strength
+/// `weak` judges the list by its first hit: all hits weak or none. Three pictures: one equal to a stored picture (strength
 /// ~1, never weak), one of the collection's concepts against its labels (an ordinary query),
 /// and one against a collection whose one document shares no term with it (no hit to
 /// trust: none is returned). Vector queries, which no model encoded, get no calibration.
@@ -625,9 +625,11 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
         "{r}"
     );
     assert_eq!(r["weak_match"], WEAK, "{r}");
+    assert_eq!(r["weak"], false, "{r}");
     // A text query has no calibration of this model's.
     let r = search("emoji", json!({"query": {"text": "frog"}, "k": 3}));
     assert!(r.get("weak_match").is_none(), "{r}");
+    assert!(r.get("weak").is_none(), "{r}");
     // Sharing no term: a collection whose only document holds a word the picture lacks.
     let (st, enc) = s.call("POST", "/v1/encode", Some(&json!({"image": frog})));
     assert_eq!(st, 200, "{enc}");
@@ -643,10 +645,11 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     let r = search("apart", json!({"query": {"image": frog}, "k": 3}));
     assert_eq!(r["hits"].as_array().unwrap().len(), 0, "{r}");
     assert_eq!(r["weak_match"], WEAK, "{r}");
+    assert_eq!(r["weak"], true, "nothing matched: {r}");
     s.stop();
 
     // `lexlip search --image`: an ordinary picture against the labels; the JSON carries the
-    // calibration, and the text output flags exactly the hits below it.
+    // calibration and the list's flag, and the text output flags every hit or none.
     let collection = data.join("collections/emoji");
     let dog = emoji_png("1f436");
     let base = [
@@ -672,6 +675,8 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
         .map(|h| h["match_strength"].as_f64().unwrap())
         .collect();
     assert!(!strengths.is_empty());
+    let weak = strengths[0] < WEAK;
+    assert_eq!(json_out["weak"], weak, "{json_out}");
     let out = lexlip_tests::lexlip(&base);
     assert!(
         out.status.success(),
@@ -681,9 +686,47 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("score")).collect();
     assert_eq!(lines.len(), strengths.len(), "{text}");
-    for (line, m) in lines.iter().zip(&strengths) {
-        assert_eq!(line.contains(", weak"), *m < WEAK, "{line} (strength {m})");
+    for line in &lines {
+        assert_eq!(
+            line.contains(", weak"),
+            weak,
+            "{line} (best {})",
+            strengths[0]
+        );
     }
+    // The image query's default target is the collection's texts (it holds them), a text
+    // query's its pictures; `--modality any` returns both.
+    let default = lexlip_tests::success_json(&lexlip_tests::lexlip(
+        &[&base[..7], &["-k", "12", "--json"]].concat(),
+    ));
+    assert_eq!(default["hits"], json_out["hits"], "{default}");
+    let modalities = |extra: &[&str]| -> Vec<String> {
+        let text = [
+            &base[..5],
+            &["--text", "a green frog", "-k", "30", "--json"],
+            extra,
+        ]
+        .concat();
+        let out = lexlip_tests::success_json(&lexlip_tests::lexlip(&text));
+        let hits = out["hits"].as_array().unwrap().clone();
+        hits.iter()
+            .map(|h| h["modality"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let images = modalities(&[]);
+    assert!(
+        !images.is_empty() && images.iter().all(|m| m == "image"),
+        "{images:?}"
+    );
+    let any = modalities(&["--modality", "any"]);
+    assert!(any.iter().any(|m| m == "text"), "{any:?}");
+    // Nothing shared: the list is weak, in the JSON too.
+    let apart = data.join("collections/apart");
+    let mut line = base.to_vec();
+    line[2] = apart.to_str().unwrap();
+    let out = lexlip_tests::success_json(&lexlip_tests::lexlip(&[&line[..], &["--json"]].concat()));
+    assert_eq!(out["hits"].as_array().unwrap().len(), 0, "{out}");
+    assert_eq!(out["weak"], true, "{out}");
 }
 
 /// Expansion control from a model's lexlip.json (issue 73): "a red car emoji" keeps its own

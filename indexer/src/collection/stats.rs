@@ -16,17 +16,23 @@ use super::Collection;
 use crate::error::{IndexError, Result};
 
 impl Collection {
+    /// Documents of one modality in the last commit.
+    pub fn documents_of(&self, modality: Modality) -> Result<u64> {
+        let snapshot = self.snapshot()?;
+        let q = TermQuery::new(
+            Term::from_field_text(self.fields.modality, modality.as_str()),
+            IndexRecordOption::Basic,
+        );
+        Ok(snapshot.searcher.search(&q, &Count)? as u64)
+    }
+
     /// Documents, terms and bytes of the last commit.
     pub fn stats(&self) -> Result<CollectionStats> {
         let snapshot = self.snapshot()?;
         let searcher = &snapshot.searcher;
         let mut by_modality = HashMap::new();
         for m in [Modality::Image, Modality::Text] {
-            let q = TermQuery::new(
-                Term::from_field_text(self.fields.modality, m.as_str()),
-                IndexRecordOption::Basic,
-            );
-            by_modality.insert(m, searcher.search(&q, &Count)? as u64);
+            by_modality.insert(m, self.documents_of(m)?);
         }
         let mut terms: HashSet<Vec<u8>> = HashSet::new();
         let mut nnz = 0u64;

@@ -21,30 +21,43 @@ use super::model_args::ModelArgs;
 
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("query").required(true)))]
+#[command(
+    override_usage = "lexlip search [OPTIONS] --collection <DIR> --model <MODEL> --text <TEXT>
+       lexlip search [OPTIONS] --collection <DIR> --model <MODEL> --image <FILE>
+       lexlip search [OPTIONS] --collection <DIR> --vector <JSON>
+       lexlip search [OPTIONS] --collection <DIR> --queries <FILE> --run <FILE>"
+)]
 pub struct SearchArgs {
     /// Collection directory.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub collection: PathBuf,
     /// One query in words, encoded by --model's text encoder.
     #[arg(long, group = "query")]
     pub text: Option<String>,
-    /// One query image (a file), encoded by --model's image encoder.
+    /// One query image, encoded by --model's image encoder.
     #[arg(long, group = "query", value_name = "FILE")]
     pub image: Option<PathBuf>,
-    /// One query vector: a JSON object of term → weight (integers are impacts, other numbers
-    /// weights).
-    #[arg(long, group = "query")]
+    /// One query vector: a JSON object of term → weight.
+    ///
+    /// Integers are impacts, other numbers weights.
+    #[arg(long, group = "query", value_name = "JSON")]
     pub vector: Option<String>,
-    /// Many query vectors, JsonVectorCollection JSONL (the id is the query id); needs --run.
-    #[arg(long, group = "query", requires = "run")]
+    /// Many query vectors (JsonVectorCollection JSONL); needs --run.
+    ///
+    /// Each line's id is the query id.
+    #[arg(long, group = "query", requires = "run", value_name = "FILE")]
     pub queries: Option<PathBuf>,
-    /// Where to write the TREC run (`qid Q0 docid rank score lexlip`).
-    #[arg(long)]
+    /// Where to write the TREC run of --queries.
+    ///
+    /// Lines `qid Q0 docid rank score lexlip`.
+    #[arg(long, value_name = "FILE")]
     pub run: Option<PathBuf>,
-    /// Which index answers: sparse (the lexicon index; when it matches fewer than k documents
-    /// and the collection keeps dense vectors, the dense index answers instead), dense, or
-    /// hybrid (reciprocal-rank fusion of both). Dense and hybrid need a collection with dense
-    /// vectors and a --model with a dense encoder.
+    /// Which index answers: sparse, dense, or hybrid (both, fused).
+    ///
+    /// sparse: the lexicon index; when it matches fewer than k documents and the collection
+    /// keeps dense vectors, the dense index answers instead. hybrid: reciprocal-rank fusion of
+    /// both. Dense and hybrid need a collection with dense vectors and a --model with a dense
+    /// encoder.
     #[arg(long, value_enum, default_value_t = ModeArg::Sparse)]
     pub mode: ModeArg,
     #[command(flatten)]
@@ -52,35 +65,43 @@ pub struct SearchArgs {
     /// Number of results per query.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
-    /// Approximate search with factor X ≥ 1: doc-id blocks whose score bound is below X times
-    /// the current k-th score are skipped (1 = exact; larger = faster, lower recall).
-    #[arg(long)]
+    /// Approximate search: skip blocks bounded below X × the k-th score.
+    ///
+    /// X ≥ 1: 1 is exact; larger is faster, with lower recall. Hits are still scored exactly.
+    /// See docs/cli.md, *Search semantics*.
+    #[arg(long, value_name = "X")]
     pub approx: Option<f32>,
-    /// Approximate search that leaves the query's lightest terms out of the block bounds: those
-    /// whose largest contributions add up to at most this share (0-1) of the query's largest
-    /// possible score (they still count in every score). Runs at `--approx` or 1.
-    #[arg(long)]
+    /// Approximate search: leave the query's lightest terms out of the bounds.
+    ///
+    /// Those whose largest contributions add up to at most C (0-1) of the query's largest
+    /// possible score; they still count in every score. Runs at --approx or 1. See docs/cli.md,
+    /// *Search semantics*.
+    #[arg(long, value_name = "C")]
     pub term_cut: Option<f32>,
-    /// Weight the query's terms by their rarity among the documents searched: each impact
-    /// times ln(1 + N / df)^ALPHA, N the documents the search may return (of --modality) and df
-    /// those holding the term (0-4; 0 is off; 1 is BM25's IDF). Terms that a model puts on most
-    /// pictures of a large collection then weigh less than the ones that tell them apart. The
-    /// search stays exact, with the weighted query. Default: for --text and --image, the
-    /// model's (`idf` in its lexlip.json), else off.
+    /// Weight the query's terms by their rarity in the collection (0-4).
+    ///
+    /// Each impact times ln(1 + N / df)^ALPHA (0 is off; 1 is BM25's IDF); the search stays
+    /// exact, with the weighted query. Default: for --text and --image, the model's (`idf` in
+    /// its lexlip.json), else off. See docs/cli.md, *IDF weighting*.
     #[arg(long, value_name = "ALPHA")]
     pub idf: Option<f32>,
-    /// Only documents of this modality.
-    #[arg(long, value_parser = parse_modality)]
-    pub modality: Option<Modality>,
+    /// Which documents a query may return: image, text or any.
+    ///
+    /// Default: as the page does, the other modality when the collection holds it (a --text query finds images, an --image
+    /// query texts), else any.
+    #[arg(long, value_parser = parse_target, value_name = "image|text|any")]
+    pub modality: Option<Target>,
     /// Show the matched terms of each hit.
     #[arg(long)]
     pub explain: bool,
-    /// Print {"hits": [...], "path", "took_ms", "weak_match"?} as JSON (`weak_match`: the query
-    /// model's calibration, below which a hit's match strength is weak; the table says `weak`).
+    /// Print the hits as one JSON object.
+    ///
+    /// `{"hits": [...], "path", "took_ms", "weak_match"?}`; `weak_match` is the query model's
+    /// calibration, below which a hit's match strength is weak (the table says `weak`).
     #[arg(long)]
     pub json: bool,
     /// Threads for batch search (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 }
 
@@ -91,7 +112,35 @@ pub enum ModeArg {
     Hybrid,
 }
 
-fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
+/// The documents `--modality` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Only(Modality),
+    Any,
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    match s {
+        "any" => Ok(Target::Any),
+        _ => parse_modality(s)
+            .map(Target::Only)
+            .map_err(|e| format!("{e}, or any")),
+    }
+}
+
+/// What a query returns: `--modality` as given, else the other modality than the query's when
+/// the collection holds documents of it (as the page does), else every document.
+fn target(c: &Collection, args: &SearchArgs, query: &Query) -> anyhow::Result<Option<Modality>> {
+    let other = match (args.modality, query) {
+        (Some(Target::Only(m)), _) => return Ok(Some(m)),
+        (Some(Target::Any), _) | (None, Query::Vector(_)) => return Ok(None),
+        (None, Query::Text(_)) => Modality::Image,
+        (None, Query::Image(_)) => Modality::Text,
+    };
+    Ok((c.documents_of(other)? > 0).then_some(other))
+}
+
+fn plan(args: &SearchArgs, dense: bool, modality: Option<Modality>) -> anyhow::Result<SearchPlan> {
     let (precision, term_cut) = lexlip_search::precision(None, args.approx, args.term_cut)?;
     let plan = SearchPlan {
         k: args.k,
@@ -103,7 +152,7 @@ fn plan(args: &SearchArgs, dense: bool) -> anyhow::Result<SearchPlan> {
         precision,
         term_cut,
         filter: Filter {
-            modality: args.modality,
+            modality,
             ..Filter::default()
         },
         explain: args.explain,
@@ -124,8 +173,13 @@ fn query_vector(c: &Collection, json: &str) -> anyhow::Result<QuantizedVector> {
 
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
     let c = Collection::open(&args.collection)?;
-    let plan = plan(&args, c.manifest().settings.dense_dim.is_some())?;
+    let dense = c.manifest().settings.dense_dim.is_some();
     if let Some(q) = &args.queries {
+        let only = match args.modality {
+            Some(Target::Only(m)) => Some(m),
+            _ => None,
+        };
+        let plan = plan(&args, dense, only)?;
         if plan.mode != Mode::Sparse {
             bail!("--queries holds sparse vectors: search them with --mode sparse");
         }
@@ -137,6 +191,7 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         (_, _, Some(v)) => Query::Vector(v.clone()),
         _ => bail!("give a query: --text, --image, --vector, or --queries with --run"),
     };
+    let plan = plan(&args, dense, target(&c, &args, &query)?)?;
     single(&c, &args, &plan, query)
 }
 
@@ -290,19 +345,28 @@ fn single(
             .and_then(|e| of_query(e.weak_match(), &query)),
         _ => None,
     };
+    let weak = lexlip_proto::api::weak_list(&found.hits, weak_match);
     if args.json {
         let mut out = serde_json::json!({
             "hits": found.hits,
             "path": found.path,
             "took_ms": ms,
         });
-        if let Some(w) = weak_match {
+        if let (Some(w), Some(weak)) = (weak_match, weak) {
             out["weak_match"] = serde_json::json!(w);
+            out["weak"] = serde_json::json!(weak);
         }
         println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    print_hits(&found.hits, weak_match);
+    print_hits(&found.hits, weak == Some(true));
+    if let (Some(w), Some(true)) = (weak_match, weak) {
+        eprintln!(
+            "weak match: the best hit's match strength is below {:.0} %, the model's \
+             calibration (most real queries' best hits reach it; nonsense does not)",
+            w * 100.0
+        );
+    }
     let path = match found.path {
         SearchPath::Sparse => "sparse",
         SearchPath::Dense => "dense",
@@ -322,14 +386,13 @@ fn of_query<T>(setting: lexlip_model::ByQueryModality<T>, query: &Query) -> Opti
     }
 }
 
-/// The hits, one a line; with the query model's weak-match calibration, a hit whose match
-/// strength is below it says so (the page greys it out).
-fn print_hits(hits: &[Hit], weak_match: Option<f64>) {
+/// The hits, one a line; each says `weak` when the query matched them only weakly
+/// ([`lexlip_proto::api::weak_list`]; the page greys them out).
+fn print_hits(hits: &[Hit], weak: bool) {
     for (rank, h) in hits.iter().enumerate() {
         let strength = h
             .match_strength
             .map(|m| {
-                let weak = weak_match.is_some_and(|w| m < w);
                 format!(
                     ", match {:.0} %{}",
                     m * 100.0,

@@ -280,6 +280,11 @@ pub struct SearchResponse {
     /// queries and models without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weak_match: Option<f64>,
+    /// Whether the query matched its hits only weakly: the first hit's `match_strength` is
+    /// below `weak_match` (then every hit is weak; otherwise none is). Absent with
+    /// `weak_match`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weak: Option<bool>,
     pub took_ms: f64,
 }
 

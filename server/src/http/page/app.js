@@ -250,9 +250,11 @@ function render(collection, response, roundTripMs, request) {
   $("query-cloud-box").hidden = terms.length === 0;
   drawCloud($("query-cloud"), terms, (t, w) => `${t}: impact ${w}`);
   const list = $("results");
-  const weakBelow = response.weak_match;
-  list.replaceChildren(...hits.map((hit, i) => card(collection, hit, i + 1, weakBelow)));
-  if (hits.length > 0 && isWeak(hits[0], weakBelow)) {
+  // The server judges the list by its first hit against the model's calibration: every hit
+  // is weak or none is, so the greying never contradicts the ranking shown.
+  const weak = response.weak === true;
+  list.replaceChildren(...hits.map((hit, i) => card(collection, hit, i + 1, weak)));
+  if (hits.length > 0 && weak) {
     const note = document.createElement("li");
     note.className = "empty weak-note";
     note.textContent =
@@ -283,7 +285,7 @@ function emptyResult(request) {
   );
 }
 
-function card(collection, hit, rank, weakBelow) {
+function card(collection, hit, rank, weak) {
   const li = document.createElement("li");
   li.className = "card " + hit.modality;
   if (hit.modality === "image") {
@@ -312,7 +314,7 @@ function card(collection, hit, rank, weakBelow) {
     meta.title = "match: the score as a share of the query's score against itself (dense: cosine similarity)";
   }
   body.append(title, meta);
-  if (isWeak(hit, weakBelow)) {
+  if (weak) {
     li.classList.add("weak");
     const badge = document.createElement("div");
     badge.className = "badge";
@@ -334,12 +336,6 @@ function card(collection, hit, rank, weakBelow) {
   }
   li.append(body);
   return li;
-}
-
-/** A hit is weak below the model's calibrated match strength (`weak_match` of the response,
- * from the model's lexlip.json); without a calibration no hit is called weak. */
-function isWeak(hit, weakBelow) {
-  return weakBelow !== undefined && hit.match_strength !== undefined && hit.match_strength < weakBelow;
 }
 
 function percent(x) {

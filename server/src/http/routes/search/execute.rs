@@ -229,6 +229,7 @@ pub async fn execute(
         _ => None,
     };
     Ok(SearchResponse {
+        weak: lexlip_proto::api::weak_list(&hits, weak_match),
         hits,
         path,
         sparse_matches: found.sparse_matches,
