@@ -792,3 +792,31 @@ fn expansion_control_keeps_a_querys_own_words() {
     assert_eq!(r["hits"][0]["id"], "car", "{r}");
     s.stop();
 }
+
+/// The model card: Markdown for API clients, a rendered page for a browser (the page's "how
+/// it was made" link), with HTML written in the card shown as text.
+#[test]
+fn the_model_card_is_rendered_for_a_browser() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = emoji_model_with(tmp.path(), json!({}));
+    let card = "# A test card\n\n| split | R@1 |\n|---|---|\n| test | 12.8 |\n\n<b>bold?</b>\n";
+    std::fs::write(model.join("README.md"), card).unwrap();
+    let s = Server::start(
+        &tmp.path().join("data"),
+        &["--model".into(), model.display().to_string()],
+    );
+    let (st, markdown) = s.call("GET", "/v1/model/readme", None);
+    assert_eq!((st, markdown.as_str()), (200, Some(card)));
+    let (st, page) = s.call_with(
+        "GET",
+        "/v1/model/readme",
+        None,
+        &[("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")],
+    );
+    assert_eq!(st, 200);
+    let page = page.as_str().unwrap();
+    assert!(page.contains("<h1>A test card</h1>"), "{page}");
+    assert!(page.contains("<td>12.8</td>"), "{page}");
+    assert!(page.contains("&lt;b&gt;bold?&lt;/b&gt;"), "{page}");
+    s.stop();
+}

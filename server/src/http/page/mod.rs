@@ -15,6 +15,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 
+pub mod card;
+
 /// Scripts, styles and connections from this origin only; images also from `blob:` (a
 /// preview of the uploaded query image) and `data:`; no framing, no plugins, no forms
 /// posting elsewhere.
@@ -87,6 +89,23 @@ pub async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     }
 }
 
+/// The page's headers on a response: this origin only, no sniffing, no referrer.
+pub fn protect(response: &mut Response) {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+}
+
 fn serve(i: usize, headers: &HeaderMap, cache: &'static str) -> Response {
     let asset = &ASSETS[i];
     let etag = &ETAGS[i];
@@ -100,17 +119,6 @@ fn serve(i: usize, headers: &HeaderMap, cache: &'static str) -> Response {
     if let Ok(v) = HeaderValue::from_str(etag) {
         h.insert(header::ETAG, v);
     }
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    protect(&mut response);
     response
 }

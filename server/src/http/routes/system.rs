@@ -75,17 +75,34 @@ pub async fn openapi(State(state): State<SharedState>, headers: HeaderMap) -> Re
 }
 
 /// `GET /v1/model/readme`: the card (`README.md`) of the model that encodes queries: how it was
-/// made, what it knows and what it does not.
-pub async fn model_readme(State(state): State<SharedState>) -> Response {
-    match state.encoders.readme() {
-        Some(text) => (
+/// made, what it knows and what it does not. Markdown; a browser (`Accept: text/html`, the
+/// page's "how it was made" link) gets it rendered as a page.
+pub async fn model_readme(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    let Some(text) = state.encoders.readme() else {
+        return crate::http::error::ApiError::not_found(
+            "this server's model has no README.md (or the server has no model)",
+        )
+        .into_response();
+    };
+    let wants_html = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"));
+    let mut response = if wants_html {
+        let html = crate::http::page::card::page("model card", text);
+        let mut r = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response();
+        crate::http::page::protect(&mut r);
+        r
+    } else {
+        (
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
             text.to_string(),
         )
-            .into_response(),
-        None => crate::http::error::ApiError::not_found(
-            "this server's model has no README.md (or the server has no model)",
-        )
-        .into_response(),
-    }
+            .into_response()
+    };
+    response
+        .headers_mut()
+        .insert(header::VARY, axum::http::HeaderValue::from_static("accept"));
+    response
 }
