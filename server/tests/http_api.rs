@@ -209,6 +209,20 @@ fn text_to_image_and_image_to_text() {
     let (st, m) = s.raw("POST", "/v1/search/image-to-text", &content_type, &form);
     assert_eq!(st, 200, "{m}");
     assert_eq!(m["hits"], r["hits"]);
+    // `curl -F image=dog.png` (no @) sends the name as text: the error says to add the @.
+    let boundary = "multipart/form-data; boundary=b";
+    for (path, field, value) in [
+        ("/v1/search/image-to-text", "collection", "c"),
+        ("/v1/collections/c/documents", "id", "named"),
+    ] {
+        let form = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n{value}\r\n--b\r\n\
+             Content-Disposition: form-data; name=\"image\"\r\n\r\ndog.png\r\n--b--\r\n"
+        );
+        let (st, e) = s.raw("POST", path, boundary, form.as_bytes());
+        assert_eq!(st, 422, "{path}: {e}");
+        assert!(e.to_string().contains("-F image=@dog.png"), "{path}: {e}");
+    }
 
     // One document as a multipart upload (file part + fields).
     let (content_type, form) = multipart(

@@ -191,6 +191,7 @@ async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
     let mut image = None;
     while let Some(field) = form.next_field().await.map_err(multipart_error)? {
         let name = field.name().unwrap_or_default().to_string();
+        let file_name = field.file_name().map(str::to_string);
         let data = field.bytes().await.map_err(multipart_error)?;
         let text = || String::from_utf8_lossy(&data).into_owned();
         match name.as_str() {
@@ -207,7 +208,12 @@ async fn from_multipart(mut form: Multipart) -> ApiResult<Incoming> {
                     ApiError::unprocessable(format!("metadata must be a JSON object: {e}"))
                 })?)
             }
-            "image" | "file" => image = Some(Arc::new(data.to_vec())),
+            "image" | "file" => {
+                image = Some(Arc::new(super::multipart_image(
+                    file_name.as_deref(),
+                    &data,
+                )?))
+            }
             other => {
                 return Err(ApiError::unprocessable(format!(
                     "unknown multipart field {other:?} (expected id, modality, text, uri, metadata, image)"

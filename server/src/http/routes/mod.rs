@@ -83,6 +83,23 @@ pub fn decode_base64(field: &str, text: &str) -> ApiResult<Vec<u8>> {
     })
 }
 
+/// The bytes of a multipart `image` part. A part sent as text (curl's `-F image=dog.jpg`, which
+/// sends the name, where `-F image=@dog.jpg` sends the file) is refused with the fix.
+pub fn multipart_image(file_name: Option<&str>, data: &[u8]) -> ApiResult<Vec<u8>> {
+    if file_name.is_none()
+        && let Ok(text) = std::str::from_utf8(data)
+        && text.len() <= 4096
+        && !text.chars().any(|c| c.is_control() && !c.is_whitespace())
+    {
+        let text = text.trim();
+        return Err(ApiError::unprocessable(format!(
+            "multipart field image holds the text {text:?}, not a file: send the file itself \
+             (curl -F image=@{text} …; the @ makes curl send the file's bytes)"
+        )));
+    }
+    Ok(data.to_vec())
+}
+
 /// Whether text that is not base64 reads like a file path or URL (`photos/cat.jpg`, `~/a.png`,
 /// `C:\\a.png`, `https://…`): a short single line with a separator or an image extension.
 fn looks_like_a_path(text: &str) -> bool {

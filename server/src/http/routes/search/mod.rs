@@ -84,13 +84,16 @@ pub async fn image_to_text(
             .map_err(super::documents::multipart_error)?
         {
             let name = field.name().unwrap_or_default().to_string();
+            let file_name = field.file_name().map(str::to_string);
             let data = field
                 .bytes()
                 .await
                 .map_err(super::documents::multipart_error)?;
             match name.as_str() {
                 "collection" => collection = Some(String::from_utf8_lossy(&data).into_owned()),
-                "image" | "file" => image = Some(data.to_vec()),
+                "image" | "file" => {
+                    image = Some(super::multipart_image(file_name.as_deref(), &data)?)
+                }
                 "k" => {
                     k = String::from_utf8_lossy(&data).trim().parse().map_err(|_| {
                         ApiError::unprocessable("multipart field k must be an integer")
