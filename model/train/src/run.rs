@@ -134,15 +134,11 @@ pub(crate) fn train(
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
-    if corpus.pairs.len() < opts.optim.batch_size {
-        return Err(TrainError::Corpus(format!(
-            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
-             least one batch (skipped: {:?})",
-            corpus.pairs.len(),
-            opts.optim.batch_size,
-            corpus.skipped
-        )));
+    let fitted = opts.fit_batch(corpus.pairs.len())?;
+    if let Some((_, note)) = &fitted {
+        observer.message(note);
     }
+    let opts = fitted.as_ref().map_or(opts, |(o, _)| o);
     let mut order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);

@@ -606,6 +606,27 @@ fn heads_options_and_inputs_are_checked() {
     assert!(!out.join("heads").exists(), "nothing exported");
 }
 
+/// A corpus smaller than --batch-size trains with batches of the whole corpus and says so
+/// (recipe 3 on a handful of pairs), rather than failing.
+#[test]
+fn a_batch_larger_than_the_corpus_fits_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = common::tiny_dense(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    let mut o = heads_options(&tsv, &dense, &tmp.path().join("heads"));
+    o.optim.batch_size = 64;
+    o.optim.steps = Some(2);
+    let mut seen = common::Collect::default();
+    let s = lexlip_train::train(&o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    assert_eq!((s.steps_done, s.pairs), (2, 32));
+    let note = seen
+        .messages
+        .iter()
+        .find(|m| m.contains("--batch-size 64 is more than the 32 usable pairs"))
+        .unwrap_or_else(|| panic!("{:?}", seen.messages));
+    assert!(note.contains("batches of 32"), "{note}");
+}
+
 /// A cache built with one vocabulary is refused under another (`--tokenizer`).
 #[test]
 fn a_cache_of_another_vocabulary_is_refused() {

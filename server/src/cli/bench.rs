@@ -6,23 +6,29 @@ use super::{bench_compose, bench_encode, bench_engine, bench_scale, bench_search
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// The engine on LexLIP-shaped synthetic data: ingest, bytes per non-zero, exhaustive vs
-    /// exact vs approximate search.
+    /// The engine on LexLIP-shaped synthetic data: ingest, bytes, exact and approximate search.
+    ///
+    /// Ingest, bytes per non-zero, exhaustive vs exact vs approximate search.
     Engine(bench_engine::BenchEngineArgs),
-    /// Search on a real collection with real queries: exhaustive vs exact (block-max and
-    /// postings) vs approximate, one query at a time on one thread; writes the exact ground
-    /// truth as a TREC run for comparing other engines.
+    /// Search on a real collection with real queries: exhaustive vs exact vs approximate.
+    ///
+    /// Exhaustive vs exact (block-max and postings) vs approximate, one query at a time on one
+    /// thread; writes the exact ground truth as a TREC run for comparing other engines.
     Search(bench_search::BenchSearchArgs),
     /// Encoder throughput (texts/s, images/s) for several batch sizes.
     Encode(bench_encode::BenchEncodeArgs),
-    /// Whether a quantization scale (and an image top-K) keeps a model's float ranking: each
-    /// caption's first 10 pictures by float dot product against those by impacts.
+    /// Whether a quantization scale (and an image top-K) keeps a model's float ranking.
+    ///
+    /// Each caption's first 10 pictures by float dot product against those by impacts.
     Scale(bench_scale::BenchScaleArgs),
-    /// Compose a benchmark corpus of any size from source pictures (1-4 placed per picture,
-    /// captioned with what they show) as WebDataset shards; the same seed gives the same bytes.
+    /// Compose a benchmark corpus of any size from source pictures, as WebDataset shards.
+    ///
+    /// 1-4 sources placed per picture, captioned with what they show; the same seed gives the
+    /// same bytes.
     Compose(bench_compose::BenchComposeArgs),
-    /// Write a BEiT-B/16 + MLM head model directory with random weights (for timing
-    /// `lexlip index` on images without a checkpoint).
+    /// Write a BEiT-B/16 + MLM head model directory with random weights.
+    ///
+    /// For timing `lexlip index` on images without a checkpoint.
     RandomBeitBase {
         /// Output directory.
         out: std::path::PathBuf,

@@ -9,11 +9,15 @@ use lexlip_eval::compose::{ComposeOptions, read_sources, write_shards};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchComposeArgs {
-    /// Source pictures: JSONL with `image` (relative to the file) and `label` (or `captions`) per
-    /// line, such as the `images.jsonl` of `scripts/build-emoji-corpus.sh`.
+    /// Source pictures: JSONL with `image` and `label` (or `captions`).
+    ///
+    /// `image` relative to the file; such as the `images.jsonl` of
+    /// `scripts/build-emoji-corpus.sh`.
     #[arg(long)]
     pub sources: PathBuf,
-    /// Only the sources whose `split` is this (e.g. `train`); default: all.
+    /// Only the sources whose `split` is this (e.g. `train`).
+    ///
+    /// Default: all.
     #[arg(long)]
     pub split: Option<String>,
     /// Output directory for `00000.tar`, `00001.tar`, …
@@ -22,7 +26,7 @@ pub struct BenchComposeArgs {
     /// Pictures to make.
     #[arg(long, default_value_t = 1_000_000)]
     pub images: u64,
-    /// The same seed (and sources) gives byte-identical shards.
+    /// Seed: the same seed and sources give byte-identical shards.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Side of the square pictures, pixels.

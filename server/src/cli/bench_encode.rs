@@ -15,8 +15,10 @@ use super::model_args::ModelArgs;
 pub struct BenchEncodeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Time a BEiT-B/16 (224) + MLM head with random weights (fixed seed) as the image encoder:
-    /// the speed of LexLIP's image tower without a checkpoint.
+    /// Time a random BEiT-B/16 + MLM head as the image encoder.
+    ///
+    /// At 224 px, random weights (fixed seed): the speed of LexLIP's image tower without a
+    /// checkpoint.
     #[arg(long)]
     pub random_beit_base: bool,
     /// Batch sizes to time (`1,8,32` or `1 8 32`).

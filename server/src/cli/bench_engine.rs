@@ -7,7 +7,7 @@ pub struct BenchEngineArgs {
     /// Documents to generate and index.
     #[arg(long, default_value_t = 1_000_000)]
     pub docs: usize,
-    /// Queries to run (each algorithm runs all of them).
+    /// Queries to run, by each algorithm.
     #[arg(long, default_value_t = 1_000)]
     pub queries: usize,
     #[arg(long, default_value_t = 42)]
@@ -18,31 +18,41 @@ pub struct BenchEngineArgs {
     /// Approximation factors to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1.1,1.25,1.5,2,3")]
     pub approx: Vec<f32>,
-    /// Term cuts to sweep, each at approximation factor 1: the query's lightest terms, whose
-    /// largest contributions add up to at most this share of its largest possible score, are
-    /// left out of the block bounds (as `lexlip search --term-cut`).
+    /// Term cuts to sweep, each at approximation factor 1.
+    ///
+    /// The query's lightest terms, whose largest contributions add up to at most this share of
+    /// its largest possible score, are left out of the block bounds (as `lexlip search
+    /// --term-cut`).
     #[arg(long, value_delimiter = ',', default_value = "0.05,0.1")]
     pub term_cut: Vec<f32>,
-    /// Synthetic corpus: `topical` (documents and queries from latent topics, like real
-    /// LexLIP vectors) or `independent` (every term drawn independently; no structure).
+    /// Synthetic corpus: `topical` or `independent`.
+    ///
+    /// `topical`: documents and queries from latent topics, like real LexLIP vectors;
+    /// `independent`: every term drawn independently, no structure.
     #[arg(long, default_value = "topical")]
     pub corpus: lexlip_index::synth::Corpus,
-    /// Threads per query to also measure exact search with (one is always measured).
+    /// Threads per query to also time exact search with.
+    ///
+    /// One thread is always measured.
     #[arg(long, value_delimiter = ',', default_value = "2")]
     pub threads: Vec<usize>,
     #[command(flatten)]
     pub forward: super::forward_args::ForwardArgs,
-    /// Keep no forward index files (as `lexlip index --no-forward-files`): the first search
-    /// builds the forward index from the postings.
+    /// Keep no forward index files (as `lexlip index --no-forward-files`).
+    ///
+    /// The first search builds the forward index from the postings.
     #[arg(long)]
     pub no_forward_files: bool,
-    /// Build the collection here instead of a temporary directory (it is kept, so that other
-    /// engines can be run on its export: `lexlip export --format jsonl`).
+    /// Build the collection here, and keep it, instead of in a temporary directory.
+    ///
+    /// So that other engines can be run on its export: `lexlip export --format jsonl`.
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
-    /// Write the queries searched here, as JsonVectorCollection lines (`{"id": "q0", "vector":
-    /// {token: impact}}`), to search the same collection with them elsewhere (`lexlip bench
-    /// search --queries`, scripts/real_sparse_bench.py).
+    /// Write the queries searched here, to search with them elsewhere.
+    ///
+    /// As JsonVectorCollection lines (`{"id": "q0", "vector": {token: impact}}`), to search the
+    /// same collection with them elsewhere (`lexlip bench search --queries`,
+    /// scripts/real_sparse_bench.py).
     #[arg(long)]
     pub write_queries: Option<std::path::PathBuf>,
     /// Print one JSON object.

@@ -24,22 +24,27 @@ const BATCH: usize = 16;
 pub struct BenchScaleArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A caption TSV (`title<TAB>filepath<TAB>image_id`): its pictures are the documents, its
-    /// captions the queries.
-    #[arg(long, required_unless_present = "manifest")]
+    /// A caption TSV: its pictures are the documents, its captions the queries.
+    ///
+    /// Lines `title<TAB>filepath<TAB>image_id`.
+    #[arg(long, required_unless_present = "manifest", value_name = "FILE")]
     pub tsv: Option<PathBuf>,
     /// A JSONL manifest instead (`{"id", "image"?, "text"?}`).
-    #[arg(long, conflicts_with = "tsv")]
+    #[arg(long, conflicts_with = "tsv", value_name = "FILE")]
     pub manifest: Option<PathBuf>,
-    /// Quantization scales to measure (default: 100, the model's own, and a third and three
-    /// times the larger of the two).
+    /// Quantization scales to measure (default: 100, the model's, ...).
+    ///
+    /// By default 100, the model's own, and a third and three times the larger of the two.
     #[arg(long, value_delimiter = ',')]
     pub scales: Vec<f32>,
-    /// Image lexicon cuts to measure at the model's scale: each picture keeps its K strongest
-    /// terms (0: every term).
+    /// Image lexicon cuts to measure at the model's scale (0: none).
+    ///
+    /// Each picture keeps its K strongest terms (0: every term).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
     pub top_k: Vec<usize>,
-    /// At most this many pictures and this many captions, the first ones of the corpus.
+    /// At most this many pictures, and as many captions.
+    ///
+    /// The first ones of the corpus.
     #[arg(long, default_value_t = 1000)]
     pub max_items: usize,
     /// Print one JSON object.

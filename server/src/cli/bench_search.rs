@@ -25,22 +25,29 @@ pub struct BenchSearchArgs {
     /// Approximation factors to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1.1,1.2,1.3,1.5")]
     pub approx: Vec<f32>,
-    /// Term cuts to sweep, each at approximation factor 1: the query's lightest terms, whose
-    /// largest contributions add up to at most this share of its largest possible score, are
-    /// left out of the block bounds (as `lexlip search --term-cut`).
+    /// Term cuts to sweep, each at approximation factor 1.
+    ///
+    /// The query's lightest terms, whose largest contributions add up to at most this share of
+    /// its largest possible score, are left out of the block bounds (as `lexlip search
+    /// --term-cut`).
     #[arg(long, value_delimiter = ',', default_value = "0.05,0.1,0.15")]
     pub term_cut: Vec<f32>,
-    /// Threads per query to also measure exact search with (one is always measured).
+    /// Threads per query to also time exact search with.
+    ///
+    /// One thread is always measured.
     #[arg(long, value_delimiter = ',', default_value = "2")]
     pub threads: Vec<usize>,
-    /// Search only the documents of this modality (`text` for image queries against the
-    /// captions of a collection of images and captions, as image→text search does).
+    /// Search only the documents of this modality.
+    ///
+    /// E.g. `text` for image queries against the captions of a collection of images and
+    /// captions, as image→text search does.
     #[arg(long, value_parser = super::index::parse_modality)]
     pub modality: Option<lexlip_proto::Modality>,
     #[command(flatten)]
     pub forward: super::forward_args::ForwardArgs,
-    /// Write the exact top k of every query here as a TREC run (`qid Q0 docid rank score
-    /// lexlip`): the ground truth for comparing other engines.
+    /// Write the exact top k of every query here as a TREC run.
+    ///
+    /// Lines `qid Q0 docid rank score lexlip`: the ground truth for comparing other engines.
     #[arg(long)]
     pub truth_run: Option<PathBuf>,
     /// Print one JSON object.

@@ -21,18 +21,24 @@ pub struct EncodeArgs {
     /// Image file to encode (JPEG, PNG, WebP, GIF).
     #[arg(long)]
     pub image: Option<PathBuf>,
-    /// Keep only the K highest-weighted terms (LexLIP sparsification), cut after quantizing
-    /// with scale 100, exactly as a collection with this top-K stores them.
-    #[arg(long)]
+    /// Keep only the K highest-weighted terms, as a collection would.
+    ///
+    /// LexLIP's sparsification, cut after quantizing with scale 100, exactly as a collection
+    /// with this top-K stores them.
+    #[arg(long, value_name = "K")]
     pub top_k_terms: Option<usize>,
-    /// Print `{"terms": {token: weight}, "dense": [...]}` instead of a table.
+    /// Print one JSON object instead of a table.
+    ///
+    /// `{"terms": {token: weight}, "dense": [...]}`.
     #[arg(long)]
     pub json: bool,
     /// Maximum tokens per text (default 40, LexLIP's caption length).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub max_length: Option<usize>,
-    /// Image input size (default: the model's; e.g. 384 for LexLIP's fine-tuned checkpoints).
-    #[arg(long)]
+    /// Image input size (default: the model's).
+    ///
+    /// E.g. 384 for LexLIP's fine-tuned checkpoints.
+    #[arg(long, value_name = "PX")]
     pub image_size: Option<usize>,
 }
 

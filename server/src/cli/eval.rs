@@ -16,108 +16,143 @@ use super::model_args::ModelArgs;
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["tsv", "manifest", "webdataset", "collection"])))]
 #[command(mut_arg("model", |a| a.required(true)))]
+#[command(override_usage = "lexlip eval [OPTIONS] --model <MODEL> --tsv <FILE>
+       lexlip eval [OPTIONS] --model <MODEL> --manifest <FILE>
+       lexlip eval [OPTIONS] --model <MODEL> --webdataset <SHARDS>...
+       lexlip eval [OPTIONS] --model <MODEL> --collection <DIR>")]
 pub struct EvalArgs {
-    /// Test corpus as a LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header).
-    #[arg(long)]
+    /// Test corpus: a caption TSV `title<TAB>filepath<TAB>image_id`.
+    ///
+    /// LexLIP/ViLT's, with a header.
+    #[arg(long, value_name = "FILE")]
     pub tsv: Option<PathBuf>,
-    /// Directory the TSV's file paths are relative to (default: the TSV's directory).
-    #[arg(long, requires = "tsv")]
+    /// Root of the TSV's file paths (default: the TSV's directory).
+    #[arg(long, requires = "tsv", value_name = "DIR")]
     pub images_root: Option<PathBuf>,
-    /// Test corpus as a JSONL manifest `{"id", "image", "text"}` (one caption per image line).
-    #[arg(long)]
+    /// Test corpus: a JSONL manifest.
+    ///
+    /// Lines `{"id", "image", "text"}`, one caption per image line.
+    #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
-    /// Test corpus as img2dataset WebDataset shards (each sample an image and its caption):
-    /// .tar files, directories of them, or quoted patterns ('shards/*.tar'), as `lexlip index`
-    /// takes them.
-    #[arg(long, num_args = 1..)]
+    /// Test corpus: img2dataset WebDataset shards.
+    ///
+    /// Each sample an image and its caption: .tar files, directories of them, or quoted
+    /// patterns ('shards/*.tar'), as `lexlip index` takes them.
+    #[arg(long, num_args = 1.., value_name = "SHARDS")]
     pub webdataset: Vec<PathBuf>,
-    /// Evaluate what a collection made by `lexlip index --collection DIR` stores, instead of
-    /// encoding a corpus again: its pictures and captions (linked by their image_id) with the
-    /// vectors as indexed (lexicons cut to the collection's top-K; with --mode dense, the
-    /// vectors of a collection indexed with --dense). --model must be the model that indexed
-    /// it.
-    #[arg(long)]
+    /// Evaluate what a collection made by `lexlip index` stores.
+    ///
+    /// Instead of encoding a corpus again: its pictures and captions (linked by their image_id)
+    /// with the vectors as indexed (lexicons cut to the collection's top-K; with --mode dense, the
+    /// vectors of a collection indexed with --dense). --model must be the model that indexed it.
+    #[arg(long, value_name = "DIR")]
     pub collection: Option<PathBuf>,
-    /// Search the test corpus among the pictures and captions of this collection, indexed by
-    /// `lexlip index` with --model (with --dense for --mode dense): they join every search but
-    /// are never asked and never answer, as LexLIP's Table 2 puts Flickr30k's test set among a
-    /// million other pictures.
-    #[arg(long, conflicts_with_all = ["single_modal", "rerank_model"])]
+    /// Search the test corpus among the items of this collection.
+    ///
+    /// Its pictures and captions, indexed by `lexlip index` with --model (with --dense for
+    /// --mode dense), join every search but are never asked and never answer, as LexLIP's Table
+    /// 2 puts Flickr30k's test set among a million other pictures.
+    #[arg(long, conflicts_with_all = ["single_modal", "rerank_model"], value_name = "DIR")]
     pub distractors: Option<PathBuf>,
-    /// Compute the distractors' lexicons with --model's heads from the dense vectors their
-    /// collection stores, instead of reading the lexicons it indexed: the collection was
+    /// Compute the distractors' lexicons from their dense vectors.
+    ///
+    /// With --model's heads, from the dense vectors their collection stores, instead of
+    /// reading the lexicons it indexed: the collection was
     /// indexed with --dense by lexicon heads over the same dense model (checked on its first
     /// captions). New heads then meet a million pictures without their being encoded again.
     #[arg(long, requires = "distractors")]
     pub distractors_from_dense: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Which encoders and index: sparse (lexicons) or dense.
+    ///
     /// sparse: the lexicon encoders through the sparse index; dense: the model's dense encoder
     /// through the dense index.
     #[arg(long, value_enum, default_value_t = ModeArg::Sparse)]
     pub mode: ModeArg,
-    /// Also evaluate documents cut to their K largest terms, for each K (e.g. 64,32,16,8); full
-    /// vectors are always evaluated first. Sparse mode only.
-    #[arg(long, value_delimiter = ',')]
+    /// Also evaluate documents cut to their K largest terms, for each K.
+    ///
+    /// E.g. 64,32,16,8; full vectors are always evaluated first. Sparse mode only.
+    #[arg(long, value_delimiter = ',', value_name = "K,...")]
     pub top_k: Vec<usize>,
-    /// Also search the full vectors and each --top-k collection approximately at each factor
-    /// X > 1 (e.g. 1.2,1.5: blocks whose bound is below X times the k-th score are skipped, as
-    /// `lexlip search --approx`). Sparse mode only.
-    #[arg(long, value_delimiter = ',')]
+    /// Also search approximately at each factor X > 1 (sparse mode).
+    ///
+    /// The full vectors and each --top-k collection (e.g. 1.2,1.5: blocks whose bound is below
+    /// X times the k-th score are skipped, as `lexlip search --approx`).
+    #[arg(long, value_delimiter = ',', value_name = "X,...")]
     pub approx: Vec<f32>,
-    /// Also search the full vectors and each --top-k collection with each term cut (e.g. 0.1:
-    /// the query's lightest terms, up to that share of its largest possible score, are left out
-    /// of the block bounds, as `lexlip search --term-cut`). Sparse mode only.
-    #[arg(long, value_delimiter = ',')]
+    /// Also search with each term cut C (sparse mode).
+    ///
+    /// The full vectors and each --top-k collection (e.g. 0.1: the query's lightest terms, up
+    /// to that share of its largest possible score, are left out of the block bounds, as
+    /// `lexlip search --term-cut`).
+    #[arg(long, value_delimiter = ',', value_name = "C,...")]
     pub term_cut: Vec<f32>,
-    /// Also search the dense index through its HNSW graph (built for the evaluation; its
-    /// build time is the setting's index time), after the exact scan. Dense mode only.
+    /// Also search the dense index through an HNSW graph (dense mode).
+    ///
+    /// Built for the evaluation (its build time is the setting's index time), searched after
+    /// the exact scan.
     #[arg(long)]
     pub hnsw: bool,
-    /// Search at most N queries per direction, spread evenly over the corpus (every item stays
-    /// in the collections): recall and QPS of a large corpus in less time.
-    #[arg(long)]
+    /// Search at most N queries per direction.
+    ///
+    /// Spread evenly over the corpus (every item stays in the collections): recall and QPS of
+    /// a large corpus in less time.
+    #[arg(long, value_name = "N")]
     pub max_queries: Option<usize>,
-    /// What answers a query. item: a caption's own picture, a picture's own captions (the
-    /// Flickr30k / MS-COCO rule). caption: any picture with a caption worded the same (case and
-    /// spaces aside), and any caption worded like one of the picture's own; each wording is
-    /// asked once. Use caption on corpora that repeat captions, such as `lexlip bench compose`'s.
+    /// What answers a query: its own items, or any worded alike.
+    ///
+    /// item: a caption's own picture, a picture's own captions (the Flickr30k / MS-COCO rule).
+    /// caption: any picture with a caption worded the same (case and spaces aside), and any caption
+    /// worded like one of the picture's own; each wording is asked once. Use caption on corpora
+    /// that repeat captions, such as `lexlip bench compose`'s.
     #[arg(long, value_enum, default_value_t = RelevanceArg::Item)]
     pub relevance: RelevanceArg,
-    /// Weight every sparse query's terms by their rarity in the collection searched, as
-    /// `lexlip search --idf`: each impact times ln(1 + N / df)^ALPHA (0-4; 0 is off). Sparse
-    /// mode only. Default: in sparse mode, the model's (`idf` in its lexlip.json), else off.
+    /// Weight sparse queries' terms by their rarity, as `lexlip search --idf`.
+    ///
+    /// Each impact times ln(1 + N / df)^ALPHA (0-4; 0 is off). Sparse mode only. Default: in
+    /// sparse mode, the model's (`idf` in its lexlip.json), else off.
     #[arg(long, value_name = "ALPHA")]
     pub idf: Option<f32>,
-    /// Quantization scale of the collections: impact = floor(scale · weight). Default: the
-    /// model's (`scale` in its lexlip.json; VDR's takes 10000), else 100.
-    #[arg(long)]
+    /// Quantization scale of the collections (default: the model's).
+    ///
+    /// Impact = floor(scale · weight). Default: the model's, else 100; the model's is `scale` in
+    /// its lexlip.json (VDR's takes 10000).
+    #[arg(long, value_name = "S")]
     pub scale: Option<f32>,
     /// Items per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Maximum tokens per text (default 40, LexLIP's caption length).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub max_length: Option<usize>,
-    /// Image input size (default: the model's; e.g. 384 for LexLIP's fine-tuned checkpoints).
-    #[arg(long)]
+    /// Image input size (default: the model's).
+    ///
+    /// E.g. 384 for LexLIP's fine-tuned checkpoints.
+    #[arg(long, value_name = "PX")]
     pub image_size: Option<usize>,
-    /// Directory for the temporary collections, made if missing (default: the system's
-    /// temporary directory); checked before the encoding starts.
-    #[arg(long)]
+    /// Directory for the temporary collections (default: the system's).
+    ///
+    /// Made if missing; checked before the encoding starts.
+    #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
-    /// Write recall against bytes per item and against QPS across the settings as an SVG.
-    #[arg(long)]
+    /// Write recall against bytes per item and QPS as an SVG.
+    ///
+    /// Across the settings.
+    #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Also image → image and text → text recall (COOKIE's single-modal retrieval): images that
-    /// share a caption (same words, case and spaces aside) show one concept; an image query is
-    /// answered by another image of its concept, a caption by a differently worded caption of
-    /// it.
+    /// Also image → image and text → text recall.
+    ///
+    /// The single-modal retrieval of COOKIE (ICCV 2021): images that share a caption (same words,
+    /// case and spaces aside) show one concept; an image query is answered by another image of its
+    /// concept, a caption by a differently worded caption of it.
     #[arg(long)]
     pub single_modal: bool,
-    /// Also evaluate a second stage: this re-ranker (`lexlip train --objective rerank`)
-    /// re-scores each text → image and image → text query's first --rerank-top candidates.
-    #[arg(long)]
+    /// Also evaluate a second stage: this re-ranker.
+    ///
+    /// From `lexlip train --objective rerank`: it re-scores each text → image and image → text
+    /// query's first --rerank-top candidates.
+    #[arg(long, value_name = "DIR")]
     pub rerank_model: Option<PathBuf>,
     /// Candidates the re-ranker re-scores per query.
     #[arg(long, default_value_t = 32, requires = "rerank_model")]

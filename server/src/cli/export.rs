@@ -26,15 +26,18 @@ pub struct ExportArgs {
     pub collection: PathBuf,
     #[arg(long, value_enum)]
     pub format: FormatArg,
-    /// OpenSearch/Elasticsearch index, or Qdrant sparse vector name [default: the collection
-    /// directory's name for an index, `lexlip` for Qdrant].
+    /// OpenSearch/Elasticsearch index, or Qdrant sparse vector name.
+    ///
+    /// Default: the collection directory's name for an index, `lexlip` for Qdrant.
     #[arg(long)]
     pub name: Option<String>,
     /// Write here instead of standard output.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Qdrant, for a collection built without a vocabulary: where to write the list of its
-    /// terms (line i is term id i) [default: OUT.vocab.txt].
+    /// Qdrant: where to write the term list [default: OUT.vocab.txt].
+    ///
+    /// For a collection built without a vocabulary: the list of its terms (line i is term id
+    /// i).
     #[arg(long)]
     pub vocab_out: Option<PathBuf>,
 }

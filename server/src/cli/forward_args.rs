@@ -5,14 +5,18 @@ use lexlip_index::forward_index::Layout;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ForwardArgs {
-    /// Documents per pruning block: 8, 16, 32 or 64, or `auto` (each segment's layout's own:
-    /// 8 for the documents layout, 32 for the terms layout). Segments whose files were written
-    /// for another size are rebuilt from their postings before the run.
+    /// Documents per pruning block: 8, 16, 32 or 64, or `auto`.
+    ///
+    /// `auto`: each segment's layout's own (8 for the documents layout, 32 for the terms
+    /// layout). Segments whose files were written for another size are rebuilt from their
+    /// postings before the run.
     #[arg(long, default_value = "auto")]
     pub block_size: BlockSize,
-    /// Forward index layout: `documents` (each document's vector, read whole to score it),
-    /// `terms` (each term's postings by block) or `auto` (documents where the mean document
-    /// has at most 128 non-zeros). Results are the same in both.
+    /// Forward index layout: `documents`, `terms` or `auto`.
+    ///
+    /// `documents`: each document's vector, read whole to score it; `terms`: each term's
+    /// postings by block; `auto`: documents where the mean document has at most 128 non-zeros.
+    /// Results are the same in both.
     #[arg(long, default_value = "auto")]
     pub layout: LayoutChoice,
 }

@@ -16,104 +16,139 @@ use super::model_args::ModelArgs;
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true)
     .args(["vectors", "tsv", "manifest", "webdataset", "images"])))]
+#[command(
+    override_usage = "lexlip index [OPTIONS] --collection <DIR> --vectors <FILE>
+       lexlip index [OPTIONS] --collection <DIR> --model <MODEL> --tsv <FILE>
+       lexlip index [OPTIONS] --collection <DIR> --model <MODEL> --manifest <FILE>
+       lexlip index [OPTIONS] --collection <DIR> --model <MODEL> --webdataset <SHARDS>...
+       lexlip index [OPTIONS] --collection <DIR> --model <MODEL> --images <DIR>"
+)]
 pub struct IndexArgs {
     /// Collection directory (created when it holds no collection yet).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub collection: PathBuf,
-    /// Anserini JsonVectorCollection JSONL, plain or .gz: {"id", "contents", "vector": {"token": weight}}.
-    #[arg(long)]
+    /// Precomputed vectors: Anserini JSONL (plain or .gz).
+    ///
+    /// JsonVectorCollection lines `{"id", "contents", "vector": {"token": weight}}`.
+    #[arg(long, value_name = "FILE")]
     pub vectors: Option<PathBuf>,
-    /// LexLIP/ViLT caption TSV (`title<TAB>filepath<TAB>image_id`, header): one image document
-    /// per image_id, one text document `IMAGE_ID#N` per caption. Needs --model.
-    #[arg(long)]
+    /// Caption TSV `title<TAB>filepath<TAB>image_id`; needs --model.
+    ///
+    /// LexLIP/ViLT's, with a header: one image document per image_id, one text document
+    /// `IMAGE_ID#N` per caption.
+    #[arg(long, value_name = "FILE")]
     pub tsv: Option<PathBuf>,
-    /// Directory the TSV's file paths are relative to (default: the TSV's directory).
-    #[arg(long, requires = "tsv")]
+    /// Root of the TSV's file paths (default: the TSV's directory).
+    #[arg(long, requires = "tsv", value_name = "DIR")]
     pub images_root: Option<PathBuf>,
-    /// JSONL manifest `{"id", "image"?, "text"?, "uri"?, "metadata"?}`. Needs --model.
-    #[arg(long)]
+    /// JSONL manifest; needs --model.
+    ///
+    /// Lines `{"id", "image"?, "text"?, "uri"?, "metadata"?}`.
+    #[arg(long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
-    /// img2dataset WebDataset shards: .tar files, directories of them, or quoted patterns
-    /// ('shards/*.tar', 'shards/{00000..00099}.tar'). Needs --model.
-    #[arg(long, num_args = 1..)]
+    /// img2dataset WebDataset shards; needs --model.
+    ///
+    /// .tar files, directories of them, or quoted patterns ('shards/*.tar',
+    /// 'shards/{00000..00099}.tar').
+    #[arg(long, num_args = 1.., value_name = "SHARDS")]
     pub webdataset: Vec<PathBuf>,
-    /// A directory of images (recursive; id = relative path). Needs --model.
-    #[arg(long)]
+    /// A directory of images (id = relative path); needs --model.
+    ///
+    /// Read recursively.
+    #[arg(long, value_name = "DIR")]
     pub images: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Keep each document's dense embedding too, for `mode: dense` and hybrid search (the
-    /// dense fallback): from the model's own dense encoder (lexicon heads' backbone, a `dense/`
-    /// directory beside a LexLIP model), or from --dense-model. Implied by a dense-only model
-    /// (`lexlip train --objective dense`, CLIP, SigLIP, MobileCLIP), whose documents have no lexicon. Taken
-    /// when the collection is created.
+    /// Keep each document's dense embedding too (dense, hybrid search).
+    ///
+    /// For `mode: dense` and hybrid search (the dense fallback): from the model's own dense encoder
+    /// (lexicon heads' backbone, a `dense/` directory beside a LexLIP model), or from
+    /// --dense-model. Implied by a dense-only model (`lexlip train --objective dense`, CLIP,
+    /// SigLIP, MobileCLIP), whose documents have no lexicon. Taken when the collection is created.
     #[arg(long)]
     pub dense: bool,
-    /// A dense model (CLIP, SigLIP, MobileCLIP or `lexlip train --objective dense`) whose embeddings are
-    /// kept beside the --model's lexicons (implies --dense).
+    /// A dense model whose embeddings are kept too (implies --dense).
+    ///
+    /// CLIP, SigLIP, MobileCLIP or `lexlip train --objective dense`; its embeddings are kept
+    /// beside the --model's lexicons.
     #[arg(long, value_name = "DIR")]
     pub dense_model: Option<PathBuf>,
     /// Items per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Index only a deterministic part i/n of the inputs (an image and its captions stay
-    /// together); merge the parts with `lexlip merge`.
-    #[arg(long)]
+    /// Index only part i/n of the input (see `lexlip merge`).
+    ///
+    /// A deterministic part: an image and its captions stay together. Merge the parts with
+    /// `lexlip merge`.
+    #[arg(long, value_name = "I/N")]
     pub shard: Option<lexlip_pipeline::Shard>,
     /// Stop with an error at the first bad item instead of skipping it.
     #[arg(long)]
     pub strict: bool,
-    /// Vocabulary of the term space (tokenizer.json or vocab.txt). Documents with other terms are
-    /// skipped. Without it the collection accepts any term.
-    #[arg(long)]
+    /// Vocabulary of the term space (tokenizer.json or vocab.txt).
+    ///
+    /// Documents with other terms are skipped. Without it the collection accepts any term.
+    #[arg(long, value_name = "FILE")]
     pub vocab: Option<PathBuf>,
     /// Modality of lines that do not name one.
     #[arg(long, value_parser = parse_modality, default_value = "text")]
     pub modality: Modality,
-    /// Quantization scale for a new collection: impact = floor(scale · weight). Default: the
-    /// model's (`scale` in its lexlip.json; VDR's unit-length lexicons take 10000), else 100.
-    #[arg(long)]
+    /// Quantization scale of a new collection (default: the model's).
+    ///
+    /// Impact = floor(scale · weight). Default: the model's, else 100; the model's is `scale` in
+    /// its lexlip.json (VDR's unit-length lexicons take 10000).
+    #[arg(long, value_name = "S")]
     pub scale: Option<f32>,
-    /// Keep only the K largest weights of each document (new collection only).
-    #[arg(long)]
+    /// Keep each document's K largest weights (new collection only).
+    #[arg(long, value_name = "K")]
     pub top_k_terms: Option<usize>,
-    /// Commit every N documents (at the end of a chunk). An interrupted run keeps what was
-    /// committed and the same command resumes from there (progress in
-    /// DIR/pipeline-progress.json). Default: 500,000 for vectors, 10,000 for corpora.
-    #[arg(long)]
+    /// Commit every N documents (default: 500,000; corpora: 10,000).
+    ///
+    /// At the end of a chunk. An interrupted run keeps what was committed and the same command
+    /// resumes from there (progress in DIR/pipeline-progress.json). Default: 500,000 for
+    /// vectors, 10,000 for corpora.
+    #[arg(long, value_name = "N")]
     pub commit_every: Option<usize>,
-    /// Copy the list of skipped items here, one JSON object per line (vectors: {"line",
-    /// "reason"}; corpora: {"position", "id", "reason", "message"}). Every run keeps the list in
+    /// Copy the list of skipped items here (JSONL).
+    ///
+    /// One JSON object per line (vectors: {"line", "reason"}; corpora: {"position", "id",
+    /// "reason", "message"}). Every run keeps the list in
     /// DIR/index-skipped.jsonl (the first five are printed as they are found), so a finished
     /// job's list is copied without indexing again. A resumed run keeps the lines of the part it
     /// resumes after, so the list ends as a clean run's.
     #[arg(long)]
     pub errors: Option<PathBuf>,
-    /// Ignore the progress an earlier run of the same command saved (resume point, or "already
-    /// indexed") and index the input from the start (same ids replace).
+    /// Ignore saved progress and index the input from the start.
+    ///
+    /// The progress an earlier run of the same command saved (resume point, or "already
+    /// indexed"); same ids replace.
     #[arg(long)]
     pub restart: bool,
-    /// Store no image thumbnails (they are on by default: a small JPEG per image document,
-    /// served by `GET …/documents/{id}/thumbnail`). A collection this run creates keeps
-    /// thumbnails off for later adds too.
+    /// Store no image thumbnails.
+    ///
+    /// They are on by default: a small JPEG per image document, served by `GET
+    /// …/documents/{id}/thumbnail`. A collection this run creates keeps thumbnails off for later
+    /// adds too.
     #[arg(long)]
     pub no_thumbnails: bool,
-    /// Keep no forward index file beside each segment's postings (kept by default: about 6
-    /// bytes per stored non-zero). Without them, the first search of every new or merged
-    /// segment builds the forward index from the postings instead. Taken when the collection
-    /// is created.
+    /// Keep no forward index file beside each segment's postings.
+    ///
+    /// Kept by default: about 6 bytes per stored non-zero. Without them, the first search of every
+    /// new or merged segment builds the forward index from the postings instead. Taken when the
+    /// collection is created.
     #[arg(long)]
     pub no_forward_files: bool,
-    /// How each new segment's documents are ordered: `clusters` (k-means, fast), `bisection`
-    /// (recursive graph bisection: slower to write, can make search faster) or `input`. Results
-    /// are the same in every order.
-    #[arg(long, default_value = "clusters")]
+    /// How each new segment's documents are ordered.
+    ///
+    /// `clusters` (k-means, fast), `bisection` (recursive graph bisection: slower to write, can
+    /// make search faster) or `input`. Results are the same in every order.
+    #[arg(long, default_value = "clusters", value_name = "ORDER")]
     pub doc_order: DocOrder,
-    /// When the input is indexed, merge all of the collection's segments into one per modality
-    /// (as Lucene's force-merge; images and texts always live in segments of their own): a batch-built collection searches faster as one segment (on the real
-    /// SPLADE benchmark of docs/benchmarks.md, exact search takes 0.18 ms in one segment and
-    /// 0.24 ms in three; the merge took 1.2 s after 3.9 s of indexing). The collection stays
-    /// searchable meanwhile.
+    /// Then merge the collection's segments into one per modality.
+    ///
+    /// As Lucene's force-merge (images and texts always live in segments of their own): a
+    /// batch-built collection searches faster as one segment (docs/cli.md). The collection
+    /// stays searchable meanwhile.
     #[arg(long)]
     pub merge_segments: bool,
     /// Print the summary as one JSON object.

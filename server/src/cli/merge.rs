@@ -11,8 +11,9 @@ pub struct MergeArgs {
     /// Input collections: same term space, scale and dense dimension.
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
-    /// Then merge the output's segments into one per modality (as `lexlip index
-    /// --merge-segments`: a collection searches fastest in few segments).
+    /// Then merge the output's segments into one per modality.
+    ///
+    /// As `lexlip index --merge-segments`: a collection searches fastest in few segments.
     #[arg(long)]
     pub merge_segments: bool,
     /// Print `{"copied": [n per input], "documents": n}`.

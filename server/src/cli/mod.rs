@@ -23,11 +23,15 @@ mod train;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// The widest help text (`-h`, `--help`) in columns: narrower terminals wrap narrower.
+const HELP_WIDTH: usize = 99;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lexlip",
     version,
-    about = "Image-text retrieval in the lexicon space: index, search, serve."
+    about = "Image-text retrieval in the lexicon space: index, search, serve.",
+    max_term_width = HELP_WIDTH
 )]
 pub struct Cli {
     /// Log format on stderr.
@@ -71,37 +75,47 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Build the emoji demo collection with the shipped model (models/emoji-lex-imagenet) and
-    /// serve the search page: the one command to try lexlip.
+    /// Build the emoji demo collection and serve its search page: the one command to try lexlip.
+    ///
+    /// With the shipped model (models/emoji-lex-imagenet).
     Demo(demo::DemoArgs),
     /// Serve the HTTP API: collections under --data, queries encoded with the given models.
     Serve(serve::ServeArgs),
-    /// Build or extend a collection: precomputed vectors, or a corpus (TSV, JSONL manifest,
-    /// WebDataset shards, image directory) encoded with --model.
+    /// Build or extend a collection from vectors, or from a corpus encoded with --model.
+    ///
+    /// Precomputed vectors (Anserini JSONL), or a corpus (TSV, JSONL manifest, WebDataset
+    /// shards, image directory) encoded with --model. docs/cli.md has the details.
     Index(index::IndexArgs),
     /// Combine compatible collections (e.g. the parts of --shard runs) into one.
     Merge(merge::MergeArgs),
-    /// Write a collection's documents and impacts for another engine: Anserini JSONL,
-    /// OpenSearch / Elasticsearch bulk, Qdrant points.
+    /// Write a collection's documents and impacts for another engine.
+    ///
+    /// Anserini JSONL, OpenSearch / Elasticsearch bulk, Qdrant points (docs/deploy.md).
     Export(export::ExportArgs),
-    /// Search a collection with a query vector, or a batch of queries into a TREC run.
+    /// Search a collection with a text, an image or a vector, or run a batch into a TREC run.
     Search(search::SearchArgs),
     /// Documents, terms and bytes of a collection.
     Stats(stats::StatsArgs),
     /// Encode a text or an image into sparse lexicon terms.
     Encode(encode::EncodeArgs),
-    /// Evaluate a model on a test corpus: text→image and image→text R@1/5/10, index bytes and
-    /// non-zeros per item and search QPS, for full vectors and a top-K sweep (LexLIP Tables
-    /// 1 and 2), through real collections.
+    /// Evaluate a model on a test corpus: recall both ways, index bytes and search QPS.
+    ///
+    /// Text→image and image→text R@1/5/10, index bytes and non-zeros per item and search QPS,
+    /// for full vectors and a top-K sweep (LexLIP, ICCV 2023, Tables 1 and 2), through real
+    /// collections. docs/cli.md has the details.
     Eval(eval::EvalArgs),
     /// Benchmarks: the engine on synthetic data, the encoders.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
-    /// Model weights: convert an official LexLIP checkpoint into a model directory.
+    /// Model directories: convert a LexLIP checkpoint, or pair heads with a dense model.
     #[command(subcommand)]
     Model(model::ModelCommand),
-    /// Train a LexLIP model on image-text pairs (phase 1: lexicon-bottlenecked pre-training;
-    /// phase 2: momentum lexicon-contrastive). Resumes from the checkpoint in --out.
+    /// Train a model on image-text pairs; resumes from the checkpoint in --out.
+    ///
+    /// A LexLIP model (phase 1: lexicon-bottlenecked pre-training; phase 2: momentum
+    /// lexicon-contrastive) or, by --objective, a dense baseline, a re-ranker, lexicon heads or
+    /// an image adapter. Killed or stopped (Ctrl-C), the same command resumes from the last
+    /// checkpoint in --out. docs/training.md explains the recipes, docs/cli.md the options.
     // Boxed: its options make it several times larger than the other commands.
     Train(Box<train::TrainArgs>),
     /// Print the HTTP API's OpenAPI document (JSON).
@@ -176,4 +190,71 @@ mod tests {
         assert_eq!((given.method.tau, given.optim.batch_size), (0.2, 7));
         assert_eq!(given.optim.lr, d.lr);
     }
+
+    /// Every command's `-h` and `--help`, each with its path (`lexlip bench engine`).
+    fn helps() -> Vec<(String, String, String)> {
+        fn walk(cmd: &mut clap::Command, path: String, out: &mut Vec<(String, String, String)>) {
+            let (short, long) = (cmd.render_help(), cmd.render_long_help());
+            out.push((path.clone(), short.to_string(), long.to_string()));
+            for sub in cmd.get_subcommands_mut() {
+                let path = format!("{path} {}", sub.get_name());
+                walk(sub, path, out);
+            }
+        }
+        use clap::CommandFactory;
+        let mut cli = super::Cli::command().term_width(super::HELP_WIDTH);
+        cli.build();
+        let mut out = Vec::new();
+        walk(&mut cli, "lexlip".into(), &mut out);
+        out
+    }
+
+    /// Help fits in 99 columns, `lexlip train -h` stays short, and papers are cited by name.
+    #[test]
+    fn help_is_narrow_short_and_names_its_papers() {
+        let helps = helps();
+        assert!(helps.len() > 20, "{} commands", helps.len());
+        let mut wide = Vec::new();
+        for (path, short, long) in &helps {
+            for (flag, text) in [("-h", short), ("--help", long)] {
+                for line in text.lines().filter(|l| l.chars().count() >= 100) {
+                    wide.push(format!("{path} {flag}: {line}"));
+                }
+                assert!(
+                    !text.to_lowercase().contains("paper 0"),
+                    "{path} {flag} cites a paper by number"
+                );
+            }
+        }
+        assert!(
+            wide.is_empty(),
+            "lines of 100 characters or more:\n{}",
+            wide.join("\n")
+        );
+        let train = &helps.iter().find(|(p, ..)| p == "lexlip train").unwrap().1;
+        let lines = train.lines().count();
+        assert!(
+            lines < TRAIN_SHORT_HELP_LINES,
+            "lexlip train -h has {lines} lines"
+        );
+    }
+
+    /// `lexlip train -h` as the binary prints it (the terminal's width, at most 99 columns).
+    #[test]
+    fn train_short_help_fits_99_columns() {
+        use clap::CommandFactory;
+        let err = super::Cli::command()
+            .try_get_matches_from(["lexlip", "train", "-h"])
+            .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = err.render().to_string();
+        assert!(text.contains("--objective"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 99, "{line}");
+        }
+    }
+
+    /// `lexlip train -h` had 170 lines (66 of them wider than 100 columns) before it was cut
+    /// down to one line per option (118).
+    const TRAIN_SHORT_HELP_LINES: usize = 120;
 }

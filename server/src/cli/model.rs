@@ -10,24 +10,33 @@ use anyhow::Context;
 pub enum ModelCommand {
     /// Convert a LexLIP .ckpt into a directory usable with --model.
     Convert(ConvertArgs),
-    /// Pair lexicon heads with the dense model whose embeddings they read (D2S over BLIP) into
-    /// one directory usable with --model (sparse, dense and hybrid search).
+    /// Pair lexicon heads with the dense model they read into one --model directory.
+    ///
+    /// E.g. D2S over BLIP: one directory usable with --model, for sparse, dense and hybrid
+    /// search (docs/d2s-blip.md).
     Pair(PairArgs),
 }
 
 #[derive(clap::Args, Debug)]
 pub struct PairArgs {
-    /// The heads: a D2S model (e.g. hf:lsr42/d2s_mscoco-blip-dense_q_reg_0.001_d_reg_0.001) or
-    /// the heads/ of `lexlip train --objective heads`.
+    /// The heads: a D2S model or `lexlip train --objective heads`' heads/.
+    ///
+    /// E.g. hf:lsr42/d2s_mscoco-blip-dense_q_reg_0.001_d_reg_0.001.
     #[arg(long)]
     pub heads: PathBuf,
-    /// The dense model they were trained over (e.g. hf:Salesforce/blip-itm-base-coco).
+    /// The dense model they were trained over.
+    ///
+    /// E.g. hf:Salesforce/blip-itm-base-coco.
     #[arg(long)]
     pub dense: PathBuf,
-    /// Output directory (created; must not exist or be empty). It links to the parts' files.
+    /// Output directory (created; must not exist or be empty).
+    ///
+    /// It links to the parts' files.
     #[arg(long)]
     pub out: PathBuf,
-    /// The heads' tokenizer.json when their directory has none (an hf: id fetches it).
+    /// The heads' tokenizer.json when their directory has none.
+    ///
+    /// An hf: id fetches it.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
 }
@@ -38,7 +47,7 @@ pub struct ConvertArgs {
     pub checkpoint: PathBuf,
     /// Output directory (created; must not exist or be empty).
     pub out: PathBuf,
-    /// tokenizer.json of the text encoder (default: next to the checkpoint).
+    /// tokenizer.json of the text encoder (default: next to the .ckpt).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
 }

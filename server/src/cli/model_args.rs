@@ -9,43 +9,56 @@ use lexlip_model::{Encoders, LoadOptions};
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ModelArgs {
-    /// Encoders: a LexLIP Lightning .ckpt, a LexLIP directory, a Hugging Face encoder directory
-    /// (BERT masked LM, BEiT + MLM head, CLIP, SigLIP, MobileCLIP; the kind is detected), a dense model from
-    /// `lexlip train --objective dense` (dense only), or hf:OWNER/NAME (downloaded into the
-    /// Hugging Face cache on first use, offline afterwards).
+    /// Encoders: a model directory, a LexLIP .ckpt or hf:OWNER/NAME.
+    ///
+    /// A LexLIP Lightning .ckpt, a LexLIP directory, a Hugging Face encoder directory (BERT
+    /// masked LM, BEiT + MLM head, CLIP, SigLIP, MobileCLIP; the kind is detected), a dense
+    /// model from `lexlip train --objective dense` (dense only), or hf:OWNER/NAME (downloaded
+    /// into the Hugging Face cache on first use, offline afterwards).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// tokenizer.json for a .ckpt (default: next to the checkpoint), or for a published
-    /// model whose repository leaves its tokenizer to its base model (VDR: bert-base-uncased's).
-    #[arg(long)]
+    /// tokenizer.json for a .ckpt (default: next to it).
+    ///
+    /// Or for a published model whose repository leaves its tokenizer to its base model (VDR:
+    /// bert-base-uncased's).
+    #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
-    /// Keep the K largest weights of every image lexicon (default: the model's; VDR 768).
+    /// Terms kept per image lexicon (default: the model's).
+    ///
+    /// The K largest weights of every image lexicon; by default the model's (VDR 768).
     #[arg(long, value_name = "K")]
     pub image_top_k: Option<usize>,
-    /// Keep the K largest weights of every text lexicon, and the text's own word pieces
-    /// (0: its own word pieces only, D2S's default). Default: the model's (VDR 768, with the
-    /// text's own words; lexlip's own models every term).
+    /// Terms kept per text lexicon, besides its own words.
+    ///
+    /// The K largest weights of every text lexicon, and the text's own word pieces (0: its own
+    /// word pieces only, D2S's default). Default: the model's (VDR 768, with the text's own
+    /// words; lexlip's own models every term).
     #[arg(long, value_name = "K")]
     pub text_top_k: Option<usize>,
-    /// Encode a text as the bag of its own word pieces, each weighing 1 (VDR's bag-of-words
-    /// queries: no model weights, no expansion).
+    /// Encode a text as its own word pieces, each weighing 1.
+    ///
+    /// VDR's bag-of-words queries: no model weights, no expansion.
     #[arg(long, conflicts_with = "text_top_k")]
     pub text_bow: bool,
-    /// Expansion control for queries: a text keeps its own content words (function words and
-    /// the model's template words aside), weighted by the model, and at most E other terms,
-    /// the strongest, none above its weakest own word; texts stored as documents keep every
-    /// term. Default: the model's (`text_terms` in its lexlip.json).
+    /// Queries keep their own words and at most E other terms.
+    ///
+    /// Expansion control: a text keeps its own content words (function words and the model's
+    /// template words aside), weighted by the model, and at most E other terms, the strongest,
+    /// none above its weakest own word; texts stored as documents keep every term. Default: the
+    /// model's (`text_terms` in its lexlip.json).
     #[arg(long, value_name = "E", conflicts_with_all = ["text_top_k", "text_bow"])]
     pub query_expansion: Option<usize>,
     /// Run the encoders on the GPU (build with --features cuda).
     #[arg(long)]
     pub gpu: bool,
-    /// Largest image, in pixels (width × height), decoded; larger ones are refused from their
-    /// header before decoding [default: 40000000].
+    /// Largest image decoded, width × height [default: 40000000].
+    ///
+    /// In pixels; larger ones are refused from their header before decoding.
     #[arg(long, value_name = "PIXELS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_image_pixels: Option<u64>,
-    /// Pixels decoded at once across all images and requests; more wait their turn (a server
-    /// answers 503 after 20 s) [default: 100000000].
+    /// Pixels decoded at once [default: 100000000].
+    ///
+    /// Across all images and requests; more wait their turn (a server answers 503 after 20 s).
     #[arg(long, value_name = "PIXELS", value_parser = clap::value_parser!(u64).range(1..))]
     pub decode_budget: Option<u64>,
 }

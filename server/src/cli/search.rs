@@ -71,7 +71,7 @@ pub struct SearchArgs {
     /// See docs/cli.md, *Search semantics*.
     #[arg(long, value_name = "X")]
     pub approx: Option<f32>,
-    /// Approximate search: leave the query's lightest terms out of the bounds.
+    /// Approximate search: leave the lightest terms out of the bounds.
     ///
     /// Those whose largest contributions add up to at most C (0-1) of the query's largest
     /// possible score; they still count in every score. Runs at --approx or 1. See docs/cli.md,
@@ -87,8 +87,8 @@ pub struct SearchArgs {
     pub idf: Option<f32>,
     /// Which documents a query may return: image, text or any.
     ///
-    /// Default: as the page does, the other modality when the collection holds it (a --text query finds images, an --image
-    /// query texts), else any.
+    /// Default: as the page does, the other modality when the collection holds it (a --text query
+    /// finds images, an --image query texts), else any.
     #[arg(long, value_parser = parse_target, value_name = "image|text|any")]
     pub modality: Option<Target>,
     /// Show the matched terms of each hit.

@@ -18,90 +18,115 @@ use crate::http::{ConnectionLimits, ServerConfig, serve, shared};
 #[derive(clap::Args, Debug)]
 #[command(mut_arg("model", |a| a.env("LEXLIP_MODEL")))]
 pub struct ServeArgs {
-    /// Data directory: collections live in DATA/collections/NAME (created if missing).
+    /// Data directory: collections live in DATA/collections/NAME.
+    ///
+    /// Created if missing.
     #[arg(long, env = "LEXLIP_DATA")]
     pub data: PathBuf,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A text encoder directory (BERT masked LM / SPLADE), overriding --model's.
-    #[arg(long)]
+    /// A text encoder (BERT masked LM / SPLADE) instead of --model's.
+    #[arg(long, value_name = "DIR")]
     pub text_model: Option<PathBuf>,
-    /// An image encoder directory (BEiT + MLM head), overriding --model's.
-    #[arg(long)]
+    /// An image encoder (BEiT + MLM head) instead of --model's.
+    #[arg(long, value_name = "DIR")]
     pub image_model: Option<PathBuf>,
-    /// A dense encoder directory for the fallback and hybrid search: CLIP, or a dense dual
-    /// encoder from `lexlip train --objective dense`.
-    #[arg(long)]
+    /// A dense encoder for the fallback and hybrid search.
+    ///
+    /// CLIP, or a dense dual encoder from `lexlip train --objective dense`.
+    #[arg(long, value_name = "DIR")]
     pub dense_model: Option<PathBuf>,
-    /// A re-ranker directory (`lexlip train --objective rerank`): searches that ask for
-    /// `"rerank": {"top": N}` re-score their first N candidates with it.
-    #[arg(long)]
+    /// A re-ranker, for searches that ask for one.
+    ///
+    /// From `lexlip train --objective rerank`: searches that ask for `"rerank": {"top": N}`
+    /// re-score their first N candidates with it.
+    #[arg(long, value_name = "DIR")]
     pub rerank_model: Option<PathBuf>,
-    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    /// Address to listen on (port 0 picks a free port).
+    ///
+    /// The chosen address is printed.
     #[arg(long, default_value = "127.0.0.1:8080", env = "LEXLIP_ADDR")]
     pub addr: SocketAddr,
     /// Largest request body in MiB (bigger requests get 413).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_name = "MIB")]
     pub max_body_mb: usize,
     /// Documents per add request.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_name = "N")]
     pub max_batch_docs: usize,
     /// Seconds before a request is abandoned with 503.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_name = "S")]
     pub request_timeout_s: u64,
-    /// Seconds a client has to send a request's body (read before the request takes one of
-    /// --max-in-flight, so slow uploads do not starve other requests).
-    #[arg(long, default_value_t = 10)]
+    /// Seconds a client has to send a request's body.
+    ///
+    /// Read before the request takes one of --max-in-flight, so slow uploads do not starve
+    /// other requests.
+    #[arg(long, default_value_t = 10, value_name = "S")]
     pub body_timeout_s: u64,
-    /// Seconds a client has to send a request's headers (and an idle kept-alive connection to
-    /// start the next request) before its connection is closed.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds a client has to send a request's headers.
+    ///
+    /// And an idle kept-alive connection to start the next request, before its connection is
+    /// closed.
+    #[arg(long, default_value_t = 10, value_name = "S")]
     pub header_timeout_s: u64,
-    /// Connections open at once; more wait until one closes (keep it under the process's
-    /// file-descriptor limit, `ulimit -n`).
-    #[arg(long, default_value_t = 512)]
+    /// Connections open at once; more wait until one closes.
+    ///
+    /// Keep it under the process's file-descriptor limit, `ulimit -n`.
+    #[arg(long, default_value_t = 512, value_name = "N")]
     pub max_connections: usize,
     /// Requests handled at once; more are refused with 503 + Retry-After.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_name = "N")]
     pub max_in_flight: usize,
-    /// Threads one search may use while no other search runs (default: all cores; 1 keeps
-    /// every search on one thread). Under concurrent load each search uses one.
-    #[arg(long)]
+    /// Threads a search may use while it runs alone (default: all cores).
+    ///
+    /// 1 keeps every search on one thread. Under concurrent load each search uses one.
+    #[arg(long, value_name = "N")]
     pub query_threads: Option<usize>,
-    /// Weight the terms of sparse searches that give no `idf` by their rarity among the
-    /// documents searched, to the power ALPHA (0-4; 0 is off). Default: the query model's
-    /// (`idf` in its lexlip.json; models/emoji-lex-imagenet's is 1), else off. For collections
-    /// of hundreds of thousands of pictures and more, 1 finds more (docs/cli.md, IDF weighting).
+    /// IDF weighting of sparse searches that give no `idf` (0-4; 0 is off).
+    ///
+    /// Their terms are weighted by their rarity among the documents searched, to the power
+    /// ALPHA. Default: the query model's (`idf` in its lexlip.json), else off. For collections
+    /// of hundreds of thousands of pictures and more, 1 finds more (docs/cli.md, *IDF
+    /// weighting*).
     #[arg(long, value_name = "ALPHA")]
     pub idf: Option<f32>,
-    /// Search approximately by default: sparse searches that set none of `exact`, `approx`
-    /// and `term_cut` leave the query's lightest terms, up to this share of its largest
-    /// possible score, out of the pruning bounds (0-1; 0, the default, searches exactly; 0.05
-    /// kept 0.976 of the exact first 10 among a million pictures at 1.2× the speed).
+    /// Term cut of sparse searches that set none (0-1; 0 searches exactly).
+    ///
+    /// Sparse searches that set none of `exact`, `approx` and `term_cut` leave the query's
+    /// lightest terms, up to this share of its largest possible score, out of the pruning
+    /// bounds: 0.05 kept 0.976 of the exact first 10 among a million pictures at 1.2× the
+    /// speed (docs/cli.md, *Search semantics*).
     #[arg(long, default_value_t = 0.0, value_name = "C")]
     pub term_cut: f32,
     /// Largest encoder batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_batch: usize,
     /// Milliseconds an encoder waits for more items after the first.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_name = "MS")]
     pub max_wait_ms: u64,
     /// Items waiting per encoder before new ones get 503.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_name = "N")]
     pub queue: usize,
     /// API key required on write routes (repeat or comma-separate for several).
-    #[arg(long, env = "LEXLIP_API_KEY", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "LEXLIP_API_KEY",
+        value_delimiter = ',',
+        value_name = "KEY"
+    )]
     pub api_key: Vec<String>,
     /// Require the API key on read routes too.
     #[arg(long)]
     pub protect_reads: bool,
-    /// Allowed CORS origin (repeatable; `*` for any). None: no CORS headers.
-    #[arg(long)]
+    /// Allowed CORS origin (repeatable; `*` for any).
+    ///
+    /// None: no CORS headers.
+    #[arg(long, value_name = "ORIGIN")]
     pub cors_origin: Vec<String>,
-    /// A host name browsers reach this server by (repeatable; `*` for any). Writes from web
-    /// pages (searches included) are accepted through IP addresses, `localhost` and these names
-    /// only, against DNS rebinding.
-    #[arg(long)]
+    /// A host name browsers reach this server by (repeatable; `*` for any).
+    ///
+    /// Writes from web pages (searches included) are accepted through IP addresses,
+    /// `localhost` and these names only, against DNS rebinding.
+    #[arg(long, value_name = "HOST")]
     pub allowed_host: Vec<String>,
 }
 

@@ -9,7 +9,9 @@ pub struct StatsArgs {
     /// Collection directory.
     #[arg(long)]
     pub collection: PathBuf,
-    /// Print one JSON object (keys documents, images, texts, terms, nnz, bytes, bytes_per_nnz, …).
+    /// Print one JSON object.
+    ///
+    /// Keys documents, images, texts, terms, nnz, bytes, bytes_per_nnz, … (docs/cli.md).
     #[arg(long)]
     pub json: bool,
 }

@@ -10,8 +10,7 @@ use super::model_args::resolve_model;
 #[command(
     after_help = "Example (the emoji corpus of scripts/build-emoji-corpus.sh, text tower from a \
 SPLADE model):\n  lexlip train --tsv data/emoji/train.tsv --text-init splade-tiny \
---image-config tiny --out models/mine\nKilled or stopped (Ctrl-C), the same command resumes from \
-the last checkpoint in --out."
+--image-config tiny \\\n    --out models/mine"
 )]
 pub struct TrainArgs {
     #[command(flatten)]

@@ -30,9 +30,8 @@ fn word_text(token: &str) -> &str {
 }
 
 /// The corpus of a run over cached embeddings, with its captions (the skipped items said), and
-/// what identifies it for a cache: the input, the tokenizer and the counts. At least one batch.
+/// what identifies it for a cache: the input, the tokenizer and the counts.
 pub(crate) fn cached_corpus(
-    opts: &TrainOptions,
     input: &lexlip_corpus::Input,
     tokenizer: &TextTokenizer,
     tokenizer_path: &Path,
@@ -41,14 +40,6 @@ pub(crate) fn cached_corpus(
     let corpus = data::load_with_texts(input, tokenizer, &mut |d, t| observer.checking(d, t))?;
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
-    }
-    if corpus.pairs.len() < opts.optim.batch_size {
-        return Err(TrainError::Corpus(format!(
-            "{} usable (image, caption) pairs but --batch-size is {}: the corpus must hold at \
-             least one batch",
-            corpus.pairs.len(),
-            opts.optim.batch_size
-        )));
     }
     let key = serde_json::json!({
         "input": input.signature()?,

@@ -352,4 +352,67 @@ impl TrainOptions {
         }
         Ok(())
     }
+
+    /// These options with a batch that fits a corpus of `pairs` usable pairs, and a note that
+    /// says so: a small corpus trains with every pair in each batch rather than failing (a
+    /// queue keeps a size it divides). `None` when --batch-size already fits.
+    pub fn fit_batch(&self, pairs: usize) -> crate::Result<Option<(TrainOptions, String)>> {
+        let wanted = self.optim.batch_size;
+        if pairs >= wanted {
+            return Ok(None);
+        }
+        let queue = self.method.phase == 2 || self.method.dense_momentum;
+        let fits = |b: usize| b >= 2 && (!queue || self.method.queue_size.is_multiple_of(b));
+        let Some(batch) = (2..=pairs).rev().find(|&b| fits(b)) else {
+            return Err(crate::TrainError::Corpus(format!(
+                "{pairs} usable (image, caption) pairs, fewer than one batch of 2 (contrastive \
+                 negatives{}): add pairs",
+                if queue { " dividing --queue-size" } else { "" }
+            )));
+        };
+        let mut fitted = self.clone();
+        fitted.optim.batch_size = batch;
+        fitted.optim.group_size = fitted.optim.group_size.max(batch);
+        fitted.validate()?;
+        let note = format!(
+            "--batch-size {wanted} is more than the {pairs} usable pairs: training with batches \
+             of {batch} (give --batch-size {batch} or less to choose; more pairs give more \
+             negatives per step)"
+        );
+        Ok(Some((fitted, note)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TrainOptions;
+
+    fn options(batch: usize) -> TrainOptions {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            options: TrainOptions,
+        }
+        let line = ["train", "--out", "o", "--tsv", "t.tsv", "--batch-size"];
+        let batch = batch.to_string();
+        let args = line.iter().copied().chain([batch.as_str()]);
+        <Line as clap::Parser>::parse_from(args).options
+    }
+
+    #[test]
+    fn a_batch_fits_the_corpus_and_a_queue_it_divides() {
+        assert!(options(32).fit_batch(40).unwrap().is_none());
+        let (fitted, note) = options(64).fit_batch(40).unwrap().unwrap();
+        assert_eq!(fitted.optim.batch_size, 40);
+        assert!(note.contains("batches of 40"), "{note}");
+        let mut queued = options(64);
+        queued.method.phase = 2;
+        queued.method.queue_size = 128;
+        let (fitted, _) = queued.fit_batch(40).unwrap().unwrap();
+        assert_eq!(
+            fitted.optim.batch_size, 32,
+            "the largest divisor of 128 up to 40"
+        );
+        assert!(options(64).fit_batch(1).is_err());
+    }
 }

@@ -23,18 +23,22 @@ const DEFAULT_MODEL: &str = "models/emoji-lex-imagenet";
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
-    /// Working directory: downloads, the extracted emoji and the collection
-    /// (DATA/collections/emoji). Reused by the next run.
+    /// Working directory, reused by the next run.
+    ///
+    /// Downloads, the extracted emoji and the collection (DATA/collections/emoji).
     #[arg(long, default_value = "lexlip-demo")]
     pub data: PathBuf,
-    /// The LexLIP model that encodes images and captions (and queries). The default finds the
-    /// right emoji first for two labels in three (models/emoji-lex-all, 10 times faster to
-    /// index, for one in four).
+    /// The LexLIP model that encodes images, captions and queries.
+    ///
+    /// The default finds the right emoji first for two labels in three (models/emoji-lex-all, 10
+    /// times faster to index, for one in four).
     #[arg(long, default_value = DEFAULT_MODEL, env = "LEXLIP_MODEL")]
     pub model: PathBuf,
-    /// A directory holding the npm tarballs emoji-datasource-google-16.0.0.tgz and
-    /// emojibase-data-17.0.0.tgz, instead of downloading them from the npm registry.
-    #[arg(long)]
+    /// A directory holding the npm tarballs, instead of downloading them.
+    ///
+    /// emoji-datasource-google-16.0.0.tgz and emojibase-data-17.0.0.tgz, otherwise downloaded
+    /// from the npm registry.
+    #[arg(long, value_name = "DIR")]
     pub packages: Option<PathBuf>,
     /// Address to serve the page on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8080")]
