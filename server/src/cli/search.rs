@@ -96,8 +96,9 @@ pub struct SearchArgs {
     pub explain: bool,
     /// Print the hits as one JSON object.
     ///
-    /// `{"hits": [...], "path", "took_ms", "weak_match"?}`; `weak_match` is the query model's
-    /// calibration, below which a hit's match strength is weak (the table says `weak`).
+    /// `{"hits": [...], "path", "took_ms", "weak_match"?, "weak"?}`: `weak_match` is the query
+    /// model's calibration; `weak` is true when the best hit is below it, and then every hit is
+    /// weak (the table says `weak` on each line).
     #[arg(long)]
     pub json: bool,
     /// Threads for batch search (default: all cores).
