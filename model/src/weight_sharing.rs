@@ -1,4 +1,4 @@
-//! COOKIE's weight-sharing transformer (paper 003, sec. 3.1, eq. 4): layers on top of both
+//! COOKIE's weight-sharing transformer (ICCV 2021, sec. 3.1, eq. 4): layers on top of both
 //! towers with one set of weights, so that images and texts attend to tokens of the same
 //! meaning before each tower's lexicon head reads them (`lexlip train --shared-layers N`).
 //!

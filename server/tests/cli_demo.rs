@@ -3,12 +3,10 @@
 //! `models/emoji-lex-imagenet` (its default), says what it does, reuses its work on a second run,
 //! refuses bad input before writing anything, and serves the page and the collection.
 
-use std::io::Write;
 use std::path::Path;
 
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use lexlip_tests::models::workspace;
+use lexlip_tests::packages::tgz;
 use lexlip_tests::server::Server;
 use lexlip_tests::{collections, lexlip};
 use serde_json::json;
@@ -40,20 +38,6 @@ const EMOJI: &[(&str, &str, &str, &[&str], u32)] = &[
         6,
     ),
 ];
-
-fn tgz(path: &Path, files: &[(String, Vec<u8>)]) {
-    let gz = GzEncoder::new(std::fs::File::create(path).unwrap(), Compression::fast());
-    let mut tar = tar::Builder::new(gz);
-    for (name, bytes) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        tar.append_data(&mut header, name, bytes.as_slice())
-            .unwrap();
-    }
-    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
-}
 
 /// The two npm tarballs, in their real layout, holding only the fixture emoji (and a label
 /// without an image, and an image in another size, which the demo must both leave out).
@@ -88,9 +72,9 @@ fn packages(dir: &Path) {
     tgz(
         &dir.join("emojibase-data-17.0.0.tgz"),
         &[
-            ("package/en/data.json".into(), data_bytes(&data)),
+            ("package/en/data.json", data_bytes(&data)),
             (
-                "package/en/messages.json".into(),
+                "package/en/messages.json",
                 messages.to_string().into_bytes(),
             ),
         ],

@@ -1130,5 +1130,5 @@ fn distractors_from_dense_equal_the_heads_indexing_them() {
     fails(&args, "leave out --mode dense");
     let mut args = eval_args(&c.tsv, cut);
     args.push("--distractors-from-dense".into());
-    fails(&args, "--distractors <DISTRACTORS>");
+    fails(&args, "--distractors <DIR>");
 }

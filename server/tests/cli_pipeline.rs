@@ -189,7 +189,17 @@ fn tsv_counts_errors_and_search() {
         .concat(),
     );
     let search = |query: &[String]| {
-        let base = ["search", "--collection", &col, "-k", "20", "--json"];
+        // Every document: an image query would otherwise find the collection's texts only.
+        let base = [
+            "search",
+            "--collection",
+            &col,
+            "-k",
+            "20",
+            "--modality",
+            "any",
+            "--json",
+        ];
         let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
         args.extend(query.iter().cloned());
         let out = lexlip_json(&args);

@@ -15,6 +15,7 @@ pub mod collections;
 pub mod emoji;
 pub mod images;
 pub mod models;
+pub mod packages;
 pub mod server;
 
 pub use binary::{lexlip, lexlip_bin, lexlip_json, lexlip_offline, success_json};

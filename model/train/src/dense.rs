@@ -43,7 +43,7 @@ pub const TOKEN_HEADS: &str = "token_heads";
 /// The stores of the momentum copy of the projections (`--dense-momentum`).
 pub const MOMENTUM_PROJECTION: &str = "momentum_projection";
 
-/// ConLIP's momentum encoders and queues (`--dense-momentum`, paper 000 sec. 3.3).
+/// ConLIP's momentum encoders and queues (`--dense-momentum`, EMNLP 2022 Findings, sec. 3.3).
 pub struct DenseMomentum {
     /// The EMA copy of the towers and projections (detached; no momentum of its own).
     pub model: Box<DenseModel>,

@@ -186,7 +186,7 @@ pub(crate) fn symmetric(i2t: Tensor, t2i: Tensor) -> Result<(Tensor, Tensor, Ten
     Ok((loss, i2t, t2i))
 }
 
-/// GRIT-VLP's ITC consistency (paper 004, eq. 6, without its λ): pair `i`'s image→text
+/// GRIT-VLP's ITC consistency (ECCV 2022, eq. 6, without its λ): pair `i`'s image→text
 /// distribution over the batch, `p_v2t(i) = softmax_j(s_ij / τ)`, and its text→image one,
 /// `p_t2v(i) = softmax_j(s_ji / τ)`, should agree, since image and caption mean the same:
 /// `(KL(sg(p_v2t) ‖ p_t2v) + KL(sg(p_t2v) ‖ p_v2t)) / 2`, mean over the batch. Pulling the two
@@ -203,7 +203,7 @@ pub fn itc_consistency(image: &Tensor, text: &Tensor, tau: f64) -> Result<Tensor
     Ok(((kl(&v2t, &t2v)? + kl(&t2v, &v2t)?)? * 0.5)?)
 }
 
-/// COOKIE's single-modal contrastive loss (paper 003, eq. 8-10): two views of the same items
+/// COOKIE's single-modal contrastive loss (ICCV 2021, eq. 8-10): two views of the same items
 /// (two augmentations of an image; a caption and its masked copy), `(batch, dim)` each, as the
 /// positive pairs of a symmetric in-batch InfoNCE at `tau`; the other items of the batch are
 /// the negatives. The cross-modal [`info_nce`], within one modality.
@@ -214,7 +214,7 @@ pub fn single_modal(a: &Tensor, b: &Tensor, tau: f64) -> Result<Tensor> {
 /// One direction of a contrastive loss: `queries (b, d)` against `keys (m ≥ b, d)`, whose first
 /// `b` rows are the positives (row `i` of the queries with row `i` of the keys) and the rest
 /// negatives; logits are inner products over `tau`. InfoNCE, or with `decoupled` ConLIP's DCL
-/// (paper 000, eq. 10-11, after Yeh et al.): the positive leaves the denominator,
+/// (ConLIP, EMNLP 2022 Findings, eq. 10-11, after Yeh et al.): the positive leaves the denominator,
 /// `-s_ii / τ + log Σ_{j≠i} exp(s_ij / τ)`, so an easy positive no longer damps the gradient of
 /// the negatives. Mean over the queries.
 pub fn contrast(queries: &Tensor, keys: &Tensor, tau: f64, decoupled: bool) -> Result<Tensor> {
@@ -260,10 +260,10 @@ pub fn dcl(image: &Tensor, text: &Tensor, tau: f64) -> Result<(Tensor, Tensor, T
     )
 }
 
-/// ConLIP's instance-level loss with MoCo queues (paper 000, eq. 9-12): each image against the
-/// momentum keys of the batch's texts (its own the positive) and the queue of earlier text keys,
-/// and symmetrically; InfoNCE or, `decoupled`, DCL ([`contrast`]). Keys and queues carry no
-/// gradient. Returns `((i2t + t2i) / 2, i2t, t2i)`.
+/// ConLIP's instance-level loss with MoCo queues (EMNLP 2022 Findings, eq. 9-12): each image
+/// against the momentum keys of the batch's texts (its own the positive) and the queue of
+/// earlier text keys, and symmetrically; InfoNCE or, `decoupled`, DCL ([`contrast`]). Keys and
+/// queues carry no gradient. Returns `((i2t + t2i) / 2, i2t, t2i)`.
 #[allow(clippy::too_many_arguments)] // the equation's inputs, each named
 pub fn momentum_contrast(
     image: &Tensor,

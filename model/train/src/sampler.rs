@@ -1,4 +1,4 @@
-//! GRIT-VLP's grouped mini-batches (`--sampler grouped`; paper 004, sec. 4.1 and Algorithms
+//! GRIT-VLP's grouped mini-batches (`--sampler grouped`; ECCV 2022, sec. 4.1 and Algorithms
 //! 1-2 of its appendix): hard in-batch negatives for the contrastive loss at no extra forward
 //! pass. The representations every step computes anyway are kept (their strongest
 //! [`FEATURE_TERMS`] terms) for one epoch; at its end they are

@@ -1,4 +1,4 @@
-//! ConLIP's token-level objectives for the dense objective (paper 000, sec. 3.1-3.2,
+//! ConLIP's token-level objectives for the dense objective (EMNLP 2022 Findings, sec. 3.1-3.2,
 //! `--dense-token`): two pre-training heads, each one transformer layer whose queries
 //! cross-attend to the other modality, dropped after training.
 //!

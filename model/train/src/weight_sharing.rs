@@ -1,4 +1,4 @@
-//! COOKIE's weight-sharing transformer (paper 003, sec. 3.1, eq. 4) as the towers train it:
+//! COOKIE's weight-sharing transformer (ICCV 2021, sec. 3.1, eq. 4) as the towers train it:
 //! lexlip-model's [`SharedLayers`] over trainable variables, between each tower and its MLM head,
 //! one set of weights for both (the text tower's and the image tower's are clones of the same
 //! variables, so both sides' gradients add up in them). Names: `lexlip_shared.layer.N.*`.

@@ -138,6 +138,10 @@ fn sha256(path: &Path) -> anyhow::Result<String> {
     Ok(format!("{:x}", hasher.finalize()))
 }
 
+/// What `write_manifest` writes, for a demo to tell its own manifest from an older one's
+/// (2: categories by the keys of emojibase's `meta/groups.json`).
+pub const MANIFEST_VERSION: &str = "2";
+
 /// Emoji written into `out`: PNGs under `out/img/` and `out/manifest.jsonl`.
 pub struct Written {
     pub manifest: PathBuf,
@@ -306,24 +310,9 @@ fn for_each_entry(
 
 #[cfg(test)]
 mod tests {
-    use super::{normal_hex, write_manifest};
+    use lexlip_tests::packages::tgz;
 
-    fn tgz(path: &std::path::Path, files: &[(&str, Vec<u8>)]) {
-        let gz = flate2::write::GzEncoder::new(
-            std::fs::File::create(path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        let mut tar = tar::Builder::new(gz);
-        for (name, bytes) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            tar.append_data(&mut header, name, bytes.as_slice())
-                .unwrap();
-        }
-        tar.into_inner().unwrap().finish().unwrap();
-    }
+    use super::{normal_hex, write_manifest};
 
     /// emojibase 17 gives seafood and sweets the same order number (46); the birthday cake's
     /// subgroup number names `food-sweet` in meta/groups.json, so it is filed under sweets.

@@ -9,7 +9,7 @@ mod emoji;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Parser;
 
 use super::index::{self, IndexArgs};
@@ -63,14 +63,25 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let source = args.data.join("emoji");
     let manifest = source.join("manifest.jsonl");
     eprintln!("[1/3] emoji images and labels → {}", source.display());
-    if manifest.is_file() {
+    let version = source.join("manifest.version");
+    let current =
+        std::fs::read_to_string(&version).is_ok_and(|v| v.trim() == emoji::MANIFEST_VERSION);
+    if manifest.is_file() && current {
         eprintln!("  reusing {}", manifest.display());
     } else {
+        if manifest.is_file() {
+            eprintln!(
+                "  {} was written by an older lexlip: writing it again",
+                manifest.display()
+            );
+        }
         let cache = args.data.join("downloads");
         let packages = args.packages.as_deref();
         let images = emoji::tarball(&emoji::IMAGES, packages, &cache)?;
         let labels = emoji::tarball(&emoji::LABELS, packages, &cache)?;
         let written = emoji::write_manifest(&images, &labels, &source)?;
+        std::fs::write(&version, emoji::MANIFEST_VERSION)
+            .with_context(|| format!("cannot write {}", version.display()))?;
         eprintln!(
             "  {} emoji with their labels in {}",
             written.emoji,
