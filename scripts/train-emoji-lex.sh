@@ -31,7 +31,7 @@
 #                     pictures on a GPU (scripts/probe_full_finetune.py, its model card).
 #   FLOPS="I T"       the heads' FLOPS weights, image and text (default "0.01 0.01"). The text
 #                     side's weight is what keeps a term shared by every caption ("3", "computer")
-#                     out of the image lexicons (docs/benchmarks.md, FLOPS as a document-frequency
+#                     out of the image lexicons (docs/benchmarks.md, FLOPS weight as a document-frequency
 #                     control).
 #
 # Time on a 2-core CPU: the teacher ~27 minutes alone (10 epochs, 157 pairs/s), the heads ~6

@@ -4,8 +4,8 @@
 //! little in each query's bounding passes. Which wins depends on the data: on real SPLADE
 //! vectors (clustered sentences) blocks of 8 score a fifth of the documents blocks of 16 do and
 //! search 1.6x faster; on the synthetic topical corpus, where neighbours share less, blocks of
-//! 16 are faster (`docs/benchmarks.md`). So when a segment is written, a sample of its own
-//! documents is turned into queries (each one's heaviest terms) and run exactly over a window of
+//! 16 are faster (`docs/journal/benchmarks-2026-11-to-12.md`, "The documents layout"). So
+//! when a segment is written, a sample of its own documents is turned into queries (each one's heaviest terms) and run exactly over a window of
 //! the segment; for each block size, a cost model adds what scoring the documents of the blocks
 //! that reach the k-th score costs to what bounding every block costs, and the cheapest wins.
 //! Results never depend on the choice.

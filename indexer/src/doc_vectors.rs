@@ -7,7 +7,7 @@
 //! table of the query's weights by term ordinal (the term's rank in the segment's dictionary).
 //! That pays where documents are short and blocks small: on real SPLADE vectors (47 non-zeros per
 //! document, blocks of 8) it scores the blocks of an exact top 10 about twice as fast as the
-//! postings (`docs/benchmarks.md`).
+//! postings (`docs/journal/benchmarks-2026-11-to-12.md`, "The documents layout").
 //!
 //! Each non-zero is one little-endian entry of [`EntryLayout::entry_bytes`] bytes, 3 where the
 //! ordinal and the impact fit 24 bits together (a 30,522-term vocabulary and impacts below 512),

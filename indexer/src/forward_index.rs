@@ -28,7 +28,8 @@ use crate::forward::{BoundCodes, TermPostings};
 /// collection sets another.
 pub const DEFAULT_BLOCK_SHIFT: u32 = 5;
 /// The same for the documents layout: blocks of 8 documents, whose bounds are much tighter on
-/// real short-document vectors (`docs/benchmarks.md`); scoring a block reads its documents, so
+/// real short-document vectors (`docs/journal/benchmarks-2026-11-to-12.md`, "The documents
+/// layout"); scoring a block reads its documents, so
 /// small blocks cost little.
 pub const DOCUMENTS_BLOCK_SHIFT: u32 = 3;
 /// Mean non-zeros per document up to which a segment takes the documents layout: a document's

@@ -7,7 +7,7 @@ use crate::SearchError;
 
 /// What `exact: false` alone means for the sparse search: the query's lightest terms, up to a
 /// tenth of its largest possible score, left out of the block bounds at factor 1 (recall@10
-/// 0.976 on real SPLADE vectors and 0.982 on the 1M synthetic bench, faster than the factor
+/// 0.975 on real SPLADE vectors and 0.982 on the 1M synthetic bench, faster than the factor
 /// that keeps as much; `docs/benchmarks.md`).
 pub const DEFAULT_TERM_CUT: f32 = 0.1;
 

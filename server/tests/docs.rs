@@ -13,8 +13,8 @@ fn documents() -> Vec<std::path::PathBuf> {
     let mut out = vec![root.join("README.md")];
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
         let path = entry.unwrap().path();
-        // The benchmark notes keep the commands of past measurements as they were run.
-        if path.extension().is_some_and(|e| e == "md") && !path.ends_with("benchmarks.md") {
+        // The journal (docs/journal/, not read here) keeps past measurements' commands as run.
+        if path.extension().is_some_and(|e| e == "md") {
             out.push(path);
         }
     }

@@ -6,7 +6,8 @@
 //! for its own documents (`crate::forward_index`: documents for short ones, terms for long
 //! ones). A search for one modality (text→image, image→text) then skips the other's segments
 //! whole instead of bounding their blocks: on 20,000 composed pictures and their captions in
-//! one collection, image→text went from 59 ms to about 1 ms per query (docs/benchmarks.md).
+//! one collection, image→text went from 59 ms to about 1 ms per query
+//! (docs/journal/benchmarks-2026-11-to-12.md, "Images and captions in segments of their own").
 //!
 //! What each segment holds is read from its `modality` postings when the collection is opened
 //! or reloaded, and recorded when a segment is written; a segment not yet known (a merge's

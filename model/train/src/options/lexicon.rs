@@ -159,8 +159,9 @@ fn is_default_text_top_k(k: &usize) -> bool {
     *k == DEFAULT_TEXT_TOP_K
 }
 
-/// --caption-words-tau's default, measured on the emoji corpus (docs/benchmarks.md): at 0.1 the
-/// held-out style's T2I recall fell 1.8 points, at 1.0 category words topped a fifth of its
+/// --caption-words-tau's default, measured on the emoji corpus
+/// (docs/journal/benchmarks-2026-11-to-12.md, "The caption words on the heads' logits"): at 0.1
+/// the held-out style's T2I recall fell 1.8 points, at 1.0 category words topped a fifth of its
 /// images; 0.3 kept recall and the sharpest lexicons.
 pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.3;
 
