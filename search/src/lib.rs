@@ -4,7 +4,9 @@
 //! of them run and how their answers combine, once, for every caller — the HTTP route, `lexlip
 //! search` and `lexlip eval`:
 //!
-//! - [`SearchPlan`]: what a request asks for (k, [`Mode`], precision, filter), validated;
+//! - [`request`]: a request's fields or flags, with the server's and the model's defaults, made
+//!   a [`SearchPlan`] (what a search asks for: k, [`Mode`], precision, filter; validated), and
+//!   its answer cut and judged weak or not, the same for the route and the command line;
 //! - [`Searcher`]: runs a plan on a snapshot — sparse, dense, hybrid (reciprocal-rank
 //!   [`fusion`]) and the dense fallback when the sparse index matches fewer than k documents;
 //! - [`idf`]: the optional weighting of a sparse query by its terms' rarity in the collection;
@@ -17,6 +19,7 @@ pub mod error;
 pub mod fusion;
 pub mod idf;
 pub mod plan;
+pub mod request;
 pub mod rerank;
 pub mod searcher;
 

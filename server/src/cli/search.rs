@@ -11,8 +11,9 @@ use clap::ValueEnum;
 use lexlip_index::Collection;
 use lexlip_model::Encoders;
 use lexlip_pipeline::sources::vectors::{open_lines, parse_line};
-use lexlip_proto::api::{Filter, Hit, SearchPath};
+use lexlip_proto::api::{Hit, SearchPath};
 use lexlip_proto::{DenseVector, Modality, QuantizedVector, VectorInput};
+use lexlip_search::request::{Ask, Defaults, QueryKind};
 use lexlip_search::{DenseNeed, Mode, SearchError, SearchPlan, Searcher};
 use rayon::prelude::*;
 
@@ -141,28 +142,22 @@ fn target(c: &Collection, args: &SearchArgs, query: &Query) -> anyhow::Result<Op
     Ok((c.documents_of(other)? > 0).then_some(other))
 }
 
-fn plan(args: &SearchArgs, dense: bool, modality: Option<Modality>) -> anyhow::Result<SearchPlan> {
-    let (precision, term_cut) = lexlip_search::precision(None, args.approx, args.term_cut)?;
-    let plan = SearchPlan {
-        k: args.k,
+/// What the command line asks: `lexlip_search::request` resolves it as it resolves a request to
+/// the server (no server defaults here; the model's come with the query's encoders).
+fn ask(args: &SearchArgs, query: QueryKind, target: Option<Modality>) -> Ask {
+    Ask {
         mode: match args.mode {
             ModeArg::Sparse => Mode::Sparse,
             ModeArg::Dense => Mode::Dense,
             ModeArg::Hybrid => Mode::Hybrid,
         },
-        precision,
-        term_cut,
-        filter: Filter {
-            modality,
-            ..Filter::default()
-        },
+        approx: args.approx,
+        term_cut: args.term_cut,
+        idf: args.idf,
+        target,
         explain: args.explain,
-        threads: 0,
-        idf: args.idf.unwrap_or(0.0),
-        query_norm: None,
-    };
-    plan.check(dense)?;
-    Ok(plan)
+        ..Ask::new(query, args.k)
+    }
 }
 
 fn query_vector(c: &Collection, json: &str) -> anyhow::Result<QuantizedVector> {
@@ -180,7 +175,9 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
             Some(Target::Only(m)) => Some(m),
             _ => None,
         };
-        let plan = plan(&args, dense, only)?;
+        let plan = ask(&args, QueryKind::Sparse, only)
+            .resolve(&Defaults::default(), dense)?
+            .plan;
         if plan.mode != Mode::Sparse {
             bail!("--queries holds sparse vectors: search them with --mode sparse");
         }
@@ -192,8 +189,10 @@ pub fn run(args: SearchArgs) -> anyhow::Result<()> {
         (_, _, Some(v)) => Query::Vector(v.clone()),
         _ => bail!("give a query: --text, --image, --vector, or --queries with --run"),
     };
-    let plan = plan(&args, dense, target(&c, &args, &query)?)?;
-    single(&c, &args, &plan, query)
+    let asked = ask(&args, query.kind(), target(&c, &args, &query)?);
+    // Refused before a model loads: what no model's defaults can mend.
+    asked.resolve(&Defaults::default(), dense)?;
+    single(&c, &args, &asked, dense, query)
 }
 
 /// One query as the user gave it.
@@ -201,6 +200,16 @@ enum Query {
     Text(String),
     Image(PathBuf),
     Vector(String),
+}
+
+impl Query {
+    fn kind(&self) -> QueryKind {
+        match self {
+            Query::Text(_) => QueryKind::Text,
+            Query::Image(_) => QueryKind::Image,
+            Query::Vector(_) => QueryKind::Sparse,
+        }
+    }
 }
 
 /// The query encoded: its sparse vector (none in dense mode) and, when the model has a dense
@@ -313,7 +322,8 @@ fn encode<'a>(
 fn single(
     c: &Collection,
     args: &SearchArgs,
-    plan: &SearchPlan,
+    asked: &Ask,
+    dense: bool,
     query: Query,
 ) -> anyhow::Result<()> {
     let loaded = match &query {
@@ -321,35 +331,25 @@ fn single(
         Query::Image(_) => Some(encoders(c, args, "--image")?),
         Query::Vector(_) => None,
     };
+    // A query the model encoded takes the model's settings, as the server gives them.
+    let defaults = loaded.as_ref().map_or(Defaults::default(), |e| Defaults {
+        model_idf: e.idf(),
+        query_norm: of_query(e.query_norm(), &query),
+        weak_match: of_query(e.weak_match(), &query),
+        ..Defaults::default()
+    });
+    let resolved = asked.resolve(&defaults, dense)?;
+    let plan = &resolved.plan;
     let encoded = encode(c, plan, &query, loaded.as_ref())?;
-    // Without --idf, a query the model encoded is weighted as the model asks.
-    let mut plan = plan.clone();
-    if args.idf.is_none()
-        && let Some(a) = loaded.as_ref().and_then(Encoders::idf)
-    {
-        // In range: the model refuses an `idf` out of it when it loads.
-        plan.idf = a;
-    }
-    // Strengths as the server gives them: scaled down for a query the model made little of.
-    plan.query_norm = loaded
-        .as_ref()
-        .and_then(|e| of_query(e.query_norm(), &query));
     let snap = c.snapshot()?;
     let t = Instant::now();
     let found =
-        Searcher::new(&snap).search(&plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
+        Searcher::new(&snap).search(plan, encoded.sparse.as_ref(), |need| encoded.dense(need))?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    // As the server: the calibration is of the sparse strengths of the model's own queries.
-    let weak_match = match found.path {
-        SearchPath::Sparse => loaded
-            .as_ref()
-            .and_then(|e| of_query(e.weak_match(), &query)),
-        _ => None,
-    };
-    let weak = lexlip_proto::api::weak_list(&found.hits, weak_match);
+    let (hits, weak_match, weak) = resolved.answer(found.hits, found.path);
     if args.json {
         let mut out = serde_json::json!({
-            "hits": found.hits,
+            "hits": hits,
             "path": found.path,
             "took_ms": ms,
         });
@@ -360,7 +360,7 @@ fn single(
         println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    print_hits(&found.hits, weak == Some(true));
+    print_hits(&hits, weak == Some(true));
     if let (Some(w), Some(true)) = (weak_match, weak) {
         eprintln!(
             "weak match: the best hit's match strength is below {:.0} %, the model's \
@@ -374,7 +374,7 @@ fn single(
         SearchPath::Hybrid => "hybrid",
         SearchPath::DenseFallback => "dense fallback: the sparse index matched fewer than k",
     };
-    eprintln!("{} hits ({path}) in {ms:.2} ms", found.hits.len());
+    eprintln!("{} hits ({path}) in {ms:.2} ms", hits.len());
     Ok(())
 }
 

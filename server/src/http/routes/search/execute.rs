@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use lexlip_index::{Cancel, MAX_K};
+use lexlip_index::Cancel;
 use lexlip_proto::{DenseVector, QuantizedVector, VectorInput};
-use lexlip_search::{DenseNeed, RerankQuery, SearchPlan, Searcher};
+use lexlip_search::request::{Ask, Defaults, QueryKind};
+use lexlip_search::{DenseNeed, RerankQuery, Searcher};
 
-use crate::http::api::{Mode, SearchParams, SearchPath, SearchResponse};
+use crate::http::api::{Mode, SearchParams, SearchResponse};
 use crate::http::encoders::{ByQueryModel, EncoderService};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::routes::{blocking, decode_base64};
@@ -29,6 +30,15 @@ pub enum QueryInput {
 }
 
 impl QueryInput {
+    fn kind(&self) -> QueryKind {
+        match self {
+            QueryInput::Text(_) => QueryKind::Text,
+            QueryInput::Image(_) => QueryKind::Image,
+            QueryInput::Sparse(_) => QueryKind::Sparse,
+            QueryInput::Dense(_) => QueryKind::Dense,
+        }
+    }
+
     pub(super) fn from_request(q: crate::http::api::Query) -> ApiResult<Self> {
         let given = [
             q.text.is_some(),
@@ -72,51 +82,31 @@ pub async fn execute(
         None => None,
         Some(r) => Some((rerank_setup(state, &input, r)?, r.top)),
     };
-    let mut filter = params.filter;
-    match (params.target, filter.modality) {
-        (Some(t), Some(f)) if t != f => {
-            return Err(ApiError::unprocessable(format!(
-                "target {} contradicts filter.modality {}",
-                t.as_str(),
-                f.as_str()
-            )));
-        }
-        (Some(t), _) => filter.modality = Some(t),
-        _ => {}
-    }
-    let (precision, term_cut) = lexlip_search::precision_or_default(
-        params.exact,
-        params.approx,
-        params.term_cut,
-        state.limits.term_cut,
-    )?;
-    let mut mode = params.mode;
-    if matches!(input, QueryInput::Dense(_)) && mode == Mode::Sparse {
-        // A dense vector can only be answered by the dense index.
-        mode = Mode::Dense;
-    }
-    let wanted = params.k;
-    let mut plan = SearchPlan {
-        k: wanted,
-        mode,
-        precision,
-        term_cut,
-        filter,
+    let ask = Ask {
+        query: input.kind(),
+        k: params.k,
+        mode: params.mode,
+        exact: params.exact,
+        approx: params.approx,
+        term_cut: params.term_cut,
+        idf: params.idf,
+        target: params.target,
+        filter: params.filter,
         explain: params.explain,
-        threads: 0,
-        idf: params
-            .idf
-            .or(state.limits.idf)
-            .or_else(|| of_query_model(state.encoders.idf(), &input))
-            .unwrap_or(0.0),
-        query_norm: of_query_model(state.encoders.query_norm(), &input),
+        rerank_top: reranker.as_ref().map(|(_, top)| *top),
     };
-    plan.check(c.manifest().settings.dense_dim.is_some())
+    let defaults = Defaults {
+        server_idf: state.limits.idf,
+        server_term_cut: state.limits.term_cut,
+        model_idf: of_query_model(state.encoders.idf(), &input),
+        query_norm: of_query_model(state.encoders.query_norm(), &input),
+        weak_match: of_query_model(state.encoders.weak_match(), &input),
+    };
+    let resolved = ask
+        .resolve(&defaults, c.manifest().settings.dense_dim.is_some())
         .map_err(|e| ApiError::unprocessable(format!("collection {name:?}: {e}")))?;
-    // The first stage finds at least the candidates the re-ranker reads.
-    if let Some((_, top)) = &reranker {
-        plan.k = plan.k.max(*top).min(MAX_K);
-    }
+    let mut plan = resolved.plan.clone();
+    let mode = plan.mode;
     let encoders = state.encoders.clone();
 
     // The sparse query.
@@ -221,15 +211,9 @@ pub async fn execute(
             (hits, Some(report))
         }
     };
-    let mut hits = hits;
-    hits.truncate(wanted);
-    // The calibration is of the sparse strengths of the model's own queries.
-    let weak_match = match path {
-        SearchPath::Sparse => of_query_model(state.encoders.weak_match(), &input),
-        _ => None,
-    };
+    let (hits, weak_match, weak) = resolved.answer(hits, path);
     Ok(SearchResponse {
-        weak: lexlip_proto::api::weak_list(&hits, weak_match),
+        weak,
         hits,
         path,
         sparse_matches: found.sparse_matches,
