@@ -36,7 +36,7 @@ use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
-use crate::steps::{Batches, Computed, Objective, Span};
+use crate::steps::{Batches, Computed, Objective, Span, Trainer};
 use crate::text::TextTokenizer;
 use crate::views::{ViewSpec, batch_rows, drawn};
 use lexlip_model::nn::Init;
@@ -197,7 +197,6 @@ pub fn train(
         total,
         observer,
     )?;
-    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     summary.images = image_count;
     summary.pairs = rows.len() * (view_count + 1);
@@ -210,12 +209,6 @@ pub fn train(
         crate::views::pairs_note(view_count),
         total
     ));
-    let span = Span {
-        start,
-        end: stop_at,
-        total,
-        steps_per_epoch,
-    };
     let mut objective = AdapterSteps {
         model: &model,
         images: &images,
@@ -225,46 +218,35 @@ pub fn train(
         tau: opts.method.tau,
         device: device.clone(),
     };
-    crate::steps::run(
+    let mut trainer = Trainer {
         opts,
         control,
-        &fingerprint,
+        fingerprint,
+        span: Span::new(opts, start, total, steps_per_epoch),
+        summary,
+        started,
+    };
+    trainer.steps(
         &mut objective,
         PairBatches { order, rows: &rows },
         &mut adam,
-        span,
         observer,
-        &mut summary,
     )?;
     let marker = opts.run.out.join(crate::encoder_pair::exported_marker(
         crate::options::Objective::Adapter,
     ));
-    let write_model = || export(&model, &teacher_dir, &tower_dir, opts);
-    let record = |summary: &Summary| {
-        let doc = serde_json::json!({
-            "status": if summary.interrupted { "interrupted" } else { "complete" },
-            "command": control.command_line,
-            "seed": opts.optim.seed,
-            "fingerprint": fingerprint,
-            "options": opts,
-            "teacher": teacher_dir,
-            "teacher_sha256": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
-            "image_backbone": tower_dir,
-            "image_backbone_sha256": crate::heads::cache::fingerprint_dir(&tower_dir)?,
-            "summary": summary,
-        });
-        checkpoint::write_atomic(&opts.run.out.join("train.json"), &json_bytes(&doc))
-    };
-    crate::steps::write_out(
-        opts,
-        &mut summary,
-        started,
-        span,
+    trainer.finish(
         &marker,
-        write_model,
-        record,
-    )?;
-    Ok(summary)
+        || export(&model, &teacher_dir, &tower_dir, opts),
+        || {
+            Ok(serde_json::json!({
+                "teacher": teacher_dir,
+                "teacher_sha256": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
+                "image_backbone": tower_dir,
+                "image_backbone_sha256": crate::heads::cache::fingerprint_dir(&tower_dir)?,
+            }))
+        },
+    )
 }
 
 /// The projection's parameters and its fixed standardisation.

@@ -181,7 +181,7 @@ pub(crate) fn train(
             dir.display()
         ));
     }
-    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
+    let span = Span::new(opts, start, total, steps_per_epoch);
     let mut summary = Summary::starting(opts, opts.method.phase, start, total, &corpus);
     let record = |model: &EncoderPair, summary: &Summary, status: &str| {
         write_train_json(
@@ -198,7 +198,7 @@ pub(crate) fn train(
     if start < total {
         record(&model, &summary, "running")?;
     }
-    if start < stop_at {
+    if span.start < span.end {
         run_steps(
             opts,
             control,
@@ -210,12 +210,7 @@ pub(crate) fn train(
             &mut adam,
             &params,
             &fingerprint,
-            Span {
-                start,
-                end: stop_at,
-                total,
-                steps_per_epoch,
-            },
+            span,
             observer,
             &mut summary,
         )?;

@@ -70,6 +70,94 @@ pub(crate) struct Span {
     pub steps_per_epoch: u64,
 }
 
+impl Span {
+    /// The span of a run of `total` steps resumed at `start` (0: a fresh run), which stops at
+    /// `--stop-at` when given.
+    pub(crate) fn new(opts: &TrainOptions, start: u64, total: u64, steps_per_epoch: u64) -> Self {
+        Self {
+            start,
+            end: opts.run.stop_at.unwrap_or(total).min(total),
+            total,
+            steps_per_epoch,
+        }
+    }
+}
+
+/// A run over frozen inputs around the loop (heads, adapter, re-ranker): what every such run
+/// shares — its options, stop signal, fingerprint, span, summary and start time — so that an
+/// objective sets up only its model and batches, then calls [`Trainer::steps`] and
+/// [`Trainer::finish`].
+pub(crate) struct Trainer<'a> {
+    pub opts: &'a TrainOptions,
+    pub control: &'a RunControl,
+    pub fingerprint: String,
+    pub span: Span,
+    pub summary: Summary,
+    pub started: Instant,
+}
+
+impl Trainer<'_> {
+    /// Runs this run's steps of `objective` ([`run`]).
+    pub(crate) fn steps<O: Objective, B: Batches<Batch = O::Batch>>(
+        &mut self,
+        objective: &mut O,
+        batches: B,
+        adam: &mut AdamW,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        run(
+            self.opts,
+            self.control,
+            &self.fingerprint,
+            objective,
+            batches,
+            adam,
+            self.span,
+            observer,
+            &mut self.summary,
+        )
+    }
+
+    /// Writes the run out ([`write_out`]): the export, complete when `exported` exists, and the
+    /// record `train.json` — status, command, seed, fingerprint, options and summary, with what
+    /// `inputs` says of the run's inputs (paths and checksums, computed only when written).
+    pub(crate) fn finish(
+        mut self,
+        exported: &std::path::Path,
+        export: impl FnOnce() -> Result<()>,
+        inputs: impl FnOnce() -> Result<serde_json::Value>,
+    ) -> Result<Summary> {
+        let (opts, control, fingerprint) = (self.opts, self.control, &self.fingerprint);
+        let record = |summary: &Summary| {
+            let mut doc = serde_json::json!({
+                "status": if summary.interrupted { "interrupted" } else { "complete" },
+                "command": control.command_line,
+                "seed": opts.optim.seed,
+                "fingerprint": fingerprint,
+                "options": opts,
+                "summary": summary,
+            });
+            if let (Some(doc), serde_json::Value::Object(more)) = (doc.as_object_mut(), inputs()?) {
+                doc.extend(more);
+            }
+            checkpoint::write_atomic(
+                &opts.run.out.join("train.json"),
+                &crate::export::json_bytes(&doc),
+            )
+        };
+        write_out(
+            opts,
+            &mut self.summary,
+            self.started,
+            self.span,
+            exported,
+            export,
+            record,
+        )?;
+        Ok(self.summary)
+    }
+}
+
 /// Runs steps `span.start..span.end` of `objective` with batches from `batches`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(

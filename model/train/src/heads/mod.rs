@@ -51,7 +51,7 @@ use crate::optim::Param;
 use crate::options::{Sampler, TrainOptions, VocabBias};
 use crate::params::snapshot;
 use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
-use crate::steps::{Batches, Computed, Objective, Span};
+use crate::steps::{Batches, Computed, Objective, Span, Trainer};
 use crate::text::TextTokenizer;
 use crate::views::{ViewSpec, batch_rows, drawn};
 use cache::EmbeddingCache;
@@ -238,7 +238,6 @@ pub fn train(
         total,
         observer,
     )?;
-    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
     let mut summary = Summary::starting(opts, 1, start, total, &corpus);
     summary.images = image_count;
     summary.pairs = rows.len() * (view_count + 1);
@@ -312,33 +311,25 @@ pub fn train(
         },
         device: device.clone(),
     };
-    let span = Span {
-        start,
-        end: stop_at,
-        total,
-        steps_per_epoch,
-    };
-    crate::steps::run(
+    let mut trainer = Trainer {
         opts,
         control,
-        &fingerprint,
-        &mut objective,
-        batches,
-        &mut adam,
-        span,
-        observer,
-        &mut summary,
-    )?;
-    crate::steps::write_out(
-        opts,
-        &mut summary,
+        fingerprint,
+        span: Span::new(opts, start, total, steps_per_epoch),
+        summary,
         started,
-        span,
+    };
+    trainer.steps(&mut objective, batches, &mut adam, observer)?;
+    trainer.finish(
         &opts.run.out.join("heads").join("config.json"),
         || export(&model, &backbone_path, &tokenizer_path, dim, opts),
-        |summary| write_record(opts, control, summary, &fingerprint, &backbone_path),
-    )?;
-    Ok(summary)
+        || {
+            Ok(serde_json::json!({
+                "backbone": backbone_path,
+                "backbone_sha256": cache::fingerprint_dir(&backbone_path)?,
+            }))
+        },
+    )
 }
 
 /// Each step's pair indices, in the run's order.
@@ -620,29 +611,6 @@ fn export(
             serde_json::to_value(&terms).map_err(|e| TrainError::invalid(e.to_string()))?;
     }
     checkpoint::write_atomic(&out.join("lexlip.json"), &json_bytes(&meta))
-}
-
-fn write_record(
-    opts: &TrainOptions,
-    control: &RunControl,
-    summary: &Summary,
-    fingerprint: &str,
-    backbone: &Path,
-) -> Result<()> {
-    let doc = serde_json::json!({
-        "status": if summary.interrupted { "interrupted" } else { "complete" },
-        "command": control.command_line,
-        "seed": opts.optim.seed,
-        "fingerprint": fingerprint,
-        "options": opts,
-        "backbone": backbone,
-        "backbone_sha256": cache::fingerprint_dir(backbone)?,
-        "summary": summary,
-    });
-    let mut text =
-        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
-    text.push('\n');
-    checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
 }
 
 #[cfg(test)]

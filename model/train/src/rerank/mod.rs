@@ -43,7 +43,7 @@ use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::Source;
 use crate::rng::key;
-use crate::steps::{Computed, Objective, Span};
+use crate::steps::{Computed, Objective, Span, Trainer};
 use crate::text::TextTokenizer;
 use batch::RerankBatches;
 
@@ -210,8 +210,7 @@ pub fn train(
         total,
         observer,
     )?;
-    let stop_at = opts.run.stop_at.unwrap_or(total).min(total);
-    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
+    let summary = Summary::starting(opts, 1, start, total, &corpus);
     observer.message(&format!(
         "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
          {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
@@ -241,33 +240,20 @@ pub fn train(
         params: &params,
         weights,
     };
-    let span = Span {
-        start,
-        end: stop_at,
-        total,
-        steps_per_epoch,
-    };
-    crate::steps::run(
+    let mut trainer = Trainer {
         opts,
         control,
-        &fingerprint,
-        &mut objective,
-        batches,
-        &mut adam,
-        span,
-        observer,
-        &mut summary,
-    )?;
-    crate::steps::write_out(
-        opts,
-        &mut summary,
+        fingerprint,
+        span: Span::new(opts, start, total, steps_per_epoch),
+        summary,
         started,
-        span,
+    };
+    trainer.steps(&mut objective, batches, &mut adam, observer)?;
+    trainer.finish(
         &opts.run.out.join("rerank.json"),
         || export(&model, &text_dir, &image_dir, image_size, opts),
-        |summary| write_record(opts, control, summary, &fingerprint, &init),
-    )?;
-    Ok(summary)
+        || Ok(serde_json::json!({ "init": init })),
+    )
 }
 
 /// Re-ranker steps over the frozen towers.
@@ -334,26 +320,4 @@ fn export(
         serde_json::to_string_pretty(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
     text.push('\n');
     checkpoint::write_atomic(&opts.run.out.join("rerank.json"), text.as_bytes())
-}
-
-fn write_record(
-    opts: &TrainOptions,
-    control: &RunControl,
-    summary: &Summary,
-    fingerprint: &str,
-    init: &Path,
-) -> Result<()> {
-    let doc = serde_json::json!({
-        "status": if summary.interrupted { "interrupted" } else { "complete" },
-        "command": control.command_line,
-        "seed": opts.optim.seed,
-        "fingerprint": fingerprint,
-        "options": opts,
-        "init": init,
-        "summary": summary,
-    });
-    let mut text =
-        serde_json::to_string_pretty(&doc).map_err(|e| TrainError::invalid(e.to_string()))?;
-    text.push('\n');
-    checkpoint::write_atomic(&opts.run.out.join("train.json"), text.as_bytes())
 }
