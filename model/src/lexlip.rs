@@ -187,8 +187,10 @@ fn text_terms_or(
     file: &Option<crate::text::TextTerms>,
 ) -> Option<crate::text::TextTerms> {
     match (given, file) {
+        // A command line's expansion keeps the file's template words and expansion share.
         (Some(g), Some(f)) if g.ignore.is_empty() => Some(crate::text::TextTerms {
             ignore: f.ignore.clone(),
+            expansion_share: g.expansion_share.or(f.expansion_share),
             ..g.clone()
         }),
         (Some(g), _) => Some(g.clone()),

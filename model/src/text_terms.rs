@@ -30,7 +30,7 @@ use crate::vocab::STOPWORDS;
 /// Which terms a text's lexicon keeps: a published model's query-side options (VDR's top-k and
 /// bag of words, D2S's restriction of a query to its own words), expansion control, and words
 /// that never weigh; none for lexlip's own models unless their `lexlip.json` says so.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TextTerms {
     /// Keep the `top_k` largest weights (none: every non-zero one) …
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +49,11 @@ pub struct TextTerms {
     /// then do not apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion: Option<usize>,
+    /// With `expansion`: no other term weighs more than this share (0-1) of the weakest own
+    /// word (none: 1, the weakest own word itself), so that the user's words lead the query
+    /// rather than tie with what the model adds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expansion_share: Option<f32>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
     /// training captions were built around, such as "emoji" or "clip art"), which name no
     /// picture in particular. A word the vocabulary splits leaves out each of its pieces.
@@ -139,11 +144,17 @@ impl TextTerms {
                 .collect();
             others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
             others.truncate(e);
-            // The user's words lead: no other term weighs more than the weakest of them.
-            let cap = mine
+            // The user's words lead: no other term weighs more than (a share of) the weakest.
+            let share = self.expansion_share.unwrap_or(1.0).clamp(0.0, 1.0);
+            let weakest = mine
                 .iter()
                 .map(|&i| weights[i])
                 .fold(f32::INFINITY, f32::min);
+            let cap = if weakest.is_finite() {
+                share * weakest
+            } else {
+                weakest
+            };
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
                 .map(|i| (i, weights[i]))
@@ -175,4 +186,50 @@ impl TextTerms {
 fn kth_largest(weights: &[f32], k: usize) -> f32 {
     let mut scratch = Vec::new();
     crate::pooling::top_k_threshold(weights, k, &mut scratch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextTerms;
+
+    /// "a red car": own words `red` (0.9) and `car` (0.6), `a` a function word; the model adds
+    /// `apple` (1.2), `cherry` (0.7) and `lips` (0.2).
+    fn red_car(terms: &TextTerms) -> Vec<(String, f32)> {
+        let tokens: Vec<String> = ["a", "red", "car", "apple", "cherry", "lips"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let weights = [0.5, 0.9, 0.6, 1.2, 0.7, 0.2];
+        let kept = terms.keep(&weights, &[0, 1, 2], &tokens, &[]);
+        kept.into_iter().map(|(t, w)| (t.to_string(), w)).collect()
+    }
+
+    #[test]
+    fn expansion_keeps_own_words_and_caps_the_others() {
+        let kept = red_car(&TextTerms::expansion(2, Vec::new()));
+        let want = [("red", 0.9), ("car", 0.6), ("apple", 0.6), ("cherry", 0.6)];
+        assert_eq!(kept.len(), want.len(), "{kept:?}");
+        for (t, w) in want {
+            assert!(
+                kept.iter().any(|(k, v)| k == t && (v - w).abs() < 1e-6),
+                "{t}: {kept:?}"
+            );
+        }
+    }
+
+    /// With a share, the additions weigh at most that share of the weakest own word: the
+    /// user's words lead instead of tying with them.
+    #[test]
+    fn an_expansion_share_puts_the_additions_below_the_users_words() {
+        let terms = TextTerms {
+            expansion_share: Some(0.5),
+            ..TextTerms::expansion(3, Vec::new())
+        };
+        let kept = red_car(&terms);
+        let weight = |t: &str| kept.iter().find(|(k, _)| k == t).map(|(_, w)| *w);
+        assert_eq!((weight("red"), weight("car")), (Some(0.9), Some(0.6)));
+        assert_eq!((weight("apple"), weight("cherry")), (Some(0.3), Some(0.3)));
+        assert_eq!(weight("lips"), Some(0.2));
+        assert_eq!(weight("a"), None);
+    }
 }
