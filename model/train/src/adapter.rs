@@ -90,11 +90,8 @@ pub fn train(
     let tokenizer_path = teacher_dir.join("tokenizer.json");
     let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
     let (mut corpus, mut key) = cached_corpus(&input, &tokenizer, &tokenizer_path, observer)?;
-    let fitted = opts.fit_batch(corpus.pairs.len())?;
-    if let Some((_, note)) = &fitted {
-        observer.message(note);
-    }
-    let opts = fitted.as_ref().map_or(opts, |(o, _)| o);
+    let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
+    let opts = fitted.as_ref().unwrap_or(opts);
     key["teacher"] = crate::heads::cache::fingerprint_dir(&teacher_dir)?.into();
     key["size"] = size.into();
     let corpus_key = crate::run::sha256_json(&key);

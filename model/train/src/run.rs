@@ -134,11 +134,8 @@ pub(crate) fn train(
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }
-    let fitted = opts.fit_batch(corpus.pairs.len())?;
-    if let Some((_, note)) = &fitted {
-        observer.message(note);
-    }
-    let opts = fitted.as_ref().map_or(opts, |(o, _)| o);
+    let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
+    let opts = fitted.as_ref().unwrap_or(opts);
     let mut order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
     let steps_per_epoch = order.steps_per_epoch();
     let total = crate::steps::total_steps(opts, steps_per_epoch);

@@ -61,9 +61,6 @@ impl Meter {
             );
             bar
         };
-        if let Some(n) = total {
-            bar.set_length(n);
-        }
         let lines = (!terminal).then(|| Lines::new(what, unit, total));
         Self { bar, lines }
     }

@@ -147,11 +147,8 @@ pub fn train(
         tokenizer.vocab
     ));
     let (mut corpus, corpus_key) = cached_corpus(&input, &tokenizer, &tokenizer_path, observer)?;
-    let fitted = opts.fit_batch(corpus.pairs.len())?;
-    if let Some((_, note)) = &fitted {
-        observer.message(note);
-    }
-    let opts = fitted.as_ref().map_or(opts, |(o, _)| o);
+    let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
+    let opts = fitted.as_ref().unwrap_or(opts);
     let corpus_key = crate::run::sha256_json(&corpus_key);
     let cache_dir = cache_dir(opts);
     let cache = build_cache(

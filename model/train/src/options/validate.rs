@@ -353,10 +353,14 @@ impl TrainOptions {
         Ok(())
     }
 
-    /// These options with a batch that fits a corpus of `pairs` usable pairs, and a note that
-    /// says so: a small corpus trains with every pair in each batch rather than failing (a
-    /// queue keeps a size it divides). `None` when --batch-size already fits.
-    pub fn fit_batch(&self, pairs: usize) -> crate::Result<Option<(TrainOptions, String)>> {
+    /// These options with a batch that fits a corpus of `pairs` usable pairs, said through
+    /// `say`: a small corpus trains with every pair in each batch rather than failing (a queue
+    /// keeps a size it divides). `None` when --batch-size already fits.
+    pub fn fit_batch(
+        &self,
+        pairs: usize,
+        say: &mut dyn FnMut(&str),
+    ) -> crate::Result<Option<TrainOptions>> {
         let wanted = self.optim.batch_size;
         if pairs >= wanted {
             return Ok(None);
@@ -374,12 +378,12 @@ impl TrainOptions {
         fitted.optim.batch_size = batch;
         fitted.optim.group_size = fitted.optim.group_size.max(batch);
         fitted.validate()?;
-        let note = format!(
+        say(&format!(
             "--batch-size {wanted} is more than the {pairs} usable pairs: training with batches \
              of {batch} (give --batch-size {batch} or less to choose; more pairs give more \
              negatives per step)"
-        );
-        Ok(Some((fitted, note)))
+        ));
+        Ok(Some(fitted))
     }
 }
 
@@ -401,18 +405,21 @@ mod tests {
 
     #[test]
     fn a_batch_fits_the_corpus_and_a_queue_it_divides() {
-        assert!(options(32).fit_batch(40).unwrap().is_none());
-        let (fitted, note) = options(64).fit_batch(40).unwrap().unwrap();
+        let mut notes = Vec::new();
+        let mut say = |n: &str| notes.push(n.to_string());
+        assert!(options(32).fit_batch(40, &mut say).unwrap().is_none());
+        let fitted = options(64).fit_batch(40, &mut say).unwrap().unwrap();
         assert_eq!(fitted.optim.batch_size, 40);
-        assert!(note.contains("batches of 40"), "{note}");
         let mut queued = options(64);
         queued.method.phase = 2;
         queued.method.queue_size = 128;
-        let (fitted, _) = queued.fit_batch(40).unwrap().unwrap();
+        let fitted = queued.fit_batch(40, &mut say).unwrap().unwrap();
         assert_eq!(
             fitted.optim.batch_size, 32,
             "the largest divisor of 128 up to 40"
         );
-        assert!(options(64).fit_batch(1).is_err());
+        assert!(options(64).fit_batch(1, &mut say).is_err());
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("batches of 40"), "{notes:?}");
     }
 }
