@@ -344,6 +344,19 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     );
     assert!(heads.join("heads/config.json").is_file());
     assert!(heads.join("dense/model.safetensors").is_file());
+    // No terminal: the embedding cache's progress is written as lines, the last saying what
+    // it did and in how long; each logged step with its ETA.
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let cached = stderr
+        .lines()
+        .filter(|l| l.starts_with("caching embeddings: "))
+        .last()
+        .unwrap_or_default();
+    assert!(
+        cached.contains("(100 %)") && cached.contains("done in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("step 4/4 epoch 1.00"), "{stderr}");
     // The heads' own defaults where the line gave none; what it gave stays.
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(heads.join("train.json")).unwrap()).unwrap();

@@ -14,7 +14,6 @@
 //! teacher's texts do not move, so heads trained over the teacher's vocabulary meet the same
 //! text space (`--objective heads --backbone` on the written model).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -397,20 +396,11 @@ impl Objective for AdapterSteps<'_> {
         let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
         let v = l2_normalize(&self.model.adapter()?.forward(&x)?)?;
         let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;
-        Ok(Computed {
-            total,
-            parts: vec![("i2t", i2t), ("t2i", t2i)],
-            figures: Vec::new(),
-            nnz_image: None,
-            nnz_text: None,
-        })
+        Ok(Computed::new(total, vec![("i2t", i2t), ("t2i", t2i)]))
     }
 
-    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
-        Ok((
-            crate::steps::store_tensors(&self.model.store, "adapter")?,
-            (0, 0),
-        ))
+    fn checkpoint(&self) -> Result<crate::steps::Saved> {
+        crate::steps::weights_only(&self.model.store, "adapter")
     }
 }
 

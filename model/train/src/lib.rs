@@ -34,7 +34,6 @@ pub mod augment;
 pub mod beit;
 pub mod bert;
 pub mod checkpoint;
-pub mod console;
 pub mod data;
 pub mod dense;
 pub mod encoder_pair;
@@ -64,7 +63,6 @@ pub mod token_heads;
 mod views;
 pub mod weight_sharing;
 
-pub use console::Console;
 pub use error::{Result, TrainError};
 pub use observe::{Observer, RunControl, Silent, StepLog, Summary};
 pub use options::{

@@ -441,11 +441,9 @@ impl Objective for LexlipSteps<'_> {
         }
         self.last = Some(keys);
         Ok(Computed {
-            total: losses.total,
-            parts: losses.parts,
-            figures: Vec::new(),
             nnz_image: losses.nnz_image,
             nnz_text: losses.nnz_text,
+            ..Computed::new(losses.total, losses.parts)
         })
     }
 
@@ -481,7 +479,7 @@ impl Objective for LexlipSteps<'_> {
         Ok(())
     }
 
-    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
+    fn checkpoint(&self) -> Result<crate::steps::Saved> {
         let mut tensors: HashMap<String, Tensor> = HashMap::new();
         for (group, store) in self.model.stores() {
             for (name, t) in crate::params::snapshot(store)? {

@@ -41,6 +41,27 @@ pub(crate) struct Computed {
     pub nnz_text: Option<f64>,
 }
 
+impl Computed {
+    /// A loss and its logged parts, with no figures or lexicon sizes.
+    pub fn new(total: Tensor, parts: Vec<(&'static str, Tensor)>) -> Self {
+        Self {
+            total,
+            parts,
+            figures: Vec::new(),
+            nnz_image: None,
+            nnz_text: None,
+        }
+    }
+}
+
+/// A checkpoint of an objective whose only state is the weights in `store` (no momentum
+/// queue): saved under `group/`.
+pub(crate) type Saved = (HashMap<String, Tensor>, (usize, usize));
+
+pub(crate) fn weights_only(store: &candle_nn::VarMap, group: &str) -> Result<Saved> {
+    Ok((store_tensors(store, group)?, (0, 0)))
+}
+
 /// A trainable objective as the loop drives it.
 pub(crate) trait Objective {
     type Batch: Send;
@@ -55,7 +76,7 @@ pub(crate) trait Objective {
     }
     /// What a checkpoint keeps besides the optimizer: named tensors, and the momentum queue's
     /// (position, fill).
-    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))>;
+    fn checkpoint(&self) -> Result<Saved>;
 }
 
 /// Which steps this run does.

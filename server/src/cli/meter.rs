@@ -65,6 +65,18 @@ impl Meter {
         Self { bar, lines }
     }
 
+    /// The same meter with no timed lines: for work that writes lines of its own (training's
+    /// logged steps).
+    pub fn without_lines(mut self) -> Self {
+        self.lines = None;
+        self
+    }
+
+    /// Whether a bar is drawn (a terminal, not quiet).
+    pub fn draws_a_bar(&self) -> bool {
+        !self.bar.is_hidden()
+    }
+
     pub fn set_position(&mut self, done: u64) {
         self.bar.set_position(done);
         if let Some(l) = &mut self.lines {

@@ -32,7 +32,6 @@ pub mod model;
 pub mod rows;
 pub mod step;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -536,19 +535,14 @@ impl Objective for HeadsSteps<'_> {
             },
         )?;
         Ok(Computed {
-            total,
-            parts,
-            figures: Vec::new(),
             nnz_image: Some(nnz_image),
             nnz_text: Some(nnz_text),
+            ..Computed::new(total, parts)
         })
     }
 
-    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
-        Ok((
-            crate::steps::store_tensors(&self.model.store, "heads")?,
-            (0, 0),
-        ))
+    fn checkpoint(&self) -> Result<crate::steps::Saved> {
+        crate::steps::weights_only(&self.model.store, "heads")
     }
 }
 

@@ -26,11 +26,9 @@ pub use model::{
 };
 pub use negatives::{HardNegatives, distinct_captions};
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use candle_core::Tensor;
 use lexlip_model::rerank::{FORMAT, FusionConfig, RerankConfig, Towers};
 use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
 use rayon::prelude::*;
@@ -274,19 +272,13 @@ impl Objective for RerankSteps<'_> {
     fn losses(&mut self, _step: u64, batch: RerankBatch) -> Result<Computed> {
         let losses = step_losses(self.model, self.towers, &batch, self.weights)?;
         Ok(Computed {
-            total: losses.total,
-            parts: losses.parts,
             figures: vec![("itm_accuracy", losses.itm_accuracy)],
-            nnz_image: None,
-            nnz_text: None,
+            ..Computed::new(losses.total, losses.parts)
         })
     }
 
-    fn checkpoint(&self) -> Result<(HashMap<String, Tensor>, (usize, usize))> {
-        Ok((
-            crate::steps::store_tensors(&self.model.store, "rerank")?,
-            (0, 0),
-        ))
+    fn checkpoint(&self) -> Result<crate::steps::Saved> {
+        crate::steps::weights_only(&self.model.store, "rerank")
     }
 }
 

@@ -1,8 +1,12 @@
 //! `lexlip train`: LexLIP pre-training on the user's image-text pairs (`lexlip-train`), with a
 //! progress bar (or `--json` lines), a clean stop on Ctrl-C and resume from the last checkpoint.
 
+mod console;
+
 use anyhow::Context;
-use lexlip_train::{Console, RunControl, TrainOptions};
+use lexlip_train::{RunControl, TrainOptions};
+
+use console::Console;
 
 use super::model_args::resolve_model;
 
