@@ -65,11 +65,7 @@ fn train_dense(dir: &Path) -> PathBuf {
     let mut args = train_args(&tsv, &out, "3");
     args.push("--json".into());
     let run = lexlip(&args);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    lexlip_tests::assert_success(&run);
     let stdout = String::from_utf8_lossy(&run.stdout);
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["summary"]["steps_done"], 3, "{stdout}");
@@ -165,11 +161,7 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
         lexlip(&args)
     };
     let out = index(&["--model", m]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(collection.join("lexlip.json")).unwrap()).unwrap();
     assert_eq!(manifest["dense_dim"], 16, "{manifest}");
@@ -200,11 +192,7 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     args.extend(tiny.iter().map(String::as_str));
     args.extend(["--dense-model", m]);
     let out = lexlip(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let mut args = vec!["search", "--collection", b, "--text", "picture number 3"];
     args.extend(tiny.iter().map(String::as_str));
     args.extend(["--modality", "image", "-k", "8", "--json"]);
@@ -337,11 +325,7 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
         .map(String::from),
     );
     let run = lexlip(&args);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    lexlip_tests::assert_success(&run);
     assert!(heads.join("heads/config.json").is_file());
     assert!(heads.join("dense/model.safetensors").is_file());
     // No terminal: the embedding cache's progress is written as lines, the last saying what
@@ -481,11 +465,7 @@ fn index_dense_and_search(
         m,
         "--dense",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     assert_ranks_as_cosine(&dense_search(c, m), vectors, query);
 }
 
@@ -521,11 +501,7 @@ fn heads_over_a_mobileclip_backbone_export_and_index() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    lexlip_tests::assert_success(&run);
     assert!(out.join("dense/open_clip_config.json").is_file());
 
     let enc = Encoders::load(&out, &Device::Cpu).unwrap();
@@ -561,11 +537,7 @@ fn bench_encode_times_a_dense_only_model() {
         args.extend(sizes);
         args.extend(["--seconds", "0.1", "--json"]);
         let out = lexlip(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        lexlip_tests::assert_success(&out);
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(report["dense_model"].as_str().is_some(), "{report}");
         for side in ["dense_text", "dense_image"] {

@@ -133,11 +133,7 @@ fn index_stats_search_and_batch() {
         "--threads",
         "2",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("queries/s"));
     assert_eq!(
         std::fs::read_to_string(&run).unwrap(),

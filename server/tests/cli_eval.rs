@@ -132,11 +132,7 @@ fn index_tsv(dir: &Path, tsv: &Path, model: &[String], extra: &[&str]) {
     args.extend(model.iter().cloned());
     args.extend(extra.iter().map(|s| s.to_string()));
     let out = lexlip(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
 }
 
 /// A dense vector of `lexlip encode --json`, made unit length.
@@ -522,11 +518,7 @@ fn one_image_is_always_found() {
     let mut args: Vec<String> = vec!["eval".into(), "--tsv".into(), c.tsv.display().to_string()];
     args.extend(lexlip_tiny_args());
     let out = lexlip(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("T2I R@1") && table.contains("I2T R@1"),
@@ -694,11 +686,7 @@ fn approximate_settings_over_webdataset_shards() {
         "--out",
         shards.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let wds = |model: &[String], extra: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = vec![
             "eval".into(),

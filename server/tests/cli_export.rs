@@ -63,11 +63,7 @@ fn export(col: &Path, format: &str) -> Vec<Value> {
         "--format",
         format,
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -180,11 +176,7 @@ fn qdrant_without_a_vocabulary_numbers_the_term_dictionary() {
 
     let points_file = dir.path().join("points.jsonl");
     let out = export_to(&col, "qdrant", &points_file);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let list = std::fs::read_to_string(dir.path().join("points.jsonl.vocab.txt")).unwrap();
     let terms: Vec<&str> = list.lines().collect();
     let mut sorted = terms.clone();
@@ -281,11 +273,7 @@ fn qdrant_ranks_the_export_as_lexlip_does() {
         ])
         .output()
         .unwrap();
-    assert!(
-        theirs.status.success(),
-        "{}",
-        String::from_utf8_lossy(&theirs.stderr)
-    );
+    lexlip_tests::assert_success(&theirs);
     let theirs: Value = serde_json::from_slice(&theirs.stdout).unwrap();
     let ours = lexlip_tests::hit_scores(&ours);
     let theirs: Vec<(String, f64)> = theirs["hits"]

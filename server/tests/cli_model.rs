@@ -30,11 +30,7 @@ fn converted_checkpoint_encodes_like_the_checkpoint() {
         ])
     };
     let out = convert();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let tok = ["--tokenizer", tokenizer.to_str().unwrap()];
     let image = fixtures().join("images/img1_64.png");
     for what in [

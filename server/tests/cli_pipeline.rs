@@ -929,11 +929,7 @@ fn progress_lines_when_stderr_is_no_terminal() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        lexlip_tests::assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let progress: Vec<&str> = stderr.lines().filter(|l| l.contains("indexing")).collect();
         assert!(progress.len() >= 2, "{stderr}");

@@ -514,11 +514,7 @@ fn the_composed_picture_model_finds_pictures_of_several_emoji_by_their_names() {
         "--out".as_ref(),
         shards.as_os_str(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     // Recall at 5 of the exact search, text→image and image→text.
     let recall_at_5 = |model: &str| -> (f64, f64) {
         let model = lexlip_tests::workspace().join(model);
@@ -678,11 +674,7 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     let weak = strengths[0] < WEAK;
     assert_eq!(json_out["weak"], weak, "{json_out}");
     let out = lexlip_tests::lexlip(&base);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("score")).collect();
     assert_eq!(lines.len(), strengths.len(), "{text}");

@@ -248,11 +248,7 @@ fn every_command_takes_the_published_models() {
         "--out",
         pair.to_str().unwrap(),
     ]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     let d2s = vec!["--model".to_string(), pair.display().to_string()];
     for (name, model, scale, dense) in [
         ("vdr", vdr_args(), 10_000.0, false),

@@ -75,11 +75,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     // Training writes a re-ranker directory, with its record; the same command resumes
     // (here: finds the run complete).
     let out = train(&tsv, &model);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lexlip_tests::assert_success(&out);
     for file in [
         "rerank.json",
         "fusion/model.safetensors",
@@ -95,11 +91,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     assert_eq!(record["summary"]["steps_done"], 3);
     let written = std::fs::read(model.join("train.json")).unwrap();
     let again = train(&tsv, &model);
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    lexlip_tests::assert_success(&again);
     // The record still describes the run that trained the model.
     assert_eq!(std::fs::read(model.join("train.json")).unwrap(), written);
 

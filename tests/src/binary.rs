@@ -54,13 +54,20 @@ pub fn lexlip_offline<S: AsRef<OsStr>>(hf_home: &std::path::Path, args: &[S]) ->
         .expect("running lexlip")
 }
 
-/// The JSON a run printed on stdout; the run must have succeeded (else its stderr is shown).
-pub fn success_json(out: &Output) -> serde_json::Value {
+/// Panics with its stderr unless the run succeeded.
+#[track_caller]
+pub fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The JSON a run printed on stdout; the run must have succeeded (else its stderr is shown).
+#[track_caller]
+pub fn success_json(out: &Output) -> serde_json::Value {
+    assert_success(out);
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
