@@ -1,5 +1,5 @@
 //! Why an input cannot be read at all (a bad record never stops a reader: it becomes a
-//! [`crate::BadItem`]).
+//! [`crate::item::BadItem`]).
 
 use std::path::PathBuf;
 

@@ -10,7 +10,9 @@ use lexlip_model::{Encoders, PreprocessedImage};
 use lexlip_proto::{Modality, TermSpace, VectorInput};
 use rayon::prelude::*;
 
-use super::{Encoded, Entry, EvalObserver, EvalOptions, Impacts, Interner, Mode, Vector};
+use crate::encoded::{Encoded, Entry, Vector};
+use crate::impacts::{Impacts, Interner};
+use crate::options::{EvalObserver, EvalOptions, Mode};
 use lexlip_corpus::Input;
 use lexlip_corpus::item::{BadItem, Item, SourceItem, reason};
 use lexlip_pipeline::corpus::{check_id, decode_with, document, encode_batch};
@@ -25,7 +27,7 @@ enum Encoder<'a> {
         text: &'a lexlip_model::TextEncoder,
         image: &'a lexlip_model::ImageEncoder,
         quantizer: Quantizer,
-        /// Term names shared by every lexicon encoded ([`super::Impacts`]).
+        /// Term names shared by every lexicon encoded ([`crate::impacts::Impacts`]).
         names: Mutex<Interner>,
     },
     Dense(&'a dyn lexlip_model::DenseEncoder),
@@ -235,7 +237,7 @@ fn image_of(entry: &Entry) -> Option<&str> {
     entry
         .doc
         .metadata
-        .get(super::IMAGE_ID)
+        .get(crate::encoded::IMAGE_ID)
         .and_then(|v| v.as_str())
 }
 
@@ -322,7 +324,7 @@ fn encode_chunk(
                 .transpose()
                 .map_err(|e| BadItem::new(Some(id.clone()), reason::ENCODE, e))?;
             Ok(Entry {
-                doc: super::lean(document(item)?),
+                doc: crate::encoded::lean(document(item)?),
                 vector,
                 query,
                 pixels,

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::{Encoded, Vector};
+use crate::encoded::{Encoded, Vector};
 
 /// Strongest terms that count for grounding and for the common-term detector.
 pub const TOP: usize = 10;
@@ -58,7 +58,7 @@ pub struct LexiconReport {
 
 /// Whether a text's own words lead its lexicon: at least one of `words` is among its terms,
 /// and no other term outweighs any of them (ties lead).
-pub fn own_words_first(v: &super::Impacts, words: &HashSet<String>) -> bool {
+pub fn own_words_first(v: &crate::impacts::Impacts, words: &HashSet<String>) -> bool {
     let by_weight = v.by_weight();
     let own = by_weight.iter().filter(|(t, _)| words.contains(*t));
     let Some(weakest) = own.map(|(_, w)| *w).min() else {
@@ -94,7 +94,7 @@ fn median(sorted: &[usize]) -> f64 {
 
 /// The sparse vectors of `entries` as they search (a text's query lexicon where the model
 /// encodes queries otherwise than documents); None when any is dense.
-fn sparse(entries: &[super::Entry]) -> Option<Vec<&super::Impacts>> {
+fn sparse(entries: &[crate::encoded::Entry]) -> Option<Vec<&crate::impacts::Impacts>> {
     entries
         .iter()
         .map(|e| match e.as_query() {
@@ -105,11 +105,11 @@ fn sparse(entries: &[super::Entry]) -> Option<Vec<&super::Impacts>> {
 }
 
 /// The strongest `n` terms of a vector (ties broken as the index breaks them).
-fn strongest(v: &super::Impacts, n: usize) -> Vec<&str> {
+fn strongest(v: &crate::impacts::Impacts, n: usize) -> Vec<&str> {
     v.by_weight().into_iter().take(n).map(|(t, _)| t).collect()
 }
 
-fn side(vectors: &[&super::Impacts]) -> SideFigures {
+fn side(vectors: &[&crate::impacts::Impacts]) -> SideFigures {
     let mut nnz: Vec<usize> = vectors.iter().map(|v| v.len()).collect();
     nnz.sort_unstable();
     let n = vectors.len().max(1) as f64;

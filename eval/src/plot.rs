@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use super::report::SettingReport;
+use crate::report::SettingReport;
 
 const WIDTH: f64 = 1000.0;
 const HEIGHT: f64 = 470.0;

@@ -10,19 +10,8 @@
 
 use std::collections::HashMap;
 
-use super::Encoded;
-
-/// What counts as a correct answer (reports name it "item" or "caption").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Relevance {
-    /// The picture a caption belongs to; a picture's own captions.
-    #[default]
-    Item,
-    /// Every picture with a caption worded like the query; every caption worded like one of the
-    /// picture's own. Each wording is asked once.
-    Caption,
-}
+use crate::encoded::Encoded;
+use crate::options::Relevance;
 
 /// The queries of both directions: (query position, positions of the items that answer it).
 #[derive(Debug, Clone, Default, PartialEq)]

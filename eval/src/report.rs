@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::Encoded;
+use crate::encoded::Encoded;
 use lexlip_corpus::Input;
 
 /// The measures of one setting (full vectors, or documents cut to their top K terms).
@@ -76,7 +76,7 @@ pub struct SettingReport {
     pub i2t_overlap: Option<f64>,
     /// Each query's first results, which the overlaps are computed from (emptied once read).
     #[serde(skip)]
-    pub rankings: super::recall::Rankings,
+    pub rankings: crate::recall::Rankings,
 }
 
 /// Recall after re-ranking the first `top` candidates, and its cost.
@@ -94,7 +94,7 @@ impl SettingReport {
     /// "full" or "top-K", and how it was searched when not exactly ("full ×1.2", "full cut
     /// 0.1", "hnsw").
     pub fn label(&self) -> String {
-        label(self.top_k, self.search, self.approx, self.term_cut)
+        crate::options::label(self.top_k, self.search, self.approx, self.term_cut)
     }
 
     /// The JSON object: the recalls under "t2i.r@1" … "i2t.r@10", then the other fields.
@@ -108,14 +108,14 @@ impl SettingReport {
             .into_iter()
             .chain(single)
         {
-            for (k, v) in super::recall::KS.iter().zip(r) {
+            for (k, v) in crate::recall::KS.iter().zip(r) {
                 out.insert(format!("{dir}.r@{k}"), serde_json::json!(v));
             }
         }
         if let Some(r) = &self.rerank {
             out.insert("rerank.top".into(), serde_json::json!(r.top));
             for (dir, v) in [("t2i", r.t2i), ("i2t", r.i2t)] {
-                for (k, v) in super::recall::KS.iter().zip(v) {
+                for (k, v) in crate::recall::KS.iter().zip(v) {
                     out.insert(format!("rerank.{dir}.r@{k}"), serde_json::json!(v));
                 }
             }
@@ -135,23 +135,6 @@ impl SettingReport {
     }
 }
 
-/// A setting's name in the table and on the progress bar: the documents ("full", "top-K") and,
-/// unless searched exactly, how ("full ×1.2", "full cut 0.1", "hnsw").
-pub fn label(
-    top_k: Option<usize>,
-    search: &str,
-    approx: Option<f32>,
-    term_cut: Option<f32>,
-) -> String {
-    let docs = top_k.map_or_else(|| "full".to_string(), |k| format!("top-{k}"));
-    match (search, approx, term_cut) {
-        ("hnsw", _, _) => "hnsw".into(),
-        (_, _, Some(c)) => format!("{docs} cut {c}"),
-        (_, Some(x), None) => format!("{docs} ×{x}"),
-        _ => docs,
-    }
-}
-
 /// The whole evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EvalReport {
@@ -167,13 +150,13 @@ pub struct EvalReport {
     pub t2i_queries: usize,
     pub i2t_queries: usize,
     /// What answered a query.
-    pub relevance: super::Relevance,
+    pub relevance: crate::options::Relevance,
     /// The exponent of the sparse queries' IDF weighting, when they were weighted (`--idf`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idf: Option<f32>,
     /// Pictures and captions searched beside the corpus's, answering nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub distractors: Option<super::Distractors>,
+    pub distractors: Option<crate::encoded::Distractors>,
     pub read: u64,
     pub skipped: BTreeMap<String, u64>,
     #[serde(skip)]
@@ -183,7 +166,7 @@ pub struct EvalReport {
     pub seconds: f64,
     /// How readable the lexicons are (sparse mode).
     #[serde(skip)]
-    pub lexicon: Option<super::lexicon::LexiconReport>,
+    pub lexicon: Option<crate::lexicon::LexiconReport>,
 }
 
 impl EvalReport {
@@ -191,7 +174,7 @@ impl EvalReport {
         model: String,
         corpus: String,
         encoded: &Encoded,
-        relevance: super::Relevance,
+        relevance: crate::options::Relevance,
         (t2i_queries, i2t_queries): (usize, usize),
         settings: Vec<SettingReport>,
         seconds: f64,
@@ -247,8 +230,8 @@ impl EvalReport {
             self.t2i_queries,
             self.i2t_queries,
             match self.relevance {
-                super::Relevance::Caption => "any item of the same caption",
-                super::Relevance::Item => "their own items",
+                crate::options::Relevance::Caption => "any item of the same caption",
+                crate::options::Relevance::Item => "their own items",
             },
             self.read,
             self.skipped,

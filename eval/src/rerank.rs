@@ -7,7 +7,7 @@ use std::time::Instant;
 use lexlip_model::Reranker;
 use lexlip_model::rerank::order_by_score;
 
-use super::Encoded;
+use crate::encoded::Encoded;
 use lexlip_pipeline::{PipelineError, Result};
 
 fn reorder(ranking: &[usize], top: usize, scores: &[f32]) -> Vec<usize> {

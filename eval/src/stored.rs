@@ -16,8 +16,10 @@ use lexlip_model::Encoders;
 use lexlip_pipeline::{PipelineError, Result};
 use lexlip_proto::{DenseVector, Modality, TermSpace};
 
-use super::encode::{link_captions, skip};
-use super::{Encoded, Entry, EvalObserver, EvalOptions, Impacts, Interner, Mode, Vector};
+use crate::encode::{link_captions, skip};
+use crate::encoded::{Encoded, Entry, Vector};
+use crate::impacts::{Impacts, Interner};
+use crate::options::{EvalObserver, EvalOptions, Mode};
 
 /// A stored document of no vector for the mode (a dense evaluation of a document indexed
 /// without its dense vector).
@@ -89,7 +91,7 @@ pub fn read(
         match vector {
             Some(vector) => {
                 let entry = Entry {
-                    doc: super::lean(stored.doc),
+                    doc: crate::encoded::lean(stored.doc),
                     vector,
                     query: None,
                     pixels: None,

@@ -14,9 +14,11 @@ use lexlip_proto::api::{Filter, Hit};
 use lexlip_proto::{Modality, QuantizedVector, VectorInput};
 use lexlip_search::{DenseNeed, Mode as SearchMode, SearchError, SearchPlan};
 
-use super::queries::Queries;
-use super::recall::{DEPTH, recall};
-use super::{Encoded, Entry, EvalObserver, Mode, Setting, SettingReport, Vector};
+use crate::encoded::{Encoded, Entry, Vector};
+use crate::options::{EvalObserver, Mode, Setting};
+use crate::queries::Queries;
+use crate::recall::{DEPTH, recall};
+use crate::report::SettingReport;
 use lexlip_pipeline::{PipelineError, Result};
 
 /// The collection of a setting ([`build`]), searched by every setting that stores the same
@@ -113,7 +115,7 @@ pub fn evaluate(
     setting: Setting,
     scale: f32,
     single_modal: bool,
-    rerank: Option<&super::RerankOptions>,
+    rerank: Option<&crate::options::RerankOptions>,
     dir: &Path,
     observer: &mut dyn EvalObserver,
 ) -> Result<SettingReport> {
@@ -141,7 +143,7 @@ pub fn evaluate_on(
     setting: Setting,
     queries: &Queries,
     single_modal: bool,
-    rerank: Option<&super::RerankOptions>,
+    rerank: Option<&crate::options::RerankOptions>,
     observer: &mut dyn EvalObserver,
 ) -> Result<SettingReport> {
     // With a re-ranker, the first stage returns its candidates; recall reads the first DEPTH.
@@ -184,21 +186,21 @@ pub fn evaluate_on(
     let reranked = match rerank {
         None => None,
         Some(r) => {
-            let (t2i_reranked, t2i_seconds) = super::rerank::text_to_image(
+            let (t2i_reranked, t2i_seconds) = crate::rerank::text_to_image(
                 &r.model,
                 r.top,
                 encoded,
                 t2i.iter().map(|(t, _)| *t),
                 &t2i_rankings,
             )?;
-            let (i2t_reranked, i2t_seconds) = super::rerank::image_to_text(
+            let (i2t_reranked, i2t_seconds) = crate::rerank::image_to_text(
                 &r.model,
                 r.top,
                 encoded,
                 i2t.iter().map(|(i, _)| *i),
                 &i2t_rankings,
             )?;
-            Some(super::report::RerankReport {
+            Some(crate::report::RerankReport {
                 top: r.top,
                 t2i: recall_of(&t2i_reranked, t2i),
                 i2t: recall_of(&i2t_reranked, i2t),
@@ -249,7 +251,7 @@ pub fn evaluate_on(
         rerank: reranked,
         t2i_overlap: None,
         i2t_overlap: None,
-        rankings: super::recall::Rankings {
+        rankings: crate::recall::Rankings {
             t2i: t2i_rankings.iter().map(|r| first(r).to_vec()).collect(),
             i2t: i2t_rankings.iter().map(|r| first(r).to_vec()).collect(),
         },

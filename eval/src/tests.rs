@@ -1,6 +1,8 @@
 //! Unit tests of the evaluation's documents and settings (`lib.rs`).
 
 use super::*;
+use crate::encoded::{IMAGE_ID, lean};
+use lexlip_proto::{DocId, Document, TermSpace};
 
 #[test]
 fn lean_documents_keep_their_image_id_alone() {

@@ -7,11 +7,15 @@ use lexlip_proto::api::Precision;
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use serde::Serialize;
 
+use crate::collection::Collection;
+use crate::collection::Snapshot;
+use crate::error::Result;
 use crate::forward_index::{ForwardIndex, ForwardPlan, Layout};
+use crate::manifest::CollectionSettings;
+use crate::search::Algorithm;
+use crate::search::ScoredDoc;
+use crate::search::SearchOptions;
 use crate::synth::{Corpus, Generator, Rng};
-use crate::{
-    Algorithm, Collection, CollectionSettings, Result, ScoredDoc, SearchOptions, Snapshot,
-};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -53,7 +57,7 @@ pub struct ExactFigures {
     /// Fraction of candidate doc-id blocks actually scored.
     pub blocks_scored_fraction: f64,
     /// Segments per query scored term-at-a-time because their bounds skipped too little
-    /// ([`crate::SearchStats::segments_unpruned`]), on average.
+    /// ([`crate::search::SearchStats::segments_unpruned`]), on average.
     pub segments_unpruned_per_query: f64,
 }
 
@@ -365,7 +369,7 @@ pub fn run(
         let batch: Vec<(Document, QuantizedVector)> = (done..done + n)
             .map(|i| {
                 let id = DocId::new(format!("doc{i}"))
-                    .map_err(|e| crate::IndexError::InvalidSetting(e.to_string()))?;
+                    .map_err(|e| crate::error::IndexError::InvalidSetting(e.to_string()))?;
                 Ok((
                     Document::new(id, Modality::Image),
                     generator.document_of(config.corpus, &mut rng),

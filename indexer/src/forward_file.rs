@@ -73,7 +73,7 @@ pub(crate) fn component() -> SegmentComponent {
 
 /// The plugin a collection registers on its tantivy index. The plan (block size and layout,
 /// packed into one integer) is shared with the collection, which may change it
-/// ([`crate::Collection::set_block_size`]): files are written for the plan in force at the time.
+/// ([`crate::collection::Collection::set_block_size`]): files are written for the plan in force at the time.
 #[derive(Debug, Clone)]
 pub struct ForwardPlugin {
     impacts: Field,

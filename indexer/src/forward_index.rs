@@ -395,7 +395,7 @@ const TILE: usize = 1024;
 pub(crate) fn add_code_bounds_u32(
     terms: &[(u32, &ForwardTerm)],
     ub: &mut [u32],
-    cancel: &crate::search::Cancel,
+    cancel: &crate::cancel::Cancel,
 ) -> Result<()> {
     for (t, tile) in ub.chunks_mut(TILE).enumerate() {
         cancel.check()?;

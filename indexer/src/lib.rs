@@ -9,6 +9,7 @@
 
 pub mod bench;
 mod block_size;
+pub mod cancel;
 pub mod catalog;
 pub mod collection;
 pub mod dense;

@@ -34,7 +34,7 @@ pub struct CollectionSettings {
     pub thumbnails: bool,
     /// Keep each segment's forward index in a file beside its postings (default on), so a
     /// segment's first search reads it instead of building it from the postings. Taken at
-    /// creation only (tantivy fixes an index's files then): [`crate::Collection::has_forward_files`]
+    /// creation only (tantivy fixes an index's files then): [`crate::collection::Collection::has_forward_files`]
     /// says what a collection has. Written to the manifest only when off.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub forward_files: bool,

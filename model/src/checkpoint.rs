@@ -183,7 +183,7 @@ pub fn convert_checkpoint(
             "format": "lexlip",
             "source": ckpt.file_name().map(|n| n.to_string_lossy().into_owned()),
             "image_size": image_size,
-            "max_length": crate::DEFAULT_MAX_LENGTH,
+            "max_length": crate::text::DEFAULT_MAX_LENGTH,
         }),
     )?;
     Ok(out_dir.to_path_buf())

@@ -310,7 +310,7 @@ impl DenseEncoder for Dense {
     }
     fn encode_images(
         &self,
-        images: &[crate::PreprocessedImage],
+        images: &[crate::image::PreprocessedImage],
     ) -> Result<Vec<lexlip_proto::DenseVector>> {
         self.as_dyn().encode_images(images)
     }

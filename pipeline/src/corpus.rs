@@ -26,12 +26,12 @@ use lexlip_proto::{DenseVector, DocId, Document, SparseVector, VectorInput};
 use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
-use crate::item::{BadItem, ImageRef, Item, SourceItem, reason};
 use crate::job::{Observer, Options, Summary};
 use crate::progress::fingerprint;
 use crate::shard::Shard;
-use crate::sources::Input;
 use crate::writer::{Chunk, Prepared, PreparedDoc, Resume};
+use lexlip_corpus::item::{BadItem, ImageRef, Item, SourceItem, reason};
+use lexlip_corpus::sources::Input;
 
 /// Chunks in flight between two stages.
 const CHANNEL_CHUNKS: usize = 4;

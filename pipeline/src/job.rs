@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::error::Result;
-use crate::item::BadItem;
 use crate::shard::Shard;
+use lexlip_corpus::item::BadItem;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -86,7 +86,7 @@ pub trait Observer {
     /// Something the user should know before the work starts (e.g. why a run starts over).
     fn notice(&mut self, _text: &str) {}
     /// Called right before each commit: make what was reported durable and return a mark saved
-    /// with the commit (e.g. the errors file's length, see [`crate::ErrorsFile`]).
+    /// with the commit (e.g. the errors file's length, see [`crate::errors_file::ErrorsFile`]).
     fn checkpoint(&mut self) -> Result<u64> {
         Ok(0)
     }

@@ -3,8 +3,8 @@
 
 use std::str::FromStr;
 
-use crate::item::SourceItem;
 use crate::progress::fnv1a;
+use lexlip_corpus::item::SourceItem;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {

@@ -1,5 +1,5 @@
 //! Precomputed vectors (Anserini `JsonVectorCollection` JSONL, see
-//! [`crate::sources::vectors`]) into a collection: a reader thread reads the next chunk of lines
+//! [`lexlip_corpus::sources::vectors`]) into a collection: a reader thread reads the next chunk of lines
 //! and parses and quantizes it in parallel (rayon) while the shared writer ([`crate::writer`])
 //! adds the current one. Positions are line numbers: a bad line is reported with its number,
 //! and a resumed run continues after the last committed line.
@@ -13,12 +13,12 @@ use lexlip_proto::Modality;
 use rayon::prelude::*;
 
 use crate::error::{PipelineError, Result};
-use crate::item::BadItem;
 use crate::job::{Observer, Options, Summary};
 use crate::progress::fingerprint;
-use crate::sources::Input;
-use crate::sources::vectors::{LineError, open_lines, parse_line};
 use crate::writer::{Chunk, Prepared, PreparedDoc, Resume};
+use lexlip_corpus::item::BadItem;
+use lexlip_corpus::sources::Input;
+use lexlip_corpus::sources::vectors::{LineError, open_lines, parse_line};
 
 /// Lines per chunk.
 const CHUNK: usize = 20_000;
@@ -93,7 +93,7 @@ fn read_stage(
     mut file: VectorsFile,
     resume: u64,
     modality: Modality,
-    shard: Option<crate::Shard>,
+    shard: Option<crate::shard::Shard>,
     collection: &Collection,
     tx: SyncSender<Result<Chunk<Prepared>>>,
 ) {
@@ -164,7 +164,7 @@ fn parse_chunk(
     lines: &[(u64, String)],
     collection: &Collection,
     modality: Modality,
-    shard: Option<crate::Shard>,
+    shard: Option<crate::shard::Shard>,
 ) -> Vec<(u64, Prepared)> {
     let bad = |e: LineError| BadItem::new(None, e.kind, e.reason);
     lines

@@ -12,9 +12,9 @@ use lexlip_index::{Collection, DocExtras};
 use lexlip_proto::{DenseVector, Document, QuantizedVector};
 
 use crate::error::{PipelineError, Result};
-use crate::item::BadItem;
 use crate::job::{Observer, Options, Summary};
 use crate::progress::{Counts, Progress};
+use lexlip_corpus::item::BadItem;
 
 /// A document ready to add: its stored fields, its impacts, its dense vector (collections that
 /// keep them) and the thumbnail of its image.

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::{Document, Modality, QuantizedVector};
+use crate::document::Document;
+use crate::document::Modality;
+use crate::sparse::QuantizedVector;
 
 /// How a search trades recall for speed.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

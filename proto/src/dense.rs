@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::VectorError;
+use crate::sparse::VectorError;
 
 /// A dense embedding with finite components. Encoders produce it L2-normalised so that the inner
 /// product is the cosine similarity.

@@ -3,7 +3,7 @@
 use lexlip_index::MAX_K;
 use lexlip_proto::api::{Filter, Mode, Precision};
 
-use crate::SearchError;
+use crate::error::SearchError;
 
 /// What `exact: false` alone means for the sparse search: the query's lightest terms, up to a
 /// tenth of its largest possible score, left out of the block bounds at factor 1 (recall@10
@@ -38,7 +38,7 @@ pub struct SearchPlan {
     /// The L2 norm of the weights of a typical real query of the model that encoded the query
     /// (its `lexlip.json`'s `query_norm`). A query of less weight, one the model hardly
     /// understood, has its hits' match strengths scaled by its squared share of it (see
-    /// [`crate::Searcher::hits`]); none, the default, leaves strengths as they are.
+    /// [`crate::searcher::Searcher::hits`]); none, the default, leaves strengths as they are.
     pub query_norm: Option<f32>,
 }
 

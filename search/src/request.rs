@@ -22,7 +22,9 @@ use lexlip_index::MAX_K;
 use lexlip_proto::Modality;
 use lexlip_proto::api::{Filter, Hit, Mode, SearchPath, weak_list};
 
-use crate::{SearchError, SearchPlan, precision_or_default};
+use crate::error::SearchError;
+use crate::plan::SearchPlan;
+use crate::plan::precision_or_default;
 
 /// What the query is: encoded by a model (text, image) or given as a vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use lexlip_model::Reranker;
 use lexlip_proto::Modality;
 use lexlip_proto::api::{Hit, RerankReport, Stage};
 
-use crate::SearchError;
+use crate::error::SearchError;
 
 /// What the re-ranker reads of the query: the query itself, not its vector.
 #[derive(Debug, Clone, Copy)]

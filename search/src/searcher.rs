@@ -4,7 +4,9 @@ use lexlip_index::{Cancel, ScoredDoc, SearchOptions, Snapshot};
 use lexlip_proto::api::{Hit, Mode, Precision, SearchPath};
 use lexlip_proto::{DenseVector, QuantizedVector};
 
-use crate::{SearchError, SearchPlan, fusion};
+use crate::error::SearchError;
+use crate::fusion;
+use crate::plan::SearchPlan;
 
 /// Candidates each list gives hybrid fusion, at least (more when k is larger).
 pub const HYBRID_DEPTH: usize = 50;

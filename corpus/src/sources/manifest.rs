@@ -26,9 +26,9 @@ struct Line {
 }
 
 pub fn read(path: &Path) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
-    let root = super::parent_dir(path);
+    let root = super::files::parent_dir(path);
     let path: PathBuf = path.to_path_buf();
-    let lines = super::open_text(&path)?.lines();
+    let lines = super::files::open_text(&path)?.lines();
     let mut line_no = 0usize;
     Ok(lines.flat_map(move |line| {
         line_no += 1;

@@ -1,16 +1,18 @@
 //! Readers, one per input format. Each yields items in a deterministic order (resume and
 //! sharding rely on it) and never stops on a bad record: it yields a [`BadItem`] instead.
 
+mod files;
 pub mod image_dir;
 pub mod manifest;
 pub mod tsv;
 pub mod vectors;
 pub mod webdataset;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{CorpusError, Result};
 use crate::item::SourceItem;
+use files::parent_dir;
 
 /// The input of a run.
 #[derive(Debug, Clone)]
@@ -81,26 +83,4 @@ pub fn files_signature(files: &[PathBuf]) -> Result<String> {
         h = h.rotate_left(5).wrapping_mul(0x0100_0000_01b3);
     }
     Ok(format!("|{} files|{h:016x}", files.len()))
-}
-
-pub(crate) fn parent_dir(path: &Path) -> PathBuf {
-    path.parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// A text file's lines, plain or gzip (detected by its magic bytes).
-pub(crate) fn open_text(path: &Path) -> Result<Box<dyn std::io::BufRead + Send>> {
-    if path.is_dir() {
-        return Err(CorpusError::Input(format!(
-            "{} is a directory, not a file",
-            path.display()
-        )));
-    }
-    vectors::open_lines(path)
-}
-
-pub(crate) fn open_file(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::open(path).map_err(|e| CorpusError::io(path, e))
 }

@@ -13,7 +13,7 @@ pub fn read(
     path: &Path,
     images_root: &Path,
 ) -> Result<impl Iterator<Item = SourceItem> + Send + use<>> {
-    let mut lines = super::open_text(path)?.lines();
+    let mut lines = super::files::open_text(path)?.lines();
     let header = match lines.next() {
         Some(h) => h.map_err(|e| CorpusError::io(path, e))?,
         None => String::new(),

@@ -51,7 +51,7 @@ fn expand(p: &Path) -> Result<Option<Vec<PathBuf>>> {
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return Ok(None);
     };
-    let dir = super::parent_dir(p);
+    let dir = super::files::parent_dir(p);
     if let Some((prefix, rest)) = name.split_once('{')
         && let Some((range, suffix)) = rest.split_once('}')
         && let Some((lo, hi)) = range.split_once("..")
@@ -156,7 +156,7 @@ pub fn read(shards: &[PathBuf]) -> impl Iterator<Item = SourceItem> + Send + use
 
 /// Streams one shard's samples into `emit`; false when `emit` refused (the reader is gone).
 fn read_shard(shard: &Path, emit: &mut dyn FnMut(SourceItem) -> bool) -> Result<bool> {
-    let file = super::open_file(shard)?;
+    let file = super::files::open_file(shard)?;
     let shard_len = file
         .metadata()
         .map_err(|e| CorpusError::io(shard, e))?

@@ -200,10 +200,10 @@ impl Snapshot {
                 "the dense query is all zeros: it has no direction to compare (cosine)".into(),
             ));
         }
-        if k == 0 || k > crate::MAX_K {
+        if k == 0 || k > crate::search::MAX_K {
             return Err(IndexError::InvalidQuery(format!(
                 "k must be between 1 and {}, got {k}",
-                crate::MAX_K
+                crate::search::MAX_K
             )));
         }
         let allowed = CompiledFilter::new(filter, &self.fields)?.allowed(&self.searcher)?;

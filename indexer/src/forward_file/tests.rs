@@ -3,9 +3,10 @@ use std::path::Path;
 use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 
 use super::*;
+use crate::collection::Collection;
+use crate::manifest::CollectionSettings;
 use crate::search::{Algorithm, SearchOptions};
 use crate::synth::Rng;
-use crate::{Collection, CollectionSettings};
 
 /// Documents whose terms cover every layout: common terms (dense), terms in many blocks
 /// (sparse with bound bytes and skips), rare ones, and impacts above 255 (two bytes).

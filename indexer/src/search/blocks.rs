@@ -402,7 +402,7 @@ impl<'a> SegmentBounds<'a> {
 }
 
 /// Which of a segment's query terms (`(q, maxima)`) the bounds leave out for `term_cut` > 0
-/// ([`crate::SearchOptions::term_cut`]): the lightest by largest contribution `q · largest
+/// ([`crate::search::SearchOptions::term_cut`]): the lightest by largest contribution `q · largest
 /// impact`, as long as theirs add up to at most `term_cut ·` the query's largest possible score.
 /// A document whose block is skipped then scores less than the threshold plus what the cut
 /// terms can add. In the terms layout only terms with bound codes may be cut (the others'

@@ -188,7 +188,8 @@ fn segment_bits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Collection, CollectionSettings};
+    use crate::collection::Collection;
+    use crate::manifest::CollectionSettings;
     use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 
     /// The document-frequency shortcut gives the documents that walking the filter's postings

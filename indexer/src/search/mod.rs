@@ -16,7 +16,6 @@
 //! top k, the counters, the buffers and the [`Cancel`] flag across segments.
 
 pub mod blocks;
-pub mod cancel;
 pub mod exhaustive;
 pub mod filter;
 pub mod pruned;
@@ -26,7 +25,7 @@ pub mod topk;
 
 use lexlip_proto::api::{Filter, Precision};
 
-pub use cancel::{Cancel, CancelOnDrop};
+pub use crate::cancel::{Cancel, CancelOnDrop};
 pub(crate) use run::run;
 pub use sparse::SparseSearch;
 pub use topk::{ScoredDoc, TopK};

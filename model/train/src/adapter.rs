@@ -23,12 +23,13 @@ use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
+use crate::cache::rows::{PairRows, cache_dir, cached_corpus, image_rows, text_rows};
+use crate::cache::views::{ViewSpec, batch_rows, drawn};
+use crate::cache::{CacheMeta, EmbeddingCache, Section};
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::export::{copy_files, json_bytes, save_weights};
-use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::heads::rows::{PairRows, cache_dir, cached_corpus, image_rows, text_rows};
 use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
@@ -37,7 +38,6 @@ use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
 use crate::steps::{Batches, Computed, Objective, Span, Trainer};
 use crate::text::TextTokenizer;
-use crate::views::{ViewSpec, batch_rows, drawn};
 use lexlip_model::nn::Init;
 
 /// The projection's hidden width (the probe's, `scripts/probe_image_backbone.py`).
@@ -91,7 +91,7 @@ pub fn train(
     let (mut corpus, mut key) = cached_corpus(&input, &tokenizer, &tokenizer_path, observer)?;
     let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
     let opts = fitted.as_ref().unwrap_or(opts);
-    key["teacher"] = crate::heads::cache::fingerprint_dir(&teacher_dir)?.into();
+    key["teacher"] = crate::cache::fingerprint_dir(&teacher_dir)?.into();
     key["size"] = size.into();
     let corpus_key = crate::run::sha256_json(&key);
     let cache_dir = cache_dir(opts);
@@ -161,7 +161,9 @@ pub fn train(
         dim_in,
         IMAGE_CHUNK,
     )
-    .map(|spec| crate::views::cache(&cache_dir, &corpus.images, &spec, tower_inputs, observer))
+    .map(|spec| {
+        crate::cache::views::cache(&cache_dir, &corpus.images, &spec, tower_inputs, observer)
+    })
     .transpose()?;
     let rows = PairRows::take(&mut corpus);
     let all: Vec<usize> = (0..image_count).collect();
@@ -202,7 +204,7 @@ pub fn train(
         teacher.dim(),
         opts.method.tau,
         rows.len(),
-        crate::views::pairs_note(view_count),
+        crate::cache::views::pairs_note(view_count),
         total
     ));
     let mut objective = AdapterSteps {
@@ -237,9 +239,9 @@ pub fn train(
         || {
             Ok(serde_json::json!({
                 "teacher": teacher_dir,
-                "teacher_sha256": crate::heads::cache::fingerprint_dir(&teacher_dir)?,
+                "teacher_sha256": crate::cache::fingerprint_dir(&teacher_dir)?,
                 "image_backbone": tower_dir,
-                "image_backbone_sha256": crate::heads::cache::fingerprint_dir(&tower_dir)?,
+                "image_backbone_sha256": crate::cache::fingerprint_dir(&tower_dir)?,
             }))
         },
     )

@@ -322,7 +322,7 @@ impl DenseModel {
             .transpose()?;
         if let Some(heads) = heads {
             let (Some(patches), Some(text_masked)) = (&batch.patches, &text_masked) else {
-                return Err(crate::TrainError::invalid(
+                return Err(crate::error::TrainError::invalid(
                     "--dense-token needs batches with masked patches",
                 ));
             };

@@ -61,7 +61,7 @@ impl EncoderPair {
                 EncoderPair::Dense(Box::new(m))
             }
             Objective::Rerank | Objective::Heads | Objective::Adapter => {
-                return Err(crate::TrainError::invalid(
+                return Err(crate::error::TrainError::invalid(
                     "the re-ranker, the lexicon heads and the adapter are trained by their own \
                      modules, not the tower loop",
                 ));

@@ -33,6 +33,7 @@ pub mod adapter;
 pub mod augment;
 pub mod beit;
 pub mod bert;
+pub mod cache;
 pub mod checkpoint;
 pub mod data;
 pub mod dense;
@@ -60,7 +61,6 @@ mod steps;
 pub mod text;
 pub mod text_cache;
 pub mod token_heads;
-mod views;
 pub mod weight_sharing;
 
 pub use error::{Result, TrainError};

@@ -405,10 +405,9 @@ impl LexLipModel {
     /// is updated from here on ([`Self::params`] leaves them out).
     pub fn fix_vocab_bias(&mut self) -> Result<()> {
         self.fixed_bias = true;
-        let vars =
-            self.image_store.data().lock().map_err(|_| {
-                crate::TrainError::invalid("the image parameters' lock is poisoned")
-            })?;
+        let vars = self.image_store.data().lock().map_err(|_| {
+            crate::error::TrainError::invalid("the image parameters' lock is poisoned")
+        })?;
         if let Some(bias) = vars.get(BIAS) {
             bias.set(&bias.as_tensor().zeros_like()?)?;
         }
@@ -611,7 +610,7 @@ impl LexLipModel {
         self.ema(objectives.momentum)?;
         let off = Dropout::off();
         let Some(m) = &self.momentum else {
-            return Err(crate::TrainError::invalid(
+            return Err(crate::error::TrainError::invalid(
                 "phase 2 needs momentum encoders",
             ));
         };

@@ -65,7 +65,7 @@ pub fn ema(pairs: &[(&VarMap, &VarMap)], m: f64) -> Result<()> {
         let online: HashMap<String, candle_core::Var> = sorted_vars(online).into_iter().collect();
         for (name, var) in sorted_vars(momentum) {
             let Some(o) = online.get(&name) else {
-                return Err(crate::TrainError::invalid(format!(
+                return Err(crate::error::TrainError::invalid(format!(
                     "momentum parameter {name} has no online counterpart"
                 )));
             };

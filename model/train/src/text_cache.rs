@@ -65,7 +65,7 @@ impl TextCache {
         let mut dense = vec![0f32; pairs.len() * self.vocab];
         for (i, &p) in pairs.iter().enumerate() {
             let Some(row) = self.rows.get(p) else {
-                return Err(crate::TrainError::invalid(format!(
+                return Err(crate::error::TrainError::invalid(format!(
                     "pair {p} is not in the text cache of {} pairs",
                     self.rows.len()
                 )));

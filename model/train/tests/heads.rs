@@ -9,7 +9,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, Var};
 use lexlip_model::Encoders;
-use lexlip_train::heads::cache::{CacheMeta, EmbeddingCache, Section};
+use lexlip_train::cache::{CacheMeta, EmbeddingCache, Section};
 use lexlip_train::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
 use lexlip_train::lexicon;
 use lexlip_train::{Objective, TrainOptions, VocabBias};

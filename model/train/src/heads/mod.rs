@@ -27,9 +27,7 @@
 //! nearest to it — for words no training caption has too, which is what lets a lexicon name
 //! concepts the heads were never trained on.
 
-pub mod cache;
 pub mod model;
-pub mod rows;
 pub mod step;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +37,11 @@ use candle_core::{DType, Device, Tensor};
 use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
 use lexlip_model::{Encoders, LoadOptions};
 
+use crate::cache::EmbeddingCache;
+use crate::cache::rows::{
+    IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat,
+};
+use crate::cache::views::{ViewSpec, batch_rows, drawn};
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -52,10 +55,7 @@ use crate::params::snapshot;
 use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
 use crate::steps::{Batches, Computed, Objective, Span, Trainer};
 use crate::text::TextTokenizer;
-use crate::views::{ViewSpec, batch_rows, drawn};
-use cache::EmbeddingCache;
 pub use model::{HeadsModel, INIT_SCALE};
-use rows::{IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat};
 pub use step::{HeadsLosses, StepInputs, StepWeights, distillation, step_losses};
 
 /// Terms a lexicon starts with on either side without a top-K, halved.
@@ -169,7 +169,7 @@ pub fn train(
         IMAGE_CHUNK,
     )
     .map(|spec| {
-        crate::views::cache(
+        crate::cache::views::cache(
             &cache_dir,
             &corpus.images,
             &spec,
@@ -251,7 +251,7 @@ pub fn train(
         opts.lexicon.caption_words_text,
         opts.lexicon.caption_words_tau,
         rows.len(),
-        crate::views::pairs_note(view_count),
+        crate::cache::views::pairs_note(view_count),
         total
     ));
     if opts.method.tau < 0.1 || opts.optim.lr < 1e-3 {
@@ -322,7 +322,7 @@ pub fn train(
         || {
             Ok(serde_json::json!({
                 "backbone": backbone_path,
-                "backbone_sha256": cache::fingerprint_dir(&backbone_path)?,
+                "backbone_sha256": crate::cache::fingerprint_dir(&backbone_path)?,
             }))
         },
     )
@@ -606,8 +606,8 @@ fn export(
 
 #[cfg(test)]
 mod tests {
-    use super::rows::PairRows;
     use super::separate_repeats;
+    use crate::cache::rows::PairRows;
     use crate::data::{Corpus, Pair};
     use proptest::prelude::*;
 

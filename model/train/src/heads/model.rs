@@ -6,8 +6,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use lexlip_model::heads::{IMAGE_HEAD, TEXT_HEAD};
 
-use super::cache::EmbeddingCache;
-use super::rows::{IMAGES, TEXTS, WORDS};
+use crate::cache::EmbeddingCache;
+use crate::cache::rows::{IMAGES, TEXTS, WORDS};
 use crate::error::{Result, TrainError};
 use crate::optim::Param;
 use crate::options::VocabBias;

@@ -8,8 +8,8 @@ pub const MAX_IMAGE_VIEWS: usize = 16;
 
 impl TrainOptions {
     /// Checks values that no type can (rates in range, sizes positive).
-    pub fn validate(&self) -> crate::Result<()> {
-        let bad = |m: String| Err(crate::TrainError::Invalid(m));
+    pub fn validate(&self) -> crate::error::Result<()> {
+        let bad = |m: String| Err(crate::error::TrainError::Invalid(m));
         let inputs = usize::from(self.data.tsv.is_some())
             + usize::from(self.data.manifest.is_some())
             + usize::from(!self.data.webdataset.is_empty());
@@ -360,7 +360,7 @@ impl TrainOptions {
         &self,
         pairs: usize,
         say: &mut dyn FnMut(&str),
-    ) -> crate::Result<Option<TrainOptions>> {
+    ) -> crate::error::Result<Option<TrainOptions>> {
         let wanted = self.optim.batch_size;
         if pairs >= wanted {
             return Ok(None);
@@ -368,7 +368,7 @@ impl TrainOptions {
         let queue = self.method.phase == 2 || self.method.dense_momentum;
         let fits = |b: usize| b >= 2 && (!queue || self.method.queue_size.is_multiple_of(b));
         let Some(batch) = (2..=pairs).rev().find(|&b| fits(b)) else {
-            return Err(crate::TrainError::Corpus(format!(
+            return Err(crate::error::TrainError::Corpus(format!(
                 "{pairs} usable (image, caption) pairs, fewer than one batch of 2 (contrastive \
                  negatives{}): add pairs",
                 if queue { " dividing --queue-size" } else { "" }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use lexlip_model::DenseEncoder;
 use rayon::prelude::*;
 
-use super::cache::{CacheMeta, EmbeddingCache, Section};
+use super::{CacheMeta, EmbeddingCache, Section};
 use crate::data::{self, Corpus};
 use crate::error::{Result, TrainError};
 use crate::observe::Observer;

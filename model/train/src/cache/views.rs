@@ -9,10 +9,10 @@ use candle_core::{Device, Tensor};
 use lexlip_corpus::ImageRef;
 use lexlip_model::{ImageProcessor, PreprocessedImage};
 
+use super::rows::{PairRows, image_rows};
+use super::{CacheMeta, EmbeddingCache, Section};
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
-use crate::heads::cache::{CacheMeta, EmbeddingCache, Section};
-use crate::heads::rows::{PairRows, image_rows};
 use crate::observe::Observer;
 use crate::options::TrainOptions;
 use crate::rng::{self, Rng};

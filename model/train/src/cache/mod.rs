@@ -1,5 +1,6 @@
-//! The frozen backbone's embeddings, computed once and kept on disk, so training the lexicon
-//! heads touches no image again (`--objective heads`).
+//! The frozen encoders' embeddings, computed once and kept on disk, so training the lexicon
+//! heads (`--objective heads`) or the adapter (`--objective adapter`) touches no image again.
+//! [`rows`] fills a cache from a corpus; [`views`] caches augmented views of its pictures.
 //!
 //! ```text
 //! cache.json             {"format": 1, "backbone": "<sha256>", "corpus": "<sha256>", "dim": 256,
@@ -15,6 +16,9 @@
 //! writes). Opening checks every shard's size and hash, and the backbone and corpus
 //! fingerprints, and refuses a cache made by another backbone or from another corpus.
 //! Shards are memory-mapped: a batch reads its rows from the page cache.
+
+pub mod rows;
+pub(crate) mod views;
 
 use std::collections::BTreeMap;
 use std::fs::File;
