@@ -24,6 +24,42 @@ fn failed(e: lexlip_model::ModelError) -> PipelineError {
     PipelineError::Stage(format!("re-ranking: {e}"))
 }
 
+/// Re-ranks each query's ranking by `score(query, candidates)`, the candidates being its first
+/// `top`; returns the rankings and the seconds spent scoring.
+fn rerank_each(
+    top: usize,
+    queries: impl Iterator<Item = usize>,
+    rankings: &[Vec<usize>],
+    mut score: impl FnMut(usize, &[usize]) -> Result<(Vec<f32>, f64)>,
+) -> Result<(Vec<Vec<usize>>, f64)> {
+    let mut seconds = 0.0;
+    let mut out = Vec::with_capacity(rankings.len());
+    for (q, ranking) in queries.zip(rankings) {
+        let candidates = &ranking[..top.min(ranking.len())];
+        let (scores, spent) = score(q, candidates)?;
+        seconds += spent;
+        out.push(reorder(ranking, top, &scores));
+    }
+    Ok((out, seconds))
+}
+
+/// The seconds `f` takes, with its result.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let started = Instant::now();
+    let value = f()?;
+    Ok((value, started.elapsed().as_secs_f64()))
+}
+
+fn pixels(encoded: &Encoded, i: usize) -> Result<&lexlip_model::PreprocessedImage> {
+    encoded.images[i].pixels.as_ref().ok_or_else(|| {
+        PipelineError::Stage("the corpus images were not kept for re-ranking".into())
+    })
+}
+
+fn text(encoded: &Encoded, t: usize) -> &str {
+    encoded.texts[t].doc.text.as_deref().unwrap_or_default()
+}
+
 /// Text → image: `queries` are text positions, `rankings` their image rankings. Returns the
 /// re-ranked rankings and the seconds spent re-ranking.
 pub fn text_to_image(
@@ -33,25 +69,17 @@ pub fn text_to_image(
     queries: impl Iterator<Item = usize>,
     rankings: &[Vec<usize>],
 ) -> Result<(Vec<Vec<usize>>, f64)> {
-    let mut seconds = 0.0;
-    let mut out = Vec::with_capacity(rankings.len());
-    for (t, ranking) in queries.zip(rankings) {
-        let text = encoded.texts[t].doc.text.as_deref().unwrap_or_default();
-        let images = ranking
+    rerank_each(top, queries, rankings, |t, candidates| {
+        let images = candidates
             .iter()
-            .take(top)
-            .map(|&i| {
-                encoded.images[i].pixels.clone().ok_or_else(|| {
-                    PipelineError::Stage("the corpus images were not kept for re-ranking".into())
-                })
-            })
+            .map(|&i| pixels(encoded, i).cloned())
             .collect::<Result<Vec<_>>>()?;
-        let started = Instant::now();
-        let scores = model.score_text_images(text, &images).map_err(failed)?;
-        seconds += started.elapsed().as_secs_f64();
-        out.push(reorder(ranking, top, &scores));
-    }
-    Ok((out, seconds))
+        timed(|| {
+            model
+                .score_text_images(text(encoded, t), &images)
+                .map_err(failed)
+        })
+    })
 }
 
 /// Image → text: `queries` are image positions, `rankings` their text rankings.
@@ -62,23 +90,11 @@ pub fn image_to_text(
     queries: impl Iterator<Item = usize>,
     rankings: &[Vec<usize>],
 ) -> Result<(Vec<Vec<usize>>, f64)> {
-    let mut seconds = 0.0;
-    let mut out = Vec::with_capacity(rankings.len());
-    for (i, ranking) in queries.zip(rankings) {
-        let image = encoded.images[i].pixels.as_ref().ok_or_else(|| {
-            PipelineError::Stage("the corpus images were not kept for re-ranking".into())
-        })?;
-        let texts: Vec<&str> = ranking
-            .iter()
-            .take(top)
-            .map(|&t| encoded.texts[t].doc.text.as_deref().unwrap_or_default())
-            .collect();
-        let started = Instant::now();
-        let scores = model.score_image_texts(image, &texts).map_err(failed)?;
-        seconds += started.elapsed().as_secs_f64();
-        out.push(reorder(ranking, top, &scores));
-    }
-    Ok((out, seconds))
+    rerank_each(top, queries, rankings, |i, candidates| {
+        let image = pixels(encoded, i)?;
+        let texts: Vec<&str> = candidates.iter().map(|&t| text(encoded, t)).collect();
+        timed(|| model.score_image_texts(image, &texts).map_err(failed))
+    })
 }
 
 #[cfg(test)]
