@@ -23,9 +23,11 @@ use lexlip_model::fused::{Adapter, FusedConfig, ImageInputs, MODEL_TYPE, column_
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
-use crate::cache::rows::{PairRows, cache_dir, cached_corpus, image_rows, text_rows};
+use crate::cache::rows::{
+    PairRows, cache_dir, cached_corpus, image_section, text_rows, text_section,
+};
 use crate::cache::views::{ViewSpec, batch_rows, drawn};
-use crate::cache::{CacheMeta, EmbeddingCache, Section};
+use crate::cache::{CacheMeta, EmbeddingCache};
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -116,18 +118,11 @@ pub fn train(
             dim_in,
             &[(IMAGES, corpus.images.len())],
         )?,
-        vec![Section {
-            name: IMAGES,
-            rows: corpus.images.len(),
-            encode: Box::new(|start, end| {
-                image_rows(
-                    &corpus.images[start..end],
-                    IMAGE_CHUNK,
-                    |bytes, name| Ok(teacher.preprocess_image(bytes, name)?),
-                    tower_inputs,
-                )
-            }),
-        }],
+        vec![image_section(
+            &corpus.images,
+            |bytes, name| Ok(teacher.preprocess_image(bytes, name)?),
+            tower_inputs,
+        )],
         &mut |d, t| observer.encoding(d, t),
     )?;
     let texts = corpus
@@ -142,13 +137,9 @@ pub fn train(
             teacher.dim(),
             &[(TEXTS, texts.len())],
         )?,
-        vec![Section {
-            name: TEXTS,
-            rows: texts.len(),
-            encode: Box::new(|start, end| {
-                text_rows(&texts[start..end], |t| teacher.encode_texts(t))
-            }),
-        }],
+        vec![text_section(TEXTS, texts, |t| {
+            text_rows(t, |t| teacher.encode_texts(t))
+        })],
         &mut |d, t| observer.encoding(d, t),
     )?;
     let image_count = corpus.images.len();

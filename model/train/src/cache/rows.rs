@@ -99,30 +99,44 @@ pub(crate) fn build_cache(
     ));
     let encode_texts = |rows: &[String]| text_rows(rows, |t| backbone.encode_texts(t));
     let sections = vec![
-        Section {
-            name: IMAGES,
-            rows: corpus.images.len(),
-            encode: Box::new(|start, end| {
-                image_rows(
-                    &corpus.images[start..end],
-                    IMAGE_CHUNK,
-                    |bytes, name| Ok(backbone.preprocess_image(bytes, name)?),
-                    |images| Ok(flat(backbone.encode_images(images)?)),
-                )
-            }),
-        },
-        Section {
-            name: TEXTS,
-            rows: texts.len(),
-            encode: Box::new(|start, end| encode_texts(&texts[start..end])),
-        },
-        Section {
-            name: WORDS,
-            rows: words.len(),
-            encode: Box::new(|start, end| encode_texts(&words[start..end])),
-        },
+        image_section(
+            &corpus.images,
+            |bytes, name| Ok(backbone.preprocess_image(bytes, name)?),
+            |images| Ok(flat(backbone.encode_images(images)?)),
+        ),
+        text_section(TEXTS, texts, encode_texts),
+        text_section(WORDS, &words, encode_texts),
     ];
     EmbeddingCache::build(dir, meta, sections, &mut |d, t| observer.encoding(d, t))
+}
+
+/// The pictures' section of a cache ([`IMAGES`]): read and preprocessed by `preprocess`, then
+/// `encode`d, [`IMAGE_CHUNK`] at a time.
+pub(crate) fn image_section<'a, P: Send + 'a>(
+    images: &'a [lexlip_corpus::ImageRef],
+    preprocess: impl Fn(&[u8], &str) -> Result<P> + Sync + 'a,
+    encode: impl Fn(&[P]) -> Result<Vec<f32>> + 'a,
+) -> Section<'a> {
+    Section {
+        name: IMAGES,
+        rows: images.len(),
+        encode: Box::new(move |start, end| {
+            image_rows(&images[start..end], IMAGE_CHUNK, &preprocess, &encode)
+        }),
+    }
+}
+
+/// A section `name` of texts, each row `encode`d.
+pub(crate) fn text_section<'a>(
+    name: &'static str,
+    texts: &'a [String],
+    encode: impl Fn(&[String]) -> Result<Vec<f32>> + 'a,
+) -> Section<'a> {
+    Section {
+        name,
+        rows: texts.len(),
+        encode: Box::new(move |start, end| encode(&texts[start..end])),
+    }
 }
 
 /// A cache section's rows for `images`: each read and preprocessed in parallel by `preprocess`
