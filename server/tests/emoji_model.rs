@@ -812,3 +812,93 @@ fn the_model_card_is_rendered_for_a_browser() {
     assert!(page.contains("&lt;b&gt;bold?&lt;/b&gt;"), "{page}");
     s.stop();
 }
+
+/// Pictures beside the twelve: the four queries the demo's model once missed ("pizza" 38th,
+/// "rocket" not returned, "a red car" 188th, "birthday cake" 3rd) and neighbours that could
+/// take their place (other food, cakes, space, cars). `tests/fixtures/emoji`.
+const NEIGHBOURS: [(&str, &str); 13] = [
+    ("1f355", "pizza"),
+    ("1f35d", "spaghetti"),
+    ("1f354", "hamburger"),
+    ("1f382", "birthday cake"),
+    ("1f370", "shortcake"),
+    ("1f9c1", "cupcake"),
+    ("1f680", "rocket"),
+    ("1f9d1-200d-1f680", "astronaut"),
+    ("1f6f8", "flying saucer"),
+    ("1f3ce-fe0f", "racing car"),
+    ("1f693", "police car"),
+    ("1f695", "taxi"),
+    ("1f699", "sport utility vehicle"),
+];
+
+/// What the demo's model must reach among the 25 pictures (measured 2026-12-05, trained on every
+/// concept of the demo: "pizza" first; "rocket" after the astronaut, whose labels say rocket
+/// too; "a red car" after the red heart, since no caption of the car says red; "birthday cake"
+/// after the shortcake; 23 of the 25 labels first, MRR 0.96).
+const MISSED_WITHIN: usize = 2;
+const MISSED_FIRST: usize = 1;
+const MIN_LABELS_FIRST: usize = 23;
+
+/// The demo's model (`lexlip demo`'s default), served as the demo serves it: the four queries
+/// the demo once missed at the top among their neighbours, and the pictures' own labels first.
+#[test]
+fn the_demos_model_ranks_the_queries_it_missed_at_the_top() {
+    let model = lexlip_tests::workspace().join("models/emoji-lex-imagenet");
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        data.path(),
+        &["--model".into(), model.display().to_string()],
+    );
+    let (st, r) = s.call("PUT", "/v1/collections/demo", Some(&json!({})));
+    assert_eq!(st, 201, "{r}");
+    let all: Vec<(&str, &str)> = EMOJI.iter().chain(NEIGHBOURS.iter()).copied().collect();
+    let docs: Vec<Value> = all
+        .iter()
+        .map(|(file, _)| json!({"id": file, "image": b64(&emoji_png(file))}))
+        .collect();
+    let (st, r) = s.call(
+        "POST",
+        "/v1/collections/demo/documents",
+        Some(&json!({"documents": docs})),
+    );
+    assert_eq!(st, 200, "{r}");
+    let first = |text: &str| {
+        let (st, r) = s.call(
+            "POST",
+            "/v1/collections/demo/search",
+            Some(&json!({"query": {"text": text}, "k": 25})),
+        );
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    let missed: Vec<(&str, Option<usize>)> = [
+        ("pizza", "1f355"),
+        ("rocket", "1f680"),
+        ("a red car", "1f697"),
+        ("birthday cake", "1f382"),
+    ]
+    .into_iter()
+    .map(|(text, want)| (text, rank(&first(text), want)))
+    .collect();
+    eprintln!("the queries the demo missed: {missed:?}");
+    for (text, at) in &missed {
+        assert!(at.is_some_and(|r| r <= MISSED_WITHIN), "{text}: {missed:?}");
+    }
+    assert!(
+        missed.iter().filter(|(_, at)| *at == Some(1)).count() >= MISSED_FIRST,
+        "{missed:?}"
+    );
+    let ranks = Ranks(
+        all.iter()
+            .map(|(file, label)| rank(&first(label), file))
+            .collect(),
+    );
+    eprintln!(
+        "labels → pictures: ranks {:?} (MRR {:.2})",
+        ranks.0,
+        ranks.mrr()
+    );
+    assert!(ranks.within(1) >= MIN_LABELS_FIRST, "{:?}", ranks.0);
+    s.stop();
+}
