@@ -333,8 +333,7 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     let cached = stderr
         .lines()
-        .filter(|l| l.starts_with("caching embeddings: "))
-        .last()
+        .rfind(|l| l.starts_with("caching embeddings: "))
         .unwrap_or_default();
     assert!(
         cached.contains("(100 %)") && cached.contains("done in"),
