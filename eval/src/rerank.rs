@@ -60,40 +60,43 @@ fn text(encoded: &Encoded, t: usize) -> &str {
     encoded.texts[t].doc.text.as_deref().unwrap_or_default()
 }
 
-/// Text → image: `queries` are text positions, `rankings` their image rankings. Returns the
-/// re-ranked rankings and the seconds spent re-ranking.
-pub fn text_to_image(
-    model: &Reranker,
-    top: usize,
-    encoded: &Encoded,
-    queries: impl Iterator<Item = usize>,
-    rankings: &[Vec<usize>],
-) -> Result<(Vec<Vec<usize>>, f64)> {
-    rerank_each(top, queries, rankings, |t, candidates| {
-        let images = candidates
-            .iter()
-            .map(|&i| pixels(encoded, i).cloned())
-            .collect::<Result<Vec<_>>>()?;
-        timed(|| {
-            model
-                .score_text_images(text(encoded, t), &images)
-                .map_err(failed)
-        })
-    })
+/// Which way a query goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Text positions asking for images.
+    TextToImage,
+    /// Image positions asking for texts.
+    ImageToText,
 }
 
-/// Image → text: `queries` are image positions, `rankings` their text rankings.
-pub fn image_to_text(
+/// Re-ranks each query's first `top` candidates: `queries` are positions of texts (text →
+/// image) or images (image → text), `rankings` their rankings of the other side. Returns the
+/// re-ranked rankings and the seconds spent re-ranking.
+pub fn rerank(
     model: &Reranker,
     top: usize,
     encoded: &Encoded,
+    direction: Direction,
     queries: impl Iterator<Item = usize>,
     rankings: &[Vec<usize>],
 ) -> Result<(Vec<Vec<usize>>, f64)> {
-    rerank_each(top, queries, rankings, |i, candidates| {
-        let image = pixels(encoded, i)?;
-        let texts: Vec<&str> = candidates.iter().map(|&t| text(encoded, t)).collect();
-        timed(|| model.score_image_texts(image, &texts).map_err(failed))
+    rerank_each(top, queries, rankings, |q, candidates| match direction {
+        Direction::TextToImage => {
+            let images = candidates
+                .iter()
+                .map(|&i| pixels(encoded, i).cloned())
+                .collect::<Result<Vec<_>>>()?;
+            timed(|| {
+                model
+                    .score_text_images(text(encoded, q), &images)
+                    .map_err(failed)
+            })
+        }
+        Direction::ImageToText => {
+            let image = pixels(encoded, q)?;
+            let texts: Vec<&str> = candidates.iter().map(|&t| text(encoded, t)).collect();
+            timed(|| model.score_image_texts(image, &texts).map_err(failed))
+        }
     })
 }
 

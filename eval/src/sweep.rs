@@ -186,20 +186,13 @@ pub fn evaluate_on(
     let reranked = match rerank {
         None => None,
         Some(r) => {
-            let (t2i_reranked, t2i_seconds) = crate::rerank::text_to_image(
-                &r.model,
-                r.top,
-                encoded,
-                t2i.iter().map(|(t, _)| *t),
-                &t2i_rankings,
-            )?;
-            let (i2t_reranked, i2t_seconds) = crate::rerank::image_to_text(
-                &r.model,
-                r.top,
-                encoded,
-                i2t.iter().map(|(i, _)| *i),
-                &i2t_rankings,
-            )?;
+            use crate::rerank::Direction::{ImageToText, TextToImage};
+            let again = |direction, queries: &[(usize, Vec<usize>)], rankings| {
+                let positions = queries.iter().map(|(q, _)| *q);
+                crate::rerank::rerank(&r.model, r.top, encoded, direction, positions, rankings)
+            };
+            let (t2i_reranked, t2i_seconds) = again(TextToImage, t2i, &t2i_rankings)?;
+            let (i2t_reranked, i2t_seconds) = again(ImageToText, i2t, &i2t_rankings)?;
             Some(crate::report::RerankReport {
                 top: r.top,
                 t2i: recall_of(&t2i_reranked, t2i),

@@ -24,9 +24,9 @@ use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 
 use crate::cache::rows::{
-    PairRows, cache_dir, cached_corpus, image_section, text_rows, text_section,
+    IMAGES, PairRows, TEXTS, cache_dir, cached_corpus, image_section, text_rows, text_section,
 };
-use crate::cache::views::{ViewSpec, batch_rows, drawn};
+use crate::cache::views::{Pictures, ViewSpec, drawn};
 use crate::cache::{CacheMeta, EmbeddingCache};
 use crate::checkpoint;
 use crate::data::{self, Order};
@@ -47,8 +47,6 @@ pub const HIDDEN: usize = 1024;
 /// The side the image tower reads by default, in pixels (MobileNetV2's ImageNet resolution;
 /// `--image-backbone-size` changes it).
 pub const BACKBONE_SIZE: usize = 224;
-const IMAGES: &str = "images";
-const TEXTS: &str = "texts";
 /// Pictures per pass through both towers (MobileNetV2 at 224 pixels).
 const IMAGE_CHUNK: usize = 32;
 
@@ -200,8 +198,10 @@ pub fn train(
     ));
     let mut objective = AdapterSteps {
         model: &model,
-        images: &images,
-        views: views.as_ref(),
+        pictures: Pictures {
+            own: &images,
+            views: views.as_ref(),
+        },
         captions: &captions,
         params: &params,
         tau: opts.method.tau,
@@ -362,8 +362,7 @@ impl Batches for PairBatches<'_> {
 
 struct AdapterSteps<'a> {
     model: &'a AdapterModel,
-    images: &'a EmbeddingCache,
-    views: Option<&'a EmbeddingCache>,
+    pictures: Pictures<'a>,
     captions: &'a EmbeddingCache,
     params: &'a [Param],
     tau: f64,
@@ -378,14 +377,9 @@ impl Objective for AdapterSteps<'_> {
     }
 
     fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
-        let x = batch_rows(
-            self.images,
-            IMAGES,
-            self.views,
-            &batch.images,
-            &batch.views,
-            &self.device,
-        )?;
+        let x = self
+            .pictures
+            .rows(&batch.images, &batch.views, &self.device)?;
         let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
         let v = l2_normalize(&self.model.adapter()?.forward(&x)?)?;
         let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;

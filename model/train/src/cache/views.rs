@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use lexlip_corpus::ImageRef;
 use lexlip_model::{ImageProcessor, PreprocessedImage};
 
-use super::rows::{PairRows, image_rows};
+use super::rows::{IMAGES, PairRows, image_rows};
 use super::{CacheMeta, EmbeddingCache, Section};
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
@@ -155,6 +155,21 @@ pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> (Vec<usize>, Vec<us
         .unzip();
     let images = pairs.iter().map(|&p| rows.image(p) as usize).collect();
     (pairs, views, images)
+}
+
+/// What a batch reads its pictures from: their own cached rows (the [`IMAGES`] section of
+/// `own`), and their augmented views when cached.
+#[derive(Clone, Copy)]
+pub(crate) struct Pictures<'a> {
+    pub own: &'a EmbeddingCache,
+    pub views: Option<&'a EmbeddingCache>,
+}
+
+impl Pictures<'_> {
+    /// The rows of picture `pictures[j]` seen through view `views[j]` ([`batch_rows`]).
+    pub fn rows(&self, pictures: &[usize], views: &[usize], device: &Device) -> Result<Tensor> {
+        batch_rows(self.own, IMAGES, self.views, pictures, views, device)
+    }
 }
 
 /// The image rows of a batch: picture `pictures[j]` itself where `views[j]` is 0, else its view

@@ -41,7 +41,7 @@ use crate::cache::EmbeddingCache;
 use crate::cache::rows::{
     IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat,
 };
-use crate::cache::views::{ViewSpec, batch_rows, drawn};
+use crate::cache::views::{Pictures, ViewSpec, drawn};
 use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
@@ -274,7 +274,10 @@ pub fn train(
     let mut objective = HeadsSteps {
         model: &model,
         cache: &cache,
-        views: views.as_ref(),
+        pictures: Pictures {
+            own: &cache,
+            views: views.as_ref(),
+        },
         params: &params,
         idf: idf.to_tensor(&device)?,
         words: match opts.lexicon.query_expansion {
@@ -474,8 +477,8 @@ impl Batches for PairIndices<'_> {
 struct HeadsSteps<'a> {
     model: &'a HeadsModel,
     cache: &'a EmbeddingCache,
-    /// `--image-views`: the pictures' augmented views' embeddings.
-    views: Option<&'a EmbeddingCache>,
+    /// The pictures' rows: `cache`'s, and with `--image-views` their views'.
+    pictures: Pictures<'a>,
     params: &'a [Param],
     idf: Tensor,
     /// With `--query-expansion`: the terms a caption's lexicon may hold (allowed, no template
@@ -496,14 +499,9 @@ impl Objective for HeadsSteps<'_> {
     }
 
     fn losses(&mut self, step: u64, batch: HeadsBatch) -> Result<Computed> {
-        let image = batch_rows(
-            self.cache,
-            IMAGES,
-            self.views,
-            &batch.images,
-            &batch.views,
-            &self.device,
-        )?;
+        let image = self
+            .pictures
+            .rows(&batch.images, &batch.views, &self.device)?;
         let text = self.cache.rows(TEXTS, &batch.pairs, &self.device)?;
         let rows: Vec<&[u32]> = batch.tokens.iter().map(Vec::as_slice).collect();
         let (ids, mask, width) = data::padded(&rows, self.pad);
