@@ -15,6 +15,7 @@ use crate::error::{ModelError, Result};
 use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Mode, Params, linear};
 
 pub(crate) mod layer;
+pub mod random;
 
 use layer::{Layer, RelativeBias};
 

@@ -46,7 +46,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Search(args) => bench_search::run(args),
         BenchCommand::Compose(args) => bench_compose::run(args),
         BenchCommand::RandomBeitBase { out, tokenizer } => {
-            lexlip_model::image::write_random_beit_base(&out, &tokenizer, 42)?;
+            lexlip_model::beit::random::write_random_beit_base(&out, &tokenizer, 42)?;
             println!("wrote {}", out.display());
             Ok(())
         }
