@@ -197,17 +197,21 @@ pub(crate) fn train(
     }
     if span.start < span.end {
         run_steps(
-            opts,
-            control,
-            &corpus,
-            &tokenizer,
-            &mut order,
-            &mut group,
-            &mut model,
-            &mut adam,
-            &params,
-            &fingerprint,
-            span,
+            &Fixed {
+                opts,
+                control,
+                corpus: &corpus,
+                tokenizer: &tokenizer,
+                fingerprint: &fingerprint,
+                span,
+            },
+            Moving {
+                order: &mut order,
+                group: &mut group,
+                model: &mut model,
+                adam: &mut adam,
+                params: &params,
+            },
             observer,
             &mut summary,
         )?;
@@ -239,23 +243,48 @@ pub(crate) fn train(
     Ok(summary)
 }
 
-/// LexLIP and dense steps `start..end` on the one training loop ([`crate::steps`]).
-#[allow(clippy::too_many_arguments)]
-fn run_steps(
-    opts: &TrainOptions,
-    control: &RunControl,
-    corpus: &Corpus,
-    tokenizer: &TextTokenizer,
-    order: &mut Order,
-    group: &mut GroupState,
-    model: &mut EncoderPair,
-    adam: &mut AdamW,
-    params: &[crate::optim::Param],
-    fingerprint: &str,
+/// What a LexLIP or dense run steps with and does not change.
+struct Fixed<'a> {
+    opts: &'a TrainOptions,
+    control: &'a RunControl,
+    corpus: &'a Corpus,
+    tokenizer: &'a TextTokenizer,
+    fingerprint: &'a str,
     span: Span,
+}
+
+/// What its steps update: the sampler's order, the grouped sampler's state, the model and the
+/// optimizer over `params`.
+struct Moving<'a> {
+    order: &'a mut Order,
+    group: &'a mut GroupState,
+    model: &'a mut EncoderPair,
+    adam: &'a mut AdamW,
+    params: &'a [crate::optim::Param],
+}
+
+/// LexLIP and dense steps `start..end` on the one training loop ([`crate::steps`]).
+fn run_steps(
+    fixed: &Fixed,
+    moving: Moving,
     observer: &mut dyn Observer,
     summary: &mut Summary,
 ) -> Result<()> {
+    let Fixed {
+        opts,
+        control,
+        corpus,
+        tokenizer,
+        fingerprint,
+        span,
+    } = *fixed;
+    let Moving {
+        order,
+        group,
+        model,
+        adam,
+        params,
+    } = moving;
     let total = span.total;
     let augment = Augment::of_options(
         &opts.data,

@@ -65,18 +65,18 @@ pub fn masked_image(
     Ok(PreprocessedImage::from_chw(size, data)?)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn make_batch(
-    corpus: &Corpus,
-    images: &[PreprocessedImage],
-    negatives: &HardNegatives,
-    tokenizer: &TextTokenizer,
-    pairs: &[usize],
-    patch: usize,
-    patches: usize,
-    opts: &TrainOptions,
-    step: u64,
-) -> Result<RerankBatch> {
+/// The batch of `pairs` at `step` (its hard negatives and masks drawn from the step's seed).
+fn make_batch(from: &RerankBatches, pairs: &[usize], step: u64) -> Result<RerankBatch> {
+    let RerankBatches {
+        corpus,
+        images,
+        negatives,
+        tokenizer,
+        patch,
+        patches,
+        opts,
+        ..
+    } = *from;
     let mut rng = Rng::new(&[opts.optim.seed, key("rerank-batch"), step]);
     let n = pairs.len();
     let mut ids = Vec::with_capacity(3 * n);
@@ -150,17 +150,7 @@ impl Batches for RerankBatches<'_> {
 
     fn batch(&mut self, step: u64) -> Result<RerankBatch> {
         let pairs = self.order.batch(step);
-        make_batch(
-            self.corpus,
-            self.images,
-            self.negatives,
-            self.tokenizer,
-            &pairs,
-            self.patch,
-            self.patches,
-            self.opts,
-            step,
-        )
+        make_batch(self, &pairs, step)
     }
 }
 
