@@ -60,6 +60,18 @@ pub(crate) fn image_embeddings(
     unit_rows(&features(&crate::pixels::stack(images, size, device)?)?)
 }
 
+/// Unit-length embeddings of `texts` through a tower's `features` (`(batch, dim)`); none for
+/// no text, without running the tower.
+pub(crate) fn unit_text_rows(
+    texts: &[&str],
+    features: impl FnOnce(&[&str]) -> Result<Tensor>,
+) -> Result<Vec<DenseVector>> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    unit_rows(&features(texts)?)
+}
+
 /// The rows of a `(batch, dim)` embedding tensor as unit-length vectors (in f32).
 pub(crate) fn unit_rows(t: &Tensor) -> Result<Vec<DenseVector>> {
     let rows = t.to_dtype(DType::F32)?.to_vec2::<f32>()?;

@@ -33,7 +33,7 @@ use tokenizers::Tokenizer;
 
 use crate::beit::{self, Beit};
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, image_embeddings, unit_rows};
+use crate::dense::{DenseEncoder, image_embeddings, unit_text_rows};
 use crate::error::{ModelError, Result};
 use crate::image::{ImageProcessor, PreprocessedImage, default_dtype};
 use crate::text::{DEFAULT_MAX_LENGTH, bert_defaults};
@@ -254,10 +254,7 @@ impl DenseEncoder for DualEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        unit_rows(&self.text_features(texts)?)
+        unit_text_rows(texts, |t| self.text_features(t))
     }
 
     fn image_processor(&self) -> &ImageProcessor {

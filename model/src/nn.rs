@@ -215,8 +215,22 @@ pub fn attend(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The largest absolute difference between two tensors of one shape.
+    pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
 
     /// The fused kernels and the primitives compute the same thing.
     #[test]
@@ -241,16 +255,7 @@ mod tests {
             (Inference.softmax(&x).unwrap(), softmax(&x).unwrap()),
         ];
         for (fused, plain) in pairs {
-            let diff = (fused - plain)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = max_abs_diff(&fused, &plain);
             assert!(diff < 1e-5, "fused and primitive differ by {diff}");
         }
         assert_eq!(

@@ -39,7 +39,7 @@ pub use config::{Activation, Config, MODEL_TYPE, TextConfig, VisionConfig};
 pub use text::TextTower;
 pub use vision::VisionTower;
 
-use crate::dense::{DenseEncoder, unit_rows};
+use crate::dense::{DenseEncoder, unit_text_rows};
 use crate::error::{ModelError, Result};
 use crate::fast::layers::Linear;
 use crate::image::ImageProcessor;
@@ -242,10 +242,7 @@ impl DenseEncoder for BlipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        unit_rows(&self.text_features(texts)?)
+        unit_text_rows(texts, |t| self.text_features(t))
     }
 
     fn image_processor(&self) -> &ImageProcessor {
@@ -289,18 +286,7 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blip-tiny")
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    }
+    use crate::nn::tests::max_abs_diff as max_diff;
 
     /// Computing the last layer at the class token only gives the class token of the full
     /// forward pass, padded or not.
