@@ -51,6 +51,8 @@ pub enum IndexError {
     NoSuchCollection(String),
     #[error("index error: {0}")]
     Tantivy(#[from] tantivy::TantivyError),
+    #[error("{path} is not a snapshot this lexlip can restore: {reason}; nothing was changed")]
+    BadArchive { path: PathBuf, reason: String },
     #[error("corrupt stored document: {0}")]
     CorruptDocument(String),
 }

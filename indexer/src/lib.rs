@@ -7,6 +7,7 @@
 //!
 //! This crate knows nothing about neural networks: vectors come from whoever made them.
 
+pub mod archive;
 pub mod bench;
 mod block_size;
 pub mod cancel;
