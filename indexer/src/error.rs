@@ -51,6 +51,10 @@ pub enum IndexError {
     NoSuchCollection(String),
     #[error("index error: {0}")]
     Tantivy(#[from] tantivy::TantivyError),
+    #[error(
+        "collection {collection:?} has no snapshot {file:?}; GET /v1/collections/{collection}/snapshots lists them"
+    )]
+    NoSuchSnapshot { collection: String, file: String },
     #[error("{path} is not a snapshot this lexlip can restore: {reason}; nothing was changed")]
     BadArchive { path: PathBuf, reason: String },
     #[error("corrupt stored document: {0}")]

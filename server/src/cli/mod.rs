@@ -18,6 +18,7 @@ mod model;
 pub mod model_args;
 mod search;
 mod serve;
+mod snapshot;
 mod stats;
 mod train;
 
@@ -96,6 +97,18 @@ pub enum Command {
     Search(search::SearchArgs),
     /// Documents, terms and bytes of a collection.
     Stats(stats::StatsArgs),
+    /// Archive a collection's last commit into one checksummed file (safe while it is written).
+    ///
+    /// Safe while `lexlip serve` or `lexlip index` writes to the collection: the archive holds
+    /// the last commit, not what is being written. Restore it with `lexlip restore`, or put it
+    /// in a server's DATA/snapshots/NAME/ and POST /v1/collections/NAME/snapshots/FILE/restore.
+    Snapshot(snapshot::SnapshotArgs),
+    /// Bring back a collection from a snapshot archive (checked before anything changes).
+    ///
+    /// The archive is unpacked beside --collection and every file checked against its SHA-256
+    /// before the collection appears; a truncated, altered or foreign archive is refused and
+    /// nothing changes. An existing collection there is replaced only with --replace.
+    Restore(snapshot::RestoreArgs),
     /// Encode a text or an image into sparse lexicon terms.
     Encode(encode::EncodeArgs),
     /// Evaluate a model on a test corpus: recall both ways, index bytes and search QPS.
@@ -143,6 +156,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Export(args) => export::run(args),
         Command::Search(args) => search::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Snapshot(args) => snapshot::run_snapshot(args),
+        Command::Restore(args) => snapshot::run_restore(args),
         Command::Encode(args) => encode::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Bench(cmd) => bench::run(cmd),

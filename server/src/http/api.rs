@@ -100,6 +100,44 @@ pub struct Deleted {
     pub deleted: bool,
 }
 
+/// A snapshot: an archive of one committed state of a collection, kept in the server's
+/// `DATA/snapshots/{collection}/` (a plain tar file; `lexlip restore` reads it too).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SnapshotInfo {
+    /// Its file name: names it in the snapshot routes.
+    pub name: String,
+    /// The collection it was taken of.
+    pub collection: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    /// Live documents of the archived commit.
+    pub documents: u64,
+    pub segments: usize,
+    /// Size of the archive.
+    pub bytes: u64,
+    pub term_space: String,
+    /// The lexlip that wrote it.
+    pub lexlip_version: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SnapshotList {
+    /// Oldest first.
+    pub snapshots: Vec<SnapshotInfo>,
+}
+
+/// `POST /v1/collections/{name}/snapshots/{snapshot}/restore`. `{}` restores the collection
+/// the snapshot was taken of, if it does not exist.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreSnapshot {
+    /// The name to restore under (default: the collection's own).
+    pub into: Option<String>,
+    /// Replace a collection of that name (default false: 409 when it exists).
+    #[serde(default)]
+    pub replace: bool,
+}
+
 /// What to search with: exactly one of the four.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

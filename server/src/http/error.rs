@@ -135,11 +135,14 @@ impl From<IndexError> for ApiError {
             IndexError::InvalidQuery(_)
             | IndexError::InvalidSetting(_)
             | IndexError::InvalidName(_)
-            | IndexError::UnknownTerm { .. } => ApiError::unprocessable(message),
+            | IndexError::UnknownTerm { .. }
+            | IndexError::BadArchive { .. } => ApiError::unprocessable(message),
             IndexError::TermSpaceMismatch { .. } | IndexError::AlreadyExists(_) => {
                 ApiError::conflict(message)
             }
-            IndexError::NoSuchCollection(_) => ApiError::not_found(message),
+            IndexError::NoSuchCollection(_) | IndexError::NoSuchSnapshot { .. } => {
+                ApiError::not_found(message)
+            }
             // Only a request that was abandoned (timed out, client gone) cancels its search.
             IndexError::Cancelled => ApiError::unavailable(message, 1),
             _ => ApiError::internal(message),

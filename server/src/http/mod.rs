@@ -60,6 +60,18 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
             get(routes::documents::thumbnail),
         )
         .route(
+            "/v1/collections/{name}/snapshots",
+            post(routes::snapshots::create).get(routes::snapshots::list),
+        )
+        .route(
+            "/v1/collections/{name}/snapshots/{snapshot}",
+            get(routes::snapshots::download).delete(routes::snapshots::delete),
+        )
+        .route(
+            "/v1/collections/{name}/snapshots/{snapshot}/restore",
+            post(routes::snapshots::restore),
+        )
+        .route(
             "/v1/collections/{name}/search",
             post(routes::search::search),
         )

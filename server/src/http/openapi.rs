@@ -4,7 +4,7 @@
 use utoipa::OpenApi;
 
 use super::api;
-use super::routes::{collections, documents, encode, search};
+use super::routes::{collections, documents, encode, search, snapshots};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +18,11 @@ use super::routes::{collections, documents, encode, search};
         collections::list,
         collections::show,
         collections::delete,
+        snapshots::create,
+        snapshots::list,
+        snapshots::download,
+        snapshots::delete,
+        snapshots::restore,
         documents::add,
         documents::get,
         documents::thumbnail,
@@ -38,6 +43,9 @@ use super::routes::{collections, documents, encode, search};
         lexlip_proto::api::CollectionStats,
         lexlip_proto::Document,
         api::Deleted,
+        api::SnapshotInfo,
+        api::SnapshotList,
+        api::RestoreSnapshot,
         api::Query,
         api::Mode,
         api::SearchRequest,

@@ -278,33 +278,107 @@ impl AppState {
     /// and one waiting for it gets 404 (blocking: call it off the async runtime).
     pub fn delete(&self, name: &str) -> ApiResult<()> {
         let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.retire(name)? {
+            return Err(ApiError::not_found(format!("no collection named {name:?}")));
+        }
+        Ok(self.catalog.delete(name)?)
+    }
+
+    /// Stops serving `name` (open, or on disk but broken): a write running now finishes
+    /// first, one waiting for it gets 404, and nothing writes into its directory afterwards.
+    /// Whether there was such a collection. Call with `lifecycle` held.
+    fn retire(&self, name: &str) -> ApiResult<bool> {
         let removed = self
             .collections
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
-        match removed {
-            Some(open) => {
-                let _writer = open.write.blocking_lock();
-                open.deleted.store(true, Ordering::Release);
-                // Releases its tantivy writer (and lock file) and lets background merges end
-                // before the files go: nothing writes into the directory afterwards.
-                open.collection.close()?;
-            }
-            None => {
-                let was_broken = self
-                    .broken
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(name)
-                    .is_some();
-                if !was_broken {
-                    return Err(ApiError::not_found(format!("no collection named {name:?}")));
-                }
-            }
+        let was_broken = self
+            .broken
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+            .is_some();
+        if let Some(open) = &removed {
+            let _writer = open.write.blocking_lock();
+            open.deleted.store(true, Ordering::Release);
+            // Releases its tantivy writer (and lock file) and lets background merges end
+            // before the files go: nothing writes into the directory afterwards.
+            open.collection.close()?;
         }
         self.metrics.forget_collection(name);
-        Ok(self.catalog.delete(name)?)
+        Ok(removed.is_some() || was_broken)
+    }
+
+    /// The data directory's catalog (collections and snapshots on disk).
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Restores the snapshot `file` of the collection `from` as the collection `into`: the
+    /// archive is unpacked and checked first (a bad one changes nothing), a collection of that
+    /// name is replaced only with `replace`, and one built for another vocabulary than the
+    /// server's encoders is refused. Blocking: call it off the async runtime.
+    pub fn restore(&self, from: &str, file: &str, into: &str, replace: bool) -> ApiResult<()> {
+        Catalog::validate_name(into)?;
+        let exists = |st: &Self| {
+            st.collections
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(into)
+                || st.broken_reason(into).is_some()
+        };
+        let conflict = || {
+            ApiError::conflict(format!(
+                "collection {into:?} exists; restore with \"replace\": true to replace it, or \
+                 under another name with \"into\""
+            ))
+        };
+        if !replace && exists(self) {
+            return Err(conflict());
+        }
+        let staged = self.catalog.stage_restore(from, file, into)?;
+        let space = staged.collection_manifest()?.term_space;
+        if let Some(ts) = self.encoders.term_space()
+            && !space.is_free()
+            && !space.same_vocabulary(ts)
+        {
+            return Err(ApiError::conflict(format!(
+                "the snapshot holds a collection built for {space}, but this server's encoders \
+                 use {ts}; restore it on a server with the matching model (or with \
+                 `lexlip restore` into a directory)"
+            )));
+        }
+        let _lifecycle = self.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        if !replace && exists(self) {
+            return Err(conflict());
+        }
+        self.retire(into)?;
+        let installed = self.catalog.install(staged, into, replace);
+        // On failure the old collection, if any, is back in place: serve it again.
+        let collection = match installed {
+            Ok(c) => c,
+            Err(e) => {
+                if let Ok(old) = self.catalog.open_collection(into) {
+                    self.serve(into, old)?;
+                }
+                return Err(e.into());
+            }
+        };
+        self.serve(into, collection)
+    }
+
+    /// Starts serving an opened collection as `name`.
+    fn serve(&self, name: &str, collection: Collection) -> ApiResult<()> {
+        self.metrics
+            .set_documents(name, collection.snapshot()?.num_docs());
+        let open = Open::new(collection);
+        warm_dense_in_background(name, &open.collection);
+        self.collections
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), open);
+        Ok(())
     }
 
     /// Fails when the collection was built for another vocabulary than the server's encoders.

@@ -1,4 +1,4 @@
-//! Collections: create, list with figures, show, delete.
+//! Collections: create, list with figures, show, delete (their snapshots: [`super::snapshots`]).
 
 use axum::Json;
 use axum::body::Body;
@@ -12,7 +12,7 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::http::gate::CommitGate;
 use crate::http::state::SharedState;
 
-fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
+pub(super) fn info(name: &str, c: &Collection) -> ApiResult<CollectionInfo> {
     let settings = &c.manifest().settings;
     Ok(CollectionInfo {
         name: name.to_string(),
@@ -137,6 +137,6 @@ pub async fn delete(
 }
 
 /// The error of a request abandoned before its change began (the client already has its 503).
-fn abandoned() -> ApiError {
+pub(super) fn abandoned() -> ApiError {
     ApiError::unavailable("the request was abandoned before it changed anything", 1)
 }

@@ -4,6 +4,7 @@ pub mod collections;
 pub mod documents;
 pub mod encode;
 pub mod search;
+pub mod snapshots;
 pub mod system;
 
 use axum::body::{Body, Bytes};

@@ -1,6 +1,10 @@
 //! The collections of a data directory: `DATA/collections/NAME`, one directory each. Creating,
 //! listing and deleting them by name is done here, so the server never handles collection files
-//! itself.
+//! itself; [`snapshots`] keeps their snapshot archives in `DATA/snapshots/NAME/`.
+
+mod snapshots;
+
+pub use snapshots::StoredSnapshot;
 
 use std::path::{Path, PathBuf};
 
@@ -12,11 +16,14 @@ use crate::manifest::{CollectionSettings, Manifest};
 
 /// Sub-directory of the data directory that holds the collections.
 pub const COLLECTIONS_DIR: &str = "collections";
+/// Sub-directory of the data directory that holds snapshot archives, one folder a collection.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
 
 /// A data directory's collections.
 #[derive(Debug, Clone)]
 pub struct Catalog {
     root: PathBuf,
+    snapshots: PathBuf,
 }
 
 impl Catalog {
@@ -24,7 +31,10 @@ impl Catalog {
     pub fn open(data_dir: &Path) -> Result<Self> {
         let root = data_dir.join(COLLECTIONS_DIR);
         std::fs::create_dir_all(&root).map_err(|e| IndexError::io(&root, e))?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            snapshots: data_dir.join(SNAPSHOTS_DIR),
+        })
     }
 
     /// Collection names: 1-64 of `A-Z a-z 0-9 _ - .`, not starting with `.` or `-`.
@@ -60,13 +70,15 @@ impl Catalog {
         }
     }
 
-    /// Names of the collections, sorted (directories without a manifest are not collections).
+    /// Names of the collections, sorted (directories without a manifest are not collections,
+    /// nor are hidden ones: a restore in progress unpacks into one).
     pub fn names(&self) -> Result<Vec<String>> {
         let entries = std::fs::read_dir(&self.root).map_err(|e| IndexError::io(&self.root, e))?;
         let mut names = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| IndexError::io(&self.root, e))?;
-            if Manifest::path(&entry.path()).is_file() {
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            if !hidden && Manifest::path(&entry.path()).is_file() {
                 names.push(entry.file_name().to_string_lossy().into_owned());
             }
         }
