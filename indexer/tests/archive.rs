@@ -122,16 +122,22 @@ fn an_archive_taken_during_writes_restores_one_committed_state() {
     );
 }
 
-#[test]
-fn a_restored_collection_searches_like_the_original() {
-    let tmp = tempfile::tempdir().unwrap();
-    let live = tmp.path().join("live");
-    let c = new_collection(&live);
-    for id in 0..100 {
+/// A collection at `dir` with documents `d0`…`d{n-1}`, committed.
+fn committed(dir: &Path, n: u32) -> Collection {
+    let c = new_collection(dir);
+    for id in 0..n {
         let (d, v) = doc(id, id);
         c.add(d, v).unwrap();
     }
     c.commit().unwrap();
+    c
+}
+
+#[test]
+fn a_restored_collection_searches_like_the_original() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let c = committed(&live, 100);
     c.delete(&DocId::new("d3").unwrap()).unwrap();
     c.commit().unwrap();
     let out = tmp.path().join("a.snapshot.tar");
@@ -172,24 +178,17 @@ fn a_restored_collection_searches_like_the_original() {
         archive::restore(&out, &target, false),
         Err(IndexError::AlreadyExists(_))
     ));
-    assert_eq!(
-        Collection::open(&target)
+    let documents = |dir: &Path| {
+        Collection::open(dir)
             .unwrap()
             .snapshot()
             .unwrap()
-            .num_docs(),
-        100
-    );
+            .num_docs()
+    };
+    assert_eq!(documents(&target), 100);
     drop(copy);
     archive::restore(&out, &target, true).unwrap();
-    assert_eq!(
-        Collection::open(&target)
-            .unwrap()
-            .snapshot()
-            .unwrap()
-            .num_docs(),
-        99
-    );
+    assert_eq!(documents(&target), 99);
     // Nor into a directory of other files.
     let other = tmp.path().join("other");
     std::fs::create_dir(&other).unwrap();
@@ -225,12 +224,7 @@ fn assert_refused(tmp: &Path, bytes: &[u8], what: &str) -> String {
 fn truncated_altered_and_foreign_archives_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let live = tmp.path().join("live");
-    let c = new_collection(&live);
-    for id in 0..40 {
-        let (d, v) = doc(id, 1);
-        c.add(d, v).unwrap();
-    }
-    c.commit().unwrap();
+    committed(&live, 40);
     let out = tmp.path().join("good.snapshot.tar");
     let made = archive::write(&live, "live", &out).unwrap();
     let good = std::fs::read(&out).unwrap();

@@ -62,6 +62,12 @@ fn write_until(s: &Server, ledger: &Mutex<Ledger>, stop: &AtomicBool) {
     }
 }
 
+/// `lexlip restore --archive ARCHIVE --collection TARGET`.
+fn restore_cli(archive: &Path, target: &Path) -> std::process::Output {
+    let (archive, target) = (archive.to_str().unwrap(), target.to_str().unwrap());
+    lexlip(&["restore", "--archive", archive, "--collection", target])
+}
+
 fn download(s: &Server, path: &str) -> Vec<u8> {
     let response = ureq::get(&s.url(path))
         .call()
@@ -122,25 +128,17 @@ fn snapshots_taken_during_writes_restore_exactly_a_committed_state() {
     assert!(last_at > 3, "writes ran during the snapshots");
 
     let (_, list) = s.call("GET", "/v1/collections/c/snapshots", None);
-    let listed: Vec<&str> = list["snapshots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(listed, names);
+    let listed = list["snapshots"].as_array().unwrap().iter();
+    assert_eq!(listed.map(|v| v["name"].clone()).collect::<Vec<_>>(), names);
 
     // Downloaded, the first archive restores with the command line too.
     let first = download(&s, &format!("/v1/collections/c/snapshots/{}", names[0]));
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("first.snapshot.tar"), &first).unwrap();
-    let out = lexlip(&[
-        "restore",
-        "--archive",
-        &tmp.path().join("first.snapshot.tar").display().to_string(),
-        "--collection",
-        &tmp.path().join("copy").display().to_string(),
-    ]);
+    let out = restore_cli(
+        &tmp.path().join("first.snapshot.tar"),
+        &tmp.path().join("copy"),
+    );
     lexlip_tests::assert_success(&out);
     assert_eq!(
         documents(&tmp.path().join("copy"), |d, _| d.text.clone()),
@@ -185,13 +183,7 @@ fn altered_archives_are_refused(s: &Server, data: &Path, good: &[u8]) {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
     let target = data.join("cli-altered");
-    let out = lexlip(&[
-        "restore",
-        "--archive",
-        &dir.join("altered.snapshot.tar").display().to_string(),
-        "--collection",
-        &target.display().to_string(),
-    ]);
+    let out = restore_cli(&dir.join("altered.snapshot.tar"), &target);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -49,14 +49,23 @@ impl Server {
 
     /// The server's peak resident memory so far (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> u64 {
+        self.status_kb("VmHWM") * 1024
+    }
+
+    /// The server's anonymous resident memory now (`RssAnon`: heap and stacks), in bytes.
+    pub fn heap_rss(&self) -> u64 {
+        self.status_kb("RssAnon") * 1024
+    }
+
+    /// A `kB` figure of the server's `/proc/PID/status`.
+    fn status_kb(&self, key: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("the server's /proc status");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmHWM")
-            * 1024
+            .unwrap_or_else(|| panic!("{key} in /proc status"))
     }
 
     pub fn url(&self, path: &str) -> String {

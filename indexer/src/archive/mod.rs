@@ -86,17 +86,8 @@ impl ArchiveManifest {
     /// Reads an archive's `snapshot.json` (its first entry) without reading the rest: for
     /// listing. [`restore`] checks the whole archive.
     pub fn read(archive: &Path) -> Result<Self> {
-        let file = std::fs::File::open(archive).map_err(|e| IndexError::io(archive, e))?;
-        let archive_bytes = file
-            .metadata()
-            .map_err(|e| IndexError::io(archive, e))?
-            .len();
-        let mut tar = tar::Archive::new(file);
-        let mut entries = tar
-            .entries()
-            .map_err(|e| bad(archive, format!("not a tar file ({e})")))?;
-        let mut manifest = read_manifest_entry(archive, &mut entries)?;
-        manifest.archive_bytes = archive_bytes;
+        let mut reader = Reader::open(archive)?;
+        let (manifest, _) = reader.manifest_and_entries()?;
         Ok(manifest)
     }
 
@@ -136,6 +127,39 @@ impl ArchiveManifest {
             }
         }
         Ok(())
+    }
+}
+
+/// An archive file opened for reading.
+struct Reader<'p> {
+    path: &'p Path,
+    tar: tar::Archive<std::fs::File>,
+    bytes: u64,
+}
+
+impl<'p> Reader<'p> {
+    fn open(path: &'p Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| IndexError::io(path, e))?;
+        let bytes = file.metadata().map_err(|e| IndexError::io(path, e))?.len();
+        Ok(Self {
+            path,
+            tar: tar::Archive::new(file),
+            bytes,
+        })
+    }
+
+    /// `snapshot.json`, checked, and the entries after it.
+    fn manifest_and_entries(
+        &mut self,
+    ) -> Result<(ArchiveManifest, tar::Entries<'_, std::fs::File>)> {
+        let path = self.path;
+        let mut entries = self
+            .tar
+            .entries()
+            .map_err(|e| bad(path, format!("not a tar file ({e})")))?;
+        let mut manifest = read_manifest_entry(path, &mut entries)?;
+        manifest.archive_bytes = self.bytes;
+        Ok((manifest, entries))
     }
 }
 

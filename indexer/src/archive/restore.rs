@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::write::sync_parent;
-use super::{ArchiveManifest, ArchivedFile, bad, entry_path, hex, read_manifest_entry, sibling};
+use super::{ArchiveManifest, ArchivedFile, Reader, bad, entry_path, hex, sibling};
 use crate::collection::Collection;
 use crate::error::{IndexError, Result};
 use crate::manifest::Manifest;
@@ -37,17 +37,8 @@ pub fn restore(archive: &Path, target: &Path, replace: bool) -> Result<ArchiveMa
 /// Unpacks and checks `archive` in a hidden sibling of `target` (same file system, so that
 /// [`Staged::install`] is a rename).
 pub fn stage(archive: &Path, target: &Path) -> Result<Staged> {
-    let file = File::open(archive).map_err(|e| IndexError::io(archive, e))?;
-    let archive_bytes = file
-        .metadata()
-        .map_err(|e| IndexError::io(archive, e))?
-        .len();
-    let mut tar = tar::Archive::new(file);
-    let mut entries = tar
-        .entries()
-        .map_err(|e| bad(archive, format!("not a tar file ({e})")))?;
-    let mut manifest = read_manifest_entry(archive, &mut entries)?;
-    manifest.archive_bytes = archive_bytes;
+    let mut reader = Reader::open(archive)?;
+    let (manifest, entries) = reader.manifest_and_entries()?;
     let dir = sibling(target, "restoring")?;
     let staged = Staged {
         dir,
@@ -129,23 +120,18 @@ impl Staged {
     fn check_opens(&self, archive: &Path) -> Result<()> {
         let collection = Collection::open(&self.dir)
             .map_err(|e| bad(archive, format!("its collection does not open ({e})")))?;
-        let space = collection.manifest().term_space.to_string();
-        if space != self.manifest.term_space {
+        let found = (
+            collection.manifest().term_space.to_string(),
+            collection.snapshot()?.num_docs(),
+        );
+        let listed = (self.manifest.term_space.clone(), self.manifest.documents);
+        if found != listed {
             return Err(bad(
                 archive,
                 format!(
-                    "its collection is built for {space}, its snapshot.json says {}",
-                    self.manifest.term_space
-                ),
-            ));
-        }
-        let documents = collection.snapshot()?.num_docs();
-        if documents != self.manifest.documents {
-            return Err(bad(
-                archive,
-                format!(
-                    "its collection holds {documents} documents, its snapshot.json says {}",
-                    self.manifest.documents
+                    "its collection is built for {} and holds {} documents; its snapshot.json \
+                     says {} and {}",
+                    found.0, found.1, listed.0, listed.1
                 ),
             ));
         }

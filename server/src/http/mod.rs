@@ -59,18 +59,7 @@ pub fn router(state: SharedState, config: &ServerConfig) -> Router {
             "/v1/collections/{name}/documents/{id}/thumbnail",
             get(routes::documents::thumbnail),
         )
-        .route(
-            "/v1/collections/{name}/snapshots",
-            post(routes::snapshots::create).get(routes::snapshots::list),
-        )
-        .route(
-            "/v1/collections/{name}/snapshots/{snapshot}",
-            get(routes::snapshots::download).delete(routes::snapshots::delete),
-        )
-        .route(
-            "/v1/collections/{name}/snapshots/{snapshot}/restore",
-            post(routes::snapshots::restore),
-        )
+        .merge(routes::snapshots::router())
         .route(
             "/v1/collections/{name}/search",
             post(routes::search::search),

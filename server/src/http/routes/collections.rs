@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use lexlip_index::{Collection, CollectionSettings};
 
-use super::{blocking, parse_json, read_body};
+use super::{blocking, optional_json};
 use crate::http::api::{CollectionInfo, CollectionList, CreateCollection, Deleted};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::gate::CommitGate;
@@ -40,12 +40,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<CollectionInfo>)> {
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
-    let req: CreateCollection = if bytes.iter().all(u8::is_ascii_whitespace) {
-        CreateCollection::default()
-    } else {
-        parse_json(&headers, &bytes)?
-    };
+    let req: CreateCollection = optional_json(&headers, body, state.limits.max_body_bytes).await?;
     let dense_dim = match (req.dense, req.dense_dim, state.encoders.dense_dim()) {
         (_, Some(d), _) => Some(d),
         (true, None, Some(d)) => Some(d),

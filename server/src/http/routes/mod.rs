@@ -58,6 +58,20 @@ pub fn parse_json<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> ApiR
     })
 }
 
+/// Reads a JSON body that may be left out: empty (or blank), it is `T::default()`.
+pub async fn optional_json<T: DeserializeOwned + Default>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> ApiResult<T> {
+    let bytes = read_body(body, limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse_json(headers, &bytes)
+    }
+}
+
 /// Decodes base64 image bytes (standard alphabet, padding optional; a `data:` URL prefix is
 /// accepted).
 pub fn decode_base64(field: &str, text: &str) -> ApiResult<Vec<u8>> {

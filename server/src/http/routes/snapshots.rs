@@ -3,19 +3,29 @@
 
 use std::io::Read;
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use lexlip_index::catalog::StoredSnapshot;
 
 use super::collections::{abandoned, info};
-use super::{blocking, parse_json, read_body};
+use super::{blocking, optional_json};
 use crate::http::api::{CollectionInfo, Deleted, RestoreSnapshot, SnapshotInfo, SnapshotList};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::gate::CommitGate;
 use crate::http::state::SharedState;
+
+/// The snapshot routes, under `/v1/collections/{name}/snapshots`.
+pub fn router() -> Router<SharedState> {
+    let one = "/v1/collections/{name}/snapshots/{snapshot}";
+    Router::new()
+        .route("/v1/collections/{name}/snapshots", post(create).get(list))
+        .route(one, get(download).delete(delete))
+        .route(&format!("{one}/restore"), post(restore))
+}
 
 fn snapshot_info(s: StoredSnapshot) -> SnapshotInfo {
     let m = s.manifest;
@@ -155,12 +165,7 @@ pub async fn restore(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<CollectionInfo>)> {
-    let bytes = read_body(body, state.limits.max_body_bytes).await?;
-    let req: RestoreSnapshot = if bytes.iter().all(u8::is_ascii_whitespace) {
-        RestoreSnapshot::default()
-    } else {
-        parse_json(&headers, &bytes)?
-    };
+    let req: RestoreSnapshot = optional_json(&headers, body, state.limits.max_body_bytes).await?;
     let into = req.into.unwrap_or_else(|| name.clone());
     let st = state.clone();
     let target = into.clone();
