@@ -19,13 +19,9 @@
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/target/ablation-dense}"
+source "$(dirname "$0")/ablate-common.sh" ablation-dense "$@"
 arms="${ARMS:-infonce cl vanilla conditioned}"
 epochs="${EPOCHS:-1}"
-model="$root/models/emoji-tiny"
-source "$root/scripts/emoji-env.sh"
-mkdir -p "$out"
 
 for arm in $arms; do
   dir="$out/$arm"
@@ -42,24 +38,7 @@ for arm in $arms; do
     --objective dense --max-length 24 --batch-size 32 --epochs "$epochs" --lr 2e-4 \
     --text-lr 5e-5 --tau 0.05 --mask-rate 0.15 --image-mask-rate 0.5 --seed 42 \
     --checkpoint-every 100 --log-every 50 --save-dtype f16 "${extra[@]}" --out "$dir"
-  [ -s "$dir/eval.json" ] || "$lexlip" eval --model "$dir" --mode dense --tsv "$corpus/test.tsv" \
-    --max-length 24 --single-modal --json > "$dir/eval.json"
+  eval_single_modal "$dir" "$dir" --mode dense
 done
 
-python3 - "$out" $arms <<'EOF'
-import json, sys
-from pathlib import Path
-out, arms = Path(sys.argv[1]), sys.argv[2:]
-rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | I2I R@1 / R@5 / R@10 | T2T R@1 / R@5 / R@10 | training s | pairs/s |",
-        "|---|---|---|---|---|---|---|"]
-for arm in arms:
-    e = json.loads((out / arm / "eval.json").read_text())
-    s = e["settings"][0]
-    def r(d):
-        return " / ".join(f"{100 * s[f'{d}.r@{k}']:.1f}" for k in (1, 5, 10)) if f"{d}.r@1" in s else ""
-    t = json.loads((out / arm / "train.json").read_text())["summary"]
-    rows.append(f"| {arm} | {r('t2i')} | {r('i2t')} | {r('i2i')} | {r('t2t')} | "
-                f"{t['seconds']:.0f} | {t['samples_per_s']:.1f} |")
-(out / "summary.md").write_text("\n".join(rows) + "\n")
-print("\n".join(rows))
-EOF
+python3 "$root/scripts/ablation_summary.py" dense "$out" $arms

@@ -15,13 +15,10 @@
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/target/ablation-query-expansion}"
+source "$(dirname "$0")/ablate-common.sh" ablation-query-expansion "$@"
 model="${MODEL:-$root/models/emoji-lex-imagenet}"
 e_values="${E_VALUES:-0 4 8 16}"
 splits="${SPLITS:-test}"
-source "$root/scripts/emoji-env.sh"
-mkdir -p "$out"
 
 run() { # NAME ARM ARGS...: one evaluation, skipped when its JSON exists
   local name="$1" arm="$2"

@@ -15,14 +15,10 @@
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/target/ablation-rerank}"
+source "$(dirname "$0")/ablate-common.sh" ablation-rerank "$@"
 arms="${ARMS:-full easy}"
 steps="${STEPS:-1200}"
 top="${TOP:-16}"
-model="$root/models/emoji-tiny"
-source "$root/scripts/emoji-env.sh"
-mkdir -p "$out"
 
 for arm in $arms; do
   dir="$out/$arm"
@@ -44,23 +40,4 @@ for arm in $arms; do
     --max-length 24 --rerank-model "$dir" --rerank-top "$top" --json > "$dir/eval.json"
 done
 
-python3 - "$out" $arms <<'EOF'
-import json, sys
-out, arms = sys.argv[1], sys.argv[2:]
-rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | ms per query (T2I / I2T) | training s | pairs/s |",
-        "|---|---|---|---|---|---|"]
-pct = lambda s, d: " / ".join(f"{100 * s[f'{d}.r@{k}']:.1f}" for k in (1, 5, 10))
-first = None
-for arm in arms:
-    ev = json.load(open(f"{out}/{arm}/eval.json"))["settings"][0]
-    tr = json.load(open(f"{out}/{arm}/train.json"))["summary"]
-    if first is None:
-        first = ev
-        rows.append(f"| lexicon (first stage) | {pct(ev, 't2i')} | {pct(ev, 'i2t')} | | | |")
-    rows.append(
-        f"| {arm} (top {ev['rerank.top']}) | {pct(ev, 'rerank.t2i')} | {pct(ev, 'rerank.i2t')} | "
-        f"{ev['rerank.t2i.ms_per_query']:.1f} / {ev['rerank.i2t.ms_per_query']:.1f} | "
-        f"{tr['seconds']:.0f} | {tr['samples_per_s']:.1f} |")
-open(f"{out}/summary.md", "w").write("\n".join(rows) + "\n")
-print("\n".join(rows))
-EOF
+python3 "$root/scripts/ablation_summary.py" rerank "$out" $arms

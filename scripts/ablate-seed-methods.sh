@@ -22,14 +22,10 @@
 # Needs a release binary (cargo build --release; or $LEXLIP) and the corpus
 # (scripts/build-emoji-corpus.sh; $LEXLIP_EMOJI_CORPUS when it exists elsewhere).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/target/ablation}"
+source "$(dirname "$0")/ablate-common.sh" ablation "$@"
 arms="${ARMS:-start random grouped grouped-cons vcl}"
 epochs="${EPOCHS:-3}"
 fraction="${FRACTION:-0.2}"
-model="$root/models/emoji-tiny"
-source "$root/scripts/emoji-env.sh"
-mkdir -p "$out"
 
 # The subset: every caption of a seeded random FRACTION of the training images.
 subset="$out/train-subset.tsv"
@@ -74,24 +70,7 @@ for arm in $arms; do
     evaluated="$dir"
   fi
   mkdir -p "$dir"
-  [ -s "$dir/eval.json" ] || "$lexlip" eval --model "$evaluated" --tsv "$corpus/test.tsv" \
-    --max-length 24 --single-modal --json > "$dir/eval.json"
+  eval_single_modal "$dir" "$evaluated"
 done
 
-python3 - "$out" $arms <<'EOF'
-import json, sys
-from pathlib import Path
-out, arms = Path(sys.argv[1]), sys.argv[2:]
-rows = ["| arm | T2I R@1 / R@5 / R@10 | I2T R@1 / R@5 / R@10 | I2I R@1 / R@5 / R@10 | T2T R@1 / R@5 / R@10 | nnz image | training s | pairs/s |",
-        "|---|---|---|---|---|---|---|---|"]
-for arm in arms:
-    e = json.loads((out / arm / "eval.json").read_text())["settings"][0]
-    pct = lambda d: " / ".join(f"{100 * e[f'{d}.r@{k}']:.1f}" for k in (1, 5, 10))
-    t = out / arm / "train.json"
-    s = json.loads(t.read_text())["summary"] if t.exists() else {}
-    secs = f"{s['seconds']:.0f}" if s else "-"
-    rate = f"{s['samples_per_s']:.1f}" if s else "-"
-    rows.append(f"| {arm} | {pct('t2i')} | {pct('i2t')} | {pct('i2i')} | {pct('t2t')} | {e['nnz_per_image']:.0f} | {secs} | {rate} |")
-(out / "summary.md").write_text("\n".join(rows) + "\n")
-print("\n".join(rows))
-EOF
+python3 "$root/scripts/ablation_summary.py" seed-methods "$out" $arms

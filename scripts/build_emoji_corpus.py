@@ -438,6 +438,19 @@ class Record:
     captions: list[str]
     extra: dict
 
+    @classmethod
+    def png(cls, source: str, name: str, split_key: str, captions: list[str],
+            extra: dict) -> "Record":
+        """The record of picture `name` of `source`, copied to images/SOURCE/NAME.png."""
+        return cls(
+            image_id=f"{source}/{name}",
+            image=f"images/{source}/{name}.png",
+            source=source,
+            split_key=split_key,
+            captions=captions,
+            extra=extra,
+        )
+
 
 def emoji_records(pkg: str, style: str, info: dict[str, EmojiInfo], names: dict[str, str],
                   skipped: Counter, joined: Counter | None = None
@@ -459,26 +472,18 @@ def emoji_records(pkg: str, style: str, info: dict[str, EmojiInfo], names: dict[
         exact = stem.upper() == e.hexcode.upper()
         joined[f"{style}: {'same hexcode' if exact else 'same hexcode without FE0F'}"] += 1
         caps = emoji_captions(e, names.get(key, ""))
-        rel = f"images/{style}/{stem}.png"
-        records.append(
-            Record(
-                image_id=f"{style}/{stem}",
-                image=rel,
-                source=style,
-                split_key=f"emoji/{e.concept}",
-                captions=caps,
-                extra={
-                    "hexcode": e.hexcode,
-                    "concept": e.concept,
-                    "label": e.label,
-                    "tags": e.tags,
-                    "group": e.group,
-                    "subgroup": e.subgroup,
-                    "skin_tone": e.tone,
-                },
-            )
-        )
-        sources.append((os.path.join(img_dir, fname), rel))
+        extra = {
+            "hexcode": e.hexcode,
+            "concept": e.concept,
+            "label": e.label,
+            "tags": e.tags,
+            "group": e.group,
+            "subgroup": e.subgroup,
+            "skin_tone": e.tone,
+        }
+        record = Record.png(style, stem, f"emoji/{e.concept}", caps, extra)
+        records.append(record)
+        sources.append((os.path.join(img_dir, fname), record.image))
     return records, sources
 
 
@@ -523,23 +528,15 @@ def clipart_records(png_root: str, svg_root: str, skipped: Counter
         if not caps:
             skipped["openclipart: no caption"] += 1
             continue
-        out_rel = f"images/{CLIPART}/{rel}.png"
-        records.append(
-            Record(
-                image_id=f"{CLIPART}/{rel}",
-                image=out_rel,
-                source=CLIPART,
-                split_key=f"clipart/{family_key(rel)}",
-                captions=caps,
-                extra={
-                    "title": meta.title,
-                    "keywords": meta.keywords,
-                    "creator": meta.creator,
-                    "description": meta.description,
-                },
-            )
-        )
-        sources.append((src, out_rel))
+        extra = {
+            "title": meta.title,
+            "keywords": meta.keywords,
+            "creator": meta.creator,
+            "description": meta.description,
+        }
+        record = Record.png(CLIPART, rel, f"clipart/{family_key(rel)}", caps, extra)
+        records.append(record)
+        sources.append((src, record.image))
     return records, sources
 
 

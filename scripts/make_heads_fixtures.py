@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+
+from fixture_io import caption_inputs, entries, f32, f64_scalar as scalar, i64_scalar, save_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
@@ -128,6 +129,11 @@ def step_total(pv, pl, full_v, full_l, zv, zl, xv, xl, bags, has, allowed):
     return total + CAPTION_WORDS * cw + CAPTION_WORDS_TEXT * cw_text
 
 
+def head_grads(grads):
+    """The gradients with respect to wv, bv, wl, bl (that order) under their fixture names."""
+    return {f"expect.grad_{n}": f32(g) for n, g in zip(["wv", "bv", "wl", "bl"], grads)}
+
+
 def main():
     f64 = lambda t: t.float().double()
     xv = f64(unit_rows(torch.randn(B, D, generator=gen)))
@@ -167,51 +173,25 @@ def main():
     total = total + CAPTION_WORDS * cw + CAPTION_WORDS_TEXT * cw_text
     grads = torch.autograd.grad(total, [wv, bv, wl, bl])
 
-    f32 = lambda t: t.detach().float().contiguous()
-    scalar = lambda v: torch.tensor(float(v), dtype=torch.float64)
     out = {
-        "config.tau": scalar(TAU),
-        "config.teacher_tau": scalar(TEACHER_TAU),
-        "config.distill": scalar(DISTILL),
-        "config.lambda_image": scalar(LAMBDA_IMAGE),
-        "config.lambda_text": scalar(LAMBDA_TEXT),
-        "config.grounding": scalar(GROUNDING),
-        "config.caption_words": scalar(CAPTION_WORDS),
-        "config.caption_words_text": scalar(CAPTION_WORDS_TEXT),
-        "config.caption_words_tau": scalar(CAPTION_WORDS_TAU),
-        "config.k_image": torch.tensor(K_IMAGE, dtype=torch.int64),
-        "config.k_text": torch.tensor(K_TEXT, dtype=torch.int64),
-        "input.xv": f32(xv),
-        "input.xl": f32(xl),
-        "input.cv": f32(cv),
-        "input.cl": f32(cl),
-        "input.wv": f32(wv),
-        "input.bv": f32(bv),
-        "input.wl": f32(wl),
-        "input.bl": f32(bl),
-        "input.allowed": f32(allowed),
-        "input.ids": ids.to(torch.int64).contiguous(),
-        "input.mask": mask.to(torch.int64).contiguous(),
-        "input.idf": f32(idf),
-        "expect.pv": f32(pv),
-        "expect.pl": f32(pl),
-        "expect.i2t": scalar(i2t),
-        "expect.t2i": scalar(t2i),
-        "expect.distill": scalar(kd),
-        "expect.flops_image": scalar(fv),
-        "expect.flops_text": scalar(fl),
-        "expect.ground_image": scalar(gv),
-        "expect.ground_text": scalar(gl),
-        "expect.caption_words": scalar(cw),
-        "expect.caption_words_text": scalar(cw_text),
-        "expect.total": scalar(total),
-        "expect.grad_wv": f32(grads[0]),
-        "expect.grad_bv": f32(grads[1]),
-        "expect.grad_wl": f32(grads[2]),
-        "expect.grad_bl": f32(grads[3]),
+        **entries(
+            "config", scalar, tau=TAU, teacher_tau=TEACHER_TAU, distill=DISTILL,
+            lambda_image=LAMBDA_IMAGE, lambda_text=LAMBDA_TEXT, grounding=GROUNDING,
+            caption_words=CAPTION_WORDS, caption_words_text=CAPTION_WORDS_TEXT,
+            caption_words_tau=CAPTION_WORDS_TAU,
+        ),
+        **entries("config", i64_scalar, k_image=K_IMAGE, k_text=K_TEXT),
+        **entries("input", f32, xv=xv, xl=xl, cv=cv, cl=cl, wv=wv, bv=bv, wl=wl, bl=bl, allowed=allowed),
+        **caption_inputs(ids, mask, idf),
+        **entries("expect", f32, pv=pv, pl=pl),
+        **entries(
+            "expect", scalar, i2t=i2t, t2i=t2i, distill=kd, flops_image=fv, flops_text=fl,
+            ground_image=gv, ground_text=gl, caption_words=cw, caption_words_text=cw_text,
+            total=total,
+        ),
+        **head_grads(grads),
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    save_file(out, str(OUT))
+    save_tensors(OUT, out)
     print(f"wrote {OUT}: total {float(total):.6f}")
 
     words = allowed.clone()
@@ -225,18 +205,15 @@ def main():
         xv, xl, bags, has, allowed,
     )
     grads_e = torch.autograd.grad(total_e, [wv, bv, wl, bl])
-    save_file(
+    save_tensors(
+        OUT_EXPANSION,
         {
-            "config.expansion": torch.tensor(EXPANSION, dtype=torch.int64),
+            "config.expansion": i64_scalar(EXPANSION),
             "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
             "expect.pl": f32(pl_e),
             "expect.total": scalar(total_e),
-            "expect.grad_wv": f32(grads_e[0]),
-            "expect.grad_bv": f32(grads_e[1]),
-            "expect.grad_wl": f32(grads_e[2]),
-            "expect.grad_bl": f32(grads_e[3]),
+            **head_grads(grads_e),
         },
-        str(OUT_EXPANSION),
     )
     print(f"wrote {OUT_EXPANSION}: total {float(total_e):.6f}")
 

@@ -24,7 +24,8 @@ Writes model/train/tests/fixtures/lexicon_vs_torch.safetensors. Names:
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+
+from fixture_io import caption_inputs, entries, f32, f64_scalar, i64_scalar, save_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "lexicon_vs_torch.safetensors"
@@ -105,21 +106,15 @@ def main():
     grad_logits, grad_pl = torch.autograd.grad(total, [image_logits, pl], retain_graph=True)
     grad_ground = torch.autograd.grad(g, [image_logits])[0]
 
-    f32 = lambda t: t.detach().float().contiguous()
     out = {
-        "config.tau": torch.tensor(TAU, dtype=torch.float64),
-        "config.lambda_image": torch.tensor(LAMBDA_IMAGE, dtype=torch.float64),
-        "config.lambda_text": torch.tensor(LAMBDA_TEXT, dtype=torch.float64),
-        "config.grounding": torch.tensor(GROUNDING, dtype=torch.float64),
-        "config.k": torch.tensor(K, dtype=torch.int64),
-        "input.image_logits": f32(image_logits),
-        "input.pl": f32(pl),
-        "input.ids": ids.to(torch.int64).contiguous(),
-        "input.mask": mask.to(torch.int64).contiguous(),
-        "input.idf": f32(idf),
-        "expect.pv": f32(pv),
-        "expect.targets": f32(targets),
-        "expect.has": f32(has),
+        **entries(
+            "config", f64_scalar, tau=TAU, lambda_image=LAMBDA_IMAGE, lambda_text=LAMBDA_TEXT,
+            grounding=GROUNDING,
+        ),
+        "config.k": i64_scalar(K),
+        **entries("input", f32, image_logits=image_logits, pl=pl),
+        **caption_inputs(ids, mask, idf),
+        **entries("expect", f32, pv=pv, targets=targets, has=has),
         "expect.grounding": g.detach().contiguous(),
         "expect.baco": contrastive.detach().contiguous(),
         "expect.total": total.detach().contiguous(),
@@ -127,8 +122,7 @@ def main():
         "expect.grad_pl": f32(grad_pl),
         "expect.grounding.grad_image_logits": f32(grad_ground),
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    save_file(out, str(OUT))
+    save_tensors(OUT, out)
     print(f"wrote {OUT} ({len(out)} tensors)")
 
 

@@ -36,7 +36,9 @@ from safetensors.torch import save_file
 from timm.utils.model import reparameterize_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import OUT, clip_tokenizer, pixels_of, r, randomize, write_json  # noqa: E402
+from make_fixtures import (  # noqa: E402
+    DUAL_TEXTS, OUT, clip_tokenizer, padded_ids, pixels_of, randomize, write_embeddings, write_json,
+)
 
 CONTEXT = 16
 EMBED = 32
@@ -89,26 +91,14 @@ def main():
          "preprocess_cfg": {"mean": mean, "std": std, "interpolation": "bilinear", "resize_mode": "shortest"}},
     )
 
-    texts = ["a photo of a dog", "red car on the grass", "cat"]
-    ids = []
-    for t in texts:
-        row = tk.encode(t).ids[:CONTEXT]
-        ids.append(row + [0] * (CONTEXT - len(row)))
+    texts = DUAL_TEXTS
+    ids = padded_ids(tk, texts, CONTEXT, 0)
     paths = [OUT / "images" / f"img{i}_{SIZE}.png" for i in range(2)]
     with torch.no_grad():
         text_emb = F.normalize(model.encode_text(torch.tensor(ids)), dim=-1)
         px = torch.stack([pixels_of(p, mean, std) for p in paths])
         img_emb = F.normalize(model.encode_image(px), dim=-1)
-    write_json(
-        OUT / "mobileclip.json",
-        {
-            "texts": texts,
-            "text_ids": ids,
-            "text_embeddings": [r(v.tolist()) for v in text_emb],
-            "images": [p.name for p in paths],
-            "image_embeddings": [r(v.tolist()) for v in img_emb],
-        },
-    )
+    write_embeddings(OUT / "mobileclip.json", texts, ids, text_emb, paths, img_emb)
     folded = copy.deepcopy(model)
     folded.visual.trunk = reparameterize_model(folded.visual.trunk)
     with torch.no_grad():

@@ -30,22 +30,18 @@ served names (`fusion.*`, `itm.*`) and training names (`mlm.*`, `mim.*`), float3
 `out.grad.modality`, `out.grad.mlm_bias` (gradients of itm + mlm + mim + itc).
 """
 
-import math
 import os
 
 import torch
 from safetensors.torch import save_file
+
+from fixture_io import bert_layer, bert_layer_params, gelu, linear, norm, rand
 
 torch.manual_seed(7)
 D = torch.float64
 P, NT, NI = 6, 5, 5  # pairs, text tokens, image tokens (1 + 4 patches)
 H, HI, HEADS, INTER, LAYERS = 16, 10, 2, 32, 2
 VOCAB, PIXELS = 50, 12  # 3 channels × 2 × 2 patches
-EPS = 1e-12
-
-
-def rand(*shape, std=0.5):
-    return (torch.randn(*shape, dtype=D) * std).requires_grad_(True)
 
 
 params = {
@@ -67,20 +63,7 @@ params = {
     "mim.bias": rand(PIXELS, std=0.1),
 }
 for i in range(LAYERS):
-    p = f"fusion.encoder.layer.{i}."
-    for name, (o, n) in {
-        "attention.self.query": (H, H),
-        "attention.self.key": (H, H),
-        "attention.self.value": (H, H),
-        "attention.output.dense": (H, H),
-        "intermediate.dense": (INTER, H),
-        "output.dense": (H, INTER),
-    }.items():
-        params[p + name + ".weight"] = rand(o, n, std=0.3)
-        params[p + name + ".bias"] = rand(o, std=0.1)
-    for name in ["attention.output.LayerNorm", "output.LayerNorm"]:
-        params[p + name + ".weight"] = (1 + torch.randn(H, dtype=D) * 0.1).requires_grad_(True)
-        params[p + name + ".bias"] = rand(H, std=0.1)
+    bert_layer_params(params, f"fusion.encoder.layer.{i}.", H, INTER)
 
 text = torch.randn(P, NT, H, dtype=D)
 image = torch.randn(P, NI, HI, dtype=D)
@@ -95,57 +78,26 @@ mim_rows = torch.tensor([NT + 1, NT + 3, (2 * (NT + NI)) + NT + 2, (5 * (NT + NI
 mim_pixels = torch.randn(len(mim_rows), PIXELS, dtype=D)
 
 
-def linear(x, name):
-    return x @ params[name + ".weight"].T + params[name + ".bias"]
-
-
-def layer_norm(x, name):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + EPS) * params[name + ".weight"] + params[name + ".bias"]
-
-
-def gelu(x):
-    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-
-
-def bert_layer(x, bias, p):
-    b, n, _ = x.shape
-    d = H // HEADS
-
-    def heads(t):
-        return t.view(b, n, HEADS, d).transpose(1, 2)
-
-    q = heads(linear(x, p + "attention.self.query"))
-    k = heads(linear(x, p + "attention.self.key"))
-    v = heads(linear(x, p + "attention.self.value"))
-    att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d) + bias, dim=-1)
-    ctx = (att @ v).transpose(1, 2).reshape(b, n, H)
-    x = layer_norm(linear(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
-    mlp = linear(gelu(linear(x, p + "intermediate.dense")), p + "output.dense")
-    return layer_norm(mlp + x, p + "output.LayerNorm")
-
-
 mod = params["fusion.modality_embeddings.weight"]
-t = linear(text, "fusion.text_projection") + mod[0]
-i = linear(image, "fusion.image_projection") + mod[1]
-x = layer_norm(torch.cat([t, i], 1), "fusion.LayerNorm")
+t = linear(text, params, "fusion.text_projection") + mod[0]
+i = linear(image, params, "fusion.image_projection") + mod[1]
+x = norm(torch.cat([t, i], 1), params, "fusion.LayerNorm")
 full = torch.cat([mask, torch.ones(P, NI, dtype=D)], 1)
 bias = ((1 - full) * torch.finfo(torch.float32).min)[:, None, None, :]
 for layer in range(LAYERS):
-    x = bert_layer(x, bias, f"fusion.encoder.layer.{layer}.")
-itm_logits = linear(x[:, 0] * x[:, NT], "itm")
+    x = bert_layer(params, f"fusion.encoder.layer.{layer}.", x, HEADS, bias=bias)
+itm_logits = linear(x[:, 0] * x[:, NT], params, "itm")
 itm = torch.nn.functional.cross_entropy(itm_logits, labels)
 flat = x.reshape(P * (NT + NI), H)
-h = layer_norm(gelu(linear(flat[mlm_rows], "mlm.dense")), "mlm.LayerNorm")
+h = norm(gelu(linear(flat[mlm_rows], params, "mlm.dense")), params, "mlm.LayerNorm")
 mlm_logits = h @ word.T + params["mlm.bias"]
 mlm = torch.nn.functional.cross_entropy(mlm_logits, mlm_targets)
-mim = (linear(flat[mim_rows], "mim") - mim_pixels).abs().mean()
+mim = (linear(flat[mim_rows], params, "mim") - mim_pixels).abs().mean()
 # ITC (MaskVLM's, here on the fusion encoder's projected inputs): masked mean of the projected
 # text states, mean of the projected image states, L2-normalised, symmetric InfoNCE at 0.07.
-tp = linear(text, "fusion.text_projection")
+tp = linear(text, params, "fusion.text_projection")
 t_feat = (tp * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True)
-i_feat = linear(image, "fusion.image_projection").mean(1)
+i_feat = linear(image, params, "fusion.image_projection").mean(1)
 t_feat = torch.nn.functional.normalize(t_feat, dim=-1)
 i_feat = torch.nn.functional.normalize(i_feat, dim=-1)
 sim = i_feat @ t_feat.T / 0.07

@@ -23,7 +23,9 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import SiglipConfig, SiglipModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import OUT, pixels_of, r, randomize, save_f16, write_json  # noqa: E402
+from make_fixtures import (  # noqa: E402
+    DUAL_TEXTS, OUT, padded_ids, pixels_of, randomize, save_f16, write_embeddings, write_json,
+)
 
 CONTEXT = 16
 
@@ -53,27 +55,15 @@ def main():
         {"image_processor_type": "SiglipImageProcessor", "image_mean": mean, "image_std": std,
          "size": {"height": 32, "width": 32}, "do_resize": True},
     )
-    texts = ["a photo of a dog", "red car on the grass", "cat"]
-    ids = []
-    for t in texts:
-        row = tk.encode(t).ids[:CONTEXT]
-        ids.append(row + [1] * (CONTEXT - len(row)))
+    texts = DUAL_TEXTS
+    ids = padded_ids(tk, texts, CONTEXT, 1)
     with torch.no_grad():
         f = model.get_text_features(input_ids=torch.tensor(ids))
         text_emb = F.normalize(f, dim=-1)
         paths = [OUT / "images" / f"clip{i}_32.png" for i in range(2)]
         px = torch.stack([pixels_of(p, mean, std) for p in paths])
         img_emb = F.normalize(model.get_image_features(pixel_values=px), dim=-1)
-    write_json(
-        OUT / "siglip.json",
-        {
-            "texts": texts,
-            "text_ids": ids,
-            "text_embeddings": [r(v.tolist()) for v in text_emb],
-            "images": [p.name for p in paths],
-            "image_embeddings": [r(v.tolist()) for v in img_emb],
-        },
-    )
+    write_embeddings(OUT / "siglip.json", texts, ids, text_emb, paths, img_emb)
     print(f"written {dst} and {OUT / 'siglip.json'}", file=sys.stderr)
 
 

@@ -22,12 +22,13 @@ Writes model/train/tests/fixtures/losses_vs_torch.safetensors. Names:
 """
 
 import collections
-import math
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+
+from fixture_io import bert_layer, gelu, linear, norm
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "losses_vs_torch.safetensors"
@@ -35,7 +36,6 @@ OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "losses_vs_torch.safeten
 # Shapes: batch, text tokens, image tokens (CLS + patches), vocabulary, hidden, decoder sizes.
 B, T, M, V, H = 4, 5, 4, 12, 8
 HEADS, INTER, DEC_LAYERS = 2, 16, 1
-LN_EPS = 1e-12
 # The paper's τ; λ larger than its 0.002 so the FLOPS term moves the loss well above tolerance.
 TAU, LAMBDA = 0.05, 0.1
 # Phase 2: queue capacity (a multiple of B) and steps (the queue fills, then wraps around).
@@ -76,49 +76,14 @@ def masked_lm(logits, positions, targets):
     return torch.stack(terms).mean()
 
 
-def layer_norm(x, w, b):
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + LN_EPS) * w + b
-
-
-def gelu(x):
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
-def bert_layer(p, x, mask):
-    """One post-norm BERT layer; padded keys get no attention."""
-    n, t, h = x.shape
-    d = h // HEADS
-
-    def heads(y):
-        return y.view(n, t, HEADS, d).transpose(1, 2)
-
-    q = heads(x @ p["attention.self.query.weight"].T + p["attention.self.query.bias"])
-    k = heads(x @ p["attention.self.key.weight"].T + p["attention.self.key.bias"])
-    v = heads(x @ p["attention.self.value.weight"].T + p["attention.self.value.bias"])
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-    scores = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
-    ctx = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(n, t, h)
-    att = ctx @ p["attention.output.dense.weight"].T + p["attention.output.dense.bias"]
-    x = layer_norm(
-        att + x, p["attention.output.LayerNorm.weight"], p["attention.output.LayerNorm.bias"]
-    )
-    mid = gelu(x @ p["intermediate.dense.weight"].T + p["intermediate.dense.bias"])
-    out = mid @ p["output.dense.weight"].T + p["output.dense.bias"]
-    return layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"])
-
-
 def decode(dec, bottleneck, embedded, mask, word):
     """Eq. 11/12: the bottleneck replaces [CLS] of the heavily masked text, shallow BERT layers,
     then an MLM head whose projection is the text tower's word embeddings."""
     x = torch.cat([bottleneck[:, None, :], embedded[:, 1:, :]], dim=1)
     for i in range(DEC_LAYERS):
-        prefix = f"layer.{i}."
-        x = bert_layer({k[len(prefix):]: v for k, v in dec.items() if k.startswith(prefix)}, x, mask)
+        x = bert_layer(dec, f"layer.{i}.", x, HEADS, key_mask=mask)
     head = "cls.predictions."
-    y = gelu(x @ dec[head + "transform.dense.weight"].T + dec[head + "transform.dense.bias"])
-    y = layer_norm(y, dec[head + "transform.LayerNorm.weight"], dec[head + "transform.LayerNorm.bias"])
+    y = norm(gelu(linear(x, dec, head + "transform.dense")), dec, head + "transform.LayerNorm")
     return y @ word.T + dec[head + "bias"]
 
 

@@ -30,7 +30,6 @@ weights it used.
 """
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -51,7 +50,9 @@ from src.ir.encoder import vdr_crossmodal_image as vdr_image  # noqa: E402
 from src.ir.encoder.vdr_crossmodal_text import VALID_TOKEN_IDS  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
-from published_fixtures import sparse as sparse_by_id, splade_dir  # noqa: E402
+from published_fixtures import (  # noqa: E402
+    IMAGES, image_entry, sparse as sparse_by_id, splade_dir, write_doc,
+)
 
 torch.manual_seed(0)
 np.random.seed(0)
@@ -64,7 +65,6 @@ TEXTS = [
     "red heart",
     "qwzx",
 ]
-IMAGES = ["img0_64.png", "img1_64.png", "img2_64.png", "img3_96.png"]
 
 
 def tiny_bert(tokenizer_dir: Path, into: Path) -> None:
@@ -172,19 +172,18 @@ def main() -> None:
             for i, t in enumerate(TEXTS)
         ],
         "images": [
-            {
-                "file": n,
-                "pixels_sum": float(pixels[i].double().sum()),
-                "pixels_sha256": hashlib.sha256(pixels[i].numpy().tobytes()).hexdigest(),
-                "lexicon": sparse(images[i]),
-                "lexicon_top16": sparse(images_k16[i]),
-                "top32": top_terms(full_images[i], 32),
-            }
+            image_entry(
+                n,
+                pixels[i],
+                pixels_sha256=hashlib.sha256(pixels[i].numpy().tobytes()).hexdigest(),
+                lexicon=sparse(images[i]),
+                lexicon_top16=sparse(images_k16[i]),
+                top32=top_terms(full_images[i], 32),
+            )
             for i, n in enumerate(IMAGES)
         ],
     }
-    (OUT / "vdr.json").write_text(json.dumps(doc) + "\n")
-    print(f"wrote {out} and {OUT / 'vdr.json'}")
+    write_doc(OUT, "vdr.json", out, doc)
     shutil.rmtree(work)
 
 

@@ -38,12 +38,16 @@ mx = np.zeros(V);
 for t in range(V):
     s, e = M.indptr[t], M.indptr[t+1]
     if e > s: mx[t] = M.data[s:e].max()
-fr=[]
-for qi in range(50):
+def query():
+    """A random query (20-40 terms drawn as the documents' are, their impacts), and every
+    document's exact score."""
     k = rng.integers(20, 41)
     qt = np.unique(np.searchsorted(cdf, rng.random(k+10)))[:k]
     qv = impacts(len(qt)).astype(np.float64)
-    scores = M[:, qt] @ qv
+    return qt, qv, M[:, qt] @ qv
+fr=[]
+for qi in range(50):
+    qt, qv, scores = query()
     theta = np.sort(scores)[-10]
     ub = qv * mx[qt]
     order = np.argsort(ub)
@@ -60,10 +64,7 @@ Mr = M.tocsc()
 for budget in [0.02, 0.05, 0.10, 0.20]:
     rec = []
     for qi in range(30):
-        k = rng.integers(20, 41)
-        qt = np.unique(np.searchsorted(cdf, rng.random(k+10)))[:k]
-        qv = impacts(len(qt)).astype(np.float64)
-        scores = M[:, qt] @ qv
+        qt, qv, scores = query()
         top = set(np.argsort(-scores, kind='stable')[:10])
         docs=[]; contrib=[]
         for t, q in zip(qt, qv):

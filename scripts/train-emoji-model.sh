@@ -13,13 +13,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/target/emoji-tiny}"
-source "$root/scripts/emoji-env.sh"
-splade="$("$root/scripts/fetch-test-model.sh")"
+source "$root/scripts/emoji-towers.sh"
 
-gpu=()
-[ "${LEXLIP_GPU:-0}" = 1 ] && gpu=(--gpu)
-"$lexlip" train --tsv "$corpus/train.tsv" --text-init "$splade" \
-  --image-config tiny --patch-size 16 --max-length 24 --image-head-init random \
+train_towers "$corpus/train.tsv" \
   --epochs 7 --batch-size 256 --lr 5e-4 --text-lr 1e-4 --tau 0.5 --seed 42 \
   --checkpoint-every 200 --save-dtype f16 "${gpu[@]}" --out "$out"
 

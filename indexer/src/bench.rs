@@ -120,13 +120,9 @@ pub struct EngineBenchReport {
     pub block_size: Option<u32>,
     /// What the searched segments have: layout and documents per block, per segment.
     pub forward: Vec<crate::collection::ForwardSummary>,
-    pub exhaustive: Throughput,
-    /// The default: block-max over the forward index.
-    pub exact: ExactFigures,
-    /// The previous default: block pruning over tantivy's postings cursors.
-    pub exact_postings: ExactFigures,
-    pub approx: Vec<ApproxFigures>,
-    pub exact_threads: Vec<ThreadFigures>,
+    /// Every algorithm's figures on the queries, measured in one run.
+    #[serde(flatten)]
+    pub search: SearchFigures,
     /// The queries searched, for running other engines on the same ones (`--write-queries`).
     #[serde(skip)]
     pub query_vectors: Vec<QuantizedVector>,
@@ -445,11 +441,7 @@ pub fn run(
         pruning_memory_bytes: stats.pruning_memory_bytes,
         block_size: config.block_size,
         forward: snap.forward_summary(),
-        exhaustive: m.exhaustive,
-        exact: m.exact,
-        exact_postings: m.exact_postings,
-        approx: m.approx,
-        exact_threads: m.exact_threads,
+        search: m,
         query_vectors: queries,
     })
 }

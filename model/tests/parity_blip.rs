@@ -13,12 +13,7 @@ fn tiny() -> std::path::PathBuf {
 }
 
 fn texts(fx: &serde_json::Value) -> Vec<&str> {
-    fx["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect()
+    strs(&fx["texts"])
 }
 
 /// The reference pixel tensors of blip.json.
@@ -65,24 +60,26 @@ fn embeddings_match_reference() {
     assert!(image <= TOL, "image embeddings differ by {image}");
 }
 
+/// [`worst_diffs`] of the tiny model loaded in `dtype`, logged as `what`.
+fn worst_diffs_in(dtype: DType, what: &str) -> (f32, f32) {
+    let enc = BlipEncoder::load_with_dtype(&tiny(), &Device::Cpu, dtype).unwrap();
+    let (text, image) = worst_diffs(&enc, &fixture_json("blip.json"));
+    eprintln!("blip parity ({what}): max diff text {text:e}, image {image:e}");
+    (text, image)
+}
+
 /// In f64 both towers run candle's generic ops (what a GPU runs) instead of the f32 CPU fast
 /// paths: the same embeddings.
 #[test]
 fn generic_ops_match_reference() {
-    let fx = fixture_json("blip.json");
-    let enc = BlipEncoder::load_with_dtype(&tiny(), &Device::Cpu, DType::F64).unwrap();
-    let (text, image) = worst_diffs(&enc, &fx);
-    eprintln!("blip parity (f64, generic ops): max diff text {text:e}, image {image:e}");
+    let (text, image) = worst_diffs_in(DType::F64, "f64, generic ops");
     assert!(text <= TOL && image <= TOL, "{text} {image}");
 }
 
 /// An f16 image tower (for a GPU) stays close.
 #[test]
 fn f16_image_tower_is_close() {
-    let fx = fixture_json("blip.json");
-    let enc = BlipEncoder::load_with_dtype(&tiny(), &Device::Cpu, DType::F16).unwrap();
-    let (text, image) = worst_diffs(&enc, &fx);
-    eprintln!("blip parity (f16 image tower): max diff text {text:e}, image {image:e}");
+    let (text, image) = worst_diffs_in(DType::F16, "f16 image tower");
     assert!(text <= TOL && image <= 1e-2, "{text} {image}");
 }
 
@@ -168,11 +165,9 @@ fn image_processor_is_blips() {
 
 /// Copies the tiny model into a temporary directory, minus the tensors `drop` names.
 fn without_tensors(drop: &[&str]) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
     let src = tiny();
-    for f in ["config.json", "tokenizer.json", "preprocessor_config.json"] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
+    let files = ["config.json", "tokenizer.json", "preprocessor_config.json"];
+    let tmp = copy_of(&src, &files);
     let mut tensors =
         candle_core::safetensors::load(src.join("model.safetensors"), &candle_core::Device::Cpu)
             .unwrap();
@@ -214,37 +209,37 @@ fn missing_tensors_are_named() {
     assert_eq!(enc.dim(), 16);
 }
 
+/// The message the tiny model's loader refuses `dir` with.
+fn load_error(dir: &std::path::Path) -> String {
+    BlipEncoder::load(dir, &Device::Cpu)
+        .unwrap_err()
+        .to_string()
+}
+
 /// A directory without weights names what it looked for.
 #[test]
 fn a_directory_without_weights_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::copy(tiny().join("config.json"), tmp.path().join("config.json")).unwrap();
-    let e = BlipEncoder::load(tmp.path(), &Device::Cpu)
-        .unwrap_err()
-        .to_string();
+    let tmp = copy_of(&tiny(), &["config.json"]);
+    let e = load_error(tmp.path());
     assert!(e.contains("pytorch_model.bin"), "{e}");
 }
 
 /// A tokenizer with word pieces the text tower cannot embed is refused, naming both sizes.
 #[test]
 fn a_tokenizer_larger_than_the_vocabulary_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
     let src = tiny();
-    for f in [
+    let files = [
         "config.json",
         "model.safetensors",
         "preprocessor_config.json",
-    ] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
+    ];
+    let tmp = copy_of(&src, &files);
     let mut tok = tokenizers::Tokenizer::from_file(src.join("tokenizer.json")).unwrap();
     let added = tok
         .add_special_tokens([tokenizers::AddedToken::from("[EXTRA]", true)])
         .unwrap();
     assert_eq!(added, 1);
     tok.save(tmp.path().join("tokenizer.json"), false).unwrap();
-    let e = BlipEncoder::load(tmp.path(), &Device::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = load_error(tmp.path());
     assert!(e.contains("1003 word pieces") && e.contains("1002"), "{e}");
 }

@@ -98,7 +98,7 @@ fn queries_keep_their_own_words_and_images_every_term_as_the_reference() {
     let tokens = text.vocabulary().tokens().to_vec();
     let fx = fixture_json("d2s.json");
     let cases = fx["texts"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let texts = strs_at(&fx["texts"], "text");
     let mut worst = 0f32;
     let dense = enc.dense().unwrap().encode_texts(&texts).unwrap();
     for (c, (v, d)) in cases
@@ -168,22 +168,8 @@ fn a_d2s_model_alone_says_how_to_pair_it() {
 
 #[test]
 fn a_head_that_lacks_tensors_is_refused_naming_them() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        d2s_dir().join("config.json"),
-        dir.path().join("config.json"),
-    )
-    .unwrap();
     let all = Weights::from_model_dir(&d2s_dir()).unwrap();
-    let kept = all
-        .tensors()
-        .iter()
-        .filter(|(k, _)| k.as_str() != "vocab_layer_norm.bias")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    Weights::from_tensors(kept, "kept")
-        .save_safetensors(&dir.path().join("model.safetensors"))
-        .unwrap();
+    let dir = copy_without_tensors(&d2s_dir(), &all, &["vocab_layer_norm.bias"]);
     let err = Heads::load(dir.path(), &Device::Cpu).unwrap_err();
     assert!(matches!(err, ModelError::MissingTensors { .. }), "{err}");
     assert!(err.to_string().contains("vocab_layer_norm.bias"), "{err}");

@@ -14,7 +14,7 @@ fn encoder() -> ImageEncoder {
     ImageEncoder::load(&beit_dir(), &Device::Cpu).expect("load tiny BEiT")
 }
 
-fn load_images(enc: &ImageEncoder, names: &[String]) -> Vec<PreprocessedImage> {
+fn load_images(enc: &ImageEncoder, names: &[&str]) -> Vec<PreprocessedImage> {
     names
         .iter()
         .map(|n| {
@@ -24,20 +24,11 @@ fn load_images(enc: &ImageEncoder, names: &[String]) -> Vec<PreprocessedImage> {
         .collect()
 }
 
-fn image_names(fx: &serde_json::Value) -> Vec<String> {
-    fx["images"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn pixels_match_reference() {
     let enc = encoder();
     let fx = fixture_json("beit.json");
-    let images = load_images(&enc, &image_names(&fx));
+    let images = load_images(&enc, &strs(&fx["images"]));
     for (i, img) in images.iter().enumerate() {
         assert_eq!(img.size(), 64);
         let first = f32s(&fx["pixels_first_values"][i]);
@@ -52,7 +43,7 @@ fn logits_and_pooled_weights_match_reference() {
     let enc = encoder();
     let tokens = enc.vocabulary().tokens().to_vec();
     let fx = fixture_json("beit.json");
-    let images = load_images(&enc, &image_names(&fx));
+    let images = load_images(&enc, &strs(&fx["images"]));
     let logits = enc.logits(&images).unwrap().to_vec3::<f32>().unwrap();
     let cols = usizes(&fx["logit_columns"]);
     let mut worst_logit = 0f32;
@@ -74,12 +65,7 @@ fn logits_and_pooled_weights_match_reference() {
         let d = max_abs_diff(&dense_of(single, &tokens), &dense_of(v, &tokens));
         assert!(d <= TOL, "batched vs one-by-one, image {i}: {d}");
     }
-    eprintln!("beit parity: logits max diff {worst_logit:e}, pooled max diff {worst_pooled:e}");
-    assert!(worst_logit <= TOL, "logits differ by {worst_logit}");
-    assert!(
-        worst_pooled <= TOL,
-        "pooled weights differ by {worst_pooled}"
-    );
+    assert_logits_and_pooled_within_tol("beit", worst_logit, worst_pooled);
 }
 
 #[test]
@@ -88,15 +74,14 @@ fn larger_input_uses_lexlip_interpolated_position_bias() {
     let enc = encoder().with_image_size(96).unwrap();
     assert_eq!(enc.image_size(), 96);
     let tokens = enc.vocabulary().tokens().to_vec();
-    let name = fx["image_96"].as_str().unwrap().to_string();
-    let images = load_images(&enc, &[name]);
+    let images = load_images(&enc, &[fx["image_96"].as_str().unwrap()]);
     let v = &enc.encode(&images).unwrap()[0];
     let reference = f32s(&fx["pooled_96"]);
     let d = max_abs_diff(&dense_of(v, &tokens), &reference);
     eprintln!("beit 96x96 (interpolated bias) pooled max diff {d:e}");
     assert!(d <= TOL, "interpolated forward differs by {d}");
     // Inputs preprocessed for another size are refused, not silently mis-read.
-    let small = load_images(&encoder(), &["img0_64.png".to_string()]);
+    let small = load_images(&encoder(), &["img0_64.png"]);
     assert!(enc.encode(&small).is_err());
 }
 
@@ -159,10 +144,8 @@ fn corrupt_or_unsupported_input_is_an_error_naming_it() {
 fn edited_copy(
     edit: impl FnOnce(&mut std::collections::HashMap<String, candle_core::Tensor>),
 ) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["config.json", "tokenizer.json", "preprocessor_config.json"] {
-        std::fs::copy(beit_dir().join(f), tmp.path().join(f)).unwrap();
-    }
+    let files = ["config.json", "tokenizer.json", "preprocessor_config.json"];
+    let tmp = copy_of(&beit_dir(), &files);
     let w = Weights::from_safetensors_dir(&beit_dir()).unwrap();
     let mut tensors = w.tensors().clone();
     edit(&mut tensors);

@@ -3,20 +3,33 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::*;
 use lexlip_model::{
     Architecture, DenseEncoder, Device, Encoders, MobileClipEncoder, ModelSource, detect,
 };
 
-fn copy_fixture(to: &std::path::Path) {
-    let src = fixtures().join("mobileclip-tiny");
-    for f in std::fs::read_dir(&src).unwrap() {
+/// A copy of the fixture in a temporary directory, changed by `edit` (a variant to load).
+fn edited_fixture(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixtures().join("mobileclip-tiny")).unwrap() {
         let f = f.unwrap().path();
-        std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        std::fs::copy(&f, tmp.path().join(f.file_name().unwrap())).unwrap();
     }
+    edit(tmp.path());
+    tmp
 }
 
-fn write_config(dir: &std::path::Path, edit: impl FnOnce(&mut serde_json::Value)) {
+/// The error the encoder refuses an [`edited_fixture`] with.
+fn refusal(edit: impl FnOnce(&Path)) -> String {
+    let tmp = edited_fixture(edit);
+    MobileClipEncoder::load(tmp.path(), &Device::Cpu)
+        .unwrap_err()
+        .to_string()
+}
+
+fn write_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join("open_clip_config.json");
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -31,9 +44,7 @@ fn embeddings_match_reference() {
     let enc = MobileClipEncoder::load(&fixtures().join("mobileclip-tiny"), &Device::Cpu).unwrap();
     assert_eq!(enc.dim(), 32);
     assert_eq!(enc.image_processor().size, 64);
-    let worst = check_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "mobileclip.json");
-    eprintln!("mobileclip parity: max diff {worst:e}");
-    assert!(worst <= TOL, "embeddings differ by {worst}");
+    assert_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "mobileclip.json");
 }
 
 /// A text longer than the context keeps `<|endoftext|>` in its last position, as open_clip's
@@ -66,11 +77,11 @@ fn open_clip_directory_is_detected_as_dense_only() {
 /// Other open_clip models (a ViT image tower) are refused, naming the tower and what to use.
 #[test]
 fn other_open_clip_models_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_fixture(tmp.path());
-    write_config(tmp.path(), |c| {
-        c["model_cfg"]["vision_cfg"] =
-            serde_json::json!({"width": 768, "layers": 12, "image_size": 224})
+    let tmp = edited_fixture(|dir| {
+        write_config(dir, |c| {
+            c["model_cfg"]["vision_cfg"] =
+                serde_json::json!({"width": 768, "layers": 12, "image_size": 224})
+        })
     });
     let e = detect(tmp.path()).unwrap_err().to_string();
     assert!(
@@ -91,35 +102,26 @@ fn other_open_clip_models_are_refused() {
 /// directory are refused with what to do.
 #[test]
 fn unusable_directories_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_fixture(tmp.path());
-    write_config(tmp.path(), |c| {
-        c["model_cfg"]["text_cfg"]["no_causal_mask"] = false.into()
+    let e = refusal(|dir| {
+        write_config(dir, |c| {
+            c["model_cfg"]["text_cfg"]["no_causal_mask"] = false.into()
+        })
     });
-    let e = MobileClipEncoder::load(tmp.path(), &Device::Cpu)
-        .unwrap_err()
-        .to_string();
     assert!(e.contains("causal mask"), "{e}");
 
-    let tmp = tempfile::tempdir().unwrap();
-    copy_fixture(tmp.path());
-    let tok = tmp.path().join("tokenizer.json");
-    let text = std::fs::read_to_string(&tok)
-        .unwrap()
-        .replace("<|endoftext|>", "<|end|>");
-    std::fs::write(&tok, text).unwrap();
-    let e = MobileClipEncoder::load(tmp.path(), &Device::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = refusal(|dir| {
+        let tok = dir.join("tokenizer.json");
+        let text = std::fs::read_to_string(&tok)
+            .unwrap()
+            .replace("<|endoftext|>", "<|end|>");
+        std::fs::write(&tok, text).unwrap();
+    });
     assert!(e.contains("<|endoftext|>"), "{e}");
 
-    let tmp = tempfile::tempdir().unwrap();
-    copy_fixture(tmp.path());
-    std::fs::remove_file(tmp.path().join("open_clip_model.safetensors")).unwrap();
-    std::fs::write(tmp.path().join("open_clip_pytorch_model.bin"), b"pickle").unwrap();
-    let e = MobileClipEncoder::load(tmp.path(), &Device::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = refusal(|dir| {
+        std::fs::remove_file(dir.join("open_clip_model.safetensors")).unwrap();
+        std::fs::write(dir.join("open_clip_pytorch_model.bin"), b"pickle").unwrap();
+    });
     assert!(e.contains("open_clip_model.safetensors"), "{e}");
 }
 
@@ -127,14 +129,10 @@ fn unusable_directories_are_refused() {
 /// reference's embeddings too.
 #[test]
 fn a_tower_folded_by_timm_loads_and_matches() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_fixture(tmp.path());
-    std::fs::copy(
-        fixtures().join("mobileclip-tiny-folded.safetensors"),
-        tmp.path().join("open_clip_model.safetensors"),
-    )
-    .unwrap();
+    let tmp = edited_fixture(|dir| {
+        let folded = fixtures().join("mobileclip-tiny-folded.safetensors");
+        std::fs::copy(folded, dir.join("open_clip_model.safetensors")).unwrap();
+    });
     let enc = MobileClipEncoder::load(tmp.path(), &Device::Cpu).unwrap();
-    let worst = check_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "mobileclip.json");
-    assert!(worst <= TOL, "embeddings differ by {worst}");
+    assert_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "mobileclip.json");
 }

@@ -4,23 +4,20 @@
 mod common;
 
 use common::*;
-use lexlip_model::{DenseEncoder, Device, Encoders, SiglipEncoder};
+use lexlip_model::{DenseEncoder, Device, SiglipEncoder};
 
 /// Every text is padded to the whole context with the pad id, as SigLIP's processor does.
 #[test]
 fn embeddings_match_reference() {
     let enc = SiglipEncoder::load(&fixtures().join("siglip-tiny"), &Device::Cpu).unwrap();
     assert_eq!(enc.dim(), 32);
-    let worst = check_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "siglip.json");
-    eprintln!("siglip parity: max diff {worst:e}");
-    assert!(worst <= TOL, "embeddings differ by {worst}");
+    assert_dense_parity(&enc, &|t| enc.tokenize(t).unwrap(), "siglip.json");
 }
 
 /// A SigLIP directory loads as a dense-only model, as CLIP does.
 #[test]
 fn siglip_directory_is_detected_as_dense_only() {
-    let enc = Encoders::load(&fixtures().join("siglip-tiny"), &Device::Cpu).unwrap();
-    assert!(enc.text().is_err() && enc.image().is_err());
+    let enc = load_dense_only(&fixtures().join("siglip-tiny"));
     let dense = enc.dense().expect("a dense encoder");
     assert_eq!(dense.dim(), 32);
     let v = dense.encode_texts(&["a photo of a dog"]).unwrap();
@@ -30,15 +27,13 @@ fn siglip_directory_is_detected_as_dense_only() {
 /// A config whose towers have different widths is refused, naming the two.
 #[test]
 fn towers_of_different_widths_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
     let src = fixtures().join("siglip-tiny");
-    for f in [
+    let files = [
         "model.safetensors",
         "tokenizer.json",
         "preprocessor_config.json",
-    ] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
+    ];
+    let tmp = copy_of(&src, &files);
     let mut cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     cfg["vision_config"]["hidden_size"] = 48.into();

@@ -49,12 +49,7 @@ fn logits_and_pooled_weights_match_reference() {
         worst_pooled = worst_pooled.max(max_abs_diff(&dense_of(v, &tokens), &reference));
         assert_same_impacts(&reference, v, &tokens);
     }
-    eprintln!("splade parity: logits max diff {worst_logit:e}, pooled max diff {worst_pooled:e}");
-    assert!(worst_logit <= TOL, "logits differ by {worst_logit}");
-    assert!(
-        worst_pooled <= TOL,
-        "pooled weights differ by {worst_pooled}"
-    );
+    assert_logits_and_pooled_within_tol("splade", worst_logit, worst_pooled);
 }
 
 #[test]
@@ -62,12 +57,7 @@ fn padded_batch_matches_reference_and_one_by_one() {
     let enc = encoder();
     let tokens = enc.vocabulary().tokens().to_vec();
     let fx = fixture_json("splade.json");
-    let texts: Vec<&str> = fx["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["text"].as_str().unwrap())
-        .collect();
+    let texts = strs_at(&fx["cases"], "text");
     let batch = enc.encode(&texts).unwrap();
     assert_eq!(batch.len(), texts.len());
     for (i, text) in texts.iter().enumerate() {

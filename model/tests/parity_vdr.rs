@@ -66,6 +66,21 @@ fn same_lexicon(ours: &SparseVector, want: &BTreeMap<String, f32>, what: &str) -
     worst
 }
 
+/// [`same_lexicon`] of each lexicon against its case's `key`; returns the largest difference.
+fn worst_of(
+    lexicons: &[SparseVector],
+    cases: &[Value],
+    key: &str,
+    tokens: &[String],
+    what: &str,
+) -> f32 {
+    lexicons
+        .iter()
+        .zip(cases)
+        .map(|(v, c)| same_lexicon(v, &reference(&c[key], tokens), what))
+        .fold(0f32, f32::max)
+}
+
 #[test]
 fn text_lexicons_match_the_reference() {
     let enc = load();
@@ -75,7 +90,7 @@ fn text_lexicons_match_the_reference() {
     let max_len = fx["max_len"].as_u64().unwrap() as usize;
     assert_eq!(text.max_length(), max_len, "the config's max_len");
     let cases = fx["texts"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let texts = strs_at(&fx["texts"], "text");
     let mut worst = 0f32;
     for (c, ids) in cases.iter().zip(text.tokenize(&texts).unwrap()) {
         let mut want: Vec<u32> = usizes(&c["input_ids"]).iter().map(|&i| i as u32).collect();
@@ -83,13 +98,7 @@ fn text_lexicons_match_the_reference() {
         assert_eq!(ids, want, "token ids of {:?}", c["text"]);
     }
     let batch = text.encode(&texts).unwrap();
-    for (c, v) in cases.iter().zip(&batch) {
-        worst = worst.max(same_lexicon(
-            v,
-            &reference(&c["lexicon"], &tokens),
-            "top-768 ∪ own",
-        ));
-    }
+    worst = worst.max(worst_of(&batch, cases, "lexicon", &tokens, "top-768 ∪ own"));
     // Batched equals one by one (every text padded to max_len either way).
     for (t, v) in texts.iter().zip(&batch) {
         assert_eq!(&text.encode(&[t]).unwrap()[0], v);
@@ -98,16 +107,8 @@ fn text_lexicons_match_the_reference() {
         text_terms: Some(TextTerms::top_k_and_own(8)),
         ..LoadOptions::default()
     });
-    for (c, v) in cases
-        .iter()
-        .zip(top8.text().unwrap().encode(&texts).unwrap())
-    {
-        worst = worst.max(same_lexicon(
-            &v,
-            &reference(&c["lexicon_top8"], &tokens),
-            "top-8",
-        ));
-    }
+    let top8 = top8.text().unwrap().encode(&texts).unwrap();
+    worst = worst.max(worst_of(&top8, cases, "lexicon_top8", &tokens, "top-8"));
     let bow = TextTerms {
         bow: true,
         ..TextTerms::default()
@@ -116,12 +117,8 @@ fn text_lexicons_match_the_reference() {
         text_terms: Some(bow),
         ..LoadOptions::default()
     });
-    for (c, v) in cases
-        .iter()
-        .zip(bow.text().unwrap().encode(&texts).unwrap())
-    {
-        same_lexicon(&v, &reference(&c["bow"], &tokens), "bag of words");
-    }
+    let bow = bow.text().unwrap().encode(&texts).unwrap();
+    worst_of(&bow, cases, "bow", &tokens, "bag of words");
     // The un-cut weights: unit length, and the reference's 32 strongest terms.
     let pooled = text.pooled(&texts).unwrap().to_vec2::<f32>().unwrap();
     for (c, row) in cases.iter().zip(&pooled) {
@@ -168,28 +165,22 @@ fn image_lexicons_match_the_reference() {
         );
     }
     let lexicons = image.encode(&pixels).unwrap();
-    for (c, v) in cases.iter().zip(&lexicons) {
+    for v in &lexicons {
         assert_eq!(v.len(), 768, "top-768");
-        worst = worst.max(same_lexicon(
-            v,
-            &reference(&c["lexicon"], &tokens),
-            "image top-768",
-        ));
     }
+    worst = worst.max(worst_of(
+        &lexicons,
+        cases,
+        "lexicon",
+        &tokens,
+        "image top-768",
+    ));
     let top16 = load_with(LoadOptions {
         image_top_k: Some(16),
         ..LoadOptions::default()
     });
-    for (c, v) in cases
-        .iter()
-        .zip(top16.image().unwrap().encode(&pixels).unwrap())
-    {
-        worst = worst.max(same_lexicon(
-            &v,
-            &reference(&c["lexicon_top16"], &tokens),
-            "top-16",
-        ));
-    }
+    let top16 = top16.image().unwrap().encode(&pixels).unwrap();
+    worst = worst.max(worst_of(&top16, cases, "lexicon_top16", &tokens, "top-16"));
     eprintln!("VDR image parity: max diff {worst:e}");
 }
 
@@ -223,26 +214,12 @@ fn the_model_carries_its_own_quantization_scale() {
 
 #[test]
 fn a_checkpoint_that_lacks_tensors_is_refused_naming_them() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        vdr_dir().join("config.json"),
-        dir.path().join("config.json"),
-    )
-    .unwrap();
     let all = Weights::from_checkpoint(&vdr_dir().join("pytorch_model.bin")).unwrap();
     let dropped = [
         "encoder_q.ln.weight",
         "encoder_p.transformer.resblocks.1.mlp.c_fc.bias",
     ];
-    let kept = all
-        .tensors()
-        .iter()
-        .filter(|(k, _)| !dropped.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    Weights::from_tensors(kept, "kept")
-        .save_safetensors(&dir.path().join("model.safetensors"))
-        .unwrap();
+    let dir = copy_without_tensors(&vdr_dir(), &all, &dropped);
     let err = Encoders::load_with(dir.path(), &Device::Cpu, &options()).unwrap_err();
     assert!(matches!(err, ModelError::MissingTensors { .. }), "{err}");
     let message = err.to_string();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use lexlip_model::{Device, Encoders};
-use lexlip_tests::{Server, fixtures, lexlip, lexlip_json, lexlip_tiny_args, png};
+use lexlip_tests::{Server, fixtures, lexlip, lexlip_json, lexlip_tiny_args, line, png};
 use serde_json::{Value, json};
 
 /// 8 generated images with two captions each, as a caption TSV; returns the TSV.
@@ -122,14 +122,10 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
 
     // `lexlip encode --model DIR`: a dense-only model prints its dense vector and no terms.
     let m = model.to_str().unwrap();
-    let text = lexlip_json(&[
-        "encode",
-        "--model",
-        m,
-        "--text",
-        "picture number 3",
-        "--json",
-    ]);
+    let text = lexlip_json(&line(
+        "encode --json",
+        &[("--model", &m), ("--text", &"picture number 3")],
+    ));
     assert!(text.get("terms").is_none(), "{text}");
     let got = unit(&text["dense"], 16);
     let query = dense.encode_texts(&["picture number 3"]).unwrap().remove(0);
@@ -139,14 +135,10 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
             .all(|(a, b)| (a - b).abs() < 1e-6)
     );
     let img = tmp.path().join("img3.png");
-    let image = lexlip_json(&[
-        "encode",
-        "--model",
-        m,
-        "--image",
-        img.to_str().unwrap(),
-        "--json",
-    ]);
+    let image = lexlip_json(&line(
+        "encode --json",
+        &[("--model", &m), ("--image", &img)],
+    ));
     unit(&image["dense"], 16);
 
     // `lexlip index` of a dense-only model: a collection of dense vectors (no vocabulary, empty
@@ -167,15 +159,14 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     assert_eq!(manifest["dense_dim"], 16, "{manifest}");
     let vectors = image_vectors(dense);
     assert_ranks_as_cosine(&dense_search(c, m), &vectors, &query);
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "search",
-        "--collection",
-        c,
-        "--model",
-        m,
-        "--text",
-        "picture number 3",
-    ]);
+        &[
+            ("--collection", &c),
+            ("--model", &m),
+            ("--text", &"picture number 3"),
+        ],
+    ));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("--mode dense"),
@@ -454,16 +445,10 @@ fn index_dense_and_search(
     query: &lexlip_proto::DenseVector,
 ) {
     let (c, m) = (collection.to_str().unwrap(), model.to_str().unwrap());
-    let out = lexlip(&[
-        "index",
-        "--collection",
-        c,
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--model",
-        m,
-        "--dense",
-    ]);
+    let out = lexlip(&line(
+        "index --dense",
+        &[("--collection", &c), ("--tsv", &tsv), ("--model", &m)],
+    ));
     lexlip_tests::assert_success(&out);
     assert_ranks_as_cosine(&dense_search(c, m), vectors, query);
 }

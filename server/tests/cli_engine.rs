@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use lexlip_tests::{lexlip, lexlip_json};
+use lexlip_tests::{lexlip, lexlip_json, line};
 
 fn write_gz(path: &Path, text: &str) {
     use std::io::Write;
@@ -33,16 +33,14 @@ fn index_stats_search_and_batch() {
         errors.to_str().unwrap(),
     );
 
-    let summary = lexlip_json(&[
-        "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        vec_s,
-        "--errors",
-        err_s,
-        "--json",
-    ]);
+    let summary = lexlip_json(&line(
+        "index --json",
+        &[
+            ("--collection", &col_s),
+            ("--vectors", &vec_s),
+            ("--errors", &err_s),
+        ],
+    ));
     assert_eq!(summary["read"], 5);
     assert_eq!(summary["indexed"], 3);
     assert_eq!(
@@ -82,15 +80,13 @@ fn index_stats_search_and_batch() {
         stats["index_bytes_per_nnz"].as_f64().unwrap() < stats["bytes_per_nnz"].as_f64().unwrap()
     );
 
-    let out = lexlip_json(&[
-        "search",
-        "--collection",
-        col_s,
-        "--vector",
-        r#"{"dog":120,"grass":80}"#,
-        "--explain",
-        "--json",
-    ]);
+    let out = lexlip_json(&line(
+        "search --explain --json",
+        &[
+            ("--collection", &col_s),
+            ("--vector", &r#"{"dog":120,"grass":80}"#),
+        ],
+    ));
     let hits = out["hits"].as_array().unwrap();
     let got: Vec<(&str, f64)> = hits
         .iter()
@@ -164,38 +160,32 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     let other = dir.path().join("other.txt");
     std::fs::write(&other, "[PAD]\ncat\n").unwrap();
     let v = vectors.to_str().unwrap();
-    lexlip_json(&[
+    lexlip_json(&line(
+        "index --json",
+        &[
+            ("--collection", &col_s),
+            ("--vectors", &v),
+            ("--vocab", &vocab),
+        ],
+    ));
+    let refused = lexlip(&line(
         "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        v,
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--json",
-    ]);
-    let refused = lexlip(&[
-        "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        v,
-        "--vocab",
-        other.to_str().unwrap(),
-    ]);
+        &[
+            ("--collection", &col_s),
+            ("--vectors", &v),
+            ("--vocab", &other),
+        ],
+    ));
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("term space mismatch"));
 
     // Every line bad: nothing indexed, non-zero exit, collection unchanged.
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"id\":\"z\",\"vector\":{\"zebra\":3}}\nnot json\n").unwrap();
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        bad.to_str().unwrap(),
-    ]);
+        &[("--collection", &col_s), ("--vectors", &bad)],
+    ));
     assert!(!out.status.success());
     assert_eq!(
         lexlip_json(&["stats", "--collection", col_s, "--json"])["documents"],
@@ -206,13 +196,10 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     let bomb = dir.path().join("bomb.jsonl.gz");
     write_gz(&bomb, &format!("{{\"id\":\"{}\"}}\n", "0".repeat(20 << 20)));
     assert!(std::fs::metadata(&bomb).unwrap().len() < 200_000);
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "index",
-        "--collection",
-        col_s,
-        "--vectors",
-        bomb.to_str().unwrap(),
-    ]);
+        &[("--collection", &col_s), ("--vectors", &bomb)],
+    ));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -225,13 +212,10 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
     // Into a new collection: the failed run leaves no empty collection behind.
     let fresh = dir.path().join("fresh");
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "index",
-        "--collection",
-        fresh.to_str().unwrap(),
-        "--vectors",
-        bomb.to_str().unwrap(),
-    ]);
+        &[("--collection", &fresh), ("--vectors", &bomb)],
+    ));
     assert!(!out.status.success());
     assert!(!fresh.exists(), "an empty collection was left behind");
 
@@ -286,36 +270,17 @@ fn bench_engine_reports_ratios() {
     let (col, queries) = (dir.path().join("col"), dir.path().join("q.jsonl"));
     let (col_s, queries_s) = (col.to_str().unwrap(), queries.to_str().unwrap());
     let unwritable = dir.path().join("no/such/dir/q.jsonl");
-    let refused = lexlip(&[
-        "bench",
-        "engine",
-        "--docs",
-        "3000",
-        "--dir",
-        col_s,
-        "--write-queries",
-        unwritable.to_str().unwrap(),
-    ]);
+    let refused = lexlip(&line(
+        "bench engine --docs 3000",
+        &[("--dir", &col_s), ("--write-queries", &unwritable)],
+    ));
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot write"));
     assert!(!col.exists(), "refused before building anything");
-    let out = lexlip_json(&[
-        "bench",
-        "engine",
-        "--docs",
-        "3000",
-        "--queries",
-        "20",
-        "--approx",
-        "1.5,3",
-        "--term-cut",
-        "0.1",
-        "--dir",
-        col_s,
-        "--write-queries",
-        queries_s,
-        "--json",
-    ]);
+    let out = lexlip_json(&line(
+        "bench engine --docs 3000 --queries 20 --approx 1.5,3 --term-cut 0.1 --json",
+        &[("--dir", &col_s), ("--write-queries", &queries_s)],
+    ));
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&queries)
         .unwrap()
         .lines()
@@ -323,15 +288,10 @@ fn bench_engine_reports_ratios() {
         .collect();
     assert_eq!(lines.len(), 20);
     assert_eq!(lines[3]["id"], "q3");
-    let again = lexlip_json(&[
-        "bench",
-        "search",
-        "--collection",
-        col_s,
-        "--queries",
-        queries_s,
-        "--json",
-    ]);
+    let again = lexlip_json(&line(
+        "bench search --json",
+        &[("--collection", &col_s), ("--queries", &queries_s)],
+    ));
     assert_eq!(again["docs"], 3000);
     assert_eq!(again["queries"], 20);
     assert_eq!(again["mean_query_nnz"], out["mean_query_nnz"]);
@@ -398,16 +358,14 @@ fn bench_search_on_a_collection_and_queries() {
         let col = dir.path().join(format!("col-{order}"));
         let truth = dir.path().join(format!("truth-{order}.run"));
         let (col_s, docs_s) = (col.to_str().unwrap(), docs.to_str().unwrap());
-        lexlip_json(&[
-            "index",
-            "--collection",
-            col_s,
-            "--vectors",
-            docs_s,
-            "--doc-order",
-            order,
-            "--json",
-        ]);
+        lexlip_json(&line(
+            "index --json",
+            &[
+                ("--collection", &col_s),
+                ("--vectors", &docs_s),
+                ("--doc-order", &order),
+            ],
+        ));
         let out = lexlip_json(&[
             "bench",
             "search",

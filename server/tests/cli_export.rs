@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use lexlip_tests::{contents, impacts, lexlip, lexlip_json};
+use lexlip_tests::{contents, impacts, lexlip, lexlip_json, line};
 use serde_json::Value;
 
 const VOCAB: &str = "[PAD]\ndog\ncat\ngrass\n.\n50%\n";
@@ -44,25 +44,21 @@ fn build(dir: &Path) -> std::path::PathBuf {
 
 /// `lexlip export … --out FILE`; the run's output.
 fn export_to(col: &Path, format: &str, out: &Path) -> std::process::Output {
-    lexlip(&[
+    lexlip(&line(
         "export",
-        "--collection",
-        col.to_str().unwrap(),
-        "--format",
-        format,
-        "--out",
-        out.to_str().unwrap(),
-    ])
+        &[
+            ("--collection", &col),
+            ("--format", &format),
+            ("--out", &out),
+        ],
+    ))
 }
 
 fn export(col: &Path, format: &str) -> Vec<Value> {
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "export",
-        "--collection",
-        col.to_str().unwrap(),
-        "--format",
-        format,
-    ]);
+        &[("--collection", &col), ("--format", &format)],
+    ));
     lexlip_tests::assert_success(&out);
     String::from_utf8(out.stdout)
         .unwrap()

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use lexlip_model::Reranker;
-use lexlip_tests::{EMOJI, Server, emoji_model, emoji_png, index_emoji, lexlip, lexlip_json};
+use lexlip_tests::{EMOJI, Server, emoji_model, emoji_png, index_emoji, lexlip, lexlip_json, line};
 use serde_json::{Value, json};
 
 /// A caption TSV of the twelve emoji (two wordings each) next to copies of their PNGs.
@@ -262,15 +262,14 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     assert!(full["rerank.t2i.r@10"].as_f64().unwrap() >= full["t2i.r@5"].as_f64().unwrap());
 
     // A lexicon model is not a re-ranker.
-    let out = lexlip(&[
+    let out = lexlip(&line(
         "eval",
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--model",
-        emoji_model().to_str().unwrap(),
-        "--rerank-model",
-        emoji_model().to_str().unwrap(),
-    ]);
+        &[
+            ("--tsv", &tsv),
+            ("--model", &emoji_model()),
+            ("--rerank-model", &emoji_model()),
+        ],
+    ));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("rerank.json"),

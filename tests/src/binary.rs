@@ -42,6 +42,18 @@ pub fn lexlip<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .expect("running lexlip")
 }
 
+/// A command line written as one line of words, then the flags that take a path or a text with
+/// spaces: `line("search -k 5", &[("--collection", &dir)])` is `search -k 5 --collection DIR`.
+/// Keeps tests' command lines readable (a line, not a word per line).
+pub fn line(words: &str, values: &[(&str, &dyn AsRef<OsStr>)]) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = words.split_whitespace().map(Into::into).collect();
+    for (flag, value) in values {
+        out.push(flag.into());
+        out.push(value.as_ref().to_owned());
+    }
+    out
+}
+
 /// Runs `lexlip ARGS` with the Hugging Face cache at `hf_home` and no network (an endpoint no
 /// one answers): `hf:` ids must resolve from the cache.
 pub fn lexlip_offline<S: AsRef<OsStr>>(hf_home: &std::path::Path, args: &[S]) -> Output {

@@ -18,7 +18,9 @@ pub mod models;
 pub mod packages;
 pub mod server;
 
-pub use binary::{assert_success, lexlip, lexlip_bin, lexlip_json, lexlip_offline, success_json};
+pub use binary::{
+    assert_success, lexlip, lexlip_bin, lexlip_json, lexlip_offline, line, success_json,
+};
 pub use collections::{contents, documents, impacts, legacy_without_thumbnails};
 pub use emoji::{EMOJI, b64, emoji_model, emoji_png, index_emoji};
 pub use images::png;

@@ -37,6 +37,18 @@ pub fn f32s(v: &Value) -> Vec<f32> {
         .collect()
 }
 
+/// The strings of a JSON array (a fixture's texts or file names).
+pub fn strs(v: &Value) -> Vec<&str> {
+    let items = v.as_array().unwrap();
+    items.iter().map(|t| t.as_str().unwrap()).collect()
+}
+
+/// The string each case of a JSON array holds under `key` (a fixture's cases' texts).
+pub fn strs_at<'a>(cases: &'a Value, key: &str) -> Vec<&'a str> {
+    let items = cases.as_array().unwrap();
+    items.iter().map(|c| c[key].as_str().unwrap()).collect()
+}
+
 pub fn usizes(v: &Value) -> Vec<usize> {
     v.as_array()
         .unwrap()
@@ -108,12 +120,7 @@ pub fn check_dense_parity(
     fixture: &str,
 ) -> f32 {
     let fx = fixture_json(fixture);
-    let texts: Vec<&str> = fx["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let texts = strs(&fx["texts"]);
     for (i, row) in tokenize(&texts).iter().enumerate() {
         let expected: Vec<u32> = usizes(&fx["text_ids"][i])
             .into_iter()
@@ -130,12 +137,9 @@ pub fn check_dense_parity(
         let norm: f32 = v.as_slice().iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
     }
-    let images: Vec<_> = fx["images"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let images: Vec<_> = strs(&fx["images"])
+        .into_iter()
         .map(|n| {
-            let n = n.as_str().unwrap();
             let bytes = std::fs::read(fixtures().join("images").join(n)).unwrap();
             enc.preprocess_image(&bytes, n).unwrap()
         })
@@ -147,4 +151,61 @@ pub fn check_dense_parity(
         ));
     }
     worst
+}
+
+/// A dense dual encoder's directory loaded as any model is: a dense encoder, no lexicon towers.
+pub fn load_dense_only(dir: &Path) -> lexlip_model::Encoders {
+    let enc = lexlip_model::Encoders::load(dir, &lexlip_model::Device::Cpu).unwrap();
+    assert!(enc.dense().is_some());
+    assert!(enc.text().is_err() && enc.image().is_err());
+    enc
+}
+
+/// What every dense parity test asserts: [`check_dense_parity`] within [`TOL`], logged.
+pub fn assert_dense_parity(
+    enc: &dyn lexlip_model::DenseEncoder,
+    tokenize: &dyn Fn(&[&str]) -> Vec<Vec<u32>>,
+    fixture: &str,
+) {
+    let worst = check_dense_parity(enc, tokenize, fixture);
+    eprintln!("{fixture} parity: max diff {worst:e}");
+    assert!(worst <= TOL, "embeddings differ by {worst}");
+}
+
+/// What the lexicon parity tests assert: their worst logit and pooled diffs within [`TOL`].
+pub fn assert_logits_and_pooled_within_tol(what: &str, worst_logit: f32, worst_pooled: f32) {
+    eprintln!("{what} parity: logits max diff {worst_logit:e}, pooled max diff {worst_pooled:e}");
+    assert!(worst_logit <= TOL, "logits differ by {worst_logit}");
+    assert!(
+        worst_pooled <= TOL,
+        "pooled weights differ by {worst_pooled}"
+    );
+}
+
+/// A temporary copy of `files` of the fixture model `src`, for a test to break one part of.
+pub fn copy_of(src: &Path, files: &[&str]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in files {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    tmp
+}
+
+/// A checkpoint that lacks tensors: `src`'s config.json and `weights` less `dropped` (a copy).
+pub fn copy_without_tensors(
+    src: &Path,
+    weights: &lexlip_model::Weights,
+    dropped: &[&str],
+) -> tempfile::TempDir {
+    let tmp = copy_of(src, &["config.json"]);
+    let kept = weights
+        .tensors()
+        .iter()
+        .filter(|(k, _)| !dropped.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    lexlip_model::Weights::from_tensors(kept, "kept")
+        .save_safetensors(&tmp.path().join("model.safetensors"))
+        .unwrap();
+    tmp
 }

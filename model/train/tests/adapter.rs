@@ -15,7 +15,7 @@ use lexlip_train::adapter::masked_info_nce;
 use lexlip_train::losses::in_batch;
 use lexlip_train::{Objective, TrainOptions};
 
-use common::{err_of, fast_options, run_quietly, train_json};
+use common::{assert_near, err_of, fast_options, run_collecting, run_for, train_json};
 
 fn adapter_options(tsv: &Path, teacher: &Path, out: &Path) -> TrainOptions {
     let mut o = fast_options(tsv, out);
@@ -26,6 +26,11 @@ fn adapter_options(tsv: &Path, teacher: &Path, out: &Path) -> TrainOptions {
     o.optim.steps = Some(8);
     o.run.checkpoint_every = 3;
     o
+}
+
+/// One preprocessed image as a `(1, 3, size, size)` pixel tensor (what [`by_hand`] reads).
+fn pixels(img: &lexlip_model::PreprocessedImage, dev: &Device) -> Tensor {
+    common::pixels_of(std::slice::from_ref(img), img.size(), dev)
 }
 
 /// The fused model's image embedding computed from its parts' files, step by step.
@@ -127,13 +132,9 @@ fn libm_erf(x: f64) -> f64 {
 
 #[test]
 fn the_adapter_trains_and_exports_a_fused_model_that_encodes_as_its_parts() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let out = tmp.path().join("fused");
-    let o = adapter_options(&tsv, &dense, &out);
-    let mut seen = common::Collect::default();
-    let s = lexlip_train::train(&o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    let (s, seen) = run_collecting(&adapter_options(&tsv, &dense, &out));
     assert_eq!((s.steps_done, s.pairs, s.images), (8, 32, 16));
     for l in &seen.logs {
         assert!(l.parts["i2t"].is_finite() && l.parts["t2i"].is_finite());
@@ -166,9 +167,7 @@ fn the_adapter_trains_and_exports_a_fused_model_that_encodes_as_its_parts() {
         .collect();
     let batched = fused.encode_images(&images).unwrap();
     for (i, img) in images.iter().enumerate() {
-        let size = img.size();
-        let px = Tensor::from_vec(img.data().to_vec(), (1, 3, size, size), &dev).unwrap();
-        let want = by_hand(&out, &px);
+        let want = by_hand(&out, &pixels(img, &dev));
         let one = fused.encode_images(std::slice::from_ref(img)).unwrap();
         let diff = common::max_abs_diff(one[0].as_slice(), &want);
         assert!(diff < 1e-4, "image {i}: by hand {diff} away");
@@ -194,8 +193,7 @@ fn the_adapter_trains_and_exports_a_fused_model_that_encodes_as_its_parts() {
     h.model.backbone = Some(out.clone());
     h.lexicon.image_top_k = 8;
     h.lexicon.text_top_k = 4;
-    h.optim.steps = Some(3);
-    run_quietly(&h);
+    run_for(h, 3);
     let m = Encoders::load(&heads, &dev).unwrap();
     let image = m.image().unwrap();
     let lexicons = image.encode(&images).unwrap();
@@ -209,14 +207,11 @@ fn the_adapter_trains_and_exports_a_fused_model_that_encodes_as_its_parts() {
 /// `--image-backbone-size` sets the side the tower reads, in training and in the exported model.
 #[test]
 fn the_tower_reads_the_side_it_was_trained_at() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let out = tmp.path().join("fused");
     let mut o = adapter_options(&tsv, &dense, &out);
     o.model.image_backbone_size = Some(96);
-    o.optim.steps = Some(2);
-    run_quietly(&o);
+    run_for(o, 2);
     assert_eq!(train_json(&out)["options"]["image_backbone_size"], 96);
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
@@ -227,10 +222,8 @@ fn the_tower_reads_the_side_it_was_trained_at() {
     let img = fused
         .preprocess_image(&common::shape_png([30, 200, 30], "disc", 30), "disc")
         .unwrap();
-    let size = img.size();
-    let px = Tensor::from_vec(img.data().to_vec(), (1, 3, size, size), &dev).unwrap();
     let one = fused.encode_images(std::slice::from_ref(&img)).unwrap();
-    let diff = common::max_abs_diff(one[0].as_slice(), &by_hand(&out, &px));
+    let diff = common::max_abs_diff(one[0].as_slice(), &by_hand(&out, &pixels(&img, &dev)));
     assert!(diff < 1e-4, "by hand {diff} away");
 }
 
@@ -239,9 +232,7 @@ fn the_tower_reads_the_side_it_was_trained_at() {
 /// pair once per input (the picture and each view).
 #[test]
 fn augmented_views_are_cached_beside_the_pictures() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let shard = |out: &Path, section: &str| {
         let dir = if section == "views" {
             common::views_dir(&out.join("cache"))
@@ -254,14 +245,7 @@ fn augmented_views_are_cached_beside_the_pictures() {
         let out = tmp.path().join(name);
         let mut o = adapter_options(&tsv, &dense, &out);
         common::with_views(&mut o, views, identity);
-        o.optim.steps = Some(2);
-        let s = lexlip_train::train(
-            &o,
-            &lexlip_train::RunControl::default(),
-            &mut common::Collect::default(),
-        )
-        .unwrap();
-        (out, s)
+        (out, run_for(o, 2))
     };
     let (plain, s) = run("plain", 2, true);
     assert_eq!((s.pairs, s.images), (32 * 3, 16));
@@ -299,9 +283,9 @@ fn the_masked_loss_equals_a_plain_computation() {
     let (loss, i2t, t2i) = masked_info_nce(&v, &t, &[0, 1, 2, 3], tau).unwrap();
     let (want_i2t, want_t2i) = in_batch(&v, &t, tau).unwrap();
     let s = |x: &Tensor| x.to_scalar::<f32>().unwrap() as f64;
-    assert!((s(&i2t) - s(&want_i2t)).abs() < 1e-5);
-    assert!((s(&t2i) - s(&want_t2i)).abs() < 1e-5);
-    assert!((s(&loss) - (s(&want_i2t) + s(&want_t2i)) / 2.0).abs() < 1e-5);
+    assert_near(s(&i2t), s(&want_i2t), 1e-5);
+    assert_near(s(&t2i), s(&want_t2i), 1e-5);
+    assert_near(s(&loss), (s(&want_i2t) + s(&want_t2i)) / 2.0, 1e-5);
     // Pairs 0 and 1 show one picture.
     let images = [7, 7, 8, 9];
     let (_, i2t, t2i) = masked_info_nce(&v, &t, &images, tau).unwrap();
@@ -317,22 +301,13 @@ fn the_masked_loss_equals_a_plain_computation() {
     };
     let want_i2t = (0..4).map(|i| ce(&|j| sim[i][j] as f64, i)).sum::<f64>() / 4.0;
     let want_t2i = (0..4).map(|i| ce(&|j| sim[j][i] as f64, i)).sum::<f64>() / 4.0;
-    assert!(
-        (s(&i2t) - want_i2t).abs() < 1e-4,
-        "{} vs {want_i2t}",
-        s(&i2t)
-    );
-    assert!(
-        (s(&t2i) - want_t2i).abs() < 1e-4,
-        "{} vs {want_t2i}",
-        s(&t2i)
-    );
+    assert_near(s(&i2t), want_i2t, 1e-4);
+    assert_near(s(&t2i), want_t2i, 1e-4);
 }
 
 #[test]
 fn adapter_options_are_checked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = common::synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = common::corpus();
     let out = tmp.path().join("out");
     let mut o = adapter_options(&tsv, tmp.path(), &out);
     o.model.image_backbone = None;

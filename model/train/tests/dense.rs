@@ -12,8 +12,9 @@ use lexlip_train::text::TextTokenizer;
 use lexlip_train::{Objective, SaveDtype, TrainOptions, losses};
 
 use common::{
-    copy_without, err_of, fast_options, forty_steps_lower_the_loss, max_abs_diff, random_images,
-    resume_options, run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
+    assert_near, copy_without, corpus, err_of, fast_options, forty_steps_lower_the_loss,
+    max_abs_diff, random_images, resume_options, run_for, run_quietly, train_json,
+    train_stopped_and_resumed,
 };
 
 /// `-log softmax` of row `i` at column `i` of `m / tau`, by hand in f64.
@@ -44,22 +45,9 @@ fn info_nce_is_the_hand_computation() {
     let want_i2t = (0..3).map(|i| hand_ce(&s, tau, i)).sum::<f64>() / 3.0;
     let want_t2i = (0..3).map(|j| hand_ce(&st, tau, j)).sum::<f64>() / 3.0;
     let got = |t: &Tensor| t.to_scalar::<f64>().unwrap();
-    assert!(
-        (got(&i2t) - want_i2t).abs() < 1e-12,
-        "{} vs {want_i2t}",
-        got(&i2t)
-    );
-    assert!(
-        (got(&t2i) - want_t2i).abs() < 1e-12,
-        "{} vs {want_t2i}",
-        got(&t2i)
-    );
-    let want = (want_i2t + want_t2i) / 2.0;
-    assert!(
-        (got(&loss) - want).abs() < 1e-12,
-        "{} vs {want}",
-        got(&loss)
-    );
+    assert_near(got(&i2t), want_i2t, 1e-12);
+    assert_near(got(&t2i), want_t2i, 1e-12);
+    assert_near(got(&loss), (want_i2t + want_t2i) / 2.0, 1e-12);
     // The two directions differ on this matrix: the test would catch a transposition.
     assert!((want_i2t - want_t2i).abs() > 1e-3);
 
@@ -144,8 +132,7 @@ fn training_forward_equals_the_exported_encoder() {
 
     let size = model.image.input_size();
     let images = random_images(3, size, 7);
-    let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
-    let pixels = Tensor::from_vec(flat, (3, 3, size, size), &dev).unwrap();
+    let pixels = common::pixels_of(&images, size, &dev);
     let want = model
         .embed_images(&pixels, &Dropout::off())
         .unwrap()
@@ -180,8 +167,7 @@ fn dense_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
 
 #[test]
 fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("model");
     let mut o = dense_options(&tsv, &out);
     let seen = forty_steps_lower_the_loss(&mut o);
@@ -216,8 +202,7 @@ fn a_few_dense_steps_lower_the_loss_and_the_model_loads() {
 /// ConLIP's decoupled contrastive loss (`--dense-loss dcl`) trains the dense towers too.
 #[test]
 fn dcl_dense_steps_lower_the_loss() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let mut o = dense_options(&tsv, &tmp.path().join("model"));
     o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
     let seen = forty_steps_lower_the_loss(&mut o);
@@ -231,6 +216,27 @@ fn dense_resume_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOp
     o.method.objective = Objective::Dense;
     o.method.dense_dim = 32;
     o
+}
+
+/// [`dense_resume_options`] with ConLIP's MoCo and DCL (`--dense-momentum`, a queue of 16).
+fn momentum_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions {
+    let mut o = dense_resume_options(tsv, out);
+    o.method.dense_momentum = true;
+    o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
+    o.method.queue_size = 16;
+    o
+}
+
+/// `o` moved to the LexLIP objective and InfoNCE, to check that dense-only options are refused.
+fn as_lexlip(mut o: TrainOptions) -> TrainOptions {
+    o.method.objective = Objective::Lexlip;
+    o.method.dense_loss = lexlip_train::DenseLoss::Infonce;
+    o
+}
+
+/// The tensors of the model exported into `dir`.
+fn exported_tensors(dir: &std::path::Path) -> std::collections::HashMap<String, Tensor> {
+    candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap()
 }
 
 /// Trains `base(tmp/whole)` in one go and `base(tmp/parts)` stopped after 3 steps and resumed:
@@ -266,15 +272,8 @@ fn resumes_bitwise_holding(
 /// and it has wrapped, resumes bit for bit), and the exported model is the online one alone.
 #[test]
 fn dense_momentum_trains_and_resumes_bitwise() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
-    let base = |out: &std::path::Path| {
-        let mut o = dense_resume_options(&tsv, out);
-        o.method.dense_momentum = true;
-        o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
-        o.method.queue_size = 16;
-        o
-    };
+    let (tmp, tsv) = corpus();
+    let base = |out: &std::path::Path| momentum_options(&tsv, out);
     let (s, state, _) = resumes_bitwise_holding(
         tmp.path(),
         &base,
@@ -286,14 +285,10 @@ fn dense_momentum_trains_and_resumes_bitwise() {
     );
     assert!(s.last.as_ref().unwrap().parts.contains_key("dcl"));
     assert_eq!(state.queue_fill, 16);
-    let whole = tmp.path().join("whole");
-    let exported =
-        candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
+    let exported = exported_tensors(&tmp.path().join("whole"));
     assert!(exported.keys().all(|k| !k.starts_with("momentum")));
     // And only with the dense objective.
-    let mut lexlip = base(&tmp.path().join("lexlip"));
-    lexlip.method.objective = Objective::Lexlip;
-    lexlip.method.dense_loss = lexlip_train::DenseLoss::Infonce;
+    let lexlip = as_lexlip(base(&tmp.path().join("lexlip")));
     assert!(err_of(&lexlip).contains("give --objective dense"));
 }
 
@@ -302,14 +297,10 @@ fn dense_momentum_trains_and_resumes_bitwise() {
 /// resumes bit for bit: patch masks are drawn per step) and dropped at export.
 #[test]
 fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let base = |out: &std::path::Path| {
-        let mut o = dense_resume_options(&tsv, out);
+        let mut o = momentum_options(&tsv, out);
         o.method.dense_token = lexlip_train::DenseToken::Conditioned;
-        o.method.dense_momentum = true;
-        o.method.dense_loss = lexlip_train::DenseLoss::Dcl;
-        o.method.queue_size = 16;
         o
     };
     let (s, _, _) = resumes_bitwise_holding(
@@ -326,8 +317,7 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
         assert!(last.parts[part].is_finite(), "{part}: {:?}", last.parts);
     }
     let whole = tmp.path().join("whole");
-    let exported =
-        candle_core::safetensors::load(whole.join("model.safetensors"), &Device::Cpu).unwrap();
+    let exported = exported_tensors(&whole);
     assert!(
         exported
             .keys()
@@ -341,9 +331,7 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
         .unwrap();
     assert_eq!(train_json(&whole)["options"]["dense_token"], "conditioned");
     // Only with the dense objective, and a rate in range.
-    let mut lexlip = base(&tmp.path().join("lexlip"));
-    lexlip.method.objective = Objective::Lexlip;
-    lexlip.method.dense_loss = lexlip_train::DenseLoss::Infonce;
+    let mut lexlip = as_lexlip(base(&tmp.path().join("lexlip")));
     lexlip.method.dense_momentum = false;
     assert!(
         err_of(&lexlip).contains("--dense-token"),
@@ -359,8 +347,7 @@ fn dense_token_heads_train_resume_bitwise_and_are_not_exported() {
 /// and augmentation on).
 #[test]
 fn dense_resume_gives_bitwise_the_same_weights() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let base = |out: &std::path::Path| dense_resume_options(&tsv, out);
     // Checkpoints hold the projections (and no decoders or heads).
     let (_, _, names) =
@@ -374,8 +361,7 @@ fn dense_resume_gives_bitwise_the_same_weights() {
 
 #[test]
 fn dense_options_and_outputs_are_checked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("out");
     let mut o = dense_options(&tsv, &out);
     o.method.phase = 2;
@@ -390,18 +376,23 @@ fn dense_options_and_outputs_are_checked() {
     let e = err_of(&o);
     assert!(e.contains("--freeze-text") && e.contains("dense"), "{e}");
     // A directory holding a LexLIP model is not overwritten by a dense one, and vice versa.
-    let lexlip = tmp.path().join("lexlip");
-    let mut o = fast_options(&tsv, &lexlip);
-    o.optim.steps = Some(1);
-    run_quietly(&o);
-    let e = err_of(&dense_options(&tsv, &lexlip));
-    assert!(e.contains("holds a LexLIP model"), "{e}");
+    type Options = fn(&std::path::Path, &std::path::Path) -> TrainOptions;
+    let runs: [(&str, Options, Options, &str); 2] = [
+        (
+            "lexlip",
+            fast_options,
+            dense_options,
+            "holds a LexLIP model",
+        ),
+        ("dense", dense_options, fast_options, "holds a dense model"),
+    ];
+    for (name, first, then, held) in runs {
+        let dir = tmp.path().join(name);
+        run_for(first(&tsv, &dir), 1);
+        let e = err_of(&then(&tsv, &dir));
+        assert!(e.contains(held), "{e}");
+    }
     let dense = tmp.path().join("dense");
-    let mut o = dense_options(&tsv, &dense);
-    o.optim.steps = Some(1);
-    run_quietly(&o);
-    let e = err_of(&fast_options(&tsv, &dense));
-    assert!(e.contains("holds a dense model"), "{e}");
     // A dense model is not an initial model.
     let mut o = dense_options(&tsv, &out);
     o.model.init = Some(dense.clone());
@@ -415,6 +406,5 @@ fn dense_options_and_outputs_are_checked() {
     let mut o = dense_options(&tsv, &tmp.path().join("from-bert"));
     o.model.text_init = Some(no_head);
     o.model.tokenizer = None;
-    o.optim.steps = Some(1);
-    run_quietly(&o);
+    run_for(o, 1);
 }

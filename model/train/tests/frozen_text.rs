@@ -9,9 +9,8 @@ use lexlip_train::data::{self, Masking};
 use lexlip_train::model::LexLipModel;
 use lexlip_train::text::TextTokenizer;
 use lexlip_train::text_cache::TextCache;
-use lexlip_train::{RunControl, train};
 
-use common::{Collect, err_of, fast_options, mean, synthetic_tsv};
+use common::{corpus, err_of, fast_options, mean, run_collecting};
 
 fn frozen_options(tsv: &std::path::Path, out: &std::path::Path) -> lexlip_train::TrainOptions {
     let mut o = fast_options(tsv, out);
@@ -25,14 +24,12 @@ fn frozen_options(tsv: &std::path::Path, out: &std::path::Path) -> lexlip_train:
 
 #[test]
 fn a_frozen_text_tower_keeps_its_weights_while_the_image_side_learns() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("model");
     let mut o = frozen_options(&tsv, &out);
     o.optim.steps = Some(30);
     o.optim.warmup = 0.05;
-    let mut seen = Collect::default();
-    let s = train(&o, &RunControl::default(), &mut seen).unwrap();
+    let (s, seen) = run_collecting(&o);
     assert_eq!(s.steps_done, 30);
     let baco: Vec<f64> = seen.logs.iter().map(|l| l.parts["baco"]).collect();
     let (first, last) = (mean(&baco[..5]), mean(&baco[25..]));
@@ -65,8 +62,7 @@ fn a_frozen_text_tower_keeps_its_weights_while_the_image_side_learns() {
 
 #[test]
 fn frozen_text_needs_a_trained_text_tower_and_no_text_lr() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let mut o = fast_options(&tsv, &tmp.path().join("a"));
     o.method.freeze_text = true;
     let e = err_of(&o);
@@ -81,8 +77,7 @@ fn frozen_text_needs_a_trained_text_tower_and_no_text_lr() {
 /// tower computes on the batch itself.
 #[test]
 fn the_caption_cache_equals_the_text_tower_on_each_batch() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let o = frozen_options(&tsv, &tmp.path().join("model"));
     let init = lexlip_train::init::resolve(&o, &tmp.path().join("scratch")).unwrap();
     let tokenizer = TextTokenizer::load(&init.tokenizer, o.data.max_length).unwrap();

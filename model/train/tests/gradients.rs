@@ -500,10 +500,30 @@ fn shared_layers_gradients_match_finite_differences() {
     }
 }
 
+/// The dense model over [`tiny_init`] (projection to 8), seeded with `seed`.
+fn dense_model(seed: u64, dtype: DType, dev: &Device) -> DenseModel {
+    DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, seed, dtype, dev).unwrap()
+}
+
+/// [`check_gradients`] of the dense step's total loss under `objectives`, dropout off.
+fn check_dense_gradients(
+    model: &DenseModel,
+    b: &Batch,
+    objectives: &Objectives,
+    dev: &Device,
+) -> f64 {
+    let params = model.params(1.0);
+    check_gradients(
+        &params,
+        &mut || model.step(b, &Dropout::off(), objectives).unwrap().0.total,
+        dev,
+    )
+}
+
 #[test]
 fn dense_every_parameter_gets_a_gradient() {
     let dev = Device::Cpu;
-    let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 1, DType::F32, &dev).unwrap();
+    let model = dense_model(1, DType::F32, &dev);
     let b = batch(DType::F32, &dev);
     let drop = Dropout::new(0.1, Rng::new(&[3]));
     let grads = model
@@ -528,25 +548,14 @@ fn dense_every_parameter_gets_a_gradient() {
 #[test]
 fn dense_gradients_match_finite_differences() {
     let dev = Device::Cpu;
-    let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 7, DType::F64, &dev).unwrap();
+    let model = dense_model(7, DType::F64, &dev);
     let b = batch(DType::F64, &dev);
-    let params = model.params(1.0);
     for loss in [DenseLoss::Infonce, DenseLoss::Dcl] {
         let objectives = Objectives {
             dense_loss: loss,
             ..OBJ
         };
-        let worst = check_gradients(
-            &params,
-            &mut || {
-                model
-                    .step(&b, &Dropout::off(), &objectives)
-                    .unwrap()
-                    .0
-                    .total
-            },
-            &dev,
-        );
+        let worst = check_dense_gradients(&model, &b, &objectives, &dev);
         eprintln!("dense ({loss:?}): worst relative error {worst:.2e}");
     }
 }
@@ -557,8 +566,7 @@ fn dense_gradients_match_finite_differences() {
 #[test]
 fn dense_momentum_gradients_match_finite_differences() {
     let dev = Device::Cpu;
-    let mut model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 9, DType::F64, &dev)
-        .unwrap()
+    let mut model = dense_model(9, DType::F64, &dev)
         .with_momentum(6, DType::F64)
         .unwrap();
     let mut r = Rng::new(&[4]);
@@ -583,17 +591,7 @@ fn dense_momentum_gradients_match_finite_differences() {
             (key_image.dims(), key_text.dims()),
             (&[3, 8][..], &[3, 8][..])
         );
-        let worst = check_gradients(
-            &params,
-            &mut || {
-                model
-                    .step(&b, &Dropout::off(), &objectives)
-                    .unwrap()
-                    .0
-                    .total
-            },
-            &dev,
-        );
+        let worst = check_dense_gradients(&model, &b, &objectives, &dev);
         eprintln!("dense momentum ({loss:?}): worst relative error {worst:.2e}");
     }
 }
@@ -610,8 +608,7 @@ fn dense_token_heads_gradients() {
             dense_loss: DenseLoss::Dcl,
             ..OBJ
         };
-        let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 1, DType::F32, &dev)
-            .unwrap()
+        let model = dense_model(1, DType::F32, &dev)
             .with_token_heads(1, DType::F32)
             .unwrap();
         let b = batch_with_patches(DType::F32, &dev);
@@ -630,23 +627,11 @@ fn dense_token_heads_gradients() {
             ["image", "projection", "text", "token_heads"]
         );
 
-        let model = DenseModel::build(&tiny_init(HeadInit::Auto, 24), 8, 7, DType::F64, &dev)
-            .unwrap()
+        let model = dense_model(7, DType::F64, &dev)
             .with_token_heads(7, DType::F64)
             .unwrap();
         let b = batch_with_patches(DType::F64, &dev);
-        let params = model.params(1.0);
-        let worst = check_gradients(
-            &params,
-            &mut || {
-                model
-                    .step(&b, &Dropout::off(), &objectives)
-                    .unwrap()
-                    .0
-                    .total
-            },
-            &dev,
-        );
+        let worst = check_dense_gradients(&model, &b, &objectives, &dev);
         eprintln!("dense token heads ({token:?}): worst relative error {worst:.2e}");
     }
 }

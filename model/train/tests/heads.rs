@@ -14,7 +14,7 @@ use lexlip_train::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
 use lexlip_train::lexicon;
 use lexlip_train::{Objective, TrainOptions, VocabBias};
 
-use common::{err_of, fast_options, run_quietly, synthetic_tsv, train_json};
+use common::{corpus, err_of, fast_options, run_collecting, run_for, run_quietly, train_json};
 
 /// Relative tolerance on losses; on gradients, relative to the largest expected component.
 const TOL: f64 = 1e-5;
@@ -64,6 +64,45 @@ fn fixture_weights(f: &std::collections::HashMap<String, Tensor>) -> StepWeights
     }
 }
 
+/// The reference's batch (embeddings, caption ids, mask, grounding targets) every step test feeds.
+struct FixtureBatch {
+    xv: Tensor,
+    xl: Tensor,
+    ids: Tensor,
+    mask: Tensor,
+    bags: Tensor,
+    has: Tensor,
+}
+
+impl FixtureBatch {
+    /// Reads the batch from the fixture `f`, its floats through `g` (as they are, or in f64).
+    fn read(f: &std::collections::HashMap<String, Tensor>, g: &dyn Fn(&str) -> Tensor) -> Self {
+        let ids = f["input.ids"].to_dtype(DType::U32).unwrap();
+        let mask = f["input.mask"].to_dtype(DType::U32).unwrap();
+        let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
+        let (xv, xl) = (g("input.xv"), g("input.xl"));
+        Self {
+            xv,
+            xl,
+            ids,
+            mask,
+            bags,
+            has,
+        }
+    }
+
+    /// The step's inputs; `own`: the captions' own words and allowed terms (expansion control).
+    fn inputs<'a>(&'a self, own: Option<(&'a Tensor, &'a Tensor)>) -> StepInputs<'a> {
+        StepInputs {
+            image: &self.xv,
+            text: &self.xl,
+            bags: &self.bags,
+            has: &self.has,
+            own,
+        }
+    }
+}
+
 /// Every head parameter's gradient of `total` against the reference's `expect.grad_*` in `want`.
 fn assert_head_gradients(
     model: &HeadsModel,
@@ -91,21 +130,12 @@ fn the_heads_step_equals_the_pytorch_reference() {
     let f = fixture();
     let g = |n: &str| f[n].clone();
     let model = fixture_model(&f);
-    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
-    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
-    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
     let weights = fixture_weights(&f);
-    let (xv, xl) = (g("input.xv"), g("input.xl"));
-    let inputs = StepInputs {
-        image: &xv,
-        text: &xl,
-        bags: &bags,
-        has: &has,
-        own: None,
-    };
-    let pv = model.lexicons(&xv, true, weights.image_k).unwrap();
+    let batch = FixtureBatch::read(&f, &g);
+    let inputs = batch.inputs(None);
+    let pv = model.lexicons(&batch.xv, true, weights.image_k).unwrap();
     assert_close("image lexicons", &pv, &g("expect.pv"));
-    let pl = model.lexicons(&xl, false, weights.text_k).unwrap();
+    let pl = model.lexicons(&batch.xl, false, weights.text_k).unwrap();
     assert_close("text lexicons", &pl, &g("expect.pl"));
     let lexlip_train::heads::HeadsLosses {
         total,
@@ -140,8 +170,7 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
     let g = |n: &str| f[n].clone();
     let model = fixture_model(&f);
-    let ids = g("input.ids").to_dtype(DType::U32).unwrap();
-    let mask = g("input.mask").to_dtype(DType::U32).unwrap();
+    let batch = FixtureBatch::read(&f, &g);
     let template: Vec<u32> = e["input.template"]
         .to_vec1::<i64>()
         .unwrap()
@@ -150,23 +179,15 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
         .collect();
     let expansion = e["config.expansion"].to_scalar::<i64>().unwrap() as usize;
     let words = words_without(&g("input.allowed"), &template).unwrap();
-    let own = own_words(&ids, &mask, &words).unwrap();
-    let (xv, xl) = (g("input.xv"), g("input.xl"));
-    let full_l = model.full_lexicons(&xl, false).unwrap();
+    let own = own_words(&batch.ids, &batch.mask, &words).unwrap();
+    let full_l = model.full_lexicons(&batch.xl, false).unwrap();
     let pl = expansion_control(&full_l, &own, &words, expansion).unwrap();
     assert_close("text lexicons", &pl, &e["expect.pl"]);
-    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
     let weights = StepWeights {
         text_expansion: Some(expansion),
         ..fixture_weights(&f)
     };
-    let inputs = StepInputs {
-        image: &xv,
-        text: &xl,
-        bags: &bags,
-        has: &has,
-        own: Some((&own, &words)),
-    };
+    let inputs = batch.inputs(Some((&own, &words)));
     let total = step_losses(&model, &inputs, weights).unwrap().total;
     let want = scalar(&e["expect.total"]);
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
@@ -186,10 +207,7 @@ fn the_heads_gradient_matches_finite_differences() {
     let dev = Device::Cpu;
     let f = fixture();
     let g = |n: &str| f[n].to_dtype(DType::F64).unwrap();
-    let ids = f["input.ids"].to_dtype(DType::U32).unwrap();
-    let mask = f["input.mask"].to_dtype(DType::U32).unwrap();
-    let (bags, has) = lexicon::grounding_targets(&ids, &mask, &g("input.idf")).unwrap();
-    let (xv, xl) = (g("input.xv"), g("input.xl"));
+    let batch = FixtureBatch::read(&f, &g);
     let weights = StepWeights {
         image_k: 20,
         text_k: 20,
@@ -211,14 +229,9 @@ fn the_heads_gradient_matches_finite_differences() {
             g("input.allowed"),
         )
         .unwrap();
-        let inputs = StepInputs {
-            image: &xv,
-            text: &xl,
-            bags: &bags,
-            has: &has,
-            own: None,
-        };
-        let total = step_losses(&model, &inputs, weights).unwrap().total;
+        let total = step_losses(&model, &batch.inputs(None), weights)
+            .unwrap()
+            .total;
         let grads = total.backward().unwrap();
         let grad = grads.get(model.image_bias.as_tensor()).cloned();
         (scalar(&total), grad)
@@ -302,20 +315,39 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// A stand-in backbone: only a `config.json` holding `config` (the cache is keyed by its files).
+fn fake_backbone(dir: &Path, config: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    dir.to_path_buf()
+}
+
+/// Builds the cache of `n` made-up images into `dir`, killed after `fail_after` image shards.
+fn build_cache(
+    dir: &Path,
+    backbone: &Path,
+    n: usize,
+    fail_after: Option<usize>,
+) -> lexlip_train::Result<EmbeddingCache> {
+    EmbeddingCache::build(
+        dir,
+        meta_for(backbone, n),
+        sections(n, fail_after),
+        &mut |_, _| {},
+    )
+}
+
+/// The message of the error a cache build or open must stop with.
+fn refusal(r: lexlip_train::Result<EmbeddingCache>) -> String {
+    r.err().unwrap().to_string()
+}
+
 #[test]
 fn a_killed_cache_build_resumes_to_the_same_bytes() {
     let tmp = tempfile::tempdir().unwrap();
-    let backbone = tmp.path().join("backbone");
-    std::fs::create_dir_all(&backbone).unwrap();
-    std::fs::write(backbone.join("config.json"), "{}").unwrap();
+    let backbone = fake_backbone(&tmp.path().join("backbone"), "{}");
     let (whole, parts) = (tmp.path().join("whole"), tmp.path().join("parts"));
-    let c = EmbeddingCache::build(
-        &whole,
-        meta_for(&backbone, 5),
-        sections(5, None),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let c = build_cache(&whole, &backbone, 5, None).unwrap();
     let dev = Device::Cpu;
     let got = c.rows("images", &[4, 0, 3], &dev).unwrap();
     assert_eq!(
@@ -334,15 +366,7 @@ fn a_killed_cache_build_resumes_to_the_same_bytes() {
         101.0
     );
     // Killed after the first shard: the shards so far are whole and kept.
-    let e = EmbeddingCache::build(
-        &parts,
-        meta_for(&backbone, 5),
-        sections(5, Some(1)),
-        &mut |_, _| {},
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let e = refusal(build_cache(&parts, &backbone, 5, Some(1)));
     assert!(e.contains("killed"), "{e}");
     assert!(parts.join("images-00000.f32").is_file());
     assert!(!parts.join("images-00001.f32").exists());
@@ -361,40 +385,19 @@ fn a_killed_cache_build_resumes_to_the_same_bytes() {
 #[test]
 fn a_corrupt_shard_or_another_backbone_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let backbone = tmp.path().join("backbone");
-    std::fs::create_dir_all(&backbone).unwrap();
-    std::fs::write(backbone.join("config.json"), "{}").unwrap();
+    let backbone = fake_backbone(&tmp.path().join("backbone"), "{}");
     let dir = tmp.path().join("cache");
-    EmbeddingCache::build(
-        &dir,
-        meta_for(&backbone, 5),
-        sections(5, None),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    build_cache(&dir, &backbone, 5, None).unwrap();
     let before = files(&dir);
     // Another backbone (its files differ): refused, nothing written.
-    let other = tmp.path().join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    std::fs::write(other.join("config.json"), "{\"x\": 1}").unwrap();
-    let e = EmbeddingCache::build(&dir, meta_for(&other, 5), sections(5, None), &mut |_, _| {})
-        .err()
-        .unwrap()
-        .to_string();
+    let other = fake_backbone(&tmp.path().join("other"), "{\"x\": 1}");
+    let e = refusal(build_cache(&dir, &other, 5, None));
     assert!(
         e.contains("another backbone") && e.contains("--cache"),
         "{e}"
     );
     // Another corpus: refused too.
-    let e = EmbeddingCache::build(
-        &dir,
-        meta_for(&backbone, 4),
-        sections(4, None),
-        &mut |_, _| {},
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let e = refusal(build_cache(&dir, &backbone, 4, None));
     assert!(e.contains("another corpus"), "{e}");
     assert_eq!(files(&dir), before);
     // One flipped byte in a shard: refused with the shard's name.
@@ -402,20 +405,14 @@ fn a_corrupt_shard_or_another_backbone_is_refused() {
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes[5] ^= 0x40;
     std::fs::write(&shard, &bytes).unwrap();
-    let e = EmbeddingCache::open(&dir, &meta_for(&backbone, 5))
-        .err()
-        .unwrap()
-        .to_string();
+    let e = refusal(EmbeddingCache::open(&dir, &meta_for(&backbone, 5)));
     assert!(
         e.contains("images-00001.f32") && e.contains("corrupt"),
         "{e}"
     );
     // A truncated one too.
     std::fs::write(&shard, &bytes[..10]).unwrap();
-    let e = EmbeddingCache::open(&dir, &meta_for(&backbone, 5))
-        .err()
-        .unwrap()
-        .to_string();
+    let e = refusal(EmbeddingCache::open(&dir, &meta_for(&backbone, 5)));
     assert!(e.contains("corrupt") && e.contains("bytes"), "{e}");
 }
 
@@ -434,15 +431,24 @@ fn heads_options(tsv: &Path, backbone: &Path, out: &Path) -> TrainOptions {
     o
 }
 
+/// [`heads_options`] reading the embedding cache at `cache` (runs that share one cache).
+fn cached_heads_options(tsv: &Path, backbone: &Path, out: &Path, cache: &Path) -> TrainOptions {
+    let mut o = heads_options(tsv, backbone, out);
+    o.model.cache = Some(cache.to_path_buf());
+    o
+}
+
+/// The exported heads' weights of a run into `dir` (runs are compared bit for bit).
+fn head_weights(dir: &Path) -> Vec<u8> {
+    std::fs::read(dir.join("heads/model.safetensors")).unwrap()
+}
+
 #[test]
 fn heads_train_on_the_cache_and_export_a_model_every_command_loads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let out = tmp.path().join("heads");
     let o = heads_options(&tsv, &dense, &out);
-    let mut seen = common::Collect::default();
-    let s = lexlip_train::train(&o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    let (s, seen) = run_collecting(&o);
     for l in &seen.logs {
         let (v, t) = (l.nnz_image.unwrap_or(99.0), l.nnz_text.unwrap_or(99.0));
         assert!(v <= 8.0 && t <= 4.0, "step {}: {v} / {t} terms", l.step);
@@ -530,13 +536,9 @@ fn heads_train_on_the_cache_and_export_a_model_every_command_loads() {
 
     // Resume is bitwise: stopped at step 4 and resumed equals the uninterrupted run.
     let parts = tmp.path().join("parts");
-    let mut p = heads_options(&tsv, &dense, &parts);
-    p.model.cache = Some(out.join("cache"));
+    let p = cached_heads_options(&tsv, &dense, &parts, &out.join("cache"));
     common::train_stopped_and_resumed(&p, 4, "heads/config.json");
-    assert_eq!(
-        std::fs::read(parts.join("heads/model.safetensors")).unwrap(),
-        std::fs::read(out.join("heads/model.safetensors")).unwrap()
-    );
+    assert_eq!(head_weights(&parts), head_weights(&out));
     // The shared cache was reused, not rebuilt in parts/.
     assert!(!parts.join("cache").exists());
 }
@@ -558,14 +560,11 @@ fn biases(out: &Path) -> [Vec<f32>; 2] {
 /// is raised for every item alike; `--vocab-bias train` lets each term learn its own.
 #[test]
 fn a_fixed_bias_stays_shared_and_a_trained_one_moves() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let fixed = tmp.path().join("fixed");
-    let mut o = heads_options(&tsv, &dense, &fixed);
-    o.optim.steps = Some(4);
+    let o = heads_options(&tsv, &dense, &fixed);
     assert_eq!(o.lexicon.vocab_bias, VocabBias::Fixed);
-    run_quietly(&o);
+    run_for(o, 4);
     for b in biases(&fixed) {
         assert!(
             b.iter().all(|&x| x == b[0] && x.is_finite()),
@@ -573,11 +572,9 @@ fn a_fixed_bias_stays_shared_and_a_trained_one_moves() {
         );
     }
     let trained = tmp.path().join("trained");
-    let mut t = heads_options(&tsv, &dense, &trained);
-    t.optim.steps = Some(4);
+    let mut t = cached_heads_options(&tsv, &dense, &trained, &fixed.join("cache"));
     t.lexicon.vocab_bias = VocabBias::Train;
-    t.model.cache = Some(fixed.join("cache"));
-    run_quietly(&t);
+    run_for(t, 4);
     for (b, start) in biases(&trained).iter().zip(biases(&fixed)) {
         assert!(b.iter().any(|&x| x != start[0]), "a trained bias moved");
     }
@@ -585,8 +582,7 @@ fn a_fixed_bias_stays_shared_and_a_trained_one_moves() {
 
 #[test]
 fn heads_options_and_inputs_are_checked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("out");
     // No backbone.
     let mut o = heads_options(&tsv, Path::new("unused"), &out);
@@ -610,14 +606,11 @@ fn heads_options_and_inputs_are_checked() {
 /// (recipe 3 on a handful of pairs), rather than failing.
 #[test]
 fn a_batch_larger_than_the_corpus_fits_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let mut o = heads_options(&tsv, &dense, &tmp.path().join("heads"));
     o.optim.batch_size = 64;
     o.optim.steps = Some(2);
-    let mut seen = common::Collect::default();
-    let s = lexlip_train::train(&o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    let (s, seen) = run_collecting(&o);
     assert_eq!((s.steps_done, s.pairs), (2, 32));
     let note = seen
         .messages
@@ -630,15 +623,11 @@ fn a_batch_larger_than_the_corpus_fits_it() {
 /// A cache built with one vocabulary is refused under another (`--tokenizer`).
 #[test]
 fn a_cache_of_another_vocabulary_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let out = tmp.path().join("heads");
-    let mut o = heads_options(&tsv, &dense, &out);
-    o.optim.steps = Some(1);
-    run_quietly(&o);
-    let mut other = heads_options(&tsv, &dense, &tmp.path().join("other"));
-    other.model.cache = Some(out.join("cache"));
+    run_for(heads_options(&tsv, &dense, &out), 1);
+    let other = tmp.path().join("other");
+    let mut other = cached_heads_options(&tsv, &dense, &other, &out.join("cache"));
     other.model.tokenizer = Some(common::small_tokenizer());
     let e = err_of(&other);
     assert!(e.contains("another corpus or vocabulary"), "{e}");
@@ -649,29 +638,25 @@ fn a_cache_of_another_vocabulary_is_refused() {
 /// the epoch alone, so a run stopped mid-epoch resumes to the same bytes.
 #[test]
 fn grouped_heads_batches_resume_bitwise() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
+    let cache = tmp.path().join("cache");
+    let random = |out: &Path| cached_heads_options(&tsv, &dense, out, &cache);
     let grouped = |out: &Path| {
-        let mut o = heads_options(&tsv, &dense, out);
+        let mut o = random(out);
         o.optim.sampler = lexlip_train::sampler::Sampler::Grouped;
         o.optim.group_size = 16;
-        o.model.cache = Some(tmp.path().join("cache"));
         o
     };
     let whole = tmp.path().join("whole");
     run_quietly(&grouped(&whole));
     let parts = tmp.path().join("parts");
     common::train_stopped_and_resumed(&grouped(&parts), 6, "heads/config.json");
-    let weights = |dir: &Path| std::fs::read(dir.join("heads/model.safetensors")).unwrap();
-    assert_eq!(weights(&parts), weights(&whole));
-    let random = tmp.path().join("random");
-    let mut o = heads_options(&tsv, &dense, &random);
-    o.model.cache = Some(tmp.path().join("cache"));
-    run_quietly(&o);
+    assert_eq!(head_weights(&parts), head_weights(&whole));
+    let unordered = tmp.path().join("random");
+    run_quietly(&random(&unordered));
     assert_ne!(
-        weights(&random),
-        weights(&whole),
+        head_weights(&unordered),
+        head_weights(&whole),
         "grouping changed no batch"
     );
 }
@@ -681,13 +666,10 @@ fn grouped_heads_batches_resume_bitwise() {
 /// trained once per input, the run changes, and it resumes bitwise.
 #[test]
 fn heads_train_over_augmented_views() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dense = common::tiny_dense(tmp.path());
-    let tsv = tmp.path().join("data/captions.tsv");
+    let (tmp, dense, tsv) = common::dense_backbone();
     let cache = tmp.path().join("cache");
     let viewed = |out: &Path, views: usize, identity: bool| {
-        let mut o = heads_options(&tsv, &dense, out);
-        o.model.cache = Some(cache.clone());
+        let mut o = cached_heads_options(&tsv, &dense, out, &cache);
         common::with_views(&mut o, views, identity);
         o
     };
@@ -708,19 +690,16 @@ fn heads_train_over_augmented_views() {
     run_quietly(&viewed(&tmp.path().join("again"), 1, false));
     assert_eq!(views_shard(), views, "the same views again");
     assert_eq!(shard("images-00000.f32"), images, "the pictures' rows kept");
-    let weights = |dir: &Path| std::fs::read(dir.join("heads/model.safetensors")).unwrap();
     let plain = tmp.path().join("plain");
-    let mut o = heads_options(&tsv, &dense, &plain);
-    o.model.cache = Some(cache.clone());
-    run_quietly(&o);
+    run_quietly(&cached_heads_options(&tsv, &dense, &plain, &cache));
     assert_ne!(
-        weights(&plain),
-        weights(&whole),
+        head_weights(&plain),
+        head_weights(&whole),
         "the views changed no step"
     );
     let parts = tmp.path().join("parts");
     common::train_stopped_and_resumed(&viewed(&parts, 1, false), 4, "heads/config.json");
-    assert_eq!(weights(&parts), weights(&whole));
+    assert_eq!(head_weights(&parts), head_weights(&whole));
     assert_eq!(train_json(&whole)["options"]["image_views"], 1);
     // Views draw pairs uniformly: no grouped sampler beside them.
     let mut o = viewed(&tmp.path().join("grouped"), 1, false);

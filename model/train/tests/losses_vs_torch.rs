@@ -171,25 +171,20 @@ fn lex_mlm_equals_torch() {
         let key = format!("expect.lex_mlm_{name}");
         assert_loss(&format!("LexMLM {name}"), &loss, f.scalar(&key));
         let grads = loss.backward().unwrap();
-        assert_grad(
-            &format!("LexMLM {name} d/dlogits"),
-            &grads,
-            &logits,
-            &f.get(&format!("{key}.grad_logits")),
-        );
-        // Through the tied decoder projection only: the bottleneck stops the gradient (eq. 10).
-        assert_grad(
-            &format!("LexMLM {name} d/dword"),
-            &grads,
-            &word,
-            &f.get(&format!("{key}.grad_word")),
-        );
-        assert_grad(
-            &format!("LexMLM {name} d/dembedded"),
-            &grads,
-            &embedded,
-            &f.get(&format!("{key}.grad_embedded")),
-        );
+        // Into the logits, and through the tied decoder projection only: the bottleneck stops
+        // the gradient (eq. 10).
+        for (wrt, var) in [
+            ("logits", &logits),
+            ("word", &word),
+            ("embedded", &embedded),
+        ] {
+            assert_grad(
+                &format!("LexMLM {name} d/d{wrt}"),
+                &grads,
+                var,
+                &f.get(&format!("{key}.grad_{wrt}")),
+            );
+        }
     }
 }
 
@@ -279,19 +274,10 @@ fn moco_with_queues_equals_torch() {
             &format!("moco.{step}"),
         );
         let grads = moco.loss.backward().unwrap();
-        let want = |k: &str| f.get(&format!("moco.{step}.{k}"));
-        assert_grad(
-            &format!("MoCo {step} d/dp_v"),
-            &grads,
-            &pv,
-            &want("grad_pv"),
-        );
-        assert_grad(
-            &format!("MoCo {step} d/dp_l"),
-            &grads,
-            &pl,
-            &want("grad_pl"),
-        );
+        for (wrt, var, key) in [("p_v", &pv, "grad_pv"), ("p_l", &pl, "grad_pl")] {
+            let want = f.get(&format!("moco.{step}.{key}"));
+            assert_grad(&format!("MoCo {step} d/d{wrt}"), &grads, var, &want);
+        }
         // Keys and queued negatives are constants (MoCo's stop-gradient).
         for (what, var) in [("p̂_v", Some(&pv_m)), ("p̂_l", Some(&pl_m))]
             .into_iter()
@@ -385,18 +371,10 @@ fn seed_loss_equals_torch(cases: &[&str], loss: SeedLoss) {
         let loss = loss(image.as_tensor(), text.as_tensor(), tau).unwrap();
         assert_loss(case, &loss, f.scalar(&format!("{case}.loss")));
         let grads = loss.backward().unwrap();
-        assert_grad(
-            &format!("{case} image gradient"),
-            &grads,
-            &image,
-            &f.get(&format!("{case}.grad_image")),
-        );
-        assert_grad(
-            &format!("{case} text gradient"),
-            &grads,
-            &text,
-            &f.get(&format!("{case}.grad_text")),
-        );
+        for (side, var) in [("image", &image), ("text", &text)] {
+            let want = f.get(&format!("{case}.grad_{side}"));
+            assert_grad(&format!("{case} {side} gradient"), &grads, var, &want);
+        }
     }
 }
 

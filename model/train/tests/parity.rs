@@ -3,7 +3,7 @@
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarMap;
 use lexlip_model::config::{read_json, with_defaults};
 use lexlip_model::{ImageEncoder, TextEncoder, Weights};
@@ -13,8 +13,7 @@ use lexlip_train::nn::Dropout;
 use lexlip_train::params::{ParamBuilder, Source};
 
 use common::{
-    assert_rows_close, max_abs_diff, model_fixtures, padded_ids, pixels_of, random_images,
-    splade_dir,
+    assert_text_logits_close, max_abs_diff, model_fixtures, pixels_of, random_images, splade_dir,
 };
 
 const TOL: f32 = 1e-4;
@@ -39,13 +38,10 @@ fn text_tower_equals_text_encoder() {
         "smiling face with heart-eyes",
         "red apple",
     ];
-    let (want, mask) = enc.logits(&texts).unwrap();
-    let ids = enc.tokenize(&texts).unwrap();
-    let ids_t = padded_ids(&ids, mask.dim(1).unwrap(), &dev);
-    let got = tower.logits(&ids_t, &mask, &Dropout::off()).unwrap();
+    let (got, want) = assert_text_logits_close(&enc, &texts, TOL, &|ids, mask| {
+        tower.logits(ids, mask, &Dropout::off()).unwrap()
+    });
     assert_eq!(got.dims(), want.dims());
-    let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
-    assert_rows_close(&got, &want, &lens, TOL, "text");
     // Every parameter of the file the model uses is a variable under its own name.
     let names: Vec<String> = store.data().lock().unwrap().keys().cloned().collect();
     assert!(names.contains(&"bert.encoder.layer.1.output.LayerNorm.weight".to_string()));
@@ -104,8 +100,7 @@ fn patch_embedding_is_the_convolution() {
     let (tower, store) = beit_tower(&dir, &dev);
     let size = tower.image_size();
     let images = random_images(2, size, 2);
-    let flat: Vec<f32> = images.iter().flat_map(|i| i.data().to_vec()).collect();
-    let pixels = Tensor::from_vec(flat, (2, 3, size, size), &dev).unwrap();
+    let pixels = pixels_of(&images, size, &dev);
     let got = tower.patch_embed(&pixels).unwrap();
     let vars = store.data().lock().unwrap();
     let w = vars["beit.embeddings.patch_embeddings.projection.weight"]

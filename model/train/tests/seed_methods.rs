@@ -172,16 +172,9 @@ fn grouped_options(tsv: &std::path::Path, out: &std::path::Path) -> TrainOptions
 /// random one, and resumes bit for bit from a checkpoint mid-epoch and at an epoch's end.
 #[test]
 fn grouped_training_regroups_and_resumes_bitwise() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let whole = tmp.path().join("whole");
-    let mut seen = Collect::default();
-    let s = lexlip_train::train(
-        &grouped_options(&tsv, &whole),
-        &lexlip_train::RunControl::default(),
-        &mut seen,
-    )
-    .unwrap();
+    let (s, seen) = run_collecting(&grouped_options(&tsv, &whole));
     assert_eq!(s.steps_done, 12);
     let regroups: Vec<&String> = seen
         .messages
@@ -217,8 +210,7 @@ fn grouped_training_regroups_and_resumes_bitwise() {
 /// bit for bit (the second image views are drawn from their own stream, keyed by the step).
 #[test]
 fn single_modal_losses_train_and_resume_bitwise() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let cookie = |out: &std::path::Path| {
         let mut o = resume_options(&tsv, out);
         o.method.image_contrastive = 0.5;
@@ -226,13 +218,7 @@ fn single_modal_losses_train_and_resume_bitwise() {
         o
     };
     let whole = tmp.path().join("whole");
-    let mut seen = Collect::default();
-    lexlip_train::train(
-        &cookie(&whole),
-        &lexlip_train::RunControl::default(),
-        &mut seen,
-    )
-    .unwrap();
+    let (_, seen) = run_collecting(&cookie(&whole));
     assert!(seen.logs.iter().all(|l| {
         l.parts.contains_key("image_contrastive") && l.parts.contains_key("text_contrastive")
     }));
@@ -246,8 +232,7 @@ fn single_modal_losses_train_and_resume_bitwise() {
 
 #[test]
 fn bad_sampler_options_are_clear_errors() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let mut o = grouped_options(&tsv, &tmp.path().join("out"));
     o.optim.group_size = 4;
     assert!(err_of(&o).contains("--group-size 4 must be at least --batch-size 8"));

@@ -7,14 +7,13 @@ mod common;
 use lexlip_model::{Encoders, LoadOptions};
 
 use common::{
-    copy_without, err_of, fast_options, forty_steps_lower_the_loss, model_bytes, resume_options,
-    run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
+    copy_without, corpus, err_of, fast_options, forty_steps_lower_the_loss, model_bytes,
+    resume_options, run_for, run_quietly, synthetic_tsv, train_json, train_stopped_and_resumed,
 };
 
 #[test]
 fn a_few_steps_lower_the_loss_and_the_model_loads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("model");
     let mut o = fast_options(&tsv, &out);
     let seen = forty_steps_lower_the_loss(&mut o);
@@ -73,8 +72,7 @@ fn a_few_steps_lower_the_loss_and_the_model_loads() {
 /// phase 2, with dropout and augmentation on).
 #[test]
 fn resume_gives_bitwise_the_same_weights() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let base = |out: &std::path::Path| resume_options(&tsv, out);
     let whole = tmp.path().join("whole");
     run_quietly(&base(&whole));
@@ -123,9 +121,7 @@ fn bad_items_are_skipped_and_counted() {
             "only two\tfields",
         ],
     );
-    let mut o = fast_options(&tsv, &tmp.path().join("out"));
-    o.optim.steps = Some(1);
-    let s = run_quietly(&o);
+    let s = run_for(fast_options(&tsv, &tmp.path().join("out")), 1);
     assert_eq!(s.pairs, 32);
     assert_eq!(s.skipped["missing_file"], 1);
     assert_eq!(s.skipped["corrupt_image"], 1);
@@ -136,8 +132,7 @@ fn bad_items_are_skipped_and_counted() {
 
 #[test]
 fn bad_inputs_get_clear_errors() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("out");
 
     // (A corpus smaller than a batch trains with batches of the corpus:
@@ -200,8 +195,7 @@ fn bad_inputs_get_clear_errors() {
 /// original.
 #[test]
 fn init_from_splade_and_save_f16() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("out");
     let mut o = fast_options(&tsv, &out);
     o.model.tokenizer = None;
@@ -241,12 +235,9 @@ fn init_from_splade_and_save_f16() {
 /// step it stopped after.
 #[test]
 fn rerank_resumes_bitwise_and_checkpoints_on_stop() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let lexicon = tmp.path().join("lexicon");
-    let mut o = fast_options(&tsv, &lexicon);
-    o.optim.steps = Some(2);
-    run_quietly(&o);
+    run_for(fast_options(&tsv, &lexicon), 2);
     let rerank = |out: &std::path::Path| {
         let mut o = fast_options(&tsv, out);
         o.method.objective = lexlip_train::Objective::Rerank;

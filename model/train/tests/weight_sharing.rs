@@ -39,8 +39,7 @@ fn shared_of(dir: &Path, tower: &str) -> Vec<(String, Vec<f32>)> {
 
 #[test]
 fn the_exported_model_encodes_what_the_training_towers_compute() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let out = tmp.path().join("model");
     let s = run_quietly(&shared_options(&tsv, &out));
     assert_eq!(s.steps_done, 6);
@@ -76,12 +75,9 @@ fn the_exported_model_encodes_what_the_training_towers_compute() {
         "square in blue",
         "a green triangle drawn large",
     ];
-    let (want, mask) = text.logits(&texts).unwrap();
-    let ids = text.tokenize(&texts).unwrap();
-    let ids_t = padded_ids(&ids, mask.dim(1).unwrap(), &dev);
-    let got = model.text.logits(&ids_t, &mask, &Dropout::off()).unwrap();
-    let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
-    assert_rows_close(&got, &want, &lens, 1e-3, "text");
+    assert_text_logits_close(&text, &texts, 1e-3, &|ids, mask| {
+        model.text.logits(ids, mask, &Dropout::off()).unwrap()
+    });
 
     let image = ImageEncoder::load_with_dtype(&out.join("image"), &dev, DType::F32).unwrap();
     let images = random_images(3, 16, 9);
@@ -117,8 +113,7 @@ fn the_exported_model_encodes_what_the_training_towers_compute() {
 
 #[test]
 fn shared_runs_resume_bitwise_and_the_next_run_keeps_the_layers() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let whole = tmp.path().join("whole");
     run_quietly(&shared_options(&tsv, &whole));
     let parts = tmp.path().join("parts");
@@ -139,8 +134,7 @@ fn shared_runs_resume_bitwise_and_the_next_run_keeps_the_layers() {
         o
     };
     let whole2 = tmp.path().join("whole2");
-    let mut seen = Collect::default();
-    lexlip_train::train(&p2(&whole2), &Default::default(), &mut seen).unwrap();
+    let (_, seen) = run_collecting(&p2(&whole2));
     assert!(
         !seen.messages.iter().any(|m| m.contains("encoding the")),
         "a text lexicon that trains is not cached"
@@ -173,8 +167,7 @@ fn shared_runs_resume_bitwise_and_the_next_run_keeps_the_layers() {
 
 #[test]
 fn bad_shared_layer_options_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    let (tmp, tsv) = corpus();
     let mut o = shared_options(&tsv, &tmp.path().join("dense"));
     o.method.objective = Objective::Dense;
     assert!(err_of(&o).contains("--shared-layers"), "{}", err_of(&o));
@@ -184,9 +177,7 @@ fn bad_shared_layer_options_are_refused() {
     assert!(e.contains("one width (text 128, image 256)"), "{e}");
 
     let first = tmp.path().join("first");
-    let mut o = shared_options(&tsv, &first);
-    o.optim.steps = Some(2);
-    run_quietly(&o);
+    run_for(shared_options(&tsv, &first), 2);
     let mut o = shared_options(&tsv, &tmp.path().join("more"));
     o.model.init = Some(first);
     o.model.tokenizer = None;

@@ -126,20 +126,20 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         },
         r.build_seconds,
     );
-    println!("exhaustive baseline  {:.1} QPS", r.exhaustive.qps);
+    println!("exhaustive baseline  {:.1} QPS", r.search.exhaustive.qps);
     println!(
         "exact (block-max)    {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
-        r.exact.qps, r.exact.p50_ms, r.exact.p99_ms, r.exact.speedup, r.exact.recall_at_10
+        r.search.exact.qps, r.search.exact.p50_ms, r.search.exact.p99_ms, r.search.exact.speedup, r.search.exact.recall_at_10
     );
     println!(
         "exact (postings)     {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
-        r.exact_postings.qps,
-        r.exact_postings.p50_ms,
-        r.exact_postings.p99_ms,
-        r.exact_postings.speedup,
-        r.exact_postings.recall_at_10
+        r.search.exact_postings.qps,
+        r.search.exact_postings.p50_ms,
+        r.search.exact_postings.p99_ms,
+        r.search.exact_postings.speedup,
+        r.search.exact_postings.recall_at_10
     );
-    for t in &r.exact_threads {
+    for t in &r.search.exact_threads {
         println!(
             "exact, {} threads    {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive",
             t.threads, t.figures.qps, t.figures.p50_ms, t.figures.p99_ms, t.figures.speedup
@@ -151,7 +151,7 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
         r.forward_file_bytes as f64 / 1e6,
         super::forward_args::ForwardArgs::describe(&r.forward)
     );
-    for a in &r.approx {
+    for a in &r.search.approx {
         println!(
             "{:<20} {:.1} QPS, {:.2}x exhaustive, recall@10 {:.3}",
             a.label(),

@@ -1,5 +1,18 @@
 use super::*;
 
+/// Default options naming a corpus, which validate: the base each single-option check changes.
+fn with_corpus() -> TrainOptions {
+    let mut o = TrainOptions::new("out");
+    o.data.tsv = Some("pairs.tsv".into());
+    o
+}
+
+/// `validate` refuses `o` with a message that names `flag`.
+fn assert_refused(o: &TrainOptions, flag: &str) {
+    let e = o.validate().unwrap_err().to_string();
+    assert!(e.contains(flag), "{e}");
+}
+
 /// LexLIP runs hash without the dense options (their checkpoints from before the dense
 /// objective still resume); dense runs hash with them.
 #[test]
@@ -65,10 +78,9 @@ fn options_serialize_as_before_the_groups() {
 /// existed (their checkpoints resume).
 #[test]
 fn caption_words_belong_to_the_heads() {
-    let mut h = TrainOptions::new("out");
+    let mut h = with_corpus();
     h.method.objective = Objective::Heads;
     h.model.backbone = Some("dense".into());
-    h.data.tsv = Some("pairs.tsv".into());
     h.apply_objective_defaults(|_| false);
     assert_eq!(
         (h.lexicon.caption_words, h.lexicon.caption_words_text),
@@ -94,18 +106,15 @@ fn caption_words_belong_to_the_heads() {
         bad.lexicon.caption_words = weight;
         bad.lexicon.caption_words_text = text;
         bad.lexicon.caption_words_tau = tau;
-        let e = bad.validate().unwrap_err().to_string();
-        assert!(e.contains("--caption-words"), "{e}");
+        assert_refused(&bad, "--caption-words");
     }
-    let mut towers = TrainOptions::new("out");
-    towers.data.tsv = Some("pairs.tsv".into());
+    let mut towers = with_corpus();
     assert_eq!(towers.lexicon.caption_words, 0.0);
     towers.validate().unwrap();
     for (image, text) in [(1.0, 0.0), (0.0, 1.0)] {
         towers.lexicon.caption_words = image;
         towers.lexicon.caption_words_text = text;
-        let e = towers.validate().unwrap_err().to_string();
-        assert!(e.contains("--objective heads"), "{e}");
+        assert_refused(&towers, "--objective heads");
     }
 }
 
@@ -114,8 +123,7 @@ fn caption_words_belong_to_the_heads() {
 /// is refused.
 #[test]
 fn style_augment_hashes_only_when_on() {
-    let mut o = TrainOptions::new("out");
-    o.data.tsv = Some("pairs.tsv".into());
+    let mut o = with_corpus();
     o.validate().unwrap();
     let off = o.fingerprint_json();
     assert!(off.get("style_augment").is_none());
@@ -124,8 +132,7 @@ fn style_augment_hashes_only_when_on() {
     assert_eq!(o.fingerprint_json()["style_augment"], 0.5);
     for bad in [-0.1, 1.5, f64::NAN] {
         o.data.style_augment = bad;
-        let err = o.validate().unwrap_err().to_string();
-        assert!(err.contains("--style-augment"), "{err}");
+        assert_refused(&o, "--style-augment");
     }
 }
 
@@ -133,8 +140,7 @@ fn style_augment_hashes_only_when_on() {
 /// hash as they did); on, they hash, and values out of range are refused.
 #[test]
 fn rotation_and_hue_hash_only_when_on() {
-    let mut o = TrainOptions::new("out");
-    o.data.tsv = Some("pairs.tsv".into());
+    let mut o = with_corpus();
     let off = o.fingerprint_json();
     assert!(off.get("rotate").is_none() && off.get("hue_jitter").is_none());
     (o.data.rotate, o.data.hue_jitter) = (20.0, 0.1);
@@ -143,13 +149,11 @@ fn rotation_and_hue_hash_only_when_on() {
     assert_eq!(o.fingerprint_json()["hue_jitter"], 0.1);
     for bad in [-1.0, 181.0, f64::NAN] {
         o.data.rotate = bad;
-        let err = o.validate().unwrap_err().to_string();
-        assert!(err.contains("--rotate"), "{err}");
+        assert_refused(&o, "--rotate");
     }
     o.data.rotate = 0.0;
     for bad in [-0.1, 0.6, f64::NAN] {
         o.data.hue_jitter = bad;
-        let err = o.validate().unwrap_err().to_string();
-        assert!(err.contains("--hue-jitter"), "{err}");
+        assert_refused(&o, "--hue-jitter");
     }
 }

@@ -33,9 +33,8 @@ pub fn tiny_dense(tmp: &Path) -> PathBuf {
     // hold; the dense towers have no vocabulary-sized layer, so it costs little.
     o.model.tokenizer = Some(splade_dir().join("tokenizer.json"));
     o.method.dense_dim = 16;
-    o.optim.steps = Some(40);
     o.optim.warmup = 0.05;
-    run_quietly(&o);
+    run_for(o, 40);
     out
 }
 
@@ -236,8 +235,7 @@ pub fn mean(v: &[f64]) -> f64 {
 pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect {
     o.optim.steps = Some(40);
     o.optim.warmup = 0.05;
-    let mut seen = Collect::default();
-    let s = lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    let (s, seen) = run_collecting(o);
     assert_eq!(
         (s.steps_done, s.total_steps, s.pairs, s.images),
         (40, 40, 32, 16)
@@ -252,6 +250,39 @@ pub fn forty_steps_lower_the_loss(o: &mut lexlip_train::TrainOptions) -> Collect
         "loss {first:.3} → {last:.3}: {losses:?}"
     );
     seen
+}
+
+/// How most tests start: a fresh temporary directory with the synthetic corpus' TSV in `data/`.
+pub fn corpus() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = synthetic_tsv(&tmp.path().join("data"), &[]);
+    (tmp, tsv)
+}
+
+/// How the heads and adapter tests start: a temporary directory, [`tiny_dense`] in it, its TSV.
+pub fn dense_backbone() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = tiny_dense(tmp.path());
+    let tsv = tmp.path().join("data/captions.tsv");
+    (tmp, dense, tsv)
+}
+
+/// Trains `o` to the end, keeping what it logged (for tests that read the steps or messages).
+pub fn run_collecting(o: &lexlip_train::TrainOptions) -> (lexlip_train::Summary, Collect) {
+    let mut seen = Collect::default();
+    let s = lexlip_train::train(o, &lexlip_train::RunControl::default(), &mut seen).unwrap();
+    (s, seen)
+}
+
+/// `got` within `tol` of the hand-computed `want` (a loss against its plain computation).
+pub fn assert_near(got: f64, want: f64, tol: f64) {
+    assert!((got - want).abs() < tol, "{got} vs {want}");
+}
+
+/// A short run of `o` (`steps` steps whatever its own count) whose output a test then reads.
+pub fn run_for(mut o: lexlip_train::TrainOptions, steps: u64) -> lexlip_train::Summary {
+    o.optim.steps = Some(steps);
+    run_quietly(&o)
 }
 
 /// Trains `o` to the end (or its `--stop-at`) without looking at the progress.
@@ -356,6 +387,22 @@ pub fn assert_rows_close(
         let d = max_abs_diff(&row(got, i, n), &row(want, i, n));
         assert!(d < tol, "{what} row {i}: max abs diff {d}");
     }
+}
+
+/// A training text tower's `logits(ids, mask)` row-close to `enc`'s on `texts`; returns both.
+pub fn assert_text_logits_close(
+    enc: &lexlip_model::TextEncoder,
+    texts: &[&str],
+    tol: f32,
+    logits: &dyn Fn(&candle_core::Tensor, &candle_core::Tensor) -> candle_core::Tensor,
+) -> (candle_core::Tensor, candle_core::Tensor) {
+    let (want, mask) = enc.logits(texts).unwrap();
+    let ids = enc.tokenize(texts).unwrap();
+    let ids_t = padded_ids(&ids, mask.dim(1).unwrap(), mask.device());
+    let got = logits(&ids_t, &mask);
+    let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
+    assert_rows_close(&got, &want, &lens, tol, "text");
+    (got, want)
 }
 
 /// The one directory of augmented views (`views-HASH`) in a cache directory.
