@@ -129,7 +129,11 @@ pub fn run(args: BenchEngineArgs) -> anyhow::Result<()> {
     println!("exhaustive baseline  {:.1} QPS", r.search.exhaustive.qps);
     println!(
         "exact (block-max)    {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
-        r.search.exact.qps, r.search.exact.p50_ms, r.search.exact.p99_ms, r.search.exact.speedup, r.search.exact.recall_at_10
+        r.search.exact.qps,
+        r.search.exact.p50_ms,
+        r.search.exact.p99_ms,
+        r.search.exact.speedup,
+        r.search.exact.recall_at_10
     );
     println!(
         "exact (postings)     {:.1} QPS, p50 {:.2} ms, p99 {:.2} ms, {:.2}x exhaustive, recall@10 {:.3}",
