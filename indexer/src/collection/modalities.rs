@@ -13,7 +13,7 @@
 //! or reloaded, and recorded when a segment is written; a segment not yet known (a merge's
 //! output before the next reload) is merged only with other unknown ones.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use lexlip_proto::Modality;
@@ -28,33 +28,51 @@ use crate::schema::Fields;
 /// or merged from both).
 pub(crate) type Holds = Option<Modality>;
 
-/// The modality of every segment seen so far, shared by the writer and its merge policy.
+/// The modality of every live segment, and of those written since the last reload, shared by
+/// the writer and its merge policy.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SegmentModalities(Arc<Mutex<HashMap<SegmentId, Holds>>>);
+pub(crate) struct SegmentModalities(Arc<Mutex<Known>>);
+
+#[derive(Debug, Default)]
+struct Known {
+    holds: HashMap<SegmentId, Holds>,
+    /// Recorded since the last [`SegmentModalities::learn`]: kept by it though not live yet
+    /// (written, not committed).
+    recent: HashSet<SegmentId>,
+}
 
 impl SegmentModalities {
     pub(crate) fn record(&self, id: SegmentId, holds: Holds) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, holds);
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        known.holds.insert(id, holds);
+        known.recent.insert(id);
     }
 
     fn get(&self, id: &SegmentId) -> Option<Holds> {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .holds
             .get(id)
             .copied()
     }
 
-    /// Records the segments of `readers` not known yet, from their `modality` postings.
+    /// Records the segments of `readers` (the live ones) not known yet, from their `modality`
+    /// postings, and forgets segments neither live nor recorded since the last call (merged
+    /// away or rolled back), so that a server taking writes for days keeps a bounded map.
     pub(crate) fn learn(&self, readers: &[SegmentReader], fields: &Fields) -> Result<()> {
+        let mut learned = Vec::new();
         for reader in readers {
             if self.get(&reader.segment_id()).is_none() {
-                self.record(reader.segment_id(), holds(reader, fields)?);
+                learned.push((reader.segment_id(), holds(reader, fields)?));
             }
         }
+        let live: HashSet<SegmentId> = readers.iter().map(SegmentReader::segment_id).collect();
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        known.holds.extend(learned);
+        let Known { holds, recent } = &mut *known;
+        holds.retain(|id, _| live.contains(id) || recent.contains(id));
+        recent.clear();
         Ok(())
     }
 
@@ -111,5 +129,36 @@ impl MergePolicy for ModalityMergePolicy {
             .iter()
             .flat_map(|group| self.inner.compute_merge_candidates(group))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+
+    use crate::collection::Collection;
+    use crate::manifest::CollectionSettings;
+
+    /// A server that commits every write for days: the map follows the live segments instead
+    /// of keeping every segment ever written (one per commit).
+    #[test]
+    fn segments_merged_away_are_forgotten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let space = TermSpace::free("any");
+        let c = Collection::create(tmp.path(), space, CollectionSettings::default(), None).unwrap();
+        for i in 0..60 {
+            let id = DocId::new(format!("d{}", i % 20)).unwrap();
+            let v = QuantizedVector::new([("dog", 1 + i as u64)]).unwrap();
+            c.add(Document::new(id, Modality::Text), v).unwrap();
+            c.commit().unwrap();
+        }
+        c.wait_merges().unwrap();
+        let known = c.modalities.0.lock().unwrap().holds.len();
+        let live = c.live_segments().len();
+        assert!(
+            known <= live + 1,
+            "{known} segments known, {live} live (60 written)"
+        );
+        assert_eq!(c.snapshot().unwrap().num_docs(), 20);
     }
 }
