@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use lexlip_index::Quantizer;
 use lexlip_model::{Encoders, PreprocessedImage};
-use lexlip_proto::{Modality, TermSpace, VectorInput};
+use lexlip_proto::{DenseVector, Modality, SparseVector, TermSpace, VectorInput};
 use rayon::prelude::*;
 
 use crate::encoded::{Encoded, Entry, Vector};
@@ -61,29 +61,41 @@ impl<'a> Encoder<'a> {
     }
 
     fn images(&self, batch: &[PreprocessedImage]) -> Vec<std::result::Result<Vector, String>> {
-        match self {
-            Encoder::Sparse {
-                image,
-                quantizer,
-                names,
-                ..
-            } => quantize(encode_batch(batch, |b| image.encode(b)), quantizer, names),
-            Encoder::Dense(d) => encode_batch(batch, |b| d.encode_images(b))
-                .into_iter()
-                .map(|r| r.map(Vector::Dense))
-                .collect(),
-        }
+        self.vectors(
+            batch,
+            |_, image, b| image.encode(b),
+            |d, b| d.encode_images(b),
+        )
     }
 
     fn texts(&self, batch: &[&str]) -> Vec<std::result::Result<Vector, String>> {
+        self.vectors(batch, |text, _, b| text.encode(b), |d, b| d.encode_texts(b))
+    }
+
+    /// A batch's vectors ([`encode_batch`]): the lexicons one of the sparse encoders gives
+    /// (`sparse`), quantized, or the dense encoder's embeddings (`dense`).
+    fn vectors<T>(
+        &self,
+        batch: &[T],
+        sparse: impl Fn(
+            &lexlip_model::TextEncoder,
+            &lexlip_model::ImageEncoder,
+            &[T],
+        ) -> lexlip_model::Result<Vec<SparseVector>>,
+        dense: impl Fn(&dyn lexlip_model::DenseEncoder, &[T]) -> lexlip_model::Result<Vec<DenseVector>>,
+    ) -> Vec<std::result::Result<Vector, String>> {
         match self {
             Encoder::Sparse {
                 text,
+                image,
                 quantizer,
                 names,
-                ..
-            } => quantize(encode_batch(batch, |b| text.encode(b)), quantizer, names),
-            Encoder::Dense(d) => encode_batch(batch, |b| d.encode_texts(b))
+            } => quantize(
+                encode_batch(batch, |b| sparse(text, image, b)),
+                quantizer,
+                names,
+            ),
+            Encoder::Dense(d) => encode_batch(batch, |b| dense(*d, b))
                 .into_iter()
                 .map(|r| r.map(Vector::Dense))
                 .collect(),
@@ -121,7 +133,7 @@ impl<'a> Encoder<'a> {
 
 /// Quantizes each lexicon of a batch, its term names shared through `names`.
 fn quantize(
-    weights: Vec<std::result::Result<lexlip_proto::SparseVector, String>>,
+    weights: Vec<std::result::Result<SparseVector, String>>,
     quantizer: &Quantizer,
     names: &Mutex<Interner>,
 ) -> Vec<std::result::Result<Vector, String>> {

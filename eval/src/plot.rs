@@ -20,39 +20,51 @@ const PANEL_TOP: f64 = 100.0;
 /// A number read off a setting (a recall, bytes per item, QPS).
 type Measure = fn(&SettingReport) -> f64;
 
+/// A direction's recalls of a setting (at 1, 5 and 10).
+type Recalls = fn(&SettingReport) -> &[f64; 3];
+
+/// The two directions, each in its colour.
+const DIRECTIONS: [(&str, &str, Recalls); 2] = [
+    ("text→image", "#1f77b4", |s| &s.t2i),
+    ("image→text", "#d62728", |s| &s.i2t),
+];
+
+/// The recalls drawn of each direction: R@10 solid, R@1 dashed (with its place in
+/// [`Recalls`]).
+const CUTS: [(&str, usize, bool); 2] = [("R@10", 2, false), ("R@1", 0, true)];
+
 struct Series {
-    name: &'static str,
+    name: String,
     colour: &'static str,
     dashed: bool,
-    value: Measure,
+    recalls: Recalls,
+    /// Which of `recalls`.
+    at: usize,
 }
 
-const SERIES: [Series; 4] = [
-    Series {
-        name: "text→image R@10",
-        colour: "#1f77b4",
-        dashed: false,
-        value: |s| s.t2i[2],
-    },
-    Series {
-        name: "image→text R@10",
-        colour: "#d62728",
-        dashed: false,
-        value: |s| s.i2t[2],
-    },
-    Series {
-        name: "text→image R@1",
-        colour: "#1f77b4",
-        dashed: true,
-        value: |s| s.t2i[0],
-    },
-    Series {
-        name: "image→text R@1",
-        colour: "#d62728",
-        dashed: true,
-        value: |s| s.i2t[0],
-    },
-];
+impl Series {
+    /// The recall this series draws of `s`.
+    fn value(&self, s: &SettingReport) -> f64 {
+        (self.recalls)(s)[self.at]
+    }
+}
+
+/// Every direction at every cut, R@10 first.
+fn series() -> Vec<Series> {
+    CUTS.iter()
+        .flat_map(|&(cut, at, dashed)| {
+            DIRECTIONS
+                .iter()
+                .map(move |&(direction, colour, recalls)| Series {
+                    name: format!("{direction} {cut}"),
+                    colour,
+                    dashed,
+                    recalls,
+                    at,
+                })
+        })
+        .collect()
+}
 
 /// The SVG document for `settings`, titled `title`.
 pub fn svg(title: &str, settings: &[SettingReport]) -> String {
@@ -72,9 +84,10 @@ pub fn svg(title: &str, settings: &[SettingReport]) -> String {
         escape(title)
     );
     legend(&mut out);
+    let all = series();
     let recalls: Vec<f64> = settings
         .iter()
-        .flat_map(|s| SERIES.iter().map(move |series| 100.0 * (series.value)(s)))
+        .flat_map(|s| all.iter().map(move |series| 100.0 * series.value(s)))
         .collect();
     let y = Axis::new(&recalls, Some((0.0, 100.0)));
     let panels: [(&str, Measure); 2] = [
@@ -92,7 +105,7 @@ pub fn svg(title: &str, settings: &[SettingReport]) -> String {
 
 fn legend(out: &mut String) {
     let mut at = 150.0;
-    for s in &SERIES {
+    for s in &series() {
         let _ = writeln!(
             out,
             r#"<line x1="{at}" y1="50" x2="{}" y2="50" stroke="{}" stroke-width="2"{}/>"#,
@@ -110,7 +123,7 @@ fn legend(out: &mut String) {
             out,
             r#"<text x="{}" y="54">{}</text>"#,
             at + 34.0,
-            escape(s.name)
+            escape(&s.name)
         );
         at += 180.0;
     }
@@ -177,7 +190,7 @@ fn panel(
         out,
         r#"<text x="{cx}" y="{cy}" text-anchor="middle" transform="rotate(-90 {cx} {cy})">recall (%)</text>"#
     );
-    for s in &SERIES {
+    for s in &series() {
         let points: Vec<(f64, f64, String)> = settings
             .iter()
             .map(|st| {
@@ -185,7 +198,7 @@ fn panel(
                     ("exact", Some(k)) => k.to_string(),
                     _ => st.label(),
                 };
-                (px(x_of(st)), py(100.0 * (s.value)(st)), k)
+                (px(x_of(st)), py(100.0 * s.value(st)), k)
             })
             .collect();
         let line: Vec<String> = points

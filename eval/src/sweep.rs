@@ -168,21 +168,11 @@ pub fn evaluate_on(
         total: queries as u64,
     };
     let image_ids = positions(&encoded.images);
-    let (t2i_rankings, t2i_seconds) = searcher.run(
-        t2i.iter().map(|(t, _)| &encoded.texts[*t]),
-        Modality::Image,
-        &image_ids,
-        depth,
-    )?;
-    let t2i_recall = recall_of(&t2i_rankings, t2i);
+    let (t2i_rankings, t2i_seconds, t2i_recall) =
+        searcher.direction(t2i, &encoded.texts, Modality::Image, &image_ids, depth)?;
     let text_ids = positions(&encoded.texts);
-    let (i2t_rankings, i2t_seconds) = searcher.run(
-        i2t.iter().map(|(i, _)| &encoded.images[*i]),
-        Modality::Text,
-        &text_ids,
-        depth,
-    )?;
-    let i2t_recall = recall_of(&i2t_rankings, i2t);
+    let (i2t_rankings, i2t_seconds, i2t_recall) =
+        searcher.direction(i2t, &encoded.images, Modality::Text, &text_ids, depth)?;
     let reranked = match rerank {
         None => None,
         Some(r) => {
@@ -445,6 +435,23 @@ impl QueryRunner<'_> {
     /// Searches each entry's vector among the documents of modality `target` (the first
     /// `depth` hits); returns each query's ranking (positions given by `ids`) and the seconds spent in the search calls
     /// alone (queries are prepared before the clock starts, hits read back after it stops).
+    /// One direction: `queries` (positions in `from`, with their answers) searched among the
+    /// `target` side's documents ([`QueryRunner::run`]); the rankings, their seconds and the
+    /// recall.
+    fn direction(
+        &mut self,
+        queries: &[(usize, Vec<usize>)],
+        from: &[Entry],
+        target: Modality,
+        ids: &HashMap<&str, usize>,
+        depth: usize,
+    ) -> Result<(Vec<Vec<usize>>, f64, [f64; 3])> {
+        let (rankings, seconds) =
+            self.run(queries.iter().map(|(q, _)| &from[*q]), target, ids, depth)?;
+        let recall = recall_of(&rankings, queries);
+        Ok((rankings, seconds, recall))
+    }
+
     fn run<'e>(
         &mut self,
         queries: impl Iterator<Item = &'e Entry>,

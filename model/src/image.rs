@@ -71,26 +71,9 @@ pub struct ImageEncoder {
     top_k: Option<usize>,
 }
 
-/// What turns pixels into lexicon weights.
-// One per encoder: the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Tower {
-    /// BEiT's MLM logits of every patch, max-pooled (LexLIP).
-    Mlm {
-        beit: Beit,
-        head: MlmHead,
-        /// COOKIE's weight-sharing layers between the tower and its head, when trained with
-        /// them.
-        shared: Option<SharedLayers>,
-    },
-    /// A frozen dense model's image embedding through a lexicon head ([`crate::heads`]).
-    Heads {
-        backbone: Arc<dyn DenseEncoder>,
-        head: LexiconHead,
-    },
-    /// A published tower that pools its own lexicons (VDR's, [`ImageLexicon`]).
-    Lexicon(Box<dyn ImageLexicon>),
-}
+/// What turns pixels into lexicon weights: BEiT's MLM logits of every patch, max-pooled
+/// (LexLIP), a lexicon head over a dense model's image embedding, or an [`ImageLexicon`].
+type Tower = crate::tower::Tower<Beit, dyn ImageLexicon>;
 
 /// An image tower that pools its own lexicons, as published models do in their own way (VDR
 /// projects every patch onto its terms); the encoder then only preprocesses and cuts the terms.
@@ -149,9 +132,7 @@ impl ImageEncoder {
         let vocab = Vocabulary::from_tokenizer_json(dir_name(dir), &dir.join("tokenizer.json"))?;
         let processor = ImageProcessor::beit(config.image_size).with_preprocessor_config(dir)?;
         let mut enc = Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)?;
-        if let Tower::Mlm { shared: s, .. } = &mut enc.tower {
-            *s = shared;
-        }
+        enc.tower.set_shared(shared);
         Ok(enc)
     }
 
@@ -182,11 +163,7 @@ impl ImageEncoder {
         let head = MlmHead::from_bert_config(&vb.pp("cls"), &head_config)
             .map_err(|e| weights.load_error(e))?;
         Ok(Self {
-            tower: Tower::Mlm {
-                beit,
-                head,
-                shared: None,
-            },
+            tower: Tower::mlm(beit, head),
             vocab,
             processor,
             device: device.clone(),
@@ -198,7 +175,7 @@ impl ImageEncoder {
     /// bias is interpolated as LexLIP does).
     pub fn with_image_size(mut self, size: usize) -> Result<Self> {
         match &mut self.tower {
-            Tower::Mlm { beit, .. } => beit.set_input_size(size)?,
+            Tower::Mlm { model: beit, .. } => beit.set_input_size(size)?,
             Tower::Heads { .. } | Tower::Lexicon(_) if size == self.processor.size => {}
             Tower::Lexicon(_) => {
                 return Err(ModelError::Invalid(format!(
@@ -221,7 +198,7 @@ impl ImageEncoder {
 
     pub fn image_size(&self) -> usize {
         match &self.tower {
-            Tower::Mlm { beit, .. } => beit.input_size(),
+            Tower::Mlm { model: beit, .. } => beit.input_size(),
             Tower::Heads { .. } | Tower::Lexicon(_) => self.processor.size,
         }
     }
@@ -275,7 +252,7 @@ impl ImageEncoder {
     /// dense model, which read no patches).
     pub fn patch_size(&self) -> usize {
         match &self.tower {
-            Tower::Mlm { beit, .. } => beit.config().patch_size,
+            Tower::Mlm { model: beit, .. } => beit.config().patch_size,
             Tower::Heads { .. } => 0,
             Tower::Lexicon(t) => t.patch_size(),
         }
@@ -284,7 +261,7 @@ impl ImageEncoder {
     /// Width of the hidden states the head reads (for lexicon heads, the dense embedding's).
     pub fn hidden_size(&self) -> usize {
         match &self.tower {
-            Tower::Mlm { beit, .. } => beit.config().hidden_size,
+            Tower::Mlm { model: beit, .. } => beit.config().hidden_size,
             Tower::Heads { head, .. } => head.dim(),
             Tower::Lexicon(t) => t.hidden_size(),
         }
@@ -308,7 +285,7 @@ impl ImageEncoder {
 
     pub fn dtype(&self) -> DType {
         match &self.tower {
-            Tower::Mlm { beit, .. } => beit.dtype(),
+            Tower::Mlm { model: beit, .. } => beit.dtype(),
             Tower::Heads { .. } => DType::F32,
             Tower::Lexicon(t) => t.dtype(),
         }
@@ -326,7 +303,12 @@ impl ImageEncoder {
     /// Hidden states `(batch, 1 + patches, hidden)` the head reads: after the final layer norm
     /// and the shared layers, if any.
     pub fn hidden_states(&self, images: &[PreprocessedImage]) -> Result<Tensor> {
-        let Tower::Mlm { beit, shared, .. } = &self.tower else {
+        let Tower::Mlm {
+            model: beit,
+            shared,
+            ..
+        } = &self.tower
+        else {
             return Err(ModelError::Invalid(
                 "only lexlip's BEiT towers give their per-patch states here".into(),
             ));

@@ -475,14 +475,7 @@ impl Encoders {
             });
         }
         let vocab = Vocabulary::from_tokenizer_json(dir_name(self.path.as_path()), &tokenizer)?;
-        if vocab.len() != heads.config.vocab_size {
-            return Err(ModelError::ShapeMismatch {
-                file: tokenizer,
-                name: "model.vocab".into(),
-                expected: vec![heads.config.vocab_size],
-                got: vec![vocab.len()],
-            });
-        }
+        vocab.check_len(heads.config.vocab_size, &tokenizer)?;
         if heads.config.dim != dense.dim() {
             return Err(ModelError::Invalid(format!(
                 "{}: the lexicon heads read {}-dimensional embeddings but the dense model gives {}",

@@ -50,6 +50,7 @@ pub mod text;
 pub mod text_terms;
 pub mod thumbnail;
 pub mod tokens;
+mod tower;
 pub mod vdr;
 pub mod vocab;
 pub mod weight_sharing;

@@ -69,27 +69,10 @@ pub struct TextEncoder {
     ignored_ids: Vec<u32>,
 }
 
-/// What turns a text into lexicon weights.
-// One per encoder: the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Tower {
-    /// BERT's MLM logits of every token, max-pooled (LexLIP, SPLADE).
-    Mlm {
-        bert: BertModel,
-        head: MlmHead,
-        /// COOKIE's weight-sharing layers between the tower and its head, when trained with
-        /// them.
-        shared: Option<SharedLayers>,
-    },
-    /// A frozen dense model's text embedding through a lexicon head ([`crate::heads`]); the
-    /// tokenizer then only names the vocabulary (caption words), the backbone tokenizes itself.
-    Heads {
-        backbone: Arc<dyn DenseEncoder>,
-        head: LexiconHead,
-    },
-    /// A published tower that pools its own lexicons (VDR's, [`TextLexicon`]).
-    Lexicon(Box<dyn TextLexicon>),
-}
+/// What turns a text into lexicon weights: BERT's MLM logits of every token, max-pooled
+/// (LexLIP, SPLADE), a lexicon head over a dense model's text embedding (the tokenizer then only
+/// names the vocabulary, caption words; the backbone tokenizes itself), or a [`TextLexicon`].
+type Tower = crate::tower::Tower<BertModel, dyn TextLexicon>;
 
 /// A text tower that pools its own lexicons, as published models do in their own way (VDR pads
 /// every text to its `max_len` and pools the padding too); the encoder then only tokenizes and
@@ -137,9 +120,7 @@ impl TextEncoder {
             &dir_name(dir),
             device,
         )?;
-        if let Tower::Mlm { shared: s, .. } = &mut enc.tower {
-            *s = shared;
-        }
+        enc.tower.set_shared(shared);
         Ok(enc)
     }
 
@@ -164,22 +145,11 @@ impl TextEncoder {
         let head =
             MlmHead::from_bert_config(&vb.pp("cls"), config).map_err(|e| weights.load_error(e))?;
         let vocab = Vocabulary::from_tokenizer_json(name, tokenizer_json)?;
-        if vocab.len() != config.vocab_size {
-            return Err(ModelError::ShapeMismatch {
-                file: tokenizer_json.to_path_buf(),
-                name: "model.vocab".into(),
-                expected: vec![config.vocab_size],
-                got: vec![vocab.len()],
-            });
-        }
+        vocab.check_len(config.vocab_size, tokenizer_json)?;
         let tokenizer = load_tokenizer(tokenizer_json)?;
         let pad_id = pad_id(&tokenizer, config.pad_token_id);
         let mut enc = Self {
-            tower: Tower::Mlm {
-                bert,
-                head,
-                shared: None,
-            },
+            tower: Tower::mlm(bert, head),
             tokenizer,
             vocab,
             device: device.clone(),
@@ -345,7 +315,12 @@ impl TextEncoder {
 
     /// The states the MLM head reads (tower, then shared layers), and the head.
     fn hidden_states(&self, ids: &Tensor, mask: &Tensor) -> Result<(Tensor, &MlmHead)> {
-        let Tower::Mlm { bert, head, shared } = &self.tower else {
+        let Tower::Mlm {
+            model: bert,
+            head,
+            shared,
+        } = &self.tower
+        else {
             return Err(ModelError::Invalid(
                 "a lexicon head over a dense model has no per-token logits".into(),
             ));
@@ -360,24 +335,14 @@ impl TextEncoder {
 
     /// Pooled lexicon weights `(batch, vocab)` in f32, before [`TextTerms`] cut them.
     pub fn pooled(&self, texts: &[&str]) -> Result<Tensor> {
-        if let Tower::Heads { backbone, head } = &self.tower {
-            if texts.is_empty() {
-                return Ok(Tensor::zeros(
-                    (0, self.vocab_size),
-                    DType::F32,
-                    &self.device,
-                )?);
-            }
-            let mut parts = Vec::new();
-            for chunk in texts.chunks(TEXT_CHUNK) {
-                let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
-                parts.push(head.forward(&x)?);
-            }
-            return Ok(Tensor::cat(&parts, 0)?);
-        }
         let mut parts = Vec::new();
         for chunk in texts.chunks(TEXT_CHUNK) {
-            parts.push(self.pooled_ids(&self.tokenize(chunk)?)?);
+            parts.push(match &self.tower {
+                Tower::Heads { backbone, head } => {
+                    head.forward(&rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?)?
+                }
+                _ => self.pooled_ids(&self.tokenize(chunk)?)?,
+            });
         }
         if parts.is_empty() {
             return Ok(Tensor::zeros(

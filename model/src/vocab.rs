@@ -55,6 +55,20 @@ impl Vocabulary {
         self.tokens.is_empty()
     }
 
+    /// Refuses a vocabulary (read from `tokenizer`) of another size than the `expected` terms
+    /// a model scores.
+    pub fn check_len(&self, expected: usize, tokenizer: &Path) -> Result<()> {
+        if self.len() != expected {
+            return Err(ModelError::ShapeMismatch {
+                file: tokenizer.to_path_buf(),
+                name: "model.vocab".into(),
+                expected: vec![expected],
+                got: vec![self.len()],
+            });
+        }
+        Ok(())
+    }
+
     pub fn term_space(&self) -> &TermSpace {
         &self.term_space
     }

@@ -319,14 +319,7 @@ fn check_terms(
     terms: &[u32],
     tokenizer: &Path,
 ) -> Result<()> {
-    if vocab.len() != bert.vocab_size {
-        return Err(ModelError::ShapeMismatch {
-            file: tokenizer.to_path_buf(),
-            name: "model.vocab".into(),
-            expected: vec![bert.vocab_size],
-            got: vec![vocab.len()],
-        });
-    }
+    vocab.check_len(bert.vocab_size, tokenizer)?;
     let proj = w.shape("encoder_p.proj")?;
     if proj.first() != Some(&terms.len()) {
         return Err(ModelError::ShapeMismatch {

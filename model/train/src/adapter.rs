@@ -15,7 +15,6 @@
 //! text space (`--objective heads --backbone` on the written model).
 
 use std::path::Path;
-use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
@@ -26,19 +25,18 @@ use lexlip_model::{DenseEncoder, DualEncoder, PreprocessedImage, Weights};
 use crate::cache::rows::{
     IMAGES, PairRows, TEXTS, cache_dir, cached_corpus, image_section, text_rows, text_section,
 };
-use crate::cache::views::{Pictures, ViewSpec, drawn};
+use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::cache::{CacheMeta, EmbeddingCache};
-use crate::checkpoint;
-use crate::data::{self, Order};
+use crate::data::Order;
 use crate::error::{Result, TrainError};
-use crate::export::{copy_files, json_bytes, save_weights};
+use crate::export::{copy_file, copy_files, save_part, write_json};
 use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
-use crate::steps::{Batches, Computed, Objective, Span, Trainer};
+use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
 use lexlip_model::nn::Init;
 
@@ -56,7 +54,6 @@ pub fn train(
     control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let (Some(teacher_arg), Some(tower_dir)) = (
         opts.model.backbone.clone(),
         opts.model.image_backbone.clone(),
@@ -67,9 +64,7 @@ pub fn train(
              the tower as --image-backbone (scripts/fetch-image-backbone.sh)",
         ));
     };
-    crate::run::prepare_out(&opts.run.out)?;
-    let input = data::input(opts)?;
-    let device = lexlip_model::device(opts.run.gpu)?;
+    let (started, input, device) = crate::steps::begin(opts)?;
     let teacher_dir = crate::heads::backbone_dir(&teacher_arg);
     let teacher = DualEncoder::load(&teacher_dir, &device).map_err(|e| {
         TrainError::invalid(format!(
@@ -160,33 +155,21 @@ pub fn train(
     let model = AdapterModel::init(dim_in, teacher.dim(), mean, std, opts.optim.seed, &device)?;
     drop(tower);
     let params = model.params();
-    let mut adam = crate::steps::optimizer(opts);
     let order = Order::new(
         opts.optim.seed,
         rows.len() * (view_count + 1),
         opts.optim.batch_size,
     );
-    let steps_per_epoch = order.steps_per_epoch();
-    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = crate::run::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "images": images.meta,
         "views": views.as_ref().map(|v| &v.meta),
         "texts": captions.meta,
     }));
-    let start = crate::steps::resume_store(
-        opts,
-        &fingerprint,
-        &model.store,
-        "adapter",
-        &mut adam,
-        &params,
-        total,
-        observer,
-    )?;
-    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
-    summary.images = image_count;
-    summary.pairs = rows.len() * (view_count + 1);
+    let trained = Trained::new(&model.store, "adapter", &params, &order);
+    let mut trainer = trained.resume(opts, control, started, fingerprint, &corpus, observer)?;
+    trainer.summary.images = image_count;
+    trainer.summary.pairs = rows.len() * (view_count + 1);
     observer.message(&format!(
         "adapter: MLP {dim_in} → {HIDDEN} → {} onto the teacher's texts, τ {}; {} pairs{}, {} \
          steps",
@@ -194,33 +177,14 @@ pub fn train(
         opts.method.tau,
         rows.len(),
         crate::cache::views::pairs_note(view_count),
-        total
+        trainer.span.total
     ));
     let mut objective = AdapterSteps {
         model: &model,
-        pictures: Pictures {
-            own: &images,
-            views: views.as_ref(),
-        },
-        captions: &captions,
-        params: &params,
+        inputs: PairInputs::new(&images, views.as_ref(), &captions, &device),
         tau: opts.method.tau,
-        device: device.clone(),
     };
-    let mut trainer = Trainer {
-        opts,
-        control,
-        fingerprint,
-        span: Span::new(opts, start, total, steps_per_epoch),
-        summary,
-        started,
-    };
-    trainer.steps(
-        &mut objective,
-        PairBatches { order, rows: &rows },
-        &mut adam,
-        observer,
-    )?;
+    trainer.steps(&mut objective, PairBatches { order, rows: &rows }, observer)?;
     let marker = opts.run.out.join(crate::encoder_pair::exported_marker(
         crate::options::Objective::Adapter,
     ));
@@ -258,18 +222,14 @@ impl AdapterModel {
     ) -> Result<Self> {
         let store = VarMap::new();
         let pb = ParamBuilder::new(&store, Source::Random(seed), DType::F32, device);
-        pb.get(
-            &[HIDDEN, inputs],
-            "fc1.weight",
-            Init::Normal(1.0 / (inputs as f64).sqrt()),
-        )?;
-        pb.get(&[HIDDEN], "fc1.bias", Init::Const(0.0))?;
-        pb.get(
-            &[dim, HIDDEN],
-            "fc2.weight",
-            Init::Normal(1.0 / (HIDDEN as f64).sqrt()),
-        )?;
-        pb.get(&[dim], "fc2.bias", Init::Const(0.0))?;
+        for (layer, outputs, inputs) in [("fc1", HIDDEN, inputs), ("fc2", dim, HIDDEN)] {
+            pb.get(
+                &[outputs, inputs],
+                &format!("{layer}.weight"),
+                Init::Normal(1.0 / (inputs as f64).sqrt()),
+            )?;
+            pb.get(&[outputs], &format!("{layer}.bias"), Init::Const(0.0))?;
+        }
         Ok(Self { store, mean, std })
     }
 
@@ -294,17 +254,17 @@ impl AdapterModel {
                 .as_tensor()
                 .clone())
         };
+        let linear = |layer: &str| -> Result<lexlip_model::nn::Linear> {
+            Ok(lexlip_model::nn::Linear {
+                weight: get(&format!("{layer}.weight"))?,
+                bias: Some(get(&format!("{layer}.bias"))?),
+            })
+        };
         Ok(Adapter {
             mean: self.mean.clone(),
             std: self.std.clone(),
-            fc1: lexlip_model::nn::Linear {
-                weight: get("fc1.weight")?,
-                bias: Some(get("fc1.bias")?),
-            },
-            fc2: lexlip_model::nn::Linear {
-                weight: get("fc2.weight")?,
-                bias: Some(get("fc2.bias")?),
-            },
+            fc1: linear("fc1")?,
+            fc2: linear("fc2")?,
         })
     }
 }
@@ -332,62 +292,34 @@ pub fn masked_info_nce(
     symmetric(i2t, t2i)
 }
 
-struct PairBatch {
-    /// The captions' rows.
-    pairs: Vec<usize>,
-    /// Their pictures.
-    images: Vec<usize>,
-    /// Which of a picture's inputs each pair reads: 0 the picture itself, `k` its `k`-th view.
-    views: Vec<usize>,
-}
-
 struct PairBatches<'a> {
     order: Order,
     rows: &'a PairRows,
 }
 
 impl Batches for PairBatches<'_> {
-    type Batch = PairBatch;
+    type Batch = Drawn;
 
-    fn batch(&mut self, step: u64) -> Result<PairBatch> {
+    fn batch(&mut self, step: u64) -> Result<Drawn> {
         // Index `v` of the order is pair `v mod P` seen through view `v div P`.
-        let (pairs, views, images) = drawn(self.order.batch(step), self.rows);
-        Ok(PairBatch {
-            pairs,
-            images,
-            views,
-        })
+        Ok(drawn(self.order.batch(step), self.rows))
     }
 }
 
 struct AdapterSteps<'a> {
     model: &'a AdapterModel,
-    pictures: Pictures<'a>,
-    captions: &'a EmbeddingCache,
-    params: &'a [Param],
+    inputs: PairInputs<'a>,
     tau: f64,
-    device: Device,
 }
 
-impl Objective for AdapterSteps<'_> {
-    type Batch = PairBatch;
+impl Losses for AdapterSteps<'_> {
+    type Batch = Drawn;
 
-    fn params(&self) -> &[Param] {
-        self.params
-    }
-
-    fn losses(&mut self, _step: u64, batch: PairBatch) -> Result<Computed> {
-        let x = self
-            .pictures
-            .rows(&batch.images, &batch.views, &self.device)?;
-        let t = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
+    fn losses(&mut self, _step: u64, batch: Drawn) -> Result<Computed> {
+        let (x, t) = self.inputs.rows(&batch)?;
         let v = l2_normalize(&self.model.adapter()?.forward(&x)?)?;
         let (total, i2t, t2i) = masked_info_nce(&v, &t, &batch.images, self.tau)?;
         Ok(Computed::new(total, vec![("i2t", i2t), ("t2i", t2i)]))
-    }
-
-    fn checkpoint(&self) -> Result<crate::steps::Saved> {
-        crate::steps::weights_only(&self.model.store, "adapter")
     }
 }
 
@@ -398,22 +330,15 @@ fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOption
     let [teacher_out, tower_out, adapter] = lexlip_model::fused::PARTS.map(|p| out.join(p));
     copy_files(teacher, &teacher_out)?;
     copy_files(tower, &tower_out)?;
-    let dest = out.join("tokenizer.json");
-    std::fs::copy(teacher.join("tokenizer.json"), &dest).map_err(|e| TrainError::io(&dest, e))?;
-    std::fs::create_dir_all(&adapter).map_err(|e| TrainError::io(&adapter, e))?;
+    copy_file(&teacher.join("tokenizer.json"), &out.join("tokenizer.json"))?;
     let mut tensors = snapshot(&model.store)?;
     tensors.insert("input.mean".into(), model.mean.clone());
     tensors.insert("input.std".into(), model.std.clone());
-    save_weights(
-        tensors,
-        opts.run.save_dtype,
-        &adapter.join("model.safetensors"),
-    )?;
+    save_part(&adapter, tensors, opts.run.save_dtype)?;
     let config = FusedConfig {
         model_type: MODEL_TYPE.into(),
         hidden: HIDDEN,
         backbone_size: opts.model.image_backbone_size.unwrap_or(BACKBONE_SIZE),
     };
-    let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
-    checkpoint::write_atomic(&out.join("config.json"), &json_bytes(&config))
+    write_json(&out.join("config.json"), &config)
 }

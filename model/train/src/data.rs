@@ -40,7 +40,7 @@ pub struct Corpus {
     pub images: Vec<ImageRef>,
     pub image_ids: Vec<String>,
     pub pairs: Vec<Pair>,
-    /// Each pair's caption as written, when asked for ([`load_with_texts`]: a frozen dense
+    /// Each pair's caption as written, when asked for (`load_with`: a frozen dense
     /// model tokenizes captions its own way).
     pub texts: Option<Vec<String>>,
     /// Items the reader produced (good and bad).
@@ -91,19 +91,11 @@ pub fn load(
     tokenizer: &TextTokenizer,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Corpus> {
-    load_impl(input, tokenizer, progress, false)
+    load_with(input, tokenizer, progress, false)
 }
 
-/// [`load`], keeping every pair's caption text in [`Corpus::texts`].
-pub fn load_with_texts(
-    input: &Input,
-    tokenizer: &TextTokenizer,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Corpus> {
-    load_impl(input, tokenizer, progress, true)
-}
-
-fn load_impl(
+/// [`load`], keeping every pair's caption text in [`Corpus::texts`] when `keep_text`.
+pub(crate) fn load_with(
     input: &Input,
     tokenizer: &TextTokenizer,
     progress: &mut dyn FnMut(u64, u64),

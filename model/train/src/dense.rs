@@ -118,18 +118,10 @@ impl DenseModel {
         let text = BertEncoder::new(&builder(&text_store, text_src), &init.text.config)?;
         let image = beit::tower(&builder(&image_store, image_src), &init.image.config)?;
         let pb = builder(&projection_store, projection_src);
-        let text_projection = Linear::new(
-            &pb.pp(TEXT_PROJECTION),
-            init.text.config.hidden_size,
-            dim,
-            false,
-        )?;
-        let visual_projection = Linear::new(
-            &pb.pp(VISUAL_PROJECTION),
-            init.image.config.hidden_size,
-            dim,
-            false,
-        )?;
+        // A tower's projection from its `hidden` width onto the shared `dim`, without bias.
+        let projection = |name: &str, hidden: usize| Linear::new(&pb.pp(name), hidden, dim, false);
+        let text_projection = projection(TEXT_PROJECTION, init.text.config.hidden_size)?;
+        let visual_projection = projection(VISUAL_PROJECTION, init.image.config.hidden_size)?;
         Ok(Self {
             text_store,
             image_store,

@@ -69,6 +69,30 @@ pub(crate) fn save_weights(
     })
 }
 
+/// Writes the weights of a trained part into directory `dir` (created) as
+/// `model.safetensors`, in `dtype`.
+pub(crate) fn save_part(
+    dir: &Path,
+    tensors: HashMap<String, Tensor>,
+    dtype: SaveDtype,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
+    save_weights(tensors, dtype, &dir.join("model.safetensors"))
+}
+
+/// Writes `value` at `path` as pretty JSON ([`json_bytes`]), atomically: a file that marks a
+/// directory as complete.
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    let value = serde_json::to_value(value).map_err(|e| TrainError::invalid(e.to_string()))?;
+    write_atomic(path, &json_bytes(&value))
+}
+
+/// Copies file `from` to `to`.
+pub(crate) fn copy_file(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to).map_err(|e| TrainError::io(to, e))?;
+    Ok(())
+}
+
 /// Copies the plain files of directory `from` into `to` (created): a frozen part of the model
 /// (a backbone, a tower) exported as it was loaded.
 pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
@@ -76,8 +100,7 @@ pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from).map_err(|e| TrainError::io(from, e))? {
         let entry = entry.map_err(|e| TrainError::io(from, e))?;
         if entry.path().is_file() {
-            let dest = to.join(entry.file_name());
-            std::fs::copy(entry.path(), &dest).map_err(|e| TrainError::io(&dest, e))?;
+            copy_file(&entry.path(), &to.join(entry.file_name()))?;
         }
     }
     Ok(())
@@ -140,13 +163,17 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
         tensors.extend(shared.iter().map(|(k, t)| (k.clone(), t.clone())));
         tensors
     };
+    // A tower: its config, then its weights with the shared layers.
+    let tower = |dir: &Path, config: &serde_json::Value, store: &candle_nn::VarMap| {
+        write(&dir.join("config.json"), &json_bytes(config))?;
+        save_weights(
+            with_shared(snapshot(store)?),
+            dtype,
+            &dir.join("model.safetensors"),
+        )
+    };
     let text_cfg = with_keys(model.text.config.to_json(), &shared_json);
-    write(&text.join("config.json"), &json_bytes(&text_cfg))?;
-    save_weights(
-        with_shared(snapshot(&model.text_store)?),
-        dtype,
-        &text.join("model.safetensors"),
-    )?;
+    tower(&text, &text_cfg, &model.text_store)?;
 
     let cfg = &model.image.config;
     let image_cfg = beit_json(
@@ -160,19 +187,13 @@ pub fn export(model: &LexLipModel, out: &Path, dtype: SaveDtype, max_length: usi
             &shared_json,
         ),
     )?;
-    write(&image.join("config.json"), &json_bytes(&image_cfg))?;
-    save_weights(
-        with_shared(snapshot(&model.image_store)?),
-        dtype,
-        &image.join("model.safetensors"),
-    )?;
+    tower(&image, &image_cfg, &model.image_store)?;
     write(
         &image.join("preprocessor_config.json"),
         &preprocessor_json(init, cfg.image_size),
     )?;
     for d in [&text, &image] {
-        let to = d.join("tokenizer.json");
-        std::fs::copy(&init.tokenizer, &to).map_err(|e| TrainError::io(&to, e))?;
+        copy_file(&init.tokenizer, &d.join("tokenizer.json"))?;
     }
     for part in ["text", "image"] {
         let dest = out.join(part);
@@ -242,8 +263,7 @@ pub fn export_dense(
         &tmp.join("preprocessor_config.json"),
         &preprocessor_json(init, cfg.image_size),
     )?;
-    let tok = tmp.join("tokenizer.json");
-    std::fs::copy(&init.tokenizer, &tok).map_err(|e| TrainError::io(&tok, e))?;
+    copy_file(&init.tokenizer, &tmp.join("tokenizer.json"))?;
     for name in [
         "model.safetensors",
         "tokenizer.json",

@@ -82,7 +82,7 @@ pub fn train(
         Objective::Heads => heads::train(opts, control, observer),
         Objective::Adapter => adapter::train(opts, control, observer),
         Objective::Rerank => {
-            run::prepare_out(&opts.run.out)?;
+            steps::prepare_out(&opts.run.out)?;
             rerank::train(opts, control, observer)
         }
         Objective::Lexlip | Objective::Dense => run::train(opts, control, observer),

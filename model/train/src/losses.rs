@@ -12,6 +12,19 @@ use crate::error::Result;
 use crate::lexicon::Flops;
 use crate::nn::{Dropout, gather_rows, log_softmax, softmax};
 
+/// `total + weight · loss`, with `loss` named in `parts` (the losses a step logs).
+pub(crate) fn add_weighted(
+    total: Tensor,
+    parts: &mut Vec<(&'static str, Tensor)>,
+    name: &'static str,
+    loss: Tensor,
+    weight: f64,
+) -> Result<Tensor> {
+    let total = (total + (&loss * weight)?)?;
+    parts.push((name, loss));
+    Ok(total)
+}
+
 /// Subtracted from padding logits before max-pooling raw logits (never relu'd, so padding must
 /// lose the max).
 const PAD_PENALTY: f64 = 1e9;

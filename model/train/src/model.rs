@@ -96,8 +96,7 @@ impl Objectives {
     ) -> Result<Tensor> {
         if self.consistency > 0.0 {
             let c = losses::itc_consistency(v.image, v.text, self.tau)?;
-            total = (total + (&c * self.consistency)?)?;
-            parts.push(("itc_consistency", c));
+            total = losses::add_weighted(total, parts, "itc_consistency", c, self.consistency)?;
         }
         for (name, weight, a, b) in [
             (
@@ -115,8 +114,7 @@ impl Objectives {
         ] {
             if let Some(b) = b.filter(|_| weight > 0.0) {
                 let l = losses::single_modal(a, b, self.tau)?;
-                total = (total + (&l * weight)?)?;
-                parts.push((name, l));
+                total = losses::add_weighted(total, parts, name, l, weight)?;
             }
         }
         Ok(total)
@@ -158,6 +156,19 @@ pub struct Batch {
     pub text_lexicon: Option<Tensor>,
     /// The image patches to mask (`--dense-token`).
     pub patches: Option<crate::token_heads::PatchMask>,
+}
+
+impl Batch {
+    /// What the LexMLM decoders reconstruct: `embedded`, the embedding of [`Batch::dec_ids`],
+    /// with the batch's mask, decoder positions and targets.
+    fn decoder_input<'a>(&'a self, embedded: &'a Tensor) -> losses::DecoderInput<'a> {
+        losses::DecoderInput {
+            embedded,
+            mask: &self.mask,
+            rows: &self.dec_rows,
+            targets: &self.dec_targets,
+        }
+    }
 }
 
 /// The losses of one step (scalar tensors; `total` is what is differentiated).
@@ -206,6 +217,14 @@ struct ImageSide {
     p: Tensor,
     distribution: Tensor,
     grounding: Option<Tensor>,
+}
+
+/// The lexicons of a phase-1 step: the image side, the caption lexicon `p_l` and COOKIE's text
+/// view (the masked caption's lexicon) when its loss is on.
+struct Phase1Sides<'a> {
+    image: &'a ImageSide,
+    text: &'a Tensor,
+    text_view: Option<Tensor>,
 }
 
 impl LexLipModel {
@@ -502,35 +521,51 @@ impl LexLipModel {
             .embeddings()
             .forward(&batch.dec_ids, &Dropout::off())?
             .detach();
-        let dec = losses::DecoderInput {
-            embedded: &dec_emb,
-            mask: &batch.mask,
-            rows: &batch.dec_rows,
-            targets: &batch.dec_targets,
-        };
+        let dec = batch.decoder_input(&dec_emb);
         let word = self.text.word_embeddings();
         let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
         let baco = losses::baco(pv, &pl, objectives.tau, objectives.flops)?;
-        let mut parts = vec![
+        let parts = vec![
             ("lex_mlm_i2t", i2t.clone()),
             ("baco", baco.loss.clone()),
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = with_grounding((&i2t + &baco.loss)?, &image, objectives, &mut parts)?;
+        let sides = Phase1Sides {
+            image: &image,
+            text: &pl,
+            text_view: None,
+        };
+        self.phase1_losses((&i2t + &baco.loss)?, parts, sides, batch, drop, objectives)
+    }
+
+    /// A phase-1 step's losses from its summed `total` and `parts`: with the grounding loss,
+    /// COOKIE's and GRIT-VLP's extras over the lexicons and the second image view
+    /// ([`Objectives::with_extras`]), and the lexicons' sizes and features.
+    fn phase1_losses(
+        &self,
+        total: Tensor,
+        mut parts: Vec<(&'static str, Tensor)>,
+        sides: Phase1Sides,
+        batch: &Batch,
+        drop: &Dropout,
+        objectives: &Objectives,
+    ) -> Result<StepLosses> {
+        let (pv, pl) = (&sides.image.p, sides.text);
+        let total = with_grounding(total, sides.image, objectives, &mut parts)?;
         let pv2 = self.second_view(batch, objectives, drop)?;
         let views = Views {
             image: pv,
-            text: &pl,
+            text: pl,
             image_view: pv2.as_ref(),
-            text_view: None,
+            text_view: sides.text_view.as_ref(),
         };
         let total = objectives.with_extras(total, &mut parts, &views)?;
         Ok(StepLosses {
             total,
             parts,
             nnz_image: Some(losses::mean_nonzero(pv)?),
-            nnz_text: Some(losses::mean_nonzero(&pl)?),
+            nnz_text: Some(losses::mean_nonzero(pl)?),
             features: Some((pv.detach(), pl.detach())),
         })
     }
@@ -557,17 +592,12 @@ impl LexLipModel {
 
         let word = self.text.word_embeddings();
         let dec_emb = self.text.embeddings().forward(&batch.dec_ids, drop)?;
-        let dec = losses::DecoderInput {
-            embedded: &dec_emb,
-            mask: &batch.mask,
-            rows: &batch.dec_rows,
-            targets: &batch.dec_targets,
-        };
+        let dec = batch.decoder_input(&dec_emb);
         let i2t = losses::lex_mlm(&self.decoder_image, av, word, &dec, drop)?;
         let t2i = losses::lex_mlm(&self.decoder_text, &al, word, &dec, drop)?;
         let baco = losses::baco(pv, &pl, objectives.tau, objectives.flops)?;
         let total = (((&self_mlm + &i2t)? + &t2i)? + &baco.loss)?;
-        let mut parts = vec![
+        let parts = vec![
             ("self_mlm", self_mlm),
             ("lex_mlm_i2t", i2t),
             ("lex_mlm_t2i", t2i),
@@ -575,26 +605,15 @@ impl LexLipModel {
             ("flops_image", baco.flops_image),
             ("flops_text", baco.flops_text),
         ];
-        let total = with_grounding(total, &image, objectives, &mut parts)?;
-        let pv2 = self.second_view(batch, objectives, drop)?;
-        // COOKIE's text view: the lexicon of the masked caption SelfMLM already encoded.
-        let pl_masked = (objectives.text_contrastive > 0.0)
-            .then(|| losses::splade(&masked_logits, Some(&batch.mask)))
-            .transpose()?;
-        let views = Views {
-            image: pv,
+        let sides = Phase1Sides {
+            image: &image,
             text: &pl,
-            image_view: pv2.as_ref(),
-            text_view: pl_masked.as_ref(),
+            // COOKIE's text view: the lexicon of the masked caption SelfMLM already encoded.
+            text_view: (objectives.text_contrastive > 0.0)
+                .then(|| losses::splade(&masked_logits, Some(&batch.mask)))
+                .transpose()?,
         };
-        let total = objectives.with_extras(total, &mut parts, &views)?;
-        Ok(StepLosses {
-            total,
-            parts,
-            nnz_image: Some(losses::mean_nonzero(pv)?),
-            nnz_text: Some(losses::mean_nonzero(&pl)?),
-            features: Some((pv.detach(), pl.detach())),
-        })
+        self.phase1_losses(total, parts, sides, batch, drop, objectives)
     }
 
     /// Phase 2 (eq. 19-23): the momentum encoders are moved towards the towers (EMA), encode

@@ -24,23 +24,9 @@ use crate::optim::AdamW;
 use crate::options::{DenseToken, Objective as ObjectiveKind, TrainOptions};
 use crate::rng::{Rng, key};
 use crate::sampler::{GroupState, Sampler};
-use crate::steps::{Batches, Computed, Objective, Span};
+use crate::steps::{Batches, Computed, Objective, Span, prepare_out};
 use crate::text::TextTokenizer;
 use crate::text_cache::TextCache;
-
-/// Creates the output directory and proves it writable before any work.
-pub(crate) fn prepare_out(out: &Path) -> Result<()> {
-    if out.exists() && !out.is_dir() {
-        return Err(TrainError::invalid(format!(
-            "--out {} is a file, not a directory",
-            out.display()
-        )));
-    }
-    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
-    let probe = out.join(".write-probe");
-    std::fs::write(&probe, b"").map_err(|e| TrainError::io(&probe, e))?;
-    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
-}
 
 /// Refuses an output directory that holds the exported model of the other objective (a LexLIP
 /// directory and a dense one cannot share a directory: loaders would read the wrong one).

@@ -8,10 +8,12 @@
 //! here, so a fix to the loop reaches every one of them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
+use lexlip_corpus::Input;
 
 use crate::checkpoint::{self, State};
 use crate::error::{Result, TrainError};
@@ -54,13 +56,9 @@ impl Computed {
     }
 }
 
-/// A checkpoint of an objective whose only state is the weights in `store` (no momentum
-/// queue): saved under `group/`.
+/// What a checkpoint of an objective keeps besides the optimizer: named tensors, and the
+/// momentum queue's (position, fill) — (0, 0) for an objective whose only state is its weights.
 pub(crate) type Saved = (HashMap<String, Tensor>, (usize, usize));
-
-pub(crate) fn weights_only(store: &candle_nn::VarMap, group: &str) -> Result<Saved> {
-    Ok((store_tensors(store, group)?, (0, 0)))
-}
 
 /// A trainable objective as the loop drives it.
 pub(crate) trait Objective {
@@ -77,6 +75,31 @@ pub(crate) trait Objective {
     /// What a checkpoint keeps besides the optimizer: named tensors, and the momentum queue's
     /// (position, fill).
     fn checkpoint(&self) -> Result<Saved>;
+}
+
+/// Creates the output directory and proves it writable before any work.
+pub(crate) fn prepare_out(out: &Path) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(TrainError::invalid(format!(
+            "--out {} is a file, not a directory",
+            out.display()
+        )));
+    }
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+    let probe = out.join(".write-probe");
+    std::fs::write(&probe, b"").map_err(|e| TrainError::io(&probe, e))?;
+    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
+}
+
+/// The start of a run over frozen inputs (heads, adapter, re-ranker), once its arguments are
+/// checked: the time it starts (its summary's seconds count from it), `--out` made ready
+/// ([`prepare_out`]), its corpus input and the device it runs on.
+pub(crate) fn begin(opts: &TrainOptions) -> Result<(Instant, Input, Device)> {
+    let started = Instant::now();
+    prepare_out(&opts.run.out)?;
+    let input = crate::data::input(opts)?;
+    let device = lexlip_model::device(opts.run.gpu)?;
+    Ok((started, input, device))
 }
 
 /// Which steps this run does.
@@ -104,14 +127,134 @@ impl Span {
     }
 }
 
+/// What a run over frozen inputs trains: one parameter store, kept in its checkpoints under
+/// `group/`, the optimizer's parameters over it, and the steps of an epoch of its order.
+pub(crate) struct Trained<'s> {
+    pub store: &'s candle_nn::VarMap,
+    pub group: &'static str,
+    pub params: &'s [Param],
+    pub steps_per_epoch: u64,
+}
+
+impl<'a> Trained<'a> {
+    /// `store`, checkpointed under `group/`, with the optimizer's `params` over it, trained in
+    /// `order`.
+    pub(crate) fn new(
+        store: &'a candle_nn::VarMap,
+        group: &'static str,
+        params: &'a [Param],
+        order: &crate::data::Order,
+    ) -> Self {
+        Self {
+            store,
+            group,
+            params,
+            steps_per_epoch: order.steps_per_epoch(),
+        }
+    }
+
+    /// The run (started at `started`) that trains this store over `corpus`: the run's
+    /// optimizer and steps, resumed from the last checkpoint in `--out` with this `fingerprint`
+    /// ([`Trained::resumed_at`]), else from step 0.
+    pub(crate) fn resume(
+        self,
+        opts: &'a TrainOptions,
+        control: &'a RunControl,
+        started: Instant,
+        fingerprint: String,
+        corpus: &crate::data::Corpus,
+        observer: &mut dyn Observer,
+    ) -> Result<Trainer<'a>> {
+        let mut adam = optimizer(opts);
+        let total = total_steps(opts, self.steps_per_epoch);
+        let start = self.resumed_at(opts, &fingerprint, &mut adam, total, observer)?;
+        Ok(Trainer {
+            opts,
+            control,
+            span: Span::new(opts, start, total, self.steps_per_epoch),
+            summary: Summary::starting(opts, 1, start, total, corpus),
+            trained: self,
+            fingerprint,
+            adam,
+            started,
+        })
+    }
+
+    /// The step a run of this store starts at: that of the last checkpoint in `--out` with
+    /// this `fingerprint` (its tensors under `group/` and the optimizer's state restored), else
+    /// 0.
+    fn resumed_at(
+        &self,
+        opts: &TrainOptions,
+        fingerprint: &str,
+        adam: &mut AdamW,
+        total: u64,
+        observer: &mut dyn Observer,
+    ) -> Result<u64> {
+        let Some((dir, state)) =
+            checkpoint::resumable(&opts.run.out, fingerprint, opts.run.restart)?
+        else {
+            return Ok(0);
+        };
+        let all = checkpoint::tensors(&dir)?;
+        crate::params::restore(
+            self.store,
+            &checkpoint::group(&all, self.group),
+            &dir.display().to_string(),
+        )?;
+        adam.restore(state.adam_t, &checkpoint::group(&all, "adam"), self.params)?;
+        observer.message(&format!(
+            "resuming from {} (step {} of {total})",
+            dir.display(),
+            state.step
+        ));
+        Ok(state.step)
+    }
+}
+
+/// The losses of an objective over one parameter store ([`Trained`]): all that such an
+/// objective says itself, the store giving its parameters and checkpoint.
+pub(crate) trait Losses {
+    type Batch: Send;
+    /// The losses of step `step` (from 0) on `batch`.
+    fn losses(&mut self, step: u64, batch: Self::Batch) -> Result<Computed>;
+}
+
+/// [`Losses`] over one store as the loop drives them.
+struct OneStore<'t, 's, L> {
+    trained: &'t Trained<'s>,
+    objective: &'t mut L,
+}
+
+impl<L: Losses> Objective for OneStore<'_, '_, L> {
+    type Batch = L::Batch;
+
+    fn params(&self) -> &[Param] {
+        self.trained.params
+    }
+
+    fn losses(&mut self, step: u64, batch: L::Batch) -> Result<Computed> {
+        self.objective.losses(step, batch)
+    }
+
+    fn checkpoint(&self) -> Result<Saved> {
+        Ok((
+            store_tensors(self.trained.store, self.trained.group)?,
+            (0, 0),
+        ))
+    }
+}
+
 /// A run over frozen inputs around the loop (heads, adapter, re-ranker): what every such run
-/// shares — its options, stop signal, fingerprint, span, summary and start time — so that an
-/// objective sets up only its model and batches, then calls [`Trainer::steps`] and
-/// [`Trainer::finish`].
+/// shares — its options, stop signal, what it trains, fingerprint, optimizer, span, summary and
+/// start time — so that an objective sets up only its model and batches, then calls
+/// [`Trained::resume`], [`Trainer::steps`] and [`Trainer::finish`].
 pub(crate) struct Trainer<'a> {
     pub opts: &'a TrainOptions,
     pub control: &'a RunControl,
+    pub trained: Trained<'a>,
     pub fingerprint: String,
+    pub adam: AdamW,
     pub span: Span,
     pub summary: Summary,
     pub started: Instant,
@@ -119,20 +262,22 @@ pub(crate) struct Trainer<'a> {
 
 impl Trainer<'_> {
     /// Runs this run's steps of `objective` ([`run`]).
-    pub(crate) fn steps<O: Objective, B: Batches<Batch = O::Batch>>(
+    pub(crate) fn steps<L: Losses, B: Batches<Batch = L::Batch>>(
         &mut self,
-        objective: &mut O,
+        objective: &mut L,
         batches: B,
-        adam: &mut AdamW,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         run(
             self.opts,
             self.control,
             &self.fingerprint,
-            objective,
+            &mut OneStore {
+                trained: &self.trained,
+                objective,
+            },
             batches,
-            adam,
+            &mut self.adam,
             self.span,
             observer,
             &mut self.summary,
@@ -318,41 +463,8 @@ pub(crate) fn total_steps(opts: &TrainOptions, steps_per_epoch: u64) -> u64 {
         .unwrap_or_else(|| ((opts.optim.epochs * steps_per_epoch as f64).ceil() as u64).max(1))
 }
 
-/// The step a run of one parameter store starts at: that of the last checkpoint in `--out`
-/// with this `fingerprint` (its `store` tensors, kept under `group/`, and the optimizer's state
-/// restored), else 0.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn resume_store(
-    opts: &TrainOptions,
-    fingerprint: &str,
-    store: &candle_nn::VarMap,
-    group: &str,
-    adam: &mut AdamW,
-    params: &[Param],
-    total: u64,
-    observer: &mut dyn Observer,
-) -> Result<u64> {
-    let Some((dir, state)) = checkpoint::resumable(&opts.run.out, fingerprint, opts.run.restart)?
-    else {
-        return Ok(0);
-    };
-    let all = checkpoint::tensors(&dir)?;
-    crate::params::restore(
-        store,
-        &checkpoint::group(&all, group),
-        &dir.display().to_string(),
-    )?;
-    adam.restore(state.adam_t, &checkpoint::group(&all, "adam"), params)?;
-    observer.message(&format!(
-        "resuming from {} (step {} of {total})",
-        dir.display(),
-        state.step
-    ));
-    Ok(state.step)
-}
-
 /// The checkpoint tensors of a single parameter store, named `group/NAME`: what
-/// [`resume_store`] restores.
+/// [`Trained::resumed_at`] restores.
 pub(crate) fn store_tensors(
     store: &candle_nn::VarMap,
     group: &str,

@@ -37,7 +37,7 @@ pub(crate) fn cached_corpus(
     tokenizer_path: &Path,
     observer: &mut dyn Observer,
 ) -> Result<(Corpus, serde_json::Value)> {
-    let corpus = data::load_with_texts(input, tokenizer, &mut |d, t| observer.checking(d, t))?;
+    let corpus = data::load_with(input, tokenizer, &mut |d, t| observer.checking(d, t), true)?;
     for e in &corpus.examples {
         observer.message(&format!("skipped {e}"));
     }

@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use lexlip_corpus::ImageRef;
 use lexlip_model::{ImageProcessor, PreprocessedImage};
 
-use super::rows::{IMAGES, PairRows, image_rows};
+use super::rows::{IMAGES, PairRows, TEXTS, image_rows};
 use super::{CacheMeta, EmbeddingCache, Section};
 use crate::augment::Augment;
 use crate::error::{Result, TrainError};
@@ -147,28 +147,68 @@ pub(crate) fn pairs_note(views: usize) -> String {
     format!(" × {} (each picture and its {views} views)", views + 1)
 }
 
+/// A batch of pairs drawn from such an order.
+pub(crate) struct Drawn {
+    /// The captions' rows.
+    pub pairs: Vec<usize>,
+    /// Their pictures.
+    pub images: Vec<usize>,
+    /// Which of a picture's inputs each pair reads: 0 the picture itself, `k` its `k`-th view.
+    pub views: Vec<usize>,
+}
+
 /// A batch's entries of such an order as its pairs, the view each reads and their pictures.
-pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+pub(crate) fn drawn(entries: Vec<usize>, rows: &PairRows) -> Drawn {
     let (pairs, views): (Vec<usize>, Vec<usize>) = entries
         .into_iter()
         .map(|v| pair_and_view(v, rows.len()))
         .unzip();
     let images = pairs.iter().map(|&p| rows.image(p) as usize).collect();
-    (pairs, views, images)
+    Drawn {
+        pairs,
+        images,
+        views,
+    }
 }
 
-/// What a batch reads its pictures from: their own cached rows (the [`IMAGES`] section of
-/// `own`), and their augmented views when cached.
-#[derive(Clone, Copy)]
-pub(crate) struct Pictures<'a> {
-    pub own: &'a EmbeddingCache,
-    pub views: Option<&'a EmbeddingCache>,
+/// What a batch of drawn pairs reads, on `device`: its pictures' own cached rows (the
+/// [`IMAGES`] section of `own`), their augmented views when cached, and its captions' rows (the
+/// [`TEXTS`] section of `captions`).
+pub(crate) struct PairInputs<'a> {
+    own: &'a EmbeddingCache,
+    views: Option<&'a EmbeddingCache>,
+    captions: &'a EmbeddingCache,
+    pub device: Device,
 }
 
-impl Pictures<'_> {
-    /// The rows of picture `pictures[j]` seen through view `views[j]` ([`batch_rows`]).
-    pub fn rows(&self, pictures: &[usize], views: &[usize], device: &Device) -> Result<Tensor> {
-        batch_rows(self.own, IMAGES, self.views, pictures, views, device)
+impl<'a> PairInputs<'a> {
+    pub fn new(
+        own: &'a EmbeddingCache,
+        views: Option<&'a EmbeddingCache>,
+        captions: &'a EmbeddingCache,
+        device: &Device,
+    ) -> Self {
+        Self {
+            own,
+            views,
+            captions,
+            device: device.clone(),
+        }
+    }
+
+    /// A drawn batch's picture rows, each seen through its view ([`batch_rows`]), and its
+    /// captions' rows.
+    pub fn rows(&self, batch: &Drawn) -> Result<(Tensor, Tensor)> {
+        let image = batch_rows(
+            self.own,
+            IMAGES,
+            self.views,
+            &batch.images,
+            &batch.views,
+            &self.device,
+        )?;
+        let text = self.captions.rows(TEXTS, &batch.pairs, &self.device)?;
+        Ok((image, text))
     }
 }
 

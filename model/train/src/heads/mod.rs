@@ -31,7 +31,6 @@ pub mod model;
 pub mod step;
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
@@ -41,19 +40,17 @@ use crate::cache::EmbeddingCache;
 use crate::cache::rows::{
     IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat,
 };
-use crate::cache::views::{Pictures, ViewSpec, drawn};
-use crate::checkpoint;
+use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::expansion::{own_words, template_ids, words_without};
-use crate::export::{copy_files, json_bytes, save_weights};
+use crate::export::{copy_file, copy_files, save_part, write_json};
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
-use crate::optim::Param;
 use crate::options::{Sampler, TrainOptions, VocabBias};
 use crate::params::snapshot;
 use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
-use crate::steps::{Batches, Computed, Objective, Span, Trainer};
+use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
 pub use model::{HeadsModel, INIT_SCALE};
 pub use step::{HeadsLosses, StepInputs, StepWeights, distillation, step_losses};
@@ -116,7 +113,6 @@ pub fn train(
     control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let Some(backbone_arg) = opts.model.backbone.clone() else {
         return Err(TrainError::invalid(
             "--objective heads trains lexicon heads over a frozen dense model: give it as \
@@ -124,9 +120,7 @@ pub fn train(
              SigLIP or MobileCLIP directory)",
         ));
     };
-    crate::run::prepare_out(&opts.run.out)?;
-    let input = data::input(opts)?;
-    let device = lexlip_model::device(opts.run.gpu)?;
+    let (started, input, device) = crate::steps::begin(opts)?;
     let backbone_path = backbone_dir(&backbone_arg);
     let encoders = Encoders::load_with(&backbone_path, &device, &LoadOptions::default())?;
     let backbone = encoders.dense().ok_or_else(|| {
@@ -202,14 +196,11 @@ pub fn train(
     drop(encoders);
     let idf = Idf::of_corpus((0..rows.len()).map(|p| rows.tokens(p)), &tokenizer);
     let params = model.params(opts.lexicon.vocab_bias);
-    let mut adam = crate::steps::optimizer(opts);
     let order = Order::new(
         opts.optim.seed,
         rows.len() * (view_count + 1),
         opts.optim.batch_size,
     );
-    let steps_per_epoch = order.steps_per_epoch();
-    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let mut key = serde_json::json!({
         "options": opts.fingerprint_json(),
         "cache": cache.meta,
@@ -224,19 +215,11 @@ pub fn train(
         key["bias"] = serde_json::json!("shared");
     }
     let fingerprint = crate::run::sha256_json(&key);
-    let start = crate::steps::resume_store(
-        opts,
-        &fingerprint,
-        &model.store,
-        "heads",
-        &mut adam,
-        &params,
-        total,
-        observer,
-    )?;
-    let mut summary = Summary::starting(opts, 1, start, total, &corpus);
-    summary.images = image_count;
-    summary.pairs = rows.len() * (view_count + 1);
+    let trained = Trained::new(&model.store, "heads", &params, &order);
+    let mut trainer = trained.resume(opts, control, started, fingerprint, &corpus, observer)?;
+    let total = trainer.span.total;
+    trainer.summary.images = image_count;
+    trainer.summary.pairs = rows.len() * (view_count + 1);
     let flops = FlopsSchedule::of(opts, total);
     observer.message(&format!(
         "heads: image top-{} and text top-{}, τ {}, distillation ×{} (teacher τ {}), \
@@ -273,12 +256,7 @@ pub fn train(
     };
     let mut objective = HeadsSteps {
         model: &model,
-        cache: &cache,
-        pictures: Pictures {
-            own: &cache,
-            views: views.as_ref(),
-        },
-        params: &params,
+        inputs: PairInputs::new(&cache, views.as_ref(), &cache, &device),
         idf: idf.to_tensor(&device)?,
         words: match opts.lexicon.query_expansion {
             Some(_) => Some(words_without(
@@ -308,17 +286,8 @@ pub fn train(
             caption_words_text: opts.lexicon.caption_words_text,
             caption_words_tau: opts.lexicon.caption_words_tau,
         },
-        device: device.clone(),
     };
-    let mut trainer = Trainer {
-        opts,
-        control,
-        fingerprint,
-        span: Span::new(opts, start, total, steps_per_epoch),
-        summary,
-        started,
-    };
-    trainer.steps(&mut objective, batches, &mut adam, observer)?;
+    trainer.steps(&mut objective, batches, observer)?;
     trainer.finish(
         &opts.run.out.join("heads").join("config.json"),
         || export(&model, &backbone_path, &tokenizer_path, dim, opts),
@@ -443,9 +412,7 @@ fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
 /// A batch: pair indices, their images' indices, which of each image's views it reads (0:
 /// the picture itself) and their captions' tokens.
 struct HeadsBatch {
-    pairs: Vec<usize>,
-    images: Vec<usize>,
-    views: Vec<usize>,
+    pairs: Drawn,
     tokens: Vec<Vec<u32>>,
 }
 
@@ -460,26 +427,20 @@ impl Batches for PairIndices<'_> {
                 self.order.set(epoch, &order);
             }
         }
-        let (pairs, views, images) = drawn(self.order.batch(step), self.rows);
+        let pairs = drawn(self.order.batch(step), self.rows);
         let tokens = pairs
+            .pairs
             .iter()
             .map(|&p| self.rows.tokens(p).to_vec())
             .collect();
-        Ok(HeadsBatch {
-            pairs,
-            images,
-            views,
-            tokens,
-        })
+        Ok(HeadsBatch { pairs, tokens })
     }
 }
 
 struct HeadsSteps<'a> {
     model: &'a HeadsModel,
-    cache: &'a EmbeddingCache,
-    /// The pictures' rows: `cache`'s, and with `--image-views` their views'.
-    pictures: Pictures<'a>,
-    params: &'a [Param],
+    /// The pairs' rows: the cache's, and with `--image-views` their pictures' views'.
+    inputs: PairInputs<'a>,
     idf: Tensor,
     /// With `--query-expansion`: the terms a caption's lexicon may hold (allowed, no template
     /// words).
@@ -488,25 +449,18 @@ struct HeadsSteps<'a> {
     flops: FlopsSchedule,
     /// The run's loss weights; the FLOPS ones follow `flops` step by step.
     weights: StepWeights,
-    device: Device,
 }
 
-impl Objective for HeadsSteps<'_> {
+impl Losses for HeadsSteps<'_> {
     type Batch = HeadsBatch;
 
-    fn params(&self) -> &[Param] {
-        self.params
-    }
-
     fn losses(&mut self, step: u64, batch: HeadsBatch) -> Result<Computed> {
-        let image = self
-            .pictures
-            .rows(&batch.images, &batch.views, &self.device)?;
-        let text = self.cache.rows(TEXTS, &batch.pairs, &self.device)?;
+        let (image, text) = self.inputs.rows(&batch.pairs)?;
+        let device = &self.inputs.device;
         let rows: Vec<&[u32]> = batch.tokens.iter().map(Vec::as_slice).collect();
         let (ids, mask, width) = data::padded(&rows, self.pad);
-        let ids = Tensor::from_vec(ids, (rows.len(), width), &self.device)?;
-        let mask = Tensor::from_vec(mask, (rows.len(), width), &self.device)?;
+        let ids = Tensor::from_vec(ids, (rows.len(), width), device)?;
+        let mask = Tensor::from_vec(mask, (rows.len(), width), device)?;
         let (bags, has) = grounding_targets(&ids, &mask.to_dtype(DType::F32)?, &self.idf)?;
         let own = match &self.words {
             Some(words) => Some(own_words(&ids, &mask, words)?),
@@ -538,10 +492,6 @@ impl Objective for HeadsSteps<'_> {
             ..Computed::new(total, parts)
         })
     }
-
-    fn checkpoint(&self) -> Result<crate::steps::Saved> {
-        crate::steps::weights_only(&self.model.store, "heads")
-    }
 }
 
 /// Writes the model directory: `dense/` (the backbone's files), `heads/` (weights, config, the
@@ -562,9 +512,6 @@ fn export(
         }
     }
     let heads = out.join("heads");
-    std::fs::create_dir_all(&heads).map_err(|e| TrainError::io(&heads, e))?;
-    let dest = heads.join("tokenizer.json");
-    std::fs::copy(tokenizer, &dest).map_err(|e| TrainError::io(&dest, e))?;
     let mut tensors = snapshot(&model.store)?;
     for (name, c) in [
         (IMAGE_HEAD, &model.image_center),
@@ -574,11 +521,8 @@ fn export(
     }
     // Exactly 0 or 1: f16 keeps it.
     tensors.insert(ALLOWED.into(), model.allowed.clone());
-    save_weights(
-        tensors,
-        opts.run.save_dtype,
-        &heads.join("model.safetensors"),
-    )?;
+    save_part(&heads, tensors, opts.run.save_dtype)?;
+    copy_file(tokenizer, &heads.join("tokenizer.json"))?;
     let config = HeadsConfig {
         model_type: MODEL_TYPE.into(),
         dim,
@@ -586,8 +530,7 @@ fn export(
         image_top_k: opts.lexicon.image_top_k,
         text_top_k: opts.lexicon.text_top_k,
     };
-    let config = serde_json::to_value(&config).map_err(|e| TrainError::invalid(e.to_string()))?;
-    checkpoint::write_atomic(&heads.join("config.json"), &json_bytes(&config))?;
+    write_json(&heads.join("config.json"), &config)?;
     let mut meta = serde_json::json!({
         "format": "lexlip",
         "source": "lexlip train --objective heads",
@@ -599,7 +542,7 @@ fn export(
         meta["text_terms"] =
             serde_json::to_value(&terms).map_err(|e| TrainError::invalid(e.to_string()))?;
     }
-    checkpoint::write_atomic(&out.join("lexlip.json"), &json_bytes(&meta))
+    write_json(&out.join("lexlip.json"), &meta)
 }
 
 #[cfg(test)]

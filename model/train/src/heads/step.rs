@@ -8,7 +8,7 @@ use super::model::HeadsModel;
 use crate::error::{Result, TrainError};
 use crate::expansion::expansion_control;
 use crate::lexicon::{caption_words, grounding};
-use crate::losses::{flops, in_batch};
+use crate::losses::{add_weighted, flops, in_batch};
 use crate::nn::log_softmax;
 
 /// The inputs of one step's losses.
@@ -107,8 +107,7 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
     ] {
         if weight > 0.0 {
             let cw = caption_words(logits, &model.allowed, x.bags, x.has, w.caption_words_tau)?;
-            total = (total + (&cw * weight)?)?;
-            parts.push((name, cw));
+            total = add_weighted(total, &mut parts, name, cw, weight)?;
         }
     }
     let nnz = (

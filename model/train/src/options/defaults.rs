@@ -200,98 +200,90 @@ impl TrainOptions {
         o.run.gpu = false;
         o.run.out = PathBuf::new();
         let mut v = serde_json::to_value(&o).unwrap_or_default();
-        // LexLIP runs hash as they did before the dense objective existed, so their
-        // checkpoints still resume.
-        if self.method.objective == Objective::Lexlip
-            && let Some(m) = v.as_object_mut()
-        {
-            m.remove("objective");
-            m.remove("dense_dim");
-        }
-        // The heads' own options hash for heads runs only, so other runs' checkpoints resume.
-        if self.method.objective != Objective::Heads
-            && let Some(m) = v.as_object_mut()
-        {
-            if self.method.objective != Objective::Adapter {
-                m.remove("backbone");
+        let Some(m) = v.as_object_mut() else {
+            return v;
+        };
+        let objective = self.method.objective;
+        let no_dense_token = self.method.dense_token == DenseToken::None;
+        // Keys left out of the hash where they are not set, each with when.
+        let unset: [(bool, &[&str]); 12] = [
+            // LexLIP runs hash as they did before the dense objective existed, so their
+            // checkpoints still resume.
+            (objective == Objective::Lexlip, &["objective", "dense_dim"]),
+            // The heads' own options hash for heads runs only (the backbone for the adapter's
+            // too), so other runs' checkpoints resume.
+            (
+                !matches!(objective, Objective::Heads | Objective::Adapter),
+                &["backbone"],
+            ),
+            (
+                objective != Objective::Heads,
+                &[
+                    "text_top_k",
+                    "distill",
+                    "teacher_tau",
+                    "caption_words",
+                    "caption_words_text",
+                    "caption_words_tau",
+                ],
+            ),
+            // The cache's place changes nothing the run computes.
+            (true, &["cache"]),
+            // The lexicon options shape LexLIP's lexicons and the heads' only.
+            (
+                !matches!(objective, Objective::Lexlip | Objective::Heads),
+                &[
+                    "flops_image",
+                    "flops_text",
+                    "flops_warmup",
+                    "image_top_k",
+                    "grounding",
+                    "vocab_bias",
+                ],
+            ),
+            (
+                objective != Objective::Rerank,
+                &[
+                    "fusion_layers",
+                    "rerank_negatives",
+                    "rerank_hard",
+                    "rerank_mlm",
+                    "rerank_itc",
+                    "rerank_mim",
+                ],
+            ),
+            (
+                objective != Objective::Rerank && no_dense_token,
+                &["image_mask_rate"],
+            ),
+            // Options added later hash only when set, so older runs' checkpoints still resume.
+            (
+                self.method.dense_loss == DenseLoss::Infonce,
+                &["dense_loss"],
+            ),
+            (!self.method.dense_momentum, &["dense_momentum"]),
+            (no_dense_token, &["dense_token"]),
+            (
+                self.optim.sampler == Sampler::Random,
+                &["sampler", "group_size"],
+            ),
+            (self.lexicon.vocab_bias == VocabBias::Train, &["vocab_bias"]),
+        ];
+        for (_, keys) in unset.iter().filter(|(unset, _)| *unset) {
+            for key in *keys {
+                m.remove(*key);
             }
-            for key in [
-                "cache",
-                "text_top_k",
-                "distill",
-                "teacher_tau",
-                "caption_words",
-                "caption_words_text",
-                "caption_words_tau",
-            ] {
+        }
+        for (key, v) in [
+            ("itc_consistency", self.method.itc_consistency),
+            ("image_contrastive", self.method.image_contrastive),
+            ("text_contrastive", self.method.text_contrastive),
+            ("flops_warmup", self.lexicon.flops_warmup),
+            ("image_top_k", self.lexicon.image_top_k as f64),
+            ("grounding", self.lexicon.grounding),
+        ] {
+            if v == 0.0 {
                 m.remove(key);
-            }
-        }
-        // The cache's place changes nothing the run computes.
-        if let Some(m) = v.as_object_mut() {
-            m.remove("cache");
-        }
-        // The lexicon options shape LexLIP's lexicons and the heads' only.
-        if !matches!(self.method.objective, Objective::Lexlip | Objective::Heads)
-            && let Some(m) = v.as_object_mut()
-        {
-            for key in [
-                "flops_image",
-                "flops_text",
-                "flops_warmup",
-                "image_top_k",
-                "grounding",
-                "vocab_bias",
-            ] {
-                m.remove(key);
-            }
-        }
-        if self.method.objective != Objective::Rerank
-            && let Some(m) = v.as_object_mut()
-        {
-            for key in [
-                "fusion_layers",
-                "rerank_negatives",
-                "rerank_hard",
-                "rerank_mlm",
-                "rerank_itc",
-                "rerank_mim",
-            ] {
-                m.remove(key);
-            }
-            if self.method.dense_token == DenseToken::None {
-                m.remove("image_mask_rate");
-            }
-        }
-        // Options added later hash only when set, so older runs' checkpoints still resume.
-        if let Some(m) = v.as_object_mut() {
-            if self.method.dense_loss == DenseLoss::Infonce {
-                m.remove("dense_loss");
-            }
-            if !self.method.dense_momentum {
-                m.remove("dense_momentum");
-            }
-            if self.method.dense_token == DenseToken::None {
-                m.remove("dense_token");
-            }
-            if self.optim.sampler == Sampler::Random {
-                m.remove("sampler");
-                m.remove("group_size");
-            }
-            for (key, v) in [
-                ("itc_consistency", self.method.itc_consistency),
-                ("image_contrastive", self.method.image_contrastive),
-                ("text_contrastive", self.method.text_contrastive),
-                ("flops_warmup", self.lexicon.flops_warmup),
-                ("image_top_k", self.lexicon.image_top_k as f64),
-                ("grounding", self.lexicon.grounding),
-            ] {
-                if v == 0.0 {
-                    m.remove(key);
-                }
-            }
-            if self.lexicon.vocab_bias == VocabBias::Train {
-                m.remove("vocab_bias");
             }
         }
         v

@@ -1,10 +1,26 @@
 //! The checks of [`TrainOptions`] that no type can make: rates in range, sizes positive, options
 //! that go together.
 
+use std::ops::{Bound, RangeBounds};
+
 use super::*;
 
 /// The most augmented views `--image-views` caches per picture.
 pub const MAX_IMAGE_VIEWS: usize = 16;
+
+/// (0, 1]: a share that cannot be nothing.
+const UNIT: (Bound<f64>, Bound<f64>) = (Bound::Excluded(0.0), Bound::Included(1.0));
+
+/// Refuses `value` outside `range`, saying `"{rule}, got {value}"`.
+fn in_range(rule: &str, value: f64, range: impl RangeBounds<f64>) -> crate::error::Result<()> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(crate::error::TrainError::Invalid(format!(
+            "{rule}, got {value}"
+        )))
+    }
+}
 
 impl TrainOptions {
     /// Checks values that no type can (rates in range, sizes positive).
@@ -24,12 +40,11 @@ impl TrainOptions {
                 return bad(format!("{name} must be in (0, 1], got {v}"));
             }
         }
-        if !(self.method.image_mask_rate > 0.0 && self.method.image_mask_rate <= 1.0) {
-            return bad(format!(
-                "--image-mask-rate must be in (0, 1], got {}",
-                self.method.image_mask_rate
-            ));
-        }
+        in_range(
+            "--image-mask-rate must be in (0, 1]",
+            self.method.image_mask_rate,
+            UNIT,
+        )?;
         let heads = self.method.objective == Objective::Heads;
         let (cw, cw_text, cw_tau) = (
             self.lexicon.caption_words,
@@ -148,12 +163,11 @@ impl TrainOptions {
                         .into(),
                 );
             }
-            if !(0.0..=1.0).contains(&self.method.rerank_hard) {
-                return bad(format!(
-                    "--rerank-hard must be in [0, 1], got {}",
-                    self.method.rerank_hard
-                ));
-            }
+            in_range(
+                "--rerank-hard must be in [0, 1]",
+                self.method.rerank_hard,
+                0.0..=1.0,
+            )?;
             if self.method.fusion_layers == 0 || self.method.rerank_negatives == 0 {
                 return bad("--fusion-layers and --rerank-negatives must be at least 1".into());
             }
@@ -171,54 +185,35 @@ impl TrainOptions {
                 );
             }
         }
-        if !(0.0..1.0).contains(&self.optim.dropout) {
-            return bad(format!(
-                "--dropout must be in [0, 1), got {}",
-                self.optim.dropout
-            ));
-        }
-        if !(self.data.crop_scale > 0.0 && self.data.crop_scale <= 1.0) {
-            return bad(format!(
-                "--crop-scale must be in (0, 1], got {}",
-                self.data.crop_scale
-            ));
-        }
-        if !(0.0..1.0).contains(&self.data.color_jitter) {
-            return bad(format!(
-                "--color-jitter must be in [0, 1), got {}",
-                self.data.color_jitter
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.data.style_augment) {
-            return bad(format!(
-                "--style-augment is a probability in [0, 1], got {}",
-                self.data.style_augment
-            ));
-        }
-        if !(0.0..=180.0).contains(&self.data.rotate) {
-            return bad(format!(
-                "--rotate is a largest turn in degrees, 0 to 180, got {}",
-                self.data.rotate
-            ));
-        }
-        if !(0.0..=0.5).contains(&self.data.hue_jitter) {
-            return bad(format!(
-                "--hue-jitter is a fraction of the colour wheel, 0 to 0.5, got {}",
-                self.data.hue_jitter
-            ));
-        }
-        if !(0.0..1.0).contains(&self.optim.warmup) {
-            return bad(format!(
-                "--warmup must be in [0, 1), got {}",
-                self.optim.warmup
-            ));
-        }
-        if !(0.0..1.0).contains(&self.method.momentum) {
-            return bad(format!(
-                "--momentum must be in [0, 1), got {}",
-                self.method.momentum
-            ));
-        }
+        let data = &self.data;
+        in_range("--dropout must be in [0, 1)", self.optim.dropout, 0.0..1.0)?;
+        in_range("--crop-scale must be in (0, 1]", data.crop_scale, UNIT)?;
+        in_range(
+            "--color-jitter must be in [0, 1)",
+            data.color_jitter,
+            0.0..1.0,
+        )?;
+        in_range(
+            "--style-augment is a probability in [0, 1]",
+            data.style_augment,
+            0.0..=1.0,
+        )?;
+        in_range(
+            "--rotate is a largest turn in degrees, 0 to 180",
+            data.rotate,
+            0.0..=180.0,
+        )?;
+        in_range(
+            "--hue-jitter is a fraction of the colour wheel, 0 to 0.5",
+            data.hue_jitter,
+            0.0..=0.5,
+        )?;
+        in_range("--warmup must be in [0, 1)", self.optim.warmup, 0.0..1.0)?;
+        in_range(
+            "--momentum must be in [0, 1)",
+            self.method.momentum,
+            0.0..1.0,
+        )?;
         if self.method.tau <= 0.0 || !self.method.tau.is_finite() {
             return bad(format!("--tau must be positive, got {}", self.method.tau));
         }
@@ -239,12 +234,11 @@ impl TrainOptions {
                     .into(),
             );
         }
-        if !(0.0..1.0).contains(&self.lexicon.flops_warmup) {
-            return bad(format!(
-                "--flops-warmup must be in [0, 1), got {}",
-                self.lexicon.flops_warmup
-            ));
-        }
+        in_range(
+            "--flops-warmup must be in [0, 1)",
+            self.lexicon.flops_warmup,
+            0.0..1.0,
+        )?;
         if !(self.lexicon.grounding >= 0.0 && self.lexicon.grounding.is_finite()) {
             return bad(format!(
                 "--grounding must be >= 0, got {}",

@@ -27,7 +27,6 @@ pub use model::{
 pub use negatives::{HardNegatives, distinct_captions};
 
 use std::path::Path;
-use std::time::Instant;
 
 use lexlip_model::rerank::{FORMAT, FusionConfig, RerankConfig, Towers};
 use lexlip_model::{Encoders, LoadOptions, PreprocessedImage};
@@ -37,11 +36,10 @@ use crate::checkpoint;
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::observe::{Observer, RunControl, Summary};
-use crate::optim::Param;
 use crate::options::TrainOptions;
 use crate::params::Source;
 use crate::rng::key;
-use crate::steps::{Computed, Objective, Span, Trainer};
+use crate::steps::{Computed, Losses, Trained};
 use crate::text::TextTokenizer;
 use batch::RerankBatches;
 
@@ -70,12 +68,9 @@ pub fn train(
     control: &RunControl,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let (text_dir, image_dir) = lexicon_dirs(opts.model.init.as_deref())?;
     let init = opts.model.init.clone().unwrap_or_default();
-    std::fs::create_dir_all(&opts.run.out).map_err(|e| TrainError::io(&opts.run.out, e))?;
-    let input = crate::data::input(opts)?;
-    let device = lexlip_model::device(opts.run.gpu)?;
+    let (started, input, device) = crate::steps::begin(opts)?;
     let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.data.max_length)?;
     let encoders = Encoders::load_with(
         &init,
@@ -189,26 +184,14 @@ pub fn train(
         itc: opts.method.rerank_itc,
     };
     let params = model.params(weights);
-    let mut adam = crate::steps::optimizer(opts);
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
-    let steps_per_epoch = order.steps_per_epoch();
-    let total = crate::steps::total_steps(opts, steps_per_epoch);
     let fingerprint = crate::run::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
         "init": init,
     }));
-    let start = crate::steps::resume_store(
-        opts,
-        &fingerprint,
-        &model.store,
-        "rerank",
-        &mut adam,
-        &params,
-        total,
-        observer,
-    )?;
-    let summary = Summary::starting(opts, 1, start, total, &corpus);
+    let trained = Trained::new(&model.store, "rerank", &params, &order);
+    let mut trainer = trained.resume(opts, control, started, fingerprint, &corpus, observer)?;
     observer.message(&format!(
         "re-ranker: fusion {} layers × {h} over the frozen towers of {}; ITM with negatives \
          {:.0} % from the lexicon top-{}, ITC ×{}, MLM ×{} (mask {}), MIM ×{} (mask {})",
@@ -235,18 +218,9 @@ pub fn train(
     let mut objective = RerankSteps {
         model: &model,
         towers: &towers,
-        params: &params,
         weights,
     };
-    let mut trainer = Trainer {
-        opts,
-        control,
-        fingerprint,
-        span: Span::new(opts, start, total, steps_per_epoch),
-        summary,
-        started,
-    };
-    trainer.steps(&mut objective, batches, &mut adam, observer)?;
+    trainer.steps(&mut objective, batches, observer)?;
     trainer.finish(
         &opts.run.out.join("rerank.json"),
         || export(&model, &text_dir, &image_dir, image_size, opts),
@@ -258,16 +232,11 @@ pub fn train(
 struct RerankSteps<'a> {
     model: &'a RerankModel,
     towers: &'a Towers,
-    params: &'a [Param],
     weights: Weights,
 }
 
-impl Objective for RerankSteps<'_> {
+impl Losses for RerankSteps<'_> {
     type Batch = RerankBatch;
-
-    fn params(&self) -> &[Param] {
-        self.params
-    }
 
     fn losses(&mut self, _step: u64, batch: RerankBatch) -> Result<Computed> {
         let losses = step_losses(self.model, self.towers, &batch, self.weights)?;
@@ -275,10 +244,6 @@ impl Objective for RerankSteps<'_> {
             figures: vec![("itm_accuracy", losses.itm_accuracy)],
             ..Computed::new(losses.total, losses.parts)
         })
-    }
-
-    fn checkpoint(&self) -> Result<crate::steps::Saved> {
-        crate::steps::weights_only(&self.model.store, "rerank")
     }
 }
 
@@ -294,12 +259,10 @@ fn export(
     for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
         crate::export::copy_files(from, &opts.run.out.join(name))?;
     }
-    let fusion = opts.run.out.join("fusion");
-    std::fs::create_dir_all(&fusion).map_err(|e| TrainError::io(&fusion, e))?;
-    crate::export::save_weights(
+    crate::export::save_part(
+        &opts.run.out.join("fusion"),
         model.served_tensors()?,
         opts.run.save_dtype,
-        &fusion.join("model.safetensors"),
     )?;
     let config = RerankConfig {
         format: FORMAT.into(),

@@ -9,7 +9,7 @@ use lexlip_model::PreprocessedImage;
 use lexlip_model::rerank::{Fusion, FusionConfig, Towers};
 
 use crate::error::{Result, TrainError};
-use crate::losses::{cross_entropy, info_nce, l1};
+use crate::losses::{add_weighted, cross_entropy, info_nce, l1};
 use crate::nn::l2_normalize;
 use crate::nn::{Act, Differentiable, LayerNorm, Linear, gather_rows};
 use crate::optim::Param;
@@ -239,8 +239,7 @@ pub fn step_losses(
             &image.narrow(0, 0, b)?,
         )?;
         let (itc, _, _) = info_nce(&i, &t, ITC_TAU)?;
-        total = (total + (&itc * weights.itc)?)?;
-        parts.push(("itc", itc));
+        total = add_weighted(total, &mut parts, "itc", itc, weights.itc)?;
     }
     if weights.mlm > 0.0 {
         let mut rows = Vec::new();
@@ -253,8 +252,7 @@ pub fn step_losses(
         }
         let logits = model.mlm_logits(&fused, &Tensor::new(rows.as_slice(), &device)?)?;
         let mlm = cross_entropy(&logits, &Tensor::new(targets.as_slice(), &device)?)?;
-        total = (total + (&mlm * weights.mlm)?)?;
-        parts.push(("mlm", mlm));
+        total = add_weighted(total, &mut parts, "mlm", mlm, weights.mlm)?;
     }
     if weights.mim > 0.0 {
         let mut rows = Vec::new();
@@ -269,8 +267,7 @@ pub fn step_losses(
         let predicted = model.mim_pixels(&fused, &Tensor::new(rows.as_slice(), &device)?)?;
         let target = Tensor::from_vec(pixels, predicted.dims(), &device)?;
         let mim = l1(&predicted, &target)?;
-        total = (total + (&mim * weights.mim)?)?;
-        parts.push(("mim", mim));
+        total = add_weighted(total, &mut parts, "mim", mim, weights.mim)?;
     }
     Ok(RerankLosses {
         total,
