@@ -38,6 +38,23 @@ fn three_images() -> Vec<(&'static str, Vector)> {
     ]
 }
 
+/// Captions of [`three_images`] that two cases by hand share: t0 {dog 100} and t1 {grass 100}
+/// of img0, t2 (given) of img1, t3 {car 100} and t4 {dog 99, street 50} of img2, then t5 (given,
+/// with its image).
+fn three_images_captions(
+    t2: Vector,
+    t5: (Option<usize>, Vector),
+) -> Vec<(&'static str, Option<usize>, Vector)> {
+    vec![
+        ("t0", Some(0), sparse(&[("dog", 100)])),
+        ("t1", Some(0), sparse(&[("grass", 100)])),
+        ("t2", Some(1), t2),
+        ("t3", Some(2), sparse(&[("car", 100)])),
+        ("t4", Some(2), sparse(&[("dog", 99), ("street", 50)])),
+        ("t5", t5.0, t5.1),
+    ]
+}
+
 fn dense(values: &[f32]) -> Vector {
     Vector::Dense(DenseVector::new(values.to_vec()).unwrap())
 }
@@ -114,14 +131,10 @@ fn sparse_recall_nnz_and_the_top_k_cut_by_hand() {
     let e = encoded(
         Mode::Sparse,
         three_images(),
-        vec![
-            ("t0", Some(0), sparse(&[("dog", 100)])),
-            ("t1", Some(0), sparse(&[("grass", 100)])),
-            ("t2", Some(1), sparse(&[("sofa", 100), ("dog", 10)])),
-            ("t3", Some(2), sparse(&[("car", 100)])),
-            ("t4", Some(2), sparse(&[("dog", 99), ("street", 50)])),
-            ("t5", None, sparse(&[("red", 100), ("car", 90)])),
-        ],
+        three_images_captions(
+            sparse(&[("sofa", 100), ("dog", 10)]),
+            (None, sparse(&[("red", 100), ("car", 90)])),
+        ),
     );
     assert_eq!((e.t2i_queries(), e.i2t_queries()), (5, 3));
 
@@ -421,14 +434,10 @@ fn lexicon_figures_by_hand() {
             .into_iter()
             .chain([("img3", sparse(&long))])
             .collect(),
-        vec![
-            ("t0", Some(0), sparse(&[("dog", 100)])),
-            ("t1", Some(0), sparse(&[("grass", 100)])),
-            ("t2", Some(1), sparse(&[("kitten", 100), ("cat", 40)])),
-            ("t3", Some(2), sparse(&[("car", 100)])),
-            ("t4", Some(2), sparse(&[("dog", 99), ("street", 50)])),
-            ("t5", Some(3), sparse(&[("w15", 100)])),
-        ],
+        three_images_captions(
+            sparse(&[("kitten", 100), ("cat", 40)]),
+            (Some(3), sparse(&[("w15", 100)])),
+        ),
     );
     // Caption words as the tokenizer's pieces give them: stopwords, punctuation and special
     // tokens are not words.

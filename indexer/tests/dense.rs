@@ -28,13 +28,17 @@ fn unit(seed: u64) -> DenseVector {
     DenseVector::new(v).unwrap().normalized()
 }
 
+/// A collection of a free term space (any term) at `dir` with `settings`.
+fn free(dir: &std::path::Path, settings: CollectionSettings) -> Collection {
+    Collection::create(dir, TermSpace::from_tokens("free", []), settings, None).unwrap()
+}
+
 fn create(dir: &std::path::Path, flush: usize, params: DenseParams) -> Collection {
     let settings = CollectionSettings {
         dense_dim: Some(DIM),
         ..CollectionSettings::default()
     };
-    let mut c =
-        Collection::create(dir, TermSpace::from_tokens("free", []), settings, None).unwrap();
+    let mut c = free(dir, settings);
     c.set_flush_docs(flush);
     c.set_dense_params(params);
     c
@@ -76,18 +80,28 @@ fn with_graphs(dir: &std::path::Path) -> Collection {
     create(dir, 100_000, params)
 }
 
+/// Adds the documents `d0..dN` (`n` of them) with the vectors `unit(i)` and the modalities
+/// `modality(i)`, and commits; returns them as the live map [`brute`] searches.
+fn add_units(
+    c: &Collection,
+    n: u64,
+    modality: impl Fn(u64) -> Modality,
+) -> BTreeMap<String, (DenseVector, Modality)> {
+    let mut live = BTreeMap::new();
+    for i in 0..n {
+        let (id, v, m) = (format!("d{i}"), unit(i), modality(i));
+        c.add_with_dense(doc(&id, m), sparse(), Some(v.clone()))
+            .unwrap();
+        live.insert(id, (v, m));
+    }
+    c.commit().unwrap();
+    live
+}
+
 /// Adds 600 image documents with dense vectors (enough for a graph under [`with_graphs`]) and
 /// commits.
 fn add_600_images(c: &Collection) {
-    for i in 0..600u64 {
-        c.add_with_dense(
-            doc(&format!("d{i}"), Modality::Image),
-            sparse(),
-            Some(unit(i)),
-        )
-        .unwrap();
-    }
-    c.commit().unwrap();
+    add_units(c, 600, |_| Modality::Image);
 }
 
 proptest! {
@@ -145,15 +159,7 @@ proptest! {
 fn hnsw_graph_keeps_recall_and_respects_deletes() {
     let tmp = tempfile::tempdir().unwrap();
     let c = with_graphs(tmp.path());
-    let mut live = BTreeMap::new();
-    for i in 0..3000u64 {
-        let id = format!("d{i}");
-        let v = unit(i);
-        c.add_with_dense(doc(&id, Modality::Image), sparse(), Some(v.clone()))
-            .unwrap();
-        live.insert(id, (v, Modality::Image));
-    }
-    c.commit().unwrap();
+    let mut live = add_units(&c, 3000, |_| Modality::Image);
     for i in (0..3000).step_by(7) {
         let id = format!("d{i}");
         assert!(c.delete(&DocId::new(&id).unwrap()).unwrap());
@@ -216,13 +222,7 @@ fn dense_vectors_survive_reopen_and_bad_dimensions_are_refused() {
 #[test]
 fn collections_without_dense_refuse_dense_vectors_and_queries() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Collection::create(
-        tmp.path(),
-        TermSpace::from_tokens("free", []),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = free(tmp.path(), CollectionSettings::default());
     assert!(
         c.add_with_dense(doc("a", Modality::Text), sparse(), Some(unit(3)))
             .is_err()
@@ -265,20 +265,13 @@ fn zero_vectors_are_refused() {
 fn hnsw_graphs_per_modality_answer_filtered_and_unfiltered_searches() {
     let tmp = tempfile::tempdir().unwrap();
     let c = with_graphs(tmp.path());
-    let mut live = BTreeMap::new();
-    for i in 0..2000u64 {
-        let id = format!("d{i}");
-        let m = if i % 2 == 0 {
+    let live = add_units(&c, 2000, |i| {
+        if i % 2 == 0 {
             Modality::Image
         } else {
             Modality::Text
-        };
-        let v = unit(i);
-        c.add_with_dense(doc(&id, m), sparse(), Some(v.clone()))
-            .unwrap();
-        live.insert(id, (v, m));
-    }
-    c.commit().unwrap();
+        }
+    });
     let snap = c.snapshot().unwrap();
     for m in [Some(Modality::Image), Some(Modality::Text), None] {
         let filter = Filter {

@@ -28,6 +28,15 @@ enum Op {
     Commit,
 }
 
+/// The exhaustive search of the top `k`: the oracle every pruned search here is held to.
+fn exhaustive_top(k: usize) -> SearchOptions {
+    SearchOptions {
+        k,
+        algorithm: Algorithm::Exhaustive,
+        ..SearchOptions::default()
+    }
+}
+
 fn vector(terms: &[(u8, u32)]) -> QuantizedVector {
     let map: BTreeMap<String, u64> = terms
         .iter()
@@ -207,7 +216,7 @@ proptest! {
             let topic = rng.range(0, 5);
             let q = topical(topic, g.query(&mut rng));
             let pruned = snap.search(&q, &SearchOptions::top(k)).unwrap();
-            let exhaustive = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Exhaustive, ..SearchOptions::default() }).unwrap();
+            let exhaustive = snap.search(&q, &exhaustive_top(k)).unwrap();
             prop_assert_eq!(&pruned.hits, &exhaustive.hits);
             let postings = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Postings, ..SearchOptions::default() }).unwrap();
             prop_assert_eq!(&postings.hits, &exhaustive.hits);
@@ -263,16 +272,7 @@ fn ranges_below_the_threshold_are_skipped_in(layout: Layout) {
     let snap = c.snapshot().unwrap();
     let q = QuantizedVector::new([("x", 10u64), ("y", 1)]).unwrap();
     let pruned = snap.search(&q, &SearchOptions::top(10)).unwrap();
-    let exhaustive = snap
-        .search(
-            &q,
-            &SearchOptions {
-                k: 10,
-                algorithm: Algorithm::Exhaustive,
-                ..SearchOptions::default()
-            },
-        )
-        .unwrap();
+    let exhaustive = snap.search(&q, &exhaustive_top(10)).unwrap();
     assert_eq!(pruned.hits, exhaustive.hits, "{layout:?}");
     // 1280 documents in 40 blocks of 32; the two blocks holding the strong "x" decide the top
     // 10, and the search stops after its first 16 blocks.
@@ -313,7 +313,7 @@ proptest! {
             let q = g.query_of(Corpus::Independent, &mut rng);
             let one = snap.search(&q, &SearchOptions::top(k)).unwrap();
             let many = snap.search(&q, &SearchOptions { k, threads, share_from_docs: Some(0), ..SearchOptions::default() }).unwrap();
-            let exhaustive = snap.search(&q, &SearchOptions { k, algorithm: Algorithm::Exhaustive, ..SearchOptions::default() }).unwrap();
+            let exhaustive = snap.search(&q, &exhaustive_top(k)).unwrap();
             prop_assert_eq!(&many.hits, &exhaustive.hits);
             prop_assert_eq!(&one.hits, &exhaustive.hits);
             // More blocks than the first ones: threads shared them (from any number of
@@ -451,16 +451,7 @@ fn segments_the_bounds_cannot_prune_are_scored_term_at_a_time() {
         )
         .unwrap();
         for (q, k) in [(&flat, 600), (&every, 10), (&every, 900)] {
-            let exhaustive = snap
-                .search(
-                    q,
-                    &SearchOptions {
-                        k,
-                        algorithm: Algorithm::Exhaustive,
-                        ..SearchOptions::default()
-                    },
-                )
-                .unwrap();
+            let exhaustive = snap.search(q, &exhaustive_top(k)).unwrap();
             let mut want: Vec<u64> = model.iter().map(|d| d.dot(q)).collect();
             want.sort_unstable_by(|a, b| b.cmp(a));
             want.truncate(k);

@@ -127,6 +127,19 @@ fn options(batch: usize, commit_every: usize) -> Options {
     }
 }
 
+/// Indexes `input` into `c` with `opts`, its skipped items recorded where nobody reads them.
+fn index(input: &Input, enc: &Encoders, c: &Collection, opts: &Options) -> Summary {
+    lexlip_pipeline::index_corpus(input, enc, c, opts, &mut Recorder::default()).unwrap()
+}
+
+/// A temporary directory with a [`corpus`] of `n` images, the encoders, and the manifest as
+/// the pipeline's input.
+fn setup(n: usize) -> (tempfile::TempDir, Encoders, Input) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (manifest, ..) = corpus(tmp.path(), n);
+    (tmp, encoders(), Input::Manifest(manifest))
+}
+
 fn counts(s: &Summary) -> (u64, u64, BTreeMap<String, u64>) {
     (s.read, s.indexed, s.skipped.clone())
 }
@@ -163,9 +176,7 @@ fn counts_skips_and_batched_equals_one_by_one() {
 
     // The same corpus encoded one item at a time gives the same collection.
     let c1 = collection(&tmp.path().join("c1"), &enc, 100.0);
-    let s1 =
-        lexlip_pipeline::index_corpus(&input, &enc, &c1, &options(1, 7), &mut Recorder::default())
-            .unwrap();
+    let s1 = index(&input, &enc, &c1, &options(1, 7));
     assert_eq!(counts(&s1), counts(&s));
     assert_eq!(contents(&c1), docs);
 
@@ -185,10 +196,7 @@ fn counts_skips_and_batched_equals_one_by_one() {
 
 #[test]
 fn crash_before_a_commit_then_resume_equals_clean() {
-    let tmp = tempfile::tempdir().unwrap();
-    let enc = encoders();
-    let (manifest, ..) = corpus(tmp.path(), 30);
-    let input = Input::Manifest(manifest);
+    let (tmp, enc, input) = setup(30);
     let opts = options(4, 10);
     let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
     let mut clean_rec = Recorder::default();
@@ -219,19 +227,9 @@ fn crash_before_a_commit_then_resume_equals_clean() {
 
 #[test]
 fn stop_request_commits_and_resumes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let enc = encoders();
-    let (manifest, ..) = corpus(tmp.path(), 15);
-    let input = Input::Manifest(manifest);
+    let (tmp, enc, input) = setup(15);
     let clean = collection(&tmp.path().join("clean"), &enc, 100.0);
-    let s = lexlip_pipeline::index_corpus(
-        &input,
-        &enc,
-        &clean,
-        &options(4, 1000),
-        &mut Recorder::default(),
-    )
-    .unwrap();
+    let s = index(&input, &enc, &clean, &options(4, 1000));
 
     let c = collection(&tmp.path().join("stopped"), &enc, 100.0);
     let flag = Arc::new(AtomicBool::new(false));
@@ -270,19 +268,9 @@ fn stop_request_commits_and_resumes() {
 
 #[test]
 fn shards_merge_into_the_whole() {
-    let tmp = tempfile::tempdir().unwrap();
-    let enc = encoders();
-    let (manifest, ..) = corpus(tmp.path(), 24);
-    let input = Input::Manifest(manifest);
+    let (tmp, enc, input) = setup(24);
     let whole = collection(&tmp.path().join("whole"), &enc, 100.0);
-    let s = lexlip_pipeline::index_corpus(
-        &input,
-        &enc,
-        &whole,
-        &options(8, 1000),
-        &mut Recorder::default(),
-    )
-    .unwrap();
+    let s = index(&input, &enc, &whole, &options(8, 1000));
     let mut parts = Vec::new();
     let (mut read, mut indexed) = (0, 0);
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -291,8 +279,7 @@ fn shards_merge_into_the_whole() {
         let c = collection(&dir, &enc, 100.0);
         let mut opts = options(8, 1000);
         opts.shard = Some(format!("{i}/3").parse().unwrap());
-        let p = lexlip_pipeline::index_corpus(&input, &enc, &c, &opts, &mut Recorder::default())
-            .unwrap();
+        let p = index(&input, &enc, &c, &opts);
         read += p.read;
         indexed += p.indexed;
         for id in contents(&c).into_keys() {
@@ -515,14 +502,7 @@ fn corpus_images_get_thumbnails_merge_keeps_them_and_old_collections_take_part()
     let input = Input::Manifest(manifest);
 
     let on = collection(&tmp.path().join("on"), &enc, 100.0);
-    let s = lexlip_pipeline::index_corpus(
-        &input,
-        &enc,
-        &on,
-        &options(4, 1000),
-        &mut Recorder::default(),
-    )
-    .unwrap();
+    let s = index(&input, &enc, &on, &options(4, 1000));
     // Thumbnails change nothing about what is indexed or skipped.
     assert_eq!(counts(&s), (items + 1, indexed + 1, skipped));
     assert_eq!(jpeg_size(&thumbnail(&on, "p2").unwrap()), (24, 24));
@@ -541,8 +521,7 @@ fn corpus_images_get_thumbnails_merge_keeps_them_and_old_collections_take_part()
         thumbnails: false,
         ..options(4, 1000)
     };
-    lexlip_pipeline::index_corpus(&input, &enc, &off, &no_thumbnails, &mut Recorder::default())
-        .unwrap();
+    index(&input, &enc, &off, &no_thumbnails);
     assert_eq!(thumbnail(&off, "wide"), None);
     assert_eq!(contents(&off), contents(&on));
 
@@ -555,14 +534,7 @@ fn corpus_images_get_thumbnails_merge_keeps_them_and_old_collections_take_part()
         Some(&tokens),
     );
     let old = Collection::open(&old_dir).unwrap();
-    let s_old = lexlip_pipeline::index_corpus(
-        &input,
-        &enc,
-        &old,
-        &options(4, 1000),
-        &mut Recorder::default(),
-    )
-    .unwrap();
+    let s_old = index(&input, &enc, &old, &options(4, 1000));
     assert_eq!(counts(&s_old), counts(&s));
     assert_eq!(thumbnail(&old, "wide"), None);
     assert_eq!(contents(&old), contents(&on));

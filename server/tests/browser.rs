@@ -44,10 +44,7 @@ async fn the_search_page_works_in_chromium() {
     };
     let started = Instant::now();
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        data.path(),
-        &["--model".into(), emoji_model().display().to_string()],
-    );
+    let server = Server::with_model(data.path(), &emoji_model());
     eprintln!("server up after {:.1?}", started.elapsed());
     index_emoji(&server, "emoji");
     eprintln!("emoji indexed after {:.1?}", started.elapsed());
@@ -76,13 +73,12 @@ async fn the_search_page_works_in_chromium() {
     page.console_is_clean(&[]).await;
     // The page says which model encodes the queries and what it knows.
     let card = page
-        .wait(
+        .wait_text(
             "the model card",
             "const m = document.getElementById('model-card');
              return !m.hidden && m.textContent",
         )
         .await;
-    let card = card.as_str().unwrap_or_default().to_string();
     page.ensure(
         card.contains("emoji-tiny")
             && card.contains("not photographs")
@@ -118,12 +114,8 @@ async fn the_search_page_works_in_chromium() {
         format!("the dog emoji's card shows the matched term 'dog': {terms}"),
     )
     .await;
-    let cloud = page.texts("#query-cloud span").await;
-    page.ensure(
-        cloud.iter().any(|t| t == "dog"),
-        format!("the query's word cloud has 'dog': {cloud:?}"),
-    )
-    .await;
+    page.cloud_has("#query-cloud span", "dog", "the query's word cloud")
+        .await;
     let url = page.client.current_url().await.unwrap();
     page.ensure(
         url.query_pairs().any(|(k, v)| k == "q" && v == "a dog"),
@@ -134,13 +126,11 @@ async fn the_search_page_works_in_chromium() {
     // On a phone, the word cloud leaves the results on the first screen.
     page.viewport(390, 844).await;
     let cloud_bottom = page
-        .client
-        .execute(
+        .run(
             "return document.getElementById('query-cloud').getBoundingClientRect().height",
             Vec::new(),
         )
-        .await
-        .unwrap();
+        .await;
     page.ensure(
         cloud_bottom.as_f64().is_some_and(|h| h <= 100.0),
         format!("the word cloud is at most 100 px high on a phone: {cloud_bottom}"),
@@ -202,12 +192,11 @@ async fn the_search_page_works_in_chromium() {
     // A collection of texts only: a text query finds texts without choosing "Find".
     let (status, body) = server.call("PUT", "/v1/collections/notes", None);
     assert_eq!(status, 201, "{body}");
-    let notes = json!({"documents": [
-        {"id": "n1", "modality": "text", "text": "a puppy playing outside with a dog"},
-        {"id": "n2", "modality": "text", "text": "a red apple on a table"},
-    ]});
-    let (status, body) = server.call("POST", "/v1/collections/notes/documents", Some(&notes));
-    assert_eq!(status, 200, "{body}");
+    let notes = vec![
+        json!({"id": "n1", "modality": "text", "text": "a puppy playing outside with a dog"}),
+        json!({"id": "n2", "modality": "text", "text": "a red apple on a table"}),
+    ];
+    server.add("notes", notes);
     page.goto("/?c=notes&q=puppy dog").await;
     let hits = page.results("the results in a collection of texts").await;
     page.ensure(
@@ -229,14 +218,7 @@ async fn the_search_page_works_in_chromium() {
     page.goto("/?c=nosuch&m=dense&q=dog").await;
     page.results("the results with an unknown collection in the address")
         .await;
-    let notice = page
-        .wait(
-            "a notice about the address",
-            "const m = document.getElementById('message');
-             return !m.hidden && m.className === 'info' && m.textContent.trim()",
-        )
-        .await;
-    let notice = notice.as_str().unwrap_or_default().to_string();
+    let notice = page.message("a notice about the address", "info").await;
     page.ensure(
         notice.contains("no collection “nosuch”")
             && notice.contains("emoji, notes")
@@ -274,12 +256,9 @@ async fn the_search_page_works_in_chromium() {
              && /non-zero terms/.test(document.getElementById('lex-status').textContent)",
     )
     .await;
-    let cloud = page.texts("#lex-cloud span").await;
-    page.ensure(
-        cloud.iter().any(|t| t == "cat"),
-        format!("the lexicon of 'a cat face' has 'cat': {cloud:?}"),
-    )
-    .await;
+    let cloud = page
+        .cloud_has("#lex-cloud span", "cat", "the lexicon of 'a cat face'")
+        .await;
     page.lexicon_table_is_heaviest_first(&cloud).await;
     page.screenshot("3-lexicon").await;
     // An image's lexicon has more terms than the table shows: the heaviest ones.
@@ -300,13 +279,7 @@ async fn the_search_page_works_in_chromium() {
     let (status, body) = server.call("DELETE", "/v1/collections/emoji", None);
     assert!(status == 200 || status == 204, "{status} {body}");
     page.search_text("fire").await;
-    let message = page
-        .wait(
-            "an error message is shown",
-            "const m = document.getElementById('message');
-             return !m.hidden && m.className === 'error' && m.textContent.trim()",
-        )
-        .await;
+    let message = page.message("an error message is shown", "error").await;
     eprintln!("error message: {message}");
     page.ensure(
         page.texts("#results li").await.is_empty(),
@@ -524,16 +497,37 @@ impl Page {
         }
     }
 
+    /// [`Page::wait`] for a text.
+    async fn wait_text(&self, what: &str, script: &str) -> String {
+        let text = self.wait(what, script).await;
+        text.as_str().unwrap_or_default().to_string()
+    }
+
+    /// Waits for the message line to show a message of `class` (`info`, `error`); its text.
+    async fn message(&self, what: &str, class: &str) -> String {
+        let script = format!(
+            "const m = document.getElementById('message');
+             return !m.hidden && m.className === '{class}' && m.textContent.trim()"
+        );
+        self.wait_text(what, &script).await
+    }
+
+    /// Runs `script` (a function body) with `args` in the page; what it returns.
+    async fn run(&self, script: &str, args: Vec<Value>) -> Value {
+        self.client
+            .execute(script, args)
+            .await
+            .unwrap_or_else(|e| panic!("running {script}: {e}"))
+    }
+
     /// Sizes the window so that the page gets `width`×`height` pixels (screenshots are those).
     async fn viewport(&self, width: u32, height: u32) {
         let chrome = self
-            .client
-            .execute(
+            .run(
                 "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]",
                 Vec::new(),
             )
-            .await
-            .unwrap();
+            .await;
         let extra = |i: usize| chrome[i].as_u64().unwrap_or(0) as u32;
         self.client
             .set_window_size(width + extra(0), height + extra(1))
@@ -605,28 +599,27 @@ impl Page {
     }
 
     async fn value(&self, id: &str) -> String {
-        let value = self
-            .client
-            .execute(
-                "return document.getElementById(arguments[0]).value",
-                vec![json!(id)],
-            )
-            .await
-            .unwrap();
+        let script = "return document.getElementById(arguments[0]).value";
+        let value = self.run(script, vec![json!(id)]).await;
         value.as_str().unwrap_or_default().to_string()
     }
 
     /// The text of each element `selector` matches.
     async fn texts(&self, selector: &str) -> Vec<String> {
-        let value = self
-            .client
-            .execute(
-                "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)",
-                vec![json!(selector)],
-            )
-            .await
-            .unwrap();
-        serde_json::from_value(value).unwrap()
+        let script =
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)";
+        serde_json::from_value(self.run(script, vec![json!(selector)]).await).unwrap()
+    }
+
+    /// Ensures that the word cloud `selector` (its words' elements) shows `word`; its words.
+    async fn cloud_has(&self, selector: &str, word: &str, cloud_name: &str) -> Vec<String> {
+        let cloud = self.texts(selector).await;
+        self.ensure(
+            cloud.iter().any(|t| t == word),
+            format!("{cloud_name} has '{word}': {cloud:?}"),
+        )
+        .await;
+        cloud
     }
 
     /// Types `text` into the query box and submits it.
@@ -638,13 +631,11 @@ impl Page {
 
     /// Marks the cards on the page, so that `results` waits for the next ones.
     async fn mark_results_seen(&self) {
-        self.client
-            .execute(
-                "document.querySelectorAll('#results li').forEach((li) => { li.dataset.seen = '1' })",
-                Vec::new(),
-            )
-            .await
-            .unwrap();
+        self.run(
+            "document.querySelectorAll('#results li').forEach((li) => { li.dataset.seen = '1' })",
+            Vec::new(),
+        )
+        .await;
     }
 
     /// Waits for new result cards; returns each card's modality, id, title and matched terms.
@@ -659,14 +650,12 @@ impl Page {
     /// shows up to 50 terms, the cloud up to 48.
     async fn lexicon_table_is_heaviest_first(&self, cloud: &[String]) {
         let rows = self
-            .client
-            .execute(
+            .run(
                 "return [...document.querySelectorAll('#lex-table tbody tr')]
                      .map((tr) => [tr.cells[0].textContent, Number(tr.cells[1].textContent)])",
                 Vec::new(),
             )
-            .await
-            .unwrap();
+            .await;
         let rows: Vec<(String, f64)> = serde_json::from_value(rows).unwrap();
         self.ensure(
             !rows.is_empty()

@@ -4,11 +4,13 @@
 //! the same encoder's vectors), and that `lexlip index` turns into a collection of dense vectors,
 //! alone or beside a LexLIP model's lexicons (`--dense-model`).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use base64::Engine;
 use lexlip_model::{Device, Encoders};
-use lexlip_tests::{Server, fixtures, lexlip, lexlip_json, lexlip_tiny_args, line, png};
+use lexlip_tests::{
+    Server, b64_bytes, fixtures, lexlip, lexlip_json, lexlip_tiny_args, lexlip_tiny_line, line, png,
+};
 use serde_json::{Value, json};
 
 /// 8 generated images with two captions each, as a caption TSV; returns the TSV.
@@ -26,36 +28,19 @@ fn corpus(dir: &Path) -> PathBuf {
 }
 
 /// `lexlip train` arguments for a tiny dense run of `steps` on [`corpus`] into `out`.
-fn train_args(tsv: &Path, out: &Path, steps: &str) -> Vec<String> {
+fn train_args(tsv: &Path, out: &Path, steps: &str) -> Vec<OsString> {
     let tokenizer = fixtures().join("vocab1000/tokenizer.json");
-    [
-        "train",
-        "--objective",
-        "dense",
-        "--dense-dim",
-        "16",
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-        "--image-config",
-        "tiny",
-        "--image-size",
-        "16",
-        "--patch-size",
-        "8",
-        "--max-length",
-        "12",
-        "--batch-size",
-        "4",
-        "--steps",
-        steps,
-        "--out",
-        out.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    line(
+        &format!(
+            "train --objective dense --dense-dim 16 --image-config tiny --image-size 16 \
+             --patch-size 8 --max-length 12 --batch-size 4 --steps {steps}"
+        ),
+        &[
+            ("--tsv", &tsv),
+            ("--tokenizer", &tokenizer),
+            ("--out", &out),
+        ],
+    )
 }
 
 /// A few steps of dense training through the command line; returns the model directory.
@@ -82,17 +67,7 @@ fn train_without_a_terminal_logs_plain_lines() {
     let tmp = tempfile::tempdir().unwrap();
     let tsv = corpus(tmp.path());
     let mut args = train_args(&tsv, &tmp.path().join("dense"), "6");
-    args.extend(
-        [
-            "--log-every",
-            "1",
-            "--sampler",
-            "grouped",
-            "--group-size",
-            "4",
-        ]
-        .map(String::from),
-    );
+    args.extend(line("--log-every 1 --sampler grouped --group-size 4", &[]));
     let run = lexlip(&args);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
@@ -147,12 +122,13 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let collection = tmp.path().join("c");
     let tsv = tmp.path().join("captions.tsv");
     let c = collection.to_str().unwrap();
-    let index = |extra: &[&str]| {
-        let mut args = vec!["index", "--collection", c, "--tsv", tsv.to_str().unwrap()];
-        args.extend_from_slice(extra);
+    // `lexlip index` of the corpus into `into`, with the `models` flags.
+    let index = |into: &Path, models: Vec<OsString>| {
+        let mut args = line("index", &[("--collection", &into), ("--tsv", &tsv)]);
+        args.extend(models);
         lexlip(&args)
     };
-    let out = index(&["--model", m]);
+    let out = index(&collection, line("", &[("--model", &m)]));
     lexlip_tests::assert_success(&out);
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(collection.join("lexlip.json")).unwrap()).unwrap();
@@ -177,24 +153,19 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     // vectors. Into the dense-only collection it is refused (another term space); a dense
     // model given twice is refused too. Refusals change nothing.
     let both = tmp.path().join("both");
-    let tiny = lexlip_tiny_args();
-    let b = both.to_str().unwrap();
-    let mut args = vec!["index", "--collection", b, "--tsv", tsv.to_str().unwrap()];
-    args.extend(tiny.iter().map(String::as_str));
-    args.extend(["--dense-model", m]);
-    let out = lexlip(&args);
-    lexlip_tests::assert_success(&out);
-    let mut args = vec!["search", "--collection", b, "--text", "picture number 3"];
-    args.extend(tiny.iter().map(String::as_str));
-    args.extend(["--modality", "image", "-k", "8", "--json"]);
+    let tiny_and_dense = || lexlip_tiny_line("", &[("--dense-model", &m)]);
+    lexlip_tests::assert_success(&index(&both, tiny_and_dense()));
+    let args = lexlip_tiny_line(
+        "search --modality image -k 8 --json",
+        &[("--collection", &both), ("--text", &"picture number 3")],
+    );
     assert!(!lexlip_tests::hit_scores(&lexlip_json(&args)).is_empty());
     let before = std::fs::read(collection.join("lexlip.json")).unwrap();
-    let mut args = vec!["index", "--collection", c, "--tsv", tsv.to_str().unwrap()];
-    args.extend(tiny.iter().map(String::as_str));
-    args.extend(["--dense-model", m]);
-    let out = lexlip(&args);
-    assert!(!out.status.success());
-    let out = index(&["--model", m, "--dense-model", m]);
+    assert!(!index(&collection, tiny_and_dense()).status.success());
+    let out = index(
+        &collection,
+        line("", &[("--model", &m), ("--dense-model", &m)]),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("dense encoder of its own"), "{err}");
@@ -209,14 +180,8 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     let mut args = lexlip_tiny_args();
     args.extend(["--dense-model".to_string(), m.to_string()]);
     let s = Server::start(data.path(), &args);
-    let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({"dense": true})));
-    assert_eq!(st, 201, "{info}");
-    assert_eq!(info["dense_dim"], 16);
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let docs: Vec<Value> = (0..8)
-        .map(|i| json!({"id": format!("img{i}"), "image": b64.encode(png(i, 20))}))
-        .collect();
-    s.add("c", docs);
+    assert_eq!(s.create("c", json!({"dense": true}))["dense_dim"], 16);
+    add_images(&s);
     let q = json!({"query": {"text": "picture number 3"}, "target": "image", "k": 8,
                    "mode": "dense", "exact": true});
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q));
@@ -224,6 +189,14 @@ fn a_trained_dense_model_encodes_indexes_and_serves() {
     assert_eq!(r["path"], "dense");
     assert_ranks_as_cosine(&lexlip_tests::hit_scores(&r), &vectors, &query);
     s.stop();
+}
+
+/// Adds the images `img0..img7` of [`corpus`] to the collection `c` of `s`.
+fn add_images(s: &Server) {
+    let docs: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("img{i}"), "image": b64_bytes(&png(i, 20))}))
+        .collect();
+    s.add("c", docs);
 }
 
 /// The dense vectors of the images `img0..img7` of [`corpus`], by `dense` in-process.
@@ -236,22 +209,14 @@ fn image_vectors(dense: &dyn lexlip_model::DenseEncoder) -> Vec<lexlip_proto::De
 
 /// `lexlip search --mode dense` of "picture number 3" among the images of `collection`.
 fn dense_search(collection: &str, model: &str) -> Vec<(String, f64)> {
-    lexlip_tests::hit_scores(&lexlip_json(&[
-        "search",
-        "--collection",
-        collection,
-        "--model",
-        model,
-        "--text",
-        "picture number 3",
-        "--mode",
-        "dense",
-        "--modality",
-        "image",
-        "-k",
-        "8",
-        "--json",
-    ]))
+    lexlip_tests::hit_scores(&lexlip_json(&line(
+        "search --mode dense --modality image -k 8 --json",
+        &[
+            ("--collection", &collection),
+            ("--model", &model),
+            ("--text", &"picture number 3"),
+        ],
+    )))
 }
 
 /// The oracle of a dense search over `img0..img7`: the cosine of `query` with each image's
@@ -289,31 +254,17 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     let heads = tmp.path().join("heads");
     let tsv = tmp.path().join("captions.tsv");
     let vocab = lexlip_tests::splade_dir().join("tokenizer.json");
-    let mut args = train_args(&tsv, &heads, "4");
-    let at = args.iter().position(|a| a == "dense").unwrap();
-    args[at] = "heads".into();
-    // The dense objective's own options give way to the heads'.
-    for flag in [
-        "--dense-dim",
-        "--image-config",
-        "--image-size",
-        "--patch-size",
-    ] {
-        let i = args.iter().position(|a| a == flag).unwrap();
-        args.drain(i..i + 2);
-    }
-    let i = args.iter().position(|a| a == "--tokenizer").unwrap();
-    args[i + 1] = vocab.to_str().unwrap().to_string();
-    args.extend(
-        [
-            "--backbone",
-            dense.to_str().unwrap(),
-            "--image-top-k",
-            "8",
-            "--text-top-k",
-            "4",
-        ]
-        .map(String::from),
+    // The dense run's corpus and schedule; the dense objective's own options give way to the
+    // heads'.
+    let args = line(
+        "train --objective heads --max-length 12 --batch-size 4 --steps 4 --image-top-k 8 \
+         --text-top-k 4",
+        &[
+            ("--tsv", &tsv),
+            ("--tokenizer", &vocab),
+            ("--out", &heads),
+            ("--backbone", &dense),
+        ],
     );
     let run = lexlip(&args);
     lexlip_tests::assert_success(&run);
@@ -384,18 +335,10 @@ fn heads_over_a_trained_dense_model_serve_sparse_search() {
     };
 
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        data.path(),
-        &["--model".to_string(), heads.to_str().unwrap().to_string()],
-    );
-    let (st, info) = s.call("PUT", "/v1/collections/c", Some(&json!({})));
-    assert_eq!(st, 201, "{info}");
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let docs: Vec<Value> = (0..8)
-        .map(|i| json!({"id": format!("img{i}"), "image": b64.encode(png(i, 20))}))
-        .collect();
-    s.add("c", docs);
-    let q_json = json!({"query": {"image": b64.encode(png(query, 20))}, "target": "image", "k": 8,
+    let s = Server::with_model(data.path(), &heads);
+    s.create("c", json!({}));
+    add_images(&s);
+    let q_json = json!({"query": {"image": b64_bytes(&png(query, 20))}, "target": "image", "k": 8,
                         "exact": true, "explain": true});
     let (st, r) = s.call("POST", "/v1/collections/c/search", Some(&q_json));
     assert_eq!(st, 200, "{r}");
@@ -464,27 +407,15 @@ fn heads_over_a_mobileclip_backbone_export_and_index() {
     let out = tmp.path().join("heads");
     let backbone_dir = fixtures().join("mobileclip-tiny");
     let vocab = lexlip_tests::splade_dir().join("tokenizer.json");
-    let run = lexlip(&[
-        "train",
-        "--objective",
-        "heads",
-        "--backbone",
-        backbone_dir.to_str().unwrap(),
-        "--tokenizer",
-        vocab.to_str().unwrap(),
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--batch-size",
-        "4",
-        "--steps",
-        "2",
-        "--image-top-k",
-        "8",
-        "--text-top-k",
-        "4",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = lexlip(&line(
+        "train --objective heads --batch-size 4 --steps 2 --image-top-k 8 --text-top-k 4",
+        &[
+            ("--backbone", &backbone_dir),
+            ("--tokenizer", &vocab),
+            ("--tsv", &tsv),
+            ("--out", &out),
+        ],
+    ));
     lexlip_tests::assert_success(&run);
     assert!(out.join("dense/open_clip_config.json").is_file());
 

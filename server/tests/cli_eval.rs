@@ -4,9 +4,10 @@
 //! whose answer is obvious, and bad inputs.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use lexlip_tests::{fixtures, lexlip, lexlip_json, lexlip_tiny_args, png, splade_dir};
+use lexlip_tests::{Flags, fixtures, lexlip, lexlip_json, lexlip_tiny_args, line, png, splade_dir};
 use serde_json::Value;
 
 const WORDS: &[&str] = &[
@@ -66,18 +67,25 @@ fn corpus_from(
     out
 }
 
-fn eval(model: &[String], corpus: &Path, extra: &[&str]) -> Value {
-    let mut args: Vec<String> = vec!["eval".into(), "--tsv".into(), corpus.display().to_string()];
-    args.extend(model.iter().cloned());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args.push("--json".into());
+/// `lexlip eval WORDS FLAGS` with the `model` flags: every evaluation's command line here (the
+/// input is one of the flags: `--tsv`, `--webdataset`, `--collection`).
+fn eval_line(model: &[String], words: &str, flags: &Flags) -> Vec<OsString> {
+    let mut args = line(&format!("eval {words}"), flags);
+    args.extend(model.iter().map(OsString::from));
+    args
+}
+
+/// `lexlip eval --tsv CORPUS WORDS FLAGS --json` with the `model` flags; its report.
+fn eval(model: &[String], corpus: &Path, words: &str, flags: &Flags) -> Value {
+    let mut args = eval_line(model, &format!("{words} --json"), &[("--tsv", &corpus)]);
+    args.extend(line("", flags));
     lexlip_json(&args)
 }
 
-fn encode(model: &[String], what: &[&str]) -> Value {
-    let mut args: Vec<String> = vec!["encode".into(), "--json".into()];
-    args.extend(model.iter().cloned());
-    args.extend(what.iter().map(|s| s.to_string()));
+/// `lexlip encode --json` of one text or image (`what`) with the `model` flags.
+fn encode(model: &[String], what: &Flags) -> Value {
+    let mut args = line("encode --json", what);
+    args.extend(model.iter().map(OsString::from));
     lexlip_json(&args)
 }
 
@@ -111,28 +119,31 @@ fn dot(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> f64 {
         .sum()
 }
 
-/// The tiny CLIP's `--model` arguments.
-fn clip_args() -> Vec<String> {
-    vec![
-        "--model".to_string(),
-        fixtures().join("clip-tiny").display().to_string(),
-    ]
+/// The tiny CLIP.
+fn clip_dir() -> PathBuf {
+    fixtures().join("clip-tiny")
 }
 
-/// `lexlip index --collection dir --tsv tsv` with `model` and `extra` arguments, which must
+/// The tiny CLIP's `--model` arguments.
+fn clip_args() -> Vec<String> {
+    model_flag(&clip_dir())
+}
+
+/// `--model DIR`, as the `model` arguments of [`eval`] and [`encode`].
+fn model_flag(dir: &Path) -> Vec<String> {
+    vec!["--model".to_string(), dir.display().to_string()]
+}
+
+/// `lexlip index --collection dir --tsv tsv` with `model`, `words` and `flags`, which must
 /// succeed.
-fn index_tsv(dir: &Path, tsv: &Path, model: &[String], extra: &[&str]) {
-    let mut args: Vec<String> = vec![
-        "index".into(),
-        "--collection".into(),
-        dir.display().to_string(),
-        "--tsv".into(),
-        tsv.display().to_string(),
-    ];
-    args.extend(model.iter().cloned());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let out = lexlip(&args);
-    lexlip_tests::assert_success(&out);
+fn index_tsv(dir: &Path, tsv: &Path, model: &[String], words: &str, flags: &Flags) {
+    let mut args = line(
+        &format!("index {words}"),
+        &[("--collection", &dir), ("--tsv", &tsv)],
+    );
+    args.extend(line("", flags));
+    args.extend(model.iter().map(OsString::from));
+    lexlip_tests::assert_success(&lexlip(&args));
 }
 
 /// A dense vector of `lexlip encode --json`, made unit length.
@@ -157,6 +168,20 @@ fn scores<T>(queries: &[T], docs: &[T], score: impl Fn(&T, &T) -> f64) -> Vec<Ve
         .iter()
         .map(|q| docs.iter().map(|d| score(q, d)).collect())
         .collect()
+}
+
+/// The answers of each query of `c`: text → image, the caption's own image; image → text, the
+/// image's captions.
+fn relevant(c: &Corpus) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    let t2i = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+    let i2t = (0..c.images.len())
+        .map(|i| {
+            (0..c.captions.len())
+                .filter(|t| c.captions[*t].1 == i)
+                .collect()
+        })
+        .collect();
+    (t2i, i2t)
 }
 
 /// `a` then `b`.
@@ -230,12 +255,12 @@ fn texts_and_images(model: &[String], c: &Corpus, key: &str) -> (Vec<Value>, Vec
     let texts = c
         .captions
         .iter()
-        .map(|(t, _)| encode(model, &["--text", t])[key].clone())
+        .map(|(t, _)| encode(model, &[("--text", t)])[key].clone())
         .collect();
     let images = c
         .images
         .iter()
-        .map(|(p, _)| encode(model, &["--image", p.to_str().unwrap()])[key].clone())
+        .map(|(p, _)| encode(model, &[("--image", p)])[key].clone())
         .collect();
     (texts, images)
 }
@@ -246,21 +271,13 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     let c = corpus(tmp.path(), 6, 2, None);
     let model = lexlip_tiny_args();
     let plot = tmp.path().join("sweep.svg");
+    // `--term-cut`: a cut too small to leave any term out: each collection's exact search
+    // again, through the approximate path.
     let report = eval(
         &model,
         &c.tsv,
-        &[
-            "--top-k",
-            "16,4",
-            // A cut too small to leave any term out: each collection's exact search again,
-            // through the approximate path.
-            "--term-cut",
-            "0.000001",
-            "--batch-size",
-            "4",
-            "--plot",
-            plot.to_str().unwrap(),
-        ],
+        "--top-k 16,4 --term-cut 0.000001 --batch-size 4",
+        &[("--plot", &plot)],
     );
     assert_eq!(report["images"], 6, "{report}");
     assert_eq!(report["captions"], 12);
@@ -309,6 +326,7 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
     let (texts, images) = texts_and_images(&model, &c, "terms");
     let texts: Vec<_> = texts.iter().map(impacts).collect();
     let images: Vec<_> = images.iter().map(impacts).collect();
+    let (t2i_relevant, i2t_relevant) = relevant(&c);
     let mut ambiguous = 0;
     // Each setting's brute-force first 10 per query (None where a tie straddles the cut).
     let mut firsts: Vec<[Vec<Option<Vec<usize>>>; 2]> = Vec::new();
@@ -316,19 +334,9 @@ fn sparse_sweep_equals_brute_force_over_encode_outputs() {
         // Documents are cut; queries are not.
         let image_docs: Vec<_> = images.iter().map(|v| cut(v, k)).collect();
         let text_docs: Vec<_> = texts.iter().map(|v| cut(v, k)).collect();
-        let t2i: Vec<Vec<f64>> = texts
-            .iter()
-            .map(|q| image_docs.iter().map(|d| dot(q, d)).collect())
-            .collect();
-        let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+        let t2i = scores(&texts, &image_docs, dot);
         ambiguous += check(s, "t2i", oracle(&t2i, &t2i_relevant, 0.0, true), 12);
-        let i2t: Vec<Vec<f64>> = images
-            .iter()
-            .map(|q| text_docs.iter().map(|d| dot(q, d)).collect())
-            .collect();
-        let i2t_relevant: Vec<Vec<usize>> = (0..6)
-            .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
-            .collect();
+        let i2t = scores(&images, &text_docs, dot);
         ambiguous += check(s, "i2t", oracle(&i2t, &i2t_relevant, 0.0, true), 6);
         firsts.push([
             t2i.iter().map(|r| first_ten(r)).collect(),
@@ -448,7 +456,7 @@ fn dense_mode_equals_brute_force_cosine() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(tmp.path(), 5, 2, None);
     let model = clip_args();
-    let report = eval(&model, &c.tsv, &["--mode", "dense"]);
+    let report = eval(&model, &c.tsv, "--mode dense", &[]);
     assert_eq!(report["mode"], "dense");
     let settings = report["settings"].as_array().unwrap();
     assert_eq!(settings.len(), 1);
@@ -458,20 +466,11 @@ fn dense_mode_equals_brute_force_cosine() {
     let (texts, images) = texts_and_images(&model, &c, "dense");
     let texts: Vec<Vec<f64>> = texts.iter().map(unit).collect();
     let images: Vec<Vec<f64>> = images.iter().map(unit).collect();
-    let t2i: Vec<Vec<f64>> = texts
-        .iter()
-        .map(|q| images.iter().map(|d| cos(q, d)).collect())
-        .collect();
-    let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
+    let (t2i_relevant, i2t_relevant) = relevant(&c);
     // f32 in the engine, f64 here: scores within 1e-5 count as ties.
+    let t2i = scores(&texts, &images, |q, d| cos(q, d));
     check(s, "t2i", oracle(&t2i, &t2i_relevant, 1e-5, false), 10);
-    let i2t: Vec<Vec<f64>> = images
-        .iter()
-        .map(|q| texts.iter().map(|d| cos(q, d)).collect())
-        .collect();
-    let i2t_relevant: Vec<Vec<usize>> = (0..5)
-        .map(|i| (0..10).filter(|t| c.captions[*t].1 == i).collect())
-        .collect();
+    let i2t = scores(&images, &texts, |q, d| cos(q, d));
     check(s, "i2t", oracle(&i2t, &i2t_relevant, 1e-5, false), 5);
     let dim = texts[0].len() as f64;
     assert!(s["nnz_per_item"].as_f64().unwrap() <= dim);
@@ -479,17 +478,11 @@ fn dense_mode_equals_brute_force_cosine() {
     // A dense collection stores dim floats per item at least.
     assert!(s["bytes_per_item"].as_f64().unwrap() > 4.0 * dim, "{s}");
     // No sweep for dense vectors.
-    let out = lexlip(&[
-        "eval",
-        "--tsv",
-        c.tsv.to_str().unwrap(),
-        "--model",
-        model[1].as_str(),
-        "--mode",
-        "dense",
-        "--top-k",
-        "8",
-    ]);
+    let out = lexlip(&eval_line(
+        &model,
+        "--mode dense --top-k 8",
+        &[("--tsv", &c.tsv)],
+    ));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("dense mode has one setting"));
 }
@@ -503,11 +496,7 @@ fn one_image_is_always_found() {
     let c = corpus(tmp.path(), 1, 2, None);
     // A work directory that does not exist yet is made, and left empty.
     let work = tmp.path().join("work/nested");
-    let report = eval(
-        &lexlip_tiny_args(),
-        &c.tsv,
-        &["--work-dir", work.to_str().unwrap()],
-    );
+    let report = eval(&lexlip_tiny_args(), &c.tsv, "", &[("--work-dir", &work)]);
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
     let s = &report["settings"][0];
     for key in [
@@ -515,9 +504,7 @@ fn one_image_is_always_found() {
     ] {
         assert_eq!(s[key], 1.0, "{key}: {report}");
     }
-    let mut args: Vec<String> = vec!["eval".into(), "--tsv".into(), c.tsv.display().to_string()];
-    args.extend(lexlip_tiny_args());
-    let out = lexlip(&args);
+    let out = lexlip(&eval_line(&lexlip_tiny_args(), "", &[("--tsv", &c.tsv)]));
     lexlip_tests::assert_success(&out);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -552,8 +539,8 @@ fn repeated_captions_are_asked_once() {
     }
     let path = tmp.path().join("test.tsv");
     std::fs::write(&path, tsv).unwrap();
-    let by_item = eval(&lexlip_tiny_args(), &path, &[]);
-    let by_caption = eval(&lexlip_tiny_args(), &path, &["--relevance", "caption"]);
+    let by_item = eval(&lexlip_tiny_args(), &path, "", &[]);
+    let by_caption = eval(&lexlip_tiny_args(), &path, "--relevance caption", &[]);
     assert_eq!(by_item["relevance"], "item", "{by_item}");
     assert_eq!(by_caption["relevance"], "caption", "{by_caption}");
     let (item, caption) = (&by_item["settings"][0], &by_caption["settings"][0]);
@@ -584,67 +571,64 @@ fn repeated_captions_are_asked_once() {
         );
     }
     fails(
-        &[
-            "eval".into(),
-            "--tsv".into(),
-            path.display().to_string(),
-            "--relevance".into(),
-            "picture".into(),
-        ],
+        &eval_line(&[], "--relevance picture", &[("--tsv", &path)]),
         "picture",
     );
 }
 
-fn fails(args: &[String], message: &str) {
+fn fails(args: &[OsString], message: &str) {
     let out = lexlip(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "lexlip {args:?} succeeded");
     assert!(stderr.contains(message), "{message:?} not in: {stderr}");
 }
 
-fn eval_args(corpus: &Path, model: Vec<String>) -> Vec<String> {
-    let mut args = vec!["eval".into(), "--tsv".into(), corpus.display().to_string()];
-    args.extend(model);
-    args
+/// `lexlip eval --tsv CORPUS WORDS FLAGS` with the `model` flags must fail, saying `message`.
+fn tsv_fails(model: &[String], corpus: &Path, words: &str, flags: &Flags, message: &str) {
+    let mut args = eval_line(model, words, &[("--tsv", &corpus)]);
+    args.extend(line("", flags));
+    fails(&args, message);
 }
 
 #[test]
 fn bad_inputs_are_clear_errors_or_counted() {
     let tmp = tempfile::tempdir().unwrap();
     // A missing corpus file: an error naming it.
+    let tiny = lexlip_tiny_args();
     let nowhere = tmp.path().join("nowhere.tsv");
-    fails(&eval_args(&nowhere, lexlip_tiny_args()), "nowhere.tsv");
+    tsv_fails(&tiny, &nowhere, "", &[], "nowhere.tsv");
     // A corpus with no rows: nothing to evaluate.
     let empty = tmp.path().join("empty.tsv");
     std::fs::write(&empty, "title\tfilepath\timage_id\n").unwrap();
-    fails(
-        &eval_args(&empty, lexlip_tiny_args()),
-        "nothing to evaluate",
-    );
+    tsv_fails(&tiny, &empty, "", &[], "nothing to evaluate");
     // A text-only model cannot encode the images.
     let c = corpus(&tmp.path().join("c"), 4, 2, Some(2));
-    let splade = vec!["--model".to_string(), splade_dir().display().to_string()];
-    fails(&eval_args(&c.tsv, splade), "no image encoder");
+    tsv_fails(
+        &model_flag(&splade_dir()),
+        &c.tsv,
+        "",
+        &[],
+        "no image encoder",
+    );
     // A work directory that cannot be made (under a file): an error naming it.
-    let mut blocked = eval_args(&c.tsv, lexlip_tiny_args());
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "").unwrap();
-    blocked.extend(["--work-dir".into(), file.join("work").display().to_string()]);
-    fails(&blocked, "a-file/work");
+    let blocked = file.join("work");
+    tsv_fails(
+        &tiny,
+        &c.tsv,
+        "",
+        &[("--work-dir", &blocked)],
+        "a-file/work",
+    );
     // A plot with no directory to go in: refused before anything is encoded.
-    let mut plot = eval_args(&c.tsv, lexlip_tiny_args());
-    plot.extend([
-        "--plot".into(),
-        tmp.path().join("nowhere/plot.svg").display().to_string(),
-    ]);
-    fails(&plot, "no directory");
+    let plot = tmp.path().join("nowhere/plot.svg");
+    tsv_fails(&tiny, &c.tsv, "", &[("--plot", &plot)], "no directory");
     // A model without a dense encoder in dense mode.
-    let mut dense = eval_args(&c.tsv, lexlip_tiny_args());
-    dense.extend(["--mode".into(), "dense".into()]);
-    fails(&dense, "no dense encoder");
+    tsv_fails(&tiny, &c.tsv, "--mode dense", &[], "no dense encoder");
     // A missing image is skipped and counted like `lexlip index` counts it; its captions have
     // no answer and are left out (counted too); the rest is evaluated.
-    let report = eval(&lexlip_tiny_args(), &c.tsv, &[]);
+    let report = eval(&tiny, &c.tsv, "", &[]);
     assert_eq!(report["skipped"]["missing_file"], 1, "{report}");
     assert_eq!(report["skipped"]["image_skipped"], 2, "{report}");
     assert_eq!(report["read"], 4 + 8);
@@ -663,46 +647,16 @@ fn bad_inputs_are_clear_errors_or_counted() {
 fn approximate_settings_over_webdataset_shards() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(&tmp.path().join("c"), 5, 1, None);
-    let sources = tmp.path().join("c/sources.jsonl");
-    let lines: Vec<String> = c
-        .captions
-        .iter()
-        .map(|(text, i)| {
-            let rel = c.images[*i].0.strip_prefix(tmp.path().join("c")).unwrap();
-            serde_json::json!({"image": rel, "label": text}).to_string()
-        })
-        .collect();
-    std::fs::write(&sources, lines.join("\n")).unwrap();
     let shards = tmp.path().join("shards");
-    let out = lexlip(&[
-        "bench",
-        "compose",
-        "--sources",
-        sources.to_str().unwrap(),
-        "--images",
-        "6",
-        "--size",
-        "32",
-        "--out",
-        shards.to_str().unwrap(),
-    ]);
-    lexlip_tests::assert_success(&out);
-    let wds = |model: &[String], extra: &[&str]| -> Vec<String> {
-        let mut args: Vec<String> = vec![
-            "eval".into(),
-            "--webdataset".into(),
-            shards.display().to_string(),
-        ];
-        args.extend(model.iter().cloned());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
-    };
-    let mut args = wds(
-        &lexlip_tiny_args(),
-        &["--approx", "1.5,1.2", "--term-cut", "0.2"],
-    );
-    args.push("--json".into());
-    let report = lexlip_json(&args);
+    let items = c.captions.iter().map(|(text, i)| {
+        let rel = c.images[*i].0.strip_prefix(tmp.path().join("c")).unwrap();
+        (rel.to_path_buf(), text.clone())
+    });
+    let sources = tmp.path().join("c/sources.jsonl");
+    lexlip_tests::compose_shards(&sources, items, &shards, "--images 6 --size 32");
+    let tiny = lexlip_tiny_args();
+    let wds = |model: &[String], words: &str| eval_line(model, words, &[("--webdataset", &shards)]);
+    let report = lexlip_json(&wds(&tiny, "--approx 1.5,1.2 --term-cut 0.2 --json"));
     assert_eq!(
         (report["images"].clone(), report["captions"].clone()),
         (6.into(), 6.into())
@@ -739,9 +693,7 @@ fn approximate_settings_over_webdataset_shards() {
     }
 
     let clip = clip_args();
-    let mut args = wds(&clip, &["--mode", "dense", "--hnsw"]);
-    args.push("--json".into());
-    let report = lexlip_json(&args);
+    let report = lexlip_json(&wds(&clip, "--mode dense --hnsw --json"));
     let settings = report["settings"].as_array().unwrap();
     assert_eq!(settings.len(), 2, "{report}");
     assert_eq!(
@@ -759,27 +711,23 @@ fn approximate_settings_over_webdataset_shards() {
     }
 
     // IDF-weighted queries: the report says so; recall stays a share.
-    let mut args = wds(&lexlip_tiny_args(), &["--idf", "1"]);
-    args.push("--json".into());
-    let report = lexlip_json(&args);
+    let report = lexlip_json(&wds(&tiny, "--idf 1 --json"));
     assert_eq!(report["idf"], 1.0, "{report}");
     let r = report["settings"][0]["t2i.r@10"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&r), "{report}");
-    fails(&wds(&lexlip_tiny_args(), &["--idf", "5"]), "idf must be");
-    fails(&wds(&clip, &["--mode", "dense", "--idf", "1"]), "--idf");
-
-    fails(&wds(&lexlip_tiny_args(), &["--approx", "1"]), "above 1");
-    fails(&wds(&lexlip_tiny_args(), &["--term-cut", "1.5"]), "below 1");
-    fails(&wds(&lexlip_tiny_args(), &["--hnsw"]), "--mode dense");
+    for (model, words, message) in [
+        (&tiny, "--idf 5", "idf must be"),
+        (&clip, "--mode dense --idf 1", "--idf"),
+        (&tiny, "--approx 1", "above 1"),
+        (&tiny, "--term-cut 1.5", "below 1"),
+        (&tiny, "--hnsw", "--mode dense"),
+        (&clip, "--mode dense --approx 1.2", "--hnsw"),
+    ] {
+        fails(&wds(model, words), message);
+    }
+    let nowhere = tmp.path().join("nowhere");
     fails(
-        &wds(&clip, &["--mode", "dense", "--approx", "1.2"]),
-        "--hnsw",
-    );
-    fails(
-        &wds(&lexlip_tiny_args(), &[])
-            .into_iter()
-            .map(|a| a.replace("shards", "nowhere"))
-            .collect::<Vec<_>>(),
+        &eval_line(&tiny, "", &[("--webdataset", &nowhere)]),
         "nowhere",
     );
 }
@@ -855,25 +803,19 @@ fn a_collection_evaluates_like_its_corpus() {
     let c = corpus(tmp.path(), 6, 2, None);
     let tiny = lexlip_tiny_args();
     let clip = clip_args();
-    let index = |dir: &Path, extra: &[&str]| index_tsv(dir, &c.tsv, &tiny, extra);
     let both = tmp.path().join("both");
-    index(&both, &["--dense-model", clip[1].as_str()]);
-    let eval_collection = |model: &[String], dir: &Path, extra: &[&str]| {
-        let mut args: Vec<String> = vec![
-            "eval".into(),
-            "--collection".into(),
-            dir.display().to_string(),
-        ];
-        args.extend(model.iter().cloned());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args.push("--json".into());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        lexlip_json(&args)
+    index_tsv(&both, &c.tsv, &tiny, "", &[("--dense-model", &clip_dir())]);
+    let eval_collection = |model: &[String], dir: &Path, words: &str| {
+        lexlip_json(&eval_line(
+            model,
+            &format!("{words} --json"),
+            &[("--collection", &dir)],
+        ))
     };
 
-    let sweep = ["--top-k", "4", "--approx", "1.5"];
-    let corpus_report = eval(&tiny, &c.tsv, &sweep);
-    let stored = eval_collection(&tiny, &both, &sweep);
+    let sweep = "--top-k 4 --approx 1.5";
+    let corpus_report = eval(&tiny, &c.tsv, sweep, &[]);
+    let stored = eval_collection(&tiny, &both, sweep);
     assert_eq!(stored["corpus"], both.display().to_string());
     assert_eq!(stored["settings"].as_array().unwrap().len(), 4, "{stored}");
     same_figures(&stored, &corpus_report);
@@ -883,25 +825,18 @@ fn a_collection_evaluates_like_its_corpus() {
     assert_ne!(built(2), built(0), "{stored}");
     assert_eq!(built(3), built(2), "{stored}");
 
-    let dense = ["--mode", "dense"];
+    let dense = "--mode dense";
     same_figures(
-        &eval_collection(&clip, &both, &dense),
-        &eval(&clip, &c.tsv, &dense),
+        &eval_collection(&clip, &both, dense),
+        &eval(&clip, &c.tsv, dense, &[]),
     );
 
     let sparse_only = tmp.path().join("sparse");
-    index(&sparse_only, &[]);
-    let mut args: Vec<String> = vec![
-        "eval".into(),
-        "--collection".into(),
-        sparse_only.display().to_string(),
-        "--mode".into(),
-        "dense".into(),
-    ];
-    args.extend(clip.iter().cloned());
-    fails(&args, "index it with --dense");
-    args[2] = tmp.path().join("nowhere").display().to_string();
-    fails(&args, "not a collection lexlip index made");
+    index_tsv(&sparse_only, &c.tsv, &tiny, "", &[]);
+    let dense_of = |dir: &Path| eval_line(&clip, dense, &[("--collection", &dir)]);
+    fails(&dense_of(&sparse_only), "index it with --dense");
+    let nowhere = tmp.path().join("nowhere");
+    fails(&dense_of(&nowhere), "not a collection lexlip index made");
 }
 
 /// `--distractors`: a test corpus searched among another collection's pictures and captions.
@@ -917,13 +852,12 @@ fn distractors_join_every_search_and_answer_nothing() {
     let d = corpus_from(&tmp.path().join("others"), 6, 10, 1, None);
     let tiny = lexlip_tiny_args();
     let clip = clip_args();
-    let index = |dir: &Path, model: &[String], extra: &[&str]| index_tsv(dir, &d.tsv, model, extra);
     let both = tmp.path().join("both");
-    index(&both, &tiny, &["--dense-model", clip[1].as_str()]);
+    index_tsv(&both, &d.tsv, &tiny, "", &[("--dense-model", &clip_dir())]);
     let both_arg = both.display().to_string();
 
     // Sparse: brute-force dot products of the encoder's outputs over the corpus and the others.
-    let report = eval(&tiny, &c.tsv, &["--distractors", &both_arg]);
+    let report = eval(&tiny, &c.tsv, "", &[("--distractors", &both)]);
     assert_eq!(report["images"], 6, "{report}");
     assert_eq!(report["captions"], 12);
     assert_eq!(report["t2i_queries"], 12);
@@ -936,10 +870,7 @@ fn distractors_join_every_search_and_answer_nothing() {
     let (texts, images) = (sparse(texts), sparse(images));
     let (other_texts, other_images) = texts_and_images(&tiny, &d, "terms");
     let (other_texts, other_images) = (sparse(other_texts), sparse(other_images));
-    let t2i_relevant: Vec<Vec<usize>> = c.captions.iter().map(|(_, i)| vec![*i]).collect();
-    let i2t_relevant: Vec<Vec<usize>> = (0..6)
-        .map(|i| (0..12).filter(|t| c.captions[*t].1 == i).collect())
-        .collect();
+    let (t2i_relevant, i2t_relevant) = relevant(&c);
     let t2i_among = scores(&texts, &joined(&images, &other_images), dot);
     let i2t_among = scores(&images, &joined(&texts, &other_texts), dot);
     let t2i = oracle(&t2i_among, &t2i_relevant, 0.0, true);
@@ -955,16 +886,12 @@ fn distractors_join_every_search_and_answer_nothing() {
         "no distractor outranks an answer: {t2i:?} {alone_t2i:?} {i2t:?} {alone_i2t:?}"
     );
     // The lexicon figures are the corpus's alone.
-    let alone = eval(&tiny, &c.tsv, &[]);
+    let alone = eval(&tiny, &c.tsv, "", &[]);
     assert_eq!(report["lexicon"], alone["lexicon"]);
     assert!(alone.get("distractors").is_none(), "{alone}");
 
     // Dense: cosines of the unit vectors, the distractors' as the collection stored them.
-    let report = eval(
-        &clip,
-        &c.tsv,
-        &["--mode", "dense", "--distractors", &both_arg],
-    );
+    let report = eval(&clip, &c.tsv, "--mode dense", &[("--distractors", &both)]);
     assert_eq!(report["distractors"]["images"], 10, "{report}");
     let units = |v: Vec<Value>| v.iter().map(unit).collect::<Vec<_>>();
     let (texts, images) = texts_and_images(&clip, &c, "dense");
@@ -982,35 +909,16 @@ fn distractors_join_every_search_and_answer_nothing() {
     // Refused: distractors quantized otherwise, a sparse-only collection for --mode dense, a
     // folder that is no collection (before the model loads), and single-modal recall.
     let sparse_only = tmp.path().join("sparse");
-    index(&sparse_only, &tiny, &["--scale", "50"]);
-    let mut args = eval_args(&c.tsv, tiny.clone());
-    args.extend([
-        "--distractors".to_string(),
-        sparse_only.display().to_string(),
-    ]);
-    fails(&args, "quantized with scale 50");
-    let mut args = eval_args(&c.tsv, clip.clone());
-    args.extend([
-        "--mode".to_string(),
-        "dense".into(),
-        "--distractors".into(),
-        sparse_only.display().to_string(),
-    ]);
-    fails(&args, "index it with --dense");
-    let mut args = eval_args(&c.tsv, tiny.clone());
-    args.extend([
-        "--distractors".to_string(),
-        tmp.path().join("nowhere").display().to_string(),
-    ]);
-    fails(&args, "--distractors");
-    fails(&args, "not a collection lexlip index made");
-    let mut args = eval_args(&c.tsv, tiny);
-    args.extend([
-        "--distractors".to_string(),
-        both_arg,
-        "--single-modal".into(),
-    ]);
-    fails(&args, "cannot be used with");
+    index_tsv(&sparse_only, &d.tsv, &tiny, "--scale 50", &[]);
+    let refused = |model: &[String], words: &str, among: &Path, message: &str| {
+        tsv_fails(model, &c.tsv, words, &[("--distractors", &among)], message);
+    };
+    refused(&tiny, "", &sparse_only, "quantized with scale 50");
+    refused(&clip, "--mode dense", &sparse_only, "index it with --dense");
+    let nowhere = tmp.path().join("nowhere");
+    refused(&tiny, "", &nowhere, "--distractors");
+    refused(&tiny, "", &nowhere, "not a collection lexlip index made");
+    refused(&tiny, "--single-modal", &both, "cannot be used with");
 }
 
 /// `models/emoji-lex-compose` with its heads cut to `image_k` image and `text_k` text terms, in
@@ -1039,7 +947,7 @@ fn heads_cut_to(dir: &Path, image_k: usize, text_k: usize) -> Vec<String> {
         "heads/config.json",
         &[("image_top_k", image_k), ("text_top_k", text_k)],
     );
-    vec!["--model".into(), dir.display().to_string()]
+    model_flag(dir)
 }
 
 /// `--distractors-from-dense`: lexicons computed by other heads from the dense vectors a
@@ -1051,72 +959,45 @@ fn distractors_from_dense_equal_the_heads_indexing_them() {
     let tmp = tempfile::tempdir().unwrap();
     let c = corpus(&tmp.path().join("test"), 6, 2, None);
     let d = corpus_from(&tmp.path().join("others"), 6, 10, 1, None);
-    let shipped = vec![
-        "--model".to_string(),
-        lexlip_tests::workspace()
-            .join("models/emoji-lex-compose")
-            .display()
-            .to_string(),
-    ];
+    let shipped = model_flag(&lexlip_tests::workspace().join("models/emoji-lex-compose"));
     let cut = heads_cut_to(&tmp.path().join("cut"), 8, 4);
     let (by_shipped, by_cut) = (tmp.path().join("by-shipped"), tmp.path().join("by-cut"));
-    index_tsv(&by_shipped, &d.tsv, &shipped, &["--dense"]);
-    index_tsv(&by_cut, &d.tsv, &cut, &["--dense"]);
-    let arg = |p: &Path| p.display().to_string();
+    index_tsv(&by_shipped, &d.tsv, &shipped, "--dense", &[]);
+    index_tsv(&by_cut, &d.tsv, &cut, "--dense", &[]);
 
-    let indexed = eval(
-        &cut,
-        &c.tsv,
-        &["--distractors", &arg(&by_cut), "--top-k", "4"],
-    );
+    let indexed = eval(&cut, &c.tsv, "--top-k 4", &[("--distractors", &by_cut)]);
     let from_dense = eval(
         &cut,
         &c.tsv,
-        &[
-            "--distractors",
-            &arg(&by_shipped),
-            "--distractors-from-dense",
-            "--top-k",
-            "4",
-        ],
+        "--distractors-from-dense --top-k 4",
+        &[("--distractors", &by_shipped)],
     );
     same_figures(&indexed, &from_dense);
     assert_eq!(from_dense["distractors"]["images"], 10, "{from_dense}");
     assert_eq!(from_dense["distractors"]["captions"], 10);
     // The stored lexicons themselves (64 terms) are not what the cut heads give.
-    let stored = eval(
-        &cut,
-        &c.tsv,
-        &["--distractors", &arg(&by_shipped), "--top-k", "4"],
-    );
+    let stored = eval(&cut, &c.tsv, "--top-k 4", &[("--distractors", &by_shipped)]);
     assert_ne!(figures(&stored)["settings"], figures(&indexed)["settings"]);
 
     // Refused: dense vectors of another backbone (the tiny CLIP's), a dense evaluation, and
     // the flag without --distractors.
     let other = tmp.path().join("other-backbone");
-    index_tsv(
-        &other,
-        &d.tsv,
-        &lexlip_tiny_args(),
-        &["--dense-model", clip_args()[1].as_str()],
+    let tiny = lexlip_tiny_args();
+    index_tsv(&other, &d.tsv, &tiny, "", &[("--dense-model", &clip_dir())]);
+    let flag = "--distractors-from-dense";
+    tsv_fails(
+        &cut,
+        &c.tsv,
+        flag,
+        &[("--distractors", &other)],
+        "not those of this model's backbone",
     );
-    let mut args = eval_args(&c.tsv, cut.clone());
-    args.extend([
-        "--distractors".to_string(),
-        arg(&other),
-        "--distractors-from-dense".into(),
-    ]);
-    fails(&args, "not those of this model's backbone");
-    let mut args = eval_args(&c.tsv, cut.clone());
-    args.extend([
-        "--mode".to_string(),
-        "dense".into(),
-        "--distractors".into(),
-        arg(&by_shipped),
-        "--distractors-from-dense".into(),
-    ]);
-    fails(&args, "leave out --mode dense");
-    let mut args = eval_args(&c.tsv, cut);
-    args.push("--distractors-from-dense".into());
-    fails(&args, "--distractors <DIR>");
+    tsv_fails(
+        &cut,
+        &c.tsv,
+        &format!("--mode dense {flag}"),
+        &[("--distractors", &by_shipped)],
+        "leave out --mode dense",
+    );
+    tsv_fails(&cut, &c.tsv, flag, &[], "--distractors <DIR>");
 }

@@ -3,23 +3,45 @@
 //! file), SIGKILL mid-run then resume == a clean run, and shards merged == one run.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use lexlip_tests::lexlip_tiny_args as model_args;
-use lexlip_tests::{contents, impacts, lexlip, lexlip_json};
+use lexlip_tests::{
+    Flags, contents, hit_ids, hit_numbers, impacts, lexlip, lexlip_json, lexlip_tiny_line, line,
+};
 use serde_json::Value;
 
-fn index(collection: &Path, input: &[&str], extra: &[&str]) -> Value {
-    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-    args.push(collection.display().to_string());
-    args.extend(input.iter().map(|s| s.to_string()));
-    args.extend(model_args());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args.push("--json".into());
-    lexlip_json(&args)
+/// `lexlip index --collection COLLECTION WORDS FLAGS`, with the tiny LexLIP model unless the
+/// input is `--vectors`: every indexing run of this suite.
+fn index_line(collection: &Path, words: &str, flags: &Flags) -> Vec<OsString> {
+    let mut args = line(&format!("index {words}"), &[("--collection", &collection)]);
+    args.extend(line("", flags));
+    if !flags.iter().any(|(flag, _)| *flag == "--vectors") {
+        args.extend(model_args().into_iter().map(OsString::from));
+    }
+    args
+}
+
+/// The collection `dir/NAME` and the file `dir/NAME-errors.jsonl` for its run's `--errors`.
+fn with_errors(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    (dir.join(name), dir.join(format!("{name}-errors.jsonl")))
+}
+
+/// [`index_line`] with `--json`, run; its summary.
+fn index(collection: &Path, words: &str, flags: &Flags) -> Value {
+    lexlip_json(&index_line(collection, &format!("{words} --json"), flags))
+}
+
+/// `lexlip merge INTO PARTS… WORDS`.
+fn merge(into: &Path, parts: &[&Path], words: &str) -> Output {
+    let mut args = vec![OsString::from("merge"), into.into()];
+    args.extend(parts.iter().map(|p| p.as_os_str().to_owned()));
+    args.extend(line(words, &[]));
+    lexlip(&args)
 }
 
 /// A small PNG whose colours depend on `seed`.
@@ -87,13 +109,15 @@ fn tsv_corpus(dir: &Path, good: usize) -> TsvCorpus {
 fn tsv_counts_errors_and_search() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tsv_corpus(tmp.path(), 40);
-    let coll = tmp.path().join("coll");
-    let errors = tmp.path().join("errors.jsonl");
-    let s = index(
-        &coll,
-        &["--tsv", corpus.tsv.to_str().unwrap()],
-        &["--errors", errors.to_str().unwrap(), "--batch-size", "8"],
-    );
+    let (coll, errors) = with_errors(tmp.path(), "coll");
+    let tsv_errors = |errors: &Path| {
+        index(
+            &coll,
+            "--batch-size 8",
+            &[("--tsv", &corpus.tsv), ("--errors", &errors)],
+        )
+    };
+    let s = tsv_errors(&errors);
     let images = corpus.good + corpus.corrupt + corpus.missing;
     let texts = 2 * images;
     assert_eq!(s["read"], (images + texts + 1) as u64, "{s}");
@@ -147,109 +171,62 @@ fn tsv_counts_errors_and_search() {
         "corrupt images are not indexed"
     );
     // Search finds an indexed image by its own terms.
-    let terms = lexlip_json(
-        &[
-            vec!["encode".to_string(), "--image".into()],
-            vec![tmp.path().join("images/0007.png").display().to_string()],
-            model_args(),
-            vec!["--json".into()],
-        ]
-        .concat(),
+    let image = tmp.path().join("images/0007.png");
+    let terms = lexlip_json(&lexlip_tiny_line("encode --json", &[("--image", &image)]));
+    let vector = |terms: &Value| line("", &[("--vector", &terms["terms"].to_string())]);
+    let mut args = line(
+        "search --modality image -k 1000 --json",
+        &[("--collection", &coll)],
     );
-    let hits = lexlip_json(&[
-        "search".into(),
-        "--collection".into(),
-        coll.display().to_string(),
-        "--vector".into(),
-        terms["terms"].to_string(),
-        "--modality".into(),
-        "image".into(),
-        "-k".into(),
-        "1000".into(),
-        "--json".into(),
-    ]);
-    let ids: Vec<&str> = hits["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["id"].as_str().unwrap())
-        .collect();
-    assert!(ids.contains(&"img0007"), "{ids:?}");
+    args.extend(vector(&terms));
+    let ids = hit_ids(&lexlip_json(&args));
+    assert!(ids.iter().any(|id| id == "img0007"), "{ids:?}");
     assert_eq!(ids.len(), corpus.good);
     // A query in words or an image, encoded by lexlip search itself, ranks as the vector that
     // `lexlip encode` writes for it (the same encoder, then the same search).
-    let col = coll.display().to_string();
-    let image = tmp.path().join("images/0007.png").display().to_string();
-    let text_terms = lexlip_json(
-        &[
-            vec!["encode".to_string(), "--text".into(), "a red square".into()],
-            model_args(),
-            vec!["--json".into()],
-        ]
-        .concat(),
-    );
-    let search = |query: &[String]| {
+    let text_terms = lexlip_json(&lexlip_tiny_line(
+        "encode --json",
+        &[("--text", &"a red square")],
+    ));
+    let search = |query: Vec<OsString>| {
         // Every document: an image query would otherwise find the collection's texts only.
-        let base = [
-            "search",
-            "--collection",
-            &col,
-            "-k",
-            "20",
-            "--modality",
-            "any",
-            "--json",
-        ];
-        let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
-        args.extend(query.iter().cloned());
+        let mut args = line(
+            "search -k 20 --modality any --json",
+            &[("--collection", &coll)],
+        );
+        args.extend(query);
         let out = lexlip_json(&args);
         let hits = lexlip_tests::hit_scores(&out);
         assert_eq!(out["path"], "sparse", "{out}");
         hits
     };
-    let by_vector = |terms: &Value| search(&["--vector".into(), terms["terms"].to_string()]);
-    let by_image = search(&[vec!["--image".to_string(), image.clone()], model_args()].concat());
-    assert_eq!(by_image, by_vector(&terms));
+    let by_image = search(lexlip_tiny_line("", &[("--image", &image)]));
+    assert_eq!(by_image, search(vector(&terms)));
     assert!(
         by_image.iter().any(|(id, _)| id == "img0007"),
         "{by_image:?}"
     );
-    let by_text = search(
-        &[
-            vec!["--text".to_string(), "a red square".into()],
-            model_args(),
-        ]
-        .concat(),
-    );
-    assert_eq!(by_text, by_vector(&text_terms));
+    let by_text = search(lexlip_tiny_line("", &[("--text", &"a red square")]));
+    assert_eq!(by_text, search(vector(&text_terms)));
     assert!(!by_text.is_empty());
     // Refusals say what to add.
-    let out = lexlip(&["search", "--collection", &col, "--text", "a dog"]);
+    let out = lexlip(&line(
+        "search",
+        &[("--collection", &coll), ("--text", &"a dog")],
+    ));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--text needs --model"), "{stderr}");
-    let mut dense = vec![
-        "search",
-        "--collection",
-        &col,
-        "--mode",
-        "dense",
-        "--image",
-        &image,
-    ];
-    let model = model_args();
-    dense.extend(model.iter().map(String::as_str));
-    let out = lexlip(&dense);
+    let out = lexlip(&lexlip_tiny_line(
+        "search --mode dense",
+        &[("--collection", &coll), ("--image", &image)],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("dense search off"), "{stderr}");
 
     // Re-running a finished job does nothing and changes nothing (it reports the job's counts).
     let errors_text = std::fs::read_to_string(&errors).unwrap();
-    let again = index(
-        &coll,
-        &["--tsv", corpus.tsv.to_str().unwrap()],
-        &["--errors", errors.to_str().unwrap(), "--batch-size", "8"],
-    );
+    let again = tsv_errors(&errors);
     assert_eq!(again["already_complete"], true, "{again}");
     assert_eq!(again["read"], s["read"]);
     assert_eq!(again["skipped"], s["skipped"]);
@@ -257,11 +234,7 @@ fn tsv_counts_errors_and_search() {
     assert_eq!(std::fs::read_to_string(&errors).unwrap(), errors_text);
     // The list of a finished job is copied to a new --errors file without indexing again.
     let errors2 = tmp.path().join("errors2.jsonl");
-    let again = index(
-        &coll,
-        &["--tsv", corpus.tsv.to_str().unwrap()],
-        &["--errors", errors2.to_str().unwrap(), "--batch-size", "8"],
-    );
+    let again = tsv_errors(&errors2);
     assert_eq!(again["already_complete"], true, "{again}");
     assert_eq!(std::fs::read_to_string(&errors2).unwrap(), errors_text);
     // A changed input is not taken for the indexed one.
@@ -269,12 +242,11 @@ fn tsv_counts_errors_and_search() {
     text.push_str("a new caption of a dog\timages/0001.png\timg0001\n");
     std::fs::write(&corpus.tsv, text).unwrap();
     // It starts over, and says why before it starts.
-    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-    args.push(coll.display().to_string());
-    args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
-    args.extend(model_args());
-    args.extend(["--batch-size".into(), "8".into(), "--json".into()]);
-    let out = lexlip_tests::lexlip(&args);
+    let out = lexlip(&index_line(
+        &coll,
+        "--batch-size 8 --json",
+        &[("--tsv", &corpus.tsv)],
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("the saved progress belongs to another run"),
@@ -307,13 +279,16 @@ fn tsv_counts_errors_and_search() {
     let ckpt = model_dir.join("model.ckpt");
     std::fs::copy(&original[1], &ckpt).unwrap();
     let copied = |collection: &Path| {
-        let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-        args.push(collection.display().to_string());
-        args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
-        args.extend(["--model".into(), ckpt.display().to_string()]);
-        args.extend(original[2..].iter().cloned());
-        args.extend(["--batch-size".into(), "8".into(), "--json".into()]);
-        lexlip_tests::lexlip(&args)
+        let mut args = line(
+            "index --batch-size 8 --json",
+            &[
+                ("--collection", &collection),
+                ("--tsv", &corpus.tsv),
+                ("--model", &ckpt),
+            ],
+        );
+        args.extend(original[2..].iter().map(OsString::from));
+        lexlip(&args)
     };
     let fresh = tmp.path().join("fresh");
     assert!(copied(&fresh).status.success());
@@ -350,11 +325,7 @@ fn manifest_webdataset_and_image_dir() {
     manifest.push_str("{\"id\": \"m20\", \"image\": \"img/missing.png\"}\n");
     let mpath = dir.join("manifest.jsonl");
     std::fs::write(&mpath, manifest).unwrap();
-    let s = index(
-        &dir.join("c1"),
-        &["--manifest", mpath.to_str().unwrap()],
-        &[],
-    );
+    let s = index(&dir.join("c1"), "", &[("--manifest", &mpath)]);
     assert_eq!(s["read"], 23, "{s}");
     assert_eq!(s["indexed"], 20, "{s}");
     assert_eq!(s["skipped"]["duplicate_id"], 1);
@@ -386,11 +357,7 @@ fn manifest_webdataset_and_image_dir() {
     }
     builder.finish().unwrap();
     drop(builder);
-    let s = index(
-        &dir.join("c2"),
-        &["--webdataset", dir.to_str().unwrap()],
-        &[],
-    );
+    let s = index(&dir.join("c2"), "", &[("--webdataset", &dir)]);
     assert_eq!(s["read"], 22, "{s}");
     assert_eq!(s["indexed"], 21, "{s}");
     assert_eq!(s["skipped"]["corrupt_image"], 1);
@@ -401,38 +368,27 @@ fn manifest_webdataset_and_image_dir() {
     // A directory of images (recursive), with a corrupt one.
     std::fs::write(dir.join("img/sub/bad.png"), b"nope").unwrap();
     std::fs::write(dir.join("img/sub/a.png"), png(99)).unwrap();
-    let s = index(
-        &dir.join("c3"),
-        &["--images", dir.join("img").to_str().unwrap()],
-        &[],
-    );
+    let s = index(&dir.join("c3"), "", &[("--images", &dir.join("img"))]);
     assert_eq!(s["read"], 12, "{s}");
     assert_eq!(s["indexed"], 11, "{s}");
     assert!(contents(&dir.join("c3")).contains_key("sub/a.png"));
 
     // --strict stops at the first bad item with an error naming it.
-    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
-    args.push(dir.join("c4").display().to_string());
-    args.extend([
-        "--manifest".to_string(),
-        mpath.display().to_string(),
-        "--strict".into(),
-    ]);
-    args.extend(model_args());
-    let out = lexlip(&args);
+    let out = lexlip(&index_line(
+        &dir.join("c4"),
+        "--strict",
+        &[("--manifest", &mpath)],
+    ));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate_id"));
 
     // An input without items (an empty directory) indexes nothing: an error.
     std::fs::create_dir_all(dir.join("empty")).unwrap();
-    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
-    args.push(dir.join("c6").display().to_string());
-    args.extend([
-        "--images".to_string(),
-        dir.join("empty").display().to_string(),
-    ]);
-    args.extend(model_args());
-    let out = lexlip(&args);
+    let out = lexlip(&index_line(
+        &dir.join("c6"),
+        "",
+        &[("--images", &dir.join("empty"))],
+    ));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing was indexed"), "{err}");
@@ -445,13 +401,12 @@ fn manifest_webdataset_and_image_dir() {
         "--images",
         "--vectors",
     ] {
-        let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
-        args.push(dir.join("c5").display().to_string());
-        args.extend([input.to_string(), dir.join("absent").display().to_string()]);
-        if input != "--vectors" {
-            args.extend(model_args());
-        }
-        let out = lexlip(&args);
+        // The tiny model with every input but `--vectors`.
+        let out = lexlip(&index_line(
+            &dir.join("c5"),
+            "",
+            &[(input, &dir.join("absent"))],
+        ));
         assert!(!out.status.success(), "{input}");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("absent"),
@@ -461,17 +416,10 @@ fn manifest_webdataset_and_image_dir() {
     }
 }
 
-/// Starts `lexlip index …` in the background.
-fn spawn_index(collection: &Path, input: &[&str], extra: &[&str]) -> std::process::Child {
-    let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-    args.push(collection.display().to_string());
-    args.extend(input.iter().map(|s| s.to_string()));
-    if !input.contains(&"--vectors") {
-        args.extend(model_args());
-    }
-    args.extend(extra.iter().map(|s| s.to_string()));
+/// Starts [`index_line`] in the background.
+fn spawn_index(collection: &Path, words: &str, flags: &Flags) -> std::process::Child {
     Command::new(lexlip_tests::lexlip_bin())
-        .args(&args)
+        .args(index_line(collection, words, flags))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -508,32 +456,25 @@ fn saved_position(collection: &Path) -> u64 {
 fn killed_run_resumes_to_the_same_collection() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tsv_corpus(tmp.path(), 300);
-    let tsv = corpus.tsv.to_str().unwrap().to_string();
-    let clean = tmp.path().join("clean");
-    let clean_errors = tmp.path().join("clean-errors.jsonl");
-    let opts = ["--batch-size", "4", "--commit-every", "8"];
-    let with_errors = |e: &Path| -> Vec<String> {
-        let mut v: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
-        v.extend(["--errors".to_string(), e.display().to_string()]);
-        v
-    };
-    let clean_opts = with_errors(&clean_errors);
-    let clean_opts: Vec<&str> = clean_opts.iter().map(String::as_str).collect();
-    let clean_summary = index(&clean, &["--tsv", &tsv], &clean_opts);
+    let (clean, clean_errors) = with_errors(tmp.path(), "clean");
+    let opts = "--batch-size 4 --commit-every 8";
+    let clean_summary = index(
+        &clean,
+        opts,
+        &[("--tsv", &corpus.tsv), ("--errors", &clean_errors)],
+    );
 
     // kill -9 after a few commits.
-    let resumed = tmp.path().join("resumed");
-    let errors = tmp.path().join("errors.jsonl");
-    let run_opts = with_errors(&errors);
-    let run_opts: Vec<&str> = run_opts.iter().map(String::as_str).collect();
-    let mut child = spawn_index(&resumed, &["--tsv", &tsv], &run_opts);
+    let (resumed, errors) = with_errors(tmp.path(), "resumed");
+    let run: &Flags = &[("--tsv", &corpus.tsv), ("--errors", &errors)];
+    let mut child = spawn_index(&resumed, opts, run);
     let killed_at = wait_for_commit_past(&resumed, 40);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(saved_position(&resumed) >= killed_at);
 
     // Ctrl-C (SIGINT) in the resumed run: it commits what it read and exits non-zero.
-    let child = spawn_index(&resumed, &["--tsv", &tsv], &run_opts);
+    let child = spawn_index(&resumed, opts, run);
     let before = wait_for_commit_past(&resumed, saved_position(&resumed) + 40);
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -549,7 +490,7 @@ fn killed_run_resumes_to_the_same_collection() {
 
     // The same command again finishes the job: the collection, the summary's counts and the
     // errors file are a clean run's.
-    let s = index(&resumed, &["--tsv", &tsv], &run_opts);
+    let s = index(&resumed, opts, run);
     assert_eq!(s["resumed_from"].as_u64(), Some(stopped_at), "{s}");
     for key in ["read", "indexed", "skipped"] {
         assert_eq!(s[key], clean_summary[key], "{key}: {s} vs {clean_summary}");
@@ -565,26 +506,19 @@ fn killed_run_resumes_to_the_same_collection() {
 fn shards_merged_equal_one_run() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tsv_corpus(tmp.path(), 30);
-    let tsv = corpus.tsv.to_str().unwrap().to_string();
     let whole = tmp.path().join("whole");
-    index(&whole, &["--tsv", &tsv], &[]);
+    index(&whole, "", &[("--tsv", &corpus.tsv)]);
     let parts: Vec<PathBuf> = (0..2)
         .map(|i| tmp.path().join(format!("part{i}")))
         .collect();
     let mut total = 0;
     for (i, p) in parts.iter().enumerate() {
-        let s = index(p, &["--tsv", &tsv], &["--shard", &format!("{i}/2")]);
+        let s = index(p, &format!("--shard {i}/2"), &[("--tsv", &corpus.tsv)]);
         total += s["indexed"].as_u64().unwrap();
         assert!(s["indexed"].as_u64().unwrap() > 0);
     }
     let merged = tmp.path().join("merged");
-    let report = lexlip_json(&[
-        "merge".into(),
-        merged.display().to_string(),
-        parts[0].display().to_string(),
-        parts[1].display().to_string(),
-        "--json".into(),
-    ]);
+    let report = lexlip_tests::success_json(&merge(&merged, &[&parts[0], &parts[1]], "--json"));
     assert_eq!(report["documents"].as_u64(), Some(total));
     assert_eq!(contents(&merged), contents(&whole));
 
@@ -593,20 +527,9 @@ fn shards_merged_equal_one_run() {
     let vectors = tmp.path().join("v.jsonl");
     let mut f = std::fs::File::create(&vectors).unwrap();
     writeln!(f, "{{\"id\": \"x\", \"vector\": {{\"dog\": 3}}}}").unwrap();
-    let out = lexlip(&[
-        "index".into(),
-        "--collection".into(),
-        other.display().to_string(),
-        "--vectors".into(),
-        vectors.display().to_string(),
-    ]);
+    let out = lexlip(&index_line(&other, "", &[("--vectors", &vectors)]));
     assert!(out.status.success());
-    let out = lexlip(&[
-        "merge".into(),
-        tmp.path().join("m2").display().to_string(),
-        whole.display().to_string(),
-        other.display().to_string(),
-    ]);
+    let out = merge(&tmp.path().join("m2"), &[&whole, &other], "");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("whole") && err.contains("other"), "{err}");
@@ -616,10 +539,11 @@ fn shards_merged_equal_one_run() {
     );
 }
 
-/// `n` JsonVectorCollection lines (8 terms each); every 1000th line is malformed JSON and every
-/// 1000th (offset 500) has a negative weight.
-fn vectors_file(path: &Path, n: usize) {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+/// `n` JsonVectorCollection lines (8 terms each) in `dir/v.jsonl`, whose path it returns; every
+/// 1000th line is malformed JSON and every 1000th (offset 500) has a negative weight.
+fn vectors_file(dir: &Path, n: usize) -> PathBuf {
+    let path = dir.join("v.jsonl");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
     for i in 0..n {
         if i % 1000 == 999 {
             writeln!(out, "{{\"id\": \"d{i}\", \"vector\": ").unwrap();
@@ -640,24 +564,19 @@ fn vectors_file(path: &Path, n: usize) {
         )
         .unwrap();
     }
+    path
 }
 
 #[test]
 fn vectors_resume_shards_and_strict() {
     let tmp = tempfile::tempdir().unwrap();
-    let vectors = tmp.path().join("v.jsonl");
-    vectors_file(&vectors, 60_000);
-    let v = vectors.to_str().unwrap();
-    let lexlip_index = |coll: &Path, extra: &[&str]| -> Value {
-        let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
-        args.push(coll.display().to_string());
-        args.extend(["--vectors".to_string(), v.to_string(), "--json".into()]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        lexlip_json(&args)
-    };
-    let clean = tmp.path().join("clean");
-    let clean_errors = tmp.path().join("clean-errors.jsonl");
-    let s = lexlip_index(&clean, &["--errors", clean_errors.to_str().unwrap()]);
+    let vectors = vectors_file(tmp.path(), 60_000);
+    let (clean, clean_errors) = with_errors(tmp.path(), "clean");
+    let s = index(
+        &clean,
+        "",
+        &[("--vectors", &vectors), ("--errors", &clean_errors)],
+    );
     assert_eq!(s["read"], 60_000);
     assert_eq!(s["skipped"]["json"], 60);
     assert_eq!(s["skipped"]["vector"], 60);
@@ -665,20 +584,13 @@ fn vectors_resume_shards_and_strict() {
     let whole = contents(&clean);
 
     // kill -9 after the first commit (commits every 20,000-line chunk), then the same command.
-    let resumed = tmp.path().join("resumed");
-    let errors = tmp.path().join("errors.jsonl");
-    let opts = [
-        "--commit-every",
-        "1",
-        "--errors",
-        errors.to_str().unwrap(),
-        "--json",
-    ];
-    let mut child = spawn_index(&resumed, &["--vectors", v], &opts);
+    let (resumed, errors) = with_errors(tmp.path(), "resumed");
+    let run: &Flags = &[("--vectors", &vectors), ("--errors", &errors)];
+    let mut child = spawn_index(&resumed, "--commit-every 1 --json", run);
     wait_for_commit_past(&resumed, 0);
     child.kill().unwrap();
     child.wait().unwrap();
-    let r = lexlip_index(&resumed, &opts[..4]);
+    let r = index(&resumed, "--commit-every 1", run);
     assert!(r["resumed_from"].as_u64() > Some(0), "{r}");
     for key in ["read", "indexed", "skipped"] {
         assert_eq!(r[key], s[key], "{key}");
@@ -689,31 +601,20 @@ fn vectors_resume_shards_and_strict() {
         std::fs::read_to_string(&clean_errors).unwrap()
     );
     // --merge-segments on the finished input: one segment, the same documents and search.
-    let stats =
-        |dir: &PathBuf| lexlip_json(&["stats", "--collection", dir.to_str().unwrap(), "--json"]);
+    let stats = |dir: &PathBuf| lexlip_json(&line("stats --json", &[("--collection", dir)]));
     assert!(stats(&resumed)["segments"].as_u64() > Some(1));
     let search = |dir: &PathBuf| {
         // Scores only: ties at the last place may be broken by another document order.
-        let out = lexlip_json(&[
-            "search",
-            "--collection",
-            dir.to_str().unwrap(),
-            "--vector",
-            "{\"t1\": 3, \"t7\": 5}",
-            "-k",
-            "20",
-            "--json",
-        ]);
-        out["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h["score"].as_f64().unwrap())
-            .collect::<Vec<_>>()
+        let query = "{\"t1\": 3, \"t7\": 5}";
+        let args = line(
+            "search -k 20 --json",
+            &[("--collection", dir), ("--vector", &query)],
+        );
+        hit_numbers(&lexlip_json(&args), "score")
     };
     let before = search(&resumed);
     assert_eq!(before.len(), 20);
-    let r = lexlip_index(&resumed, &["--merge-segments"]);
+    let r = index(&resumed, "--merge-segments", &[("--vectors", &vectors)]);
     assert!(r["merge_seconds"].as_f64() >= Some(0.0), "{r}");
     assert_eq!(stats(&resumed)["segments"], 1);
     assert_eq!(contents(&resumed), whole);
@@ -723,44 +624,30 @@ fn vectors_resume_shards_and_strict() {
     let parts: Vec<PathBuf> = (0..2).map(|i| tmp.path().join(format!("p{i}"))).collect();
     let mut read = 0;
     for (i, p) in parts.iter().enumerate() {
-        let ps = lexlip_index(p, &["--shard", &format!("{i}/2")]);
+        let ps = index(p, &format!("--shard {i}/2"), &[("--vectors", &vectors)]);
         read += ps["read"].as_u64().unwrap();
         assert!(ps["indexed"].as_u64().unwrap() > 20_000, "{ps}");
     }
     assert_eq!(read, 60_000);
     let merged = tmp.path().join("merged");
-    let out = lexlip(&[
-        "merge".into(),
-        merged.display().to_string(),
-        parts[0].display().to_string(),
-        parts[1].display().to_string(),
-    ]);
-    assert!(out.status.success());
+    assert!(merge(&merged, &[&parts[0], &parts[1]], "").status.success());
     assert_eq!(contents(&merged), whole);
     // Merged into an existing collection: each merge commits its own segment; with
     // --merge-segments (the second part again: same ids, replaced) they become one.
     let twice = tmp.path().join("twice");
-    let merge_into = |part: &PathBuf, extra: &[&str]| {
-        let mut args = vec![
-            "merge".to_string(),
-            twice.display().to_string(),
-            part.display().to_string(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        assert!(lexlip(&args).status.success());
+    let merge_into = |part: &Path, words: &str| {
+        assert!(merge(&twice, &[part], words).status.success());
     };
-    merge_into(&parts[0], &[]);
-    merge_into(&parts[1], &[]);
+    merge_into(&parts[0], "");
+    merge_into(&parts[1], "");
     assert!(stats(&twice)["segments"].as_u64() >= Some(2));
-    merge_into(&parts[1], &["--merge-segments"]);
+    merge_into(&parts[1], "--merge-segments");
     assert_eq!(stats(&twice)["segments"], 1);
     assert_eq!(contents(&twice), whole);
 
     // --strict stops at the first bad line, naming it.
-    let mut args: Vec<String> = ["index", "--collection"].map(String::from).to_vec();
-    args.push(tmp.path().join("strict").display().to_string());
-    args.extend(["--vectors".to_string(), v.to_string(), "--strict".into()]);
-    let out = lexlip(&args);
+    let strict = tmp.path().join("strict");
+    let out = lexlip(&index_line(&strict, "--strict", &[("--vectors", &vectors)]));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -836,46 +723,34 @@ fn one_corpus_in_every_format() {
         empty.len() as u64,
     );
     let images = n as u64;
-    let runs: [(&str, Vec<String>, u64, u64); 4] = [
-        // (name, input args, read, indexed)
-        (
-            "tsv",
-            vec!["--tsv".into(), dir.join("c.tsv").display().to_string()],
-            2 * images,
-            2 * images - bad_images - missing_n - empty_n,
-        ),
-        (
-            "manifest",
-            vec![
-                "--manifest".into(),
-                dir.join("m.jsonl").display().to_string(),
-            ],
-            2 * images,
-            2 * images - bad_images - missing_n - empty_n,
-        ),
+    let every = 2 * images - bad_images - missing_n - empty_n;
+    let runs = [
+        // (name, input, read, indexed)
+        ("tsv", "c.tsv", 2 * images, every),
+        ("manifest", "m.jsonl", 2 * images, every),
         // A sample without its image is one bad item (its caption is not indexed alone).
         (
             "webdataset",
-            vec![
-                "--webdataset".into(),
-                dir.join("*.tar").display().to_string(),
-            ],
+            "*.tar",
             2 * images - missing_n,
-            2 * images - bad_images - 2 * missing_n - empty_n,
+            every - missing_n,
         ),
         (
             "images",
-            vec!["--images".into(), dir.join("images").display().to_string()],
+            "images",
             images - missing_n,
             images - missing_n - bad_images,
         ),
     ];
     let mut collections = BTreeMap::new();
     for (name, input, read, indexed) in runs {
-        let coll = dir.join(format!("c-{name}"));
-        let errors = dir.join(format!("e-{name}.jsonl"));
-        let input: Vec<&str> = input.iter().map(String::as_str).collect();
-        let s = index(&coll, &input, &["--errors", errors.to_str().unwrap()]);
+        let (coll, errors) = with_errors(dir, &format!("c-{name}"));
+        let flag = format!("--{name}");
+        let s = index(
+            &coll,
+            "",
+            &[(&flag, &dir.join(input)), ("--errors", &errors)],
+        );
         assert_eq!(
             (s["read"].as_u64(), s["indexed"].as_u64()),
             (Some(read), Some(indexed)),
@@ -916,13 +791,13 @@ fn progress_lines_when_stderr_is_no_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tsv_corpus(tmp.path(), 12);
     for (format, coll) in [("human", "text-log"), ("json", "json-log")] {
-        let mut args: Vec<String> = vec!["--log-format".into(), format.into(), "index".into()];
-        args.extend([
-            "--collection".into(),
-            tmp.path().join(coll).display().to_string(),
-        ]);
-        args.extend(["--tsv".into(), corpus.tsv.display().to_string()]);
-        args.extend(model_args());
+        let args = lexlip_tiny_line(
+            &format!("--log-format {format} index"),
+            &[
+                ("--collection", &tmp.path().join(coll)),
+                ("--tsv", &corpus.tsv),
+            ],
+        );
         let out = Command::new(lexlip_tests::lexlip_bin())
             .args(&args)
             .env("LEXLIP_PROGRESS_SECS", "0")

@@ -6,19 +6,18 @@
 //! matched. `models/emoji-lex-compose` is checked through `lexlip eval` over pictures composed
 //! of the same twelve emoji.
 
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 
-use lexlip_tests::{EMOJI, Server, b64, emoji_model, emoji_png, index_emoji};
+use lexlip_tests::{
+    EMOJI, Server, assert_success, b64, emoji_model, emoji_png, hit_numbers, hit_scores, hits,
+    index_emoji, lexlip, line, success_json,
+};
 use serde_json::{Value, json};
 
 /// 1-based rank of `want` among the hits (`None`: not returned).
 fn rank(r: &Value, want: &str) -> Option<usize> {
-    r["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|h| h["id"] == want)
-        .map(|p| p + 1)
+    hits(r).iter().position(|h| h["id"] == want).map(|p| p + 1)
 }
 
 struct Ranks(Vec<Option<usize>>);
@@ -120,10 +119,7 @@ fn the_demos_lexicon_model_finds_emoji_with_64_terms_per_image() {
 /// `floor` says so).
 fn finds_emoji_both_ways(model: &Path, floor: Floor) {
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        data.path(),
-        &["--model".into(), model.display().to_string()],
-    );
+    let s = Server::with_model(data.path(), model);
     index_emoji(&s, "emoji");
 
     let mut t2i = Ranks(Vec::new());
@@ -135,13 +131,7 @@ fn finds_emoji_both_ways(model: &Path, floor: Floor) {
             Some(&json!({"collection": "emoji", "text": label, "k": 12})),
         );
         assert_eq!(st, 200, "{r}");
-        assert!(
-            r["hits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|h| h["modality"] == "image")
-        );
+        assert!(hits(&r).iter().all(|h| h["modality"] == "image"));
         t2i.0.push(rank(&r, file));
         let query = b64(&emoji_png(file));
         let (st, r) = s.call(
@@ -209,21 +199,6 @@ fn emoji_model_with(dir: &Path, settings: Value) -> std::path::PathBuf {
     model
 }
 
-/// The scores of a search's hits, by id.
-fn scores(r: &Value) -> Vec<(String, f64)> {
-    r["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            (
-                h["id"].as_str().unwrap().to_string(),
-                h["score"].as_f64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// A model's own IDF exponent (`"idf"` in its lexlip.json) weighs the text and image queries
 /// it encodes when the search gives none: over HTTP a text query without `idf` scores as the
 /// same query with the model's `"idf": 2`, not as the unweighted one, and `/readyz` says so;
@@ -235,8 +210,7 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
     let tmp = tempfile::tempdir().unwrap();
     let model = emoji_model_with(tmp.path(), json!({"idf": 2.0}));
     let data = tmp.path().join("data");
-    let model_arg = model.display().to_string();
-    let s = Server::start(&data, &["--model".into(), model_arg.clone()]);
+    let s = Server::with_model(&data, &model);
     index_emoji(&s, "emoji");
     let (_, ready) = s.call("GET", "/readyz", None);
     assert_eq!(
@@ -266,40 +240,29 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
     assert_eq!(vector(&s, json!({})), vector(&s, json!({"idf": 0})));
     s.stop();
 
+    let model_arg = model.display().to_string();
     let s = Server::start(
         &data,
-        &[
-            "--model".into(),
-            model_arg.clone(),
-            "--idf".into(),
-            "0".into(),
-        ],
+        &["--model".into(), model_arg, "--idf".into(), "0".into()],
     );
     assert_eq!(search(&s, json!({})), plain);
     s.stop();
 
     // The command line: `lexlip search` without --idf weighs as the model asks.
     let collection = data.join("collections/emoji");
-    let cli = |extra: &[&str]| {
-        let mut args = vec![
-            "search",
-            "--collection",
-            collection.to_str().unwrap(),
-            "--model",
-            &model_arg,
-            "--text",
-            "a dog",
-            "--modality",
-            "image",
-            "-k",
-            "12",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        scores(&lexlip_tests::success_json(&lexlip_tests::lexlip(&args)))
+    let cli = |extra: &str| {
+        let args = line(
+            &format!("search --modality image -k 12 --json {extra}"),
+            &[
+                ("--collection", &collection),
+                ("--model", &model),
+                ("--text", &"a dog"),
+            ],
+        );
+        hit_scores(&success_json(&lexlip(&args)))
     };
-    assert_eq!(cli(&[]), by_model);
-    assert_eq!(cli(&["--idf", "0"]), plain);
+    assert_eq!(cli(""), by_model);
+    assert_eq!(cli("--idf 0"), plain);
 
     // `lexlip eval` reports the exponent it searched with.
     let tsv = tmp.path().join("emoji.tsv");
@@ -308,46 +271,36 @@ fn a_models_idf_weighs_its_queries_unless_the_search_gives_one() {
         lines.push(format!("{label}\t{}\t{file}", emoji_png(file).display()));
     }
     std::fs::write(&tsv, lines.join("\n")).unwrap();
-    let eval = |extra: &[&str]| {
-        let mut args = vec![
-            "eval",
-            "--tsv",
-            tsv.to_str().unwrap(),
-            "--model",
-            &model_arg,
-        ];
-        args.extend_from_slice(extra);
-        args.push("--json");
-        lexlip_tests::success_json(&lexlip_tests::lexlip(&args))
+    let eval = |extra: &str| {
+        let args = line(
+            &format!("eval {extra} --json"),
+            &[("--tsv", &tsv), ("--model", &model)],
+        );
+        success_json(&lexlip(&args))
     };
-    assert_eq!(eval(&[])["idf"], 2.0);
-    assert!(eval(&["--idf", "0"]).get("idf").is_none());
+    assert_eq!(eval("")["idf"], 2.0);
+    assert!(eval("--idf 0").get("idf").is_none());
 
     // Out of range: refused at start, naming the file.
-    let refused = |args: &[&str], says: &[&str]| {
-        let out = lexlip_tests::lexlip(args);
+    let refused = |args: &[OsString], says: &[&str]| {
+        let out = lexlip(args);
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(says.iter().all(|w| err.contains(w)), "{err}");
     };
     let bad = emoji_model_with(&tmp.path().join("bad"), json!({"idf": 9.0}));
-    let bad = bad.to_str().unwrap();
-    let collection = collection.to_str().unwrap();
-    let args = [
+    let args = line(
         "search",
-        "--collection",
-        collection,
-        "--model",
-        bad,
-        "--text",
-        "a dog",
-    ];
+        &[
+            ("--collection", &collection),
+            ("--model", &bad),
+            ("--text", &"a dog"),
+        ],
+    );
     refused(&args, &["lexlip.json", "idf must be"]);
     let negative = emoji_model_with(&tmp.path().join("negative"), json!({"idf": -1.0}));
-    let negative = negative.to_str().unwrap();
-    let tsv = tsv.to_str().unwrap();
     refused(
-        &["eval", "--tsv", tsv, "--model", negative],
+        &line("eval", &[("--tsv", &tsv), ("--model", &negative)]),
         &["idf in lexlip.json"],
     );
 }
@@ -359,7 +312,7 @@ fn search_scores(s: &Server, mut body: Value, extra: Value) -> Vec<(String, f64)
         .extend(extra.as_object().unwrap().clone());
     let (st, r) = s.call("POST", "/v1/collections/emoji/search", Some(&body));
     assert_eq!(st, 200, "{r}");
-    scores(&r)
+    hit_scores(&r)
 }
 
 /// Match strengths end to end with a real model: a caption query equal to a stored caption
@@ -374,7 +327,7 @@ fn match_strength_and_a_models_weak_match_calibration() {
     let tmp = tempfile::tempdir().unwrap();
     let model = emoji_model_with(tmp.path(), json!({"weak_match": {"text": 0.05}}));
     let data = tmp.path().join("data");
-    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    let s = Server::with_model(&data, &model);
     index_emoji(&s, "emoji");
 
     let search = |body: Value| {
@@ -404,12 +357,7 @@ fn match_strength_and_a_models_weak_match_calibration() {
     // A typical query norm in lexlip.json: a text query lighter than it has every hit's
     // strength scaled by its squared share of it (its impacts, at the collection's scale 100,
     // are what /v1/encode shows for the collection); vector queries keep theirs.
-    let strengths = |r: &Value| -> Vec<f64> {
-        let hits = r["hits"].as_array().unwrap();
-        hits.iter()
-            .map(|h| h["match_strength"].as_f64().unwrap())
-            .collect()
-    };
+    let strengths = |r: &Value| hit_numbers(r, "match_strength");
     let queries = [
         json!({"query": {"text": "frog"}, "target": "text", "k": 12}),
         json!({"query": {"text": "qwzx"}, "target": "image", "k": 12}),
@@ -437,7 +385,7 @@ fn match_strength_and_a_models_weak_match_calibration() {
         &tmp.path().join("normed"),
         json!({"weak_match": {"text": 0.05}, "query_norm": {"text": norm}}),
     );
-    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    let s = Server::with_model(&data, &model);
     let (_, ready) = s.call("GET", "/readyz", None);
     let shown = ready["models"]["query_norm"]["text"].as_f64();
     assert_eq!(shown.map(|n| n as f32), Some(norm as f32), "{ready}");
@@ -464,25 +412,19 @@ fn match_strength_and_a_models_weak_match_calibration() {
     s.stop();
     // `lexlip search` gives the strengths the server gives.
     let collection = data.join("collections/emoji");
-    let args = [
-        "search",
-        "--collection",
-        collection.to_str().unwrap(),
-        "--model",
-        model.to_str().unwrap(),
-        "--text",
-        "qwzx",
-        "--modality",
-        "image",
-        "-k",
-        "12",
-        "--json",
-    ];
-    let cli = lexlip_tests::success_json(&lexlip_tests::lexlip(&args));
+    let args = line(
+        "search --modality image -k 12 --json",
+        &[
+            ("--collection", &collection),
+            ("--model", &model),
+            ("--text", &"qwzx"),
+        ],
+    );
+    let cli = success_json(&lexlip(&args));
     assert_eq!(strengths(&cli), served[1], "{cli}");
     // A norm that is no positive number is refused when the model loads, naming the file.
     let bad = emoji_model_with(&tmp.path().join("bad"), json!({"query_norm": {"text": 0}}));
-    let out = lexlip_tests::lexlip(&["encode", "--model", bad.to_str().unwrap(), "--text", "x"]);
+    let out = lexlip(&line("encode --text x", &[("--model", &bad)]));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("query_norm in lexlip.json"), "{err}");
@@ -495,37 +437,20 @@ fn match_strength_and_a_models_weak_match_calibration() {
 #[test]
 fn the_composed_picture_model_finds_pictures_of_several_emoji_by_their_names() {
     let tmp = tempfile::tempdir().unwrap();
-    let sources = tmp.path().join("sources.jsonl");
-    let lines: Vec<String> = EMOJI
-        .iter()
-        .map(|(file, label)| json!({"image": emoji_png(file), "label": label}).to_string())
-        .collect();
-    std::fs::write(&sources, lines.join("\n")).unwrap();
     let shards = tmp.path().join("shards");
-    let out = lexlip_tests::lexlip(&[
-        "bench".as_ref(),
-        "compose".as_ref(),
-        "--sources".as_ref(),
-        sources.as_os_str(),
-        "--images".as_ref(),
-        "40".as_ref(),
-        "--seed".as_ref(),
-        "5".as_ref(),
-        "--out".as_ref(),
-        shards.as_os_str(),
-    ]);
-    lexlip_tests::assert_success(&out);
+    lexlip_tests::compose_shards(
+        &tmp.path().join("sources.jsonl"),
+        EMOJI.map(|(file, label)| (emoji_png(file), label.to_string())),
+        &shards,
+        "--images 40 --seed 5",
+    );
     // Recall at 5 of the exact search, text→image and image→text.
     let recall_at_5 = |model: &str| -> (f64, f64) {
         let model = lexlip_tests::workspace().join(model);
-        let report = lexlip_tests::lexlip_json(&[
-            "eval".as_ref(),
-            "--webdataset".as_ref(),
-            shards.as_os_str(),
-            "--model".as_ref(),
-            model.as_os_str(),
-            "--json".as_ref(),
-        ]);
+        let report = lexlip_tests::lexlip_json(&line(
+            "eval --json",
+            &[("--webdataset", &shards), ("--model", &model)],
+        ));
         assert_eq!(report["images"], 40, "{report}");
         let exact = &report["settings"][0];
         eprintln!("{}: {exact}", model.display());
@@ -599,7 +524,7 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     let tmp = tempfile::tempdir().unwrap();
     let model = emoji_model_with(tmp.path(), json!({"weak_match": {"image": WEAK}}));
     let data = tmp.path().join("data");
-    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
+    let s = Server::with_model(&data, &model);
     index_emoji(&s, "emoji");
     let (_, ready) = s.call("GET", "/readyz", None);
     assert_eq!(ready["models"]["weak_match"]["image"], WEAK, "{ready}");
@@ -633,11 +558,11 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
         .into_iter()
         .find(|w| enc["terms"].get(*w).is_none())
         .expect("a word the frog's lexicon lacks");
-    let (st, r) = s.call("PUT", "/v1/collections/apart", Some(&json!({})));
-    assert_eq!(st, 201, "{r}");
-    let doc = json!({"documents": [{"id": "t", "modality": "text", "vector": {lacking: 1.0}}]});
-    let (st, r) = s.call("POST", "/v1/collections/apart/documents", Some(&doc));
-    assert_eq!(st, 200, "{r}");
+    s.create("apart", json!({}));
+    s.add(
+        "apart",
+        vec![json!({"id": "t", "modality": "text", "vector": {lacking: 1.0}})],
+    );
     let r = search("apart", json!({"query": {"image": frog}, "k": 3}));
     assert_eq!(r["hits"].as_array().unwrap().len(), 0, "{r}");
     assert_eq!(r["weak_match"], WEAK, "{r}");
@@ -648,33 +573,22 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     // calibration and the list's flag, and the text output flags every hit or none.
     let collection = data.join("collections/emoji");
     let dog = emoji_png("1f436");
-    let base = [
-        "search",
-        "--collection",
-        collection.to_str().unwrap(),
-        "--model",
-        model.to_str().unwrap(),
-        "--image",
-        dog.to_str().unwrap(),
-        "--modality",
-        "text",
-        "-k",
-        "12",
-    ];
-    let json_out =
-        lexlip_tests::success_json(&lexlip_tests::lexlip(&[&base[..], &["--json"]].concat()));
+    let cli = |collection: &Path, words: &str, query: (&str, &dyn AsRef<OsStr>)| {
+        let args = line(
+            &format!("search {words}"),
+            &[("--collection", &collection), ("--model", &model), query],
+        );
+        lexlip(&args)
+    };
+    let image_cli = |collection: &Path, words: &str| cli(collection, words, ("--image", &dog));
+    let json_out = success_json(&image_cli(&collection, "--modality text -k 12 --json"));
     assert_eq!(json_out["weak_match"], WEAK, "{json_out}");
-    let strengths: Vec<f64> = json_out["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["match_strength"].as_f64().unwrap())
-        .collect();
+    let strengths = hit_numbers(&json_out, "match_strength");
     assert!(!strengths.is_empty());
     let weak = strengths[0] < WEAK;
     assert_eq!(json_out["weak"], weak, "{json_out}");
-    let out = lexlip_tests::lexlip(&base);
-    lexlip_tests::assert_success(&out);
+    let out = image_cli(&collection, "--modality text -k 12");
+    assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("score")).collect();
     assert_eq!(lines.len(), strengths.len(), "{text}");
@@ -688,35 +602,26 @@ fn image_queries_are_flagged_weak_by_the_models_calibration() {
     }
     // The image query's default target is the collection's texts (it holds them), a text
     // query's its pictures; `--modality any` returns both.
-    let default = lexlip_tests::success_json(&lexlip_tests::lexlip(
-        &[&base[..7], &["-k", "12", "--json"]].concat(),
-    ));
+    let default = success_json(&image_cli(&collection, "-k 12 --json"));
     assert_eq!(default["hits"], json_out["hits"], "{default}");
-    let modalities = |extra: &[&str]| -> Vec<String> {
-        let text = [
-            &base[..5],
-            &["--text", "a green frog", "-k", "30", "--json"],
-            extra,
-        ]
-        .concat();
-        let out = lexlip_tests::success_json(&lexlip_tests::lexlip(&text));
-        let hits = out["hits"].as_array().unwrap().clone();
-        hits.iter()
+    let modalities = |extra: &str| -> Vec<String> {
+        let words = format!("-k 30 --json {extra}");
+        let out = success_json(&cli(&collection, &words, ("--text", &"a green frog")));
+        hits(&out)
+            .iter()
             .map(|h| h["modality"].as_str().unwrap().to_string())
             .collect()
     };
-    let images = modalities(&[]);
+    let images = modalities("");
     assert!(
         !images.is_empty() && images.iter().all(|m| m == "image"),
         "{images:?}"
     );
-    let any = modalities(&["--modality", "any"]);
+    let any = modalities("--modality any");
     assert!(any.iter().any(|m| m == "text"), "{any:?}");
     // Nothing shared: the list is weak, in the JSON too.
     let apart = data.join("collections/apart");
-    let mut line = base.to_vec();
-    line[2] = apart.to_str().unwrap();
-    let out = lexlip_tests::success_json(&lexlip_tests::lexlip(&[&line[..], &["--json"]].concat()));
+    let out = success_json(&image_cli(&apart, "--modality text -k 12 --json"));
     assert_eq!(out["hits"].as_array().unwrap().len(), 0, "{out}");
     assert_eq!(out["weak"], true, "{out}");
 }
@@ -731,18 +636,16 @@ fn expansion_control_keeps_a_querys_own_words() {
     let tmp = tempfile::tempdir().unwrap();
     let settings = json!({"text_terms": {"expansion": 2, "ignore": ["emoji"]}});
     let model = emoji_model_with(tmp.path(), settings);
-    let terms = |model: &Path, extra: &[&str]| -> Vec<String> {
-        let args = [
-            &["encode", "--model", model.to_str().unwrap()][..],
-            extra,
-            &["--text", "a red car emoji", "--json"],
-        ]
-        .concat();
-        let r = lexlip_tests::success_json(&lexlip_tests::lexlip(&args));
+    let terms = |model: &Path, extra: &str| -> Vec<String> {
+        let args = line(
+            &format!("encode {extra} --json"),
+            &[("--model", &model), ("--text", &"a red car emoji")],
+        );
+        let r = success_json(&lexlip(&args));
         r["terms"].as_object().unwrap().keys().cloned().collect()
     };
-    let all = terms(&emoji_model(), &[]);
-    let cut = terms(&model, &[]);
+    let all = terms(&emoji_model(), "");
+    let cut = terms(&model, "");
     assert!(all.len() > 6, "{all:?}");
     for w in ["red", "car"] {
         assert!(cut.contains(&w.to_string()), "{cut:?}");
@@ -752,7 +655,7 @@ fn expansion_control_keeps_a_querys_own_words() {
     for piece in ["a", "em", "##oj", "##i"] {
         assert!(!cut.contains(&piece.to_string()), "{piece} in {cut:?}");
     }
-    let none = terms(&model, &["--query-expansion", "0"]);
+    let none = terms(&model, "--query-expansion 0");
     assert_eq!(
         none.iter().filter(|t| *t != "red" && *t != "car").count(),
         0,
@@ -762,12 +665,9 @@ fn expansion_control_keeps_a_querys_own_words() {
     // Served: the same text stored as a document keeps every term the model weighs (the cut
     // is the query's), and searching with it finds it through its own words.
     let data = tmp.path().join("data");
-    let s = Server::start(&data, &["--model".into(), model.display().to_string()]);
-    let (st, r) = s.call("PUT", "/v1/collections/t", Some(&json!({})));
-    assert_eq!(st, 201, "{r}");
-    let doc = json!({"documents": [{"id": "car", "text": "a red car emoji"}]});
-    let (st, r) = s.call("POST", "/v1/collections/t/documents", Some(&doc));
-    assert_eq!(st, 200, "{r}");
+    let s = Server::with_model(&data, &model);
+    s.create("t", json!({}));
+    s.add("t", vec![json!({"id": "car", "text": "a red car emoji"})]);
     let (st, r) = s.call("GET", "/v1/collections/t/documents/car?explain=true", None);
     assert_eq!(st, 200, "{r}");
     let stored = r["terms"].as_array().expect("terms").len();
@@ -793,10 +693,7 @@ fn the_model_card_is_rendered_for_a_browser() {
     let model = emoji_model_with(tmp.path(), json!({}));
     let card = "# A test card\n\n| split | R@1 |\n|---|---|\n| test | 12.8 |\n\n<b>bold?</b>\n";
     std::fs::write(model.join("README.md"), card).unwrap();
-    let s = Server::start(
-        &tmp.path().join("data"),
-        &["--model".into(), model.display().to_string()],
-    );
+    let s = Server::with_model(&tmp.path().join("data"), &model);
     let (st, markdown) = s.call("GET", "/v1/model/readme", None);
     assert_eq!((st, markdown.as_str()), (200, Some(card)));
     let (st, page) = s.call_with(
@@ -846,23 +743,14 @@ const MIN_LABELS_FIRST: usize = 23;
 fn the_demos_model_ranks_the_queries_it_missed_at_the_top() {
     let model = lexlip_tests::workspace().join("models/emoji-lex-imagenet");
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        data.path(),
-        &["--model".into(), model.display().to_string()],
-    );
-    let (st, r) = s.call("PUT", "/v1/collections/demo", Some(&json!({})));
-    assert_eq!(st, 201, "{r}");
+    let s = Server::with_model(data.path(), &model);
+    s.create("demo", json!({}));
     let all: Vec<(&str, &str)> = EMOJI.iter().chain(NEIGHBOURS.iter()).copied().collect();
     let docs: Vec<Value> = all
         .iter()
         .map(|(file, _)| json!({"id": file, "image": b64(&emoji_png(file))}))
         .collect();
-    let (st, r) = s.call(
-        "POST",
-        "/v1/collections/demo/documents",
-        Some(&json!({"documents": docs})),
-    );
-    assert_eq!(st, 200, "{r}");
+    s.add("demo", docs);
     let first = |text: &str| {
         let (st, r) = s.call(
             "POST",

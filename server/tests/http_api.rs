@@ -5,13 +5,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use base64::Engine;
-use lexlip_tests::{Server, fixtures, lexlip_tiny_args as lexlip_tiny, splade_dir, workspace};
+use lexlip_tests::{
+    Server, b64, fixtures, hit_ids, hit_numbers, lexlip_tiny_args as lexlip_tiny, splade_dir,
+    workspace,
+};
 use serde_json::{Value, json};
-
-fn b64(path: &Path) -> String {
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
-}
 
 /// A `multipart/form-data` body of text `fields` and the fixture image `image` as the `image`
 /// file part; with its content type.
@@ -35,15 +33,6 @@ fn multipart(fields: &[(&str, &str)], image: &str) -> (String, Vec<u8>) {
     form.extend_from_slice(&std::fs::read(fixtures().join("images").join(image)).unwrap());
     form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     (format!("multipart/form-data; boundary={boundary}"), form)
-}
-
-fn ids(v: &Value) -> Vec<String> {
-    v["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// The README's curl contract, with the real tiny SPLADE text model; restart; delete.
@@ -80,7 +69,7 @@ fn readme_contract_restart_and_delete() {
     let query = json!({"query": {"text": "puppy playing outside"}, "target": "text", "k": 3, "explain": true});
     let (st, found) = s.call("POST", "/v1/collections/demo/search", Some(&query));
     assert_eq!(st, 200, "{found}");
-    assert_eq!(ids(&found)[0], "a", "{found}");
+    assert_eq!(hit_ids(&found)[0], "a", "{found}");
     assert_eq!(found["path"], "sparse");
     // The score is the dot product of the listed contributions.
     let hit = &found["hits"][0];
@@ -104,7 +93,7 @@ fn readme_contract_restart_and_delete() {
         Some(&json!({"collection": "demo", "text": "dog", "k": 10})),
     );
     assert_eq!(st, 200);
-    assert!(ids(&t2i).is_empty());
+    assert!(hit_ids(&t2i).is_empty());
     // This server has no image encoder: a clear 422, not a crash.
     let (st, err) = s.call(
         "POST",
@@ -142,7 +131,7 @@ fn readme_contract_restart_and_delete() {
         404
     );
     let (_, after) = s.call("POST", "/v1/collections/demo/search", Some(&query));
-    assert!(!ids(&after).contains(&"a".to_string()), "{after}");
+    assert!(!hit_ids(&after).contains(&"a".to_string()), "{after}");
     // Delete the collection.
     assert_eq!(s.call("DELETE", "/v1/collections/demo", None).0, 200);
     assert_eq!(s.call("GET", "/v1/collections/demo", None).0, 404);
@@ -200,7 +189,7 @@ fn text_to_image_and_image_to_text() {
         Some(&json!({"collection": "c", "image": img0, "k": 10})),
     );
     assert_eq!(st, 200, "{r}");
-    assert!(!ids(&r).is_empty(), "{r}");
+    assert!(!hit_ids(&r).is_empty(), "{r}");
     for h in r["hits"].as_array().unwrap() {
         assert_eq!(h["modality"], "text");
     }
@@ -533,14 +522,9 @@ fn concurrent_searches_see_committed_batches() {
 #[test]
 fn dense_fallback_hybrid_and_api_keys() {
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
+    let s = Server::with_flags(
         data.path(),
-        &[
-            "--api-key".to_string(),
-            "secret".to_string(),
-            "--cors-origin".to_string(),
-            "http://app.example".to_string(),
-        ],
+        "--api-key secret --cors-origin http://app.example",
     );
     let cors = ureq::get(&s.url("/v1/collections"))
         .set("Origin", "http://app.example")
@@ -577,7 +561,7 @@ fn dense_fallback_hybrid_and_api_keys() {
     );
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["path"], "dense");
-    assert_eq!(ids(&r), ["north", "both"]);
+    assert_eq!(hit_ids(&r), ["north", "both"]);
     // A sparse query matching nothing has no dense form here: empty, sparse path.
     let (_, r) = s.call(
         "POST",
@@ -585,7 +569,7 @@ fn dense_fallback_hybrid_and_api_keys() {
         Some(&json!({"query": {"sparse": {"rain": 5}}, "k": 2})),
     );
     assert_eq!(r["path"], "sparse");
-    assert!(ids(&r).is_empty());
+    assert!(hit_ids(&r).is_empty());
     let (st, bad) = s.call(
         "POST",
         "/v1/collections/d/search",
@@ -737,7 +721,7 @@ fn dense_encoder_fallback_and_hybrid() {
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["path"], "dense_fallback", "{r}");
     assert!(r["sparse_matches"].as_u64().unwrap() < 10);
-    assert_eq!(ids(&r).len(), 3);
+    assert_eq!(hit_ids(&r).len(), 3);
     for h in r["hits"].as_array().unwrap() {
         assert_eq!(h["modality"], "image");
         let cos = h["score"].as_f64().unwrap();
@@ -747,7 +731,7 @@ fn dense_encoder_fallback_and_hybrid() {
     let q = json!({"query": {"text": "a dog"}, "target": "image", "k": 3, "mode": "dense"});
     let (_, dense) = s.call("POST", "/v1/collections/c/search", Some(&q));
     assert_eq!(dense["path"], "dense");
-    assert_eq!(ids(&dense), ids(&r));
+    assert_eq!(hit_ids(&dense), hit_ids(&r));
     // Hybrid: reciprocal-rank fusion of both lists.
     let (st, h) = s.call(
         "POST",
@@ -756,13 +740,8 @@ fn dense_encoder_fallback_and_hybrid() {
     );
     assert_eq!(st, 200, "{h}");
     assert_eq!(h["path"], "hybrid");
-    assert_eq!(ids(&h).len(), 2);
-    let scores: Vec<f64> = h["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["score"].as_f64().unwrap())
-        .collect();
+    assert_eq!(hit_ids(&h).len(), 2);
+    let scores = hit_numbers(&h, "score");
     assert!(
         scores[0] >= scores[1] && scores[0] <= 2.0 / 61.0 + 1e-9,
         "{scores:?}"

@@ -32,6 +32,11 @@ async fn get(app: &Router, path: &str, etag: Option<&str>) -> (StatusCode, Heade
     )
 }
 
+/// The `Content-Type` of an answer.
+fn content_type(headers: &HeaderMap) -> &str {
+    headers[header::CONTENT_TYPE].to_str().unwrap()
+}
+
 /// `id="…"` attributes of the page.
 fn ids(html: &str) -> BTreeSet<String> {
     html.split("id=\"")
@@ -48,12 +53,7 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
     let app = app(data.path());
     let (status, headers, html) = get(&app, "/", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(
-        headers[header::CONTENT_TYPE]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")
-    );
+    assert!(content_type(&headers).starts_with("text/html"));
     let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
     assert!(
         csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
@@ -72,12 +72,7 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
         assert!(html.contains(path), "the page does not name {path}");
         let (status, headers, body) = get(&app, path, None).await;
         assert_eq!(status, StatusCode::OK, "{path}");
-        assert!(
-            headers[header::CONTENT_TYPE]
-                .to_str()
-                .unwrap()
-                .starts_with(kind)
-        );
+        assert!(content_type(&headers).starts_with(kind), "{path}");
         assert!(headers.contains_key(header::CONTENT_SECURITY_POLICY));
         assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
         total += body.len();
@@ -109,13 +104,7 @@ async fn nothing_else_is_served_as_an_asset() {
     ] {
         let (status, headers, body) = get(&app, path, None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
-        assert!(
-            headers[header::CONTENT_TYPE]
-                .to_str()
-                .unwrap()
-                .contains("json"),
-            "{path}"
-        );
+        assert!(content_type(&headers).contains("json"), "{path}");
         assert!(body.contains("\"not_found\""), "{path}: {body}");
     }
 }

@@ -11,7 +11,10 @@
 use std::path::Path;
 
 use lexlip_model::Reranker;
-use lexlip_tests::{EMOJI, Server, emoji_model, emoji_png, index_emoji, lexlip, lexlip_json, line};
+use lexlip_tests::{
+    EMOJI, Server, emoji_model, emoji_png, hit_ids, hit_numbers, hits, index_emoji, lexlip,
+    lexlip_json, line,
+};
 use serde_json::{Value, json};
 
 /// A caption TSV of the twelve emoji (two wordings each) next to copies of their PNGs.
@@ -31,35 +34,11 @@ fn corpus(dir: &Path) -> std::path::PathBuf {
 }
 
 fn train(tsv: &Path, out: &Path) -> std::process::Output {
-    lexlip(&[
-        "train",
-        "--objective",
-        "rerank",
-        "--init",
-        emoji_model().to_str().unwrap(),
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--max-length",
-        "24",
-        "--batch-size",
-        "8",
-        "--steps",
-        "3",
-        "--rerank-negatives",
-        "4",
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-}
-
-fn ids(r: &Value) -> Vec<String> {
-    r["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["id"].as_str().unwrap().to_string())
-        .collect()
+    lexlip(&line(
+        "train --objective rerank --max-length 24 --batch-size 8 --steps 3 \
+         --rerank-negatives 4 --json",
+        &[("--init", &emoji_model()), ("--tsv", &tsv), ("--out", &out)],
+    ))
 }
 
 fn search(s: &Server, body: Value) -> (u16, Value) {
@@ -98,10 +77,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     // First stage alone: a server without a re-ranker.
     let data = work.path().join("data");
     let plain = {
-        let s = Server::start(
-            &data,
-            &["--model".into(), emoji_model().display().to_string()],
-        );
+        let s = Server::with_model(&data, &emoji_model());
         index_emoji(&s, "emoji");
         let (st, r) = search(
             &s,
@@ -141,10 +117,10 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
         json!({"query": {"text": "cat face"}, "target": "image", "k": 3, "rerank": {"top": 6}}),
     );
     assert_eq!(st, 200, "{r}");
-    let candidates = ids(&plain);
-    let hits = r["hits"].as_array().unwrap();
-    assert_eq!(hits.len(), 3);
-    for h in hits {
+    let candidates = hit_ids(&plain);
+    let reranked = hits(&r);
+    assert_eq!(reranked.len(), 3);
+    for h in reranked {
         assert!(
             candidates.contains(&h["id"].as_str().unwrap().to_string()),
             "{h}"
@@ -155,7 +131,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     assert_eq!(r["rerank"]["scored"], 6, "{r}");
     assert_eq!(r["rerank"]["unscored"], 0, "{r}");
     assert!(r["rerank"]["took_ms"].as_f64().unwrap() > 0.0);
-    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    let scores = hit_numbers(&r, "score");
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
 
     // The served scores are the re-ranker's, and batching does not change them.
@@ -180,7 +156,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
         );
     }
     // The server re-scores thumbnails (JPEGs of the PNGs): its scores are close to these.
-    for h in hits {
+    for h in reranked {
         let k = candidates
             .iter()
             .position(|c| c == h["id"].as_str().unwrap())
@@ -204,13 +180,7 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     );
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["rerank"]["scored"], 8, "{r}");
-    assert!(
-        r["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|h| h["stage"] == "rerank")
-    );
+    assert!(hits(&r).iter().all(|h| h["stage"] == "rerank"));
 
     // Bad options: clear 422s, nothing searched.
     for (body, needle) in [
@@ -234,20 +204,14 @@ fn a_trained_reranker_reorders_first_stage_candidates_only() {
     drop(s);
 
     // lexlip eval measures the second stage next to the first.
-    let report = lexlip_json(&[
-        "eval",
-        "--tsv",
-        tsv.to_str().unwrap(),
-        "--model",
-        emoji_model().to_str().unwrap(),
-        "--max-length",
-        "24",
-        "--rerank-model",
-        model.to_str().unwrap(),
-        "--rerank-top",
-        "8",
-        "--json",
-    ]);
+    let report = lexlip_json(&line(
+        "eval --max-length 24 --rerank-top 8 --json",
+        &[
+            ("--tsv", &tsv),
+            ("--model", &emoji_model()),
+            ("--rerank-model", &model),
+        ],
+    ));
     let full = &report["settings"][0];
     assert_eq!(full["rerank.top"], 8, "{full}");
     for key in [

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use lexlip_index::{Collection, CollectionSettings};
-use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
+use lexlip_proto::{DocId, Document, Modality, QuantizedVector};
 use lexlip_server::http::metrics::Metrics;
 use lexlip_server::http::state::Limits;
 use serde_json::{Value, json};
@@ -17,7 +16,7 @@ use tower::ServiceExt;
 
 mod in_process;
 
-use in_process::call;
+use in_process::{add, call, create, search as search_ok};
 
 /// The router of a server without encoders over `data`, requests timing out after `timeout`
 /// (bodies up to 1 MiB).
@@ -34,21 +33,13 @@ fn app(data: &Path, timeout: Duration) -> (Router, Metrics) {
 async fn precomputed_vectors_in_process() {
     let data = tempfile::tempdir().unwrap();
     let (app, _) = app(data.path(), Duration::from_secs(30));
-    let (status, info) = call(
-        &app,
-        "PUT",
-        "/v1/collections/demo",
-        Some(json!({"top_k_terms": 2})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{info}");
+    let info = create(&app, "demo", Some(json!({"top_k_terms": 2}))).await;
     assert_eq!(info["documents"], 0);
-    let docs = json!({"documents": [
-        {"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80, "sky": 5}},
-        {"id": "b", "modality": "text", "text": "a cat", "vector": {"cat": 1.5, "dog": 0.25}},
-    ]});
-    let (status, added) = call(&app, "POST", "/v1/collections/demo/documents", Some(docs)).await;
-    assert_eq!(status, StatusCode::OK, "{added}");
+    let docs = [
+        json!({"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80, "sky": 5}}),
+        json!({"id": "b", "modality": "text", "text": "a cat", "vector": {"cat": 1.5, "dog": 0.25}}),
+    ];
+    let added = add(&app, "demo", &docs).await;
     assert_eq!(added["documents"], 2);
     // Documents are cut to the collection's top-K after quantizing.
     let (status, a) = call(
@@ -62,8 +53,7 @@ async fn precomputed_vectors_in_process() {
     assert_eq!(a["terms"], json!([["dog", 120], ["grass", 80]]));
     assert_eq!(a["dense"], false);
     let query = json!({"query": {"sparse": {"dog": 2, "cat": 1}}, "explain": true});
-    let (status, found) = call(&app, "POST", "/v1/collections/demo/search", Some(query)).await;
-    assert_eq!(status, StatusCode::OK, "{found}");
+    let found = search_ok(&app, "demo", query).await;
     let hits = found["hits"].as_array().unwrap();
     assert_eq!(hits[0]["id"], "a");
     assert_eq!(hits[0]["score"], 240.0);
@@ -106,14 +96,7 @@ fn heavy_collection(data: &Path) -> QuantizedVector {
     } else {
         600_000
     };
-    let dir = data.join("collections/heavy");
-    let c = Collection::create(
-        &dir,
-        TermSpace::free("test"),
-        CollectionSettings::default(),
-        None,
-    )
-    .unwrap();
+    let c = lexlip_tests::free_collection(&data.join("collections/heavy"), "test");
     let mut x = 88_172_645_463_325_252u64;
     for i in 0..DOCS {
         let terms = (0..TERMS).map(|_| {
@@ -134,6 +117,12 @@ fn heavy_collection(data: &Path) -> QuantizedVector {
 
 fn search_body(query: &QuantizedVector) -> Value {
     json!({"query": {"sparse": serde_json::to_value(query).unwrap()}, "k": 10})
+}
+
+/// Searches the heavy collection for the top 10 of `query`; the status and answer.
+async fn search_heavy(app: &Router, query: &QuantizedVector) -> (StatusCode, Value) {
+    let body = Some(search_body(query));
+    call(app, "POST", "/v1/collections/heavy/search", body).await
 }
 
 /// `lexlip_searches_running` and `lexlip_searches_cancelled_total` from the metrics.
@@ -171,13 +160,7 @@ async fn abandoned_searches_stop_and_free_the_cpu() {
     // How long the search takes when nobody stops it.
     let (patient, metrics) = app(data.path(), Duration::from_secs(120));
     let start = Instant::now();
-    let (status, full) = call(
-        &patient,
-        "POST",
-        "/v1/collections/heavy/search",
-        Some(search_body(&query)),
-    )
-    .await;
+    let (status, full) = search_heavy(&patient, &query).await;
     let full_time = start.elapsed();
     assert_eq!(status, StatusCode::OK, "{full}");
     assert_eq!(full["hits"].as_array().unwrap().len(), 10);
@@ -187,13 +170,7 @@ async fn abandoned_searches_stop_and_free_the_cpu() {
     let timeout = full_time / 20;
     let (hasty, metrics) = app(data.path(), timeout);
     let start = Instant::now();
-    let (status, err) = call(
-        &hasty,
-        "POST",
-        "/v1/collections/heavy/search",
-        Some(search_body(&query)),
-    )
-    .await;
+    let (status, err) = search_heavy(&hasty, &query).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{err}");
     let left_running = until_idle(&metrics).await;
     let cancelled_after = start.elapsed();
@@ -246,8 +223,7 @@ async fn cross_origin_writes_are_refused() {
     let data = tempfile::tempdir().unwrap();
     // The in-process server allows the host name search.example (`--allowed-host`).
     let (app, _) = in_process::app(data.path(), None, in_process::limits());
-    let (st, _) = call(&app, "PUT", "/v1/collections/c", None).await;
-    assert_eq!(st, StatusCode::CREATED);
+    create(&app, "c", None).await;
     let doc = |id: &str| json!({"documents": [{"id": id, "text": "x", "vector": {"x": 1.0}}]});
     let post = |id: &str, host: &'static str, origin: Option<&'static str>| {
         let mut headers = vec![("host", host)];
@@ -303,31 +279,16 @@ async fn cross_origin_writes_are_refused() {
 async fn counts_written_as_whole_floats_are_accepted() {
     let data = tempfile::tempdir().unwrap();
     let (app, _) = in_process::app(data.path(), None, in_process::limits());
-    let (st, body) = call(
-        &app,
-        "PUT",
-        "/v1/collections/c",
-        Some(json!({"top_k_terms": 8.0})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let body = create(&app, "c", Some(json!({"top_k_terms": 8.0}))).await;
     assert_eq!(body["top_k_terms"], 8);
-    let docs = json!({"documents": [
-        {"id": "a", "text": "x", "vector": {"x": 1.0}},
-        {"id": "b", "text": "x", "vector": {"x": 2.0}},
-        {"id": "c", "text": "x", "vector": {"x": 3.0}},
-    ]});
-    let (st, body) = call(&app, "POST", "/v1/collections/c/documents", Some(docs)).await;
-    assert_eq!(st, StatusCode::OK, "{body}");
+    let docs = [
+        json!({"id": "a", "text": "x", "vector": {"x": 1.0}}),
+        json!({"id": "b", "text": "x", "vector": {"x": 2.0}}),
+        json!({"id": "c", "text": "x", "vector": {"x": 3.0}}),
+    ];
+    add(&app, "c", &docs).await;
     let search = |k: Value| json!({"query": {"sparse": {"x": 1.0}}, "k": k});
-    let (st, body) = call(
-        &app,
-        "POST",
-        "/v1/collections/c/search",
-        Some(search(json!(2.0))),
-    )
-    .await;
-    assert_eq!(st, StatusCode::OK, "{body}");
+    let body = search_ok(&app, "c", search(json!(2.0))).await;
     assert_eq!(body["hits"].as_array().unwrap().len(), 2);
     for bad in [json!(2.5), json!(-1), json!("2")] {
         let (st, body) = call(
@@ -354,34 +315,19 @@ async fn counts_written_as_whole_floats_are_accepted() {
 async fn match_strength_is_the_share_of_the_self_score() {
     let data = tempfile::tempdir().unwrap();
     let (app, _) = app(data.path(), Duration::from_secs(30));
-    let (status, _) = call(&app, "PUT", "/v1/collections/m", Some(json!({}))).await;
-    assert_eq!(status, StatusCode::CREATED);
-    let docs = json!({"documents": [
-        {"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80}},
-        {"id": "b", "modality": "image", "vector": {"cat": 150, "dog": 25}},
-        {"id": "c", "modality": "image", "vector": {"sky": 90}},
-    ]});
-    let (status, added) = call(&app, "POST", "/v1/collections/m/documents", Some(docs)).await;
-    assert_eq!(status, StatusCode::OK, "{added}");
+    create(&app, "m", Some(json!({}))).await;
+    let docs = [
+        json!({"id": "a", "modality": "image", "vector": {"dog": 120, "grass": 80}}),
+        json!({"id": "b", "modality": "image", "vector": {"cat": 150, "dog": 25}}),
+        json!({"id": "c", "modality": "image", "vector": {"sky": 90}}),
+    ];
+    add(&app, "m", &docs).await;
     let app = &app;
     let search = |q: Value| async move {
-        let (status, found) = call(
-            app,
-            "POST",
-            "/v1/collections/m/search",
-            Some(json!({"query": {"sparse": q}, "k": 10})),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{found}");
-        found["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| {
-                let id = h["id"].as_str().unwrap().to_string();
-                (id, h["match_strength"].as_f64().unwrap())
-            })
-            .collect::<Vec<_>>()
+        let found = search_ok(app, "m", json!({"query": {"sparse": q}, "k": 10})).await;
+        let ids = lexlip_tests::hit_ids(&found);
+        let strengths = lexlip_tests::hit_numbers(&found, "match_strength");
+        ids.into_iter().zip(strengths).collect::<Vec<_>>()
     };
     assert!(search(json!({"zebra": 50})).await.is_empty());
     let equal = search(json!({"dog": 120, "grass": 80})).await;
@@ -404,62 +350,38 @@ async fn match_strength_is_the_share_of_the_self_score() {
 async fn errors_name_what_exists_and_what_to_do() {
     let data = tempfile::tempdir().unwrap();
     let (app, _) = app(data.path(), Duration::from_secs(30));
-    // The status and error message of a POST.
-    let refused = |path: &'static str, body: Value| {
+    // The status of a POST refused with a message that says each of `says`.
+    let refused = |path: &'static str, body: Value, says: &'static [&'static str]| {
         let app = app.clone();
         async move {
             let (status, e) = call(&app, "POST", path, Some(body)).await;
-            let message = e["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            (status, message)
+            let message = e["error"]["message"].as_str().unwrap_or_default();
+            assert!(says.iter().all(|s| message.contains(s)), "{message}");
+            status
         }
     };
     let search = json!({"query": {"sparse": {"dog": 1}}});
-    let (status, message) = refused("/v1/collections/fotos/search", search.clone()).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(
-        message.contains("there are no collections yet"),
-        "{message}"
-    );
+    let fotos = "/v1/collections/fotos/search";
+    let none_yet = refused(fotos, search.clone(), &["there are no collections yet"]).await;
+    assert_eq!(none_yet, StatusCode::NOT_FOUND);
     for name in ["photos", "emoji"] {
-        let (status, _) = call(&app, "PUT", &format!("/v1/collections/{name}"), None).await;
-        assert_eq!(status, StatusCode::CREATED);
+        create(&app, name, None).await;
     }
-    let (status, message) = refused("/v1/collections/fotos/search", search).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(
-        message.contains("the collections are: emoji, photos") && message.contains("PUT"),
-        "{message}"
-    );
+    let named = refused(
+        fotos,
+        search,
+        &["the collections are: emoji, photos", "PUT"],
+    )
+    .await;
+    assert_eq!(named, StatusCode::NOT_FOUND);
 
     let image = json!({"collection": "photos", "image": "holiday/cat.jpg"});
-    let (status, message) = refused("/v1/search/image-to-text", image).await;
+    let says = &["looks like a file path", "-F image=@holiday/cat.jpg"];
+    let status = refused("/v1/search/image-to-text", image, says).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        message.contains("looks like a file path") && message.contains("-F image=@holiday/cat.jpg"),
-        "{message}"
-    );
     // Text that is neither base64 nor a path keeps the base64 message.
     let image = json!({"collection": "photos", "image": "not an image!"});
-    let (_, message) = refused("/v1/search/image-to-text", image).await;
-    assert!(message.contains("not valid base64"), "{message}");
-}
-
-/// Adds `docs` to `collection` in one request; they must all be accepted.
-async fn add_documents(app: &Router, collection: &str, docs: &[Value]) {
-    let path = format!("/v1/collections/{collection}/documents");
-    let (st, body) = call(app, "POST", &path, Some(json!({ "documents": docs }))).await;
-    assert_eq!(st, StatusCode::OK, "{body}");
-}
-
-/// Searches `collection` with `body`; the answer must be a 200.
-async fn search_ok(app: &Router, collection: &str, body: Value) -> Value {
-    let path = format!("/v1/collections/{collection}/search");
-    let (st, found) = call(app, "POST", &path, Some(body)).await;
-    assert_eq!(st, StatusCode::OK, "{found}");
-    found
+    refused("/v1/search/image-to-text", image, &["not valid base64"]).await;
 }
 
 /// Searches `collection` with `body`; the answer must be a 422 whose message says `message`.
@@ -483,8 +405,7 @@ async fn deleting_during_background_merges_is_clean() {
     };
     let (app, _) = in_process::app(data.path(), None, limits);
     for round in 0..10 {
-        let (st, body) = call(&app, "PUT", "/v1/collections/busy", None).await;
-        assert_eq!(st, StatusCode::CREATED, "{body}");
+        create(&app, "busy", None).await;
         for batch in 0..8 {
             let docs: Vec<Value> = (0..1000)
                 .map(|i| {
@@ -492,7 +413,7 @@ async fn deleting_during_background_merges_is_clean() {
                            "vector": {format!("t{}", i % 50): 3, format!("u{}", i % 7): 1}})
                 })
                 .collect();
-            add_documents(&app, "busy", &docs).await;
+            add(&app, "busy", &docs).await;
         }
         let (st, body) = call(&app, "DELETE", "/v1/collections/busy", None).await;
         assert_eq!(st, StatusCode::OK, "round {round}: {body}");
@@ -515,21 +436,22 @@ async fn hits_carry_bounded_text() {
         ..in_process::limits()
     };
     let (app, _) = in_process::app(data.path(), None, limits);
-    let (st, _) = call(&app, "PUT", "/v1/collections/long", None).await;
-    assert_eq!(st, StatusCode::CREATED);
+    create(&app, "long", None).await;
     let long = "é".repeat(300 << 10); // 600 KiB of two-byte characters
     let mut docs: Vec<Value> = (0..8)
         .map(|i| json!({"id": format!("long{i}"), "text": long, "vector": {"x": 10 - i}}))
         .collect();
     docs.push(json!({"id": "short", "text": "a short one", "vector": {"x": 1}}));
-    add_documents(&app, "long", &docs).await;
-    let found = search_ok(
-        &app,
-        "long",
-        json!({"query": {"sparse": {"x": 1}}, "k": 10}),
-    )
-    .await;
-    let hits = found["hits"].as_array().unwrap();
+    add(&app, "long", &docs).await;
+    // The hits of {x 1} among the first `k` of `collection`.
+    let top = |collection: &'static str, k: usize| {
+        let app = app.clone();
+        async move {
+            let body = json!({"query": {"sparse": {"x": 1}}, "k": k});
+            lexlip_tests::hits(&search_ok(&app, collection, body).await).to_vec()
+        }
+    };
+    let hits = top("long", 10).await;
     assert_eq!(hits.len(), 9);
     for h in &hits[..8] {
         let text = h["text"].as_str().unwrap();
@@ -551,22 +473,15 @@ async fn hits_carry_bounded_text() {
         "whole"
     );
     // Together: 150 hits of 16 KiB would be 2.4 MiB; past 2 MiB the hits carry no text.
-    let (st, _) = call(&app, "PUT", "/v1/collections/many", None).await;
-    assert_eq!(st, StatusCode::CREATED);
+    create(&app, "many", None).await;
     let text = "w".repeat(20 << 10);
     let docs: Vec<Value> = (0..150)
         .map(|i| json!({"id": format!("m{i:03}"), "text": text, "vector": {"x": 1000 - i}}))
         .collect();
     for chunk in docs.chunks(50) {
-        add_documents(&app, "many", chunk).await;
+        add(&app, "many", chunk).await;
     }
-    let found = search_ok(
-        &app,
-        "many",
-        json!({"query": {"sparse": {"x": 1}}, "k": 150}),
-    )
-    .await;
-    let hits = found["hits"].as_array().unwrap();
+    let hits = top("many", 150).await;
     assert_eq!(hits.len(), 150);
     let carried: usize = hits
         .iter()
@@ -582,15 +497,14 @@ async fn hits_carry_bounded_text() {
 /// search crate's IDF test works out by hand: a {cat 3}, b {cat 2, dog 1}, c {dog 5}, d {fish 1}.
 async fn four_documents(data: &Path, limits: Limits) -> Router {
     let (app, _) = in_process::app(data, None, limits);
-    let (st, _) = call(&app, "PUT", "/v1/collections/four", None).await;
-    assert_eq!(st, StatusCode::CREATED);
+    create(&app, "four", None).await;
     let docs = [
         json!({"id": "a", "vector": {"cat": 3}}),
         json!({"id": "b", "vector": {"cat": 2, "dog": 1}}),
         json!({"id": "c", "vector": {"dog": 5}}),
         json!({"id": "d", "vector": {"fish": 1}}),
     ];
-    add_documents(&app, "four", &docs).await;
+    add(&app, "four", &docs).await;
     app
 }
 

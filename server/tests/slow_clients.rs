@@ -11,15 +11,7 @@ use lexlip_tests::Server;
 #[test]
 fn connections_that_never_finish_their_headers_are_closed() {
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        data.path(),
-        &[
-            "--header-timeout-s".into(),
-            "1".into(),
-            "--max-connections".into(),
-            "4".into(),
-        ],
-    );
+    let s = Server::with_flags(data.path(), "--header-timeout-s 1 --max-connections 4");
     let url = s.url("");
     let host = url.trim_start_matches("http://").to_string();
     // Every connection slot taken by a client that stops half-way through its headers.
@@ -70,17 +62,8 @@ fn connections_that_never_finish_their_headers_are_closed() {
 #[test]
 fn slow_bodies_do_not_hold_request_slots() {
     let data = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        data.path(),
-        &[
-            "--body-timeout-s".into(),
-            "2".into(),
-            "--max-in-flight".into(),
-            "1".into(),
-        ],
-    );
-    let (status, body) = s.call("PUT", "/v1/collections/c", Some(&serde_json::json!({})));
-    assert_eq!(status, 201, "{body}");
+    let s = Server::with_flags(data.path(), "--body-timeout-s 2 --max-in-flight 1");
+    s.create("c", serde_json::json!({}));
     let url = s.url("");
     let host = url.trim_start_matches("http://").to_string();
     let mut slow = TcpStream::connect(&host).unwrap();

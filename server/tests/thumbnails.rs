@@ -9,14 +9,15 @@ use std::path::Path;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use base64::Engine;
-use lexlip_tests::{Server, lexlip_json, lexlip_tiny_args, lexlip_tiny_checkpoint};
+use lexlip_tests::{
+    Server, b64_bytes as b64, lexlip_json, lexlip_tiny_checkpoint, lexlip_tiny_line,
+};
 use serde_json::json;
 use tower::ServiceExt;
 
 mod in_process;
 
-use in_process::{call, send};
+use in_process::{add, call, create, send};
 
 /// The router over `data`, with the tiny LexLIP encoders or none.
 fn app(data: &Path, model: bool) -> Router {
@@ -48,10 +49,6 @@ fn transparent_png(w: u32, h: u32) -> Vec<u8> {
     encode_png(image::DynamicImage::ImageRgba8(img))
 }
 
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// Decodes a served thumbnail, which must be a JPEG.
 fn jpeg(bytes: &[u8]) -> image::RgbImage {
     assert_eq!(
@@ -66,9 +63,16 @@ async fn get(app: &Router, path: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
     send(app, "GET", path, None, &[]).await
 }
 
-/// The 404 of a thumbnail request: a JSON error whose message contains `says`.
-async fn not_found(app: &Router, path: &str, says: &str) {
-    let (status, err) = call(app, "GET", path, None).await;
+/// The thumbnail route of the document `id` of `collection`.
+fn thumbnail(collection: &str, id: &str) -> String {
+    format!("/v1/collections/{collection}/documents/{id}/thumbnail")
+}
+
+/// The 404 of the thumbnail request of `id` in `collection`: a JSON error whose message
+/// contains `says`.
+async fn not_found(app: &Router, collection: &str, id: &str, says: &str) {
+    let path = thumbnail(collection, id);
+    let (status, err) = call(app, "GET", &path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {err}");
     assert_eq!(err["error"]["code"], "not_found", "{err}");
     let message = err["error"]["message"].as_str().unwrap();
@@ -80,21 +84,19 @@ async fn not_found(app: &Router, path: &str, says: &str) {
 async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     let data = tempfile::tempdir().unwrap();
     let app = app(data.path(), false);
-    let (status, info) = call(&app, "PUT", "/v1/collections/c", Some(json!({}))).await;
-    assert_eq!(status, StatusCode::CREATED, "{info}");
+    let info = create(&app, "c", Some(json!({}))).await;
     assert_eq!(info["thumbnails"], true);
     let alpha = transparent_png(64, 64);
-    let docs = json!({"documents": [
-        {"id": "emoji", "image": b64(&alpha), "vector": {"dog": 9}},
-        {"id": "wide", "image": b64(&transparent_png(600, 300)), "vector": {"dog": 5}},
-        {"id": "tall", "image": b64(&transparent_png(90, 700)), "vector": {"dog": 4}},
-        {"id": "no-image", "modality": "image", "vector": {"dog": 3}},
-        {"id": "caption", "text": "a dog", "vector": {"dog": 2}},
-    ]});
-    let (status, added) = call(&app, "POST", "/v1/collections/c/documents", Some(docs)).await;
-    assert_eq!(status, StatusCode::OK, "{added}");
+    let docs = [
+        json!({"id": "emoji", "image": b64(&alpha), "vector": {"dog": 9}}),
+        json!({"id": "wide", "image": b64(&transparent_png(600, 300)), "vector": {"dog": 5}}),
+        json!({"id": "tall", "image": b64(&transparent_png(90, 700)), "vector": {"dog": 4}}),
+        json!({"id": "no-image", "modality": "image", "vector": {"dog": 3}}),
+        json!({"id": "caption", "text": "a dog", "vector": {"dog": 2}}),
+    ];
+    add(&app, "c", &docs).await;
 
-    let path = "/v1/collections/c/documents/emoji/thumbnail";
+    let path = &thumbnail("c", "emoji");
     let (status, headers, body) = get(&app, path).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "image/jpeg");
@@ -132,9 +134,9 @@ async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     assert_eq!(again, body);
 
     // Longest side 256, aspect kept.
-    let (_, _, wide) = get(&app, "/v1/collections/c/documents/wide/thumbnail").await;
+    let (_, _, wide) = get(&app, &thumbnail("c", "wide")).await;
     assert_eq!(jpeg(&wide).dimensions(), (256, 128));
-    let (_, _, tall) = get(&app, "/v1/collections/c/documents/tall/thumbnail").await;
+    let (_, _, tall) = get(&app, &thumbnail("c", "tall")).await;
     assert_eq!(jpeg(&tall).dimensions(), (33, 256));
     // The stored document says whether it has one.
     let (_, got) = call(&app, "GET", "/v1/collections/c/documents/emoji", None).await;
@@ -143,43 +145,23 @@ async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     assert_eq!(got["thumbnail"], false);
 
     // Replacing the document replaces the thumbnail and its ETag.
-    let docs = json!({"documents": [{"id": "emoji", "image": b64(&transparent_png(40, 20)), "vector": {"dog": 9}}]});
-    assert_eq!(
-        call(&app, "POST", "/v1/collections/c/documents", Some(docs))
-            .await
-            .0,
-        StatusCode::OK
-    );
+    let docs =
+        [json!({"id": "emoji", "image": b64(&transparent_png(40, 20)), "vector": {"dog": 9}})];
+    add(&app, "c", &docs).await;
     let (status, h, body) = send(&app, "GET", path, None, &[("if-none-match", &etag)]).await;
     assert_eq!(status, StatusCode::OK);
     assert_ne!(h[header::ETAG], etag.as_str());
     assert_eq!(jpeg(&body).dimensions(), (40, 20));
 
     // 404 JSON errors, each saying why.
-    not_found(
-        &app,
-        "/v1/collections/nope/documents/emoji/thumbnail",
-        "nope",
-    )
-    .await;
-    not_found(
-        &app,
-        "/v1/collections/c/documents/absent/thumbnail",
-        "no document \"absent\"",
-    )
-    .await;
-    not_found(
-        &app,
-        "/v1/collections/c/documents/caption/thumbnail",
-        "text document",
-    )
-    .await;
-    not_found(
-        &app,
-        "/v1/collections/c/documents/no-image/thumbnail",
-        "no thumbnail",
-    )
-    .await;
+    for (collection, id, says) in [
+        ("nope", "emoji", "nope"),
+        ("c", "absent", "no document \"absent\""),
+        ("c", "caption", "text document"),
+        ("c", "no-image", "no thumbnail"),
+    ] {
+        not_found(&app, collection, id, says).await;
+    }
 
     // Image bytes that do not decode are refused as when they are encoded: 422, nothing added.
     let bad = json!({"documents": [
@@ -200,28 +182,11 @@ async fn thumbnails_of_precomputed_documents_with_cache_headers_and_404s() {
     );
 
     // A collection with thumbnails off stores none, and says so.
-    let (status, info) = call(
-        &app,
-        "PUT",
-        "/v1/collections/bare",
-        Some(json!({"thumbnails": false})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{info}");
+    let info = create(&app, "bare", Some(json!({"thumbnails": false}))).await;
     assert_eq!(info["thumbnails"], false);
-    let docs = json!({"documents": [{"id": "emoji", "image": b64(&alpha), "vector": {"dog": 9}}]});
-    assert_eq!(
-        call(&app, "POST", "/v1/collections/bare/documents", Some(docs))
-            .await
-            .0,
-        StatusCode::OK
-    );
-    not_found(
-        &app,
-        "/v1/collections/bare/documents/emoji/thumbnail",
-        "no thumbnail",
-    )
-    .await;
+    let docs = [json!({"id": "emoji", "image": b64(&alpha), "vector": {"dog": 9}})];
+    add(&app, "bare", &docs).await;
+    not_found(&app, "bare", "emoji", "no thumbnail").await;
 }
 
 /// A collection made before thumbnails existed opens, takes image documents and searches; its
@@ -238,24 +203,12 @@ async fn collections_made_before_thumbnails_are_still_served() {
     let (status, info) = call(&app, "GET", "/v1/collections/old", None).await;
     assert_eq!(status, StatusCode::OK, "{info}");
     assert_eq!(info["thumbnails"], false);
-    let docs = json!({"documents": [{"id": "a", "image": b64(&transparent_png(32, 32)), "vector": {"dog": 9}}]});
-    let (status, added) = call(&app, "POST", "/v1/collections/old/documents", Some(docs)).await;
-    assert_eq!(status, StatusCode::OK, "{added}");
-    let (status, found) = call(
-        &app,
-        "POST",
-        "/v1/collections/old/search",
-        Some(json!({"query": {"sparse": {"dog": 1}}})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{found}");
+    let docs = [json!({"id": "a", "image": b64(&transparent_png(32, 32)), "vector": {"dog": 9}})];
+    add(&app, "old", &docs).await;
+    let query = json!({"query": {"sparse": {"dog": 1}}});
+    let found = in_process::search(&app, "old", query).await;
     assert_eq!(found["hits"][0]["id"], "a");
-    not_found(
-        &app,
-        "/v1/collections/old/documents/a/thumbnail",
-        "created before thumbnails",
-    )
-    .await;
+    not_found(&app, "old", "a", "created before thumbnails").await;
 }
 
 /// Encoded over HTTP by the tiny LexLIP: JSON with base64 and a multipart upload.
@@ -263,32 +216,21 @@ async fn collections_made_before_thumbnails_are_still_served() {
 async fn encoded_images_get_thumbnails() {
     let data = tempfile::tempdir().unwrap();
     let app = app(data.path(), true);
-    assert_eq!(
-        call(&app, "PUT", "/v1/collections/c", Some(json!({})))
-            .await
-            .0,
-        StatusCode::CREATED
-    );
-    let docs = json!({"documents": [
-        {"id": "emoji", "image": b64(&transparent_png(72, 72))},
-        {"id": "wide", "image": b64(&transparent_png(600, 300))},
-        {"id": "t", "text": "a red square"},
-    ]});
-    let (status, added) = call(&app, "POST", "/v1/collections/c/documents", Some(docs)).await;
-    assert_eq!(status, StatusCode::OK, "{added}");
-    let (status, _, body) = get(&app, "/v1/collections/c/documents/emoji/thumbnail").await;
+    create(&app, "c", Some(json!({}))).await;
+    let docs = [
+        json!({"id": "emoji", "image": b64(&transparent_png(72, 72))}),
+        json!({"id": "wide", "image": b64(&transparent_png(600, 300))}),
+        json!({"id": "t", "text": "a red square"}),
+    ];
+    add(&app, "c", &docs).await;
+    let (status, _, body) = get(&app, &thumbnail("c", "emoji")).await;
     assert_eq!(status, StatusCode::OK);
     let img = jpeg(&body);
     assert_eq!(img.dimensions(), (72, 72));
     assert!(img.get_pixel(0, 0).0.iter().all(|&c| c > 240));
-    let (_, _, wide) = get(&app, "/v1/collections/c/documents/wide/thumbnail").await;
+    let (_, _, wide) = get(&app, &thumbnail("c", "wide")).await;
     assert_eq!(jpeg(&wide).dimensions(), (256, 128));
-    not_found(
-        &app,
-        "/v1/collections/c/documents/t/thumbnail",
-        "text document",
-    )
-    .await;
+    not_found(&app, "c", "t", "text document").await;
 
     // One multipart upload.
     let boundary = "thumbboundary";
@@ -309,7 +251,7 @@ async fn encoded_images_get_thumbnails() {
         .unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let (_, _, up) = get(&app, "/v1/collections/c/documents/upload/thumbnail").await;
+    let (_, _, up) = get(&app, &thumbnail("c", "upload")).await;
     assert_eq!(jpeg(&up).dimensions(), (128, 256));
 
     // A corrupt image is the 422 it always was.
@@ -337,22 +279,19 @@ fn index_stores_thumbnails_that_serve_returns() {
     )
     .unwrap();
     let data = dir.join("data");
-    let index = |name: &str, extra: &[&str]| {
-        let mut args: Vec<String> = vec!["index".into(), "--collection".into()];
-        args.push(data.join("collections").join(name).display().to_string());
-        args.extend([
-            "--tsv".into(),
-            dir.join("captions.tsv").display().to_string(),
-        ]);
-        args.extend(lexlip_tiny_args());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args.push("--json".into());
-        lexlip_json(&args)
+    let index = |name: &str, extra: &str| {
+        lexlip_json(&lexlip_tiny_line(
+            &format!("index {extra} --json"),
+            &[
+                ("--collection", &data.join("collections").join(name)),
+                ("--tsv", &dir.join("captions.tsv")),
+            ],
+        ))
     };
-    let s = index("c", &[]);
+    let s = index("c", "");
     assert_eq!(s["indexed"], 5, "{s}");
     assert_eq!(s["skipped"]["corrupt_image"], 1, "{s}");
-    let off = index("off", &["--no-thumbnails"]);
+    let off = index("off", "--no-thumbnails");
     assert_eq!(off["indexed"], 5, "{off}");
 
     // Through the library.
@@ -379,7 +318,7 @@ fn index_stores_thumbnails_that_serve_returns() {
 
     // Served by `lexlip serve`, bytes unchanged.
     let server = Server::start(&data, &[]);
-    let response = ureq::get(&server.url("/v1/collections/c/documents/wide/thumbnail"))
+    let response = ureq::get(&server.url(&thumbnail("c", "wide")))
         .call()
         .unwrap();
     assert_eq!(response.content_type(), "image/jpeg");
@@ -387,12 +326,12 @@ fn index_stores_thumbnails_that_serve_returns() {
     let mut served = Vec::new();
     std::io::Read::read_to_end(&mut response.into_reader(), &mut served).unwrap();
     assert_eq!(served, wide);
-    let again = ureq::get(&server.url("/v1/collections/c/documents/wide/thumbnail"))
+    let again = ureq::get(&server.url(&thumbnail("c", "wide")))
         .set("If-None-Match", &etag)
         .call()
         .unwrap();
     assert_eq!(again.status(), 304);
-    let (status, err) = server.call("GET", "/v1/collections/off/documents/wide/thumbnail", None);
+    let (status, err) = server.call("GET", &thumbnail("off", "wide"), None);
     assert_eq!(status, 404, "{err}");
     server.stop();
 }

@@ -42,16 +42,28 @@ pub fn lexlip<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .expect("running lexlip")
 }
 
+/// Flags with a value each (a path, a text with spaces), as [`line`] takes them: helpers that
+/// build a command line pass them on under this name.
+pub type Flags<'a> = [(&'a str, &'a dyn AsRef<OsStr>)];
+
 /// A command line written as one line of words, then the flags that take a path or a text with
 /// spaces: `line("search -k 5", &[("--collection", &dir)])` is `search -k 5 --collection DIR`.
 /// Keeps tests' command lines readable (a line, not a word per line).
-pub fn line(words: &str, values: &[(&str, &dyn AsRef<OsStr>)]) -> Vec<std::ffi::OsString> {
+pub fn line(words: &str, values: &Flags) -> Vec<std::ffi::OsString> {
     let mut out: Vec<std::ffi::OsString> = words.split_whitespace().map(Into::into).collect();
     for (flag, value) in values {
         out.push(flag.into());
         out.push(value.as_ref().to_owned());
     }
     out
+}
+
+/// [`line`] with the tiny LexLIP checkpoint's `--model … --tokenizer …` at the end: the
+/// command line of most runs that encode with it.
+pub fn lexlip_tiny_line(words: &str, values: &Flags) -> Vec<std::ffi::OsString> {
+    let mut args = line(words, values);
+    args.extend(crate::lexlip_tiny_args().into_iter().map(Into::into));
+    args
 }
 
 /// Runs `lexlip ARGS` with the Hugging Face cache at `hf_home` and no network (an endpoint no

@@ -8,6 +8,18 @@ use std::path::Path;
 use lexlip_index::{Collection, CollectionSettings};
 use lexlip_proto::{Document, TermSpace};
 
+/// Creates an empty collection at `dir` of the free term space `name` (any term) with the
+/// default settings: what suites fill with precomputed vectors.
+pub fn free_collection(dir: &Path, name: &str) -> Collection {
+    Collection::create(
+        dir,
+        TermSpace::free(name),
+        CollectionSettings::default(),
+        None,
+    )
+    .expect("creating the collection")
+}
+
 /// Every live document of the collection at `dir`: id → `describe(document, sorted impacts)`.
 pub fn documents<T>(
     dir: &Path,

@@ -38,7 +38,12 @@ pub fn emoji_png(file: &str) -> PathBuf {
 
 /// A file's bytes in base64, as the JSON API takes images.
 pub fn b64(path: &Path) -> String {
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
+    b64_bytes(&std::fs::read(path).unwrap())
+}
+
+/// Bytes in base64 (an image made in memory, as the JSON API takes it).
+pub fn b64_bytes(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Creates `collection` on the server and adds the twelve emoji: image documents with the

@@ -26,6 +26,18 @@ impl Server {
         Server::spawn(&args)
     }
 
+    /// `lexlip serve` over `data` with `flags` written as one line of words
+    /// (`"--max-connections 4"`): a line, not a word per line.
+    pub fn with_flags(data: &Path, flags: &str) -> Server {
+        let flags: Vec<String> = flags.split_whitespace().map(String::from).collect();
+        Server::start(data, &flags)
+    }
+
+    /// `lexlip serve --model MODEL` over `data`: how most suites serve a model.
+    pub fn with_model(data: &Path, model: &Path) -> Server {
+        Server::start(data, &["--model".into(), model.display().to_string()])
+    }
+
     /// Runs `lexlip ARGS` (a command that ends up serving, on `--addr 127.0.0.1:0`) and waits
     /// for its "lexlip listening on" line; what it prints on stdout before is skipped.
     pub fn spawn(args: &[String]) -> Server {
@@ -70,6 +82,13 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Creates the collection `name` with `settings`, which must answer 201; returns the answer.
+    pub fn create(&self, name: &str, settings: Value) -> Value {
+        let (st, body) = self.call("PUT", &format!("/v1/collections/{name}"), Some(&settings));
+        assert_eq!(st, 201, "creating {name}: {body}");
+        body
     }
 
     /// Adds `docs` to the collection `name`, which must answer 200; returns the answer.
@@ -199,12 +218,38 @@ pub fn response(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
     (status, value)
 }
 
+/// The hits of a search answer (`{"hits": [...]}`), from the server or `lexlip search --json`:
+/// what most checks of an answer walk.
+pub fn hits(answer: &Value) -> &[Value] {
+    answer["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a search answer has hits: {answer}"))
+}
+
+/// The ids of a search answer's hits, in rank order.
+pub fn hit_ids(answer: &Value) -> Vec<String> {
+    hits(answer)
+        .iter()
+        .map(|h| h["id"].as_str().expect("a hit has an id").to_string())
+        .collect()
+}
+
+/// One number of every hit of a search answer (`score`, `match_strength`), in rank order.
+pub fn hit_numbers(answer: &Value, key: &str) -> Vec<f64> {
+    hits(answer)
+        .iter()
+        .map(|h| {
+            h[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("a hit has a {key}: {h}"))
+        })
+        .collect()
+}
+
 /// `(id, score)` of every hit of a search answer (`{"hits": [{"id", "score", …}]}`), from the
 /// server or `lexlip search --json`.
 pub fn hit_scores(answer: &Value) -> Vec<(String, f64)> {
-    answer["hits"]
-        .as_array()
-        .expect("a search answer has hits")
+    hits(answer)
         .iter()
         .map(|h| {
             (

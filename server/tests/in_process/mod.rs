@@ -94,3 +94,28 @@ pub async fn call(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
+
+/// Creates the collection `name` (with the `settings` body, when given), which must answer 201;
+/// returns the answer.
+pub async fn create(app: &Router, name: &str, settings: Option<Value>) -> Value {
+    let (status, info) = call(app, "PUT", &format!("/v1/collections/{name}"), settings).await;
+    assert_eq!(status, StatusCode::CREATED, "creating {name}: {info}");
+    info
+}
+
+/// Adds `docs` to `collection` in one request; they must all be accepted. Returns the answer.
+pub async fn add(app: &Router, collection: &str, docs: &[Value]) -> Value {
+    let path = format!("/v1/collections/{collection}/documents");
+    let body = serde_json::json!({ "documents": docs });
+    let (status, added) = call(app, "POST", &path, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "adding to {collection}: {added}");
+    added
+}
+
+/// Searches `collection` with `body`; the answer must be a 200.
+pub async fn search(app: &Router, collection: &str, body: Value) -> Value {
+    let path = format!("/v1/collections/{collection}/search");
+    let (status, found) = call(app, "POST", &path, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    found
+}
