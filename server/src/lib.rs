@@ -6,4 +6,5 @@
 
 pub mod cli;
 pub mod http;
+pub mod memory;
 pub mod signal;

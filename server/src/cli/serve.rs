@@ -131,6 +131,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    crate::memory::tune_allocator();
     args.model.apply_limits();
     anyhow::ensure!(
         args.max_body_mb > 0 && args.max_in_flight > 0 && args.max_batch > 0 && args.queue > 0,
