@@ -106,6 +106,9 @@ fn holds(reader: &SegmentReader, fields: &Fields) -> Result<Holds> {
     Ok(found)
 }
 
+/// A segment is merged (alone or with others) once this share of its documents is deleted.
+const DELETED_SHARE_BEFORE_MERGE: f32 = 0.25;
+
 /// Tantivy's log merge policy inside each group of segments that hold the same modality.
 #[derive(Debug)]
 pub(crate) struct ModalityMergePolicy {
@@ -115,10 +118,13 @@ pub(crate) struct ModalityMergePolicy {
 
 impl ModalityMergePolicy {
     pub(crate) fn new(modalities: SegmentModalities) -> Self {
-        Self {
-            inner: LogMergePolicy::default(),
-            modalities,
-        }
+        let mut inner = LogMergePolicy::default();
+        // tantivy's default (1.0) never merges a segment for its deletes: under a server's
+        // adds and deletes at a constant data size the large segments kept their deleted
+        // documents, so disk and the heap grew (a one-hour soak at 100,000 documents: 23,500
+        // deleted of 73,500 in one collection after 20 minutes). Lucene merges at 20-33 %.
+        inner.set_del_docs_ratio_before_merge(DELETED_SHARE_BEFORE_MERGE);
+        Self { inner, modalities }
     }
 }
 
@@ -160,5 +166,28 @@ mod tests {
             "{known} segments known, {live} live (60 written)"
         );
         assert_eq!(c.snapshot().unwrap().num_docs(), 20);
+    }
+
+    /// Deleted documents do not pile up in a segment no merge of similar sizes reaches: once a
+    /// quarter of it is deleted it is merged, and the deleted documents are gone.
+    #[test]
+    fn a_segment_with_many_deletes_is_merged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let space = TermSpace::free("any");
+        let c = Collection::create(tmp.path(), space, CollectionSettings::default(), None).unwrap();
+        for i in 0..400 {
+            let id = DocId::new(format!("d{i}")).unwrap();
+            let v = QuantizedVector::new([("dog", 1 + i as u64)]).unwrap();
+            c.add(Document::new(id, Modality::Text), v).unwrap();
+        }
+        c.commit().unwrap();
+        for i in 0..160 {
+            c.delete(&DocId::new(format!("d{i}")).unwrap()).unwrap();
+        }
+        c.commit().unwrap();
+        c.wait_merges().unwrap();
+        let searcher = c.reader.searcher();
+        let physical: u32 = searcher.segment_readers().iter().map(|r| r.max_doc()).sum();
+        assert_eq!((physical, c.snapshot().unwrap().num_docs()), (240, 240));
     }
 }
