@@ -145,17 +145,26 @@ mod tests {
     use crate::collection::Collection;
     use crate::manifest::CollectionSettings;
 
+    /// Adds the text document `d{id}` with one term weighing `1 + n`.
+    fn add(c: &Collection, id: u64, n: u64) {
+        let v = QuantizedVector::new([("dog", 1 + n)]).unwrap();
+        let doc = Document::new(DocId::new(format!("d{id}")).unwrap(), Modality::Text);
+        c.add(doc, v).unwrap();
+    }
+
+    fn new_collection(dir: &std::path::Path) -> Collection {
+        let space = TermSpace::free("any");
+        Collection::create(dir, space, CollectionSettings::default(), None).unwrap()
+    }
+
     /// A server that commits every write for days: the map follows the live segments instead
     /// of keeping every segment ever written (one per commit).
     #[test]
     fn segments_merged_away_are_forgotten() {
         let tmp = tempfile::tempdir().unwrap();
-        let space = TermSpace::free("any");
-        let c = Collection::create(tmp.path(), space, CollectionSettings::default(), None).unwrap();
+        let c = new_collection(tmp.path());
         for i in 0..60 {
-            let id = DocId::new(format!("d{}", i % 20)).unwrap();
-            let v = QuantizedVector::new([("dog", 1 + i as u64)]).unwrap();
-            c.add(Document::new(id, Modality::Text), v).unwrap();
+            add(&c, i % 20, i);
             c.commit().unwrap();
         }
         c.wait_merges().unwrap();
@@ -173,12 +182,9 @@ mod tests {
     #[test]
     fn a_segment_with_many_deletes_is_merged() {
         let tmp = tempfile::tempdir().unwrap();
-        let space = TermSpace::free("any");
-        let c = Collection::create(tmp.path(), space, CollectionSettings::default(), None).unwrap();
+        let c = new_collection(tmp.path());
         for i in 0..400 {
-            let id = DocId::new(format!("d{i}")).unwrap();
-            let v = QuantizedVector::new([("dog", 1 + i as u64)]).unwrap();
-            c.add(Document::new(id, Modality::Text), v).unwrap();
+            add(&c, i, i);
         }
         c.commit().unwrap();
         for i in 0..160 {
