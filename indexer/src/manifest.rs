@@ -100,15 +100,11 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn new(term_space: TermSpace, settings: CollectionSettings) -> Self {
-        let created_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         Self {
             format_version: FORMAT_VERSION,
             term_space,
             settings,
-            created_at,
+            created_at: unix_secs(),
         }
     }
 
@@ -146,9 +142,22 @@ impl Manifest {
         f.write_all(&json).map_err(|e| IndexError::io(&tmp, e))?;
         f.sync_all().map_err(|e| IndexError::io(&tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| IndexError::io(&path, e))?;
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        sync_dir(dir);
         Ok(())
+    }
+}
+
+/// Seconds since the Unix epoch (what manifests and snapshot archives record).
+pub(crate) fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Syncs a directory, so that a rename into it survives a crash (best effort: some file
+/// systems cannot open a directory for it).
+pub(crate) fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
     }
 }

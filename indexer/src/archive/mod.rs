@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::collection::INDEX_DIR;
 use crate::error::{IndexError, Result};
 
 pub use restore::{Staged, restore, stage};
@@ -121,7 +122,7 @@ impl ArchiveManifest {
                 return Err(bad(archive, format!("it names {:?} twice", f.path)));
             }
         }
-        for needed in [crate::manifest::MANIFEST_FILE, "index/meta.json"] {
+        for needed in [crate::manifest::MANIFEST_FILE, &meta_path()] {
             if !seen.contains(needed) {
                 return Err(bad(archive, format!("it lacks {needed}")));
             }
@@ -212,7 +213,7 @@ fn is_collection_path(path: &str) -> bool {
     };
     match path.split_once('/') {
         None => path == crate::manifest::MANIFEST_FILE || path == crate::collection::VOCAB_FILE,
-        Some((dir, name)) => dir == "index" && plain(name),
+        Some((dir, name)) => dir == INDEX_DIR && plain(name),
     }
 }
 
@@ -224,8 +225,17 @@ fn bad(archive: &Path, reason: String) -> IndexError {
     }
 }
 
-/// Lower-case hex SHA-256 and length of everything `reader` yields.
-fn sha256_of(mut reader: impl Read) -> std::io::Result<(String, u64)> {
+/// tantivy's list of the committed segments, as a path inside a collection (and an archive).
+fn meta_path() -> String {
+    format!("{INDEX_DIR}/meta.json")
+}
+
+/// Lower-case hex SHA-256 and length of everything `reader` yields, each chunk also handed to
+/// `sink` (unpacking writes it out as it hashes).
+fn sha256_of(
+    mut reader: impl Read,
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0u64;
@@ -235,13 +245,15 @@ fn sha256_of(mut reader: impl Read) -> std::io::Result<(String, u64)> {
             break;
         }
         hasher.update(&buf[..n]);
+        sink(&buf[..n])?;
         total += n as u64;
     }
-    Ok((hex(&hasher.finalize()), total))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((hex, total))
 }
 
 /// `20261205T134400Z` for `secs` since the Unix epoch (UTC): sortable, safe in file names.

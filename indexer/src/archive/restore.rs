@@ -7,11 +7,10 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use super::write::sync_parent;
-use super::{ArchiveManifest, ArchivedFile, Reader, bad, entry_path, hex, sibling};
+use super::{ArchiveManifest, ArchivedFile, Reader, bad, entry_path, sha256_of, sibling};
 use crate::collection::Collection;
+use crate::collection::INDEX_DIR;
 use crate::error::{IndexError, Result};
 use crate::manifest::Manifest;
 
@@ -45,7 +44,7 @@ pub fn stage(archive: &Path, target: &Path) -> Result<Staged> {
         manifest,
         installed: false,
     };
-    let index = staged.dir.join("index");
+    let index = staged.dir.join(INDEX_DIR);
     std::fs::create_dir_all(&index).map_err(|e| IndexError::io(&index, e))?;
     let mut expected: HashMap<String, ArchivedFile> = staged
         .manifest
@@ -95,26 +94,12 @@ pub fn stage(archive: &Path, target: &Path) -> Result<Staged> {
 /// Writes `entry` to a new file at `out`, synced; returns the SHA-256 of what it wrote.
 fn unpack(entry: &mut impl Read, out: &Path) -> std::io::Result<String> {
     let mut file = File::create_new(out)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = entry.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        file.write_all(&buf[..n])?;
-    }
+    let (sha256, _) = sha256_of(entry, |chunk| file.write_all(chunk))?;
     file.sync_all()?;
-    Ok(hex(&hasher.finalize()))
+    Ok(sha256)
 }
 
 impl Staged {
-    /// What the archive says of itself.
-    pub fn manifest(&self) -> &ArchiveManifest {
-        &self.manifest
-    }
-
     /// The staged collection opens, was built for the term space the archive names, and holds
     /// the documents the archive counts.
     fn check_opens(&self, archive: &Path) -> Result<()> {

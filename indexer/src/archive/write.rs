@@ -14,11 +14,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{
-    ArchiveManifest, ArchivedFile, FORMAT, FORMAT_VERSION, MANIFEST_ENTRY, sha256_of, sibling,
+    ArchiveManifest, ArchivedFile, FORMAT, FORMAT_VERSION, MANIFEST_ENTRY, meta_path, sha256_of,
+    sibling,
 };
+use crate::collection::INDEX_DIR;
 use crate::collection::VOCAB_FILE;
 use crate::error::{IndexError, Result};
-use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::manifest::{MANIFEST_FILE, Manifest, sync_dir, unix_secs};
 
 /// Tries at reading a `meta.json` whose files are all still there (each failed try means a
 /// merge or commit ended in between).
@@ -70,14 +72,12 @@ pub fn write(collection_dir: &Path, name: &str, out: &Path) -> Result<ArchiveMan
         return Err(IndexError::AlreadyExists(out.to_path_buf()));
     }
     let mut pinned = pin(collection_dir)?;
-    let created_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let created_at = unix_secs();
     let mut files = Vec::with_capacity(pinned.entries.len());
     for (path, source) in &mut pinned.entries {
         let (sha256, bytes) = match source {
-            Source::Bytes(b) => sha256_of(b.as_slice()),
-            Source::File(f) => sha256_of(&mut *f).and_then(|r| f.rewind().map(|()| r)),
+            Source::Bytes(b) => sha256_of(b.as_slice(), |_| Ok(())),
+            Source::File(f) => sha256_of(&mut *f, |_| Ok(())).and_then(|r| f.rewind().map(|()| r)),
         }
         .map_err(|e| IndexError::io(collection_dir.join(&*path), e))?;
         files.push(ArchivedFile {
@@ -130,15 +130,15 @@ fn pin(dir: &Path) -> Result<Pinned> {
     } else {
         None
     };
-    let index = dir.join("index");
-    let meta_path = index.join("meta.json");
+    let index = dir.join(INDEX_DIR);
+    let meta_file = dir.join(meta_path());
     let mut last_missing = None;
     for _ in 0..MAX_TRIES {
-        let meta_bytes = read(meta_path.clone())?;
+        let meta_bytes = read(meta_file.clone())?;
         let meta: Meta =
             serde_json::from_slice(&meta_bytes).map_err(|e| IndexError::NotACollection {
                 path: dir.to_path_buf(),
-                reason: format!("{} is not valid ({e})", meta_path.display()),
+                reason: format!("{} is not valid ({e})", meta_file.display()),
             })?;
         match open_segment_files(&index, &meta) {
             Ok(opened) => {
@@ -146,7 +146,7 @@ fn pin(dir: &Path) -> Result<Pinned> {
                 if let Some(v) = vocab {
                     entries.push((VOCAB_FILE.to_string(), Source::Bytes(v)));
                 }
-                entries.push(("index/meta.json".to_string(), Source::Bytes(meta_bytes)));
+                entries.push((meta_path(), Source::Bytes(meta_bytes)));
                 entries.extend(opened.into_iter().map(|(p, f)| (p, Source::File(f))));
                 return Ok(Pinned {
                     entries,
@@ -156,7 +156,7 @@ fn pin(dir: &Path) -> Result<Pinned> {
             }
             Err(missing) => {
                 // Unchanged `meta.json` and a file of it missing: the collection is damaged.
-                if read(meta_path.clone())? == meta_bytes {
+                if read(meta_file.clone())? == meta_bytes {
                     return Err(IndexError::NotACollection {
                         path: dir.to_path_buf(),
                         reason: format!("its last commit names {missing}, which is missing"),
@@ -193,7 +193,7 @@ fn open_segment_files(
         }
         for name in names {
             match File::open(index.join(&name)) {
-                Ok(f) => opened.push((format!("index/{name}"), f)),
+                Ok(f) => opened.push((format!("{INDEX_DIR}/{name}"), f)),
                 Err(_) => return Err(name),
             }
         }
@@ -250,9 +250,7 @@ fn append<W: Write>(
 
 /// Syncs the directory holding `path`, so a rename into it survives a crash.
 pub(super) fn sync_parent(path: &Path) {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        && let Ok(d) = File::open(parent)
-    {
-        let _ = d.sync_all();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent);
     }
 }

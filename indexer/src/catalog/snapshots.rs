@@ -7,7 +7,7 @@ use super::Catalog;
 use crate::archive::{self, ArchiveManifest, EXTENSION, Staged};
 use crate::collection::Collection;
 use crate::error::{IndexError, Result};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, unix_secs};
 
 /// A snapshot archive the catalog keeps: its file name and what it says of itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,9 +19,9 @@ pub struct StoredSnapshot {
 impl Catalog {
     /// Where the snapshots of the collection `name` are kept.
     fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
-        Ok(self
-            .snapshots
-            .join(self.existing_dir(name)?.file_name().unwrap_or_default()))
+        // The same names as the collections' own folders.
+        self.existing_dir(name)?;
+        Ok(self.snapshots.join(name))
     }
 
     /// The path of the snapshot `file` of the collection `name`: a plain file name ending in
@@ -51,10 +51,7 @@ impl Catalog {
         }
         let dir = self.snapshot_dir(name)?;
         std::fs::create_dir_all(&dir).map_err(|e| IndexError::io(&dir, e))?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let stem = format!("{name}-{}", archive::utc_stamp(now));
+        let stem = format!("{name}-{}", archive::utc_stamp(unix_secs()));
         // Two snapshots in one second get -2, -3, …
         let file = (1..)
             .map(|n| match n {

@@ -56,7 +56,7 @@ use writer::WriterState;
 /// The vocabulary copy kept inside a collection created with one.
 pub const VOCAB_FILE: &str = "vocab.txt";
 /// tantivy files live in this sub-directory.
-const INDEX_DIR: &str = "index";
+pub(crate) const INDEX_DIR: &str = "index";
 /// Pending documents are written as a segment once this many accumulate.
 pub const DEFAULT_FLUSH_DOCS: usize = 100_000;
 

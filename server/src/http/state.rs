@@ -149,18 +149,14 @@ impl AppState {
                     continue;
                 }
             };
-            if let (Some(ts), false) = (encoders.term_space(), c.manifest().term_space.is_free())
-                && !c.manifest().term_space.same_vocabulary(ts)
-            {
+            if let Some(ts) = other_space(&encoders, &c.manifest().term_space) {
                 tracing::warn!(
                     collection = %name,
                     "built for {}, the server's encoders use {ts}: requests that encode will be refused",
                     c.manifest().term_space
                 );
             }
-            metrics.set_documents(&name, c.snapshot()?.num_docs());
-            let open = Open::new(c);
-            warm_dense_in_background(&name, &open.collection);
+            let open = ready(&name, c, &metrics)?;
             collections.insert(name, open);
         }
         let admission = Arc::new(Semaphore::new(limits.max_in_flight.max(1)));
@@ -339,10 +335,7 @@ impl AppState {
         }
         let staged = self.catalog.stage_restore(from, file, into)?;
         let space = staged.collection_manifest()?.term_space;
-        if let Some(ts) = self.encoders.term_space()
-            && !space.is_free()
-            && !space.same_vocabulary(ts)
-        {
+        if let Some(ts) = other_space(&self.encoders, &space) {
             return Err(ApiError::conflict(format!(
                 "the snapshot holds a collection built for {space}, but this server's encoders \
                  use {ts}; restore it on a server with the matching model (or with \
@@ -370,10 +363,7 @@ impl AppState {
 
     /// Starts serving an opened collection as `name`.
     fn serve(&self, name: &str, collection: Collection) -> ApiResult<()> {
-        self.metrics
-            .set_documents(name, collection.snapshot()?.num_docs());
-        let open = Open::new(collection);
-        warm_dense_in_background(name, &open.collection);
+        let open = ready(name, collection, &self.metrics)?;
         self.collections
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -384,14 +374,29 @@ impl AppState {
     /// Fails when the collection was built for another vocabulary than the server's encoders.
     pub fn check_encodable(&self, name: &str, c: &Collection) -> ApiResult<()> {
         let space = &c.manifest().term_space;
-        match self.encoders.term_space() {
-            Some(ts) if !space.is_free() && !space.same_vocabulary(ts) => {
-                Err(ApiError::conflict(format!(
-                    "collection {name:?} was built for {space}, but this server's encoders use {ts}; \
-                     send precomputed vectors or serve it with the matching model"
-                )))
-            }
-            _ => Ok(()),
+        match other_space(&self.encoders, space) {
+            Some(ts) => Err(ApiError::conflict(format!(
+                "collection {name:?} was built for {space}, but this server's encoders use {ts}; \
+                 send precomputed vectors or serve it with the matching model"
+            ))),
+            None => Ok(()),
         }
     }
+}
+
+/// The encoders' term space when it is not `space` (a collection of a free term space takes
+/// any vectors).
+fn other_space<'e>(encoders: &'e EncoderService, space: &TermSpace) -> Option<&'e TermSpace> {
+    encoders
+        .term_space()
+        .filter(|ts| !space.is_free() && !space.same_vocabulary(ts))
+}
+
+/// A collection ready to serve as `name`: its document count in the metrics, its dense index
+/// building in the background.
+fn ready(name: &str, collection: Collection, metrics: &Metrics) -> lexlip_index::Result<Arc<Open>> {
+    metrics.set_documents(name, collection.snapshot()?.num_docs());
+    let open = Open::new(collection);
+    warm_dense_in_background(name, &open.collection);
+    Ok(open)
 }
