@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference of ConLIP's token-level objectives for `model/train/tests/conlip_vs_torch.rs`.
+"""PyTorch reference of ConLIP's token-level objectives for `train/tests/conlip_vs_torch.rs`.
 
 Written from the paper (ConLIP, paper 000 sec. 3.1-3.2, eq. 5-7), not from the Rust code. Two
 pre-training heads, each one post-norm transformer block whose queries cross-attend to the other
@@ -27,7 +27,7 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_conlip_fixtures.py
 
-Writes model/train/tests/fixtures/conlip_vs_torch.safetensors: the head parameters under their
+Writes train/tests/fixtures/conlip_vs_torch.safetensors: the head parameters under their
 training names (`text.*`, `cls.*`, `image.*`, `mim.*`), float32; inputs `in.text`,
 `in.text_masked` (B, NT, HT), `in.mask` (B, NT), `in.image`, `in.image_masked` (B, NI, HI),
 `in.word_embeddings`, `in.text_rows`, `in.text_targets`, `in.patch_rows`, `in.patch_targets`;
@@ -128,7 +128,7 @@ out.update(
     }
 )
 path = os.path.join(
-    os.path.dirname(__file__), "..", "model", "train", "tests", "fixtures", "conlip_vs_torch.safetensors"
+    os.path.dirname(__file__), "..", "train", "tests", "fixtures", "conlip_vs_torch.safetensors"
 )
 save_file(out, path)
 print(

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch reference of the lexicon heads' step (`lexlip train --objective heads`, issue 37) for
-`model/train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
+`train/tests/heads.rs`: linear heads over frozen dense embeddings, SPLADE's
 `log(1 + relu(.))` of the centred input, the allowed-term mask, top-K per side, sparse InfoNCE, distillation of the
 dense similarities (KL both ways), FLOPS per side, caption-word grounding on both sides and the
 caption-word likelihood on either head: a softmax of its logits (before the relu) over the
 allowed words.
 
-Written here from the description in model/train/src/heads/mod.rs (torch.topk for the cut,
+Written here from the description in train/src/heads/mod.rs (torch.topk for the cut,
 torch.nn.functional.kl_div for the distillation), not from the Rust code; evaluated in float64
 on fixed small random tensors (seeded). Inputs (float32), expected losses (float64) and
 gradients with respect to the head parameters (float32) go to one small safetensors file the
@@ -18,7 +18,7 @@ Regenerate (torch is only needed here):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_heads_fixtures.py
 
-Writes model/train/tests/fixtures/heads_vs_torch.safetensors, and
+Writes train/tests/fixtures/heads_vs_torch.safetensors, and
 heads_expansion_vs_torch.safetensors beside it: the same step with expansion control on the
 text side (`--query-expansion 2`, template word 13), whose inputs are the first file's.
 """
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from fixture_io import caption_inputs, entries, f32, f64_scalar as scalar, i64_scalar, save_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
+OUT = ROOT / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
 # Expansion control (`--query-expansion`, issue 73) on the same inputs, in a file of its own.
 OUT_EXPANSION = OUT.with_name("heads_expansion_vs_torch.safetensors")
 EXPANSION, TEMPLATE = 2, [13]

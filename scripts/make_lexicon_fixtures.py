@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch references of the lexicon recipe's objectives (issue 35) for
-`model/train/tests/losses_vs_torch.rs`: top-K pooling, caption-word grounding (STAIR, EMNLP
+`train/tests/losses_vs_torch.rs`: top-K pooling, caption-word grounding (STAIR, EMNLP
 2023, its first stage: image lexicons contrasted with IDF-weighted bags of caption words), and
 BaCo with a FLOPS weight per side.
 
@@ -15,7 +15,7 @@ Regenerate (torch is only needed here):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_lexicon_fixtures.py
 
-Writes model/train/tests/fixtures/lexicon_vs_torch.safetensors. Names:
+Writes train/tests/fixtures/lexicon_vs_torch.safetensors. Names:
   config.*   tau, lambda_image, lambda_text, grounding weight (f64), k (i64)
   input.*    image logits (batch, tokens, vocab), text lexicon, caption ids and mask, idf
   expect.*   the cut lexicon, targets, losses (f64 scalars) and gradients (f32)
@@ -28,7 +28,7 @@ import torch
 from fixture_io import caption_inputs, entries, f32, f64_scalar, i64_scalar, save_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "lexicon_vs_torch.safetensors"
+OUT = ROOT / "train" / "tests" / "fixtures" / "lexicon_vs_torch.safetensors"
 
 B, M, V, T = 4, 3, 24, 6  # batch, image tokens, vocabulary, caption tokens
 K = 5

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference of the MaskVLM re-ranker for `model/train/tests/rerank_vs_torch.rs`.
+"""PyTorch reference of the MaskVLM re-ranker for `train/tests/rerank_vs_torch.rs`.
 
 Written from the paper (MaskVLM, ICLR 2023, sec. 3.1-3.2, eq. 1), not from the Rust code: text
 and image tower states are projected to the fusion width, tagged with a modality embedding,
@@ -22,7 +22,7 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_rerank_fixtures.py
 
-Writes model/train/tests/fixtures/rerank_vs_torch.safetensors: the parameters under their
+Writes train/tests/fixtures/rerank_vs_torch.safetensors: the parameters under their
 served names (`fusion.*`, `itm.*`) and training names (`mlm.*`, `mim.*`), float32; inputs
 `in.text` (P, NT, H), `in.mask` (P, NT), `in.image` (P, NI, HI), `in.word_embeddings`,
 `in.labels` (3 ITM labels per … , i64), `in.mlm_rows`, `in.mlm_targets`, `in.mim_rows`,
@@ -128,7 +128,7 @@ out.update(
     }
 )
 path = os.path.join(
-    os.path.dirname(__file__), "..", "model", "train", "tests", "fixtures", "rerank_vs_torch.safetensors"
+    os.path.dirname(__file__), "..", "train", "tests", "fixtures", "rerank_vs_torch.safetensors"
 )
 save_file(out, path)
 print(f"wrote {os.path.normpath(path)}: itm {itm.item():.6f} mlm {mlm.item():.6f} mim {mim.item():.6f}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch references of the seed papers' extra losses for `model/train/tests/losses_vs_torch.rs`:
+"""PyTorch references of the seed papers' extra losses for `train/tests/losses_vs_torch.rs`:
 GRIT-VLP's ITC consistency loss, COOKIE's single-modal contrastive loss and ConLIP's decoupled
 contrastive loss.
 
@@ -19,7 +19,7 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_seed_fixtures.py
 
-Writes model/train/tests/fixtures/seeds_vs_torch.safetensors. Names, for CASE in lexicon, dense
+Writes train/tests/fixtures/seeds_vs_torch.safetensors. Names, for CASE in lexicon, dense
 (ITC consistency), cookie_lexicon, cookie_dense (single-modal InfoNCE), dcl_dense (ConLIP's
 decoupled contrastive loss, ConLIP eq. 10-12, in-batch); moco_infonce and moco_dcl (ConLIP's
 loss with MoCo queues, eq. 9-12) add CASE.key_image, CASE.key_text, CASE.queue_image and
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "seeds_vs_torch.safetensors"
+OUT = ROOT / "train" / "tests" / "fixtures" / "seeds_vs_torch.safetensors"
 
 gen = torch.Generator().manual_seed(20220722)
 

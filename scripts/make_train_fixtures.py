@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch references of the LexLIP training objectives for `model/train/tests/losses_vs_torch.rs`.
+"""PyTorch references of the LexLIP training objectives for `train/tests/losses_vs_torch.rs`.
 
 Each loss is written here from the paper (LexLIP, ICCV 2023, sec. 3.2 eq. 7-18 and sec. 3.3
 eq. 19-23), not from the Rust code, and evaluated in float64 on fixed small random tensors
@@ -12,7 +12,7 @@ Regenerate (torch is only needed here; the CPU build is enough):
     .venv-torch/bin/pip install torch safetensors numpy
     .venv-torch/bin/python scripts/make_train_fixtures.py
 
-Writes model/train/tests/fixtures/losses_vs_torch.safetensors. Names:
+Writes train/tests/fixtures/losses_vs_torch.safetensors. Names:
   config.*      tau, lambda (f64), decoder heads (i64)
   input.*       logits, attention mask, word embeddings, decoder inputs, masked positions
   decoder_image.* / decoder_text.*  the two LexMLM decoders, in the names the Rust `Decoder` uses
@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 from fixture_io import bert_layer, gelu, linear, norm
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "model" / "train" / "tests" / "fixtures" / "losses_vs_torch.safetensors"
+OUT = ROOT / "train" / "tests" / "fixtures" / "losses_vs_torch.safetensors"
 
 # Shapes: batch, text tokens, image tokens (CLS + patches), vocabulary, hidden, decoder sizes.
 B, T, M, V, H = 4, 5, 4, 12, 8

@@ -13,10 +13,12 @@ with text and metadata, sent precomputed so that no encoder's time is measured),
 `--sample-s` seconds it writes a line to `--out` (and stdout):
 
     {"t_min", "documents", "requests", "errors_5xx", "rss_mb", "heap_mb", "file_mb",
-     "p50_ms", "p99_ms"}
+     "live_mb", "kept_free_mb", "p50_ms", "p99_ms"}
 
 heap_mb is the server's anonymous resident memory (RssAnon: its heap and stacks), file_mb the
-pages of mapped index files it has resident (RssFile), p50/p99 the search latency of that
+pages of mapped index files it has resident (RssFile), live_mb and kept_free_mb the allocator's
+own figures from /metrics (bytes handed out, and freed bytes it keeps instead of returning
+them: a leak grows the first, fragmentation the second), p50/p99 the search latency of that
 interval. At the end it prints one JSON object: the heap's slope after `--warmup-min` (MB per
 hour, least squares), the p99 of the first and last quarter after warm-up, the 5xx count, and
 the heap per 100k documents and per concurrent request measured at the start (an empty server,
@@ -149,6 +151,19 @@ def fill(client, name, count, queue, seed):
         queue.extend(d["id"] for d in docs)
 
 
+def allocator(client):
+    """The server's allocator figures from /metrics, in MB: live allocations and kept free."""
+    req = urllib.request.Request(client.base + "/metrics")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        text = r.read().decode()
+    found = {}
+    for line in text.splitlines():
+        for name in ("lexlip_heap_in_use_bytes", "lexlip_heap_free_bytes"):
+            if line.startswith(name + " "):
+                found[name] = round(float(line.split()[1]) / 2**20, 1)
+    return found.get("lexlip_heap_in_use_bytes"), found.get("lexlip_heap_free_bytes")
+
+
 def slope_per_hour(points):
     """Least-squares slope of (minutes, MB) points, in MB per hour."""
     n = len(points)
@@ -209,6 +224,7 @@ def main():
                 time.sleep(args.sample_s)
                 lat, requests, errors = stats.take()
                 m = memory(server.pid)
+                live, kept = allocator(client)
                 docs = sum(client.call("GET", f"/v1/collections/{n}")[1]["documents"] for n in queues)
                 sample = {
                     "t_min": round((time.time() - started) / 60, 2),
@@ -218,6 +234,8 @@ def main():
                     "rss_mb": round(m["VmRSS"], 1),
                     "heap_mb": round(m["RssAnon"], 1),
                     "file_mb": round(m["RssFile"], 1),
+                    "live_mb": live,
+                    "kept_free_mb": kept,
                     "p50_ms": percentile(lat, 0.5) and round(percentile(lat, 0.5), 2),
                     "p99_ms": percentile(lat, 0.99) and round(percentile(lat, 0.99), 2),
                 }
@@ -242,6 +260,7 @@ def main():
             "requests": stats.requests,
             "errors_5xx": stats.errors,
             "heap_slope_mb_per_h": round(slope_per_hour([(s["t_min"], s["heap_mb"]) for s in steady]), 1),
+            "live_slope_mb_per_h": round(slope_per_hour([(s["t_min"], s["live_mb"]) for s in steady if s["live_mb"] is not None]), 1),
             "heap_mb": {"empty": round(empty["RssAnon"], 1), "filled": round(filled["RssAnon"], 1),
                         "first_sample": running, "last_sample": samples[-1]["heap_mb"] if samples else None},
             "heap_mb_per_100k_docs": round((filled["RssAnon"] - empty["RssAnon"]) * 100_000 / args.docs, 1),

@@ -64,6 +64,8 @@ struct Inner {
     rejected: Counter<u64, AtomicU64>,
     searches_running: Gauge<i64, std::sync::atomic::AtomicI64>,
     searches_cancelled: Counter<u64, AtomicU64>,
+    heap_in_use: Gauge<i64, std::sync::atomic::AtomicI64>,
+    heap_free: Gauge<i64, std::sync::atomic::AtomicI64>,
 }
 
 impl Default for Metrics {
@@ -87,6 +89,8 @@ impl Metrics {
         let rejected = Counter::default();
         let searches_running = Gauge::default();
         let searches_cancelled = Counter::default();
+        let heap_in_use = Gauge::default();
+        let heap_free = Gauge::default();
         registry.register(
             "http_requests",
             "HTTP requests by route and status",
@@ -127,6 +131,16 @@ impl Metrics {
             "Sparse searches stopped because their request timed out or its client went away",
             searches_cancelled.clone(),
         );
+        registry.register(
+            "heap_in_use_bytes",
+            "Bytes the allocator has handed out (live allocations; glibc only)",
+            heap_in_use.clone(),
+        );
+        registry.register(
+            "heap_free_bytes",
+            "Freed bytes the allocator keeps for reuse instead of returning them (glibc only)",
+            heap_free.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -138,6 +152,8 @@ impl Metrics {
                 rejected,
                 searches_running,
                 searches_cancelled,
+                heap_in_use,
+                heap_free,
             }),
         }
     }
@@ -196,6 +212,10 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        if let Some(heap) = crate::memory::heap() {
+            self.inner.heap_in_use.set(heap.in_use as i64);
+            self.inner.heap_free.set(heap.free as i64);
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.inner.registry).is_err() {
             out.clear();

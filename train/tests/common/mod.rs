@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// lexlip-model's test fixtures (tiny BEiT, tiny LexLIP checkpoint).
@@ -17,7 +17,7 @@ pub fn fixtures() -> PathBuf {
 }
 
 // The test models' fetch helpers are the end-to-end harness's (`tests/src/models.rs`).
-#[path = "../../../../tests/src/models.rs"]
+#[path = "../../../tests/src/models.rs"]
 mod models;
 #[allow(unused_imports)] // not every test binary fetches both
 pub use models::{mobilenet_dir, splade_dir};
