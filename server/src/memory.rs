@@ -66,3 +66,23 @@ pub fn heap() -> Option<Heap> {
         None
     }
 }
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::heap;
+
+    /// The live figure moves by what is allocated and freed (other test threads may allocate a
+    /// little meanwhile: the margin).
+    #[test]
+    fn heap_in_use_follows_allocations() {
+        const SIZE: u64 = 256 << 20;
+        const MARGIN: u64 = 32 << 20;
+        let before = heap().unwrap().in_use;
+        let block = std::hint::black_box(vec![7u8; SIZE as usize]);
+        let during = heap().unwrap().in_use;
+        assert!(during + MARGIN >= before + SIZE, "{before} → {during}");
+        drop(block);
+        let after = heap().unwrap().in_use;
+        assert!(after + SIZE <= during + MARGIN, "{during} → {after}");
+    }
+}
