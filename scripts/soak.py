@@ -13,12 +13,14 @@ with text and metadata, sent precomputed so that no encoder's time is measured),
 `--sample-s` seconds it writes a line to `--out` (and stdout):
 
     {"t_min", "documents", "requests", "errors_5xx", "rss_mb", "heap_mb", "file_mb",
-     "live_mb", "kept_free_mb", "p50_ms", "p99_ms"}
+     "live_mb", "kept_free_mb", "pruning_mb", "segments", "stored_nnz", "p50_ms", "p99_ms"}
 
 heap_mb is the server's anonymous resident memory (RssAnon: its heap and stacks), file_mb the
 pages of mapped index files it has resident (RssFile), live_mb and kept_free_mb the allocator's
 own figures from /metrics (bytes handed out, and freed bytes it keeps instead of returning
-them: a leak grows the first, fragmentation the second), p50/p99 the search latency of that
+them: a leak grows the first, fragmentation the second), pruning_mb the heap the two
+collections' pruning structures hold, segments and stored_nnz (non-zeros of live and deleted
+documents not yet merged away) their shape, p50/p99 the search latency of that
 interval. At the end it prints one JSON object: the heap's slope after `--warmup-min` (MB per
 hour, least squares), the p99 of the first and last quarter after warm-up, the 5xx count, and
 the heap per 100k documents and per concurrent request measured at the start (an empty server,
@@ -225,7 +227,8 @@ def main():
                 lat, requests, errors = stats.take()
                 m = memory(server.pid)
                 live, kept = allocator(client)
-                docs = sum(client.call("GET", f"/v1/collections/{n}")[1]["documents"] for n in queues)
+                infos = [client.call("GET", f"/v1/collections/{n}")[1] for n in queues]
+                docs = sum(i["documents"] for i in infos)
                 sample = {
                     "t_min": round((time.time() - started) / 60, 2),
                     "documents": docs,
@@ -236,6 +239,9 @@ def main():
                     "file_mb": round(m["RssFile"], 1),
                     "live_mb": live,
                     "kept_free_mb": kept,
+                    "pruning_mb": round(sum(i["pruning_memory_bytes"] for i in infos) / 2**20, 1),
+                    "segments": sum(i["segments"] for i in infos),
+                    "stored_nnz": sum(i["nnz"] for i in infos),
                     "p50_ms": percentile(lat, 0.5) and round(percentile(lat, 0.5), 2),
                     "p99_ms": percentile(lat, 0.99) and round(percentile(lat, 0.99), 2),
                 }

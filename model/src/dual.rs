@@ -167,7 +167,7 @@ impl DualEncoder {
         };
         let (text, vision, text_projection, visual_projection) =
             built().map_err(|e| weights.load_error(e))?;
-        let tok_path = dir.join("tokenizer.json");
+        let tok_path = crate::vocab::tokenizer_json(dir);
         let mut tokenizer = load_tokenizer(&tok_path)?;
         let vocab = tokenizer.get_vocab_size(true);
         if vocab > config.text.vocab_size {

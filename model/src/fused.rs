@@ -13,7 +13,8 @@
 //! teacher/             the dense dual encoder (`lexlip train --objective dense`)
 //! image-backbone/      the MobileNetV2 (`scripts/fetch-image-backbone.sh`)
 //! adapter/             model.safetensors: input.mean, input.std (teacher dim + features), fc1.*, fc2.* (to dim)
-//! tokenizer.json       the teacher's (the vocabulary of heads trained over this model)
+//! tokenizer.json       the teacher's (the vocabulary of heads trained over this model);
+//!                      in a shipped model, the model's own, which its parts share
 //! ```
 //!
 //! One preprocessing serves both towers: the teacher's pixels, taken back to [0, 1], normalised

@@ -28,7 +28,8 @@
 //!                     "image_top_k": 64, "text_top_k": 32}
 //! model.safetensors  image_head.weight (vocab, dim), image_head.bias (vocab),
 //!                    image_head.center (dim), text_head.{weight,bias,center}, allowed (vocab)
-//! tokenizer.json     the vocabulary's word pieces (the terms the index stores)
+//! tokenizer.json     the vocabulary's word pieces (the terms the index stores); or the
+//!                    model directory's, shared by its parts (`vocab::tokenizer_json`)
 //! ```
 
 use std::path::Path;

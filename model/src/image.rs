@@ -129,7 +129,8 @@ impl ImageEncoder {
         let weights = Weights::from_safetensors_dir(dir)?;
         let shared =
             SharedLayers::load(&cfg_path, &raw, &weights, config.hidden_size, dtype, device)?;
-        let vocab = Vocabulary::from_tokenizer_json(dir_name(dir), &dir.join("tokenizer.json"))?;
+        let vocab =
+            Vocabulary::from_tokenizer_json(dir_name(dir), &crate::vocab::tokenizer_json(dir))?;
         let processor = ImageProcessor::beit(config.image_size).with_preprocessor_config(dir)?;
         let mut enc = Self::from_parts(&config, &head, weights, vocab, processor, device, dtype)?;
         enc.tower.set_shared(shared);

@@ -464,7 +464,7 @@ impl Encoders {
             });
         }
         let heads = Heads::load(dir, device)?;
-        let tokenizer = dir.join("tokenizer.json");
+        let tokenizer = crate::vocab::tokenizer_json(dir);
         if !tokenizer.is_file() && heads.kind == crate::heads::HeadsKind::D2s {
             return Err(ModelError::Tokenizer {
                 path: tokenizer,

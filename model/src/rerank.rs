@@ -246,7 +246,7 @@ impl Towers {
             &text_config,
         )
         .map_err(|e| weights.load_error(e))?;
-        let mut tokenizer = load_tokenizer(&text_dir.join("tokenizer.json"))?;
+        let mut tokenizer = load_tokenizer(&crate::vocab::tokenizer_json(text_dir))?;
         truncate_to(&mut tokenizer, max_length)?;
         let pad_id = pad_id(&tokenizer, text_config.pad_token_id);
         let image = ImageEncoder::load(image_dir, device)?.with_image_size(image_size)?;

@@ -116,7 +116,7 @@ impl TextEncoder {
         let mut enc = Self::from_parts(
             &config,
             weights,
-            &dir.join("tokenizer.json"),
+            &crate::vocab::tokenizer_json(dir),
             &dir_name(dir),
             device,
         )?;

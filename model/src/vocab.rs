@@ -74,6 +74,29 @@ impl Vocabulary {
     }
 }
 
+/// Directories above a model part in which its model's `tokenizer.json` is looked for
+/// (`dense/teacher/` is two below the model).
+const PART_DEPTH: usize = 2;
+
+/// The `tokenizer.json` a model directory reads: its own, or, for a part of a model (a
+/// directory below one with a `lexlip.json`: `heads/`, `dense/`, `dense/teacher/`), the
+/// model's, which its parts share instead of each carrying a copy. Where neither exists, the
+/// directory's own path, for the error that names it.
+pub fn tokenizer_json(dir: &Path) -> PathBuf {
+    let own = dir.join("tokenizer.json");
+    if own.is_file() {
+        return own;
+    }
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    dir.ancestors()
+        .skip(1)
+        .take(PART_DEPTH)
+        .find(|up| up.join("lexlip.json").is_file())
+        .map(|model| model.join("tokenizer.json"))
+        .filter(|t| t.is_file())
+        .unwrap_or(own)
+}
+
 /// The `tokenizer.json` of a published model's directory `dir`: `explicit`, else `dir`'s, else
 /// (with the `hub` feature) the one of its `base` model in the Hugging Face cache. The error
 /// ends with `hint`: how the user gets one.
@@ -86,7 +109,7 @@ pub fn find_tokenizer(
     if let Some(t) = explicit {
         return Ok(t.to_path_buf());
     }
-    let local = dir.join("tokenizer.json");
+    let local = tokenizer_json(dir);
     if local.is_file() {
         return Ok(local);
     }
@@ -101,4 +124,34 @@ pub fn find_tokenizer(
              tokenizer.json: {hint}"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tokenizer_json;
+
+    /// A part finds its model's tokenizer.json one or two levels up; its own copy wins; a
+    /// directory that is no model's part keeps its own (missing) path, even with a
+    /// tokenizer.json above it.
+    #[test]
+    fn parts_share_their_models_tokenizer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = tmp.path().join("model");
+        let teacher = model.join("dense/teacher");
+        std::fs::create_dir_all(&teacher).unwrap();
+        std::fs::write(model.join("lexlip.json"), "{}").unwrap();
+        std::fs::write(model.join("tokenizer.json"), "{}").unwrap();
+        let shared = std::fs::canonicalize(&model)
+            .unwrap()
+            .join("tokenizer.json");
+        assert_eq!(tokenizer_json(&model.join("dense")), shared);
+        assert_eq!(tokenizer_json(&teacher), shared);
+        std::fs::write(teacher.join("tokenizer.json"), "{}").unwrap();
+        assert_eq!(tokenizer_json(&teacher), teacher.join("tokenizer.json"));
+
+        let loose = tmp.path().join("loose/part");
+        std::fs::create_dir_all(&loose).unwrap();
+        std::fs::write(tmp.path().join("loose/tokenizer.json"), "{}").unwrap();
+        assert_eq!(tokenizer_json(&loose), loose.join("tokenizer.json"));
+    }
 }

@@ -927,12 +927,8 @@ fn heads_cut_to(dir: &Path, image_k: usize, text_k: usize) -> Vec<String> {
     let shipped = lexlip_tests::workspace().join("models/emoji-lex-compose");
     std::fs::create_dir_all(dir.join("heads")).unwrap();
     std::os::unix::fs::symlink(shipped.join("dense"), dir.join("dense")).unwrap();
-    for file in ["model.safetensors", "tokenizer.json"] {
-        std::os::unix::fs::symlink(
-            shipped.join("heads").join(file),
-            dir.join("heads").join(file),
-        )
-        .unwrap();
+    for file in ["heads/model.safetensors", "tokenizer.json"] {
+        std::os::unix::fs::symlink(shipped.join(file), dir.join(file)).unwrap();
     }
     let edit = |file: &str, keys: &[(&str, usize)]| {
         let mut json: Value =

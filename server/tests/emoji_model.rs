@@ -189,6 +189,12 @@ fn emoji_model_with(dir: &Path, settings: Value) -> std::path::PathBuf {
             std::fs::copy(&f, model.join(part).join(f.file_name().unwrap())).unwrap();
         }
     }
+    // The parts share the model's tokenizer.json.
+    std::fs::copy(
+        emoji_model().join("tokenizer.json"),
+        model.join("tokenizer.json"),
+    )
+    .unwrap();
     let mut file: Value =
         serde_json::from_str(&std::fs::read_to_string(emoji_model().join("lexlip.json")).unwrap())
             .unwrap();

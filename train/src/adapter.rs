@@ -81,7 +81,7 @@ pub fn train(
         size,
     };
     let dim_in = teacher.dim() + tower.dim()?;
-    let tokenizer_path = teacher_dir.join("tokenizer.json");
+    let tokenizer_path = lexlip_model::vocab::tokenizer_json(&teacher_dir);
     let tokenizer = TextTokenizer::load(&tokenizer_path, opts.data.max_length)?;
     let (mut corpus, mut key) = cached_corpus(&input, &tokenizer, &tokenizer_path, observer)?;
     let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
@@ -330,7 +330,10 @@ fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOption
     let [teacher_out, tower_out, adapter] = lexlip_model::fused::PARTS.map(|p| out.join(p));
     copy_files(teacher, &teacher_out)?;
     copy_files(tower, &tower_out)?;
-    copy_file(&teacher.join("tokenizer.json"), &out.join("tokenizer.json"))?;
+    copy_file(
+        &lexlip_model::vocab::tokenizer_json(teacher),
+        &out.join("tokenizer.json"),
+    )?;
     let mut tensors = snapshot(&model.store)?;
     tensors.insert("input.mean".into(), model.mean.clone());
     tensors.insert("input.std".into(), model.std.clone());

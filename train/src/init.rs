@@ -224,7 +224,7 @@ fn load_text(dir: &Path, need_head: bool) -> Result<(TextInit, PathBuf)> {
             from: dir.display().to_string(),
             shared,
         },
-        dir.join("tokenizer.json"),
+        lexlip_model::vocab::tokenizer_json(dir),
     ))
 }
 
@@ -253,7 +253,7 @@ fn load_image(dir: &Path) -> Result<(ImageInit, PathBuf)> {
             std: processor.std,
             from: dir.display().to_string(),
         },
-        dir.join("tokenizer.json"),
+        lexlip_model::vocab::tokenizer_json(dir),
     ))
 }
 

@@ -75,7 +75,7 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
     if let Some(t) = &opts.model.tokenizer {
         return Ok(t.clone());
     }
-    let own = backbone.join("tokenizer.json");
+    let own = lexlip_model::vocab::tokenizer_json(backbone);
     let word_pieces = std::fs::read_to_string(&own)
         .map(|t| t.contains("\"WordPiece\""))
         .unwrap_or(false);

@@ -71,7 +71,10 @@ pub fn train(
     let (text_dir, image_dir) = lexicon_dirs(opts.model.init.as_deref())?;
     let init = opts.model.init.clone().unwrap_or_default();
     let (started, input, device) = crate::steps::begin(opts)?;
-    let tokenizer = TextTokenizer::load(&text_dir.join("tokenizer.json"), opts.data.max_length)?;
+    let tokenizer = TextTokenizer::load(
+        &lexlip_model::vocab::tokenizer_json(&text_dir),
+        opts.data.max_length,
+    )?;
     let encoders = Encoders::load_with(
         &init,
         &device,
