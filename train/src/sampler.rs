@@ -33,7 +33,8 @@ use crate::rng::{Rng, key};
 pub const FEATURE_TERMS: usize = 64;
 
 /// How each epoch's order is drawn.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Sampler {
     /// A fresh uniform permutation per epoch.

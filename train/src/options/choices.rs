@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Size presets of a tower trained from scratch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Preset {
     /// Text: BERT 2 × 128 (tiny SPLADE's shape). Image: BEiT 4 × 128, 64 px, patch 8.
@@ -17,7 +18,8 @@ pub enum Preset {
 }
 
 /// Where the image tower's MLM head starts when the image model has none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum HeadInit {
     /// The image model's own head, else the text head's when the sizes match, else random.
@@ -32,7 +34,8 @@ pub enum HeadInit {
 }
 
 /// What a run trains.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
     /// LexLIP: lexicon towers with MLM heads (--phase 1 / 2); writes a LexLIP directory.
@@ -69,7 +72,8 @@ pub enum Objective {
 }
 
 /// The dense objective's in-batch contrastive loss.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum DenseLoss {
     /// CLIP's symmetric InfoNCE.
@@ -81,7 +85,8 @@ pub enum DenseLoss {
 
 /// ConLIP's token-level objectives for the dense objective (ConLIP, EMNLP 2022 Findings,
 /// sec. 3.2).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum DenseToken {
     /// The contrastive loss alone.
@@ -99,7 +104,8 @@ pub enum DenseToken {
 
 /// What happens to the vocabulary bias of the MLM heads (`cls.predictions.bias`), the one
 /// part of a head that raises a term for every input alike.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum VocabBias {
     /// Both heads train theirs (LexLIP's recipe).
@@ -113,7 +119,8 @@ pub enum VocabBias {
 }
 
 /// The dtype of the saved model weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum SaveDtype {
     F32,

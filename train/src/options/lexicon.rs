@@ -5,14 +5,15 @@
 use super::*;
 
 /// How sparse and grounded the lexicons are (LexLIP only): FLOPS per side, top-K pooling, caption-word grounding, vocabulary biases.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LexiconOptions {
     /// FLOPS weight of the image lexicons (default: --flops-lambda).
-    #[arg(long, value_name = "W", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "W", help_heading = "Lexicon"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flops_image: Option<f64>,
     /// FLOPS weight of the text lexicons (default: --flops-lambda).
-    #[arg(long, value_name = "W", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "W", help_heading = "Lexicon"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flops_text: Option<f64>,
     /// Share of the steps over which sparsity sets in.
@@ -20,14 +21,14 @@ pub struct LexiconOptions {
     /// The FLOPS weights rise quadratically from 0 (SPLADE's warm-up) and the image top-K
     /// narrows from the whole vocabulary to --image-top-k; 0 = both in full from the first
     /// step.
-    #[arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, value_name = "F", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_FLOPS_WARMUP, value_name = "F", help_heading = "Lexicon"))]
     #[serde(default)]
     pub flops_warmup: f64,
     /// Terms each image lexicon keeps (0 = every term).
     ///
     /// Top-K pooling, in training and in the exported model (recorded in lexlip.json, applied
     /// by every encoder), so the index stores exactly what was trained.
-    #[arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, value_name = "K", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_IMAGE_TOP_K, value_name = "K", help_heading = "Lexicon"))]
     #[serde(default)]
     pub image_top_k: usize,
     /// Caption-word grounding (heads: 1 unless given).
@@ -35,7 +36,7 @@ pub struct LexiconOptions {
     /// The weight of STAIR's grounding (0 = off): each image's lexicon is contrasted with the
     /// batch's captions as bags of words, so its strongest terms are words that tell its caption
     /// from the others. See docs/cli.md.
-    #[arg(long, default_value_t = DEFAULT_GROUNDING, value_name = "W", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_GROUNDING, value_name = "W", help_heading = "Lexicon"))]
     #[serde(default)]
     pub grounding: f64,
     /// Heads: image caption-word likelihood (1 unless given).
@@ -43,11 +44,14 @@ pub struct LexiconOptions {
     /// The caption's own words are raised against every allowed word in a softmax of the
     /// head's logits at --caption-words-tau; weight on words no caption of the image has
     /// costs. 0 = off; see docs/cli.md.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "W",
-        help_heading = "Lexicon"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 0.0,
+            value_name = "W",
+            help_heading = "Lexicon"
+        )
     )]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words: f64,
@@ -55,18 +59,21 @@ pub struct LexiconOptions {
     ///
     /// The caption-word likelihood on the text head's logits: the query side, with
     /// --caption-words-tau; it keeps one term from leading most queries. 0 = off.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "W",
-        help_heading = "Lexicon"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 0.0,
+            value_name = "W",
+            help_heading = "Lexicon"
+        )
     )]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub caption_words_text: f64,
     /// Heads: temperature of the caption-word softmax.
     ///
     /// Both sides. Lower: the caption's words must stand further above the rest.
-    #[arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, value_name = "T", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_CAPTION_WORDS_TAU, value_name = "T", help_heading = "Lexicon"))]
     #[serde(
         default = "default_caption_words_tau",
         skip_serializing_if = "is_default_caption_words_tau"
@@ -77,13 +84,13 @@ pub struct LexiconOptions {
     /// fixed: the image head has none, the text head keeps its initial one (--objective heads:
     /// each head keeps its one shared starting bias); train: both learn a bias per term, and a
     /// learned bias lets one term top every lexicon.
-    #[arg(long, value_enum, default_value_t = VocabBias::Fixed, value_name = "HOW", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = VocabBias::Fixed, value_name = "HOW", help_heading = "Lexicon"))]
     #[serde(default = "legacy_vocab_bias")]
     pub vocab_bias: VocabBias,
     /// Heads: terms a text lexicon keeps (0 = every term).
     ///
     /// Top-K pooling of the text lexicons, as --image-top-k is the images'.
-    #[arg(long, default_value_t = DEFAULT_TEXT_TOP_K, value_name = "K", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_TEXT_TOP_K, value_name = "K", help_heading = "Lexicon"))]
     #[serde(
         default = "default_text_top_k",
         skip_serializing_if = "is_default_text_top_k"
@@ -94,30 +101,36 @@ pub struct LexiconOptions {
     /// D2S's query mask, instead of --text-top-k: a caption's lexicon keeps its own content
     /// words, weighted by the text head, and the E strongest others; in training and in the
     /// exported model (`text_terms` in its lexlip.json).
-    #[arg(long, value_name = "E", help_heading = "Lexicon")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "E", help_heading = "Lexicon"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_expansion: Option<usize>,
     /// With --query-expansion: template words, which never weigh.
     ///
     /// The training captions' words that name no picture in particular (e.g. emoji,clip,art);
     /// they never weigh in a caption's or a query's lexicon (recorded in lexlip.json).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "WORDS",
-        requires = "query_expansion",
-        help_heading = "Lexicon"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_delimiter = ',',
+            value_name = "WORDS",
+            requires = "query_expansion",
+            help_heading = "Lexicon"
+        )
     )]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub template_words: Vec<String>,
     /// Heads: weight of distilling the dense similarities.
     ///
     /// The dense model's in-batch similarities into the sparse ones (KL both ways).
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        value_name = "W",
-        help_heading = "Lexicon"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 1.0,
+            value_name = "W",
+            help_heading = "Lexicon"
+        )
     )]
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub distill: f64,
@@ -125,11 +138,14 @@ pub struct LexiconOptions {
     ///
     /// The dense model's, in the distillation: lexlip's dense objective trains at 0.05; CLIP's
     /// logit scale 100 is 0.01.
-    #[arg(
-        long,
-        default_value_t = 0.05,
-        value_name = "T",
-        help_heading = "Lexicon"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 0.05,
+            value_name = "T",
+            help_heading = "Lexicon"
+        )
     )]
     #[serde(
         default = "default_teacher_tau",

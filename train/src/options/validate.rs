@@ -386,15 +386,10 @@ mod tests {
     use super::TrainOptions;
 
     fn options(batch: usize) -> TrainOptions {
-        #[derive(clap::Parser)]
-        struct Line {
-            #[command(flatten)]
-            options: TrainOptions,
-        }
-        let line = ["train", "--out", "o", "--tsv", "t.tsv", "--batch-size"];
-        let batch = batch.to_string();
-        let args = line.iter().copied().chain([batch.as_str()]);
-        <Line as clap::Parser>::parse_from(args).options
+        let mut o = TrainOptions::new("o");
+        o.data.tsv = Some("t.tsv".into());
+        o.optim.batch_size = batch;
+        o
     }
 
     #[test]

@@ -63,3 +63,23 @@ fn reuse_large_allocations() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use lexlip_train::TrainOptions;
+
+    #[derive(clap::Parser)]
+    struct Line {
+        #[command(flatten)]
+        train: super::TrainArgs,
+    }
+
+    /// The command's defaults are the library's: a flag's `default_value` and
+    /// `TrainOptions::new` are written apart and must not drift.
+    #[test]
+    fn the_commands_defaults_are_the_librarys() {
+        let parsed = Line::try_parse_from(["train", "--out", "o"]).unwrap();
+        assert_eq!(parsed.train.options, TrainOptions::new("o"));
+    }
+}
