@@ -356,9 +356,11 @@ fn run_steps(
         last: None,
     };
     crate::steps::run(
-        opts,
-        control,
-        fingerprint,
+        crate::steps::RunContext {
+            opts,
+            control,
+            fingerprint,
+        },
         &mut objective,
         batches,
         adam,

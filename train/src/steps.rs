@@ -269,9 +269,11 @@ impl Trainer<'_> {
         observer: &mut dyn Observer,
     ) -> Result<()> {
         run(
-            self.opts,
-            self.control,
-            &self.fingerprint,
+            RunContext {
+                opts: self.opts,
+                control: self.control,
+                fingerprint: &self.fingerprint,
+            },
             &mut OneStore {
                 trained: &self.trained,
                 objective,
@@ -324,12 +326,18 @@ impl Trainer<'_> {
     }
 }
 
+/// What every step of a run reads and never changes: its options, its controls (the stop
+/// flag, the command line) and the fingerprint its checkpoints carry.
+#[derive(Clone, Copy)]
+pub(crate) struct RunContext<'a> {
+    pub opts: &'a TrainOptions,
+    pub control: &'a RunControl,
+    pub fingerprint: &'a str,
+}
+
 /// Runs steps `span.start..span.end` of `objective` with batches from `batches`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
-    opts: &TrainOptions,
-    control: &RunControl,
-    fingerprint: &str,
+    context: RunContext,
     objective: &mut O,
     mut batches: B,
     adam: &mut AdamW,
@@ -337,6 +345,11 @@ pub(crate) fn run<O: Objective, B: Batches<Batch = O::Batch>>(
     observer: &mut dyn Observer,
     summary: &mut Summary,
 ) -> Result<()> {
+    let RunContext {
+        opts,
+        control,
+        fingerprint,
+    } = context;
     let Span {
         start, end, total, ..
     } = span;
