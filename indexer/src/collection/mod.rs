@@ -67,6 +67,11 @@ pub struct Collection {
     manifest: Manifest,
     quantizer: Quantizer,
     index: Index,
+    /// The index's directory, whose cache of mapped files is pruned at each reload: tantivy
+    /// keeps an entry for every file it ever mapped until asked for its cache's figures, so
+    /// under adds and deletes it grew by every segment file ever written (about 100 MB an
+    /// hour in `scripts/soak.py`).
+    mmap: MmapDirectory,
     fields: Fields,
     reader: IndexReader,
     writer: Mutex<Option<WriterState>>,
@@ -155,8 +160,11 @@ impl Collection {
             path: dir.to_path_buf(),
             reason,
         };
-        let mut index = Index::open_in_dir(dir.join(INDEX_DIR))
-            .map_err(|e| not_a_collection(format!("cannot open its tantivy index: {e}")))?;
+        let cannot_open = |e: &dyn std::fmt::Display| {
+            not_a_collection(format!("cannot open its tantivy index: {e}"))
+        };
+        let mmap = MmapDirectory::open(dir.join(INDEX_DIR)).map_err(|e| cannot_open(&e))?;
+        let mut index = Index::open(mmap.clone()).map_err(|e| cannot_open(&e))?;
         let fields = schema::fields_of(&index.schema())
             .map_err(|e| not_a_collection(format!("unexpected schema: {e}")))?;
         let forward_plan = Arc::new(AtomicU32::new(ForwardPlan::default().pack()));
@@ -187,6 +195,7 @@ impl Collection {
             manifest,
             quantizer,
             index,
+            mmap,
             fields,
             reader,
             writer: Mutex::new(None),

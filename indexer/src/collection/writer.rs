@@ -400,6 +400,8 @@ impl Collection {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|id, _| live.contains(id));
         self.dense.retain(&live.into_iter().collect::<Vec<_>>());
+        // Asking for the figures is what prunes entries of files no longer mapped.
+        let _ = self.mmap.get_cache_info();
         let snapshot = self.snapshot()?;
         if self.warm_dense && self.manifest.settings.dense_dim.is_some() {
             snapshot.warm_dense()?;
