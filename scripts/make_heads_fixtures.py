@@ -6,7 +6,7 @@ dense similarities (KL both ways), FLOPS per side, caption-word grounding on bot
 caption-word likelihood on either head: a softmax of its logits (before the relu) over the
 allowed words.
 
-Written here from the description in train/src/heads/mod.rs (torch.topk for the cut,
+Written here from the description in train/src/objectives/heads/mod.rs (torch.topk for the cut,
 torch.nn.functional.kl_div for the distillation), not from the Rust code; evaluated in float64
 on fixed small random tensors (seeded). Inputs (float32), expected losses (float64) and
 gradients with respect to the head parameters (float32) go to one small safetensors file the

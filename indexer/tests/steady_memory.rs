@@ -55,7 +55,7 @@ fn doc(id: u32) -> (Document, QuantizedVector) {
     let terms = TERMS
         .iter()
         .enumerate()
-        .filter(|(i, _)| (id as usize + i) % 3 != 0)
+        .filter(|(i, _)| !(id as usize + i).is_multiple_of(3))
         .map(|(i, t)| (*t, 1 + u64::from(id % 50) + i as u64));
     (d, QuantizedVector::new(terms).unwrap())
 }

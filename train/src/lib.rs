@@ -16,20 +16,16 @@
 //! - [`init`]: starting points (any model lexlip loads, or size presets from scratch).
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
-//! - [`heads`]: lexicon heads over a frozen dense model (`--objective heads`), trained on an
-//!   embedding cache.
-//! - [`rerank`]: the MaskVLM re-ranker (`--objective rerank`): fusion encoder, ITM with the
-//!   lexicon model's hard negatives, masked text and image reconstruction.
 //! - [`weight_sharing`]: COOKIE's layers shared by both towers (`--shared-layers`).
 //! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`).
 //! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
-//! - [`run`]: the loop ([`train`]), with [`checkpoint`]s (atomic, bitwise resume) and
-//!   [`export`] of the model directory.
+//! - [`objectives`]: what a run trains (LexLIP and dense, lexicon heads, the adapter, the
+//!   MaskVLM re-ranker), each on the one loop (`steps`) with [`checkpoint`]s (atomic, bitwise
+//!   resume), [`fingerprint`]s and [`export`] of the model directory.
 //!
 //! Randomness is keyed by (seed, purpose, step, index) ([`rng`]), so a run resumed from a
 //! checkpoint computes bit for bit what an uninterrupted one does on the CPU.
 
-pub mod adapter;
 pub mod augment;
 pub mod beit;
 pub mod bert;
@@ -41,21 +37,20 @@ pub mod encoder_pair;
 pub mod error;
 pub mod expansion;
 pub mod export;
+pub mod fingerprint;
 pub mod head;
-pub mod heads;
 pub mod init;
 pub mod lexicon;
 pub mod losses;
 pub mod model;
 pub mod momentum;
 pub mod nn;
+pub mod objectives;
 pub mod observe;
 pub mod optim;
 pub mod options;
 pub mod params;
-pub mod rerank;
 pub mod rng;
-pub mod run;
 pub mod sampler;
 mod steps;
 pub mod text;
@@ -79,13 +74,13 @@ pub fn train(
 ) -> Result<Summary> {
     opts.validate()?;
     match opts.method.objective {
-        Objective::Heads => heads::train(opts, control, observer),
-        Objective::Adapter => adapter::train(opts, control, observer),
+        Objective::Heads => objectives::heads::train(opts, control, observer),
+        Objective::Adapter => objectives::adapter::train(opts, control, observer),
         Objective::Rerank => {
             steps::prepare_out(&opts.run.out)?;
-            rerank::train(opts, control, observer)
+            objectives::rerank::train(opts, control, observer)
         }
-        Objective::Lexlip | Objective::Dense => run::train(opts, control, observer),
+        Objective::Lexlip | Objective::Dense => objectives::lexlip::train(opts, control, observer),
     }
 }
 pub use sampler::Sampler;

@@ -11,8 +11,8 @@ use std::path::Path;
 use candle_core::{D, Device, Tensor};
 use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{Encoders, Weights};
-use lexlip_train::adapter::masked_info_nce;
 use lexlip_train::losses::in_batch;
+use lexlip_train::objectives::adapter::masked_info_nce;
 use lexlip_train::{Objective, TrainOptions};
 
 use common::{assert_near, err_of, fast_options, run_collecting, run_for, train_json};

@@ -10,8 +10,8 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor, Var};
 use lexlip_model::Encoders;
 use lexlip_train::cache::{CacheMeta, EmbeddingCache, Section};
-use lexlip_train::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
 use lexlip_train::lexicon;
+use lexlip_train::objectives::heads::{HeadsModel, StepInputs, StepWeights, step_losses};
 use lexlip_train::{Objective, TrainOptions, VocabBias};
 
 use common::{corpus, err_of, fast_options, run_collecting, run_for, run_quietly, train_json};
@@ -137,7 +137,7 @@ fn the_heads_step_equals_the_pytorch_reference() {
     assert_close("image lexicons", &pv, &g("expect.pv"));
     let pl = model.lexicons(&batch.xl, false, weights.text_k).unwrap();
     assert_close("text lexicons", &pl, &g("expect.pl"));
-    let lexlip_train::heads::HeadsLosses {
+    let lexlip_train::objectives::heads::HeadsLosses {
         total,
         parts,
         nnz: (nnz_v, nnz_l),

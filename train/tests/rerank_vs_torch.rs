@@ -10,8 +10,8 @@ use lexlip_model::Weights;
 use lexlip_model::rerank::{Fusion, FusionConfig};
 use lexlip_train::losses::cross_entropy;
 use lexlip_train::losses::l1;
+use lexlip_train::objectives::rerank::{RerankModel, Weights as LossWeights};
 use lexlip_train::params::Source;
-use lexlip_train::rerank::{RerankModel, Weights as LossWeights};
 
 mod common;
 
@@ -88,7 +88,7 @@ fn fusion_and_losses_equal_the_torch_reference() {
         .itc_features(&f["in.text"], &f["in.mask"], &f["in.image"])
         .unwrap();
     let (itc, _, _) =
-        lexlip_train::losses::info_nce(&i, &t, lexlip_train::rerank::ITC_TAU).unwrap();
+        lexlip_train::losses::info_nce(&i, &t, lexlip_train::objectives::rerank::ITC_TAU).unwrap();
     assert_close("itc", &itc, &f["out.itc"]);
     let total = (((itm + mlm).unwrap() + mim).unwrap() + itc).unwrap();
     let grads = total.backward().unwrap();

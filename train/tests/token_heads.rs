@@ -13,9 +13,9 @@ use lexlip_train::bert::BertConfig;
 use lexlip_train::data::mask_patches;
 use lexlip_train::init::beit_config;
 use lexlip_train::nn::Dropout;
+use lexlip_train::objectives::rerank::patch_pixels;
 use lexlip_train::options::DenseToken;
 use lexlip_train::params::{ParamBuilder, Source, sorted_vars};
-use lexlip_train::rerank::patch_pixels;
 use lexlip_train::rng::Rng;
 use lexlip_train::token_heads::{PatchMask, TokenHeads, TokenInputs};
 

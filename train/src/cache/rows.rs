@@ -43,7 +43,7 @@ pub(crate) fn cached_corpus(
     }
     let key = serde_json::json!({
         "input": input.signature()?,
-        "tokenizer": crate::run::sha256_file(tokenizer_path)?,
+        "tokenizer": crate::fingerprint::sha256_file(tokenizer_path)?,
         "pairs": corpus.pairs.len(),
         "images": corpus.images.len(),
     });

@@ -87,7 +87,7 @@ pub(crate) fn cache(
     if augment.hue > 0.0 {
         key["views"]["hue"] = augment.hue.into();
     }
-    let key = crate::run::sha256_json(&key);
+    let key = crate::fingerprint::sha256_json(&key);
     let dir = cache_dir.join(format!("{VIEWS}-{}", &key[..16]));
     observer.message(&format!(
         "caching {count} augmented views of each of the {n} images in {}",

@@ -65,7 +65,7 @@ pub fn train(
         ));
     };
     let (started, input, device) = crate::steps::begin(opts)?;
-    let teacher_dir = crate::heads::backbone_dir(&teacher_arg);
+    let teacher_dir = crate::objectives::heads::backbone_dir(&teacher_arg);
     let teacher = DualEncoder::load(&teacher_dir, &device).map_err(|e| {
         TrainError::invalid(format!(
             "{}: the teacher must be a dense dual encoder from `lexlip train --objective \
@@ -88,7 +88,7 @@ pub fn train(
     let opts = fitted.as_ref().unwrap_or(opts);
     key["teacher"] = crate::cache::fingerprint_dir(&teacher_dir)?.into();
     key["size"] = size.into();
-    let corpus_key = crate::run::sha256_json(&key);
+    let corpus_key = crate::fingerprint::sha256_json(&key);
     let cache_dir = cache_dir(opts);
     observer.message(&format!(
         "caching {} images' inputs ({dim_in} each: the teacher's {} and the tower's {}) and {} \
@@ -160,7 +160,7 @@ pub fn train(
         rows.len() * (view_count + 1),
         opts.optim.batch_size,
     );
-    let fingerprint = crate::run::sha256_json(&serde_json::json!({
+    let fingerprint = crate::fingerprint::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "images": images.meta,
         "views": views.as_ref().map(|v| &v.meta),

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 use lexlip_corpus::Input;
-use sha2::{Digest, Sha256};
 
 use crate::augment::Augment;
 use crate::checkpoint::{self, State};
@@ -55,16 +54,9 @@ fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
     })
 }
 
-pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).map_err(|e| TrainError::io(path, e))?;
-    Ok(format!("{:x}", h.finalize()))
-}
-
 /// Everything that determines what a run computes.
 fn fingerprint_of(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
-    Ok(sha256_json(&serde_json::json!({
+    Ok(crate::fingerprint::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
         "text": init.text.from,
@@ -72,11 +64,6 @@ fn fingerprint_of(opts: &TrainOptions, input: &Input, init: &Init) -> Result<Str
         "tokenizer": init.tokenizer,
         "vocab": init.vocab.term_space().hash,
     })))
-}
-
-/// SHA-256 of a JSON description (its compact text): what identifies a run or a cache.
-pub(crate) fn sha256_json(desc: &serde_json::Value) -> String {
-    format!("{:x}", Sha256::digest(desc.to_string().as_bytes()))
 }
 
 /// Trains as `opts` says. Returns when the steps are done, at `--stop-at`, or when `control.stop`
@@ -562,7 +549,7 @@ fn write_train_json(
         let bytes = std::fs::metadata(&f)
             .map_err(|e| TrainError::io(&f, e))?
             .len();
-        files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": sha256_file(&f)?}));
+        files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": crate::fingerprint::sha256_file(&f)?}));
     }
     let image_bytes: u64 = corpus.images.iter().map(|r| r.encoded_len()).sum();
     let doc = serde_json::json!({

@@ -1,8 +1,8 @@
 //! Lexicon heads over a frozen dense model (`lexlip train --objective heads --backbone DIR`;
 //! D2S, Nguyen et al., ECIR 2024). The backbone (lexlip's own dense dual encoder, CLIP or
-//! SigLIP) encodes every image, caption and vocabulary word once into the [`cache`]; the two
-//! heads of [`lexlip_model::heads`] then train on cached embeddings only, which is minutes on
-//! a CPU.
+//! SigLIP) encodes every image, caption and vocabulary word once into the
+//! [`cache`](crate::cache); the two heads of [`lexlip_model::heads`] then train on cached
+//! embeddings only, which is minutes on a CPU.
 //!
 //! A step, for a batch of pairs with backbone embeddings `x_v`, `x_l`:
 //! ```text
@@ -142,7 +142,7 @@ pub fn train(
     let (mut corpus, corpus_key) = cached_corpus(&input, &tokenizer, &tokenizer_path, observer)?;
     let fitted = opts.fit_batch(corpus.pairs.len(), &mut |note| observer.message(note))?;
     let opts = fitted.as_ref().unwrap_or(opts);
-    let corpus_key = crate::run::sha256_json(&corpus_key);
+    let corpus_key = crate::fingerprint::sha256_json(&corpus_key);
     let cache_dir = cache_dir(opts);
     let cache = build_cache(
         &cache_dir,
@@ -214,7 +214,7 @@ pub fn train(
     if opts.lexicon.vocab_bias == VocabBias::Fixed {
         key["bias"] = serde_json::json!("shared");
     }
-    let fingerprint = crate::run::sha256_json(&key);
+    let fingerprint = crate::fingerprint::sha256_json(&key);
     let trained = Trained::new(&model.store, "heads", &params, &order);
     let mut trainer = trained.resume(opts, control, started, fingerprint, &corpus, observer)?;
     let total = trainer.span.total;

@@ -188,7 +188,7 @@ pub fn train(
     };
     let params = model.params(weights);
     let order = Order::new(opts.optim.seed, corpus.pairs.len(), opts.optim.batch_size);
-    let fingerprint = crate::run::sha256_json(&serde_json::json!({
+    let fingerprint = crate::fingerprint::sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
         "init": init,
