@@ -106,6 +106,18 @@ pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// [`copy_files`] of a model part that reads a vocabulary, with the `tokenizer.json` it
+/// shares with its model when it has none of its own, so that the copy loads on its own.
+pub(crate) fn copy_part(from: &Path, to: &Path) -> Result<()> {
+    copy_files(from, to)?;
+    let tokenizer = lexlip_model::vocab::tokenizer_json(from);
+    let copied = to.join("tokenizer.json");
+    if tokenizer.is_file() && !copied.exists() {
+        copy_file(&tokenizer, &copied)?;
+    }
+    Ok(())
+}
+
 /// An empty temporary directory under `out` to write an export into.
 fn fresh_tmp(out: &Path) -> Result<std::path::PathBuf> {
     let tmp = out.join(TMP);
@@ -274,4 +286,34 @@ pub fn export_dense(
         std::fs::rename(tmp.join(name), &dest).map_err(|e| TrainError::io(&dest, e))?;
     }
     std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A part that shares its model's tokenizer.json is copied with it; a part with its own
+    /// keeps its own.
+    #[test]
+    fn a_copied_part_carries_its_vocabulary() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = tmp.path().join("model");
+        std::fs::create_dir_all(model.join("dense")).unwrap();
+        std::fs::write(model.join("lexlip.json"), "{}").unwrap();
+        std::fs::write(model.join("tokenizer.json"), "shared").unwrap();
+        std::fs::write(model.join("dense/config.json"), "{}").unwrap();
+        let to = tmp.path().join("copy");
+        super::copy_part(&model.join("dense"), &to).unwrap();
+        let read = |p: &str| std::fs::read_to_string(to.join(p)).unwrap();
+        assert_eq!(
+            (read("config.json"), read("tokenizer.json")),
+            ("{}".into(), "shared".into())
+        );
+
+        std::fs::write(model.join("dense/tokenizer.json"), "own").unwrap();
+        let again = tmp.path().join("again");
+        super::copy_part(&model.join("dense"), &again).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(again.join("tokenizer.json")).unwrap(),
+            "own"
+        );
+    }
 }

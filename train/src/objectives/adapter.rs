@@ -29,7 +29,7 @@ use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::cache::{CacheMeta, EmbeddingCache};
 use crate::data::Order;
 use crate::error::{Result, TrainError};
-use crate::export::{copy_file, copy_files, save_part, write_json};
+use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
 use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
@@ -328,7 +328,7 @@ impl Losses for AdapterSteps<'_> {
 fn export(model: &AdapterModel, teacher: &Path, tower: &Path, opts: &TrainOptions) -> Result<()> {
     let out = &opts.run.out;
     let [teacher_out, tower_out, adapter] = lexlip_model::fused::PARTS.map(|p| out.join(p));
-    copy_files(teacher, &teacher_out)?;
+    copy_part(teacher, &teacher_out)?;
     copy_files(tower, &tower_out)?;
     copy_file(
         &lexlip_model::vocab::tokenizer_json(teacher),

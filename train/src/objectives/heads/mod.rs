@@ -44,7 +44,7 @@ use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::expansion::{own_words, template_ids, words_without};
-use crate::export::{copy_file, copy_files, save_part, write_json};
+use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
 use crate::options::{Sampler, TrainOptions, VocabBias};
@@ -504,11 +504,18 @@ fn export(
     opts: &TrainOptions,
 ) -> Result<()> {
     let out = &opts.run.out;
-    copy_files(backbone, &out.join("dense"))?;
-    // A fused backbone's parts are directories.
+    // The copies read their vocabulary on their own, also where the backbone shares its model's.
+    copy_part(backbone, &out.join("dense"))?;
+    // A fused backbone's parts are directories; its teacher reads a vocabulary.
     for part in lexlip_model::fused::PARTS {
-        if backbone.join(part).is_dir() {
-            copy_files(&backbone.join(part), &out.join("dense").join(part))?;
+        let (from, to) = (backbone.join(part), out.join("dense").join(part));
+        if !from.is_dir() {
+            continue;
+        }
+        if part == lexlip_model::fused::PARTS[0] {
+            copy_part(&from, &to)?;
+        } else {
+            copy_files(&from, &to)?;
         }
     }
     let heads = out.join("heads");

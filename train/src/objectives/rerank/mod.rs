@@ -260,7 +260,7 @@ fn export(
     opts: &TrainOptions,
 ) -> Result<()> {
     for (from, name) in [(text_dir, "text"), (image_dir, "image")] {
-        crate::export::copy_files(from, &opts.run.out.join(name))?;
+        crate::export::copy_part(from, &opts.run.out.join(name))?;
     }
     crate::export::save_part(
         &opts.run.out.join("fusion"),
