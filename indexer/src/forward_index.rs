@@ -654,7 +654,7 @@ impl ForwardIndex {
     /// Adds the next term, in dictionary order (its ordinal is its rank).
     pub(crate) fn insert(&mut self, key: &[u8], mut term: ForwardTerm) {
         term.ord = self.terms.len() as u32;
-        self.heap_bytes += term.heap_bytes() + key.len() + 64;
+        self.heap_bytes += term.heap_bytes() + key.len();
         self.terms.insert(key.into(), term);
     }
 
@@ -685,9 +685,13 @@ impl ForwardIndex {
         self.terms.get(term)
     }
 
-    /// Memory held by these maxima.
+    /// Memory held by these maxima: the terms' own (keys, bounds and postings held on the
+    /// heap) and the table that finds them, whose slots (sized for every term of the segment's
+    /// dictionary) are most of it for small segments.
     pub fn heap_bytes(&self) -> usize {
-        self.heap_bytes
+        let slot = std::mem::size_of::<(Box<[u8]>, ForwardTerm)>() + 1;
+        // A table holding `capacity` entries has about 8/7 as many slots.
+        self.heap_bytes + self.terms.capacity() * 8 / 7 * slot
     }
 }
 

@@ -238,8 +238,9 @@ pub struct CollectionStats {
     pub bytes_per_item: f64,
     pub bytes_per_nnz: f64,
     pub segments: usize,
-    /// Heap held for pruning (block bounds and forward index of every segment; where a segment
-    /// has its forward index file, that is mapped from it and not counted here).
+    /// Heap held for pruning: every segment's table of its terms, and its block bounds and
+    /// forward index where they are on the heap (a segment's forward index file is mapped
+    /// from disk, not counted here).
     pub pruning_memory_bytes: u64,
     /// Of `bytes`, the segments' forward index files (0 for collections without them).
     #[serde(default)]

@@ -1,10 +1,12 @@
 //! The server's heap under long write load, on glibc.
 //!
 //! Measured with `scripts/soak.py` (docs/benchmarks.md, "Memory at a constant data size"):
-//! under hours of adds, deletes and searches the live heap stays at a few tens of MB, but
-//! glibc's allocator keeps what the request threads free in per-thread arenas and returns
-//! little of it, so the resident heap crept up by 80-140 MB an hour at 20,000 documents. Fewer
-//! arenas and a periodic `malloc_trim` hand that memory back to the system.
+//! under hours of adds, deletes and searches glibc's allocator keeps what the request threads
+//! free in per-thread arenas and returns little of it, so the resident heap crept up by 80-140
+//! MB an hour at 20,000 documents beyond what was live. Fewer arenas and a periodic
+//! `malloc_trim` hand that memory back to the system. (What was live grew too, until the
+//! collections pruned tantivy's cache of mapped files: `lexlip_index::Collection`.) [`heap`]
+//! tells the two apart.
 
 /// Arenas glibc may create (its default is 8 per core).
 const ARENAS: i32 = 2;
