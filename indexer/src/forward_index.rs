@@ -689,9 +689,13 @@ impl ForwardIndex {
     /// heap) and the table that finds them, whose slots (sized for every term of the segment's
     /// dictionary) are most of it for small segments.
     pub fn heap_bytes(&self) -> usize {
+        self.heap_bytes + self.table_bytes()
+    }
+
+    /// The table's slots (a table holding `capacity` entries has about 8/7 as many).
+    pub(crate) fn table_bytes(&self) -> usize {
         let slot = std::mem::size_of::<(Box<[u8]>, ForwardTerm)>() + 1;
-        // A table holding `capacity` entries has about 8/7 as many slots.
-        self.heap_bytes + self.terms.capacity() * 8 / 7 * slot
+        self.terms.capacity() * 8 / 7 * slot
     }
 }
 
