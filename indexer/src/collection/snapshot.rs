@@ -120,7 +120,7 @@ impl Snapshot {
                 allowed: allowed[ord].as_ref(),
             })
             .collect();
-        crate::search::run(&mut search, &segments)?;
+        crate::search::search_segments(&mut search, &segments)?;
         let (hits, stats) = search.finish();
         Ok(SearchOutcome { hits, stats })
     }

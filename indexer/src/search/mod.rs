@@ -16,17 +16,17 @@
 //! top k, the counters, the buffers and the [`Cancel`] flag across segments.
 
 pub mod blocks;
+pub(crate) mod dispatch;
 pub mod exhaustive;
 pub mod filter;
 pub mod pruned;
-pub(crate) mod run;
 pub mod sparse;
 pub mod topk;
 
 use lexlip_proto::api::{Filter, Precision};
 
 pub use crate::cancel::{Cancel, CancelOnDrop};
-pub(crate) use run::run;
+pub(crate) use dispatch::search_segments;
 pub use sparse::SparseSearch;
 pub use topk::{ScoredDoc, TopK};
 

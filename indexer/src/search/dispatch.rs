@@ -7,7 +7,7 @@ use crate::error::Result;
 
 /// Scores the segments of a snapshot into the running top k of `search`: block-max search
 /// takes them all at once, the others one after the other.
-pub(crate) fn run(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
+pub(crate) fn search_segments(search: &mut SparseSearch, segments: &[Segment]) -> Result<()> {
     if search.algorithm == Algorithm::BlockMax {
         return blocks::search(search, segments);
     }
