@@ -505,17 +505,16 @@ fn export(
 ) -> Result<()> {
     let out = &opts.run.out;
     // The copies read their vocabulary on their own, also where the backbone shares its model's.
-    copy_part(backbone, &out.join("dense"))?;
-    // A fused backbone's parts are directories; its teacher reads a vocabulary.
-    for part in lexlip_model::fused::PARTS {
-        let (from, to) = (backbone.join(part), out.join("dense").join(part));
-        if !from.is_dir() {
-            continue;
-        }
-        if part == lexlip_model::fused::PARTS[0] {
-            copy_part(&from, &to)?;
-        } else {
-            copy_files(&from, &to)?;
+    let dense = out.join("dense");
+    copy_part(backbone, &dense)?;
+    // A fused backbone's parts are directories; of them, only its teacher reads a vocabulary.
+    let [teacher, tower, adapter] = lexlip_model::fused::PARTS;
+    if backbone.join(teacher).is_dir() {
+        copy_part(&backbone.join(teacher), &dense.join(teacher))?;
+    }
+    for part in [tower, adapter] {
+        if backbone.join(part).is_dir() {
+            copy_files(&backbone.join(part), &dense.join(part))?;
         }
     }
     let heads = out.join("heads");
