@@ -14,6 +14,7 @@ use crate::checkpoint::{self, State};
 use crate::data::{self, Corpus, HostBatch, Masking, Order, PatchMasking};
 use crate::encoder_pair::{EncoderPair, exported_marker};
 use crate::error::{Result, TrainError};
+use crate::fingerprint::{sha256_file, sha256_json};
 use crate::init::Init;
 use crate::lexicon::{FlopsSchedule, Idf, TopKSchedule};
 use crate::model::Objectives;
@@ -56,7 +57,7 @@ fn input_files(input: &Input) -> Result<Vec<PathBuf>> {
 
 /// Everything that determines what a run computes.
 fn fingerprint_of(opts: &TrainOptions, input: &Input, init: &Init) -> Result<String> {
-    Ok(crate::fingerprint::sha256_json(&serde_json::json!({
+    Ok(sha256_json(&serde_json::json!({
         "options": opts.fingerprint_json(),
         "input": input.signature()?,
         "text": init.text.from,
@@ -549,7 +550,7 @@ fn write_train_json(
         let bytes = std::fs::metadata(&f)
             .map_err(|e| TrainError::io(&f, e))?
             .len();
-        files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": crate::fingerprint::sha256_file(&f)?}));
+        files.push(serde_json::json!({"path": f, "bytes": bytes, "sha256": sha256_file(&f)?}));
     }
     let image_bytes: u64 = corpus.images.iter().map(|r| r.encoded_len()).sum();
     let doc = serde_json::json!({
