@@ -735,13 +735,13 @@ const NEIGHBOURS: [(&str, &str); 13] = [
     ("1f699", "sport utility vehicle"),
 ];
 
-/// What the demo's model must reach among the 25 pictures (measured 2026-12-05, trained on every
-/// concept of the demo: "pizza" first; "rocket" after the astronaut, whose labels say rocket
-/// too; "a red car" after the red heart, since no caption of the car says red; "birthday cake"
-/// after the shortcake; 23 of the 25 labels first, MRR 0.96).
-const MISSED_WITHIN: usize = 2;
-const MISSED_FIRST: usize = 1;
-const MIN_LABELS_FIRST: usize = 23;
+/// What the demo's model must reach among the 25 pictures (measured 2026-12-05, heads trained
+/// with hard in-batch negatives on every concept of the demo: "pizza", "rocket" and "birthday
+/// cake" first; "a red car" third, after red things, since no caption of the car says red;
+/// all 25 labels first).
+const MISSED_WITHIN: usize = 3;
+const MISSED_FIRST: usize = 3;
+const MIN_LABELS_FIRST: usize = 25;
 
 /// The demo's model (`lexlip demo`'s default), served as the demo serves it: the four queries
 /// the demo once missed at the top among their neighbours, and the pictures' own labels first.
