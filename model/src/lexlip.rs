@@ -191,6 +191,7 @@ fn text_terms_or(
         (Some(g), Some(f)) if g.ignore.is_empty() => Some(crate::text::TextTerms {
             ignore: f.ignore.clone(),
             expansion_share: g.expansion_share.or(f.expansion_share),
+            own_floor: g.own_floor.or(f.own_floor),
             ..g.clone()
         }),
         (Some(g), _) => Some(g.clone()),

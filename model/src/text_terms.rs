@@ -54,6 +54,12 @@ pub struct TextTerms {
     /// rather than tie with what the model adds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion_share: Option<f32>,
+    /// With `expansion`: an own content word the model weighs 0 still weighs this share (0-1)
+    /// of the strongest own word, so that a word the user typed is not dropped because training
+    /// found it common ("man" in "man mechanic"). Word pieces that continue a word and
+    /// one-letter words get none. None: such words are left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_floor: Option<f32>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
     /// training captions were built around, such as "emoji" or "clip art"), which name no
     /// picture in particular. A word the vocabulary splits leaves out each of its pieces.
@@ -155,10 +161,28 @@ impl TextTerms {
             } else {
                 weakest
             };
+            let strongest = mine.iter().map(|&i| weights[i]).fold(0.0, f32::max);
+            let floor = self.own_floor.unwrap_or(0.0).clamp(0.0, 1.0) * strongest;
+            let zeroed: Vec<usize> = if floor > 0.0 {
+                own.iter()
+                    .copied()
+                    .filter(|&i| {
+                        let w = tokens[i].as_str();
+                        weights[i] <= 0.0
+                            && !ignored(i)
+                            && !function(i)
+                            && !w.starts_with("##")
+                            && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit()))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
                 .map(|i| (i, weights[i]))
                 .chain(others.into_iter().map(|i| (i, weights[i].min(cap))))
+                .chain(zeroed.into_iter().map(|i| (i, floor)))
                 .collect();
             all.sort_unstable_by_key(|&(i, _)| i);
             all
@@ -231,5 +255,29 @@ mod tests {
         assert_eq!((weight("apple"), weight("cherry")), (Some(0.3), Some(0.3)));
         assert_eq!(weight("lips"), Some(0.2));
         assert_eq!(weight("a"), None);
+    }
+
+    /// With a floor, an own word the model weighs 0 keeps that share of the strongest own
+    /// word; function words, continuing pieces and template words stay out.
+    #[test]
+    fn an_own_floor_keeps_the_words_the_model_dropped() {
+        let tokens: Vec<String> = ["a", "man", "mechanic", "##ic", "emoji", "tool"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let weights = [0.0, 0.0, 1.2, 0.0, 0.0, 0.6];
+        let terms = TextTerms {
+            expansion_share: Some(0.5),
+            own_floor: Some(0.25),
+            ..TextTerms::expansion(1, vec!["emoji".into()])
+        };
+        let kept = terms.keep(&weights, &[0, 1, 2, 3, 4], &tokens, &[4]);
+        assert_eq!(kept, vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.6)]);
+        let without = TextTerms {
+            own_floor: None,
+            ..terms
+        };
+        let kept = without.keep(&weights, &[0, 1, 2, 3, 4], &tokens, &[4]);
+        assert_eq!(kept, vec![("mechanic", 1.2), ("tool", 0.6)]);
     }
 }

@@ -33,10 +33,11 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
     Ok(lexlip_model::pooling::top_k(p, k)?)
 }
 
-/// Terms in more than this share of the captions are no grounding targets: they are a
-/// corpus's templates ("emoji", "clip art", "skin tone"), which every image of a kind would
-/// learn alike, making all of them look the same; it is also the share above which `lexlip
-/// eval` reports a term as common to too many items.
+/// Terms in more than this share of the captions are no grounding targets (unless
+/// `--grounding-max-df` says otherwise): they are a corpus's templates ("emoji", "clip art",
+/// "skin tone"), which every image of a kind would learn alike, making all of them look the
+/// same; it is also the share above which `lexlip eval` reports a term as common to too many
+/// items.
 pub const MAX_TARGET_DF: f64 = 0.05;
 
 /// Inverse document frequency of every vocabulary term over a corpus's captions,
@@ -87,15 +88,15 @@ impl Idf {
 
     /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces without the
     /// function words `lexlip eval` does not count as caption words either
-    /// (`lexlip_model::vocab::STOPWORDS`), and [`MAX_TARGET_DF`].
+    /// (`lexlip_model::vocab::STOPWORDS`), and terms in more than `max_df` of the captions
+    /// ([`MAX_TARGET_DF`] by default) left out.
     pub fn of_corpus<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,
+        max_df: f64,
     ) -> Self {
         let content = content_words(tokenizer);
-        Self::from_captions(captions, tokenizer.vocab, MAX_TARGET_DF, |t| {
-            content[t as usize]
-        })
+        Self::from_captions(captions, tokenizer.vocab, max_df, |t| content[t as usize])
     }
 
     pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {

@@ -116,7 +116,11 @@ pub(crate) fn train(
     let device = lexlip_model::device(opts.run.gpu)?;
     let mut model = EncoderPair::build(opts, &init, DType::F32, &device)?;
     if opts.lexicon.grounding > 0.0 {
-        let idf = Idf::of_corpus(corpus.pairs.iter().map(|p| p.tokens.as_slice()), &tokenizer);
+        let idf = Idf::of_corpus(
+            corpus.pairs.iter().map(|p| p.tokens.as_slice()),
+            &tokenizer,
+            opts.lexicon.grounding_max_df,
+        );
         model.ground(&idf)?;
     }
     let params = model.params(

@@ -39,6 +39,18 @@ pub struct LexiconOptions {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = DEFAULT_GROUNDING, value_name = "W", help_heading = "Lexicon"))]
     #[serde(default)]
     pub grounding: f64,
+    /// Largest share of the captions a grounding target may be in.
+    ///
+    /// Words in more captions are no targets of the grounding and caption-word losses (a
+    /// corpus's templates: "emoji", "skin tone"). Raise it when words that tell pictures apart
+    /// are common ("man", "woman", "person" and "flag" are each in 7-12 % of the emoji
+    /// captions).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = crate::lexicon::MAX_TARGET_DF, value_name = "SHARE", help_heading = "Lexicon", hide_short_help = true))]
+    #[serde(
+        default = "default_grounding_max_df",
+        skip_serializing_if = "is_default_grounding_max_df"
+    )]
+    pub grounding_max_df: f64,
     /// Heads: image caption-word likelihood (1 unless given).
     ///
     /// The caption's own words are raised against every allowed word in a softmax of the
@@ -180,6 +192,14 @@ fn is_default_text_top_k(k: &usize) -> bool {
 /// the held-out style's T2I recall fell 1.8 points, at 1.0 category words topped a fifth of its
 /// images; 0.3 kept recall and the sharpest lexicons.
 pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.3;
+
+fn default_grounding_max_df() -> f64 {
+    crate::lexicon::MAX_TARGET_DF
+}
+
+fn is_default_grounding_max_df(x: &f64) -> bool {
+    *x == crate::lexicon::MAX_TARGET_DF
+}
 
 fn default_caption_words_tau() -> f64 {
     DEFAULT_CAPTION_WORDS_TAU

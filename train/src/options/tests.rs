@@ -157,3 +157,19 @@ fn rotation_and_hue_hash_only_when_on() {
         assert_refused(&o, "--hue-jitter");
     }
 }
+
+/// The grounding targets' document-frequency cap is absent from the options at its default
+/// (earlier runs hash as they did); set, it hashes for the lexicon objectives, and shares
+/// outside (0, 1] are refused.
+#[test]
+fn grounding_max_df_hashes_only_when_set() {
+    let mut o = with_corpus();
+    assert!(o.fingerprint_json().get("grounding_max_df").is_none());
+    o.lexicon.grounding_max_df = 0.15;
+    o.validate().unwrap();
+    assert_eq!(o.fingerprint_json()["grounding_max_df"], 0.15);
+    for bad in [0.0, -0.1, 1.5, f64::NAN] {
+        o.lexicon.grounding_max_df = bad;
+        assert_refused(&o, "--grounding-max-df");
+    }
+}

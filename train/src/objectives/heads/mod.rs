@@ -194,7 +194,11 @@ pub fn train(
         &device,
     )?;
     drop(encoders);
-    let idf = Idf::of_corpus((0..rows.len()).map(|p| rows.tokens(p)), &tokenizer);
+    let idf = Idf::of_corpus(
+        (0..rows.len()).map(|p| rows.tokens(p)),
+        &tokenizer,
+        opts.lexicon.grounding_max_df,
+    );
     let params = model.params(opts.lexicon.vocab_bias);
     let order = Order::new(
         opts.optim.seed,
