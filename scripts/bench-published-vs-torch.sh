@@ -19,28 +19,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$root/target/bench-published"
-rounds=2
-seconds=5
-batches="1,32"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) out="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --seconds) seconds="$2"; shift 2 ;;
-    --batch-sizes) batches="$2"; shift 2 ;;
-    -h|--help) sed -n '2,/^# ----$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown option $1" >&2; exit 2 ;;
-  esac
-done
-python="${PYTHON:-python3}"
-lexlip="$root/target/release/lexlip"
-[ -x "$lexlip" ] || { echo "error: build first: cargo build --release --bin lexlip" >&2; exit 1; }
-tokenizer="$(bash "$root/scripts/fetch-test-model.sh")/tokenizer.json"
-mkdir -p "$out/runs"
+source "$root/scripts/vs-torch-args.sh"
+vs_torch_args "$@"
 for round in $(seq 1 "$rounds"); do
   echo "round $round: PyTorch (builds the models on its first round)" >&2
   "$python" "$root/scripts/bench_published_torch.py" --out "$out/models" \
-    --tokenizer "$tokenizer" --batch-sizes "$batches" --seconds "$seconds" \
+    --tokenizer "$splade/tokenizer.json" --batch-sizes "$batches" --seconds "$seconds" \
     > "$out/runs/torch-$round.json"
   if [ ! -d "$out/models/d2s-pair" ]; then
     "$lexlip" model pair --heads "$out/models/d2s" --dense "$out/models/blip" \

@@ -30,11 +30,11 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch_bench import captions, timed
 
 VSEARCH = Path(os.environ.get("VSEARCH", "/tmp/vsearch"))
 LSR = Path(os.environ.get("LSR", "/tmp/lsr-multimodal"))
@@ -42,28 +42,6 @@ sys.path.insert(0, str(VSEARCH))
 sys.path.insert(0, str(LSR))
 
 torch.set_grad_enabled(False)
-
-
-def captions(n):
-    """The captions `lexlip bench encode` times (server/src/cli/bench_encode.rs), word for
-    word: 8 to 20 words each."""
-    words = ["a", "dog", "runs", "across", "the", "green", "grass", "while", "two", "children",
-             "play", "with", "red", "ball", "near", "an", "old", "wooden", "fence", "under",
-             "blue", "sky", "woman", "riding", "bicycle", "down", "busy", "city", "street", "at",
-             "night", "kitchen"]
-    return [" ".join(words[(i * 31 + j * 7) % len(words)] for j in range(8 + (i * 5) % 13))
-            for i in range(n)]
-
-
-def timed(fn, batch, seconds):
-    fn()  # warm-up
-    runs, start = 0, time.perf_counter()
-    while True:
-        fn()
-        runs += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds and runs >= 2:
-            return batch * runs / elapsed
 
 
 def bert_base_dir(tokenizer: Path, into: Path):
