@@ -149,6 +149,16 @@ pub fn init_logging(format: LogFormat) {
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
+    if matches!(
+        command,
+        Command::Index(_)
+            | Command::Encode(_)
+            | Command::Eval(_)
+            | Command::Bench(_)
+            | Command::Train(_)
+    ) {
+        crate::memory::reuse_large_allocations();
+    }
     match command {
         Command::Demo(args) => demo::run(args),
         Command::Index(args) => index::run(args),

@@ -22,7 +22,6 @@ pub struct TrainArgs {
 }
 
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    reuse_large_allocations();
     let mut opts = args.options;
     for init in [
         &mut opts.model.init,
@@ -50,18 +49,6 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// A training step allocates and frees dozens of vocabulary-sized tensors (hundreds of MB each).
-/// glibc serves such blocks with fresh `mmap`s, so every step pays for page faults and zeroing
-/// (a fifth of the CPU time in a profile); from the heap, freed blocks are reused.
-fn reuse_large_allocations() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator thresholds; called before the training threads start.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
 }
 
 #[cfg(test)]
