@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::vocab::STOPWORDS;
+use crate::vocab::{STOPWORDS, is_whole_word};
 
 /// Which terms a text's lexicon keeps: a published model's query-side options (VDR's top-k and
 /// bag of words, D2S's restriction of a query to its own words), expansion control, and words
@@ -167,12 +167,10 @@ impl TextTerms {
                 own.iter()
                     .copied()
                     .filter(|&i| {
-                        let w = tokens[i].as_str();
                         weights[i] <= 0.0
                             && !ignored(i)
                             && !function(i)
-                            && !w.starts_with("##")
-                            && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit()))
+                            && is_whole_word(&tokens[i])
                     })
                     .collect()
             } else {

@@ -14,6 +14,14 @@ pub const STOPWORDS: &[&str] = &[
     "under", "into", "onto", "off", "s",
 ];
 
+/// Whether a word piece reads as a word of its own: not a `##` continuation ("##ump", "##fly")
+/// and of two or more characters unless a number ("t" and "k" name nothing; "1" names a keycap).
+/// The terms lexicon heads may learn, and the own words a query floor may keep.
+pub fn is_whole_word(piece: &str) -> bool {
+    !piece.starts_with("##")
+        && (piece.chars().count() >= 2 || piece.chars().all(|c| c.is_ascii_digit()))
+}
+
 /// Word-piece tokens in id order, and the [`TermSpace`] identity collections record.
 #[derive(Debug, Clone)]
 pub struct Vocabulary {

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEAD};
+use lexlip_model::vocab::is_whole_word;
 use lexlip_model::{Encoders, LoadOptions};
 
 use crate::cache::EmbeddingCache;
@@ -90,18 +91,14 @@ fn vocabulary_tokenizer(opts: &TrainOptions, backbone: &Path) -> Result<PathBuf>
     )))
 }
 
-/// The terms a lexicon may hold: content words ([`content_words`]) that are whole words (no
-/// `##` continuation pieces, which read as fragments: "##ump", "##fly"), of two or more
-/// characters unless a digit ("t" and "k" name nothing; "1" names a keycap).
+/// The terms a lexicon may hold: content words ([`content_words`]) that are whole words
+/// ([`is_whole_word`]).
 fn allowed_terms(tokenizer: &TextTokenizer) -> Vec<f32> {
     content_words(tokenizer)
         .into_iter()
         .enumerate()
         .map(|(t, content)| {
-            let readable = tokenizer.token(t as u32).is_some_and(|w| {
-                !w.starts_with("##")
-                    && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit()))
-            });
+            let readable = tokenizer.token(t as u32).is_some_and(|w| is_whole_word(&w));
             if content && readable { 1.0 } else { 0.0 }
         })
         .collect()
