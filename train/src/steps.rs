@@ -444,10 +444,11 @@ pub(crate) fn optimizer(opts: &TrainOptions) -> AdamW {
     })
 }
 
-/// After the steps of a run over frozen inputs: its time and whether it stopped early, then
-/// its export (complete when `exported` exists) and its `train.json` record, each written when
-/// the run moved or it is missing. A start that finds the run complete rewrites neither, so
-/// the record stays that of the run that trained it.
+/// After the steps of a run: its time and whether it stopped early, then its export (complete
+/// when `exported` exists), written when the run moved or it is missing and some step was
+/// done, and its `train.json` record, written when the run moved, stopped early or it is
+/// missing. A start that finds the run complete rewrites neither, so the record stays that of
+/// the run that trained it.
 pub(crate) fn write_out(
     opts: &TrainOptions,
     summary: &mut Summary,
@@ -460,10 +461,10 @@ pub(crate) fn write_out(
     summary.seconds = started.elapsed().as_secs_f64();
     summary.interrupted = summary.steps_done < span.total;
     let moved = summary.steps_done > span.start;
-    if moved || !exported.is_file() {
+    if (moved || !exported.is_file()) && summary.steps_done > 0 {
         export()?;
     }
-    if moved || !opts.run.out.join("train.json").is_file() {
+    if moved || summary.interrupted || !opts.run.out.join("train.json").is_file() {
         record(summary)?;
     }
     Ok(())

@@ -194,30 +194,23 @@ pub(crate) fn train(
             &mut summary,
         )?;
     }
-    summary.seconds = started.elapsed().as_secs_f64();
-    if summary.steps_done >= total {
-        if !summary.already_complete
-            || !opts
-                .run
-                .out
-                .join(exported_marker(opts.method.objective))
-                .is_file()
-        {
-            model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length)?;
-        }
-        // A start that finds the run complete keeps the record of the run that trained it.
-        if !summary.already_complete || !opts.run.out.join("train.json").is_file() {
-            record(&model, &summary, "complete")?;
-        }
-    } else {
-        summary.interrupted = true;
-        // A stopped run leaves a usable model of the weights so far; the finished run
-        // replaces it.
-        if summary.steps_done > 0 {
-            model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length)?;
-        }
-        record(&model, &summary, "interrupted")?;
-    }
+    let marker = opts.run.out.join(exported_marker(opts.method.objective));
+    crate::steps::write_out(
+        opts,
+        &mut summary,
+        started,
+        span,
+        &marker,
+        || model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length),
+        |summary| {
+            let status = if summary.interrupted {
+                "interrupted"
+            } else {
+                "complete"
+            };
+            record(&model, summary, status)
+        },
+    )?;
     Ok(summary)
 }
 
