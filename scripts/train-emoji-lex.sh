@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces models/emoji-lex and models/emoji-lex-all: a dense teacher (lexlip's CLIP-style objective, both towers) on the
+# Reproduces models/emoji-lex and emoji-lex-all (retired; docs/models/emoji-lex-all.md): a dense teacher (lexlip's CLIP-style objective, both towers) on the
 # emoji + clip-art corpus with one art style held out (Twemoji: never trained on), then lexicon
 # heads over it (`--objective heads`: 64 image terms, 32 query terms, caption-word grounding and
 # likelihood, distillation from the teacher), then the evaluations the model card reports: the unseen-concept
@@ -9,7 +9,7 @@
 #   scripts/train-emoji-lex.sh [OUT]           (default OUT: target/emoji-lex)
 #   EPOCHS=10 DENSE_ARGS="--crop-scale 0.6" …  (the teacher's epochs and extra flags)
 #   HOLDOUT_STYLE= HEADS_ARGS="--steps 2000" scripts/train-emoji-lex.sh OUT
-#                  (models/emoji-lex-all: every style, 2,000 heads steps, a fixed shared bias)
+#                  (emoji-lex-all: every style, 2,000 heads steps, a fixed shared bias)
 #   HEADS_ARGS        the heads' steps and bias (default "--steps 500 --vocab-bias train",
 #                     models/emoji-lex's: it was trained before heads honoured --vocab-bias)
 #   COMPOSE=N         both stages also train on N pictures composed from the training split's

@@ -37,7 +37,7 @@ impl Package {
 }
 
 /// The same versions as `scripts/build-emoji-corpus.sh`, which made the training data of the
-/// shipped models (`models/emoji-lex-imagenet`, `models/emoji-lex-all`, `models/emoji-tiny`).
+/// shipped models (`models/emoji-lex-imagenet`, `models/emoji-lex`, `models/emoji-tiny`).
 pub const IMAGES: Package = Package {
     name: "emoji-datasource-google",
     version: "16.0.0",
