@@ -33,13 +33,6 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
     Ok(lexlip_model::pooling::top_k(p, k)?)
 }
 
-/// Terms in more than this share of the captions are no grounding targets (unless
-/// `--grounding-max-df` says otherwise): they are a corpus's templates ("emoji", "clip art",
-/// "skin tone"), which every image of a kind would learn alike, making all of them look the
-/// same; it is also the share above which `lexlip eval` reports a term as common to too many
-/// items.
-pub const MAX_TARGET_DF: f64 = 0.05;
-
 /// Inverse document frequency of every vocabulary term over a corpus's captions,
 /// `ln(N / df)`, and zero for the terms that are never grounding targets: special tokens,
 /// pieces without a letter or digit (punctuation), terms in more than a share of the captions,
@@ -89,7 +82,7 @@ impl Idf {
     /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces without the
     /// function words `lexlip eval` does not count as caption words either
     /// (`lexlip_model::vocab::STOPWORDS`), and terms in more than `max_df` of the captions
-    /// ([`MAX_TARGET_DF`] by default) left out.
+    /// ([`crate::options::MAX_TARGET_DF`] by default) left out.
     pub fn of_corpus<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,

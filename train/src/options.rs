@@ -531,10 +531,6 @@ pub struct MethodOptions {
     pub freeze_text: bool,
 }
 
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
-}
-
 fn is_zero_usize(x: &usize) -> bool {
     *x == 0
 }
@@ -725,17 +721,6 @@ pub struct RunOptions {
     pub gpu: bool,
 }
 
-/// The lexicon recipe's defaults (issue 35; measured in docs/benchmarks.md, "Sparse, grounded
-/// image lexicons").
-pub const DEFAULT_IMAGE_TOP_K: usize = 64;
-pub const DEFAULT_GROUNDING: f64 = 0.5;
-pub const DEFAULT_FLOPS_WARMUP: f64 = 0.3;
-
-/// Runs recorded before the lexicon options trained the bias.
-fn legacy_vocab_bias() -> VocabBias {
-    VocabBias::Train
-}
-
 fn default_dense_dim() -> usize {
     256
 }
@@ -765,13 +750,16 @@ fn default_group_size() -> usize {
 }
 
 mod choices;
-mod defaults;
+pub mod defaults;
 mod lexicon;
 mod validate;
 
 pub use choices::{DenseLoss, DenseToken, HeadInit, Objective, Preset, SaveDtype, VocabBias};
-pub use defaults::{ADAPTER_DEFAULTS, HEADS_DEFAULTS, HeadsDefaults};
-pub use lexicon::{DEFAULT_CAPTION_WORDS_TAU, DEFAULT_TEXT_TOP_K, LexiconOptions};
+use lexicon::is_zero;
+pub use lexicon::{
+    DEFAULT_CAPTION_WORDS_TAU, DEFAULT_FLOPS_WARMUP, DEFAULT_GROUNDING, DEFAULT_IMAGE_TOP_K,
+    DEFAULT_TEXT_TOP_K, LexiconOptions, MAX_TARGET_DF,
+};
 
 #[cfg(test)]
 mod tests;

@@ -204,7 +204,7 @@ mod tests {
             (0.05, 1e-4, 32)
         );
         let heads = train(&["--objective", "heads"]);
-        let d = lexlip_train::options::HEADS_DEFAULTS;
+        let d = lexlip_train::options::defaults::HEADS_DEFAULTS;
         assert_eq!(heads.method.tau, d.tau);
         assert_eq!(heads.optim.lr, d.lr);
         assert_eq!(heads.optim.batch_size, d.batch_size);

@@ -148,7 +148,7 @@ impl TrainOptions {
                 flops_warmup: DEFAULT_FLOPS_WARMUP,
                 image_top_k: DEFAULT_IMAGE_TOP_K,
                 grounding: DEFAULT_GROUNDING,
-                grounding_max_df: crate::lexicon::MAX_TARGET_DF,
+                grounding_max_df: MAX_TARGET_DF,
                 caption_words: 0.0,
                 caption_words_text: 0.0,
                 caption_words_tau: DEFAULT_CAPTION_WORDS_TAU,

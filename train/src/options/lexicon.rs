@@ -2,7 +2,32 @@
 //! pooling, caption-word grounding and likelihood, vocabulary biases, the text side's cut
 //! (top-k or expansion control) and the heads' distillation.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+
+use super::choices::VocabBias;
+
+/// The lexicon recipe's defaults (issue 35; measured in docs/benchmarks.md, "Sparse, grounded
+/// image lexicons").
+pub const DEFAULT_IMAGE_TOP_K: usize = 64;
+pub const DEFAULT_GROUNDING: f64 = 0.5;
+pub const DEFAULT_FLOPS_WARMUP: f64 = 0.3;
+
+/// Terms in more than this share of the captions are no grounding targets (unless
+/// `--grounding-max-df` says otherwise): they are a corpus's templates ("emoji", "clip art",
+/// "skin tone"), which every image of a kind would learn alike, making all of them look the
+/// same; it is also the share above which `lexlip eval` reports a term as common to too many
+/// items.
+pub const MAX_TARGET_DF: f64 = 0.05;
+
+/// Runs recorded before the lexicon options trained the bias.
+fn legacy_vocab_bias() -> VocabBias {
+    VocabBias::Train
+}
+
+/// Whether a weight is off (left out of `train.json` then, as runs before it recorded).
+pub(super) fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
 
 /// How sparse and grounded the lexicons are (LexLIP only): FLOPS per side, top-K pooling, caption-word grounding, vocabulary biases.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,7 +70,7 @@ pub struct LexiconOptions {
     /// corpus's templates: "emoji", "skin tone"). Raise it when words that tell pictures apart
     /// are common ("man", "woman", "person" and "flag" are each in 7-12 % of the emoji
     /// captions).
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = crate::lexicon::MAX_TARGET_DF, value_name = "SHARE", help_heading = "Lexicon", hide_short_help = true))]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = MAX_TARGET_DF, value_name = "SHARE", help_heading = "Lexicon", hide_short_help = true))]
     #[serde(
         default = "default_grounding_max_df",
         skip_serializing_if = "is_default_grounding_max_df"
@@ -194,11 +219,11 @@ fn is_default_text_top_k(k: &usize) -> bool {
 pub const DEFAULT_CAPTION_WORDS_TAU: f64 = 0.3;
 
 fn default_grounding_max_df() -> f64 {
-    crate::lexicon::MAX_TARGET_DF
+    MAX_TARGET_DF
 }
 
 fn is_default_grounding_max_df(x: &f64) -> bool {
-    *x == crate::lexicon::MAX_TARGET_DF
+    *x == MAX_TARGET_DF
 }
 
 fn default_caption_words_tau() -> f64 {

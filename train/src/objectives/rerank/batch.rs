@@ -2,7 +2,8 @@
 
 use lexlip_model::PreprocessedImage;
 
-use super::{HardNegatives, RerankBatch};
+use super::model::RerankBatch;
+use super::negatives::HardNegatives;
 use crate::data::{Corpus, Order, mask_patches};
 use crate::error::Result;
 use crate::options::TrainOptions;
