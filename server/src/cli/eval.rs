@@ -120,7 +120,7 @@ pub struct EvalArgs {
     /// its lexlip.json (VDR's takes 10000).
     #[arg(long, value_name = "S")]
     pub scale: Option<f32>,
-    /// Items per encoder batch.
+    /// Pictures or texts per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Maximum tokens per text (default 40, LexLIP's caption length).

@@ -73,7 +73,7 @@ pub struct IndexArgs {
     /// beside the --model's lexicons.
     #[arg(long, value_name = "DIR")]
     pub dense_model: Option<PathBuf>,
-    /// Items per encoder batch.
+    /// Pictures or texts per encoder batch.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     /// Index only part i/n of the input (see `lexlip merge`).
