@@ -11,8 +11,8 @@
 //! documents are stored with empty impacts and found by dense search only.
 //!
 //! Each stage runs on its own thread (the writer on the caller's), joined by bounded channels of
-//! chunks (one encoder batch each), so memory stays flat whatever the corpus size and the
-//! slowest stage sets the pace. Items keep their input order end to end: after each commit the position
+//! chunks (each a full batch for one of the encoders), so memory stays flat whatever the corpus
+//! size and the slowest stage sets the pace. Items keep their input order end to end: after each commit the position
 //! reached is saved ([`crate::progress`]) and a re-run resumes from it.
 
 use std::collections::HashSet;
