@@ -1,10 +1,16 @@
 //! The OpenAPI document, generated from the handler annotations and the API types.
 //! `docs/openapi.json` is a copy kept in sync by a test (`lexlip openapi > docs/openapi.json`).
 
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 
 use super::api;
+use super::layers::key_check;
 use super::routes::{collections, documents, encode, search, snapshots};
+use super::state::SharedState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -72,4 +78,15 @@ struct ApiDoc;
 /// The OpenAPI document as JSON.
 pub fn document() -> serde_json::Value {
     serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+}
+
+/// `GET /openapi.json`
+pub async fn serve(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    // With `--protect-reads`, the API's shape is a read like any other.
+    if state.limits.protect_reads
+        && let Err(e) = key_check(&state, &headers)
+    {
+        return e.into_response();
+    }
+    Json(document()).into_response()
 }

@@ -109,7 +109,7 @@ pub fn protect(response: &mut Response) {
 fn serve(i: usize, headers: &HeaderMap, cache: &'static str) -> Response {
     let asset = &ASSETS[i];
     let etag = &ETAGS[i];
-    let mut response = if crate::http::matches_etag(headers, etag) {
+    let mut response = if crate::http::layers::matches_etag(headers, etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         ([(header::CONTENT_TYPE, asset.content_type)], asset.body).into_response()

@@ -440,7 +440,7 @@ pub async fn thumbnail(
         format!("public, max-age={THUMBNAIL_MAX_AGE_S}")
     };
     let common = [(header::ETAG, etag.clone()), (header::CACHE_CONTROL, cache)];
-    if crate::http::matches_etag(&headers, &etag) {
+    if crate::http::layers::matches_etag(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, common).into_response());
     }
     Ok((

@@ -7,7 +7,7 @@ pub mod search;
 pub mod snapshots;
 pub mod system;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -15,14 +15,7 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ApiResult};
 
-/// Reads a whole body, refusing more than `limit` bytes with a 413.
-pub async fn read_body(body: Body, limit: usize) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::too_large(format!(
-            "request body larger than {limit} bytes (the server's --max-body-mb)"
-        ))
-    })
-}
+pub use super::layers::read_body;
 
 /// Whether the request is `multipart/form-data`.
 pub fn is_multipart(headers: &HeaderMap) -> bool {
@@ -134,13 +127,13 @@ fn looks_like_a_path(text: &str) -> bool {
 }
 
 /// Runs blocking work (index reads and writes, image decoding) off the async runtime. The
-/// work holds its request's admission permit ([`crate::http::ADMISSION`]) until it ends: a
+/// work holds its request's admission permit ([`crate::http::layers::ADMISSION`]) until it ends: a
 /// request abandoned by its timeout frees its `--max-in-flight` slot only when the work it
 /// started has stopped, so abandoned work cannot pile up behind new requests.
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let permit = crate::http::ADMISSION.try_with(Arc::clone).ok();
+    let permit = crate::http::layers::ADMISSION.try_with(Arc::clone).ok();
     tokio::task::spawn_blocking(move || {
         let out = f();
         drop(permit);

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::key_check;
+use crate::http::layers::key_check;
 use crate::http::state::SharedState;
 
 /// `GET /healthz`: the process is up.
@@ -61,17 +61,6 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
         state.metrics.render(),
     )
         .into_response()
-}
-
-/// `GET /openapi.json`
-pub async fn openapi(State(state): State<SharedState>, headers: HeaderMap) -> Response {
-    // With `--protect-reads`, the API's shape is a read like any other.
-    if state.limits.protect_reads
-        && let Err(e) = key_check(&state, &headers)
-    {
-        return e.into_response();
-    }
-    Json(crate::http::openapi::document()).into_response()
 }
 
 /// `GET /v1/model/readme`: the card (`README.md`) of the model that encodes queries: how it was
