@@ -7,8 +7,8 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::format::{ArchiveManifest, ArchivedFile, Reader, bad, entry_path, sha256_of, sibling};
 use super::write::sync_parent;
-use super::{ArchiveManifest, ArchivedFile, Reader, bad, entry_path, sha256_of, sibling};
 use crate::collection::Collection;
 use crate::collection::INDEX_DIR;
 use crate::error::{IndexError, Result};

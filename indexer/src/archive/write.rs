@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{
+use super::format::{
     ArchiveManifest, ArchivedFile, FORMAT, FORMAT_VERSION, MANIFEST_ENTRY, meta_path, sha256_of,
     sibling,
 };
