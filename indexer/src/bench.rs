@@ -8,7 +8,7 @@ use lexlip_proto::{DocId, Document, Modality, QuantizedVector, TermSpace};
 use serde::Serialize;
 
 use crate::collection::Collection;
-use crate::collection::Snapshot;
+use crate::collection::snapshot::Snapshot;
 use crate::error::Result;
 use crate::forward_index::{ForwardIndex, ForwardPlan, Layout};
 use crate::manifest::CollectionSettings;
@@ -119,7 +119,7 @@ pub struct EngineBenchReport {
     /// The block size asked for (`None`: each segment's layout's own).
     pub block_size: Option<u32>,
     /// What the searched segments have: layout and documents per block, per segment.
-    pub forward: Vec<crate::collection::ForwardSummary>,
+    pub forward: Vec<crate::collection::snapshot::ForwardSummary>,
     /// Every algorithm's figures on the queries, measured in one run.
     #[serde(flatten)]
     pub search: SearchFigures,

@@ -13,7 +13,7 @@ use tantivy::postings::TermInfo;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocAddress, DocSet, TERMINATED};
 
-use crate::collection::Snapshot;
+use crate::collection::snapshot::Snapshot;
 use crate::error::{IndexError, Result};
 
 /// Documents whose impacts are gathered together (≈ 50 non-zeros × 8 bytes each: ~26 MB).

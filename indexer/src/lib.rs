@@ -29,9 +29,10 @@ pub mod slab;
 pub mod synth;
 
 pub use catalog::Catalog;
-pub use collection::{
-    Collection, DocExtras, ForwardSummary, SearchOutcome, Snapshot, TermFrequencies,
-};
+pub use collection::Collection;
+pub use collection::frequencies::TermFrequencies;
+pub use collection::snapshot::{ForwardSummary, SearchOutcome, Snapshot};
+pub use collection::writer::DocExtras;
 pub use error::{IndexError, Result};
 pub use manifest::{CollectionSettings, Manifest};
 pub use quantizer::Quantizer;

@@ -2,9 +2,7 @@
 //! listing and deleting them by name is done here, so the server never handles collection files
 //! itself; [`snapshots`] keeps their snapshot archives in `DATA/snapshots/NAME/`.
 
-mod snapshots;
-
-pub use snapshots::StoredSnapshot;
+pub mod snapshots;
 
 use std::path::{Path, PathBuf};
 

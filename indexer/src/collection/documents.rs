@@ -6,7 +6,7 @@ use lexlip_proto::{DocId, Document, Modality, QuantizedVector};
 use tantivy::schema::{IndexRecordOption, OwnedValue, Value};
 use tantivy::{DocAddress, DocSet, TERMINATED, TantivyDocument, Term};
 
-use super::Snapshot;
+use super::snapshot::Snapshot;
 use crate::error::{IndexError, Result};
 use crate::search::ScoredDoc;
 

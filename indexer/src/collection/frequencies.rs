@@ -11,7 +11,7 @@ use lexlip_proto::api::Filter;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocSet, TERMINATED, Term};
 
-use super::Snapshot;
+use super::snapshot::Snapshot;
 use crate::error::Result;
 use crate::search::filter::CompiledFilter;
 

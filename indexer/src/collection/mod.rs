@@ -19,11 +19,12 @@
 //! ```
 
 mod documents;
-mod frequencies;
+pub(crate) mod frequencies;
 mod modalities;
-mod snapshot;
+mod pending;
+pub(crate) mod snapshot;
 mod stats;
-mod writer;
+pub(crate) mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -38,10 +39,6 @@ use tantivy::{Index, IndexReader, ReloadPolicy};
 /// Decompressed document-store blocks cached per segment (tantivy's default is 100).
 const DOC_STORE_CACHE_BLOCKS: usize = 8;
 
-pub use frequencies::TermFrequencies;
-pub use snapshot::{ForwardSummary, SearchOutcome, Snapshot};
-pub use writer::DocExtras;
-
 use crate::dense::{DenseCache, DenseParams};
 use crate::error::{IndexError, Result};
 use crate::forward_file::{self, ForwardPlugin};
@@ -51,7 +48,7 @@ use crate::quantizer::Quantizer;
 use crate::schema::{self, Fields};
 use crate::segment_builder::DocOrder;
 use modalities::SegmentModalities;
-use writer::WriterState;
+use pending::WriterState;
 
 /// The vocabulary copy kept inside a collection created with one.
 pub const VOCAB_FILE: &str = "vocab.txt";

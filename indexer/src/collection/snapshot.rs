@@ -14,7 +14,8 @@ use crate::forward_index::ForwardIndex;
 use crate::schema::Fields;
 use crate::search::filter::CompiledFilter;
 use crate::search::sparse::Segment;
-use crate::search::{ScoredDoc, SearchOptions, SearchStats, SparseSearch};
+use crate::search::sparse::SparseSearch;
+use crate::search::{ScoredDoc, SearchOptions, SearchStats};
 
 /// The result of a search against a snapshot.
 #[derive(Debug, Clone)]
@@ -120,7 +121,7 @@ impl Snapshot {
                 allowed: allowed[ord].as_ref(),
             })
             .collect();
-        crate::search::search_segments(&mut search, &segments)?;
+        crate::search::dispatch::search_segments(&mut search, &segments)?;
         let (hits, stats) = search.finish();
         Ok(SearchOutcome { hits, stats })
     }

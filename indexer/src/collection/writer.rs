@@ -19,6 +19,7 @@ use tantivy::{DocSet, IndexWriter, TERMINATED, Term};
 
 use super::Collection;
 use super::modalities::ModalityMergePolicy;
+use super::pending::WriterState;
 use crate::error::{IndexError, Result};
 use crate::segment_builder::{PendingDoc, write_segment};
 
@@ -34,27 +35,6 @@ pub struct DocExtras {
     pub dense: Option<DenseVector>,
     /// Image thumbnail bytes (`lexlip_model::thumbnail`: a small JPEG), stored as given.
     pub thumbnail: Option<Vec<u8>>,
-}
-
-/// The writer and what it has buffered since the last commit.
-pub(super) struct WriterState {
-    writer: IndexWriter,
-    pending: Vec<PendingDoc>,
-    /// Position in `pending` of each pending id (a re-add replaces in place).
-    pending_ids: HashMap<String, usize>,
-    /// Bytes of the pending documents' thumbnails.
-    pending_bytes: usize,
-    /// The `batch` term the pending documents will be written with.
-    batch: String,
-    /// Ids written into segments since the last commit (the reader, which `committed_contains`
-    /// looks at, cannot see them).
-    flushed_ids: HashSet<String>,
-    /// Ids whose older versions the next commit deletes, each with the batch that holds the
-    /// version to keep (`None`: deleted, no version kept).
-    doomed: HashMap<String, Option<String>>,
-    /// Ids whose committed version an intermediate commit already deleted (collections without
-    /// the `batch` field only).
-    deleted_ids: HashSet<String>,
 }
 
 /// A `batch` term no other segment of the collection has: time, a per-process random key and

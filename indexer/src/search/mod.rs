@@ -26,8 +26,6 @@ pub mod topk;
 use lexlip_proto::api::{Filter, Precision};
 
 pub use crate::cancel::{Cancel, CancelOnDrop};
-pub(crate) use dispatch::search_segments;
-pub use sparse::SparseSearch;
 pub use topk::{ScoredDoc, TopK};
 
 /// Largest `k` a search may ask for.

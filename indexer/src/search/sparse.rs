@@ -8,7 +8,7 @@
 //!   SparseSearch::new(query, options)        validate once
 //!   for every segment of the snapshot:
 //!     Segment { reader, maxima, allowed }
-//!   search::search_segments(&mut search, &segments) blocks:: (or pruned::, exhaustive:: per segment)
+//!   search::dispatch::search_segments(&mut search, &segments) blocks:: (or pruned::, exhaustive:: per segment)
 //!   search.finish()                          hits best first, counters
 //! ```
 

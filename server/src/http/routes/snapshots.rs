@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lexlip_index::catalog::StoredSnapshot;
+use lexlip_index::catalog::snapshots::StoredSnapshot;
 
 use super::collections::{abandoned, info};
 use super::{blocking, optional_json};
