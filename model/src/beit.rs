@@ -9,173 +9,20 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, VarBuilder};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
 use crate::nn::{INIT_STD, Inference, Init, LayerNorm, Mode, Params, linear};
 
+mod config;
 pub(crate) mod layer;
 pub mod random;
+mod relative;
 
+pub use config::Config;
 use layer::{Layer, RelativeBias};
-
-/// The subset of Hugging Face's `BeitConfig` the encoder uses (unknown keys are ignored).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Config {
-    pub hidden_size: usize,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: usize,
-    pub intermediate_size: usize,
-    #[serde(default = "default_act")]
-    pub hidden_act: Activation,
-    #[serde(default = "default_eps")]
-    pub layer_norm_eps: f64,
-    #[serde(default = "default_image_size")]
-    pub image_size: usize,
-    #[serde(default = "default_patch_size")]
-    pub patch_size: usize,
-    #[serde(default = "default_channels")]
-    pub num_channels: usize,
-    #[serde(default)]
-    pub use_absolute_position_embeddings: bool,
-    #[serde(default)]
-    pub use_relative_position_bias: bool,
-    #[serde(default)]
-    pub use_shared_relative_position_bias: bool,
-    #[serde(default = "default_layer_scale")]
-    pub layer_scale_init_value: f64,
-    #[serde(default = "default_true")]
-    pub use_mean_pooling: bool,
-}
-
-fn default_act() -> Activation {
-    Activation::Gelu
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn default_image_size() -> usize {
-    224
-}
-fn default_patch_size() -> usize {
-    16
-}
-fn default_channels() -> usize {
-    3
-}
-fn default_layer_scale() -> f64 {
-    0.1
-}
-fn default_true() -> bool {
-    true
-}
-
-impl Config {
-    /// BEiT-B/16 at 224 as LexLIP uses it (`microsoft/beit-base-patch16-224-pt22k-ft22k`).
-    pub fn base_patch16_224() -> Self {
-        Self {
-            hidden_size: 768,
-            num_hidden_layers: 12,
-            num_attention_heads: 12,
-            intermediate_size: 3072,
-            hidden_act: Activation::Gelu,
-            layer_norm_eps: 1e-12,
-            image_size: 224,
-            patch_size: 16,
-            num_channels: 3,
-            use_absolute_position_embeddings: false,
-            use_relative_position_bias: true,
-            use_shared_relative_position_bias: false,
-            layer_scale_init_value: 0.1,
-            use_mean_pooling: true,
-        }
-    }
-
-    /// Patches per side at the native image size.
-    pub fn native_grid(&self) -> usize {
-        self.image_size / self.patch_size
-    }
-
-    /// Why this config cannot make a tower, if it cannot.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
-            return Err(format!(
-                "image_size {} is not a multiple of patch_size {}",
-                self.image_size, self.patch_size
-            ));
-        }
-        if self.num_attention_heads == 0
-            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
-        {
-            return Err(format!(
-                "hidden_size {} is not a multiple of num_attention_heads {}",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Number of rows of a relative position bias table for a `w × w` patch grid.
-pub fn relative_table_len(grid: usize) -> usize {
-    (2 * grid - 1) * (2 * grid - 1) + 3
-}
-
-/// The grid whose table has `rows` rows, if any.
-pub fn grid_of_table_len(rows: usize) -> Option<usize> {
-    let side = ((rows.checked_sub(3)?) as f64).sqrt().round() as usize;
-    (side % 2 == 1 && side * side + 3 == rows).then_some(side.div_ceil(2))
-}
-
-/// Pair-wise relative position index for a `grid × grid` window plus the CLS token (as HF and the
-/// BEiT paper define it): `(n + 1)²` indices into the bias table, row-major.
-pub fn relative_position_index(grid: usize) -> Vec<u32> {
-    let n = grid * grid;
-    let side = 2 * grid - 1;
-    let num_rel = relative_table_len(grid);
-    let mut idx = vec![0u32; (n + 1) * (n + 1)];
-    for i in 0..=n {
-        for j in 0..=n {
-            let v = match (i, j) {
-                (0, 0) => num_rel - 1,
-                (0, _) => num_rel - 3,
-                (_, 0) => num_rel - 2,
-                _ => {
-                    let (hi, wi) = ((i - 1) / grid, (i - 1) % grid);
-                    let (hj, wj) = ((j - 1) / grid, (j - 1) % grid);
-                    let dh = hi + grid - 1 - hj;
-                    let dw = wi + grid - 1 - wj;
-                    dh * side + dw
-                }
-            };
-            idx[i * (n + 1) + j] = v as u32;
-        }
-    }
-    idx
-}
-
-/// LexLIP's resampling of a `(rows, heads)` table to `new_rows` rows: `F.interpolate(mode="linear",
-/// align_corners=False, scale_factor=(new_rows + 0.1) / rows)` along the rows, reproduced exactly
-/// (the source coordinate uses `1 / scale_factor`, not `rows / new_rows`).
-pub fn interpolate_table_lexlip(table: &[Vec<f32>], new_rows: usize) -> Vec<Vec<f32>> {
-    let rows = table.len();
-    let scale_factor = (new_rows as f64 + 0.1) / rows as f64;
-    let scale = (1.0 / scale_factor) as f32;
-    (0..new_rows)
-        .map(|dst| {
-            let src = (scale * (dst as f32 + 0.5) - 0.5).max(0.0);
-            let i0 = (src.floor() as usize).min(rows - 1);
-            let i1 = if i0 < rows - 1 { i0 + 1 } else { i0 };
-            let l1 = (src - i0 as f32).clamp(0.0, 1.0);
-            let l0 = 1.0 - l1;
-            table[i0]
-                .iter()
-                .zip(&table[i1])
-                .map(|(a, b)| l0 * a + l1 * b)
-                .collect()
-        })
-        .collect()
-}
+pub use relative::{
+    grid_of_table_len, interpolate_table_lexlip, relative_position_index, relative_table_len,
+};
 
 /// Tensors derived from weights that no longer change (a loaded model): computed once per input
 /// size instead of at every forward pass.

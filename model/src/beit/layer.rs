@@ -4,7 +4,8 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Config, interpolate_table_lexlip, relative_position_index, relative_table_len};
+use super::config::Config;
+use super::relative::{interpolate_table_lexlip, relative_position_index, relative_table_len};
 use crate::nn::{Init, LayerNorm, Linear, Mode, Params, attend};
 
 /// A relative position bias table `(rows, heads)` and the bias it yields for a patch grid.
