@@ -50,7 +50,7 @@ pub fn tune_allocator() {
 /// 49 images/s). Memory is not returned between batches; a batch command's peak is unchanged.
 /// One arena serves every thread: a thread's own arena grows in heaps of at most 64 MB, so
 /// there a larger block is a fresh `mmap` whatever the threshold, and `lexlip index` encodes
-/// on such a thread (one arena: the demo's index 53.3 -> 46.5 s, peak RSS 581 -> 491 MB).
+/// on such a thread (one arena: the demo's index 54.6 -> 46.3 s, peak RSS 571 -> 480 MiB).
 /// The server keeps glibc's defaults and trims instead ([`tune_allocator`]).
 pub fn reuse_large_allocations() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
