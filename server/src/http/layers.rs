@@ -1,6 +1,6 @@
 //! What every request passes through before its route (its body received, admission and the
-//! timeout, same-origin writes, API keys) and the header checks routes share (API keys,
-//! `If-None-Match`). Below both the router (`super`) and the routes, which call into it.
+//! timeout, same-origin writes, API keys), and what routes share of it (reading a body, the API
+//! key and `If-None-Match` checks). Below both the router (`super`) and the routes.
 
 use std::sync::Arc;
 
