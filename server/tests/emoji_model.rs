@@ -1,8 +1,8 @@
 //! The models shipped in `models/emoji-tiny`, `models/emoji-lex` and
-//! `models/emoji-lex-imagenet`, served as a user runs them (`lexlip serve --model models/emoji-tiny`): text→image and
-//! image→text over twelve Noto emoji of their training concepts, as users have them
-//! (transparent 64-px PNGs), put the right item near the top, and every hit says which terms
-//! matched. `models/emoji-lex-compose` is checked through `lexlip eval` over pictures composed
+//! `models/emoji-lex-imagenet`, served as a user runs them (`lexlip serve --model
+//! models/emoji-tiny`): text→image and image→text over twelve Noto emoji of their training
+//! concepts, as users have them (transparent 64-px PNGs), put the right item near the top, and
+//! every hit says which terms matched. `models/emoji-lex-compose` is checked through `lexlip eval` over pictures composed
 //! of the same twelve emoji.
 
 use std::ffi::{OsStr, OsString};

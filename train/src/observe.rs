@@ -92,6 +92,15 @@ impl Summary {
             last: None,
         }
     }
+
+    /// The `status` a finished run's `train.json` records: "interrupted" or "complete".
+    pub(crate) fn status(&self) -> &'static str {
+        if self.interrupted {
+            "interrupted"
+        } else {
+            "complete"
+        }
+    }
 }
 
 /// Receives progress: the CLI's progress bar and JSON lines, or a test's collector.

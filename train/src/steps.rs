@@ -298,7 +298,7 @@ impl Trainer<'_> {
         let (opts, control, fingerprint) = (self.opts, self.control, &self.fingerprint);
         let record = |summary: &Summary| {
             let mut doc = serde_json::json!({
-                "status": if summary.interrupted { "interrupted" } else { "complete" },
+                "status": summary.status(),
                 "command": control.command_line,
                 "seed": opts.optim.seed,
                 "fingerprint": fingerprint,

@@ -8,7 +8,8 @@
 //!   SparseSearch::new(query, options)        validate once
 //!   for every segment of the snapshot:
 //!     Segment { reader, maxima, allowed }
-//!   search::dispatch::search_segments(&mut search, &segments) blocks:: (or pruned::, exhaustive:: per segment)
+//!   dispatch::search_segments(&mut search, &segments)
+//!                                            blocks:: (or pruned::, exhaustive:: per segment)
 //!   search.finish()                          hits best first, counters
 //! ```
 

@@ -202,14 +202,7 @@ pub(crate) fn train(
         span,
         &marker,
         || model.export(&opts.run.out, opts.run.save_dtype, opts.data.max_length),
-        |summary| {
-            let status = if summary.interrupted {
-                "interrupted"
-            } else {
-                "complete"
-            };
-            record(&model, summary, status)
-        },
+        |summary| record(&model, summary, summary.status()),
     )?;
     Ok(summary)
 }

@@ -245,12 +245,11 @@ impl TrainOptions {
                 self.lexicon.grounding
             ));
         }
-        if !(self.lexicon.grounding_max_df > 0.0 && self.lexicon.grounding_max_df <= 1.0) {
-            return bad(format!(
-                "--grounding-max-df must be in (0, 1], got {}",
-                self.lexicon.grounding_max_df
-            ));
-        }
+        in_range(
+            "--grounding-max-df must be in (0, 1]",
+            self.lexicon.grounding_max_df,
+            UNIT,
+        )?;
         if self.method.freeze_text && self.optim.text_lr.is_some() {
             return bad(
                 "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),

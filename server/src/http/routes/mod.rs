@@ -127,9 +127,9 @@ fn looks_like_a_path(text: &str) -> bool {
 }
 
 /// Runs blocking work (index reads and writes, image decoding) off the async runtime. The
-/// work holds its request's admission permit ([`crate::http::layers::ADMISSION`]) until it ends: a
-/// request abandoned by its timeout frees its `--max-in-flight` slot only when the work it
-/// started has stopped, so abandoned work cannot pile up behind new requests.
+/// work holds its request's admission permit ([`crate::http::layers::ADMISSION`]) until it
+/// ends: a request abandoned by its timeout frees its `--max-in-flight` slot only when the work
+/// it started has stopped, so abandoned work cannot pile up behind new requests.
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
