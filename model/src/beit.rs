@@ -19,6 +19,8 @@ pub mod random;
 mod relative;
 
 pub use config::Config;
+/// BEiT's defaults, which the weight-sharing layers (BEiT layers) share.
+pub(crate) use config::{default_act, default_eps, default_layer_scale};
 use layer::{Layer, RelativeBias};
 pub use relative::{
     grid_of_table_len, interpolate_table_lexlip, relative_position_index, relative_table_len,

@@ -32,22 +32,12 @@ pub struct SharedConfig {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
-    #[serde(default = "gelu")]
+    #[serde(default = "beit::default_act")]
     pub hidden_act: Activation,
-    #[serde(default = "eps")]
+    #[serde(default = "beit::default_eps")]
     pub layer_norm_eps: f64,
-    #[serde(default = "layer_scale")]
+    #[serde(default = "beit::default_layer_scale")]
     pub layer_scale_init_value: f64,
-}
-
-fn gelu() -> Activation {
-    Activation::Gelu
-}
-fn eps() -> f64 {
-    1e-12
-}
-fn layer_scale() -> f64 {
-    0.1
 }
 
 impl SharedConfig {

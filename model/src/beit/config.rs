@@ -32,10 +32,10 @@ pub struct Config {
     pub use_mean_pooling: bool,
 }
 
-fn default_act() -> Activation {
+pub(crate) fn default_act() -> Activation {
     Activation::Gelu
 }
-fn default_eps() -> f64 {
+pub(crate) fn default_eps() -> f64 {
     1e-12
 }
 fn default_image_size() -> usize {
@@ -47,7 +47,7 @@ fn default_patch_size() -> usize {
 fn default_channels() -> usize {
     3
 }
-fn default_layer_scale() -> f64 {
+pub(crate) fn default_layer_scale() -> f64 {
     0.1
 }
 fn default_true() -> bool {
