@@ -6,6 +6,10 @@
 #
 #   scripts/build-emoji-corpus.sh [--out DIR | DIR] [--cache DIR] [--clipart-size N]
 #                                 [--test-percent P] [--holdout-style STYLE]... [--workers N]
+#                                 [--colour-words]
+#
+# --colour-words adds a caption naming the colour of each mostly one-colour picture ("red
+# automobile"; scripts/emoji_colours.py).
 #
 # Downloads go to the cache (default target/data-cache, or $LEXLIP_DATA_CACHE) and are reused;
 # the corpus goes to --out (default target/data/emoji-corpus). Same inputs, same output.
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
     --cache) cache="${2:?--cache needs a directory}"; shift 2 ;;
     --clipart-size|--test-percent|--holdout-style|--workers)
       py_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --colour-words) py_args+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
     *)

@@ -23,6 +23,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import emoji_colours
+
 EMOJI_STYLES = ("google", "twitter")
 CLIPART = "openclipart"
 STYLES = EMOJI_STYLES + (CLIPART,)
@@ -609,6 +611,21 @@ def write_splits(out: str, records: list[Record], percent: float,
     return counts
 
 
+def add_colour_words(records: list[Record], out: str) -> int:
+    """Adds the caption "COLOUR first-caption" to each picture that is mostly one colour (see
+    emoji_colours); returns how many got one."""
+    added = 0
+    for n, r in enumerate(records, 1):
+        colour = emoji_colours.picture_colour(os.path.join(out, r.image))
+        caption = emoji_colours.colour_caption(colour, r.captions)
+        if caption is not None:
+            r.captions.append(caption)
+            added += 1
+        if n % 5000 == 0:
+            print(f"  colour words: {n}/{len(records)} pictures read", file=sys.stderr)
+    return added
+
+
 def build(args: argparse.Namespace) -> dict:
     out = args.out
     os.makedirs(out, exist_ok=True)
@@ -652,6 +669,7 @@ def build(args: argparse.Namespace) -> dict:
             if p not in wanted:
                 os.remove(p)
 
+    coloured = add_colour_words(usable, out) if args.colour_words else 0
     split_counts = write_splits(out, usable, args.test_percent, args.holdout_style)
     per_source = Counter(r.source for r in usable)
     caps = Counter(r.source for r in usable for _ in r.captions)
@@ -666,6 +684,7 @@ def build(args: argparse.Namespace) -> dict:
         "emoji_join": dict(sorted(joined.items())),
         "test_percent": args.test_percent,
         "clipart_size": args.clipart_size,
+        "colour_words": coloured if args.colour_words else None,
         "files": split_counts,
     }
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
@@ -706,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-percent", type=float, default=10.0)
     p.add_argument("--holdout-style", action="append", default=[], choices=STYLES)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--colour-words", action="store_true",
+                   help="add a caption naming the colour of each picture that is mostly one "
+                        "saturated hue (\"red automobile\")")
     args = p.parse_args(argv)
     if not 0 < args.test_percent < 100:
         p.error("--test-percent must be between 0 and 100")
