@@ -4,7 +4,7 @@ The labels of emoji and the titles of clip art rarely name the colour ("automobi
 car"), so a model trained on them never learns that a red picture is red, and a user's "a red
 car" ranks every red thing above the car. `build_emoji_corpus.py --colour-words` adds one caption,
 COLOUR + the picture's first caption, to each picture whose drawn pixels are at least half one
-saturated hue, and none where the colour word is already in that caption.
+saturated hue, and none where the colour word is already in that caption or it names a skin tone.
 
 The naming is stdlib only (its tests run anywhere); reading a picture needs Pillow.
 """
@@ -70,7 +70,11 @@ def picture_colour(path: str) -> str | None:
 
 def colour_caption(colour: str | None, captions: list[str]) -> str | None:
     """The caption to add: the colour word before the first caption, unless there is no colour,
-    no caption, or the first caption already says it."""
-    if colour is None or not captions or colour in captions[0].lower().split():
+    no caption, the first caption already says it, or it names a skin tone (the hue found is
+    then the skin's, mostly "orange", and the tone is already named)."""
+    if colour is None or not captions:
+        return None
+    first = captions[0].lower()
+    if colour in first.split() or "skin tone" in first:
         return None
     return f"{colour} {captions[0]}"

@@ -53,6 +53,8 @@ class NamingTest(unittest.TestCase):
         self.assertIsNone(c.colour_caption("red", ["Red Heart", "love"]))
         self.assertIsNone(c.colour_caption(None, ["automobile"]))
         self.assertIsNone(c.colour_caption("red", []))
+        # A skin tone is the picture's colour, and already named.
+        self.assertIsNone(c.colour_caption("orange", ["open hands: medium-dark skin tone"]))
         # A word that contains the colour is not the colour word.
         self.assertEqual(c.colour_caption("red", ["reddish hat"]), "red reddish hat")
 
