@@ -717,13 +717,14 @@ const NEIGHBOURS: [(&str, &str); 13] = [
     ("1f699", "sport utility vehicle"),
 ];
 
-/// What the demo's model must reach among the 25 pictures (measured 2026-12-05, heads trained
-/// with hard in-batch negatives on every concept of the demo: "pizza", "rocket" and "birthday
-/// cake" first; "a red car" third, after red things, since no caption of the car says red;
-/// all 25 labels first).
-const MISSED_WITHIN: usize = 3;
+/// What the demo's model must reach among the 25 pictures (measured 2026-12-06, heads trained
+/// with hard in-batch negatives and colour words on every concept of the demo: "pizza", "a red
+/// car" and "birthday cake" first; "rocket" 2nd, after the astronaut, whose picture holds a
+/// rocket (without colour words it was 1st with seed 42 and 4th with seed 7 on the demo); 24
+/// of the 25 labels first, the rocket's 2nd).
+const MISSED_WITHIN: usize = 2;
 const MISSED_FIRST: usize = 3;
-const MIN_LABELS_FIRST: usize = 25;
+const MIN_LABELS_FIRST: usize = 24;
 
 /// The demo's model (`lexlip demo`'s default), served as the demo serves it: the four queries
 /// the demo once missed at the top among their neighbours, and the pictures' own labels first.
