@@ -669,7 +669,7 @@ def build(args: argparse.Namespace) -> dict:
             if p not in wanted:
                 os.remove(p)
 
-    coloured = add_colour_words(usable, out) if args.colour_words else 0
+    coloured = add_colour_words(usable, out) if args.colour_words else None
     split_counts = write_splits(out, usable, args.test_percent, args.holdout_style)
     per_source = Counter(r.source for r in usable)
     caps = Counter(r.source for r in usable for _ in r.captions)
@@ -684,7 +684,7 @@ def build(args: argparse.Namespace) -> dict:
         "emoji_join": dict(sorted(joined.items())),
         "test_percent": args.test_percent,
         "clipart_size": args.clipart_size,
-        "colour_words": coloured if args.colour_words else None,
+        "colour_words": coloured,
         "files": split_counts,
     }
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:

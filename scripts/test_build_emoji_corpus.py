@@ -320,6 +320,5 @@ class PictureTest(unittest.TestCase):
             self.assertEqual(ball.captions, ["8 ball", "x"])
 
 
-
 if __name__ == "__main__":
     unittest.main()
