@@ -232,12 +232,11 @@ impl Rows<'_> {
 }
 
 /// Multi-head self-attention of `(batch, tokens, 3 hidden)` projections (queries, pre-scaled,
-/// then keys, then values): `(batch, tokens, hidden)`. `lengths`: the real tokens of each
-/// input, the rest being padding no query attends to.
+/// then keys, then values): `(batch, tokens, hidden)`. `keys`: which keys each query attends.
 pub(crate) fn self_attention(
     qkv: &Tensor,
     heads: usize,
-    lengths: Option<&[usize]>,
+    keys: Keys,
 ) -> Option<candle_core::Result<Tensor>> {
     let (b, n, three_h) = qkv.dims3().ok()?;
     let h = three_h / 3;
@@ -248,7 +247,7 @@ pub(crate) fn self_attention(
             row: three_h,
             start,
         };
-        attend([at(0), at(h), at(2 * h)], (b, n, n), heads, h, lengths)
+        attend([at(0), at(h), at(2 * h)], (b, n, n), heads, h, keys)
     })?;
     Some(Tensor::from_vec(out, (b, n, h), &Device::Cpu))
 }
@@ -280,11 +279,22 @@ pub(crate) fn first_attention(
                 row: two_h,
                 start,
             };
-            attend([q, at(0), at(h)], (b, 1, n), heads, h, lengths)
+            let keys = lengths.map_or(Keys::All, Keys::Lengths);
+            attend([q, at(0), at(h)], (b, 1, n), heads, h, keys)
         })
     })
     .flatten()?;
     Some(Tensor::from_vec(out, (b, 1, h), &Device::Cpu))
+}
+
+/// Which keys the queries of attention attend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Keys<'a> {
+    All,
+    /// The real tokens of each input; the rest are padding no query attends to.
+    Lengths(&'a [usize]),
+    /// Query `r` attends keys `0..=r` only (a decoder's mask: CLIP's text tower).
+    Causal,
 }
 
 /// `softmax(q kᵀ) v` per input and head, in parallel; `(batch, queries, keys)` sizes.
@@ -294,10 +304,13 @@ fn attend(
     (b, nq, nk): (usize, usize, usize),
     heads: usize,
     hidden: usize,
-    lengths: Option<&[usize]>,
+    mask: Keys,
 ) -> Vec<f32> {
     let d = hidden / heads.max(1);
-    let keys_of = |i: usize| lengths.map_or(nk, |l| l.get(i).copied().unwrap_or(nk).min(nk));
+    let keys_of = |i: usize| match mask {
+        Keys::Lengths(l) => l.get(i).copied().unwrap_or(nk).min(nk),
+        Keys::All | Keys::Causal => nk,
+    };
     let parts: Vec<Vec<f32>> = (0..b * heads)
         .into_par_iter()
         .map(|task| {
@@ -339,7 +352,19 @@ fn attend(
                     gemm::Parallelism::None,
                 );
             }
-            vectorised(|| scores.chunks_exact_mut(keys).for_each(softmax));
+            match mask {
+                // Row r's keys past r weigh exactly 0, as the reference's -inf scores make them.
+                Keys::Causal => vectorised(|| {
+                    for (r, row) in scores.chunks_exact_mut(keys).enumerate() {
+                        let (seen, ahead) = row.split_at_mut((r + 1).min(keys));
+                        softmax(seen);
+                        ahead.fill(0.0);
+                    }
+                }),
+                Keys::All | Keys::Lengths(_) => {
+                    vectorised(|| scores.chunks_exact_mut(keys).for_each(softmax))
+                }
+            }
             // SAFETY: `ctx` is (nq × d) row-major; the left-hand side is `scores`, (nq × keys)
             // row-major; the right-hand side is the head's values, (keys × d) with row stride
             // v.row, checked by `Rows::head` to lie inside their buffer.

@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use super::kernels::{self as cpu, Epilogue};
+use super::kernels::{self as cpu, Epilogue, Keys};
 
 /// The activation of a tower's feed-forward block, by its transformers name (`ACT2FN`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -97,6 +97,16 @@ impl Linear {
         self.weight = scale(&self.weight)?;
         self.bias = scale(&self.bias)?;
         Ok(())
+    }
+
+    #[cfg(test)]
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    #[cfg(test)]
+    pub fn bias(&self) -> &Tensor {
+        &self.bias
     }
 
     pub fn out_features(&self) -> usize {
@@ -218,6 +228,25 @@ impl SelfAttention {
         })
     }
 
+    /// [`Self::new`] for a projection whose query rows are already scaled.
+    #[cfg(test)]
+    pub fn prescaled(qkv: Linear, out: Linear, heads: usize) -> candle_core::Result<Self> {
+        let hidden = out.out_features();
+        Ok(Self {
+            q: qkv.rows(0, hidden)?,
+            kv: qkv.rows(hidden, 2 * hidden)?,
+            qkv,
+            out,
+            heads,
+        })
+    }
+
+    /// The fused projection and the output's.
+    #[cfg(test)]
+    pub fn projections(&self) -> (&Linear, &Linear) {
+        (&self.qkv, &self.out)
+    }
+
     /// The queries, keys and values of a tower that stores them as three layers.
     pub fn from_parts(
         query: Linear,
@@ -237,8 +266,23 @@ impl SelfAttention {
         lengths: Option<&[usize]>,
         residual: &Tensor,
     ) -> candle_core::Result<Tensor> {
+        self.forward_keys(x, lengths.map_or(Keys::All, Keys::Lengths), residual)
+    }
+
+    /// `residual + attention(x)` where each position attends to itself and the positions
+    /// before it only (a decoder's causal mask: CLIP's text tower).
+    pub fn forward_causal(&self, x: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
+        self.forward_keys(x, Keys::Causal, residual)
+    }
+
+    fn forward_keys(
+        &self,
+        x: &Tensor,
+        keys: Keys,
+        residual: &Tensor,
+    ) -> candle_core::Result<Tensor> {
         let qkv = self.qkv.forward(x)?;
-        let ctx = match cpu::self_attention(&qkv, self.heads, lengths) {
+        let ctx = match cpu::self_attention(&qkv, self.heads, keys) {
             Some(ctx) => ctx?,
             None => {
                 let (b, n, h3) = qkv.dims3()?;
@@ -248,7 +292,11 @@ impl SelfAttention {
                     .reshape((b, n, 3, self.heads, d))?
                     .permute((2, 0, 3, 1, 4))?
                     .contiguous()?;
-                let bias = padding_bias(lengths, n, &qkv)?;
+                let bias = match keys {
+                    Keys::All => None,
+                    Keys::Lengths(lengths) => padding_bias(Some(lengths), n, &qkv)?,
+                    Keys::Causal => Some(causal_bias(n, &qkv)?),
+                };
                 attend(&qkv.get(0)?, &qkv.get(1)?, &qkv.get(2)?, bias.as_ref())?
             }
         };
@@ -263,7 +311,20 @@ impl SelfAttention {
         lengths: Option<&[usize]>,
         residual: &Tensor,
     ) -> candle_core::Result<Tensor> {
-        let q = self.q.forward(&first(x)?)?;
+        self.forward_picked(x, &first(x)?, lengths, residual)
+    }
+
+    /// `residual + attention` of one position per input, `picked` `(batch, 1, hidden)` (rows
+    /// of `x`), against the keys and values of `x`'s first `lengths[i]` positions (all without
+    /// `lengths`): what a pooling head reads of a last layer.
+    pub fn forward_picked(
+        &self,
+        x: &Tensor,
+        picked: &Tensor,
+        lengths: Option<&[usize]>,
+        residual: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let q = self.q.forward(picked)?;
         let kv = self.kv.forward(x)?;
         let ctx = match cpu::first_attention(&q, &kv, self.heads, lengths) {
             Some(ctx) => ctx?,
@@ -285,6 +346,20 @@ impl SelfAttention {
         };
         self.out.forward_add(&ctx, residual)
     }
+}
+
+/// The additive bias `(1, 1, tokens, tokens)` that hides each query's later keys, as
+/// transformers builds a decoder's (f32's minimum above the diagonal; -inf in f16, where every
+/// row still has its diagonal), in `like`'s dtype.
+fn causal_bias(tokens: usize, like: &Tensor) -> candle_core::Result<Tensor> {
+    let min = match like.dtype() {
+        DType::F64 => f64::MIN,
+        _ => f64::from(f32::MIN),
+    };
+    let bias: Vec<f64> = (0..tokens)
+        .flat_map(|i| (0..tokens).map(move |j| if j > i { min } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(bias, (1, 1, tokens, tokens), like.device())?.to_dtype(like.dtype())
 }
 
 /// The additive bias `(batch, 1, 1, keys)` that hides padding as transformers does outside a

@@ -1,5 +1,6 @@
-//! A vision transformer's pre-norm block, `x + attn(norm1(x))` then `x + mlp(norm2(x))`: BLIP's
-//! and OpenAI CLIP's (VDR's image tower) layers are this block under other tensor names.
+//! A transformer's pre-norm block, `x + attn(norm1(x))` then `x + mlp(norm2(x))`: BLIP's and
+//! OpenAI CLIP's vision layers (VDR's image tower too) and CLIP's text layers, behind a causal
+//! mask, are this block under other tensor names.
 
 use candle_core::Tensor;
 
@@ -36,6 +37,44 @@ impl PreNormBlock {
             .forward_first(&self.norm1.forward(x)?, None, &first(x)?)?;
         self.mlp(&x)
     }
+
+    /// The same where each position attends to itself and those before it only (a causal
+    /// mask: CLIP's text tower).
+    pub fn forward_causal(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let x = self.attention.forward_causal(&self.norm1.forward(x)?, x)?;
+        self.mlp(&x)
+    }
+
+    /// [`Self::forward_causal`]'s output at position `at[i]` of input `i` only, `(batch, 1,
+    /// hidden)`: what a head pooling one token reads of a last layer.
+    pub fn forward_causal_at(&self, x: &Tensor, at: &[usize]) -> candle_core::Result<Tensor> {
+        let normed = self.norm1.forward(x)?;
+        let seen: Vec<usize> = at.iter().map(|&p| p + 1).collect();
+        let x = self.attention.forward_picked(
+            &normed,
+            &rows_at(&normed, at)?,
+            Some(&seen),
+            &rows_at(x, at)?,
+        )?;
+        self.mlp(&x)
+    }
+}
+
+/// Row `at[i]` of input `i` of `(batch, tokens, hidden)` states: `(batch, 1, hidden)`.
+pub(crate) fn rows_at(x: &Tensor, at: &[usize]) -> candle_core::Result<Tensor> {
+    let (b, n, h) = x.dims3()?;
+    if at.len() != b || at.iter().any(|&p| p >= n) {
+        candle_core::bail!("positions {at:?} outside {b} inputs of {n} tokens");
+    }
+    let flat: Vec<u32> = at
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (i * n + p) as u32)
+        .collect();
+    let index = Tensor::from_vec(flat, b, x.device())?;
+    x.reshape((b * n, h))?
+        .index_select(&index, 0)?
+        .reshape((b, 1, h))
 }
 
 /// Stride-`p` convolution with a `p × p` kernel of `(batch, 3, size, size)` pixels as a matrix
@@ -61,4 +100,103 @@ pub(crate) fn patches(
         .contiguous()?
         .reshape((b, g * g, 3 * patch * patch))?;
     embedding.forward(&flat)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device};
+
+    use super::*;
+
+    fn linear(input: usize, output: usize, dtype: DType) -> Linear {
+        let w = Tensor::randn(0f32, 0.4, (output, input), &Device::Cpu).unwrap();
+        let b = Tensor::randn(0f32, 0.1, output, &Device::Cpu).unwrap();
+        Linear::from_tensors(w.to_dtype(dtype).unwrap(), b.to_dtype(dtype).unwrap())
+    }
+
+    /// A block of width 8 with 2 heads and random weights; its f64 copy takes candle's ops.
+    fn blocks() -> (PreNormBlock, PreNormBlock) {
+        let norm = |dtype| {
+            let vb = candle_nn::VarBuilder::from_tensors(
+                [
+                    (
+                        "weight".to_string(),
+                        Tensor::ones(8, dtype, &Device::Cpu).unwrap(),
+                    ),
+                    (
+                        "bias".to_string(),
+                        Tensor::zeros(8, dtype, &Device::Cpu).unwrap(),
+                    ),
+                ]
+                .into(),
+                dtype,
+                &Device::Cpu,
+            );
+            LayerNorm::load(&vb, 8, 1e-5).unwrap()
+        };
+        let f32_block = PreNormBlock {
+            norm1: norm(DType::F32),
+            attention: SelfAttention::new(linear(8, 24, DType::F32), linear(8, 8, DType::F32), 2)
+                .unwrap(),
+            norm2: norm(DType::F32),
+            fc1: linear(8, 16, DType::F32),
+            fc2: linear(16, 8, DType::F32),
+            act: Activation::QuickGelu,
+        };
+        let to64 = |l: &Linear| {
+            let w = l.weight().to_dtype(DType::F64).unwrap();
+            let b = l.bias().to_dtype(DType::F64).unwrap();
+            Linear::from_tensors(w, b)
+        };
+        let (qkv, out) = f32_block.attention.projections();
+        let f64_block = PreNormBlock {
+            norm1: norm(DType::F64),
+            attention: SelfAttention::prescaled(to64(qkv), to64(out), 2).unwrap(),
+            norm2: norm(DType::F64),
+            fc1: to64(&f32_block.fc1),
+            fc2: to64(&f32_block.fc2),
+            act: Activation::QuickGelu,
+        };
+        (f32_block, f64_block)
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let a = a.to_dtype(DType::F64).unwrap();
+        let b = b.to_dtype(DType::F64).unwrap();
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    }
+
+    /// The causal mask's oracle: position r's output is the unmasked block's last output over
+    /// the first r + 1 positions; the fast f32 path and candle's f64 ops agree; the outputs at
+    /// picked positions are those rows of the whole.
+    #[test]
+    fn causal_block_is_the_block_over_each_prefix() {
+        let (block, block64) = blocks();
+        let x = Tensor::randn(0f32, 1.0, (3, 7, 8), &Device::Cpu).unwrap();
+        let y = block.forward_causal(&x).unwrap();
+        for r in 0..7 {
+            let prefix = x.narrow(1, 0, r + 1).unwrap();
+            let z = block.forward(&prefix).unwrap();
+            let d = max_diff(&y.narrow(1, r, 1).unwrap(), &z.narrow(1, r, 1).unwrap());
+            assert!(d < 1e-5, "position {r}: {d}");
+        }
+        let y64 = block64
+            .forward_causal(&x.to_dtype(DType::F64).unwrap())
+            .unwrap();
+        assert!(max_diff(&y, &y64) < 1e-5);
+        let at = [6, 0, 3];
+        let picked = block.forward_causal_at(&x, &at).unwrap();
+        assert_eq!(picked.dims(), &[3, 1, 8]);
+        assert!(max_diff(&picked, &rows_at(&y, &at).unwrap()) < 1e-5);
+        assert!(rows_at(&y, &[7, 0, 0]).is_err());
+    }
 }

@@ -1,25 +1,26 @@
-//! CLIP as the dense fallback encoder (Hugging Face layout, e.g. `openai/clip-vit-base-patch32`),
-//! run by candle-transformers' CLIP. This file maps HF's `config.json` onto Candle's config and
-//! adds tokenisation, preprocessing and L2 normalisation.
+//! CLIP as the dense fallback encoder (Hugging Face layout, e.g. `openai/clip-vit-base-patch32`):
+//! `config.json` read into the towers' shapes, tokenisation, preprocessing and L2
+//! normalisation; the towers themselves are in [`towers`].
+
+mod towers;
 
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::clip::{
-    ClipConfig, ClipModel, text_model::Activation, text_model::ClipTextConfig,
-    vision_model::ClipVisionConfig,
-};
 use lexlip_proto::DenseVector;
 use serde::Deserialize;
 use serde_json::json;
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, text_embeddings};
-use crate::error::{ModelError, Result};
+use crate::dense::{DenseEncoder, unit_rows};
+use crate::error::Result;
+use crate::fast::Activation;
 use crate::image::ImageProcessor;
 use crate::tokens::{load_tokenizer, tokenize, truncate_to};
 use crate::weights::Weights;
+
+pub use towers::{TextSize, TextTower, TowerShape, VisionSize, VisionTower};
 
 #[derive(Debug, Clone, Deserialize)]
 struct HfText {
@@ -29,8 +30,9 @@ struct HfText {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     max_position_embeddings: usize,
-    hidden_act: String,
+    hidden_act: Activation,
     layer_norm_eps: f64,
+    eos_token_id: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -42,13 +44,21 @@ struct HfVision {
     num_channels: usize,
     image_size: usize,
     patch_size: usize,
-    hidden_act: String,
+    hidden_act: Activation,
     layer_norm_eps: f64,
 }
 
-/// Reads a Hugging Face CLIP `config.json` into Candle's `ClipConfig` (HF defaults for missing
-/// keys). Candle's CLIP implements QuickGELU and `layer_norm_eps = 1e-5` only, as OpenAI's models
-/// use; other values are rejected rather than silently run differently.
+/// A CLIP `config.json`: both towers' shapes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClipConfig {
+    pub text: TowerShape,
+    pub text_size: TextSize,
+    pub vision: TowerShape,
+    pub vision_size: VisionSize,
+}
+
+/// Reads a Hugging Face CLIP `config.json` (HF's defaults for missing keys, including the
+/// legacy end-of-text id 2, which pools at the largest id).
 pub fn load_config(path: &Path) -> Result<ClipConfig> {
     let raw = read_json(path)?;
     let sub = |k: &str| raw.get(k).cloned().unwrap_or_else(|| json!({}));
@@ -57,7 +67,7 @@ pub fn load_config(path: &Path) -> Result<ClipConfig> {
         &sub("text_config"),
         json!({"vocab_size": 49408, "hidden_size": 512, "intermediate_size": 2048,
                "num_hidden_layers": 12, "num_attention_heads": 8, "max_position_embeddings": 77,
-               "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5}),
+               "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5, "eos_token_id": 2}),
     )?;
     let vision: HfVision = with_defaults(
         path,
@@ -66,54 +76,46 @@ pub fn load_config(path: &Path) -> Result<ClipConfig> {
                "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 32,
                "hidden_act": "quick_gelu", "layer_norm_eps": 1e-5}),
     )?;
-    let projection_dim = raw
+    let dim = raw
         .get("projection_dim")
         .and_then(|v| v.as_u64())
         .unwrap_or(512) as usize;
-    for (what, act, eps) in [
-        ("text_config", &text.hidden_act, text.layer_norm_eps),
-        ("vision_config", &vision.hidden_act, vision.layer_norm_eps),
-    ] {
-        if act != "quick_gelu" || (eps - 1e-5).abs() > 1e-12 {
-            return Err(ModelError::config(
-                path,
-                format!(
-                    "{what}: hidden_act {act:?} / layer_norm_eps {eps} unsupported (only quick_gelu / 1e-5)"
-                ),
-            ));
-        }
-    }
     Ok(ClipConfig {
-        text_config: ClipTextConfig {
-            vocab_size: text.vocab_size,
-            embed_dim: text.hidden_size,
-            activation: Activation::QuickGelu,
-            intermediate_size: text.intermediate_size,
-            max_position_embeddings: text.max_position_embeddings,
-            pad_with: None,
-            num_hidden_layers: text.num_hidden_layers,
-            num_attention_heads: text.num_attention_heads,
-            projection_dim,
+        text: TowerShape {
+            hidden: text.hidden_size,
+            intermediate: text.intermediate_size,
+            layers: text.num_hidden_layers,
+            heads: text.num_attention_heads,
+            eps: text.layer_norm_eps,
+            act: text.hidden_act,
         },
-        vision_config: ClipVisionConfig {
-            embed_dim: vision.hidden_size,
-            activation: Activation::QuickGelu,
-            intermediate_size: vision.intermediate_size,
-            num_hidden_layers: vision.num_hidden_layers,
-            num_attention_heads: vision.num_attention_heads,
-            projection_dim,
-            num_channels: vision.num_channels,
-            image_size: vision.image_size,
-            patch_size: vision.patch_size,
+        text_size: TextSize {
+            vocab: text.vocab_size,
+            positions: text.max_position_embeddings,
+            dim,
+            eos: text.eos_token_id,
         },
-        logit_scale_init_value: 2.6592,
-        image_size: vision.image_size,
+        vision: TowerShape {
+            hidden: vision.hidden_size,
+            intermediate: vision.intermediate_size,
+            layers: vision.num_hidden_layers,
+            heads: vision.num_attention_heads,
+            eps: vision.layer_norm_eps,
+            act: vision.hidden_act,
+        },
+        vision_size: VisionSize {
+            image: vision.image_size,
+            patch: vision.patch_size,
+            channels: vision.num_channels,
+            dim,
+        },
     })
 }
 
 /// CLIP text + image towers → L2-normalised embeddings in one space.
 pub struct ClipEncoder {
-    model: ClipModel,
+    text: TextTower,
+    vision: VisionTower,
     tokenizer: Tokenizer,
     processor: ImageProcessor,
     device: Device,
@@ -136,16 +138,21 @@ impl ClipEncoder {
         let config = load_config(&dir.join("config.json"))?;
         let weights = Weights::from_safetensors_dir(dir)?;
         let vb = weights.var_builder(DType::F32, device);
-        let model = ClipModel::new(vb, &config).map_err(|e| weights.load_error(e))?;
+        let text = TextTower::load(&vb, &config.text, config.text_size)
+            .map_err(|e| weights.load_error(e))?;
+        let vision = VisionTower::load(&vb, &config.vision, config.vision_size)
+            .map_err(|e| weights.load_error(e))?;
         let mut tokenizer = load_tokenizer(&dir.join("tokenizer.json"))?;
-        truncate_to(&mut tokenizer, config.text_config.max_position_embeddings)?;
-        let processor = ImageProcessor::clip(config.image_size).with_preprocessor_config(dir)?;
+        truncate_to(&mut tokenizer, config.text_size.positions)?;
+        let processor =
+            ImageProcessor::clip(config.vision_size.image).with_preprocessor_config(dir)?;
         Ok(Self {
-            model,
+            text,
+            vision,
             tokenizer,
             processor,
             device: device.clone(),
-            dim: config.text_config.projection_dim,
+            dim: config.text_size.dim,
         })
     }
 
@@ -161,11 +168,10 @@ impl DenseEncoder for ClipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        // Candle's CLIP pools at the position of the largest id (the end-of-text token, as in
-        // OpenAI's vocabulary) behind a causal mask, so right-padding with id 0 changes nothing.
-        text_embeddings(&self.tokenize(texts)?, 0, &self.device, |ids| {
-            self.model.get_text_features(ids)
-        })
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        unit_rows(&self.text.features(&self.tokenize(texts)?, &self.device)?)
     }
 
     fn device(&self) -> &Device {
@@ -177,6 +183,6 @@ impl DenseEncoder for ClipEncoder {
     }
 
     fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {
-        Ok(self.model.get_image_features(pixels)?)
+        Ok(self.vision.features(pixels)?)
     }
 }
