@@ -56,9 +56,10 @@ pub fn words_without(allowed: &Tensor, template: &[u32]) -> Result<Tensor> {
     Ok(Tensor::from_vec(w, allowed.dim(0)?, allowed.device())?.to_dtype(allowed.dtype())?)
 }
 
-/// The vocabulary ids of `--template-words`: every piece each word tokenizes into ("emoji" is
-/// no BERT word: its pieces "em", "##oj", "##i" are what a caption holds).
-pub fn template_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
+/// The vocabulary ids of a list of words (`--template-words`, `--grounding-words`): every
+/// piece each word tokenizes into ("emoji" is no BERT word: its pieces "em", "##oj", "##i" are
+/// what a caption holds).
+pub fn word_ids(tokenizer: &TextTokenizer, words: &[String]) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     for w in words {
         let pieces = tokenizer.encode(w)?;

@@ -33,6 +33,14 @@ pub fn top_k(p: &Tensor, k: usize) -> Result<Tensor> {
     Ok(lexlip_model::pooling::top_k(p, k)?)
 }
 
+/// Which common terms are no grounding targets: those in more than `max_df` of the captions
+/// (a corpus's templates), but for the `kept` ids (common words that tell pictures apart).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DfCap {
+    pub max_df: f64,
+    pub kept: Vec<u32>,
+}
+
 /// Inverse document frequency of every vocabulary term over a corpus's captions,
 /// `ln(N / df)`, and zero for the terms that are never grounding targets: special tokens,
 /// pieces without a letter or digit (punctuation), terms in more than a share of the captions,
@@ -45,12 +53,12 @@ pub struct Idf {
 impl Idf {
     /// `captions` are token-id rows (with `[CLS]`/`[SEP]`) over a vocabulary of `vocab`
     /// terms, each term counted once per caption; `is_word(t)` tells the terms that can be
-    /// targets ([`TextTokenizer::is_word_piece`]); terms in more than `max_df` of the captions
-    /// get 0.
+    /// targets ([`TextTokenizer::is_word_piece`]); terms in more than `cap.max_df` of the
+    /// captions get 0 unless `cap.kept` lists them.
     pub fn from_captions<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         vocab: usize,
-        max_df: f64,
+        cap: &DfCap,
         is_word: impl Fn(u32) -> bool,
     ) -> Self {
         let mut df = vec![0u32; vocab];
@@ -69,7 +77,8 @@ impl Idf {
         let weights = (0..vocab)
             .map(|t| {
                 let share = f64::from(df[t]) / f64::from(n.max(1));
-                if df[t] == 0 || share > max_df || !is_word(t as u32) {
+                let common = share > cap.max_df && !cap.kept.contains(&(t as u32));
+                if df[t] == 0 || common || !is_word(t as u32) {
                     0.0
                 } else {
                     (f64::from(n) / f64::from(df[t])).ln() as f32
@@ -82,14 +91,21 @@ impl Idf {
     /// [`Idf::from_captions`] with the tokenizer's vocabulary and word pieces without the
     /// function words `lexlip eval` does not count as caption words either
     /// (`lexlip_model::vocab::STOPWORDS`), and terms in more than `max_df` of the captions
-    /// ([`crate::options::MAX_TARGET_DF`] by default) left out.
+    /// ([`crate::options::MAX_TARGET_DF`] by default) left out, but for the pieces of `kept`.
     pub fn of_corpus<'a>(
         captions: impl IntoIterator<Item = &'a [u32]>,
         tokenizer: &TextTokenizer,
         max_df: f64,
-    ) -> Self {
+        kept: &[String],
+    ) -> Result<Self> {
         let content = content_words(tokenizer);
-        Self::from_captions(captions, tokenizer.vocab, max_df, |t| content[t as usize])
+        let cap = DfCap {
+            max_df,
+            kept: crate::expansion::word_ids(tokenizer, kept)?,
+        };
+        Ok(Self::from_captions(captions, tokenizer.vocab, &cap, |t| {
+            content[t as usize]
+        }))
     }
 
     pub fn to_tensor(&self, device: &Device) -> Result<Tensor> {
@@ -278,15 +294,32 @@ mod tests {
             vec![0, 4, 1],
             vec![0, 3, 9, 1], // 9 is outside the vocabulary: ignored
         ];
-        let idf = Idf::from_captions(captions.iter().map(Vec::as_slice), 6, 1.0, |t| t >= 2);
+        let cap = |max_df, kept: &[u32]| DfCap {
+            max_df,
+            kept: kept.to_vec(),
+        };
+        let idf = Idf::from_captions(captions.iter().map(Vec::as_slice), 6, &cap(1.0, &[]), |t| {
+            t >= 2
+        });
         let ln = |x: f64| x.ln() as f32;
         assert_eq!(
             idf.weights,
             vec![0.0, 0.0, ln(4.0 / 2.0), ln(4.0 / 2.0), ln(4.0), 0.0]
         );
         // Terms 2 and 3 are in half the captions: above a 30 % cap, no targets.
-        let capped = Idf::from_captions(captions.iter().map(Vec::as_slice), 6, 0.3, |t| t >= 2);
+        let capped =
+            Idf::from_captions(captions.iter().map(Vec::as_slice), 6, &cap(0.3, &[]), |t| {
+                t >= 2
+            });
         assert_eq!(capped.weights, vec![0.0, 0.0, 0.0, 0.0, ln(4.0), 0.0]);
+        // … unless kept: term 3 stays a target at its IDF; a kept id that is no word does not.
+        let kept = Idf::from_captions(
+            captions.iter().map(Vec::as_slice),
+            6,
+            &cap(0.3, &[3, 1]),
+            |t| t >= 2,
+        );
+        assert_eq!(kept.weights, vec![0.0, 0.0, 0.0, ln(2.0), ln(4.0), 0.0]);
     }
 
     /// Bags by hand: IDF 3 and 4 on terms 2 and 3 make a bag of length 5; a caption of

@@ -120,7 +120,8 @@ pub(crate) fn train(
             corpus.pairs.iter().map(|p| p.tokens.as_slice()),
             &tokenizer,
             opts.lexicon.grounding_max_df,
-        );
+            &opts.lexicon.grounding_words,
+        )?;
         model.ground(&idf)?;
     }
     let params = model.params(

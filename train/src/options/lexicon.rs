@@ -76,6 +76,23 @@ pub struct LexiconOptions {
         skip_serializing_if = "is_default_grounding_max_df"
     )]
     pub grounding_max_df: f64,
+    /// Words that stay grounding targets above --grounding-max-df.
+    ///
+    /// Common words that tell pictures apart, where the corpus's templates are as common (in
+    /// the emoji captions "man", "woman", "person" and "flag" are in 7-11 %, the skin-tone
+    /// words "light" and "dark" in 13 %): e.g. man,woman,person,flag.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_delimiter = ',',
+            value_name = "WORDS",
+            help_heading = "Lexicon",
+            hide_short_help = true
+        )
+    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grounding_words: Vec<String>,
     /// Heads: image caption-word likelihood (1 unless given).
     ///
     /// The caption's own words are raised against every allowed word in a softmax of the

@@ -173,3 +173,18 @@ fn grounding_max_df_hashes_only_when_set() {
         assert_refused(&o, "--grounding-max-df");
     }
 }
+
+/// The words kept above the cap hash only when given; an empty one is refused.
+#[test]
+fn grounding_words_hash_only_when_given() {
+    let mut o = with_corpus();
+    assert!(o.fingerprint_json().get("grounding_words").is_none());
+    o.lexicon.grounding_words = vec!["man".into(), "flag".into()];
+    o.validate().unwrap();
+    assert_eq!(
+        o.fingerprint_json()["grounding_words"],
+        serde_json::json!(["man", "flag"])
+    );
+    o.lexicon.grounding_words = vec!["man".into(), " ".into()];
+    assert_refused(&o, "--grounding-words");
+}

@@ -250,6 +250,14 @@ impl TrainOptions {
             self.lexicon.grounding_max_df,
             UNIT,
         )?;
+        if self
+            .lexicon
+            .grounding_words
+            .iter()
+            .any(|w| w.trim().is_empty())
+        {
+            return bad("--grounding-words has an empty word (write them as man,woman)".into());
+        }
         if self.method.freeze_text && self.optim.text_lr.is_some() {
             return bad(
                 "--text-lr has no effect with --freeze-text (the text tower is not trained)".into(),

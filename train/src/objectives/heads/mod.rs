@@ -44,7 +44,7 @@ use crate::cache::rows::{
 use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
-use crate::expansion::{own_words, template_ids, words_without};
+use crate::expansion::{own_words, word_ids, words_without};
 use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
@@ -195,7 +195,8 @@ pub fn train(
         (0..rows.len()).map(|p| rows.tokens(p)),
         &tokenizer,
         opts.lexicon.grounding_max_df,
-    );
+        &opts.lexicon.grounding_words,
+    )?;
     let params = model.params(opts.lexicon.vocab_bias);
     let order = Order::new(
         opts.optim.seed,
@@ -262,7 +263,7 @@ pub fn train(
         words: match opts.lexicon.query_expansion {
             Some(_) => Some(words_without(
                 &model.allowed,
-                &template_ids(&tokenizer, &opts.lexicon.template_words)?,
+                &word_ids(&tokenizer, &opts.lexicon.template_words)?,
             )?),
             None => None,
         },
