@@ -56,7 +56,8 @@ pub struct TextTerms {
     pub expansion_share: Option<f32>,
     /// With `expansion`: an own content word the model weighs 0 still weighs this share (0-1)
     /// of the strongest own word, so that a word the user typed is not dropped because training
-    /// found it common ("man" in "man mechanic"). Word pieces that continue a word and
+    /// found it common ("man" in "man mechanic"); each such word takes the place of one of the
+    /// E added terms, so the query grows no longer. Word pieces that continue a word and
     /// one-letter words get none. None: such words are left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_floor: Option<f32>,
@@ -145,11 +146,6 @@ impl TextTerms {
                 .copied()
                 .filter(|&i| positive(i) && !function(i))
                 .collect();
-            let mut others: Vec<usize> = (0..weights.len())
-                .filter(|&i| positive(i) && !own.contains(&i) && !function(i))
-                .collect();
-            others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
-            others.truncate(e);
             // The user's words lead: no other term weighs more than (a share of) the weakest.
             let share = self.expansion_share.unwrap_or(1.0).clamp(0.0, 1.0);
             let weakest = mine
@@ -176,6 +172,12 @@ impl TextTerms {
             } else {
                 Vec::new()
             };
+            // A word the user typed takes the place of an added term: the query grows no longer.
+            let mut others: Vec<usize> = (0..weights.len())
+                .filter(|&i| positive(i) && !own.contains(&i) && !function(i))
+                .collect();
+            others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+            others.truncate(e.saturating_sub(zeroed.len()));
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
                 .map(|i| (i, weights[i]))
@@ -269,13 +271,22 @@ mod tests {
             own_floor: Some(0.25),
             ..TextTerms::expansion(1, vec!["emoji".into()])
         };
-        let kept = terms.keep(&weights, &[0, 1, 2, 3, 4], &tokens, &[4]);
+        let own = [0, 1, 2, 3, 4];
+        // "man" takes the one added term's place …
+        let kept = terms.keep(&weights, &own, &tokens, &[4]);
+        assert_eq!(kept, vec![("man", 0.3), ("mechanic", 1.2)]);
+        // … and beside it, with room for two.
+        let two = TextTerms {
+            expansion: Some(2),
+            ..terms.clone()
+        };
+        let kept = two.keep(&weights, &own, &tokens, &[4]);
         assert_eq!(kept, vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.6)]);
         let without = TextTerms {
             own_floor: None,
             ..terms
         };
-        let kept = without.keep(&weights, &[0, 1, 2, 3, 4], &tokens, &[4]);
+        let kept = without.keep(&weights, &own, &tokens, &[4]);
         assert_eq!(kept, vec![("mechanic", 1.2), ("tool", 0.6)]);
     }
 }
