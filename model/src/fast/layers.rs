@@ -219,17 +219,10 @@ impl SelfAttention {
         }
         let head_dim = hidden / heads;
         qkv.scale_rows(0, hidden, 1.0 / (head_dim as f64).sqrt())?;
-        Ok(Self {
-            q: qkv.rows(0, hidden)?,
-            kv: qkv.rows(hidden, 2 * hidden)?,
-            qkv,
-            out,
-            heads,
-        })
+        Self::prescaled(qkv, out, heads)
     }
 
     /// [`Self::new`] for a projection whose query rows are already scaled.
-    #[cfg(test)]
     pub fn prescaled(qkv: Linear, out: Linear, heads: usize) -> candle_core::Result<Self> {
         let hidden = out.out_features();
         Ok(Self {

@@ -160,19 +160,9 @@ mod tests {
         (f32_block, f64_block)
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-        let a = a.to_dtype(DType::F64).unwrap();
-        let b = b.to_dtype(DType::F64).unwrap();
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        crate::nn::tests::max_abs_diff(&f32(a), &f32(b))
     }
 
     /// The causal mask's oracle: position r's output is the unmasked block's last output over
