@@ -1,7 +1,8 @@
 //! MobileCLIP (Apple's `apple/MobileCLIP-S1-OpenCLIP`, `-S2-`, `timm/MobileCLIP2-S0/S2-OpenCLIP`)
 //! as a frozen dense dual encoder: the dense fallback, and a backbone whose embeddings lexicon
 //! heads can be trained on. Images go through FastViT MCi ([`crate::fastvit`], folded for
-//! inference at load), texts through candle-transformers' OpenCLIP text transformer.
+//! inference at load), texts through open_clip's text transformer on the pre-norm blocks of
+//! [`crate::fast`] ([`TextTower`]).
 //!
 //! These models come in open_clip's layout, not Hugging Face's: `open_clip_config.json`
 //! (`model_cfg`, `preprocess_cfg`), `open_clip_model.safetensors` and `tokenizer.json`. The FastViT
@@ -14,16 +15,19 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Module, Tensor};
-use candle_transformers::models::openclip::text_model::{self, OpenClipTextTransformer};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
 use lexlip_proto::DenseVector;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, text_embeddings};
+use crate::dense::{DenseEncoder, unit_rows};
 use crate::error::{ModelError, Result};
+use crate::fast::Activation;
+use crate::fast::layers::{LayerNorm, Linear};
+use crate::fast::vit::{PreNormBlock, open_clip_block};
 use crate::fastvit::FastVit;
 use crate::image::ImageProcessor;
 use crate::tokens::{load_tokenizer, tokenize, truncate_to};
@@ -139,11 +143,75 @@ pub fn load_config(path: &Path) -> Result<MobileClipConfig> {
     })
 }
 
+/// MobileCLIP's text tower, open_clip's `TextTransformer` under its names (`text.*`): token and
+/// positional embeddings, pre-norm blocks with an exact-GELU MLP and no causal mask, `ln_final`,
+/// pooled at the largest id (`<|endoftext|>`) and projected by `text_projection`. The last block
+/// is computed at the pooled token only.
+#[derive(Debug, Clone)]
+pub struct TextTower {
+    token_embedding: Tensor,
+    positional_embedding: Tensor,
+    blocks: Vec<PreNormBlock>,
+    ln_final: LayerNorm,
+    /// `text_projection` (`(width, dim)`, applied as `x · P`) as a layer without bias.
+    projection: Linear,
+}
+
+impl TextTower {
+    /// `vb` at `text.`.
+    fn load(vb: &VarBuilder, t: &TextCfg, dim: usize) -> candle_core::Result<Self> {
+        let mlp = (t.width as f64 * t.mlp_ratio).round() as usize;
+        let resblocks = vb.pp("transformer").pp("resblocks");
+        let projection = vb.get((t.width, dim), "text_projection")?;
+        Ok(Self {
+            token_embedding: vb.get((t.vocab_size, t.width), "token_embedding.weight")?,
+            positional_embedding: vb.get((t.context_length, t.width), "positional_embedding")?,
+            blocks: (0..t.layers)
+                .map(|i| open_clip_block(&resblocks.pp(i), t.width, mlp, t.heads, Activation::Gelu))
+                .collect::<candle_core::Result<_>>()?,
+            ln_final: LayerNorm::load(&vb.pp("ln_final"), t.width, 1e-5)?,
+            projection: Linear::from_tensors(
+                projection.t()?.contiguous()?,
+                Tensor::zeros(dim, projection.dtype(), projection.device())?,
+            ),
+        })
+    }
+
+    /// `ids`, every row the whole context long → `(batch, dim)`.
+    fn features(&self, ids: &[Vec<u32>], device: &Device) -> candle_core::Result<Tensor> {
+        let (b, n) = (ids.len(), ids.first().map_or(0, Vec::len));
+        if n == 0 || n > self.positional_embedding.dim(0)? || ids.iter().any(|r| r.len() != n) {
+            candle_core::bail!("texts must all be the model's context long, got {n} tokens");
+        }
+        // open_clip's `argmax`: the first of the largest ids.
+        let at: Vec<usize> = ids
+            .iter()
+            .map(|row| {
+                let max = row.iter().copied().max().unwrap_or(0);
+                row.iter().position(|&t| t == max).unwrap_or(0)
+            })
+            .collect();
+        let flat: Vec<u32> = ids.iter().flatten().copied().collect();
+        let width = self.token_embedding.dim(1)?;
+        let mut x = self
+            .token_embedding
+            .index_select(&Tensor::from_vec(flat, b * n, device)?, 0)?
+            .reshape((b, n, width))?
+            .broadcast_add(&self.positional_embedding.narrow(0, 0, n)?)?;
+        let Some((last, rest)) = self.blocks.split_last() else {
+            candle_core::bail!("MobileCLIP's text tower needs at least one layer");
+        };
+        for block in rest {
+            x = block.forward(&x)?;
+        }
+        let pooled = self.ln_final.forward(&last.forward_at(&x, &at, false)?)?;
+        self.projection.forward(&pooled.squeeze(1)?)
+    }
+}
+
 /// MobileCLIP's text and image towers → L2-normalised embeddings in one space.
 pub struct MobileClipEncoder {
-    text: OpenClipTextTransformer,
-    /// `(width, embed_dim)`.
-    text_projection: Tensor,
+    text: TextTower,
     image: FastVit,
     tokenizer: Tokenizer,
     processor: ImageProcessor,
@@ -193,22 +261,9 @@ impl MobileClipEncoder {
             ));
         }
         let t = &config.text;
-        let text_config = text_model::Config {
-            vocab_size: t.vocab_size,
-            embed_dim: t.width,
-            intermediate_size: (t.width as f64 * t.mlp_ratio).round() as usize,
-            max_position_embeddings: t.context_length,
-            pad_with: None,
-            num_hidden_layers: t.layers,
-            num_attention_heads: t.heads,
-            projection_dim: config.embed_dim,
-        };
         let vb = weights.var_builder(DType::F32, device);
-        let load = |e| weights.load_error(e);
-        let text = OpenClipTextTransformer::new(vb.pp("text"), &text_config).map_err(load)?;
-        let text_projection = vb
-            .get((t.width, config.embed_dim), "text.text_projection")
-            .map_err(load)?;
+        let text = TextTower::load(&vb.pp("text"), t, config.embed_dim)
+            .map_err(|e| weights.load_error(e))?;
         let tokenizer_path = dir.join("tokenizer.json");
         let mut tokenizer = load_tokenizer(&tokenizer_path)?;
         if tokenizer.token_to_id(END_OF_TEXT).is_none() {
@@ -234,7 +289,6 @@ impl MobileClipEncoder {
         .with_mean_std(p.mean, p.std, &dir.join(CONFIG_FILE), "preprocess_cfg.std")?;
         Ok(Self {
             text,
-            text_projection,
             image,
             tokenizer,
             processor,
@@ -263,11 +317,11 @@ impl DenseEncoder for MobileClipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
         // Every row is already the whole context long (see `tokenize`).
-        text_embeddings(&self.tokenize(texts)?, 0, &self.device, |ids| {
-            // The `Module` forward: the final states pooled at `<|endoftext|>`.
-            Module::forward(&self.text, ids)?.matmul(&self.text_projection)
-        })
+        unit_rows(&self.text.features(&self.tokenize(texts)?, &self.device)?)
     }
 
     fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {

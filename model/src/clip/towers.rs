@@ -150,7 +150,7 @@ impl TextTower {
         }
         let pooled = self
             .final_layer_norm
-            .forward(&last.forward_causal_at(&x, &at)?)?;
+            .forward(&last.forward_at(&x, &at, true)?)?;
         self.projection.forward(&pooled.squeeze(1)?)
     }
 }

@@ -4,6 +4,8 @@
 
 use candle_core::Tensor;
 
+use candle_nn::VarBuilder;
+
 use super::layers::{Activation, LayerNorm, Linear, SelfAttention, first};
 
 /// One pre-norm layer.
@@ -45,19 +47,55 @@ impl PreNormBlock {
         self.mlp(&x)
     }
 
-    /// [`Self::forward_causal`]'s output at position `at[i]` of input `i` only, `(batch, 1,
-    /// hidden)`: what a head pooling one token reads of a last layer.
-    pub fn forward_causal_at(&self, x: &Tensor, at: &[usize]) -> candle_core::Result<Tensor> {
+    /// The output at position `at[i]` of input `i` only, `(batch, 1, hidden)`, that position
+    /// attending to every position or, `causal`, to those up to it (as in
+    /// [`Self::forward_causal`]): what a head pooling one token reads of a last layer.
+    pub fn forward_at(
+        &self,
+        x: &Tensor,
+        at: &[usize],
+        causal: bool,
+    ) -> candle_core::Result<Tensor> {
         let normed = self.norm1.forward(x)?;
-        let seen: Vec<usize> = at.iter().map(|&p| p + 1).collect();
+        let seen: Option<Vec<usize>> = causal.then(|| at.iter().map(|&p| p + 1).collect());
         let x = self.attention.forward_picked(
             &normed,
             &rows_at(&normed, at)?,
-            Some(&seen),
+            seen.as_deref(),
             &rows_at(x, at)?,
         )?;
         self.mlp(&x)
     }
+}
+
+/// One residual block under open_clip's (and OpenAI CLIP's) names: `ln_1`, `nn.MultiheadAttention`'s
+/// packed projection (`attn.in_proj_weight`, queries then keys then values), `ln_2`, and the MLP
+/// `mlp.c_fc` → `act` → `mlp.c_proj`; layer norms at PyTorch's default ε.
+pub(crate) fn open_clip_block(
+    vb: &VarBuilder,
+    width: usize,
+    mlp: usize,
+    heads: usize,
+    act: Activation,
+) -> candle_core::Result<PreNormBlock> {
+    const EPS: f64 = 1e-5;
+    let w = width;
+    let attn = vb.pp("attn");
+    Ok(PreNormBlock {
+        norm1: LayerNorm::load(&vb.pp("ln_1"), w, EPS)?,
+        attention: SelfAttention::new(
+            Linear::from_tensors(
+                attn.get((3 * w, w), "in_proj_weight")?,
+                attn.get(3 * w, "in_proj_bias")?,
+            ),
+            Linear::load(&attn.pp("out_proj"), w, w)?,
+            heads,
+        )?,
+        norm2: LayerNorm::load(&vb.pp("ln_2"), w, EPS)?,
+        fc1: Linear::load(&vb.pp("mlp").pp("c_fc"), w, mlp)?,
+        fc2: Linear::load(&vb.pp("mlp").pp("c_proj"), mlp, w)?,
+        act,
+    })
 }
 
 /// Row `at[i]` of input `i` of `(batch, tokens, hidden)` states: `(batch, 1, hidden)`.
@@ -184,9 +222,13 @@ mod tests {
             .unwrap();
         assert!(max_diff(&y, &y64) < 1e-5);
         let at = [6, 0, 3];
-        let picked = block.forward_causal_at(&x, &at).unwrap();
+        let picked = block.forward_at(&x, &at, true).unwrap();
         assert_eq!(picked.dims(), &[3, 1, 8]);
         assert!(max_diff(&picked, &rows_at(&y, &at).unwrap()) < 1e-5);
         assert!(rows_at(&y, &[7, 0, 0]).is_err());
+        // Unmasked, the picked outputs are those rows of the whole block's.
+        let whole = block.forward(&x).unwrap();
+        let picked = block.forward_at(&x, &at, false).unwrap();
+        assert!(max_diff(&picked, &rows_at(&whole, &at).unwrap()) < 1e-5);
     }
 }

@@ -7,8 +7,8 @@ use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
 use crate::fast::Activation;
-use crate::fast::layers::{LayerNorm, Linear, SelfAttention};
-use crate::fast::vit::{PreNormBlock, patches};
+use crate::fast::layers::{LayerNorm, Linear};
+use crate::fast::vit::{PreNormBlock, open_clip_block, patches};
 
 /// The shape of the tower: what `encoder_p` of the checkpoint's `config.json` says, checked
 /// against the tensors.
@@ -31,26 +31,9 @@ impl VisionShape {
 /// PyTorch's `nn.LayerNorm` default, which the reference's layer norms keep.
 const EPS: f64 = 1e-5;
 
-/// One residual block under the reference's names: `nn.MultiheadAttention`'s packed
-/// projection (`in_proj_weight`, queries then keys then values) and a QuickGELU MLP.
+/// One residual block under the reference's names, with a QuickGELU MLP four times as wide.
 fn block(vb: &VarBuilder, s: &VisionShape) -> candle_core::Result<PreNormBlock> {
-    let w = s.width;
-    let attn = vb.pp("attn");
-    Ok(PreNormBlock {
-        norm1: LayerNorm::load(&vb.pp("ln_1"), w, EPS)?,
-        attention: SelfAttention::new(
-            Linear::from_tensors(
-                attn.get((3 * w, w), "in_proj_weight")?,
-                attn.get(3 * w, "in_proj_bias")?,
-            ),
-            Linear::load(&attn.pp("out_proj"), w, w)?,
-            s.heads,
-        )?,
-        norm2: LayerNorm::load(&vb.pp("ln_2"), w, EPS)?,
-        fc1: Linear::load(&vb.pp("mlp").pp("c_fc"), w, 4 * w)?,
-        fc2: Linear::load(&vb.pp("mlp").pp("c_proj"), 4 * w, w)?,
-        act: Activation::QuickGelu,
-    })
+    open_clip_block(vb, s.width, 4 * s.width, s.heads, Activation::QuickGelu)
 }
 
 /// Pixels `(batch, 3, resolution, resolution)` → patch states `(batch, grid², width)` after
