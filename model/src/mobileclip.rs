@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, unit_rows};
+use crate::dense::{DenseEncoder, unit_text_rows};
 use crate::error::{ModelError, Result};
 use crate::fast::Activation;
 use crate::fast::layers::{LayerNorm, Linear};
@@ -317,11 +317,10 @@ impl DenseEncoder for MobileClipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
         // Every row is already the whole context long (see `tokenize`).
-        unit_rows(&self.text.features(&self.tokenize(texts)?, &self.device)?)
+        unit_text_rows(texts, |texts| {
+            Ok(self.text.features(&self.tokenize(texts)?, &self.device)?)
+        })
     }
 
     fn image_features(&self, pixels: &Tensor) -> Result<Tensor> {

@@ -13,7 +13,7 @@ use serde_json::json;
 use tokenizers::Tokenizer;
 
 use crate::config::{read_json, with_defaults};
-use crate::dense::{DenseEncoder, unit_rows};
+use crate::dense::{DenseEncoder, unit_text_rows};
 use crate::error::Result;
 use crate::fast::Activation;
 use crate::image::ImageProcessor;
@@ -168,10 +168,9 @@ impl DenseEncoder for ClipEncoder {
     }
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        unit_rows(&self.text.features(&self.tokenize(texts)?, &self.device)?)
+        unit_text_rows(texts, |texts| {
+            Ok(self.text.features(&self.tokenize(texts)?, &self.device)?)
+        })
     }
 
     fn device(&self) -> &Device {
