@@ -27,7 +27,7 @@ use crate::dense::{DenseEncoder, unit_text_rows};
 use crate::error::{ModelError, Result};
 use crate::fast::Activation;
 use crate::fast::layers::{LayerNorm, Linear};
-use crate::fast::vit::{PreNormBlock, open_clip_block};
+use crate::fast::vit::{PreNormBlock, embed_tokens, first_largest, open_clip_block, pooled};
 use crate::fastvit::FastVit;
 use crate::image::ImageProcessor;
 use crate::tokens::{load_tokenizer, tokenize, truncate_to};
@@ -170,41 +170,21 @@ impl TextTower {
                 .map(|i| open_clip_block(&resblocks.pp(i), t.width, mlp, t.heads, Activation::Gelu))
                 .collect::<candle_core::Result<_>>()?,
             ln_final: LayerNorm::load(&vb.pp("ln_final"), t.width, 1e-5)?,
-            projection: Linear::from_tensors(
-                projection.t()?.contiguous()?,
-                Tensor::zeros(dim, projection.dtype(), projection.device())?,
-            ),
+            projection: Linear::without_bias(projection.t()?.contiguous()?)?,
         })
     }
 
     /// `ids`, every row the whole context long → `(batch, dim)`.
-    fn features(&self, ids: &[Vec<u32>], device: &Device) -> candle_core::Result<Tensor> {
-        let (b, n) = (ids.len(), ids.first().map_or(0, Vec::len));
-        if n == 0 || n > self.positional_embedding.dim(0)? || ids.iter().any(|r| r.len() != n) {
+    fn features(&self, ids: &[Vec<u32>]) -> candle_core::Result<Tensor> {
+        let n = ids.first().map_or(0, Vec::len);
+        if n == 0 || ids.iter().any(|r| r.len() != n) {
             candle_core::bail!("texts must all be the model's context long, got {n} tokens");
         }
-        // open_clip's `argmax`: the first of the largest ids.
-        let at: Vec<usize> = ids
-            .iter()
-            .map(|row| {
-                let max = row.iter().copied().max().unwrap_or(0);
-                row.iter().position(|&t| t == max).unwrap_or(0)
-            })
-            .collect();
-        let flat: Vec<u32> = ids.iter().flatten().copied().collect();
-        let width = self.token_embedding.dim(1)?;
-        let mut x = self
-            .token_embedding
-            .index_select(&Tensor::from_vec(flat, b * n, device)?, 0)?
-            .reshape((b, n, width))?
-            .broadcast_add(&self.positional_embedding.narrow(0, 0, n)?)?;
-        let Some((last, rest)) = self.blocks.split_last() else {
-            candle_core::bail!("MobileCLIP's text tower needs at least one layer");
-        };
-        for block in rest {
-            x = block.forward(&x)?;
-        }
-        let pooled = self.ln_final.forward(&last.forward_at(&x, &at, false)?)?;
+        let at: Vec<usize> = ids.iter().map(|row| first_largest(row)).collect();
+        let x = embed_tokens(&self.token_embedding, &self.positional_embedding, ids)?;
+        let pooled = self
+            .ln_final
+            .forward(&pooled(&self.blocks, x, &at, false)?)?;
         self.projection.forward(&pooled.squeeze(1)?)
     }
 }
@@ -319,7 +299,7 @@ impl DenseEncoder for MobileClipEncoder {
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
         // Every row is already the whole context long (see `tokenize`).
         unit_text_rows(texts, |texts| {
-            Ok(self.text.features(&self.tokenize(texts)?, &self.device)?)
+            Ok(self.text.features(&self.tokenize(texts)?)?)
         })
     }
 

@@ -8,7 +8,7 @@ use candle_nn::VarBuilder;
 
 use super::config::VisionConfig;
 use crate::fast::layers::{LayerNorm, Linear, SelfAttention};
-use crate::fast::vit::{PreNormBlock, patches};
+use crate::fast::vit::{PreNormBlock, patches, pooled};
 
 /// One layer of the tower, under BLIP's names.
 fn layer(vb: &VarBuilder, c: &VisionConfig) -> candle_core::Result<PreNormBlock> {
@@ -109,14 +109,9 @@ impl VisionTower {
     /// the last layer that only other positions need (its queries, attention rows, output
     /// projection and MLP there).
     pub fn class_token(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
-        let mut x = self.embed(pixels)?;
-        let Some((last, rest)) = self.layers.split_last() else {
-            candle_core::bail!("the image tower has no layers")
-        };
-        for layer in rest {
-            x = layer.forward(&x)?;
-        }
-        let x = last.forward_first(&x)?;
+        let x = self.embed(pixels)?;
+        let first = vec![0; x.dim(0)?];
+        let x = pooled(&self.layers, x, &first, false)?;
         self.post_layernorm.forward(&x)?.squeeze(1)
     }
 }

@@ -169,7 +169,7 @@ impl DenseEncoder for ClipEncoder {
 
     fn encode_texts(&self, texts: &[&str]) -> Result<Vec<DenseVector>> {
         unit_text_rows(texts, |texts| {
-            Ok(self.text.features(&self.tokenize(texts)?, &self.device)?)
+            Ok(self.text.features(&self.tokenize(texts)?)?)
         })
     }
 

@@ -4,12 +4,12 @@
 //! token; the vision tower's at its class token. The last layer of each is computed at the
 //! pooled position only, all the projection reads.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 use crate::fast::Activation;
 use crate::fast::layers::{LayerNorm, Linear, SelfAttention};
-use crate::fast::vit::{PreNormBlock, patches};
+use crate::fast::vit::{PreNormBlock, embed_tokens, first_largest, patches, pooled};
 
 /// What one tower's layers are: its `text_config` or `vision_config`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,16 +56,16 @@ fn projection(
     hidden: usize,
     dim: usize,
 ) -> candle_core::Result<Linear> {
-    let weight = vb.get((dim, hidden), &format!("{name}.weight"))?;
-    let bias = Tensor::zeros(dim, weight.dtype(), weight.device())?;
-    Ok(Linear::from_tensors(weight, bias))
+    Linear::without_bias(vb.get((dim, hidden), &format!("{name}.weight"))?)
 }
 
-/// Everything but the last block, then the last at the pooled positions only.
-fn split_last(blocks: &[PreNormBlock]) -> candle_core::Result<(&PreNormBlock, &[PreNormBlock])> {
-    match blocks.split_last() {
-        Some(split) => Ok(split),
-        None => candle_core::bail!("a CLIP tower needs at least one layer"),
+/// The position HF's `CLIPTextTransformer` pools in one text's ids for `text_config.eos_token_id`
+/// `eos`: with the legacy 2, the largest id's (OpenAI's end-of-text token); else `eos`'s first.
+fn pooled_at(ids: &[u32], eos: u32) -> usize {
+    if eos == 2 {
+        first_largest(ids)
+    } else {
+        ids.iter().position(|&t| t == eos).unwrap_or(0)
     }
 }
 
@@ -106,51 +106,14 @@ impl TextTower {
         })
     }
 
-    /// The position HF's `CLIPTextTransformer` pools in one text's ids.
-    fn pooled_at(&self, ids: &[u32]) -> usize {
-        if self.eos == 2 {
-            // The first of the largest, as `argmax` picks.
-            let max = ids.iter().copied().max().unwrap_or(0);
-            ids.iter().position(|&t| t == max).unwrap_or(0)
-        } else {
-            ids.iter().position(|&t| t == self.eos).unwrap_or(0)
-        }
-    }
-
     /// `ids` (one row per text, any lengths up to the position table's) → `(batch, dim)`.
-    pub fn features(&self, ids: &[Vec<u32>], device: &Device) -> candle_core::Result<Tensor> {
-        let at: Vec<usize> = ids.iter().map(|row| self.pooled_at(row)).collect();
-        let n = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        if n > self.position_embedding.dim(0)? {
-            candle_core::bail!(
-                "a text of {n} tokens is longer than the model's {} positions",
-                self.position_embedding.dim(0)?
-            );
-        }
+    pub fn features(&self, ids: &[Vec<u32>]) -> candle_core::Result<Tensor> {
+        let at: Vec<usize> = ids.iter().map(|row| pooled_at(row, self.eos)).collect();
         // Right-padding: behind the causal mask no pooled token sees it.
-        let flat: Vec<u32> = ids
-            .iter()
-            .flat_map(|row| {
-                row.iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(0, n - row.len()))
-            })
-            .collect();
-        let b = ids.len();
-        let index = Tensor::from_vec(flat, b * n, device)?;
-        let hidden = self.token_embedding.dim(1)?;
-        let mut x = self
-            .token_embedding
-            .index_select(&index, 0)?
-            .reshape((b, n, hidden))?
-            .broadcast_add(&self.position_embedding.narrow(0, 0, n)?)?;
-        let (last, rest) = split_last(&self.blocks)?;
-        for block in rest {
-            x = block.forward_causal(&x)?;
-        }
+        let x = embed_tokens(&self.token_embedding, &self.position_embedding, ids)?;
         let pooled = self
             .final_layer_norm
-            .forward(&last.forward_at(&x, &at, true)?)?;
+            .forward(&pooled(&self.blocks, x, &at, true)?)?;
         self.projection.forward(&pooled.squeeze(1)?)
     }
 }
@@ -195,10 +158,7 @@ impl VisionTower {
         let grid = size.image / p;
         let conv = e.get((h, 3, p, p), "patch_embedding.weight")?;
         Ok(Self {
-            patch_embedding: Linear::from_tensors(
-                conv.reshape((h, 3 * p * p))?,
-                Tensor::zeros(h, conv.dtype(), conv.device())?,
-            ),
+            patch_embedding: Linear::without_bias(conv.reshape((h, 3 * p * p))?)?,
             class_embedding: e.get(h, "class_embedding")?,
             position_embedding: e.get((grid * grid + 1, h), "position_embedding.weight")?,
             pre_layrnorm: LayerNorm::load(&v.pp("pre_layrnorm"), h, s.eps)?,
@@ -219,12 +179,10 @@ impl VisionTower {
             self.class_embedding.dim(0)?,
         ))?;
         let x = Tensor::cat(&[&class, &patches], 1)?.broadcast_add(&self.position_embedding)?;
-        let mut x = self.pre_layrnorm.forward(&x)?;
-        let (last, rest) = split_last(&self.blocks)?;
-        for block in rest {
-            x = block.forward(&x)?;
-        }
-        let pooled = self.post_layernorm.forward(&last.forward_first(&x)?)?;
+        let x = self.pre_layrnorm.forward(&x)?;
+        let pooled = self
+            .post_layernorm
+            .forward(&pooled(&self.blocks, x, &vec![0; b], false)?)?;
         self.projection.forward(&pooled.squeeze(1)?)
     }
 }
@@ -233,35 +191,12 @@ impl VisionTower {
 mod tests {
     use super::*;
 
-    /// A one-layer text tower over a vocabulary of 10 whose pooling rule is under test only.
-    fn pooling(eos: u32) -> TextTower {
-        let dev = Device::Cpu;
-        let z =
-            |shape: (usize, usize)| Tensor::zeros(shape, candle_core::DType::F32, &dev).unwrap();
-        TextTower {
-            token_embedding: z((10, 4)),
-            position_embedding: z((8, 4)),
-            blocks: Vec::new(),
-            final_layer_norm: LayerNorm::load(
-                &VarBuilder::zeros(candle_core::DType::F32, &dev),
-                4,
-                1e-5,
-            )
-            .unwrap(),
-            projection: Linear::from_tensors(
-                z((2, 4)),
-                Tensor::zeros(2, candle_core::DType::F32, &dev).unwrap(),
-            ),
-            eos,
-        }
-    }
-
     /// HF's rule: eos 2 pools at the (first) largest id; any other eos at its first place.
     #[test]
     fn pools_where_the_reference_does() {
-        assert_eq!(pooling(2).pooled_at(&[8, 3, 9, 0, 9]), 2);
-        assert_eq!(pooling(7).pooled_at(&[8, 7, 9, 7]), 1);
-        assert_eq!(pooling(7).pooled_at(&[8, 9]), 0);
-        assert_eq!(pooling(2).pooled_at(&[]), 0);
+        assert_eq!(pooled_at(&[8, 3, 9, 0, 9], 2), 2);
+        assert_eq!(pooled_at(&[8, 7, 9, 7], 7), 1);
+        assert_eq!(pooled_at(&[8, 9], 7), 0);
+        assert_eq!(pooled_at(&[], 2), 0);
     }
 }

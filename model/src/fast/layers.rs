@@ -62,6 +62,12 @@ impl Linear {
         Self { weight, bias }
     }
 
+    /// A layer without bias (a projection, a bias-free convolution): `weight` `(out, in)`.
+    pub fn without_bias(weight: Tensor) -> candle_core::Result<Self> {
+        let bias = Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device())?;
+        Ok(Self { weight, bias })
+    }
+
     /// The layer whose outputs are these layers' outputs, one after the other.
     pub fn stack(parts: &[Linear]) -> candle_core::Result<Self> {
         let weights: Vec<&Tensor> = parts.iter().map(|l| &l.weight).collect();

@@ -6,7 +6,7 @@ use candle_core::Tensor;
 
 use candle_nn::VarBuilder;
 
-use super::layers::{Activation, LayerNorm, Linear, SelfAttention, first};
+use super::layers::{Activation, LayerNorm, Linear, SelfAttention};
 
 /// One pre-norm layer.
 #[derive(Debug, Clone)]
@@ -29,14 +29,6 @@ impl PreNormBlock {
     /// `(batch, tokens, hidden)` → the same shape.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = self.attention.forward(&self.norm1.forward(x)?, None, x)?;
-        self.mlp(&x)
-    }
-
-    /// The layer's output at the first token only, `(batch, 1, hidden)`.
-    pub fn forward_first(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let x = self
-            .attention
-            .forward_first(&self.norm1.forward(x)?, None, &first(x)?)?;
         self.mlp(&x)
     }
 
@@ -96,6 +88,64 @@ pub(crate) fn open_clip_block(
         fc2: Linear::load(&vb.pp("mlp").pp("c_proj"), mlp, w)?,
         act,
     })
+}
+
+/// `blocks` over `x` (each position attending to all, or, `causal`, to those up to it), the
+/// last block at position `at[i]` of input `i` only: `(batch, 1, hidden)`, what a head pooling
+/// one token reads.
+pub(crate) fn pooled(
+    blocks: &[PreNormBlock],
+    mut x: Tensor,
+    at: &[usize],
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    let Some((last, rest)) = blocks.split_last() else {
+        candle_core::bail!("a transformer tower needs at least one layer");
+    };
+    for block in rest {
+        x = if causal {
+            block.forward_causal(&x)?
+        } else {
+            block.forward(&x)?
+        };
+    }
+    last.forward_at(&x, at, causal)
+}
+
+/// Token ids (one row per text, right-padded with 0 to the longest) embedded by
+/// `token_embedding` `(vocab, hidden)` plus the first rows of `position_embedding`:
+/// `(batch, tokens, hidden)`.
+pub(crate) fn embed_tokens(
+    token_embedding: &Tensor,
+    position_embedding: &Tensor,
+    ids: &[Vec<u32>],
+) -> candle_core::Result<Tensor> {
+    let n = ids.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let positions = position_embedding.dim(0)?;
+    if n > positions {
+        candle_core::bail!("a text of {n} tokens is longer than the model's {positions} positions");
+    }
+    let flat: Vec<u32> = ids
+        .iter()
+        .flat_map(|row| {
+            row.iter()
+                .copied()
+                .chain(std::iter::repeat_n(0, n - row.len()))
+        })
+        .collect();
+    let b = ids.len();
+    let index = Tensor::from_vec(flat, b * n, token_embedding.device())?;
+    token_embedding
+        .index_select(&index, 0)?
+        .reshape((b, n, token_embedding.dim(1)?))?
+        .broadcast_add(&position_embedding.narrow(0, 0, n)?)
+}
+
+/// The first position of the largest id (PyTorch's `argmax`), where OpenAI's CLIP vocabularies
+/// put `<|endoftext|>`, the token their text towers pool at; 0 for no ids.
+pub(crate) fn first_largest(ids: &[u32]) -> usize {
+    let max = ids.iter().copied().max().unwrap_or(0);
+    ids.iter().position(|&t| t == max).unwrap_or(0)
 }
 
 /// Row `at[i]` of input `i` of `(batch, tokens, hidden)` states: `(batch, 1, hidden)`.

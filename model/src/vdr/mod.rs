@@ -190,10 +190,7 @@ pub fn load(
     let vision = Vision::load(&image_vb, shape).map_err(|e| weights.load_error(e))?;
     let projection = image_vb
         .get((terms.len(), shape.width), "proj")
-        .and_then(|p| {
-            let bias = Tensor::zeros(terms.len(), p.dtype(), p.device())?;
-            Ok(crate::fast::layers::Linear::from_tensors(p, bias))
-        })
+        .and_then(crate::fast::layers::Linear::without_bias)
         .map_err(|e| weights.load_error(e))?;
     let lexicon = Lexicon {
         terms,

@@ -39,10 +39,9 @@ impl Text {
             .word_embeddings()
             .index_select(&index, 0)?
             .contiguous()?;
-        let bias = Tensor::zeros(terms.len(), words.dtype(), vb.device())?;
         Ok(Self {
             ln: LayerNorm::load(&vb.pp("ln"), shape.hidden_size, EPS)?,
-            projection: Linear::from_tensors(words, bias),
+            projection: Linear::without_bias(words)?,
             bert,
             max_len,
             pad_id,

@@ -60,10 +60,7 @@ impl Vision {
             .map(|i| block(&vb.pp("transformer").pp("resblocks").pp(i), s))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
-            patch_embedding: Linear::from_tensors(
-                conv.reshape((s.width, 3 * p * p))?,
-                Tensor::zeros(s.width, conv.dtype(), conv.device())?,
-            ),
+            patch_embedding: Linear::without_bias(conv.reshape((s.width, 3 * p * p))?)?,
             positional_embedding: vb.get((s.grid() * s.grid(), s.width), "positional_embedding")?,
             ln_pre: LayerNorm::load(&vb.pp("ln_pre"), s.width, EPS)?,
             blocks,
