@@ -15,19 +15,21 @@
 //! assert_eq!(q.query(VectorInput::Weights(w)).unwrap().len(), 2);
 //! ```
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use lexlip_proto::{DEFAULT_SCALE, QuantizedVector, SparseVector, VectorInput};
 
 use crate::error::{IndexError, Result};
 
+/// The terms a collection accepts. A fast hash: every term of every document is looked up.
+pub type TermSet = rustc_hash::FxHashSet<String>;
+
 /// A collection's scale, top-K and vocabulary.
 #[derive(Debug, Clone)]
 pub struct Quantizer {
     scale: f32,
     top_k: Option<usize>,
-    vocab: Option<Arc<HashSet<String>>>,
+    vocab: Option<Arc<TermSet>>,
     /// Named in errors about unknown terms.
     term_space: String,
 }
@@ -46,11 +48,7 @@ impl Default for Quantizer {
 
 impl Quantizer {
     /// Checks the settings: a finite scale > 0, a top-K of at least 1.
-    pub fn new(
-        scale: f32,
-        top_k: Option<usize>,
-        vocab: Option<Arc<HashSet<String>>>,
-    ) -> Result<Self> {
+    pub fn new(scale: f32, top_k: Option<usize>, vocab: Option<Arc<TermSet>>) -> Result<Self> {
         if !scale.is_finite() || scale <= 0.0 {
             return Err(IndexError::InvalidSetting(format!(
                 "scale must be a finite number > 0, got {scale}"
@@ -124,7 +122,7 @@ impl Quantizer {
     fn quantize(&self, input: VectorInput) -> Result<QuantizedVector> {
         match input {
             VectorInput::Weights(w) => w
-                .try_quantize(self.scale)
+                .into_quantized(self.scale)
                 .map_err(|e| IndexError::InvalidSetting(e.to_string())),
             VectorInput::Impacts(q) => Ok(q),
         }

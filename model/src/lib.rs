@@ -19,6 +19,7 @@
 pub mod beit;
 pub mod bert;
 pub mod blip;
+pub mod catmull_rom;
 pub mod checkpoint;
 pub mod clip;
 pub mod config;

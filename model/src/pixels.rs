@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{Device, Tensor};
-use image::imageops::FilterType;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -176,7 +175,7 @@ impl ImageProcessor {
             (Resampler::Pillow, true) => return crate::resample::pillow_bicubic(rgb, size, size),
             (Resampler::Pillow, false) => return crate::resample::resize_and_crop(rgb, size),
             (Resampler::CatmullRom, true) => {
-                return image::imageops::resize(rgb, size, size, FilterType::CatmullRom);
+                return crate::catmull_rom::resize_crop(rgb, (size, size), 0..size, 0..size);
             }
             (Resampler::CatmullRom, false) => {}
         }
@@ -192,9 +191,8 @@ impl ImageProcessor {
                 size,
             )
         };
-        let resized = image::imageops::resize(rgb, nw, nh, FilterType::CatmullRom);
         let (x, y) = ((nw - size) / 2, (nh - size) / 2);
-        image::imageops::crop_imm(&resized, x, y, size, size).to_image()
+        crate::catmull_rom::resize_crop(rgb, (nw, nh), x..x + size, y..y + size)
     }
 
     /// [`ImageProcessor::preprocess_named`] with the input described by its length.

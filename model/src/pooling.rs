@@ -111,11 +111,14 @@ pub fn to_sparse(pooled: &Tensor, vocab: &Vocabulary) -> Result<Vec<SparseVector
                     vocab.len()
                 )));
             }
-            let pairs = row
+            // In the terms' string order, so that the vector needs no sort.
+            let tokens = vocab.tokens();
+            let pairs = vocab
+                .ids_by_text()
                 .iter()
-                .enumerate()
-                .filter(|(_, w)| **w != 0.0)
-                .map(|(i, w)| (vocab.tokens()[i].as_str(), *w));
+                .map(|&i| (i as usize, row[i as usize]))
+                .filter(|(_, w)| *w != 0.0)
+                .map(|(i, w)| (tokens[i].as_str(), w));
             Ok(SparseVector::new(pairs)?)
         })
         .collect()
@@ -128,7 +131,8 @@ pub(crate) fn rows_to_sparse(
 ) -> Result<Vec<SparseVector>> {
     let tokens = vocab.tokens();
     rows.into_iter()
-        .map(|row| {
+        .map(|mut row| {
+            vocab.sort_by_text(&mut row);
             if let Some((i, _)) = row.iter().find(|(i, _)| *i >= tokens.len()) {
                 return Err(ModelError::Invalid(format!(
                     "the encoder scores term {i} but its vocabulary has {}",

@@ -26,6 +26,11 @@ pub fn is_whole_word(piece: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Vocabulary {
     tokens: Arc<Vec<String>>,
+    /// Each token's place among the tokens sorted as strings: sparse vectors keep their terms
+    /// in that order, and lexicons built in it need no string sort.
+    ranks: Arc<Vec<u32>>,
+    /// Token ids in string order (the inverse of `ranks`).
+    by_text: Arc<Vec<u32>>,
     term_space: TermSpace,
 }
 
@@ -33,8 +38,16 @@ impl Vocabulary {
     /// From tokens in id order.
     pub fn new(name: impl Into<String>, tokens: Vec<String>) -> Self {
         let term_space = TermSpace::from_tokens(name, tokens.iter().map(String::as_str));
+        let mut by_text: Vec<u32> = (0..tokens.len() as u32).collect();
+        by_text.sort_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]));
+        let mut ranks = vec![0u32; tokens.len()];
+        for (rank, &id) in by_text.iter().enumerate() {
+            ranks[id as usize] = rank as u32;
+        }
         Self {
             tokens: Arc::new(tokens),
+            ranks: Arc::new(ranks),
+            by_text: Arc::new(by_text),
             term_space,
         }
     }
@@ -53,6 +66,17 @@ impl Vocabulary {
 
     pub fn tokens(&self) -> &[String] {
         &self.tokens
+    }
+
+    /// Token ids in the order of their strings: the order of a sparse vector's terms.
+    pub fn ids_by_text(&self) -> &[u32] {
+        &self.by_text
+    }
+
+    /// `(id, weight)` pairs reordered as their tokens sort (ids out of range last, for the
+    /// caller to refuse): an integer sort instead of a string one.
+    pub fn sort_by_text<W>(&self, pairs: &mut [(usize, W)]) {
+        pairs.sort_unstable_by_key(|(i, _)| self.ranks.get(*i).copied().unwrap_or(u32::MAX));
     }
 
     pub fn len(&self) -> usize {

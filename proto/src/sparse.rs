@@ -147,11 +147,14 @@ impl<W: Weight> Sparse<W> {
                 entries.push((term, w));
             }
         }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(VectorError::DuplicateTerm {
-                term: w[0].0.clone(),
-            });
+        // Encoders list their terms in order already: checking that costs no sort.
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(VectorError::DuplicateTerm {
+                    term: w[0].0.clone(),
+                });
+            }
         }
         Ok(Self { entries })
     }
@@ -224,9 +227,7 @@ impl SparseVector {
 
     /// Like [`SparseVector::quantize`] but rejects a bad scale.
     pub fn try_quantize(&self, scale: f32) -> Result<QuantizedVector, VectorError> {
-        if !scale.is_finite() || scale <= 0.0 {
-            return Err(VectorError::BadScale(scale));
-        }
+        check_scale(scale)?;
         let entries = self
             .entries
             .iter()
@@ -237,6 +238,27 @@ impl SparseVector {
             .collect();
         Ok(QuantizedVector { entries })
     }
+
+    /// [`SparseVector::try_quantize`] that reuses this vector's terms instead of copying them.
+    pub fn into_quantized(self, scale: f32) -> Result<QuantizedVector, VectorError> {
+        check_scale(scale)?;
+        let entries = self
+            .entries
+            .into_iter()
+            .filter_map(|(t, w)| {
+                let impact = quantize_weight(w, scale);
+                (impact > 0).then_some((t, impact))
+            })
+            .collect();
+        Ok(QuantizedVector { entries })
+    }
+}
+
+fn check_scale(scale: f32) -> Result<(), VectorError> {
+    if !scale.is_finite() || scale <= 0.0 {
+        return Err(VectorError::BadScale(scale));
+    }
+    Ok(())
 }
 
 /// `score` as a share of `own`, the score of a document equal to the query, in `[0, 1]` (0 when
@@ -459,6 +481,34 @@ mod tests {
     }
 
     proptest! {
+        /// Terms given in order (the encoders' fast path) or in any other order make the same
+        /// vector, a repeated term is refused either way, and quantizing by value equals
+        /// quantizing by reference.
+        #[test]
+        fn order_of_terms_does_not_matter(
+            ws in proptest::collection::btree_map("[a-e]{1,3}", 0.001f32..3.0, 0..30),
+            seed in 0u64..1000,
+            repeat in proptest::option::of(0usize..30),
+        ) {
+            let sorted: Vec<(String, f32)> = ws.into_iter().collect();
+            let mut shuffled = sorted.clone();
+            shuffled.sort_by_key(|(t, _)| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(&(t, seed), &mut h);
+                std::hash::Hasher::finish(&h)
+            });
+            let a = SparseVector::new(sorted.clone()).unwrap();
+            prop_assert_eq!(&a, &SparseVector::new(shuffled.clone()).unwrap());
+            prop_assert_eq!(a.clone().into_quantized(100.0).unwrap(), a.quantize(100.0));
+            if let Some(r) = repeat.filter(|&r| r < sorted.len()) {
+                let mut twice = sorted.clone();
+                twice.insert(r, sorted[r].clone());
+                prop_assert!(SparseVector::new(twice).is_err());
+                shuffled.push(sorted[r].clone());
+                prop_assert!(SparseVector::new(shuffled).is_err());
+            }
+        }
+
         #[test]
         fn top_k_keeps_the_largest(ws in proptest::collection::btree_map("[a-e]{1,3}", 0.0f32..3.0, 0..30), k in 0usize..40) {
             let v = SparseVector::new(ws.clone()).unwrap();
