@@ -41,27 +41,39 @@ pub fn resize_crop(
         _ => 0..0,
     };
     let stride = 3 * span.len();
+    let n_rows = down.len();
     let src = rgb.as_raw();
     let row_bytes = 3 * w as usize;
-    let mut tall = vec![0f32; stride * down.len()];
-    for (window, out) in down.iter().zip(tall.chunks_exact_mut(stride.max(1))) {
+    // First pass, a row at a time (vectorised along the row), stored column by column so that
+    // the second pass is vectorised along the column.
+    let mut line = vec![0f32; stride];
+    let mut columns = vec![0f32; stride * n_rows];
+    for (y, window) in down.iter().enumerate() {
+        line.fill(0.0);
         for (i, &weight) in window.weights.iter().enumerate() {
             let start = (window.left as usize + i) * row_bytes + 3 * span.start as usize;
-            for (acc, &p) in out.iter_mut().zip(&src[start..start + stride]) {
+            for (acc, &p) in line.iter_mut().zip(&src[start..start + stride]) {
                 *acc += f32::from(p) * weight;
             }
         }
+        for (k, &v) in line.iter().enumerate() {
+            columns[k * n_rows + y] = v;
+        }
     }
-    let mut data = Vec::with_capacity(3 * (out_w * out_h) as usize);
-    for row in tall.chunks_exact(stride.max(1)).take(down.len()) {
-        for window in &across {
-            let first = 3 * (window.left - span.start) as usize;
-            for c in 0..3 {
-                let mut acc = 0f32;
-                for (i, &weight) in window.weights.iter().enumerate() {
-                    acc += row[first + 3 * i + c] * weight;
+    let mut data = vec![0u8; 3 * (out_w * out_h) as usize];
+    let mut acc = vec![0f32; n_rows];
+    for (x, window) in across.iter().enumerate() {
+        let first = 3 * (window.left - span.start) as usize;
+        for c in 0..3 {
+            acc.fill(0.0);
+            for (i, &weight) in window.weights.iter().enumerate() {
+                let k = first + 3 * i + c;
+                for (a, &v) in acc.iter_mut().zip(&columns[k * n_rows..(k + 1) * n_rows]) {
+                    *a += v * weight;
                 }
-                data.push(acc.clamp(0.0, 255.0).round() as u8);
+            }
+            for (y, &a) in acc.iter().enumerate() {
+                data[3 * (y * out_w as usize + x) + c] = a.clamp(0.0, 255.0).round() as u8;
             }
         }
     }

@@ -191,6 +191,32 @@ mod tests {
             proptest::prop_assert_eq!(host, device);
         }
 
+        /// Lexicons built in the terms' string order equal the plain construction from id order
+        /// (a vocabulary whose ids are not in string order), for dense rows and for
+        /// `(id, weight)` rows in any order.
+        #[test]
+        fn lexicons_equal_the_plain_construction(rows in weight_rows(), seed in 0usize..40) {
+            let tokens: Vec<String> = (0..40).map(|i| format!("t{}", (i * 7 + seed) % 40)).collect();
+            let vocab = Vocabulary::new("t", tokens.clone());
+            let plain = |row: &[f32]| {
+                SparseVector::new(
+                    row.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(i, w)| (tokens[i].as_str(), *w)),
+                ).unwrap()
+            };
+            let b = rows.len();
+            let p = Tensor::from_slice(&rows.concat(), (b, 40), &Device::Cpu).unwrap();
+            let dense = to_sparse(&p, &vocab).unwrap();
+            let pairs: Vec<Vec<(usize, f32)>> = rows
+                .iter()
+                .map(|r| r.iter().copied().enumerate().filter(|(_, w)| *w != 0.0).rev().collect())
+                .collect();
+            let listed = rows_to_sparse(pairs, &vocab).unwrap();
+            for ((row, d), l) in rows.iter().zip(&dense).zip(&listed) {
+                proptest::prop_assert_eq!(d, &plain(row));
+                proptest::prop_assert_eq!(l, &plain(row));
+            }
+        }
+
         #[test]
         fn top_k_equals_sorting(
             rows in weight_rows(),
