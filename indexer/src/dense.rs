@@ -127,6 +127,9 @@ fn graph_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
+            // As many as the global pool (not `RAYON_NUM_THREADS`, which the binary sets to
+            // candle's count of physical cores).
+            .num_threads(rayon::current_num_threads())
             .thread_name(|i| format!("dense-graph-{i}"))
             .build()
             .ok()

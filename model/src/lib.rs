@@ -61,7 +61,7 @@ pub use candle_core::{DType, Device};
 pub use clip::ClipEncoder;
 pub use config::Architecture;
 pub use dense::DenseEncoder;
-pub use device::{describe as describe_device, device};
+pub use device::{describe as describe_device, device, settle_cpu_threads};
 pub use dual::DualEncoder;
 pub use error::{ModelError, Result};
 pub use image::{ImageEncoder, ImageProcessor, PreprocessedImage};

@@ -3,6 +3,7 @@
 use lexlip_server::cli;
 
 fn main() -> std::process::ExitCode {
+    lexlip_model::settle_cpu_threads();
     let args = cli::parse();
     cli::init_logging(args.log_format);
     match cli::run(args.command) {

@@ -450,7 +450,7 @@ fn batch(
     let queries = read_queries(c, path)?;
     let snap = c.snapshot()?;
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.unwrap_or(0))
+        .num_threads(args.threads.unwrap_or_else(rayon::current_num_threads))
         .build()?;
     let no_dense = |_| Ok::<_, SearchError>(None);
     let start = Instant::now();
