@@ -13,7 +13,8 @@ pub fn device(prefer_gpu: bool) -> Result<Device> {
     Ok(Device::Cpu)
 }
 
-/// Sets `RAYON_NUM_THREADS` to the thread count candle chooses, once, unless the user set it.
+/// Sets `RAYON_NUM_THREADS` to the thread count candle chooses, once, unless the user set a
+/// count.
 /// candle asks for that count at every matrix product and, without the variable, reads
 /// `/proc/cpuinfo` to find it (`num_cpus::get_physical`): a fifth of a text query's time at
 /// batch 1. rayon's global pool is built here with rayon's own default (every logical CPU), so
@@ -22,7 +23,12 @@ pub fn device(prefer_gpu: bool) -> Result<Device> {
 /// Call it first thing in `main`: setting the environment while another thread reads it is
 /// undefined behaviour, and the pool's threads start only after the variable is set.
 pub fn settle_cpu_threads() {
-    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+    // A positive count is the user's choice; 0 (rayon: "the default") or junk is no choice.
+    let given = std::env::var("RAYON_NUM_THREADS").ok();
+    if given
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .is_some_and(|n| n > 0)
+    {
         return;
     }
     let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
