@@ -23,10 +23,11 @@ pub fn device(prefer_gpu: bool) -> Result<Device> {
 /// Call it first thing in `main`: setting the environment while another thread reads it is
 /// undefined behaviour, and the pool's threads start only after the variable is set.
 pub fn settle_cpu_threads() {
-    // A positive count is the user's choice; 0 (rayon: "the default") or junk is no choice.
+    // A count candle reads (a positive integer) is the user's choice; 0 (rayon: "the default")
+    // or anything else is none.
     let given = std::env::var("RAYON_NUM_THREADS").ok();
     if given
-        .and_then(|n| n.trim().parse::<usize>().ok())
+        .and_then(|n| n.parse::<usize>().ok())
         .is_some_and(|n| n > 0)
     {
         return;
