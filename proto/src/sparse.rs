@@ -227,38 +227,32 @@ impl SparseVector {
 
     /// Like [`SparseVector::quantize`] but rejects a bad scale.
     pub fn try_quantize(&self, scale: f32) -> Result<QuantizedVector, VectorError> {
-        check_scale(scale)?;
-        let entries = self
-            .entries
-            .iter()
-            .filter_map(|(t, w)| {
-                let impact = quantize_weight(*w, scale);
-                (impact > 0).then(|| (t.clone(), impact))
-            })
-            .collect();
-        Ok(QuantizedVector { entries })
+        quantize_entries(self.entries.iter().map(|(t, w)| (t.as_str(), *w)), scale)
     }
 
     /// [`SparseVector::try_quantize`] that reuses this vector's terms instead of copying them.
     pub fn into_quantized(self, scale: f32) -> Result<QuantizedVector, VectorError> {
-        check_scale(scale)?;
-        let entries = self
-            .entries
-            .into_iter()
-            .filter_map(|(t, w)| {
-                let impact = quantize_weight(w, scale);
-                (impact > 0).then_some((t, impact))
-            })
-            .collect();
-        Ok(QuantizedVector { entries })
+        quantize_entries(self.entries, scale)
     }
 }
 
-fn check_scale(scale: f32) -> Result<(), VectorError> {
+/// The impacts of `(term, weight)` entries in term order, those that quantize to 0 left out; a
+/// term is made a `String` only when kept (borrowed terms are copied, owned ones moved).
+fn quantize_entries<T: Into<String>>(
+    entries: impl IntoIterator<Item = (T, f32)>,
+    scale: f32,
+) -> Result<QuantizedVector, VectorError> {
     if !scale.is_finite() || scale <= 0.0 {
         return Err(VectorError::BadScale(scale));
     }
-    Ok(())
+    let entries = entries
+        .into_iter()
+        .filter_map(|(t, w)| {
+            let impact = quantize_weight(w, scale);
+            (impact > 0).then(|| (t.into(), impact))
+        })
+        .collect();
+    Ok(QuantizedVector { entries })
 }
 
 /// `score` as a share of `own`, the score of a document equal to the query, in `[0, 1]` (0 when
