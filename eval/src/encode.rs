@@ -260,12 +260,13 @@ fn encode_chunk(
     items: Vec<Item>,
     keep_pixels: bool,
 ) -> Vec<std::result::Result<Entry, BadItem>> {
-    let decoded: Vec<std::result::Result<Option<PreprocessedImage>, BadItem>> = items
+    let decoded: Vec<std::result::Result<Option<(PreprocessedImage, u64)>, BadItem>> = items
         .par_iter()
         .map(|item| match &item.image {
-            Some(image) => {
-                decode_with(&item.id, image, |b, name| encoder.preprocess(b, name)).map(Some)
-            }
+            Some(image) => decode_with(&item.id, image, |b, name| {
+                Ok((encoder.preprocess(b, name)?, picture_hash(b)))
+            })
+            .map(Some),
             None => Ok(None),
         })
         .collect();
@@ -274,11 +275,13 @@ fn encode_chunk(
     let mut texts = Vec::new();
     let mut text_slots = Vec::new();
     let mut vectors: Vec<Option<std::result::Result<Vector, BadItem>>> = Vec::new();
+    let mut hashes: Vec<Option<u64>> = vec![None; items.len()];
     for (slot, (item, image)) in items.iter().zip(decoded).enumerate() {
         match image {
-            Ok(Some(img)) => {
+            Ok(Some((img, hash))) => {
                 image_slots.push(slot);
                 images.push(img);
+                hashes[slot] = Some(hash);
                 vectors.push(None);
             }
             Ok(None) => match item.text.as_deref() {
@@ -323,7 +326,8 @@ fn encode_chunk(
         .zip(vectors)
         .zip(pixels)
         .zip(queries)
-        .map(|(((item, vector), pixels), query)| {
+        .zip(hashes)
+        .map(|((((item, vector), pixels), query), picture)| {
             let id = item.id.clone();
             let vector = vector.unwrap_or_else(|| {
                 Err(BadItem::new(
@@ -340,7 +344,17 @@ fn encode_chunk(
                 vector,
                 query,
                 pixels,
+                picture,
             })
         })
         .collect()
+}
+
+/// A picture file's hash, for [`crate::options::Relevance::Picture`] (pictures of identical
+/// bytes answer for each other).
+fn picture_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }

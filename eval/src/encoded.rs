@@ -40,6 +40,10 @@ pub struct Entry {
     pub query: Option<Vector>,
     /// The image as the encoder saw it, kept for a re-ranker (`EvalOptions::rerank`) only.
     pub pixels: Option<lexlip_model::PreprocessedImage>,
+    /// A hash of a picture's file, read from a corpus: pictures in identical files answer for
+    /// each other under [`crate::options::Relevance::Picture`]. `None` for texts and for
+    /// pictures read back from a collection.
+    pub picture: Option<u64>,
 }
 
 impl Entry {
@@ -149,6 +153,7 @@ impl Encoded {
                 vector: entry.vector,
                 query: None,
                 pixels: None,
+                picture: None,
             })
         };
         let counts = Distractors {

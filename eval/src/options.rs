@@ -258,6 +258,10 @@ pub enum Relevance {
     /// Every picture with a caption worded like the query; every caption worded like one of the
     /// picture's own. Each wording is asked once.
     Caption,
+    /// As [`Relevance::Item`], but a picture whose file is byte-identical to the right one's
+    /// answers too (and its captions a picture's query): some corpora draw two names with one
+    /// file (Noto's flags of France and of Clipperton Island), and no model can tell them apart.
+    Picture,
 }
 
 /// A setting's name in the table and on the progress bar: the documents ("full", "top-K") and,

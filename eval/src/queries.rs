@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 
 use crate::encoded::Encoded;
+#[cfg(doc)]
+use crate::encoded::Entry;
 use crate::options::Relevance;
 
 /// The queries of both directions: (query position, positions of the items that answer it).
@@ -47,6 +49,42 @@ impl Queries {
                     max,
                 ),
             },
+            Relevance::Picture => {
+                // Each picture's twins: the pictures of the same file (itself included).
+                let mut same: HashMap<u64, Vec<usize>> = HashMap::new();
+                for (i, e) in encoded.images.iter().enumerate() {
+                    if let Some(h) = e.picture {
+                        same.entry(h).or_default().push(i);
+                    }
+                }
+                let twins = |i: usize| -> Vec<usize> {
+                    encoded.images[i]
+                        .picture
+                        .and_then(|h| same.get(&h).cloned())
+                        .unwrap_or_else(|| vec![i])
+                };
+                let t2i = encoded
+                    .text_image
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(t, i)| i.map(|i| (t, twins(i))))
+                    .collect();
+                let i2t = (0..encoded.images.len())
+                    .filter(|&i| !captions[i].is_empty())
+                    .map(|i| {
+                        let mut answers: Vec<usize> = twins(i)
+                            .into_iter()
+                            .flat_map(|j| captions[j].iter().copied())
+                            .collect();
+                        answers.sort_unstable();
+                        (i, answers)
+                    })
+                    .collect();
+                Self {
+                    t2i: spread(t2i, max),
+                    i2t: spread(i2t, max),
+                }
+            }
             Relevance::Caption => {
                 let wording = encoded.wordings();
                 // Each wording's pictures and captions, in corpus order, each once.

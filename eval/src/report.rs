@@ -232,6 +232,7 @@ impl EvalReport {
             match self.relevance {
                 crate::options::Relevance::Caption => "any item of the same caption",
                 crate::options::Relevance::Item => "their own items",
+                crate::options::Relevance::Picture => "their own items or identical pictures",
             },
             self.read,
             self.skipped,

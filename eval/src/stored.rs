@@ -95,6 +95,7 @@ pub fn read(
                     vector,
                     query: None,
                     pixels: None,
+                    picture: None,
                 };
                 if entry.doc.modality == Modality::Image {
                     out.images.push(entry);

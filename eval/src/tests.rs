@@ -33,7 +33,48 @@ fn entry(id: &str, modality: lexlip_proto::Modality, image: Option<&str>) -> Ent
         vector: Vector::Sparse(Impacts::new(&q, &mut Interner::default())),
         query: None,
         pixels: None,
+        picture: None,
     }
+}
+
+/// Under the picture rule, pictures of one file answer for each other and for each other's
+/// captions; a picture of its own file, or read back without one, answers only for itself.
+#[test]
+fn identical_pictures_answer_for_each_other() {
+    use lexlip_proto::Modality::{Image, Text};
+    let mut corpus = Encoded::new(Mode::Sparse, TermSpace::free("test"), None);
+    let picture = |id: &str, hash: Option<u64>| Entry {
+        picture: hash,
+        ..entry(id, Image, None)
+    };
+    // France and Clipperton Island share a file; Norway has its own; im3 was read back.
+    corpus.images = vec![
+        picture("france", Some(7)),
+        picture("clipperton", Some(7)),
+        picture("norway", Some(9)),
+        picture("im3", None),
+    ];
+    corpus.texts = ["france", "clipperton", "norway", "im3"]
+        .iter()
+        .map(|&i| entry(&format!("t-{i}"), Text, Some(i)))
+        .collect();
+    corpus.text_image = vec![Some(0), Some(1), Some(2), Some(3)];
+    let q = Queries::new(&corpus, Relevance::Picture, None);
+    assert_eq!(
+        q.t2i,
+        vec![(0, vec![0, 1]), (1, vec![0, 1]), (2, vec![2]), (3, vec![3])]
+    );
+    assert_eq!(
+        q.i2t,
+        vec![(0, vec![0, 1]), (1, vec![0, 1]), (2, vec![2]), (3, vec![3])]
+    );
+    // The item rule ignores the files.
+    let item = Queries::new(&corpus, Relevance::Item, None);
+    assert_eq!(item.t2i[0], (0, vec![0]));
+    assert_eq!(item.i2t[1], (1, vec![1]));
+    // At most two queries a side, spread as the item rule spreads them.
+    let few = Queries::new(&corpus, Relevance::Picture, Some(2));
+    assert_eq!(few.t2i, vec![(0, vec![0, 1]), (2, vec![2])]);
 }
 
 /// Distractors join both sides after the corpus, renamed and unlinked: the queries and
@@ -55,7 +96,7 @@ fn distractors_are_neither_asked_nor_answers() {
     others.texts = vec![entry("t0", Text, Some("im0")), entry("x", Text, None)];
     others.text_image = vec![Some(0), None];
     others.encode_seconds = 2.0;
-    let before: Vec<Queries> = [Relevance::Item, Relevance::Caption]
+    let before: Vec<Queries> = [Relevance::Item, Relevance::Caption, Relevance::Picture]
         .map(|r| Queries::new(&corpus, r, None))
         .into();
     corpus
@@ -69,7 +110,7 @@ fn distractors_are_neither_asked_nor_answers() {
     assert!(corpus.texts[2].doc.metadata.is_empty());
     assert_eq!(corpus.texts[2].doc.text.as_deref(), Some("text of t0"));
     assert_eq!(corpus.texts[2].vector, others.texts[0].vector);
-    let after: Vec<Queries> = [Relevance::Item, Relevance::Caption]
+    let after: Vec<Queries> = [Relevance::Item, Relevance::Caption, Relevance::Picture]
         .map(|r| Queries::new(&corpus, r, None))
         .into();
     assert_eq!(after, before);

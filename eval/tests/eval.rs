@@ -20,6 +20,7 @@ fn entry(id: &str, modality: Modality, image: Option<&str>, vector: Vector) -> E
         vector,
         query: None,
         pixels: None,
+        picture: None,
     }
 }
 

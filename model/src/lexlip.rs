@@ -192,6 +192,7 @@ fn text_terms_or(
             ignore: f.ignore.clone(),
             expansion_share: g.expansion_share.or(f.expansion_share),
             own_floor: g.own_floor.or(f.own_floor),
+            expansion_scaled: g.expansion_scaled || f.expansion_scaled,
             ..g.clone()
         }),
         (Some(g), _) => Some(g.clone()),

@@ -54,6 +54,11 @@ pub struct TextTerms {
     /// rather than tie with what the model adds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion_share: Option<f32>,
+    /// With `expansion`: the added terms are scaled together, so that the strongest weighs the
+    /// cap and the others keep their ratios to it, instead of each being cut at the cap (which
+    /// makes a strong neighbour and a faint one weigh the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expansion_scaled: bool,
     /// With `expansion`: an own content word the model weighs 0 still weighs this share (0-1)
     /// of the strongest own word, so that a word the user typed is not dropped because training
     /// found it common ("man" in "man mechanic"); each such word takes the place of one of the
@@ -178,10 +183,18 @@ impl TextTerms {
                 .collect();
             others.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
             others.truncate(e.saturating_sub(zeroed.len()));
+            let top = others.first().map_or(0.0, |&i| weights[i]);
+            let added = |w: f32| {
+                if self.expansion_scaled && top > cap {
+                    w * cap / top
+                } else {
+                    w.min(cap)
+                }
+            };
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
                 .map(|i| (i, weights[i]))
-                .chain(others.into_iter().map(|i| (i, weights[i].min(cap))))
+                .chain(others.into_iter().map(|i| (i, added(weights[i]))))
                 .chain(zeroed.into_iter().map(|i| (i, floor)))
                 .collect();
             all.sort_unstable_by_key(|&(i, _)| i);
@@ -255,6 +268,30 @@ mod tests {
         assert_eq!((weight("apple"), weight("cherry")), (Some(0.3), Some(0.3)));
         assert_eq!(weight("lips"), Some(0.2));
         assert_eq!(weight("a"), None);
+    }
+
+    /// Scaled, the additions keep their ratios: the strongest weighs the cap (half of "car",
+    /// 0.3) and the others as much less as the model gave them, instead of all weighing 0.3.
+    #[test]
+    fn scaled_additions_keep_their_ratios() {
+        let terms = TextTerms {
+            expansion_share: Some(0.5),
+            expansion_scaled: true,
+            ..TextTerms::expansion(3, Vec::new())
+        };
+        let kept = red_car(&terms);
+        let weight = |t: &str| kept.iter().find(|(k, _)| k == t).map(|(_, w)| *w);
+        assert_eq!((weight("red"), weight("car")), (Some(0.9), Some(0.6)));
+        let (apple, cherry, lips) = (weight("apple"), weight("cherry"), weight("lips"));
+        assert!((apple.unwrap() - 0.3).abs() < 1e-6, "{kept:?}");
+        assert!((cherry.unwrap() - 0.3 * 0.7 / 1.2).abs() < 1e-6, "{kept:?}");
+        assert!((lips.unwrap() - 0.3 * 0.2 / 1.2).abs() < 1e-6, "{kept:?}");
+        // Additions already under the cap are left as the model weighed them.
+        let tokens: Vec<String> = ["car", "wheel"].iter().map(|t| t.to_string()).collect();
+        assert_eq!(
+            terms.keep(&[1.0, 0.2], &[0], &tokens, &[]),
+            vec![("car", 1.0), ("wheel", 0.2)]
+        );
     }
 
     /// With a floor, an own word the model weighs 0 keeps that share of the strongest own

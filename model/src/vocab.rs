@@ -8,10 +8,12 @@ use lexlip_proto::TermSpace;
 use crate::error::{ModelError, Result};
 
 /// Function words that a caption carries but no picture shows; never counted as a caption word.
+/// "up" and "down" are not among them: they name what a picture shows ("thumbs down", "down
+/// arrow", "upside-down face"), and left out they made those pictures one with their opposites.
 pub const STOPWORDS: &[&str] = &[
     "a", "an", "the", "and", "or", "of", "with", "without", "in", "on", "at", "to", "for", "from",
-    "by", "as", "is", "are", "be", "it", "its", "this", "that", "up", "down", "out", "over",
-    "under", "into", "onto", "off", "s",
+    "by", "as", "is", "are", "be", "it", "its", "this", "that", "out", "over", "under", "into",
+    "onto", "off", "s",
 ];
 
 /// Whether a word piece reads as a word of its own: not a `##` continuation ("##ump", "##fly")

@@ -571,9 +571,38 @@ fn repeated_captions_are_asked_once() {
         );
     }
     fails(
-        &eval_line(&[], "--relevance picture", &[("--tsv", &path)]),
-        "picture",
+        &eval_line(&[], "--relevance concept", &[("--tsv", &path)]),
+        "concept",
     );
+}
+
+/// `--relevance picture` on two names drawn with one file: both pictures encode alike and tie,
+/// so by the item rule exactly one of the two captions finds its own picture first (and one
+/// picture its own caption); by the picture rule either picture answers, and every query does.
+#[test]
+fn identical_pictures_answer_for_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("img")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    for (i, caption) in ["flag of france", "flag of clipperton island"]
+        .iter()
+        .enumerate()
+    {
+        std::fs::write(tmp.path().join(format!("img/{i}.png")), png(8, 32)).unwrap();
+        tsv.push_str(&format!("{caption}\timg/{i}.png\tim{i}\n"));
+    }
+    let path = tmp.path().join("test.tsv");
+    std::fs::write(&path, tsv).unwrap();
+    let by_item = eval(&lexlip_tiny_args(), &path, "", &[]);
+    let by_picture = eval(&lexlip_tiny_args(), &path, "--relevance picture", &[]);
+    assert_eq!(by_picture["relevance"], "picture", "{by_picture}");
+    let (item, picture) = (&by_item["settings"][0], &by_picture["settings"][0]);
+    for dir in ["t2i", "i2t"] {
+        assert_eq!(item[format!("{dir}.queries")], 2, "{by_item}");
+        assert_eq!(picture[format!("{dir}.queries")], 2, "{by_picture}");
+        assert_eq!(item[format!("{dir}.r@1")], 0.5, "{dir}: {by_item}");
+        assert_eq!(picture[format!("{dir}.r@1")], 1.0, "{dir}: {by_picture}");
+    }
 }
 
 fn fails(args: &[OsString], message: &str) {

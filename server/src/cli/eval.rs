@@ -105,7 +105,9 @@ pub struct EvalArgs {
     /// item: a caption's own picture, a picture's own captions (the Flickr30k / MS-COCO rule).
     /// caption: any picture with a caption worded the same (case and spaces aside), and any caption
     /// worded like one of the picture's own; each wording is asked once. Use caption on corpora
-    /// that repeat captions, such as `lexlip bench compose`'s.
+    /// that repeat captions, such as `lexlip bench compose`'s. picture: as item, but a picture
+    /// whose file is byte-identical to the right one's answers too (its captions a picture's
+    /// query), for corpora that draw two names with one file.
     #[arg(long, value_enum, default_value_t = RelevanceArg::Item)]
     pub relevance: RelevanceArg,
     /// Weight sparse queries' terms by their rarity, as `lexlip search --idf`.
@@ -166,6 +168,7 @@ pub struct EvalArgs {
 pub enum RelevanceArg {
     Item,
     Caption,
+    Picture,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,6 +206,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         relevance: match args.relevance {
             RelevanceArg::Item => eval::Relevance::Item,
             RelevanceArg::Caption => eval::Relevance::Caption,
+            RelevanceArg::Picture => eval::Relevance::Picture,
         },
         scale: args.scale.unwrap_or(DEFAULT_SCALE),
         batch_size: args.batch_size,
