@@ -518,27 +518,28 @@ fn one_image_is_always_found() {
     assert!(full.contains("100.0"), "{full}");
 }
 
+/// A test TSV in `dir`: picture `i` (`img/i.png`, `picture(i)`) with the one caption
+/// `captions[i]`.
+fn one_caption_each(dir: &Path, captions: &[&str], picture: impl Fn(usize) -> Vec<u8>) -> PathBuf {
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    let mut tsv = String::from("title\tfilepath\timage_id\n");
+    for (i, caption) in captions.iter().enumerate() {
+        std::fs::write(dir.join(format!("img/{i}.png")), picture(i)).unwrap();
+        tsv.push_str(&format!("{caption}\timg/{i}.png\tim{i}\n"));
+    }
+    let path = dir.join("test.tsv");
+    std::fs::write(&path, tsv).unwrap();
+    path
+}
+
 /// `--relevance caption` on a corpus that repeats a caption: three pictures say "a red dog",
 /// one "a blue cat". Each wording is asked once, and with four pictures every one is among the
 /// first ten, so every query is answered by R@10; the item rule asks all four captions.
 #[test]
 fn repeated_captions_are_asked_once() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("img")).unwrap();
-    let mut tsv = String::from("title\tfilepath\timage_id\n");
-    for (i, caption) in ["a red dog", "A red  dog", "a red dog", "a blue cat"]
-        .iter()
-        .enumerate()
-    {
-        std::fs::write(
-            tmp.path().join(format!("img/{i}.png")),
-            png(i as u32 * 7 + 1, 32),
-        )
-        .unwrap();
-        tsv.push_str(&format!("{caption}\timg/{i}.png\tim{i}\n"));
-    }
-    let path = tmp.path().join("test.tsv");
-    std::fs::write(&path, tsv).unwrap();
+    let captions = ["a red dog", "A red  dog", "a red dog", "a blue cat"];
+    let path = one_caption_each(tmp.path(), &captions, |i| png(i as u32 * 7 + 1, 32));
     let by_item = eval(&lexlip_tiny_args(), &path, "", &[]);
     let by_caption = eval(&lexlip_tiny_args(), &path, "--relevance caption", &[]);
     assert_eq!(by_item["relevance"], "item", "{by_item}");
@@ -582,17 +583,8 @@ fn repeated_captions_are_asked_once() {
 #[test]
 fn identical_pictures_answer_for_each_other() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("img")).unwrap();
-    let mut tsv = String::from("title\tfilepath\timage_id\n");
-    for (i, caption) in ["flag of france", "flag of clipperton island"]
-        .iter()
-        .enumerate()
-    {
-        std::fs::write(tmp.path().join(format!("img/{i}.png")), png(8, 32)).unwrap();
-        tsv.push_str(&format!("{caption}\timg/{i}.png\tim{i}\n"));
-    }
-    let path = tmp.path().join("test.tsv");
-    std::fs::write(&path, tsv).unwrap();
+    let captions = ["flag of france", "flag of clipperton island"];
+    let path = one_caption_each(tmp.path(), &captions, |_| png(8, 32));
     let by_item = eval(&lexlip_tiny_args(), &path, "", &[]);
     let by_picture = eval(&lexlip_tiny_args(), &path, "--relevance picture", &[]);
     assert_eq!(by_picture["relevance"], "picture", "{by_picture}");
