@@ -30,31 +30,15 @@ impl Queries {
     pub fn new(encoded: &Encoded, relevance: Relevance, max: Option<usize>) -> Self {
         let captions = encoded.captions_of_images();
         match relevance {
-            Relevance::Item => Self {
-                t2i: spread(
-                    encoded
-                        .text_image
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(t, i)| i.map(|i| (t, vec![i])))
-                        .collect(),
-                    max,
-                ),
-                i2t: spread(
-                    captions
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(_, c)| !c.is_empty())
-                        .collect(),
-                    max,
-                ),
-            },
-            Relevance::Picture => {
-                // Each picture's twins: the pictures of the same file (itself included).
+            Relevance::Item | Relevance::Picture => {
+                // Each picture's twins, itself included: under the picture rule the pictures of
+                // the same file, under the item rule none but itself.
                 let mut same: HashMap<u64, Vec<usize>> = HashMap::new();
-                for (i, e) in encoded.images.iter().enumerate() {
-                    if let Some(h) = e.picture {
-                        same.entry(h).or_default().push(i);
+                if relevance == Relevance::Picture {
+                    for (i, e) in encoded.images.iter().enumerate() {
+                        if let Some(h) = e.picture {
+                            same.entry(h).or_default().push(i);
+                        }
                     }
                 }
                 let twins = |i: usize| -> Vec<usize> {
