@@ -20,7 +20,9 @@ Regenerate (torch is only needed here):
 
 Writes train/tests/fixtures/heads_vs_torch.safetensors, and
 heads_expansion_vs_torch.safetensors beside it: the same step with expansion control on the
-text side (`--query-expansion 2`, template word 13), whose inputs are the first file's.
+text side (`--query-expansion 2`, template word 13), whose inputs are the first file's; and
+heads_own_floor_vs_torch.safetensors: the step with the own-word floor (`--own-floor 0.4`) on
+the top-K text lexicons, the same inputs and template word.
 """
 
 from pathlib import Path
@@ -35,6 +37,9 @@ OUT = ROOT / "train" / "tests" / "fixtures" / "heads_vs_torch.safetensors"
 # Expansion control (`--query-expansion`, issue 73) on the same inputs, in a file of its own.
 OUT_EXPANSION = OUT.with_name("heads_expansion_vs_torch.safetensors")
 EXPANSION, TEMPLATE = 2, [13]
+# The own-word floor (`--own-floor`, issue 73), on the same inputs, in a third file.
+OUT_FLOOR = OUT.with_name("heads_own_floor_vs_torch.safetensors")
+OWN_FLOOR = 0.4
 
 B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
 K_IMAGE, K_TEXT = 7, 5
@@ -115,6 +120,14 @@ def expansion_control(full, ids, mask, words, e):
     strongest other allowed words."""
     own = torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
     return full * own + cut(full * words * (1 - own), e)
+
+
+def own_floor(p, full, ids, mask, words, share):
+    """A caption's own words (its tokens that `words` allows) that `full` weighs 0 get `share`
+    of its strongest own word in `full`, held fixed (no gradient through the floor)."""
+    own = torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
+    strongest = (full * own).max(dim=1, keepdim=True).values.detach()
+    return p + share * strongest * own * (full <= 0).double()
 
 
 def step_total(pv, pl, full_v, full_l, zv, zl, xv, xl, bags, has, allowed):
@@ -216,6 +229,28 @@ def main():
         },
     )
     print(f"wrote {OUT_EXPANSION}: total {float(total_e):.6f}")
+
+    full_v = full_lexicon(xv, cv, wv, bv, allowed)
+    full_l = full_lexicon(xl, cl, wl, bl, allowed)
+    pl_f = own_floor(cut(full_l, K_TEXT), full_l, ids, mask, words, OWN_FLOOR)
+    lifted = int(((pl_f - cut(full_l, K_TEXT)).abs() > 0).sum())
+    assert lifted > 0, "the fixture must lift at least one own word"
+    total_f = step_total(
+        cut(full_v, K_IMAGE), pl_f, full_v, full_l, logits(xv, cv, wv, bv), logits(xl, cl, wl, bl),
+        xv, xl, bags, has, allowed,
+    )
+    grads_f = torch.autograd.grad(total_f, [wv, bv, wl, bl])
+    save_tensors(
+        OUT_FLOOR,
+        {
+            "config.own_floor": scalar(OWN_FLOOR),
+            "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
+            "expect.pl": f32(pl_f),
+            "expect.total": scalar(total_f),
+            **head_grads(grads_f),
+        },
+    )
+    print(f"wrote {OUT_FLOOR}: total {float(total_f):.6f}, {lifted} own words lifted")
 
 
 if __name__ == "__main__":

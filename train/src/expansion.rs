@@ -11,7 +11,9 @@
 //! own    = 1[t ∈ caption tokens] ⊙ words            words: allowed terms, no template words
 //! p_l    = full ⊙ own + top_E(full ⊙ words ⊙ (1 − own))
 //! ```
-//! The gradient reaches the kept terms only, as with a top-k cut.
+//! The gradient reaches the kept terms only, as with a top-k cut. With `--own-floor S` (with or
+//! without `--query-expansion`) an own word the head weighs 0 weighs `S` of the caption's
+//! strongest own word ([`own_floor`]), as it does in a query.
 
 use candle_core::{DType, Tensor};
 
@@ -42,6 +44,20 @@ pub fn expansion_control(full: &Tensor, own: &Tensor, words: &Tensor, e: usize) 
     let others = full.broadcast_mul(words)?.mul(&own.affine(-1.0, 1.0)?)?;
     let expansion = lexlip_model::pooling::top_k(&others, e)?;
     Ok((mine + expansion)?)
+}
+
+/// The text lexicons `p` with the caption's own words (`own`) that the head weighs 0 in `full`
+/// (before any cut) raised to `share` of its strongest own word there, as a query keeps them
+/// (`own_floor` in a model's `text_terms`). The floor is held fixed: the gradient reaches the
+/// image head through the words it lifts, and the text head through the words it weighs.
+///
+/// ```text
+/// p_l = p + share · max_t(full ⊙ own) · own ⊙ 1[full ≤ 0]
+/// ```
+pub fn own_floor(p: &Tensor, full: &Tensor, own: &Tensor, share: f64) -> Result<Tensor> {
+    let strongest = full.mul(own)?.max_keepdim(1)?.detach();
+    let zeroed = own.mul(&full.le(0.0)?.to_dtype(own.dtype())?)?;
+    Ok(p.add(&zeroed.broadcast_mul(&(strongest * share)?)?)?)
 }
 
 /// `words` for [`own_words`]: the allowed terms (`allowed`, 1 or 0 per term) without the
@@ -132,6 +148,30 @@ mod tests {
         assert_eq!(
             p0.to_vec2::<f32>().unwrap()[0],
             vec![0.0, 0.0, 0.9, 0.2, 0.0, 0.0]
+        );
+    }
+
+    /// Worked by hand: row 0's "car" weighs 0 and gets half of "red" (0.9); row 1's only own
+    /// word "apple" weighs 0, so its strongest own word is 0 and nothing is lifted.
+    #[test]
+    fn the_floor_lifts_own_words_weighed_zero() {
+        let (ids, mask, words) = batch();
+        let own = own_words(&ids, &mask, &words).unwrap();
+        let full = Tensor::new(
+            &[
+                [0.0f32, 2.0, 0.9, 0.0, 0.8, 3.0],
+                [0.0, 2.0, 0.6, 0.1, 0.0, 3.0],
+            ],
+            &dev(),
+        )
+        .unwrap();
+        let p = own_floor(&full, &full, &own, 0.5).unwrap();
+        assert_eq!(
+            p.to_vec2::<f32>().unwrap(),
+            vec![
+                vec![0.0, 2.0, 0.9, 0.45, 0.8, 3.0],
+                vec![0.0, 2.0, 0.6, 0.1, 0.0, 3.0],
+            ]
         );
     }
 

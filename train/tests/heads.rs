@@ -52,6 +52,7 @@ fn fixture_weights(f: &std::collections::HashMap<String, Tensor>) -> StepWeights
         image_k: k("config.k_image"),
         text_k: k("config.k_text"),
         text_expansion: None,
+        own_floor: None,
         tau: scalar(&g("config.tau")),
         teacher_tau: scalar(&g("config.teacher_tau")),
         distill: scalar(&g("config.distill")),
@@ -185,6 +186,7 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     assert_close("text lexicons", &pl, &e["expect.pl"]);
     let weights = StepWeights {
         text_expansion: Some(expansion),
+        own_floor: None,
         ..fixture_weights(&f)
     };
     let inputs = batch.inputs(Some((&own, &words)));
@@ -193,6 +195,50 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
     assert_head_gradients(&model, &total, &e);
     // Without the captions' own words the step refuses rather than cutting silently.
+    let bare = StepInputs {
+        own: None,
+        ..inputs
+    };
+    assert!(step_losses(&model, &bare, weights).is_err());
+}
+
+/// The own-word floor on the top-K text lexicons (`--own-floor 0.4`, word 13 a template word):
+/// the caption lexicons, the step's total and its gradients against the PyTorch reference on
+/// the same inputs (`scripts/make_heads_fixtures.py`; the fixture lifts at least one word).
+#[test]
+fn the_heads_step_with_an_own_word_floor_equals_the_pytorch_reference() {
+    use lexlip_train::expansion::{own_floor, own_words, words_without};
+    let f = fixture();
+    let path = common::fixtures().join("heads_own_floor_vs_torch.safetensors");
+    let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
+    let g = |n: &str| f[n].clone();
+    let model = fixture_model(&f);
+    let batch = FixtureBatch::read(&f, &g);
+    let template: Vec<u32> = e["input.template"]
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
+    let share = scalar(&e["config.own_floor"]);
+    let words = words_without(&g("input.allowed"), &template).unwrap();
+    let own = own_words(&batch.ids, &batch.mask, &words).unwrap();
+    let weights = StepWeights {
+        own_floor: Some(share),
+        ..fixture_weights(&f)
+    };
+    let full_l = model.full_lexicons(&batch.xl, false).unwrap();
+    let cut = lexlip_train::lexicon::top_k(&full_l, weights.text_k).unwrap();
+    let pl = own_floor(&cut, &full_l, &own, share).unwrap();
+    assert_close("text lexicons", &pl, &e["expect.pl"]);
+    let lifted = (&pl - &cut).unwrap().abs().unwrap().gt(0.0).unwrap();
+    let lifted = lifted.to_dtype(DType::F32).unwrap().sum_all().unwrap();
+    assert!(lifted.to_scalar::<f32>().unwrap() > 0.0, "a word is lifted");
+    let inputs = batch.inputs(Some((&own, &words)));
+    let total = step_losses(&model, &inputs, weights).unwrap().total;
+    let want = scalar(&e["expect.total"]);
+    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
+    assert_head_gradients(&model, &total, &e);
     let bare = StepInputs {
         own: None,
         ..inputs
@@ -212,6 +258,7 @@ fn the_heads_gradient_matches_finite_differences() {
         image_k: 20,
         text_k: 20,
         text_expansion: None,
+        own_floor: None,
         tau: 0.5,
         teacher_tau: 0.1,
         distill: 0.8,

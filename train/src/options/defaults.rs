@@ -157,6 +157,7 @@ impl TrainOptions {
                 text_top_k: DEFAULT_TEXT_TOP_K,
                 query_expansion: None,
                 template_words: Vec::new(),
+                own_floor: None,
                 distill: 1.0,
                 teacher_tau: 0.05,
             },

@@ -174,6 +174,18 @@ pub struct LexiconOptions {
     )]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub template_words: Vec<String>,
+    /// Heads: a caption's own words the text head weighs 0 still weigh this share (0-1).
+    ///
+    /// Of the caption's strongest own word, as a query keeps them with `own_floor` in a model's
+    /// `text_terms`: the text encoder may not tell "man cook" from "cook", so the user's word
+    /// "man" only counts if the query keeps it, and the image head then learns to say it.
+    /// Content words only; with --query-expansion, recorded in the model's lexlip.json.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "SHARE", help_heading = "Lexicon")
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_floor: Option<f64>,
     /// Heads: weight of distilling the dense similarities.
     ///
     /// The dense model's in-batch similarities into the sparse ones (KL both ways).

@@ -118,6 +118,28 @@ fn caption_words_belong_to_the_heads() {
     }
 }
 
+/// The own-word floor is the heads' text side: a share in (0, 1], refused for the towers, and
+/// absent from the options when not given (runs from before it hash as they did).
+#[test]
+fn the_own_floor_is_a_share_for_the_heads() {
+    let mut h = with_corpus();
+    h.method.objective = Objective::Heads;
+    h.model.backbone = Some("dense".into());
+    h.apply_objective_defaults(|_| false);
+    assert!(h.fingerprint_json().get("own_floor").is_none());
+    h.lexicon.own_floor = Some(0.5);
+    h.validate().unwrap();
+    assert_eq!(h.fingerprint_json()["own_floor"], 0.5);
+    for share in [0.0, -0.1, 1.5, f64::NAN] {
+        let mut bad = h.clone();
+        bad.lexicon.own_floor = Some(share);
+        assert_refused(&bad, "--own-floor");
+    }
+    let mut towers = with_corpus();
+    towers.lexicon.own_floor = Some(0.5);
+    assert_refused(&towers, "--objective heads");
+}
+
 /// The flat-style augmentation is off by default and then absent from the options (runs from
 /// before it hash as they did and resume); when on it hashes, and a probability outside [0, 1]
 /// is refused.

@@ -70,6 +70,19 @@ impl TrainOptions {
                     .into(),
             );
         }
+        if let Some(share) = self.lexicon.own_floor {
+            if !heads {
+                return bad(
+                    "--own-floor trains the lexicon heads' text side (give --objective heads)"
+                        .into(),
+                );
+            }
+            if !(share > 0.0 && share <= 1.0) {
+                return bad(format!(
+                    "--own-floor must be a share in (0, 1], got {share}"
+                ));
+            }
+        }
         if !heads && self.lexicon.query_expansion.is_some() {
             return bad(
                 "--query-expansion trains the lexicon heads' text side (give --objective heads);                  any model's queries can be cut the same way when searching (lexlip search,                  serve and eval --query-expansion)"

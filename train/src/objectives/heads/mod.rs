@@ -260,12 +260,13 @@ pub fn train(
         model: &model,
         inputs: PairInputs::new(&cache, views.as_ref(), &cache, &device),
         idf: idf.to_tensor(&device)?,
-        words: match opts.lexicon.query_expansion {
-            Some(_) => Some(words_without(
+        words: if opts.lexicon.query_expansion.is_some() || opts.lexicon.own_floor.is_some() {
+            Some(words_without(
                 &model.allowed,
                 &word_ids(&tokenizer, &opts.lexicon.template_words)?,
-            )?),
-            None => None,
+            )?)
+        } else {
+            None
         },
         pad: tokenizer.pad,
         flops,
@@ -277,6 +278,7 @@ pub fn train(
             image_k: opts.lexicon.image_top_k,
             text_k: opts.lexicon.text_top_k,
             text_expansion: opts.lexicon.query_expansion,
+            own_floor: opts.lexicon.own_floor,
             tau: opts.method.tau,
             teacher_tau: opts.lexicon.teacher_tau,
             distill: opts.lexicon.distill,
@@ -444,8 +446,8 @@ struct HeadsSteps<'a> {
     /// The pairs' rows: the cache's, and with `--image-views` their pictures' views'.
     inputs: PairInputs<'a>,
     idf: Tensor,
-    /// With `--query-expansion`: the terms a caption's lexicon may hold (allowed, no template
-    /// words).
+    /// With `--query-expansion` or `--own-floor`: the terms a caption's lexicon may hold
+    /// (allowed, no template words).
     words: Option<Tensor>,
     pad: u32,
     flops: FlopsSchedule,
@@ -545,8 +547,9 @@ fn export(
         "image_top_k": opts.lexicon.image_top_k,
     });
     if let Some(e) = opts.lexicon.query_expansion {
-        let terms =
+        let mut terms =
             lexlip_model::text::TextTerms::expansion(e, opts.lexicon.template_words.clone());
+        terms.own_floor = opts.lexicon.own_floor.map(|s| s as f32);
         meta["text_terms"] =
             serde_json::to_value(&terms).map_err(|e| TrainError::invalid(e.to_string()))?;
     }

@@ -1,12 +1,13 @@
 //! One step's losses over a batch of cached embeddings (the module's doc, [`super`], writes
 //! them out): the sparse in-batch InfoNCE, distillation of the dense model's ranking, FLOPS,
-//! caption-word grounding and likelihood, with expansion control on the text side when asked.
+//! caption-word grounding and likelihood, with expansion control and the own-word floor on the
+//! text side when asked.
 
 use candle_core::Tensor;
 
 use super::model::HeadsModel;
 use crate::error::{Result, TrainError};
-use crate::expansion::expansion_control;
+use crate::expansion::{expansion_control, own_floor};
 use crate::lexicon::{caption_words, grounding};
 use crate::losses::{add_weighted, flops, in_batch};
 use crate::nn::log_softmax;
@@ -19,7 +20,7 @@ pub struct StepInputs<'a> {
     /// Grounding targets ([`crate::lexicon::grounding_targets`]).
     pub bags: &'a Tensor,
     pub has: &'a Tensor,
-    /// With expansion control: each caption's own words ([`crate::expansion::own_words`]) and
+    /// With expansion control or the own-word floor: each caption's own words ([`crate::expansion::own_words`]) and
     /// the terms that may weigh at all.
     pub own: Option<(&'a Tensor, &'a Tensor)>,
 }
@@ -31,6 +32,8 @@ pub struct StepWeights {
     pub text_k: usize,
     /// Expansion control's E on the text side (`--query-expansion`), instead of `text_k`.
     pub text_expansion: Option<usize>,
+    /// The own-word floor's share on the text side (`--own-floor`).
+    pub own_floor: Option<f64>,
     pub tau: f64,
     pub teacher_tau: f64,
     pub distill: f64,
@@ -77,6 +80,15 @@ pub fn step_losses(model: &HeadsModel, x: &StepInputs<'_>, w: StepWeights) -> Re
             ));
         }
         (None, _) => crate::lexicon::top_k(&full_l, w.text_k)?,
+    };
+    let pl = match (w.own_floor, x.own) {
+        (Some(share), Some((own, _))) => own_floor(&pl, &full_l, own, share)?,
+        (Some(_), None) => {
+            return Err(TrainError::invalid(
+                "the own-word floor needs the captions' own words",
+            ));
+        }
+        (None, _) => pl,
     };
     let (i2t, t2i) = in_batch(&pv, &pl, w.tau)?;
     let student = (pv.matmul(&pl.t()?)? / w.tau)?;
