@@ -209,48 +209,45 @@ def main():
 
     words = allowed.clone()
     words[TEMPLATE] = 0.0
-    # A fresh graph: the first one was freed by its gradient.
-    full_v = full_lexicon(xv, cv, wv, bv, allowed)
-    full_l = full_lexicon(xl, cl, wl, bl, allowed)
-    pl_e = expansion_control(full_l, ids, mask, words, EXPANSION)
-    total_e = step_total(
-        cut(full_v, K_IMAGE), pl_e, full_v, full_l, logits(xv, cv, wv, bv), logits(xl, cl, wl, bl),
-        xv, xl, bags, has, allowed,
-    )
-    grads_e = torch.autograd.grad(total_e, [wv, bv, wl, bl])
-    save_tensors(
-        OUT_EXPANSION,
-        {
-            "config.expansion": i64_scalar(EXPANSION),
-            "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
-            "expect.pl": f32(pl_e),
-            "expect.total": scalar(total_e),
-            **head_grads(grads_e),
-        },
-    )
-    print(f"wrote {OUT_EXPANSION}: total {float(total_e):.6f}")
 
-    full_v = full_lexicon(xv, cv, wv, bv, allowed)
-    full_l = full_lexicon(xl, cl, wl, bl, allowed)
-    pl_f = own_floor(cut(full_l, K_TEXT), full_l, ids, mask, words, OWN_FLOOR)
-    lifted = int(((pl_f - cut(full_l, K_TEXT)).abs() > 0).sum())
-    assert lifted > 0, "the fixture must lift at least one own word"
-    total_f = step_total(
-        cut(full_v, K_IMAGE), pl_f, full_v, full_l, logits(xv, cv, wv, bv), logits(xl, cl, wl, bl),
-        xv, xl, bags, has, allowed,
+    def text_variant(out_path, text_lexicons, config):
+        """The step with the caption lexicons `text_lexicons(full_l)` on a fresh graph (the
+        first one was freed by its gradient), saved with `config` to `out_path`."""
+        full_v = full_lexicon(xv, cv, wv, bv, allowed)
+        full_l = full_lexicon(xl, cl, wl, bl, allowed)
+        pl = text_lexicons(full_l)
+        total = step_total(
+            cut(full_v, K_IMAGE), pl, full_v, full_l, logits(xv, cv, wv, bv),
+            logits(xl, cl, wl, bl), xv, xl, bags, has, allowed,
+        )
+        grads = torch.autograd.grad(total, [wv, bv, wl, bl])
+        save_tensors(
+            out_path,
+            {
+                **config,
+                "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
+                "expect.pl": f32(pl),
+                "expect.total": scalar(total),
+                **head_grads(grads),
+            },
+        )
+        print(f"wrote {out_path}: total {float(total):.6f}")
+        return pl
+
+    text_variant(
+        OUT_EXPANSION,
+        lambda full_l: expansion_control(full_l, ids, mask, words, EXPANSION),
+        {"config.expansion": i64_scalar(EXPANSION)},
     )
-    grads_f = torch.autograd.grad(total_f, [wv, bv, wl, bl])
-    save_tensors(
+    pl_f = text_variant(
         OUT_FLOOR,
-        {
-            "config.own_floor": scalar(OWN_FLOOR),
-            "input.template": torch.tensor(TEMPLATE, dtype=torch.int64),
-            "expect.pl": f32(pl_f),
-            "expect.total": scalar(total_f),
-            **head_grads(grads_f),
-        },
+        lambda full_l: own_floor(cut(full_l, K_TEXT), full_l, ids, mask, words, OWN_FLOOR),
+        {"config.own_floor": scalar(OWN_FLOOR)},
     )
-    print(f"wrote {OUT_FLOOR}: total {float(total_f):.6f}, {lifted} own words lifted")
+    full_l = full_lexicon(xl, cl, wl, bl, allowed).detach()
+    lifted = int(((pl_f.detach() - cut(full_l, K_TEXT)).abs() > 0).sum())
+    assert lifted > 0, "the fixture must lift at least one own word"
+    print(f"{lifted} own words lifted")
 
 
 if __name__ == "__main__":

@@ -160,27 +160,60 @@ fn the_heads_step_equals_the_pytorch_reference() {
     assert_head_gradients(&model, &total, &f);
 }
 
+/// A text-side variant of the step (`scripts/make_heads_fixtures.py`): the first fixture's
+/// inputs, the variant's file `e`, and the captions' own words without its template word.
+struct TextVariant {
+    f: std::collections::HashMap<String, Tensor>,
+    e: std::collections::HashMap<String, Tensor>,
+    model: HeadsModel,
+    batch: FixtureBatch,
+    words: Tensor,
+    own: Tensor,
+}
+
+impl TextVariant {
+    fn read(file: &str) -> Self {
+        use lexlip_train::expansion::{own_words, words_without};
+        let f = fixture();
+        let e =
+            candle_core::safetensors::load(common::fixtures().join(file), &Device::Cpu).unwrap();
+        let g = |n: &str| f[n].clone();
+        let model = fixture_model(&f);
+        let batch = FixtureBatch::read(&f, &g);
+        let template: Vec<u32> = e["input.template"]
+            .to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|t| t as u32)
+            .collect();
+        let words = words_without(&f["input.allowed"], &template).unwrap();
+        let own = own_words(&batch.ids, &batch.mask, &words).unwrap();
+        Self {
+            f,
+            e,
+            model,
+            batch,
+            words,
+            own,
+        }
+    }
+}
+
 /// Expansion control on the text side (`--query-expansion 2`, word 13 a template word): the
 /// cut caption lexicons, the step's total and its gradients against the PyTorch reference on
 /// the same inputs (`scripts/make_heads_fixtures.py`).
 #[test]
 fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
-    use lexlip_train::expansion::{expansion_control, own_words, words_without};
-    let f = fixture();
-    let path = common::fixtures().join("heads_expansion_vs_torch.safetensors");
-    let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
-    let g = |n: &str| f[n].clone();
-    let model = fixture_model(&f);
-    let batch = FixtureBatch::read(&f, &g);
-    let template: Vec<u32> = e["input.template"]
-        .to_vec1::<i64>()
-        .unwrap()
-        .into_iter()
-        .map(|t| t as u32)
-        .collect();
+    use lexlip_train::expansion::expansion_control;
+    let TextVariant {
+        f,
+        e,
+        model,
+        batch,
+        words,
+        own,
+    } = TextVariant::read("heads_expansion_vs_torch.safetensors");
     let expansion = e["config.expansion"].to_scalar::<i64>().unwrap() as usize;
-    let words = words_without(&g("input.allowed"), &template).unwrap();
-    let own = own_words(&batch.ids, &batch.mask, &words).unwrap();
     let full_l = model.full_lexicons(&batch.xl, false).unwrap();
     let pl = expansion_control(&full_l, &own, &words, expansion).unwrap();
     assert_close("text lexicons", &pl, &e["expect.pl"]);
@@ -207,22 +240,16 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
 /// the same inputs (`scripts/make_heads_fixtures.py`; the fixture lifts at least one word).
 #[test]
 fn the_heads_step_with_an_own_word_floor_equals_the_pytorch_reference() {
-    use lexlip_train::expansion::{own_floor, own_words, words_without};
-    let f = fixture();
-    let path = common::fixtures().join("heads_own_floor_vs_torch.safetensors");
-    let e = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
-    let g = |n: &str| f[n].clone();
-    let model = fixture_model(&f);
-    let batch = FixtureBatch::read(&f, &g);
-    let template: Vec<u32> = e["input.template"]
-        .to_vec1::<i64>()
-        .unwrap()
-        .into_iter()
-        .map(|t| t as u32)
-        .collect();
+    use lexlip_train::expansion::own_floor;
+    let TextVariant {
+        f,
+        e,
+        model,
+        batch,
+        words,
+        own,
+    } = TextVariant::read("heads_own_floor_vs_torch.safetensors");
     let share = scalar(&e["config.own_floor"]);
-    let words = words_without(&g("input.allowed"), &template).unwrap();
-    let own = own_words(&batch.ids, &batch.mask, &words).unwrap();
     let weights = StepWeights {
         own_floor: Some(share),
         ..fixture_weights(&f)

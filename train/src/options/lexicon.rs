@@ -182,7 +182,12 @@ pub struct LexiconOptions {
     /// Content words only; with --query-expansion, recorded in the model's lexlip.json.
     #[cfg_attr(
         feature = "cli",
-        arg(long, value_name = "SHARE", help_heading = "Lexicon")
+        arg(
+            long,
+            value_name = "SHARE",
+            help_heading = "Lexicon",
+            hide_short_help = true
+        )
     )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_floor: Option<f64>,
