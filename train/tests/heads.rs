@@ -199,6 +199,27 @@ impl TextVariant {
     }
 }
 
+/// The step's total and gradients with a text-side variant against its reference `e`; without
+/// the captions' own words the step refuses rather than cutting silently.
+fn assert_text_step(
+    model: &HeadsModel,
+    batch: &FixtureBatch,
+    own: (&Tensor, &Tensor),
+    e: &std::collections::HashMap<String, Tensor>,
+    weights: StepWeights,
+) {
+    let inputs = batch.inputs(Some(own));
+    let total = step_losses(model, &inputs, weights).unwrap().total;
+    let want = scalar(&e["expect.total"]);
+    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
+    assert_head_gradients(model, &total, e);
+    let bare = StepInputs {
+        own: None,
+        ..inputs
+    };
+    assert!(step_losses(model, &bare, weights).is_err());
+}
+
 /// Expansion control on the text side (`--query-expansion 2`, word 13 a template word): the
 /// cut caption lexicons, the step's total and its gradients against the PyTorch reference on
 /// the same inputs (`scripts/make_heads_fixtures.py`).
@@ -222,17 +243,7 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
         own_floor: None,
         ..fixture_weights(&f)
     };
-    let inputs = batch.inputs(Some((&own, &words)));
-    let total = step_losses(&model, &inputs, weights).unwrap().total;
-    let want = scalar(&e["expect.total"]);
-    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
-    assert_head_gradients(&model, &total, &e);
-    // Without the captions' own words the step refuses rather than cutting silently.
-    let bare = StepInputs {
-        own: None,
-        ..inputs
-    };
-    assert!(step_losses(&model, &bare, weights).is_err());
+    assert_text_step(&model, &batch, (&own, &words), &e, weights);
 }
 
 /// The own-word floor on the top-K text lexicons (`--own-floor 0.4`, word 13 a template word):
@@ -261,16 +272,7 @@ fn the_heads_step_with_an_own_word_floor_equals_the_pytorch_reference() {
     let lifted = (&pl - &cut).unwrap().abs().unwrap().gt(0.0).unwrap();
     let lifted = lifted.to_dtype(DType::F32).unwrap().sum_all().unwrap();
     assert!(lifted.to_scalar::<f32>().unwrap() > 0.0, "a word is lifted");
-    let inputs = batch.inputs(Some((&own, &words)));
-    let total = step_losses(&model, &inputs, weights).unwrap().total;
-    let want = scalar(&e["expect.total"]);
-    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
-    assert_head_gradients(&model, &total, &e);
-    let bare = StepInputs {
-        own: None,
-        ..inputs
-    };
-    assert!(step_losses(&model, &bare, weights).is_err());
+    assert_text_step(&model, &batch, (&own, &words), &e, weights);
 }
 
 /// The gradient of the step's loss with respect to the image head's bias equals central
