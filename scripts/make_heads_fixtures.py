@@ -115,17 +115,22 @@ def caption_words(z, allowed, bags, has):
     return (per_row * has).sum() / has.sum().clamp(min=1)
 
 
+def own_words(full, ids, mask, words):
+    """1 where a vocabulary term is one of a caption's own words: its tokens that `words`
+    allows."""
+    return torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
+
+
 def expansion_control(full, ids, mask, words, e):
-    """A caption's own words (its tokens that `words` allows) with their weights, and the `e`
-    strongest other allowed words."""
-    own = torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
+    """A caption's own words with their weights, and the `e` strongest other allowed words."""
+    own = own_words(full, ids, mask, words)
     return full * own + cut(full * words * (1 - own), e)
 
 
 def own_floor(p, full, ids, mask, words, share):
-    """A caption's own words (its tokens that `words` allows) that `full` weighs 0 get `share`
-    of its strongest own word in `full`, held fixed (no gradient through the floor)."""
-    own = torch.zeros_like(full).scatter_add(1, ids, mask.double()).gt(0).double() * words
+    """A caption's own words that `full` weighs 0 get `share` of its strongest own word in
+    `full`, held fixed (no gradient through the floor)."""
+    own = own_words(full, ids, mask, words)
     strongest = (full * own).max(dim=1, keepdim=True).values.detach()
     return p + share * strongest * own * (full <= 0).double()
 

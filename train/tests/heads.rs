@@ -197,27 +197,21 @@ impl TextVariant {
             own,
         }
     }
-}
 
-/// The step's total and gradients with a text-side variant against its reference `e`; without
-/// the captions' own words the step refuses rather than cutting silently.
-fn assert_text_step(
-    model: &HeadsModel,
-    batch: &FixtureBatch,
-    own: (&Tensor, &Tensor),
-    e: &std::collections::HashMap<String, Tensor>,
-    weights: StepWeights,
-) {
-    let inputs = batch.inputs(Some(own));
-    let total = step_losses(model, &inputs, weights).unwrap().total;
-    let want = scalar(&e["expect.total"]);
-    assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
-    assert_head_gradients(model, &total, e);
-    let bare = StepInputs {
-        own: None,
-        ..inputs
-    };
-    assert!(step_losses(model, &bare, weights).is_err());
+    /// The step's total and gradients with `weights` against the variant's reference; without
+    /// the captions' own words the step refuses rather than cutting silently.
+    fn assert_step(&self, weights: StepWeights) {
+        let inputs = self.batch.inputs(Some((&self.own, &self.words)));
+        let total = step_losses(&self.model, &inputs, weights).unwrap().total;
+        let want = scalar(&self.e["expect.total"]);
+        assert!((scalar(&total) - want).abs() <= TOL * want.abs(), "total");
+        assert_head_gradients(&self.model, &total, &self.e);
+        let bare = StepInputs {
+            own: None,
+            ..inputs
+        };
+        assert!(step_losses(&self.model, &bare, weights).is_err());
+    }
 }
 
 /// Expansion control on the text side (`--query-expansion 2`, word 13 a template word): the
@@ -226,24 +220,16 @@ fn assert_text_step(
 #[test]
 fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
     use lexlip_train::expansion::expansion_control;
-    let TextVariant {
-        f,
-        e,
-        model,
-        batch,
-        words,
-        own,
-    } = TextVariant::read("heads_expansion_vs_torch.safetensors");
-    let expansion = e["config.expansion"].to_scalar::<i64>().unwrap() as usize;
-    let full_l = model.full_lexicons(&batch.xl, false).unwrap();
-    let pl = expansion_control(&full_l, &own, &words, expansion).unwrap();
-    assert_close("text lexicons", &pl, &e["expect.pl"]);
+    let v = TextVariant::read("heads_expansion_vs_torch.safetensors");
+    let expansion = v.e["config.expansion"].to_scalar::<i64>().unwrap() as usize;
+    let full_l = v.model.full_lexicons(&v.batch.xl, false).unwrap();
+    let pl = expansion_control(&full_l, &v.own, &v.words, expansion).unwrap();
+    assert_close("text lexicons", &pl, &v.e["expect.pl"]);
     let weights = StepWeights {
         text_expansion: Some(expansion),
-        own_floor: None,
-        ..fixture_weights(&f)
+        ..fixture_weights(&v.f)
     };
-    assert_text_step(&model, &batch, (&own, &words), &e, weights);
+    v.assert_step(weights);
 }
 
 /// The own-word floor on the top-K text lexicons (`--own-floor 0.4`, word 13 a template word):
@@ -252,27 +238,20 @@ fn the_heads_step_with_expansion_control_equals_the_pytorch_reference() {
 #[test]
 fn the_heads_step_with_an_own_word_floor_equals_the_pytorch_reference() {
     use lexlip_train::expansion::own_floor;
-    let TextVariant {
-        f,
-        e,
-        model,
-        batch,
-        words,
-        own,
-    } = TextVariant::read("heads_own_floor_vs_torch.safetensors");
-    let share = scalar(&e["config.own_floor"]);
+    let v = TextVariant::read("heads_own_floor_vs_torch.safetensors");
+    let share = scalar(&v.e["config.own_floor"]);
     let weights = StepWeights {
         own_floor: Some(share),
-        ..fixture_weights(&f)
+        ..fixture_weights(&v.f)
     };
-    let full_l = model.full_lexicons(&batch.xl, false).unwrap();
+    let full_l = v.model.full_lexicons(&v.batch.xl, false).unwrap();
     let cut = lexlip_train::lexicon::top_k(&full_l, weights.text_k).unwrap();
-    let pl = own_floor(&cut, &full_l, &own, share).unwrap();
-    assert_close("text lexicons", &pl, &e["expect.pl"]);
+    let pl = own_floor(&cut, &full_l, &v.own, share).unwrap();
+    assert_close("text lexicons", &pl, &v.e["expect.pl"]);
     let lifted = (&pl - &cut).unwrap().abs().unwrap().gt(0.0).unwrap();
     let lifted = lifted.to_dtype(DType::F32).unwrap().sum_all().unwrap();
     assert!(lifted.to_scalar::<f32>().unwrap() > 0.0, "a word is lifted");
-    assert_text_step(&model, &batch, (&own, &words), &e, weights);
+    v.assert_step(weights);
 }
 
 /// The gradient of the step's loss with respect to the image head's bias equals central

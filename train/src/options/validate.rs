@@ -77,11 +77,7 @@ impl TrainOptions {
                         .into(),
                 );
             }
-            if !(share > 0.0 && share <= 1.0) {
-                return bad(format!(
-                    "--own-floor must be a share in (0, 1], got {share}"
-                ));
-            }
+            in_range("--own-floor must be a share in (0, 1]", share, UNIT)?;
         }
         if !heads && self.lexicon.query_expansion.is_some() {
             return bad(

@@ -20,8 +20,8 @@ pub struct StepInputs<'a> {
     /// Grounding targets ([`crate::lexicon::grounding_targets`]).
     pub bags: &'a Tensor,
     pub has: &'a Tensor,
-    /// With expansion control or the own-word floor: each caption's own words ([`crate::expansion::own_words`]) and
-    /// the terms that may weigh at all.
+    /// With expansion control or the own-word floor: each caption's own words
+    /// ([`crate::expansion::own_words`]) and the terms that may weigh at all.
     pub own: Option<(&'a Tensor, &'a Tensor)>,
 }
 
