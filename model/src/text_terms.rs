@@ -59,11 +59,12 @@ pub struct TextTerms {
     /// makes a strong neighbour and a faint one weigh the same).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expansion_scaled: bool,
-    /// With `expansion`: an own content word the model weighs 0 still weighs this share (0-1)
-    /// of the strongest own word, so that a word the user typed is not dropped because training
-    /// found it common ("man" in "man mechanic"); each such word takes the place of one of the
-    /// E added terms, so the query grows no longer. Word pieces that continue a word and
-    /// one-letter words get none. None: such words are left out.
+    /// With `expansion`: every own content word weighs at least this share (0-1) of the
+    /// strongest own word, so that a word the user typed is not dropped or all but dropped
+    /// because training found it common ("man" in "man mechanic", "3" in "keycap: 3"); a word
+    /// the model weighs 0 takes the place of one of the E added terms, so the query grows no
+    /// longer. Word pieces that continue a word and one-letter words the model weighs 0 get
+    /// none. None: own words keep the model's weights, and those it weighs 0 are left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_floor: Option<f32>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
@@ -151,19 +152,20 @@ impl TextTerms {
                 .copied()
                 .filter(|&i| positive(i) && !function(i))
                 .collect();
+            let strongest = mine.iter().map(|&i| weights[i]).fold(0.0, f32::max);
+            let floor = self.own_floor.unwrap_or(0.0).clamp(0.0, 1.0) * strongest;
+            let own_weight = |i: usize| weights[i].max(floor);
             // The user's words lead: no other term weighs more than (a share of) the weakest.
             let share = self.expansion_share.unwrap_or(1.0).clamp(0.0, 1.0);
             let weakest = mine
                 .iter()
-                .map(|&i| weights[i])
+                .map(|&i| own_weight(i))
                 .fold(f32::INFINITY, f32::min);
             let cap = if weakest.is_finite() {
                 share * weakest
             } else {
                 weakest
             };
-            let strongest = mine.iter().map(|&i| weights[i]).fold(0.0, f32::max);
-            let floor = self.own_floor.unwrap_or(0.0).clamp(0.0, 1.0) * strongest;
             let zeroed: Vec<usize> = if floor > 0.0 {
                 own.iter()
                     .copied()
@@ -193,7 +195,7 @@ impl TextTerms {
             };
             let mut all: Vec<(usize, f32)> = mine
                 .into_iter()
-                .map(|i| (i, weights[i]))
+                .map(|i| (i, own_weight(i)))
                 .chain(others.into_iter().map(|i| (i, added(weights[i]))))
                 .chain(zeroed.into_iter().map(|i| (i, floor)))
                 .collect();
@@ -294,8 +296,8 @@ mod tests {
         );
     }
 
-    /// With a floor, an own word the model weighs 0 keeps that share of the strongest own
-    /// word; function words, continuing pieces and template words stay out.
+    /// With a floor, an own word the model weighs 0 or little keeps that share of the strongest
+    /// own word; function words, continuing pieces and template words stay out.
     #[test]
     fn an_own_floor_keeps_the_words_the_model_dropped() {
         let tokens: Vec<String> = ["a", "man", "mechanic", "##ic", "emoji", "tool"]
@@ -319,6 +321,11 @@ mod tests {
         };
         let kept = two.keep(&weights, &own, &tokens, &[4]);
         assert_eq!(kept, vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.6)]);
+        // A weak own word is lifted as well, stays one of the own words (the added term keeps
+        // its place) and sets the cap of what is added.
+        let weak = [0.0, 0.1, 1.2, 0.0, 0.0, 0.6];
+        let kept = terms.keep(&weak, &own, &tokens, &[4]);
+        assert_eq!(kept, vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.15)]);
         let without = TextTerms {
             own_floor: None,
             ..terms
