@@ -21,7 +21,7 @@ Regenerate (torch is only needed here):
 Writes train/tests/fixtures/heads_vs_torch.safetensors, and
 heads_expansion_vs_torch.safetensors beside it: the same step with expansion control on the
 text side (`--query-expansion 2`, template word 13), whose inputs are the first file's; and
-heads_own_floor_vs_torch.safetensors: the step with the own-word floor (`--own-floor 0.6`) on
+heads_own_floor_vs_torch.safetensors: the step with the own-word floor (`--own-floor 0.4`) on
 the top-K text lexicons, the same inputs and template word.
 """
 
@@ -39,7 +39,7 @@ OUT_EXPANSION = OUT.with_name("heads_expansion_vs_torch.safetensors")
 EXPANSION, TEMPLATE = 2, [13]
 # The own-word floor (`--own-floor`, issue 73), on the same inputs, in a third file.
 OUT_FLOOR = OUT.with_name("heads_own_floor_vs_torch.safetensors")
-OWN_FLOOR = 0.6
+OWN_FLOOR = 0.4
 
 B, D, V, T = 4, 6, 20, 6  # batch, embedding dims, vocabulary, caption tokens
 K_IMAGE, K_TEXT = 7, 5
@@ -128,11 +128,11 @@ def expansion_control(full, ids, mask, words, e):
 
 
 def own_floor(p, full, ids, mask, words, share):
-    """A caption's own words weigh at least `share` of its strongest own word in `full`; the
-    lift is held fixed (no gradient through it)."""
+    """A caption's own words that `full` weighs 0 get `share` of its strongest own word in
+    `full`, held fixed (no gradient through the floor)."""
     own = own_words(full, ids, mask, words)
-    floor = share * (full * own).max(dim=1, keepdim=True).values
-    return p + (own * torch.relu(floor - p)).detach()
+    strongest = (full * own).max(dim=1, keepdim=True).values.detach()
+    return p + share * strongest * own * (full <= 0).double()
 
 
 def step_total(pv, pl, full_v, full_l, zv, zl, xv, xl, bags, has, allowed):
@@ -166,7 +166,7 @@ def main():
     allowed = torch.ones(V, dtype=torch.float64)
     allowed[[0, 1, 2, 9]] = 0.0
     ids = torch.tensor(
-        [[0, 5, 7, 9, 1, 2], [0, 7, 5, 11, 17, 2], [0, 1, 2, 2, 2, 2], [0, 13, 5, 19, 17, 1]]
+        [[0, 5, 7, 9, 1, 2], [0, 7, 7, 11, 1, 2], [0, 1, 2, 2, 2, 2], [0, 13, 5, 19, 17, 1]]
     )
     mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0], [1] * 6])
     idf = torch.rand(V, generator=gen).double() * 3 + 0.5
@@ -250,11 +250,9 @@ def main():
         {"config.own_floor": scalar(OWN_FLOOR)},
     )
     full_l = full_lexicon(xl, cl, wl, bl, allowed).detach()
-    before = cut(full_l, K_TEXT)
-    moved = (pl_f.detach() - before).abs() > 0
-    lifted, weak = int(moved.sum()), int((moved & (full_l > 0)).sum())
-    assert weak > 0 and lifted > weak, "the fixture must lift own words weighed 0 and little"
-    print(f"{lifted} own words lifted, {weak} of them weighed above 0")
+    lifted = int(((pl_f.detach() - cut(full_l, K_TEXT)).abs() > 0).sum())
+    assert lifted > 0, "the fixture must lift at least one own word"
+    print(f"{lifted} own words lifted")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@
 //! p_l    = full ⊙ own + top_E(full ⊙ words ⊙ (1 − own))
 //! ```
 //! The gradient reaches the kept terms only, as with a top-k cut. With `--own-floor S` (with or
-//! without `--query-expansion`) every own word weighs at least `S` of the caption's strongest
-//! own word ([`own_floor`]), as it does in a query.
+//! without `--query-expansion`) an own word the head weighs 0 weighs `S` of the caption's
+//! strongest own word ([`own_floor`]), as it does in a query.
 
 use candle_core::{DType, Tensor};
 
@@ -46,19 +46,18 @@ pub fn expansion_control(full: &Tensor, own: &Tensor, words: &Tensor, e: usize) 
     Ok((mine + expansion)?)
 }
 
-/// The text lexicons `p` with each of the caption's own words (`own`) raised to at least
-/// `share` of its strongest own word in `full` (before any cut), as a query keeps them
-/// (`own_floor` in a model's `text_terms`): a word the head weighs 0, or next to nothing
-/// ("3" in "keycap: 3" at 0.02 of "key"), still counts. The lift is held fixed: the gradient
-/// reaches the image head through the words it lifts, and the text head through `p`.
+/// The text lexicons `p` with the caption's own words (`own`) that the head weighs 0 in `full`
+/// (before any cut) raised to `share` of its strongest own word there, as a query keeps them
+/// (`own_floor` in a model's `text_terms`). The floor is held fixed: the gradient reaches the
+/// image head through the words it lifts, and the text head through the words it weighs.
 ///
 /// ```text
-/// p_l = p + own ⊙ relu(share · max_t(full ⊙ own) − p)        (the second term detached)
+/// p_l = p + share · max_t(full ⊙ own) · own ⊙ 1[full ≤ 0]
 /// ```
 pub fn own_floor(p: &Tensor, full: &Tensor, own: &Tensor, share: f64) -> Result<Tensor> {
-    let floor = (full.mul(own)?.max_keepdim(1)? * share)?;
-    let lift = floor.broadcast_sub(p)?.relu()?.mul(own)?.detach();
-    Ok(p.add(&lift)?)
+    let strongest = full.mul(own)?.max_keepdim(1)?.detach();
+    let zeroed = own.mul(&full.le(0.0)?.to_dtype(own.dtype())?)?;
+    Ok(p.add(&zeroed.broadcast_mul(&(strongest * share)?)?)?)
 }
 
 /// `words` for [`own_words`]: the allowed terms (`allowed`, 1 or 0 per term) without the
@@ -153,35 +152,27 @@ mod tests {
     }
 
     /// Worked by hand: row 0's "car" weighs 0 and gets half of "red" (0.9); row 1's only own
-    /// word "apple" weighs 0, so its strongest own word is 0 and nothing is lifted. A weak own
-    /// word is lifted as a dropped one, a strong one is left alone, and so are other terms.
+    /// word "apple" weighs 0, so its strongest own word is 0 and nothing is lifted.
     #[test]
-    fn the_floor_lifts_own_words_weighed_zero_or_little() {
+    fn the_floor_lifts_own_words_weighed_zero() {
         let (ids, mask, words) = batch();
         let own = own_words(&ids, &mask, &words).unwrap();
-        let lifted = |car: f32, apple: f32| {
-            let full = Tensor::new(
-                &[
-                    [0.0f32, 2.0, 0.9, car, apple, 3.0],
-                    [0.0, 2.0, 0.6, 0.1, 0.0, 3.0],
-                ],
-                &dev(),
-            )
-            .unwrap();
-            own_floor(&full, &full, &own, 0.5)
-                .unwrap()
-                .to_vec2::<f32>()
-                .unwrap()
-        };
+        let full = Tensor::new(
+            &[
+                [0.0f32, 2.0, 0.9, 0.0, 0.8, 3.0],
+                [0.0, 2.0, 0.6, 0.1, 0.0, 3.0],
+            ],
+            &dev(),
+        )
+        .unwrap();
+        let p = own_floor(&full, &full, &own, 0.5).unwrap();
         assert_eq!(
-            lifted(0.0, 0.8),
+            p.to_vec2::<f32>().unwrap(),
             vec![
                 vec![0.0, 2.0, 0.9, 0.45, 0.8, 3.0],
                 vec![0.0, 2.0, 0.6, 0.1, 0.0, 3.0],
             ]
         );
-        assert_eq!(lifted(0.1, 0.0)[0], vec![0.0, 2.0, 0.9, 0.45, 0.0, 3.0]);
-        assert_eq!(lifted(0.6, 0.0)[0], vec![0.0, 2.0, 0.9, 0.6, 0.0, 3.0]);
     }
 
     /// The gradient of a loss of the cut lexicons, against finite differences of the same

@@ -174,11 +174,10 @@ pub struct LexiconOptions {
     )]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub template_words: Vec<String>,
-    /// Heads: a caption's own words weigh at least this share (0-1) of its strongest.
+    /// Heads: a caption's own words the text head weighs 0 still weigh this share (0-1).
     ///
-    /// Words the text head weighs 0 or little are lifted to it, as a query keeps them with
-    /// `own_floor` in a model's `text_terms`: the text encoder may not tell "man cook" from
-    /// "cook", so the user's word
+    /// Of the caption's strongest own word, as a query keeps them with `own_floor` in a model's
+    /// `text_terms`: the text encoder may not tell "man cook" from "cook", so the user's word
     /// "man" only counts if the query keeps it, and the image head then learns to say it.
     /// Content words only; with --query-expansion, recorded in the model's lexlip.json.
     #[cfg_attr(

@@ -30,7 +30,7 @@ pub struct DemoArgs {
     pub data: PathBuf,
     /// The LexLIP model that encodes images, captions and queries.
     ///
-    /// The default finds the right emoji first for 88 % of the labels.
+    /// The default finds the right emoji first for 88.6 % of the labels.
     #[arg(long, default_value = DEFAULT_MODEL, env = "LEXLIP_MODEL")]
     pub model: PathBuf,
     /// A directory holding the npm tarballs, instead of downloading them.
