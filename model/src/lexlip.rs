@@ -192,6 +192,7 @@ fn text_terms_or(
             ignore: f.ignore.clone(),
             expansion_share: g.expansion_share.or(f.expansion_share),
             own_floor: g.own_floor.or(f.own_floor),
+            document_floor: g.document_floor.or(f.document_floor),
             expansion_scaled: g.expansion_scaled || f.expansion_scaled,
             ..g.clone()
         }),

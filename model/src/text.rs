@@ -410,7 +410,8 @@ impl TextEncoder {
                 Tower::Heads { backbone, head } => {
                     let x = rows_tensor(&backbone.encode_texts(chunk)?, &self.device)?;
                     let ids = self.tokenize(chunk)?;
-                    out.extend(self.keep_terms(&head.weights(&x)?, &ids, terms)?);
+                    let terms = terms.cut_to(head.top_k());
+                    out.extend(self.keep_terms(&head.weights(&x)?, &ids, &terms)?);
                 }
                 _ => {
                     let ids = self.tokenize(chunk)?;

@@ -67,6 +67,13 @@ pub struct TextTerms {
     /// none. None: own words keep the model's weights, and those it weighs 0 are left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_floor: Option<f32>,
+    /// With `expansion`: texts stored as documents (captions) keep the terms the model keeps
+    /// (no expansion control), and their own content words weigh at least this share of the
+    /// strongest own word, as a query's do with `own_floor`: a caption's "3" the model weighs
+    /// next to nothing still matches the picture of a 3 ([`Self::for_documents`]). None: stored
+    /// captions keep the model's lexicon as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document_floor: Option<f32>,
     /// Words that never weigh, whatever the rule: a model's template words (the words its
     /// training captions were built around, such as "emoji" or "clip art"), which name no
     /// picture in particular. A word the vocabulary splits leaves out each of its pieces.
@@ -103,14 +110,32 @@ impl TextTerms {
         }
     }
 
-    /// The rule for texts stored as documents. Expansion control and template words are the
-    /// query's: captions indexed as documents keep every term (cut to E, they cost the
-    /// image → text recall of `models/emoji-lex-imagenet` 4-11 points; `docs/benchmarks.md`).
-    /// The published models' rules (VDR's, D2S's) apply to every text, as their references
-    /// encode them.
+    /// The rule for texts stored as documents. Expansion control is the query's: captions
+    /// indexed as documents keep every term the model keeps (cut to E, they cost the image →
+    /// text recall of `models/emoji-lex-imagenet` 4-11 points; `docs/benchmarks.md`), with
+    /// their own words lifted to `document_floor` and template words left out where the rule
+    /// has a document floor. The published models' rules (VDR's, D2S's) apply to every text,
+    /// as their references encode them.
     pub fn for_documents(&self) -> TextTerms {
-        if self.expansion.is_some() {
-            Self::all()
+        match (self.expansion, self.document_floor) {
+            (Some(_), Some(floor)) => Self {
+                own_floor: Some(floor),
+                ignore: self.ignore.clone(),
+                ..Self::all()
+            },
+            (Some(_), None) => Self::all(),
+            (None, _) => self.clone(),
+        }
+    }
+
+    /// This rule with the model's own cut (its `k` largest weights) where the rule itself
+    /// keeps every weighed term: a lexicon head's top-k applies to a document rule too.
+    pub fn cut_to(&self, k: Option<usize>) -> TextTerms {
+        if self.top_k.is_none() && self.expansion.is_none() && !self.bow {
+            Self {
+                top_k: k,
+                ..self.clone()
+            }
         } else {
             self.clone()
         }
@@ -147,17 +172,14 @@ impl TextTerms {
                 .collect()
         } else if let Some(e) = self.expansion {
             let function = |i: usize| STOPWORDS.contains(&tokens[i].as_str());
-            let mine: Vec<usize> = own
-                .iter()
-                .copied()
-                .filter(|&i| positive(i) && !function(i))
-                .collect();
-            let strongest = mine.iter().map(|&i| weights[i]).fold(0.0, f32::max);
-            let floor = self.own_floor.unwrap_or(0.0).clamp(0.0, 1.0) * strongest;
+            let content = |i: usize| !ignored(i) && !function(i);
+            let words = OwnWords::new(self.own_floor, weights, &own, content, tokens);
+            let floor = words.floor;
             let own_weight = |i: usize| weights[i].max(floor);
             // The user's words lead: no other term weighs more than (a share of) the weakest.
             let share = self.expansion_share.unwrap_or(1.0).clamp(0.0, 1.0);
-            let weakest = mine
+            let weakest = words
+                .mine
                 .iter()
                 .map(|&i| own_weight(i))
                 .fold(f32::INFINITY, f32::min);
@@ -166,19 +188,7 @@ impl TextTerms {
             } else {
                 weakest
             };
-            let zeroed: Vec<usize> = if floor > 0.0 {
-                own.iter()
-                    .copied()
-                    .filter(|&i| {
-                        weights[i] <= 0.0
-                            && !ignored(i)
-                            && !function(i)
-                            && is_whole_word(&tokens[i])
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let OwnWords { mine, zeroed, .. } = words;
             // A word the user typed takes the place of an added term: the query grows no longer.
             let mut others: Vec<usize> = (0..weights.len())
                 .filter(|&i| positive(i) && !own.contains(&i) && !function(i))
@@ -206,17 +216,80 @@ impl TextTerms {
                 .top_k
                 .filter(|&k| k < weights.len())
                 .map(|k| kth_largest(weights, k));
-            (0..weights.len())
+            // A document rule's own words (`for_documents`): lifted, and kept beside the cut.
+            let content = |i: usize| !ignored(i) && !STOPWORDS.contains(&tokens[i].as_str());
+            let words = (self.own_floor)
+                .map(|share| OwnWords::new(Some(share), weights, &own, content, tokens));
+            let lifted = |i: usize| words.as_ref().is_some_and(|w| w.mine.contains(&i));
+            let floor = words.as_ref().map_or(0.0, |w| w.floor);
+            let mut kept: Vec<(usize, f32)> = (0..weights.len())
                 .filter(|&i| {
                     positive(i)
-                        && (hi.is_none_or(|hi| weights[i] > hi) || (self.own && own.contains(&i)))
+                        && (hi.is_none_or(|hi| weights[i] > hi)
+                            || (self.own && own.contains(&i))
+                            || lifted(i))
                 })
-                .map(|i| (i, weights[i]))
-                .collect()
+                .map(|i| {
+                    (
+                        i,
+                        if lifted(i) {
+                            weights[i].max(floor)
+                        } else {
+                            weights[i]
+                        },
+                    )
+                })
+                .collect();
+            if let Some(words) = words {
+                kept.extend(words.zeroed.into_iter().map(|i| (i, floor)));
+                kept.sort_unstable_by_key(|&(i, _)| i);
+            }
+            kept
         };
         kept.into_iter()
             .map(|(i, w)| (tokens[i].as_str(), w))
             .collect()
+    }
+}
+
+/// A text's own content words that the model weighs (`mine`), those it weighs 0 that are whole
+/// words (`zeroed`), and the floor every one of them weighs at least: a share of the strongest.
+struct OwnWords {
+    mine: Vec<usize>,
+    zeroed: Vec<usize>,
+    floor: f32,
+}
+
+impl OwnWords {
+    /// `own`: the text's word pieces within the vocabulary; `content`: not a function or
+    /// template word.
+    fn new(
+        share: Option<f32>,
+        weights: &[f32],
+        own: &BTreeSet<usize>,
+        content: impl Fn(usize) -> bool,
+        tokens: &[String],
+    ) -> Self {
+        let mine: Vec<usize> = own
+            .iter()
+            .copied()
+            .filter(|&i| weights[i] > 0.0 && content(i))
+            .collect();
+        let strongest = mine.iter().map(|&i| weights[i]).fold(0.0, f32::max);
+        let floor = share.unwrap_or(0.0).clamp(0.0, 1.0) * strongest;
+        let zeroed = if floor > 0.0 {
+            own.iter()
+                .copied()
+                .filter(|&i| weights[i] <= 0.0 && content(i) && is_whole_word(&tokens[i]))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self {
+            mine,
+            zeroed,
+            floor,
+        }
     }
 }
 
@@ -332,5 +405,49 @@ mod tests {
         };
         let kept = without.keep(&weights, &own, &tokens, &[4]);
         assert_eq!(kept, vec![("mechanic", 1.2), ("tool", 0.6)]);
+    }
+
+    /// Stored captions under a document floor keep the head's top-k, not the query's cut, with
+    /// their own content words lifted (a weak one in place, one weighed 0 beside the cut) and
+    /// template words left out; without one they keep the model's lexicon.
+    #[test]
+    fn a_document_floor_lifts_a_stored_captions_own_words() {
+        let tokens: Vec<String> = ["a", "man", "mechanic", "emoji", "tool", "wrench", "gear"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let query = TextTerms {
+            expansion_share: Some(0.3),
+            own_floor: Some(0.5),
+            document_floor: Some(0.25),
+            ..TextTerms::expansion(1, vec!["emoji".into()])
+        };
+        let documents = query.for_documents();
+        assert_eq!(documents.expansion, None);
+        // The head keeps its 3 largest weights: mechanic, emoji (a template word) and tool.
+        let documents = documents.cut_to(Some(3));
+        let own = [0, 1, 2, 3];
+        let weak = [0.05, 0.1, 1.2, 1.0, 0.6, 0.5, 0.05];
+        assert_eq!(
+            documents.keep(&weak, &own, &tokens, &[3]),
+            vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.6)]
+        );
+        let dropped = [0.05, 0.0, 1.2, 1.0, 0.6, 0.5, 0.05];
+        assert_eq!(
+            documents.keep(&dropped, &own, &tokens, &[3]),
+            vec![("man", 0.3), ("mechanic", 1.2), ("tool", 0.6)]
+        );
+        // No document floor: every term the model weighs, as it weighs them.
+        let plain = TextTerms {
+            document_floor: None,
+            ..query.clone()
+        };
+        assert!(plain.for_documents().is_all());
+        // A rule that cuts on its own keeps its cut; a rule without expansion is its own
+        // document rule.
+        assert_eq!(query.cut_to(Some(3)), query);
+        let vdr = TextTerms::top_k_and_own(2);
+        assert_eq!(vdr.for_documents(), vdr);
+        assert_eq!(vdr.cut_to(Some(3)), vdr);
     }
 }

@@ -778,3 +778,48 @@ fn the_demos_model_ranks_the_queries_it_missed_at_the_top() {
     assert!(ranks.within(1) >= MIN_LABELS_FIRST, "{:?}", ranks.0);
     s.stop();
 }
+
+/// Stored captions keep their own words (issue 73): the demo's model weighs the "3" of "keycap:
+/// 3" next to nothing (its plain lexicon, the head's 32 strongest terms, has none), so with
+/// `document_floor` a stored caption lifts it to half its strongest own word, as the query
+/// does, and keeps the head's 32 terms besides, where a query keeps its own words and at most
+/// 10 others. Served, the stored document explains with it.
+#[test]
+fn the_demos_model_lifts_a_stored_captions_weak_words() {
+    use lexlip_model::{Device, Encoders};
+    let model = lexlip_tests::workspace().join("models/emoji-lex-imagenet");
+    let enc = Encoders::load(&model, &Device::Cpu).unwrap();
+    let text = enc.text().unwrap();
+    let caption = "keycap: 3";
+    let plain =
+        lexlip_model::pooling::to_sparse(&text.pooled(&[caption]).unwrap(), text.vocabulary())
+            .unwrap()
+            .remove(0);
+    let key = plain.get("key").expect("its strongest own word");
+    assert_eq!(plain.get("3"), None, "{plain:?}");
+    let stored = text.encode(&[caption]).unwrap().remove(0);
+    let query = text.encode_queries(&[caption]).unwrap().remove(0);
+    for (what, v) in [("stored", &stored), ("query", &query)] {
+        assert_eq!(v.get("key"), Some(key), "{what}: {v:?}");
+        assert!(
+            v.get("3").is_some_and(|w| w >= 0.5 * key - 1e-6),
+            "{what}: {v:?}"
+        );
+    }
+    assert_eq!(stored.len(), plain.len() + 1, "{stored:?}");
+    assert!(query.len() <= 12, "{query:?}");
+
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::with_model(data.path(), &model);
+    s.create("labels", json!({}));
+    s.add("labels", vec![json!({"id": "keycap-3", "text": caption})]);
+    let (st, r) = s.call(
+        "GET",
+        "/v1/collections/labels/documents/keycap-3?explain=true",
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    let terms = r["terms"].as_array().expect("terms");
+    assert!(terms.iter().any(|t| t[0] == "3"), "{r}");
+    s.stop();
+}

@@ -179,7 +179,8 @@ pub struct LexiconOptions {
     /// Of the caption's strongest own word, as a query keeps them with `own_floor` in a model's
     /// `text_terms`: the text encoder may not tell "man cook" from "cook", so the user's word
     /// "man" only counts if the query keeps it, and the image head then learns to say it.
-    /// Content words only; with --query-expansion, recorded in the model's lexlip.json.
+    /// Content words only; with --query-expansion, recorded in the model's lexlip.json, for
+    /// queries (`own_floor`) and stored captions (`document_floor`) alike.
     #[cfg_attr(
         feature = "cli",
         arg(

@@ -550,6 +550,8 @@ fn export(
         let mut terms =
             lexlip_model::text::TextTerms::expansion(e, opts.lexicon.template_words.clone());
         terms.own_floor = opts.lexicon.own_floor.map(|s| s as f32);
+        // Stored captions meet the image head as training's captions did: lifted.
+        terms.document_floor = terms.own_floor;
         meta["text_terms"] =
             serde_json::to_value(&terms).map_err(|e| TrainError::invalid(e.to_string()))?;
     }
