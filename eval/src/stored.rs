@@ -175,6 +175,21 @@ pub fn read_from_dense(
                 .collect::<Result<Vec<DenseVector>>>()?;
             let lexicons = match modality {
                 Modality::Image => image.encode_embeddings(&dense)?,
+                // A model that lifts a stored caption's own words reads its words.
+                _ if !text.terms().for_documents().is_all() => {
+                    let texts = batch
+                        .iter()
+                        .map(|e| {
+                            e.doc.text.as_deref().ok_or_else(|| {
+                                PipelineError::Input(format!(
+                                    "{}: a caption without its text",
+                                    e.doc.id
+                                ))
+                            })
+                        })
+                        .collect::<Result<Vec<&str>>>()?;
+                    text.encode(&texts)?
+                }
                 _ => text.encode_embeddings(&dense)?,
             };
             for (entry, lexicon) in batch.iter_mut().zip(lexicons) {

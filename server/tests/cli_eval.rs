@@ -995,6 +995,25 @@ fn distractors_from_dense_equal_the_heads_indexing_them() {
     // The stored lexicons themselves (64 terms) are not what the cut heads give.
     let stored = eval(&cut, &c.tsv, "--top-k 4", &[("--distractors", &by_shipped)]);
     assert_ne!(figures(&stored)["settings"], figures(&indexed)["settings"]);
+    // Heads that lift a stored caption's own words (`document_floor`) read the captions'
+    // words as well as the dense vectors: the same figures as a collection they indexed.
+    let floor_dir = tmp.path().join("floor");
+    let floor = heads_cut_to(&floor_dir, 8, 4);
+    let json_path = floor_dir.join("lexlip.json");
+    let mut json: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    json["text_terms"] =
+        serde_json::json!({"expansion": 2, "own_floor": 0.5, "document_floor": 0.5});
+    std::fs::write(&json_path, json.to_string()).unwrap();
+    let by_floor = tmp.path().join("by-floor");
+    index_tsv(&by_floor, &d.tsv, &floor, "--dense", &[]);
+    let indexed = eval(&floor, &c.tsv, "--top-k 4", &[("--distractors", &by_floor)]);
+    let from_dense = eval(
+        &floor,
+        &c.tsv,
+        "--distractors-from-dense --top-k 4",
+        &[("--distractors", &by_shipped)],
+    );
+    same_figures(&indexed, &from_dense);
 
     // Refused: dense vectors of another backbone (the tiny CLIP's), a dense evaluation, and
     // the flag without --distractors.
