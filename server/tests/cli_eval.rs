@@ -982,14 +982,20 @@ fn distractors_from_dense_equal_the_heads_indexing_them() {
     index_tsv(&by_shipped, &d.tsv, &shipped, "--dense", &[]);
     index_tsv(&by_cut, &d.tsv, &cut, "--dense", &[]);
 
-    let indexed = eval(&cut, &c.tsv, "--top-k 4", &[("--distractors", &by_cut)]);
-    let from_dense = eval(
-        &cut,
-        &c.tsv,
-        "--distractors-from-dense --top-k 4",
-        &[("--distractors", &by_shipped)],
-    );
-    same_figures(&indexed, &from_dense);
+    // `heads` among a collection they indexed, and among the shipped heads' collection with
+    // lexicons computed from its dense vectors: the same figures.
+    let indexed_and_from_dense = |heads: &[String], by_heads: &Path| {
+        let indexed = eval(heads, &c.tsv, "--top-k 4", &[("--distractors", &by_heads)]);
+        let from_dense = eval(
+            heads,
+            &c.tsv,
+            "--distractors-from-dense --top-k 4",
+            &[("--distractors", &by_shipped)],
+        );
+        same_figures(&indexed, &from_dense);
+        (indexed, from_dense)
+    };
+    let (indexed, from_dense) = indexed_and_from_dense(&cut, &by_cut);
     assert_eq!(from_dense["distractors"]["images"], 10, "{from_dense}");
     assert_eq!(from_dense["distractors"]["captions"], 10);
     // The stored lexicons themselves (64 terms) are not what the cut heads give.
@@ -1006,14 +1012,7 @@ fn distractors_from_dense_equal_the_heads_indexing_them() {
     std::fs::write(&json_path, json.to_string()).unwrap();
     let by_floor = tmp.path().join("by-floor");
     index_tsv(&by_floor, &d.tsv, &floor, "--dense", &[]);
-    let indexed = eval(&floor, &c.tsv, "--top-k 4", &[("--distractors", &by_floor)]);
-    let from_dense = eval(
-        &floor,
-        &c.tsv,
-        "--distractors-from-dense --top-k 4",
-        &[("--distractors", &by_shipped)],
-    );
-    same_figures(&indexed, &from_dense);
+    indexed_and_from_dense(&floor, &by_floor);
 
     // Refused: dense vectors of another backbone (the tiny CLIP's), a dense evaluation, and
     // the flag without --distractors.
