@@ -64,7 +64,9 @@ pub struct TextTerms {
     /// because training found it common ("man" in "man mechanic", "3" in "keycap: 3"); a word
     /// the model weighs 0 takes the place of one of the E added terms, so the query grows no
     /// longer. Word pieces that continue a word and one-letter words the model weighs 0 get
-    /// none. None: own words keep the model's weights, and those it weighs 0 are left out.
+    /// none. Without `expansion` (the rule [`Self::for_documents`] gives stored captions) own
+    /// words are lifted alike and kept beside the rule's cut, and nothing else changes. None:
+    /// own words keep the model's weights, and those it weighs 0 are left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own_floor: Option<f32>,
     /// With `expansion`: texts stored as documents (captions) keep the terms the model keeps
