@@ -10,9 +10,14 @@ used: a random flip, rotation, scale and shift, colour jitter, and half the time
   - the tower frozen, the projection trained on the augmented pictures (the control);
   - the whole tower trained beside the projection, with the teacher's embedding as an input;
   - the same without the teacher's embedding (the tower alone must carry the picture);
-  - the whole tower trained at three times the rate.
-Figures: R@10 text→image / image→text on `test` (all, and per style) and on the held-out style,
-as the other probes count them; the gap is Noto − Twemoji T2I on the unseen concepts.
+  - the whole tower trained at three times the rate;
+  - `no-flip`: the third arm with no mirror images among the views (a mirrored picture is
+    another emoji for some: left and right arrows, "facing right", one and eleven o'clock);
+  - `line-art`, `line-art-all`: that, with half (all) of the flat redraws drawn as outlined
+    line art ([`line_art`]), a style the corpus lacks (OpenMoji's).
+Figures: R@10 text→image / image→text on `test` (all, and per style), on the held-out style
+and on a style no arm trains on (`prepare --unseen MANIFEST`, e.g. OpenMoji), as the other
+probes count them; the gap is Noto − Twemoji T2I on the unseen concepts.
 
 Two steps, because the GPU machine has PyTorch but no lexlip and no corpus:
   prepare (here, CPU): the pictures at 64 px, the teacher's embeddings (lexlip heads caches) and
@@ -22,8 +27,10 @@ Two steps, because the GPU machine has PyTorch but no lexlip and no corpus:
 
   python3 scripts/probe_full_finetune.py prepare --corpus target/data/emoji-corpus-ht \
       --teacher models/emoji-dense --lexlip target/release/lexlip --work target/probe-style \
-      --backbone target/test-models/mobilenet-v2 --bundle target/ft-bundle
-  python3 scripts/probe_full_finetune.py train --bundle target/ft-bundle --out OUT
+      --backbone target/test-models/mobilenet-v2 --bundle target/ft-bundle \
+      [--unseen target/data/openmoji/manifest.jsonl]
+  python3 scripts/probe_full_finetune.py train --bundle target/ft-bundle --out OUT \
+      [--arms tuned-alone,no-flip,line-art,line-art-all]
 """
 import argparse
 import copy
@@ -76,6 +83,21 @@ def prepare(args):
         arrays[f"{key}_txt"] = quantised(txt)
         arrays[f"{key}_style"] = np.array([p.split("/")[1] for p in images])
         print(f"{split}: {len(images)} pictures, {len(pair)} captions", file=sys.stderr)
+    if args.unseen:
+        rows = [json.loads(line) for line in open(args.unseen) if line.strip()]
+        root = args.unseen.resolve().parent
+        tsv_path = args.work / "unseen.tsv"
+        with open(tsv_path, "w") as f:
+            f.write("title\tfilepath\timage_id\n")
+            for r in rows:
+                f.write(f"{r['text']}\t{root / r['image']}\t{r['id']}\n")
+        _, images, pair = probe.tsv(tsv_path)
+        img, txt = probe.teacher_cache(args, "unseen", args.work, tsv_path)
+        arrays["unseen_px"] = picture_array(Path("/"), images)
+        arrays["unseen_pair"] = pair.numpy().astype(np.int32)
+        arrays["unseen_img"], arrays["unseen_txt"] = quantised(img), quantised(txt)
+        arrays["unseen_style"] = np.array(["unseen"] * len(images))
+        print(f"{args.unseen}: {len(images)} pictures, {len(pair)} captions", file=sys.stderr)
     np.savez_compressed(args.bundle / "data.npz", **arrays)
     shutil.copy(args.backbone / "model.safetensors", args.bundle / "mobilenetv2.safetensors")
 
@@ -96,14 +118,34 @@ def blur(x, sigma):
     return 1 - y.reshape(n, c, h, w)
 
 
-def augment(x, g, rotate=20.0):
+def line_art(x, g):
+    """Flat pictures (N, 3, H, W, white ground) redrawn as outlined line art, as sets such as
+    OpenMoji draw: the fills washed toward white by 0-40 %, then a dark line 1-2 pixels wide (at
+    64 px; 4-7 once resized to 224) around the figure and where its colour changes strongly
+    (by 0.25-0.45 of the RGB cube's diagonal: borders between regions, not shading)."""
+    n = len(x)
+    figure = ((1 - x).amax(1, keepdim=True) > 0.08).to(x.dtype)
+    outline = figure + F.max_pool2d(-figure, 3, 1, 1)  # the figure's own edge pixels
+    pad = F.pad(x, (1, 1, 1, 1), mode="replicate")  # steps across two pixels: soft edges count
+    dx = (pad[:, :, 1:-1, 2:] - pad[:, :, 1:-1, :-2]).pow(2).sum(1, keepdim=True).sqrt()
+    dy = (pad[:, :, 2:, 1:-1] - pad[:, :, :-2, 1:-1]).pow(2).sum(1, keepdim=True).sqrt()
+    step = torch.maximum(dx, dy) / math.sqrt(3)
+    border = (step > uniform(n, 0.25, 0.45, g)[:, None, None, None]).to(x.dtype) * figure
+    edge = torch.maximum(outline, border)
+    wash = uniform(n, 0.0, 0.4, g)[:, None, None, None]
+    ink = uniform(n, 0.0, 0.2, g)[:, None, None, None]
+    return edge * ink + (1 - edge) * (x + wash * (1 - x))
+
+
+def augment(x, g, rotate=20.0, flip=0.5, lines=0.0):
     """One random view of each picture (N, 3, 64, 64, in [0, 1], white ground), on the GPU:
-    flip, rotation, scale 0.75-1.1, shift up to 4 px, saturation, brightness and contrast
-    jitter, and for half of them a flat redraw (blur 0.3-1 px, then 4-8 levels per channel)."""
+    a mirror image for a share `flip`, rotation, scale 0.75-1.1, shift up to 4 px, saturation,
+    brightness and contrast jitter, and for half of them a flat redraw (blur 0.3-1 px, then 4-8
+    levels per channel), of which a share `lines` is then drawn as line art ([`line_art`])."""
     n = len(x)
     angle = uniform(n, -rotate, rotate, g) * math.pi / 180
     scale = uniform(n, 0.75, 1.1, g)
-    flip = torch.where(torch.rand(n, generator=g, device=x.device) < 0.5, -1.0, 1.0)
+    flip = torch.where(torch.rand(n, generator=g, device=x.device) < flip, -1.0, 1.0)
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
     theta = torch.stack([torch.stack([cos * flip, -sin, uniform(n, -0.125, 0.125, g)], 1),
                          torch.stack([sin * flip, cos, uniform(n, -0.125, 0.125, g)], 1)], 1)
@@ -122,8 +164,13 @@ def augment(x, g, rotate=20.0):
         y = blur(x[flat], uniform(int(flat.sum()), 0.3, 1.0, g))
         levels = torch.randint(4, 9, (int(flat.sum()),), generator=g, device=x.device).float()
         lv = (levels - 1)[:, None, None, None]
+        y = torch.round(y * lv) / lv
+        if lines > 0:
+            drawn = torch.rand(len(y), generator=g, device=x.device) < lines
+            if drawn.any():
+                y[drawn] = line_art(y[drawn], g)
         x = x.clone()
-        x[flat] = torch.round(y * lv) / lv
+        x[flat] = y
     return x
 
 
@@ -146,7 +193,24 @@ class Tower(torch.nn.Module):
         return self.net.features(x).float().mean((2, 3))
 
 
-def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
+# The arms: the tower's learning rate (× --tower-lr; 0: frozen), whether the teacher's
+# embedding is an input beside the tower's features, the share of views mirrored, and the share
+# of flat redraws drawn as line art. Mirror images are other emoji for some pictures (left and
+# right arrows, "facing right", one and eleven o'clock), so the last two arms draw none.
+ARMS = {
+    "frozen": (0.0, True, 0.5, 0.0),
+    "tuned": (1.0, True, 0.5, 0.0),
+    "tuned-alone": (1.0, False, 0.5, 0.0),
+    "tuned-fast": (3.0, True, 0.5, 0.0),
+    "no-flip": (1.0, False, 0.0, 0.0),
+    "line-art": (1.0, False, 0.0, 0.5),
+    "line-art-all": (1.0, False, 0.0, 1.0),
+}
+
+
+def run_arm(name, base, data, dev, args, log):
+    rate, teacher_input, flip, lines = ARMS[name]
+    tower_lr = rate * args.tower_lr
     g = torch.Generator(device=dev)
     g.manual_seed(args.seed)
     torch.manual_seed(args.seed)
@@ -175,7 +239,7 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
     def evaluate(epoch):
         net.eval()
         out = {"epoch": epoch}
-        for key in [k for k in ("test", "held") if f"{k}_px" in data]:
+        for key in [k for k in ("test", "held", "unseen") if f"{k}_px" in data]:
             with torch.no_grad():
                 z = net((features(data[f"{key}_px"], data[f"{key}_img"]) - mu) / sd)
             r = probe.recall(z.cpu(), data[f"{key}_txt"].cpu(), data[f"{key}_pair"].cpu(), data[f"{key}_style"])
@@ -184,7 +248,8 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
         out["gap"] = r["google"][0] - r["twitter"][0] if "google" in r and "twitter" in r else float("nan")
         out["seconds"] = round(time.time() - began, 1)
         net.train()
-        held = f"  held-out style {out['held']['all'][0]:.1f}/{out['held']['all'][1]:.1f}" if "held" in out else ""
+        held = "".join(f"  {label} {out[k]['all'][0]:.1f}/{out[k]['all'][1]:.1f}"
+                       for k, label in (("held", "held-out style"), ("unseen", "unseen style")) if k in out)
         log(f"{name} epoch {epoch}: test {fmt(out['test'])}{held}  gap {out['gap']:.1f}  ({out['seconds']} s)")
         return out
 
@@ -200,7 +265,7 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
                 pick = torch.rand(len(x), generator=g, device=dev) < args.augment
                 if pick.any():
                     x = x.clone()
-                    x[pick] = augment(x[pick], g, args.rotate)
+                    x[pick] = augment(x[pick], g, args.rotate, flip, lines)
             with torch.autocast(dev.type, dtype=torch.bfloat16):
                 f = tower(x)  # no graph through a frozen tower: its weights need no gradient
             inp = torch.cat([f, t_img[unique]], 1) if teacher_input else f
@@ -217,7 +282,8 @@ def run_arm(name, base, data, dev, args, tower_lr, teacher_input, log):
             figures.append(evaluate(epoch + 1))
             evaluating += time.time() - at
     took = time.time() - began - evaluating  # training alone
-    return {"tower_lr": tower_lr, "teacher_input": teacher_input, "epochs": args.epochs,
+    return {"tower_lr": tower_lr, "teacher_input": teacher_input, "flip": flip, "line_art": lines,
+            "epochs": args.epochs,
             "pictures_per_s": round(seen / took, 1),
             "pairs_per_s": round(step * args.batch / took, 1), "figures": figures}, tower
 
@@ -259,7 +325,7 @@ def train(args):
         log_file.flush()
 
     if args.limit:  # a smoke test: the first captions of each split and their pictures only
-        for key in ("train", "test", "held"):
+        for key in ("train", "test", "held", "unseen"):
             if f"{key}_pair" in data:
                 pair = data[f"{key}_pair"][:args.limit]
                 n = int(pair.max()) + 1
@@ -269,18 +335,17 @@ def train(args):
     device = torch.cuda.get_device_name() if dev.type == "cuda" else "CPU"
     log(f"{device}: {len(data['train_pair'])} training captions of "
         f"{len(data['train_px'])} pictures; {args.epochs} epochs, batch {args.batch}")
-    arms = [("frozen", 0.0, True), ("tuned", args.tower_lr, True), ("tuned-alone", args.tower_lr, False),
-            ("tuned-fast", 3 * args.tower_lr, True)]
+    unknown = [a for a in args.arms.split(",") if a not in ARMS]
+    if unknown:
+        sys.exit(f"error: no arm {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
     results, began = {}, time.time()
-    for name, lr, teacher_input in arms:
-        if name not in args.arms.split(","):
-            continue
+    for name in args.arms.split(","):
         if time.time() - began > args.budget_s:
             log(f"{name}: skipped, past --budget-s {args.budget_s}")
             continue
-        results[name], tower = run_arm(name, base, data, dev, args, lr, teacher_input, log)
+        results[name], tower = run_arm(name, base, data, dev, args, log)
         log(f"{name}: {results[name]['pairs_per_s']} pairs/s, {results[name]['pictures_per_s']} pictures/s")
-        if lr > 0:
+        if results[name]["tower_lr"] > 0:
             save_tower(tower, weights, args.out / f"{name}.safetensors")
         (args.out / "full-finetune.json").write_text(json.dumps(results, indent=1) + "\n")
 
@@ -296,10 +361,12 @@ def main():
     p.add_argument("--backbone", type=Path, required=True, help="scripts/fetch-image-backbone.sh's folder")
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--splits", default="train,test,held", help="of train, test, held (the held-out style)")
+    p.add_argument("--unseen", type=Path, help="a manifest of a style no arm trains on, as `unseen` (e.g. "
+                   "scripts/build-openmoji-eval.sh's)")
     t = sub.add_parser("train", help="the arms (GPU)")
     t.add_argument("--bundle", type=Path, required=True)
     t.add_argument("--out", type=Path, required=True)
-    t.add_argument("--arms", default="frozen,tuned,tuned-alone,tuned-fast")
+    t.add_argument("--arms", default="frozen,tuned,tuned-alone,tuned-fast", help=f"of {', '.join(ARMS)}")
     t.add_argument("--budget-s", type=float, default=1e9, help="start no arm after this many seconds")
     t.add_argument("--epochs", type=int, default=12)
     t.add_argument("--eval-at", type=lambda s: {int(v) for v in s.split(",") if v}, default={3, 6, 9})
