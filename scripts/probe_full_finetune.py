@@ -301,6 +301,9 @@ def save_tower(tower, reference, path):
 
 
 def train(args):
+    unknown = [a for a in args.arms.split(",") if a not in ARMS]
+    if unknown:
+        sys.exit(f"error: no arm {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
     dev = torch.device(args.device)
     torch.backends.cudnn.benchmark = False  # a batch's picture count varies: no re-tuning per shape
     args.out.mkdir(parents=True, exist_ok=True)
@@ -335,9 +338,6 @@ def train(args):
     device = torch.cuda.get_device_name() if dev.type == "cuda" else "CPU"
     log(f"{device}: {len(data['train_pair'])} training captions of "
         f"{len(data['train_px'])} pictures; {args.epochs} epochs, batch {args.batch}")
-    unknown = [a for a in args.arms.split(",") if a not in ARMS]
-    if unknown:
-        sys.exit(f"error: no arm {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
     results, began = {}, time.time()
     for name in args.arms.split(","):
         if time.time() - began > args.budget_s:
