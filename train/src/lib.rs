@@ -17,7 +17,8 @@
 //! - [`data`], [`augment`], [`text`]: pairs from the corpora `lexlip index` reads, image
 //!   augmentation, tokenisation and masking.
 //! - [`weight_sharing`]: COOKIE's layers shared by both towers (`--shared-layers`).
-//! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`).
+//! - [`sampler`]: GRIT-VLP's grouped mini-batches (`--sampler grouped`); `grouping` orders the
+//!   cached-embedding objectives' entries (heads, adapter) by it.
 //! - [`text_cache`]: the frozen text tower's lexicon of every caption (`--freeze-text`).
 //! - [`objectives`]: what a run trains (LexLIP and dense, lexicon heads, the adapter, the
 //!   MaskVLM re-ranker), each on the one loop (`steps`) with [`checkpoint`]s (atomic, bitwise
@@ -38,6 +39,7 @@ pub mod error;
 pub mod expansion;
 pub mod export;
 pub mod fingerprint;
+mod grouping;
 pub mod head;
 pub mod init;
 pub mod lexicon;

@@ -557,7 +557,8 @@ pub struct OptimOptions {
     ///
     /// random: a fresh permutation. grouped: GRIT-VLP (ECCV 2022): from the second epoch on,
     /// pairs whose representations were similar in the previous epoch share a mini-batch, so
-    /// in-batch negatives are hard; no extra forward pass.
+    /// in-batch negatives are hard; no extra forward pass. Heads and adapter: every epoch,
+    /// by the cached embeddings (the adapter's: the teacher's), views included.
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Sampler::Random, value_name = "HOW", help_heading = "Optimisation"))]
     #[serde(default)]
     pub sampler: Sampler,

@@ -1,8 +1,9 @@
 //! The adapter (`--objective adapter`): a pretrained image tower projected beside a tiny dense
 //! teacher. The exported fused model encodes as its parts do, taken one by one (teacher,
 //! MobileNetV2, the projection computed by hand); texts stay the teacher's; a batch equals its
-//! images one by one; a stopped run resumes bitwise; heads train over the fused model; the
-//! loss equals a plain computation and its gradient finite differences; bad options are refused.
+//! images one by one; a stopped run resumes bitwise (grouped batches too); heads train over the
+//! fused model; the loss equals a plain computation and its gradient finite differences; bad
+//! options are refused.
 
 mod common;
 
@@ -13,9 +14,10 @@ use lexlip_model::mobilenet_v2::MobileNetV2;
 use lexlip_model::{Encoders, Weights};
 use lexlip_train::losses::in_batch;
 use lexlip_train::objectives::adapter::masked_info_nce;
+use lexlip_train::sampler::Sampler;
 use lexlip_train::{Objective, TrainOptions};
 
-use common::{assert_near, err_of, fast_options, run_collecting, run_for, train_json};
+use common::{assert_near, err_of, fast_options, run_collecting, run_for, run_quietly, train_json};
 
 fn adapter_options(tsv: &Path, teacher: &Path, out: &Path) -> TrainOptions {
     let mut o = fast_options(tsv, out);
@@ -259,6 +261,41 @@ fn augmented_views_are_cached_beside_the_pictures() {
     assert_eq!(images.len(), views.len());
     assert_ne!(images, views, "the views are augmented");
     assert_eq!(views, shard(&b, "views"), "the same views on every build");
+}
+
+/// `--sampler grouped`: the teacher's embeddings group every epoch's pairs and views (hard
+/// negatives for the projection), which changes the run; a run stopped in its second epoch
+/// resumes to the same bytes.
+#[test]
+fn grouped_batches_over_views_change_the_run_and_resume_bitwise() {
+    let (tmp, dense, tsv) = common::dense_backbone();
+    let cache = tmp.path().join("cache");
+    let options = |name: &str, sampler: Sampler| {
+        let mut o = adapter_options(&tsv, &dense, &tmp.path().join(name));
+        common::with_views(&mut o, 1, false);
+        o.model.cache = Some(cache.clone());
+        o.optim.sampler = sampler;
+        o.optim.group_size = 16;
+        o.optim.steps = Some(10);
+        o
+    };
+    let weights = |name: &str| {
+        std::fs::read(tmp.path().join(name).join("adapter/model.safetensors")).unwrap()
+    };
+    let s = run_quietly(&options("grouped", Sampler::Grouped));
+    assert_eq!((s.steps_done, s.pairs), (10, 32 * 2));
+    run_quietly(&options("random", Sampler::Random));
+    assert_ne!(
+        weights("grouped"),
+        weights("random"),
+        "grouping changed no batch"
+    );
+    assert_eq!(
+        train_json(&tmp.path().join("grouped"))["options"]["sampler"],
+        "grouped"
+    );
+    common::train_stopped_and_resumed(&options("parts", Sampler::Grouped), 9, "config.json");
+    assert_eq!(weights("parts"), weights("grouped"));
 }
 
 /// With every picture apart the loss is CLIP's in-batch InfoNCE; with two captions of one

@@ -718,7 +718,8 @@ fn grouped_heads_batches_resume_bitwise() {
 
 /// `--image-views` over heads: with augmentation off every view's row equals its picture's;
 /// with it on the views differ and the same run rebuilds them to the same bytes; each pair is
-/// trained once per input, the run changes, and it resumes bitwise.
+/// trained once per input, the run changes, and it resumes bitwise, with the grouped sampler
+/// too.
 #[test]
 fn heads_train_over_augmented_views() {
     let (tmp, dense, tsv) = common::dense_backbone();
@@ -756,8 +757,26 @@ fn heads_train_over_augmented_views() {
     common::train_stopped_and_resumed(&viewed(&parts, 1, false), 4, "heads/config.json");
     assert_eq!(head_weights(&parts), head_weights(&whole));
     assert_eq!(train_json(&whole)["options"]["image_views"], 1);
-    // Views draw pairs uniformly: no grouped sampler beside them.
-    let mut o = viewed(&tmp.path().join("grouped"), 1, false);
-    o.optim.sampler = lexlip_train::sampler::Sampler::Grouped;
-    assert!(err_of(&o).contains("--sampler grouped"), "{}", err_of(&o));
+    // The grouped sampler orders pairs and views alike (every epoch all of them, two epochs
+    // here), changes the run and resumes to the same bytes.
+    let grouped = |out: &Path| {
+        let mut o = viewed(out, 1, false);
+        o.optim.sampler = lexlip_train::sampler::Sampler::Grouped;
+        o.optim.group_size = 16;
+        o.optim.steps = Some(10);
+        o
+    };
+    let g = tmp.path().join("grouped");
+    run_quietly(&grouped(&g));
+    let mut uniform = grouped(&tmp.path().join("uniform"));
+    uniform.optim.sampler = lexlip_train::sampler::Sampler::Random;
+    run_quietly(&uniform);
+    assert_ne!(
+        head_weights(&tmp.path().join("uniform")),
+        head_weights(&g),
+        "grouping changed no batch"
+    );
+    let parts = tmp.path().join("grouped-parts");
+    common::train_stopped_and_resumed(&grouped(&parts), 9, "heads/config.json");
+    assert_eq!(head_weights(&parts), head_weights(&g));
 }

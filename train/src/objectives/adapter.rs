@@ -30,11 +30,12 @@ use crate::cache::{CacheMeta, EmbeddingCache};
 use crate::data::Order;
 use crate::error::{Result, TrainError};
 use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
+use crate::grouping::Grouping;
 use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
-use crate::options::TrainOptions;
+use crate::options::{Sampler, TrainOptions};
 use crate::params::{ParamBuilder, Source, snapshot};
 use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
@@ -184,7 +185,21 @@ pub fn train(
         inputs: PairInputs::new(&images, views.as_ref(), &captions, &device),
         tau: opts.method.tau,
     };
-    trainer.steps(&mut objective, PairBatches { order, rows: &rows }, observer)?;
+    let batches = PairBatches {
+        order,
+        rows: &rows,
+        // Hard negatives: pictures whose teacher embeddings are alike (the clock faces, the
+        // families) share mini-batches, so the projection learns what tells them apart.
+        grouping: (opts.optim.sampler == Sampler::Grouped).then(|| Grouping {
+            inputs: PairInputs::new(&images, views.as_ref(), &captions, &Device::Cpu),
+            columns: Some(teacher.dim()),
+            entries: rows.len() * (view_count + 1),
+            seed: opts.optim.seed,
+            batch: opts.optim.batch_size,
+            space: opts.optim.group_size,
+        }),
+    };
+    trainer.steps(&mut objective, batches, observer)?;
     let marker = opts.run.out.join(crate::encoder_pair::exported_marker(
         crate::options::Objective::Adapter,
     ));
@@ -295,12 +310,18 @@ pub fn masked_info_nce(
 struct PairBatches<'a> {
     order: Order,
     rows: &'a PairRows,
+    /// `--sampler grouped`: each epoch's order groups the pairs and views the teacher finds
+    /// alike.
+    grouping: Option<Grouping<'a>>,
 }
 
 impl Batches for PairBatches<'_> {
     type Batch = Drawn;
 
     fn batch(&mut self, step: u64) -> Result<Drawn> {
+        if let Some(grouping) = &self.grouping {
+            grouping.refresh(&mut self.order, self.rows, step)?;
+        }
         // Index `v` of the order is pair `v mod P` seen through view `v div P`.
         Ok(drawn(self.order.batch(step), self.rows))
     }

@@ -116,13 +116,6 @@ impl TrainOptions {
                     .into(),
             );
         }
-        if self.model.image_views > 0 && self.optim.sampler == Sampler::Grouped {
-            return bad(
-                "--image-views draws pairs uniformly: it cannot be combined with --sampler \
-                 grouped"
-                    .into(),
-            );
-        }
         if self.model.image_views > MAX_IMAGE_VIEWS {
             return bad(format!(
                 "--image-views is at most {MAX_IMAGE_VIEWS} (each view is one more pass of every \

@@ -37,20 +37,17 @@ use lexlip_model::heads::{ALLOWED, HeadsConfig, IMAGE_HEAD, MODEL_TYPE, TEXT_HEA
 use lexlip_model::vocab::is_whole_word;
 use lexlip_model::{Encoders, LoadOptions};
 
-use crate::cache::EmbeddingCache;
-use crate::cache::rows::{
-    IMAGE_CHUNK, IMAGES, PairRows, TEXTS, build_cache, cache_dir, cached_corpus, flat,
-};
+use crate::cache::rows::{IMAGE_CHUNK, PairRows, build_cache, cache_dir, cached_corpus, flat};
 use crate::cache::views::{Drawn, PairInputs, ViewSpec, drawn};
 use crate::data::{self, Order};
 use crate::error::{Result, TrainError};
 use crate::expansion::{own_words, word_ids, words_without};
 use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
+use crate::grouping::Grouping;
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
 use crate::options::{Sampler, TrainOptions, VocabBias};
 use crate::params::snapshot;
-use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
 use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
 pub use model::{HeadsModel, INIT_SCALE};
@@ -249,8 +246,10 @@ pub fn train(
     let batches = PairIndices {
         order,
         rows: &rows,
-        grouping: (opts.optim.sampler == Sampler::Grouped).then_some(Grouping {
-            cache: &cache,
+        grouping: (opts.optim.sampler == Sampler::Grouped).then(|| Grouping {
+            inputs: PairInputs::new(&cache, views.as_ref(), &cache, &Device::Cpu),
+            columns: None,
+            entries: rows.len() * (view_count + 1),
             seed: opts.optim.seed,
             batch: opts.optim.batch_size,
             space: opts.optim.group_size,
@@ -308,109 +307,9 @@ pub fn train(
 struct PairIndices<'a> {
     order: Order,
     rows: &'a PairRows,
-    /// `--sampler grouped`: each epoch's order groups pairs the backbone finds alike.
+    /// `--sampler grouped`: each epoch's order groups pairs (and views) the backbone finds
+    /// alike.
     grouping: Option<Grouping<'a>>,
-}
-
-/// GRIT-VLP's grouped mini-batches ([`crate::sampler`]) with the backbone's embeddings as the
-/// representations. They never change, so every epoch is grouped, the first one too, from the
-/// seed and the epoch alone: a resumed run draws the same order without a checkpointed one.
-struct Grouping<'a> {
-    cache: &'a EmbeddingCache,
-    seed: u64,
-    batch: usize,
-    space: usize,
-}
-
-impl Grouping<'_> {
-    /// Epoch `epoch`'s order: the pairs a uniform permutation trains this epoch, grouped into
-    /// search spaces of `space` pairs by a walk over their embeddings' similarities, then
-    /// [`separate_repeats`].
-    fn order(&self, rows: &PairRows, epoch: u64) -> Result<Vec<u32>> {
-        let pairs = rows.len();
-        let steps = pairs / self.batch;
-        let trained: Vec<usize> =
-            crate::rng::Rng::new(&[self.seed, crate::rng::key("order"), epoch])
-                .permutation(pairs)
-                .into_iter()
-                .take(steps * self.batch)
-                .collect();
-        let mut collected = Vec::with_capacity(trained.len());
-        for chunk in trained.chunks(4096) {
-            let images: Vec<usize> = chunk.iter().map(|&p| rows.image(p) as usize).collect();
-            let image = self.cache.rows(IMAGES, &images, &Device::Cpu)?;
-            let text = self.cache.rows(TEXTS, chunk, &Device::Cpu)?;
-            let image = SparseRow::rows_of(&image, FEATURE_TERMS)?;
-            let text = SparseRow::rows_of(&text, FEATURE_TERMS)?;
-            for ((&pair, image), text) in chunk.iter().zip(image).zip(text) {
-                collected.push(Collected {
-                    pair: pair as u32,
-                    image,
-                    text,
-                });
-            }
-        }
-        let mut rng = crate::rng::Rng::new(&[self.seed, crate::rng::key("group"), epoch]);
-        let mut order = grouped_order(&collected, pairs, self.batch, self.space, &mut rng)?;
-        separate_repeats(&mut order, self.batch, rows);
-        Ok(order)
-    }
-}
-
-/// Moves apart pairs of one mini-batch that share their picture or their caption's tokens
-/// (a picture's other captions, one caption over several art styles). Grouping puts them side
-/// by side, the most alike of all, and in-batch InfoNCE would push each away from the other as
-/// a negative. A repeat swaps places with the first pair of a later mini-batch (wrapping
-/// around) that repeats nothing in either; the order stays a permutation of the same pairs.
-fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
-    use std::collections::HashSet;
-    let batches = order.len() / batch.max(1);
-    if batches < 2 {
-        return;
-    }
-    // A pair's picture and caption tokens: what a mini-batch must not hold twice.
-    let key = |p: u32| (rows.image(p as usize), rows.tokens(p as usize));
-    let members = |order: &[u32], b: usize| -> (HashSet<u32>, HashSet<&[u32]>) {
-        order[b * batch..(b + 1) * batch]
-            .iter()
-            .map(|&p| key(p))
-            .unzip()
-    };
-    for b in 0..batches {
-        let (mut images, mut captions) = (HashSet::new(), HashSet::new());
-        for i in b * batch..(b + 1) * batch {
-            let (image, caption) = key(order[i]);
-            if !images.contains(&image) && !captions.contains(caption) {
-                images.insert(image);
-                captions.insert(caption);
-                continue;
-            }
-            // A partner from a later mini-batch that fits here, and where this pair fits.
-            let mut swapped = false;
-            'search: for step in 1..batches {
-                let other = (b + step) % batches;
-                let (o_images, o_captions) = members(order, other);
-                if o_images.contains(&image) || o_captions.contains(caption) {
-                    continue;
-                }
-                for j in other * batch..(other + 1) * batch {
-                    let (oi, oc) = key(order[j]);
-                    if !images.contains(&oi) && !captions.contains(oc) {
-                        order.swap(i, j);
-                        images.insert(oi);
-                        captions.insert(oc);
-                        swapped = true;
-                        break 'search;
-                    }
-                }
-            }
-            if !swapped {
-                // Nowhere to go (a corpus of a few repeated items): the repeat stays.
-                images.insert(image);
-                captions.insert(caption);
-            }
-        }
-    }
 }
 
 /// A batch: pair indices, their images' indices, which of each image's views it reads (0:
@@ -425,11 +324,7 @@ impl Batches for PairIndices<'_> {
 
     fn batch(&mut self, step: u64) -> Result<HeadsBatch> {
         if let Some(grouping) = &self.grouping {
-            let epoch = step / self.order.steps_per_epoch().max(1);
-            if !self.order.has(epoch) {
-                let order = grouping.order(self.rows, epoch)?;
-                self.order.set(epoch, &order);
-            }
+            grouping.refresh(&mut self.order, self.rows, step)?;
         }
         let pairs = drawn(self.order.batch(step), self.rows);
         let tokens = pairs
@@ -560,81 +455,8 @@ fn export(
 
 #[cfg(test)]
 mod tests {
-    use super::separate_repeats;
     use crate::cache::rows::PairRows;
     use crate::data::{Corpus, Pair};
-    use proptest::prelude::*;
-
-    fn rows_of(pairs: &[(u32, u32)]) -> PairRows {
-        let mut corpus = Corpus {
-            pairs: pairs
-                .iter()
-                .map(|&(image, caption)| Pair {
-                    image,
-                    tokens: vec![101, caption, 102],
-                })
-                .collect(),
-            ..Corpus::default()
-        };
-        PairRows::take(&mut corpus)
-    }
-
-    /// Mini-batches holding a picture or a caption twice.
-    fn repeats(order: &[u32], batch: usize, rows: &PairRows) -> usize {
-        order
-            .chunks_exact(batch)
-            .map(|b| {
-                let images: std::collections::HashSet<u32> =
-                    b.iter().map(|&p| rows.image(p as usize)).collect();
-                let captions: std::collections::HashSet<&[u32]> =
-                    b.iter().map(|&p| rows.tokens(p as usize)).collect();
-                usize::from(images.len() < b.len() || captions.len() < b.len())
-            })
-            .sum()
-    }
-
-    proptest! {
-        /// The repaired order is a permutation of the same pairs, and no mini-batch repeats a
-        /// picture or a caption when the corpus has few enough repeats to spread them (each
-        /// picture and caption at most twice, with four or more mini-batches).
-        #[test]
-        fn separated_orders_keep_their_pairs_and_repeat_nothing(
-            images in 8u32..40,
-            twice in proptest::collection::vec(any::<bool>(), 40),
-            batch in 2usize..5,
-            seed in any::<u64>(),
-        ) {
-            // Pairs (picture, caption): every picture has a caption of its own, some a second.
-            let mut pairs: Vec<(u32, u32)> = (0..images).map(|i| (i, 1000 + i)).collect();
-            for i in 0..images {
-                if twice[i as usize] {
-                    pairs.push((i, 2000 + i));
-                }
-            }
-            let rows = rows_of(&pairs);
-            let n = (pairs.len() / batch) * batch;
-            prop_assume!(n / batch >= 4);
-            // The worst order: each picture's pairs side by side.
-            let mut order: Vec<u32> = (0..pairs.len() as u32).collect();
-            order.sort_by_key(|&p| (pairs[p as usize].0, seed.rotate_left(p)));
-            let mut repaired = order.clone();
-            separate_repeats(&mut repaired, batch, &rows);
-            let mut sorted = repaired.clone();
-            sorted.sort_unstable();
-            prop_assert_eq!(sorted, (0..pairs.len() as u32).collect::<Vec<_>>());
-            prop_assert_eq!(repeats(&repaired[..n], batch, &rows), 0);
-        }
-    }
-
-    /// One caption shared by two pictures (one concept in two art styles) counts as a repeat too.
-    #[test]
-    fn a_shared_caption_is_separated() {
-        let rows = rows_of(&[(0, 7), (1, 7), (2, 8), (3, 9), (4, 10), (5, 11)]);
-        let mut order: Vec<u32> = (0..6).collect();
-        assert_eq!(repeats(&order, 2, &rows), 1);
-        separate_repeats(&mut order, 2, &rows);
-        assert_eq!(repeats(&order, 2, &rows), 0, "{order:?}");
-    }
 
     /// Packed rows give back every pair's image and tokens (empty captions included), and the
     /// corpus they came from is emptied.
