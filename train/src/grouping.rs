@@ -11,9 +11,10 @@
 //! ```
 
 use crate::cache::rows::PairRows;
-use crate::cache::views::{PairInputs, drawn};
+use crate::cache::views::{PairInputs, drawn, pair_and_view};
 use crate::error::Result;
-use crate::sampler::{Collected, FEATURE_TERMS, SparseRow, grouped_order};
+use crate::options::TrainOptions;
+use crate::sampler::{Collected, FEATURE_TERMS, Sampler, SparseRow, grouped_order};
 
 /// How one run groups its entries: the cached rows that represent them and the sampler's sizes.
 pub(crate) struct Grouping<'a> {
@@ -29,7 +30,25 @@ pub(crate) struct Grouping<'a> {
     pub space: usize,
 }
 
-impl Grouping<'_> {
+impl<'a> Grouping<'a> {
+    /// The grouping of a run over `entries` entries read through `inputs` (`columns` as
+    /// above), when `--sampler grouped` asks for one.
+    pub fn asked(
+        opts: &TrainOptions,
+        inputs: PairInputs<'a>,
+        columns: Option<usize>,
+        entries: usize,
+    ) -> Option<Self> {
+        (opts.optim.sampler == Sampler::Grouped).then_some(Self {
+            inputs,
+            columns,
+            entries,
+            seed: opts.optim.seed,
+            batch: opts.optim.batch_size,
+            space: opts.optim.group_size,
+        })
+    }
+
     /// Epoch `epoch`'s order: the entries a uniform permutation trains this epoch, grouped
     /// into search spaces of `space` entries by a walk over their rows' similarities, then
     /// [`separate_repeats`].
@@ -81,9 +100,9 @@ impl Grouping<'_> {
 }
 
 /// Moves apart entries of one mini-batch that share their picture or their caption's tokens
-/// (a picture's other captions or views, one caption over several art styles). Grouping puts them side
-/// by side, the most alike of all, and in-batch InfoNCE would push each away from the other as
-/// a negative. A repeat swaps places with the first pair of a later mini-batch (wrapping
+/// (a picture's other captions or views, one caption over several art styles). Grouping puts
+/// them side by side, the most alike of all, and in-batch InfoNCE would push each away from the
+/// other as a negative. A repeat swaps places with the first pair of a later mini-batch (wrapping
 /// around) that repeats nothing in either; the order stays a permutation of the same pairs.
 pub(crate) fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows) {
     use std::collections::HashSet;
@@ -93,9 +112,8 @@ pub(crate) fn separate_repeats(order: &mut [u32], batch: usize, rows: &PairRows)
     }
     // An entry's picture and caption tokens (a view's are its pair's): what a mini-batch must
     // not hold twice.
-    let pairs = rows.len().max(1);
     let key = |v: u32| {
-        let p = v as usize % pairs;
+        let (p, _) = pair_and_view(v as usize, rows.len().max(1));
         (rows.image(p), rows.tokens(p))
     };
     let members = |order: &[u32], b: usize| -> (HashSet<u32>, HashSet<&[u32]>) {

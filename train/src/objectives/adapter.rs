@@ -35,7 +35,7 @@ use crate::losses::{in_batch_masked, symmetric};
 use crate::nn::l2_normalize;
 use crate::observe::{Observer, RunControl, Summary};
 use crate::optim::Param;
-use crate::options::{Sampler, TrainOptions};
+use crate::options::TrainOptions;
 use crate::params::{ParamBuilder, Source, snapshot};
 use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
@@ -190,14 +190,12 @@ pub fn train(
         rows: &rows,
         // Hard negatives: pictures whose teacher embeddings are alike (the clock faces, the
         // families) share mini-batches, so the projection learns what tells them apart.
-        grouping: (opts.optim.sampler == Sampler::Grouped).then(|| Grouping {
-            inputs: PairInputs::new(&images, views.as_ref(), &captions, &Device::Cpu),
-            columns: Some(teacher.dim()),
-            entries: rows.len() * (view_count + 1),
-            seed: opts.optim.seed,
-            batch: opts.optim.batch_size,
-            space: opts.optim.group_size,
-        }),
+        grouping: Grouping::asked(
+            opts,
+            PairInputs::new(&images, views.as_ref(), &captions, &Device::Cpu),
+            Some(teacher.dim()),
+            rows.len() * (view_count + 1),
+        ),
     };
     trainer.steps(&mut objective, batches, observer)?;
     let marker = opts.run.out.join(crate::encoder_pair::exported_marker(

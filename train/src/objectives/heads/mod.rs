@@ -46,7 +46,7 @@ use crate::export::{copy_file, copy_files, copy_part, save_part, write_json};
 use crate::grouping::Grouping;
 use crate::lexicon::{FlopsSchedule, Idf, content_words, grounding_targets};
 use crate::observe::{Observer, RunControl, Summary};
-use crate::options::{Sampler, TrainOptions, VocabBias};
+use crate::options::{TrainOptions, VocabBias};
 use crate::params::snapshot;
 use crate::steps::{Batches, Computed, Losses, Trained};
 use crate::text::TextTokenizer;
@@ -246,14 +246,12 @@ pub fn train(
     let batches = PairIndices {
         order,
         rows: &rows,
-        grouping: (opts.optim.sampler == Sampler::Grouped).then(|| Grouping {
-            inputs: PairInputs::new(&cache, views.as_ref(), &cache, &Device::Cpu),
-            columns: None,
-            entries: rows.len() * (view_count + 1),
-            seed: opts.optim.seed,
-            batch: opts.optim.batch_size,
-            space: opts.optim.group_size,
-        }),
+        grouping: Grouping::asked(
+            opts,
+            PairInputs::new(&cache, views.as_ref(), &cache, &Device::Cpu),
+            None,
+            rows.len() * (view_count + 1),
+        ),
     };
     let mut objective = HeadsSteps {
         model: &model,
